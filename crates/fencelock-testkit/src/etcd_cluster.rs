@@ -1,0 +1,259 @@
+//! A static etcd cluster of N members on loopback ports.
+
+use std::collections::HashMap;
+use std::io;
+use std::ops::Index;
+use std::slice;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use tempfile::TempDir;
+
+use crate::etcd_member::{EtcdMember, START_TIMEOUT};
+use crate::ports::free_port;
+use crate::process::retry_addr_in_use;
+
+/// Start attempts with fresh ports when another process took one first.
+const START_TRIES: usize = 5;
+
+/// N `etcd` members forming one cluster through a static
+/// `--initial-cluster` on loopback ports, each with its own client port,
+/// peer port and data directory in a shared temporary directory.
+///
+/// Quick elections (heartbeat 50 ms, election timeout 500 ms), so a killed
+/// or paused leader is replaced within about a second. Dropping the cluster
+/// kills and reaps every member and removes the directory; during a panic
+/// the last 40 log lines of each member go to stderr.
+///
+/// ```no_run
+/// # fn main() -> std::io::Result<()> {
+/// use std::time::Duration;
+/// let cluster = fencelock_testkit::EtcdCluster::start(3)?;
+/// let leader = cluster.wait_for_leader(Duration::from_secs(10))?;
+/// cluster.member(leader).pause()?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct EtcdCluster {
+    members: Vec<EtcdMember>,
+    // Last, so the processes are gone before their directories.
+    _dir: TempDir,
+}
+
+impl EtcdCluster {
+    /// Starts `n` members and waits until every one reports itself healthy
+    /// (serving, with a leader).
+    ///
+    /// # Errors
+    ///
+    /// Fails when `etcd` is not installed, `n` is 0, or the cluster does
+    /// not become healthy within 30 s; the error carries the log of the
+    /// member that failed.
+    pub fn start(n: usize) -> io::Result<EtcdCluster> {
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "an etcd cluster needs at least one member",
+            ));
+        }
+        retry_addr_in_use(START_TRIES, || EtcdCluster::start_once(n))
+    }
+
+    fn start_once(n: usize) -> io::Result<EtcdCluster> {
+        static CLUSTERS: AtomicU64 = AtomicU64::new(0);
+        let dir = tempfile::Builder::new()
+            .prefix("fencelock-etcd-")
+            .tempdir()?;
+        let mut ports = Vec::with_capacity(n);
+        for i in 0..n {
+            ports.push((format!("m{i}"), free_port()?, free_port()?));
+        }
+        let initial_cluster = ports
+            .iter()
+            .map(|(name, _, peer)| EtcdMember::peer_entry(name, *peer))
+            .collect::<Vec<_>>()
+            .join(",");
+        // A token unique per cluster keeps members of different test
+        // clusters from ever joining each other.
+        let token = format!(
+            "fencelock-{}-{}",
+            std::process::id(),
+            CLUSTERS.fetch_add(1, Ordering::Relaxed)
+        );
+        let members = ports
+            .into_iter()
+            .map(|(name, client, peer)| {
+                EtcdMember::new(
+                    name,
+                    client,
+                    peer,
+                    initial_cluster.clone(),
+                    token.clone(),
+                    dir.path(),
+                )
+            })
+            .collect();
+        let cluster = EtcdCluster { members, _dir: dir };
+        for member in &cluster.members {
+            member.spawn()?;
+        }
+        cluster.wait_healthy(START_TIMEOUT)?;
+        Ok(cluster)
+    }
+
+    /// Waits until every running member reports itself healthy, and learns
+    /// each member's raft id for [`leader_index`](Self::leader_index).
+    ///
+    /// # Errors
+    ///
+    /// Fails when a member exits meanwhile (kind `AddrInUse` if its port was
+    /// taken) or `timeout` passes; the error carries logs.
+    pub fn wait_healthy(&self, timeout: Duration) -> io::Result<()> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let running: Vec<&EtcdMember> =
+                self.members.iter().filter(|m| m.is_running()).collect();
+            for member in &self.members {
+                member.check_exited()?;
+            }
+            if !running.is_empty() && running.iter().all(|m| m.is_healthy()) {
+                for member in &running {
+                    member.status()?;
+                }
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                let logs: Vec<String> = self
+                    .members
+                    .iter()
+                    .map(|m| {
+                        let log = m.log();
+                        let lines: Vec<&str> = log.lines().collect();
+                        format!(
+                            "--- {} ---\n{}",
+                            m.name(),
+                            lines[lines.len().saturating_sub(15)..].join("\n")
+                        )
+                    })
+                    .collect();
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "etcd cluster not healthy within {timeout:?}; logs:\n{}",
+                        logs.join("\n")
+                    ),
+                ));
+            }
+            thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Starts every member that is not running (e.g. after the cluster lost
+    /// its quorum) and waits until all are healthy.
+    ///
+    /// # Errors
+    ///
+    /// As [`wait_healthy`](Self::wait_healthy), with a 30 s timeout.
+    pub fn restart_all(&self) -> io::Result<()> {
+        for member in &self.members {
+            if !member.is_running() {
+                member.spawn()?;
+            }
+        }
+        self.wait_healthy(START_TIMEOUT)
+    }
+
+    /// Index of the member that the reachable members name as leader, or
+    /// `None` when none of them knows a leader (no quorum, election under
+    /// way, or all paused or down). Each paused member costs up to 0.5 s.
+    ///
+    /// # Errors
+    ///
+    /// None at present; the `Result` leaves room for probes that can fail.
+    pub fn leader_index(&self) -> io::Result<Option<usize>> {
+        let mut votes: HashMap<String, usize> = HashMap::new();
+        for member in self.members.iter().filter(|m| m.is_running()) {
+            if let Ok(leader) = member.status() {
+                if leader != "0" {
+                    *votes.entry(leader).or_default() += 1;
+                }
+            }
+        }
+        let Some((leader, _)) = votes.into_iter().max_by_key(|(_, count)| *count) else {
+            return Ok(None);
+        };
+        Ok(self
+            .members
+            .iter()
+            .position(|m| m.known_member_id().as_deref() == Some(leader.as_str())))
+    }
+
+    /// Polls [`leader_index`](Self::leader_index) until a leader is known.
+    ///
+    /// # Errors
+    ///
+    /// Fails with [`io::ErrorKind::TimedOut`] when no leader appears within
+    /// `timeout`.
+    pub fn wait_for_leader(&self, timeout: Duration) -> io::Result<usize> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(i) = self.leader_index()? {
+                return Ok(i);
+            }
+            if Instant::now() >= deadline {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("no etcd leader within {timeout:?}"),
+                ));
+            }
+            thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// `http://127.0.0.1:<client port>` of every member, in order.
+    pub fn endpoints(&self) -> Vec<String> {
+        self.members.iter().map(EtcdMember::endpoint).collect()
+    }
+
+    /// Member `i`.
+    ///
+    /// # Panics
+    ///
+    /// Panics when `i >= len()`, like slice indexing.
+    pub fn member(&self, i: usize) -> &EtcdMember {
+        &self.members[i]
+    }
+
+    /// Number of members.
+    pub fn len(&self) -> usize {
+        self.members.len()
+    }
+
+    /// Always false: a cluster has at least one member.
+    pub fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+
+    /// Iterates over the members in order.
+    pub fn iter(&self) -> slice::Iter<'_, EtcdMember> {
+        self.members.iter()
+    }
+}
+
+impl Index<usize> for EtcdCluster {
+    type Output = EtcdMember;
+
+    fn index(&self, i: usize) -> &EtcdMember {
+        &self.members[i]
+    }
+}
+
+impl<'a> IntoIterator for &'a EtcdCluster {
+    type Item = &'a EtcdMember;
+    type IntoIter = slice::Iter<'a, EtcdMember>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.members.iter()
+    }
+}

@@ -1,0 +1,74 @@
+//! Test support for fencelock: real `redis-server`, PostgreSQL and `etcd`
+//! processes on free loopback ports, plus a clock-shift shim.
+//!
+//! Every server is a child process of the test. A start returns only once
+//! the server answers; dropping the handle kills and reaps the process (also
+//! when the test panics, in which case the last 40 lines of the server's log
+//! are printed to stderr) and removes its temporary directory.
+//!
+//! ```no_run
+//! # fn main() -> std::io::Result<()> {
+//! use fencelock_testkit::{Persistence, RedisNode, RedisNodes, RedisOptions};
+//!
+//! let nodes = RedisNodes::start(5)?;
+//! let urls = nodes.urls(); // "redis://127.0.0.1:<port>/0" each
+//! nodes.node(0).pause()?; // SIGSTOP: a stalled node
+//! nodes.node(0).resume()?;
+//!
+//! let durable = RedisNode::start_with(RedisOptions::default().persistence(Persistence::AofAlways))?;
+//! durable.cli(&["SET", "k", "v"])?;
+//! durable.kill()?;
+//! durable.restart()?;
+//! assert_eq!(durable.cli(&["GET", "k"])?, "v");
+//! # let _ = urls; Ok(()) }
+//! ```
+//!
+//! # Layout
+//!
+//! - [`RedisNode`] (`redis_node.rs`): one `redis-server`; stop, kill,
+//!   restart, pause, resume, a tiny RESP [`cli`](RedisNode::cli).
+//! - [`RedisOptions`] and [`Persistence`]: how a node starts.
+//! - [`RedisNodes`]: N independent nodes started in parallel, for Redlock.
+//! - [`Postgres`]: a throw-away PostgreSQL 15 cluster (initdb in a temp dir,
+//!   run as the `postgres` user when the test runs as root).
+//! - [`Etcd`], [`EtcdCluster`], [`EtcdMember`]: single-member and static
+//!   multi-member etcd clusters with quick elections.
+//! - [`ClockOffset`] and [`clock_shim_path`]: an `LD_PRELOAD` shim that
+//!   shifts a child's wall clock by an offset read from a file.
+//! - Internal: `process` (spawn, signal, reap, logs), `ports` (free ports
+//!   never handed out twice in one process), `resp` (RESP2 codec), `http`
+//!   (tiny HTTP/1.1 client for etcd's JSON gateway).
+//!
+//! # Requirements
+//!
+//! `redis-server` (7.x), `etcd` 3.4, PostgreSQL 15 under
+//! `/usr/lib/postgresql/15/bin` and `psql`, and `cc` for the clock shim.
+//! A missing binary is reported as an error naming the package to install.
+
+#![warn(missing_docs)]
+
+mod clock_offset;
+mod clock_shim;
+mod etcd;
+mod etcd_cluster;
+mod etcd_member;
+mod http;
+mod persistence;
+mod ports;
+mod postgres;
+mod process;
+mod redis_node;
+mod redis_nodes;
+mod redis_options;
+mod resp;
+
+pub use clock_offset::ClockOffset;
+pub use clock_shim::clock_shim_path;
+pub use etcd::Etcd;
+pub use etcd_cluster::EtcdCluster;
+pub use etcd_member::EtcdMember;
+pub use persistence::Persistence;
+pub use postgres::Postgres;
+pub use redis_node::RedisNode;
+pub use redis_nodes::RedisNodes;
+pub use redis_options::RedisOptions;

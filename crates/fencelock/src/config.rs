@@ -1,0 +1,289 @@
+//! Lock configuration: a plain value, validated when a [`Client`](crate::Client) is built.
+
+use std::time::Duration;
+
+use crate::error::Error;
+use crate::node::NodeAddr;
+use crate::retry::RetryPolicy;
+use crate::validity;
+
+/// How a [`Client`](crate::Client) takes locks.
+///
+/// One node gives an efficiency lock; N nodes give Redlock with quorum N/2+1. Settings are
+/// checked by [`Client::new`](crate::Client::new), before any I/O.
+///
+/// ```
+/// use std::time::Duration;
+/// use fencelock::Config;
+///
+/// let config = Config::new(["redis://127.0.0.1:7001/0", "redis://127.0.0.1:7002/0", "redis://127.0.0.1:7003/0"])
+///     .with_ttl(Duration::from_secs(10))
+///     .with_node_timeout(Duration::from_millis(50))
+///     .with_fencing(true);
+/// assert_eq!(config.ttl(), Duration::from_secs(10));
+/// ```
+#[derive(Clone, PartialEq)]
+pub struct Config {
+    nodes: Vec<String>,
+    ttl: Duration,
+    node_timeout: Duration,
+    connect_timeout: Duration,
+    drift_factor: f64,
+    drift_fixed: Duration,
+    retry: RetryPolicy,
+    fencing: bool,
+    quarantine: Option<bool>,
+}
+
+impl Config {
+    /// Default lock time-to-live.
+    pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
+    /// Default time one node gets to answer one request. Short, so that a dead or hung node
+    /// costs little of the TTL (the article's 50 ms advice).
+    pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(50);
+    /// Default time to establish a connection to a node (in the background: a request waits at
+    /// most its own node timeout for it).
+    pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+    /// Default clock-drift factor: the TTL times this is subtracted from the validity.
+    pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
+    /// Default fixed drift allowance, added to `ttl * drift_factor`.
+    pub const DEFAULT_DRIFT_FIXED: Duration = Duration::from_millis(2);
+
+    /// A configuration for the given node URLs, with default settings.
+    pub fn new<I, S>(nodes: I) -> Config
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        Config {
+            nodes: nodes.into_iter().map(|s| s.as_ref().to_string()).collect(),
+            ttl: Self::DEFAULT_TTL,
+            node_timeout: Self::DEFAULT_NODE_TIMEOUT,
+            connect_timeout: Self::DEFAULT_CONNECT_TIMEOUT,
+            drift_factor: Self::DEFAULT_DRIFT_FACTOR,
+            drift_fixed: Self::DEFAULT_DRIFT_FIXED,
+            retry: RetryPolicy::new(),
+            fencing: false,
+            quarantine: None,
+        }
+    }
+
+    /// The lock's time-to-live on each node.
+    pub fn with_ttl(mut self, ttl: Duration) -> Config {
+        self.ttl = ttl;
+        self
+    }
+
+    /// How long one node gets to answer one request before it counts as failed.
+    pub fn with_node_timeout(mut self, timeout: Duration) -> Config {
+        self.node_timeout = timeout;
+        self
+    }
+
+    /// How long establishing a connection may take.
+    pub fn with_connect_timeout(mut self, timeout: Duration) -> Config {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// The clock-drift factor (default 0.01).
+    pub fn with_drift_factor(mut self, factor: f64) -> Config {
+        self.drift_factor = factor;
+        self
+    }
+
+    /// The fixed drift allowance (default 2 ms).
+    pub fn with_drift_fixed(mut self, fixed: Duration) -> Config {
+        self.drift_fixed = fixed;
+        self
+    }
+
+    /// How [`Client::acquire`](crate::Client::acquire) retries.
+    pub fn with_retry(mut self, retry: RetryPolicy) -> Config {
+        self.retry = retry;
+        self
+    }
+
+    /// Fencing mode: every lock carries a `u64` fencing token that strictly increases from one
+    /// holder to the next (one extra round trip per acquisition).
+    pub fn with_fencing(mut self, fencing: bool) -> Config {
+        self.fencing = fencing;
+        self
+    }
+
+    /// Restart quarantine: a node that restarted within the last TTL and does not persist with
+    /// `appendfsync always` is not counted toward the quorum until a TTL has passed. Default: on
+    /// for Redlock (several nodes), off for a single node.
+    pub fn with_quarantine(mut self, on: bool) -> Config {
+        self.quarantine = Some(on);
+        self
+    }
+
+    /// The node URLs as given (with secrets: do not log them; use [`NodeAddr`] to display).
+    pub fn nodes(&self) -> &[String] {
+        &self.nodes
+    }
+
+    /// The TTL.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// The per-node timeout.
+    pub fn node_timeout(&self) -> Duration {
+        self.node_timeout
+    }
+
+    /// The connect timeout.
+    pub fn connect_timeout(&self) -> Duration {
+        self.connect_timeout
+    }
+
+    /// The drift allowance for the configured TTL: `ttl * factor + fixed`.
+    pub fn drift(&self) -> Duration {
+        validity::drift(self.ttl, self.drift_factor, self.drift_fixed)
+    }
+
+    /// The retry policy.
+    pub fn retry(&self) -> &RetryPolicy {
+        &self.retry
+    }
+
+    /// Whether fencing mode is on.
+    pub fn fencing(&self) -> bool {
+        self.fencing
+    }
+
+    /// Whether restart quarantine is on (its default depends on the node count).
+    pub fn quarantine(&self) -> bool {
+        self.quarantine.unwrap_or(self.nodes.len() > 1)
+    }
+
+    /// Checks the settings and parses the node URLs.
+    pub(crate) fn validate(&self) -> Result<Vec<NodeAddr>, Error> {
+        if self.nodes.is_empty() {
+            return Err(Error::config(
+                "nodes",
+                "no nodes were given; pass one URL for an efficiency lock or an odd number (3, 5) of independent nodes for Redlock",
+            ));
+        }
+        let nodes = self
+            .nodes
+            .iter()
+            .map(|u| NodeAddr::parse(u))
+            .collect::<Result<Vec<_>, _>>()?;
+        let redis = nodes.iter().filter(|n| n.scheme().is_redis()).count();
+        if redis != 0 && redis != nodes.len() {
+            return Err(Error::config(
+                "nodes",
+                "Redis and etcd URLs are mixed; a lock uses one kind of backend",
+            ));
+        }
+        if redis != 0 {
+            for (i, a) in nodes.iter().enumerate() {
+                if let Some(b) = nodes[..i].iter().find(|b| b.host_port() == a.host_port()) {
+                    return Err(Error::config(
+                        "nodes",
+                        format!(
+                            "{a} and {b} are the same server ({}); Redlock needs independent nodes, list each host:port once",
+                            a.host_port()
+                        ),
+                    ));
+                }
+            }
+        }
+        if !(0.0..1.0).contains(&self.drift_factor) || self.drift_factor.is_nan() {
+            return Err(Error::config(
+                "drift factor",
+                format!("{} is not in [0, 1); the usual value is 0.01", self.drift_factor),
+            ));
+        }
+        if self.node_timeout.is_zero() {
+            return Err(Error::config(
+                "node timeout",
+                "it is zero; use tens of milliseconds, e.g. 50ms",
+            ));
+        }
+        if self.ttl.as_millis() < 1 {
+            return Err(Error::config(
+                "ttl",
+                "it is below 1 ms (Redis PX has millisecond resolution)",
+            ));
+        }
+        let drift = self.drift();
+        if validity::validity(self.ttl, self.node_timeout, drift).is_none() {
+            return Err(Error::config(
+                "ttl",
+                format!(
+                    "{:?} leaves no validity after the drift allowance ({drift:?}) and one node timeout ({:?}); use a TTL of at least a few seconds",
+                    self.ttl, self.node_timeout
+                ),
+            ));
+        }
+        Ok(nodes)
+    }
+}
+
+impl Default for Config {
+    /// A configuration with no nodes: [`Client::new`](crate::Client::new) rejects it until
+    /// nodes are given.
+    fn default() -> Self {
+        Config::new(Vec::<String>::new())
+    }
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let nodes: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|n| crate::node::redact(n))
+            .collect();
+        f.debug_struct("Config")
+            .field("nodes", &nodes)
+            .field("ttl", &self.ttl)
+            .field("node_timeout", &self.node_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("drift_factor", &self.drift_factor)
+            .field("drift_fixed", &self.drift_fixed)
+            .field("retry", &self.retry)
+            .field("fencing", &self.fencing)
+            .field("quarantine", &self.quarantine())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(c: Config) -> String {
+        c.validate().unwrap_err().to_string()
+    }
+
+    #[test]
+    fn catches_mistakes_up_front() {
+        assert!(err(Config::new(Vec::<String>::new())).contains("no nodes"));
+        assert!(err(Config::new(["redis://h:1/0", "redis://h:1/1"])).contains("same server"));
+        assert!(err(Config::new(["redis://h:1/0"]).with_ttl(Duration::from_millis(30)))
+            .contains("no validity"));
+        assert!(err(Config::new(["nope"])).contains("no scheme"));
+        assert!(err(Config::new(["redis://h:1", "etcd://h:2"])).contains("mixed"));
+        assert!(err(Config::new(["redis://h:1"]).with_drift_factor(2.0)).contains("drift"));
+    }
+
+    #[test]
+    fn debug_never_prints_passwords() {
+        let c = Config::new(["redis://u:hunter2@h:1/0"]);
+        assert!(!format!("{c:?}").contains("hunter2"));
+    }
+
+    #[test]
+    fn quarantine_defaults_on_for_redlock_only() {
+        assert!(!Config::new(["redis://a:1"]).quarantine());
+        assert!(Config::new(["redis://a:1", "redis://b:1", "redis://c:1"]).quarantine());
+        assert!(!Config::new(["redis://a:1", "redis://b:1", "redis://c:1"])
+            .with_quarantine(false)
+            .quarantine());
+    }
+}

@@ -1,0 +1,199 @@
+//! The lock handle.
+
+use std::time::{Duration, Instant};
+
+use tracing::Instrument;
+
+use crate::client::Client;
+use crate::error::{Error, Result};
+use crate::token::OwnerToken;
+use crate::vote::Votes;
+
+/// A held lock. Release it with [`Lock::release`].
+///
+/// The lock is only valid until [`Lock::validity_deadline`]: past it, the keys may have expired
+/// on a majority of nodes and another client may hold the lock. Work that can outlast it must
+/// extend the lock, and work that protects data must carry the [fencing
+/// token](Lock::fencing_token) to storage that checks it.
+///
+/// Dropping a lock without releasing it does no I/O in `Drop`: it asks a background task of the
+/// client to release it, and if there is none, the keys expire after the TTL.
+#[must_use = "the lock is held until release() or the TTL; dropping it releases it in the background"]
+pub struct Lock {
+    client: Client,
+    resource: String,
+    token: OwnerToken,
+    fencing_token: Option<u64>,
+    deadline: Instant,
+    votes: Votes,
+    released: bool,
+}
+
+impl std::fmt::Debug for Lock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lock")
+            .field("resource", &self.resource)
+            .field("token", &self.token)
+            .field("fencing_token", &self.fencing_token)
+            .field("valid_for", &self.remaining())
+            .field("votes", &self.votes)
+            .finish()
+    }
+}
+
+impl Lock {
+    pub(crate) fn new(
+        client: Client,
+        resource: String,
+        token: OwnerToken,
+        fencing_token: Option<u64>,
+        deadline: Instant,
+        votes: Votes,
+    ) -> Lock {
+        Lock {
+            client,
+            resource,
+            token,
+            fencing_token,
+            deadline,
+            votes,
+            released: false,
+        }
+    }
+
+    /// The resource name (the key on every node).
+    pub fn resource(&self) -> &str {
+        &self.resource
+    }
+
+    /// The random value that owns the key (128 bits, hex). Whoever knows it can release or
+    /// extend the lock: treat it as a secret.
+    pub fn token(&self) -> &str {
+        self.token.as_str()
+    }
+
+    /// The fencing token, in fencing mode: strictly greater than the token of every holder whose
+    /// token was issued before this lock was granted. Pass it to the storage with every write.
+    pub fn fencing_token(&self) -> Option<u64> {
+        self.fencing_token
+    }
+
+    /// The instant, on this process's monotonic clock, until which the lock may be considered
+    /// held: acquisition start + TTL - drift.
+    pub fn validity_deadline(&self) -> Instant {
+        self.deadline
+    }
+
+    /// The time left until the validity deadline (zero once it has passed).
+    pub fn remaining(&self) -> Duration {
+        self.deadline.saturating_duration_since(Instant::now())
+    }
+
+    /// Whether the validity deadline is still ahead.
+    pub fn is_valid(&self) -> bool {
+        Instant::now() < self.deadline
+    }
+
+    /// The per-node answers of the acquisition (or of the last extension).
+    pub fn votes(&self) -> &Votes {
+        &self.votes
+    }
+
+    /// The client that took this lock.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// Extends the lock to a full TTL from now, if a quorum still holds our token and answers
+    /// before the current validity runs out. It never brings back a lock that has expired: the
+    /// script only renews a key that still holds our token.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Lost`] when the validity deadline passed or a quorum no longer holds our token;
+    /// [`Error::Unavailable`] when too many nodes failed to answer in time. After an error the
+    /// lock must be treated as lost.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe in the sense that a cancelled extension leaves the lock as valid as before
+    /// (some nodes may have extended; the local deadline is unchanged).
+    pub async fn extend(&mut self) -> Result<()> {
+        let span = tracing::debug_span!("extend", resource = %self.resource);
+        async {
+            let started = Instant::now();
+            let Some(budget) = self.deadline.checked_duration_since(started) else {
+                return Err(self.lost());
+            };
+            let inner = self.client.inner();
+            let config = &inner.config;
+            let node_timeout = config.node_timeout().min(budget);
+            let round = inner
+                .backend
+                .extend(&self.resource, self.token.as_str(), config.ttl(), node_timeout)
+                .await;
+            let expired = Instant::now() >= self.deadline;
+            let votes =
+                self.client
+                    .settle(&self.resource, round.decision, round.votes, expired)?;
+            let valid_for = crate::validity::validity(
+                config.ttl(),
+                started.elapsed(),
+                self.client.drift(),
+            )
+            .ok_or_else(|| self.lost())?;
+            self.deadline = Instant::now() + valid_for;
+            tracing::debug!(validity = ?valid_for, "extended");
+            self.votes = votes;
+            Ok(())
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// Releases the lock on every node (compare-and-delete: a key that now holds another token is
+    /// left alone).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Lost`] when a quorum no longer held our token (it had expired: another client
+    /// may have held the lock in the meantime, so work done since the deadline was unprotected);
+    /// [`Error::Unavailable`] when too many nodes failed to answer (their keys expire by TTL).
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel-safe: a cancelled release leaves the remaining keys to expire by TTL.
+    pub async fn release(mut self) -> Result<Votes> {
+        self.released = true;
+        let span = tracing::debug_span!("release", resource = %self.resource);
+        let round = self
+            .client
+            .inner()
+            .backend
+            .release(
+                &self.resource,
+                self.token.as_str(),
+                self.client.config().node_timeout(),
+            )
+            .instrument(span)
+            .await;
+        self.client
+            .settle(&self.resource, round.decision, round.votes, false)
+    }
+
+    fn lost(&self) -> Error {
+        Error::Lost {
+            resource: self.resource.clone(),
+            votes: Votes::default(),
+        }
+    }
+}
+
+impl Drop for Lock {
+    fn drop(&mut self) {
+        if !self.released {
+            self.client
+                .release_in_background(std::mem::take(&mut self.resource), self.token.clone());
+        }
+    }
+}
