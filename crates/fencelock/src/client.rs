@@ -42,9 +42,25 @@ pub struct Client {
 
 pub(crate) struct Inner {
     pub(crate) config: Config,
-    pub(crate) backend: RedisBackend,
+    pub(crate) backend: Backend,
     drift: Duration,
-    reaper: OnceLock<mpsc::UnboundedSender<(String, OwnerToken)>>,
+    reaper: OnceLock<mpsc::UnboundedSender<(String, Held)>>,
+}
+
+/// The servers behind a client.
+#[derive(Debug)]
+pub(crate) enum Backend {
+    Redis(RedisBackend),
+    #[cfg(feature = "etcd")]
+    Etcd(crate::etcd::EtcdBackend),
+}
+
+/// What a lock holds, per backend.
+#[derive(Debug, Clone)]
+pub(crate) enum Held {
+    Redis(OwnerToken),
+    #[cfg(feature = "etcd")]
+    Etcd(crate::etcd::EtcdHeld),
 }
 
 impl std::fmt::Debug for Client {
@@ -64,13 +80,11 @@ impl Client {
     /// parse, the same host:port listed twice, a TTL that leaves no validity after drift.
     pub fn new(config: Config) -> Result<Client> {
         let addrs = config.validate()?;
-        if addrs.iter().any(|a| !a.scheme().is_redis()) {
-            return Err(Error::config(
-                "nodes",
-                "etcd:// URLs need the etcd backend, which this build does not include",
-            ));
-        }
-        let backend = RedisBackend::new(addrs, config.connect_timeout())?;
+        let backend = if addrs[0].scheme().is_redis() {
+            Backend::Redis(RedisBackend::new(addrs, config.connect_timeout())?)
+        } else {
+            etcd_backend(addrs, &config)?
+        };
         Ok(Client {
             inner: Arc::new(Inner {
                 drift: config.drift(),
@@ -88,12 +102,33 @@ impl Client {
 
     /// The nodes, in configured order (display them: passwords are redacted).
     pub fn nodes(&self) -> Vec<NodeAddr> {
-        self.inner.backend.addrs().cloned().collect()
+        match &self.inner.backend {
+            Backend::Redis(r) => r.addrs().cloned().collect(),
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(e) => e.addrs().cloned().collect(),
+        }
     }
 
     /// How many nodes must grant: N/2+1.
     pub fn quorum(&self) -> usize {
-        self.inner.backend.quorum()
+        match &self.inner.backend {
+            Backend::Redis(r) => r.quorum(),
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(_) => 1,
+        }
+    }
+
+    /// The Redis nodes, or an error naming the operation for other backends.
+    #[cfg_attr(not(feature = "etcd"), allow(unused_variables))]
+    pub(crate) fn redis(&self, what: &str) -> Result<&RedisBackend> {
+        match &self.inner.backend {
+            Backend::Redis(r) => Ok(r),
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(_) => Err(Error::config(
+                "backend",
+                format!("{what} works on Redis nodes only; with etcd, hold the Lock and call its methods"),
+            )),
+        }
     }
 
     /// Makes one attempt to take the lock on `resource`.
@@ -136,6 +171,11 @@ impl Client {
     /// As [`Client::acquire`].
     pub async fn acquire_with(&self, resource: &str, policy: &RetryPolicy) -> Result<Lock> {
         check_resource(resource)?;
+        #[cfg(feature = "etcd")]
+        if let Backend::Etcd(e) = &self.inner.backend {
+            let held = e.acquire(resource, policy.wait()).await?;
+            return Ok(Lock::from_etcd(self.clone(), resource.to_string(), held));
+        }
         let started = Instant::now();
         let mut attempts = 0u32;
         loop {
@@ -165,6 +205,14 @@ impl Client {
     async fn attempt(&self, resource: &str) -> Result<Lock> {
         let inner = &self.inner;
         let config = &inner.config;
+        let backend = match &inner.backend {
+            Backend::Redis(r) => r,
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(e) => {
+                let held = e.try_acquire(resource).await?;
+                return Ok(Lock::from_etcd(self.clone(), resource.to_string(), held));
+            }
+        };
         let token = OwnerToken::generate().map_err(|e| {
             Error::config(
                 "random source",
@@ -172,8 +220,7 @@ impl Client {
             )
         })?;
         let started = Instant::now();
-        let round = inner
-            .backend
+        let round = backend
             .acquire(
                 resource,
                 token.as_str(),
@@ -185,7 +232,7 @@ impl Client {
         let votes = round.votes;
         if round.decision != Decision::Reached {
             self.release_quietly(resource, &token).await;
-            return Err(classify(resource, votes, inner.backend.quorum()));
+            return Err(classify(resource, votes, backend.quorum()));
         }
         let mut fencing_token = None;
         if config.fencing() {
@@ -194,11 +241,12 @@ impl Client {
                 self.release_quietly(resource, &token).await;
                 return Err(Error::config(
                     "fence counter",
-                    format!("the fence counter of {resource:?} is at u64::MAX; no larger token exists"),
+                    format!(
+                        "the fence counter of {resource:?} is at u64::MAX; no larger token exists"
+                    ),
                 ));
             };
-            let wb = inner
-                .backend
+            let wb = backend
                 .write_back(&granted, resource, token.as_str(), t, config.node_timeout())
                 .await;
             if wb.decision != Decision::Reached {
@@ -240,12 +288,13 @@ impl Client {
     }
 
     pub(crate) async fn release_quietly(&self, resource: &str, token: &OwnerToken) {
-        let round = self
-            .inner
-            .backend
+        let Ok(backend) = self.redis("release") else {
+            return;
+        };
+        let round = backend
             .release(resource, token.as_str(), self.inner.config.node_timeout())
             .await;
-        tracing::debug!(resource, votes = %round.votes, "released after a failed attempt");
+        tracing::debug!(resource, votes = %round.votes, "released");
     }
 
     /// Releases `resource` if `token` (as printed by [`Lock::token`]) still owns it. For tools
@@ -259,8 +308,7 @@ impl Client {
     pub async fn release_token(&self, resource: &str, token: &str) -> Result<Votes> {
         check_resource(resource)?;
         let round = self
-            .inner
-            .backend
+            .redis("release by token")?
             .release(resource, token, self.inner.config.node_timeout())
             .await;
         self.settle(resource, round.decision, round.votes, false)
@@ -274,8 +322,7 @@ impl Client {
     pub async fn extend_token(&self, resource: &str, token: &str) -> Result<Votes> {
         check_resource(resource)?;
         let round = self
-            .inner
-            .backend
+            .redis("extend by token")?
             .extend(
                 resource,
                 token,
@@ -297,8 +344,8 @@ impl Client {
         if decision == Decision::Reached && !expired {
             return Ok(votes);
         }
-        let n = self.inner.backend.len();
-        let q = self.inner.backend.quorum();
+        let n = votes.0.len();
+        let q = self.quorum();
         let refused = votes
             .iter()
             .filter(|v| matches!(v.outcome, VoteOutcome::NotHeld | VoteOutcome::HeldByOther))
@@ -316,6 +363,7 @@ impl Client {
         }
     }
 
+    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
     pub(crate) fn inner(&self) -> &Inner {
         &self.inner
     }
@@ -326,24 +374,50 @@ impl Client {
 
     /// Hands a dropped lock to a background task that releases it. `Drop` must not do I/O, so
     /// it only sends; without a runtime the TTL cleans up instead.
-    pub(crate) fn release_in_background(&self, resource: String, token: OwnerToken) {
+    pub(crate) fn release_in_background(&self, resource: String, held: Held) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
         let tx = self.inner.reaper.get_or_init(|| {
-            let (tx, mut rx) = mpsc::unbounded_channel::<(String, OwnerToken)>();
+            let (tx, mut rx) = mpsc::unbounded_channel::<(String, Held)>();
             let weak: Weak<Inner> = Arc::downgrade(&self.inner);
             runtime.spawn(async move {
-                while let Some((resource, token)) = rx.recv().await {
+                while let Some((resource, held)) = rx.recv().await {
                     let Some(inner) = weak.upgrade() else { break };
                     let client = Client { inner };
-                    client.release_quietly(&resource, &token).await;
+                    client.release_held(&resource, &held).await;
                 }
             });
             tx
         });
-        let _ = tx.send((resource, token));
+        let _ = tx.send((resource, held));
     }
+
+    /// Releases whatever a lock holds, ignoring the outcome (used after failures and on drop).
+    pub(crate) async fn release_held(&self, resource: &str, held: &Held) {
+        match held {
+            Held::Redis(token) => self.release_quietly(resource, token).await,
+            #[cfg(feature = "etcd")]
+            Held::Etcd(h) => {
+                if let Backend::Etcd(e) = &self.inner.backend {
+                    let _ = e.release(h).await;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(feature = "etcd")]
+fn etcd_backend(addrs: Vec<NodeAddr>, config: &Config) -> Result<Backend> {
+    Ok(Backend::Etcd(crate::etcd::EtcdBackend::new(addrs, config)?))
+}
+
+#[cfg(not(feature = "etcd"))]
+fn etcd_backend(_addrs: Vec<NodeAddr>, _config: &Config) -> Result<Backend> {
+    Err(Error::config(
+        "nodes",
+        "etcd:// URLs need fencelock's `etcd` feature, which this build does not include",
+    ))
 }
 
 fn check_resource(resource: &str) -> Result<()> {

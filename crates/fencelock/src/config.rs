@@ -195,7 +195,10 @@ impl Config {
         if !(0.0..1.0).contains(&self.drift_factor) || self.drift_factor.is_nan() {
             return Err(Error::config(
                 "drift factor",
-                format!("{} is not in [0, 1); the usual value is 0.01", self.drift_factor),
+                format!(
+                    "{} is not in [0, 1); the usual value is 0.01",
+                    self.drift_factor
+                ),
             ));
         }
         if self.node_timeout.is_zero() {
@@ -234,11 +237,7 @@ impl Default for Config {
 
 impl std::fmt::Debug for Config {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let nodes: Vec<String> = self
-            .nodes
-            .iter()
-            .map(|n| crate::node::redact(n))
-            .collect();
+        let nodes: Vec<String> = self.nodes.iter().map(|n| crate::node::redact(n)).collect();
         f.debug_struct("Config")
             .field("nodes", &nodes)
             .field("ttl", &self.ttl)
@@ -265,8 +264,10 @@ mod tests {
     fn catches_mistakes_up_front() {
         assert!(err(Config::new(Vec::<String>::new())).contains("no nodes"));
         assert!(err(Config::new(["redis://h:1/0", "redis://h:1/1"])).contains("same server"));
-        assert!(err(Config::new(["redis://h:1/0"]).with_ttl(Duration::from_millis(30)))
-            .contains("no validity"));
+        assert!(
+            err(Config::new(["redis://h:1/0"]).with_ttl(Duration::from_millis(30)))
+                .contains("no validity")
+        );
         assert!(err(Config::new(["nope"])).contains("no scheme"));
         assert!(err(Config::new(["redis://h:1", "etcd://h:2"])).contains("mixed"));
         assert!(err(Config::new(["redis://h:1"]).with_drift_factor(2.0)).contains("drift"));

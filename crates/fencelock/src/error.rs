@@ -141,10 +141,7 @@ impl Error {
     }
 
     #[allow(dead_code)] // used by the storage adapters, which are behind features
-    pub(crate) fn storage(
-        context: impl Into<String>,
-        source: impl Into<BoxError>,
-    ) -> Error {
+    pub(crate) fn storage(context: impl Into<String>, source: impl Into<BoxError>) -> Error {
         Error::Storage {
             context: context.into(),
             source: source.into(),

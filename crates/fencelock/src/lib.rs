@@ -6,6 +6,8 @@
 mod client;
 mod config;
 mod error;
+#[cfg(feature = "etcd")]
+mod etcd;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub mod fence;
 pub mod fencing;

@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use tracing::Instrument;
 
-use crate::client::Client;
+use crate::client::{Client, Held};
 use crate::error::{Error, Result};
 use crate::token::OwnerToken;
 use crate::vote::Votes;
@@ -22,7 +22,7 @@ use crate::vote::Votes;
 pub struct Lock {
     client: Client,
     resource: String,
-    token: OwnerToken,
+    held: Held,
     fencing_token: Option<u64>,
     deadline: Instant,
     votes: Votes,
@@ -33,7 +33,7 @@ impl std::fmt::Debug for Lock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Lock")
             .field("resource", &self.resource)
-            .field("token", &self.token)
+            .field("held", &self.held)
             .field("fencing_token", &self.fencing_token)
             .field("valid_for", &self.remaining())
             .field("votes", &self.votes)
@@ -53,10 +53,23 @@ impl Lock {
         Lock {
             client,
             resource,
-            token,
+            held: Held::Redis(token),
             fencing_token,
             deadline,
             votes,
+            released: false,
+        }
+    }
+
+    #[cfg(feature = "etcd")]
+    pub(crate) fn from_etcd(client: Client, resource: String, held: crate::etcd::EtcdHeld) -> Lock {
+        Lock {
+            client,
+            resource,
+            fencing_token: Some(held.revision),
+            deadline: held.deadline,
+            votes: held.votes.clone(),
+            held: Held::Etcd(held),
             released: false,
         }
     }
@@ -66,10 +79,14 @@ impl Lock {
         &self.resource
     }
 
-    /// The random value that owns the key (128 bits, hex). Whoever knows it can release or
-    /// extend the lock: treat it as a secret.
+    /// The random value that owns the key (128 bits, hex; with etcd, the lock key's name).
+    /// Whoever knows it can release or extend the lock: treat it as a secret.
     pub fn token(&self) -> &str {
-        self.token.as_str()
+        match &self.held {
+            Held::Redis(token) => token.as_str(),
+            #[cfg(feature = "etcd")]
+            Held::Etcd(h) => &h.key,
+        }
     }
 
     /// The fencing token, in fencing mode: strictly greater than the token of every holder whose
@@ -125,23 +142,31 @@ impl Lock {
             let Some(budget) = self.deadline.checked_duration_since(started) else {
                 return Err(self.lost());
             };
-            let inner = self.client.inner();
-            let config = &inner.config;
+            let token = match &self.held {
+                Held::Redis(token) => token.as_str(),
+                #[cfg(feature = "etcd")]
+                Held::Etcd(h) => {
+                    let crate::client::Backend::Etcd(e) = &self.client.inner().backend else {
+                        unreachable!("an etcd lock comes from an etcd client")
+                    };
+                    self.deadline = e.extend(h, budget).await?;
+                    return Ok(());
+                }
+            };
+            let config = self.client.config();
             let node_timeout = config.node_timeout().min(budget);
-            let round = inner
-                .backend
-                .extend(&self.resource, self.token.as_str(), config.ttl(), node_timeout)
+            let round = self
+                .client
+                .redis("extend")?
+                .extend(&self.resource, token, config.ttl(), node_timeout)
                 .await;
             let expired = Instant::now() >= self.deadline;
-            let votes =
-                self.client
-                    .settle(&self.resource, round.decision, round.votes, expired)?;
-            let valid_for = crate::validity::validity(
-                config.ttl(),
-                started.elapsed(),
-                self.client.drift(),
-            )
-            .ok_or_else(|| self.lost())?;
+            let votes = self
+                .client
+                .settle(&self.resource, round.decision, round.votes, expired)?;
+            let valid_for =
+                crate::validity::validity(config.ttl(), started.elapsed(), self.client.drift())
+                    .ok_or_else(|| self.lost())?;
             self.deadline = Instant::now() + valid_for;
             tracing::debug!(validity = ?valid_for, "extended");
             self.votes = votes;
@@ -166,15 +191,21 @@ impl Lock {
     pub async fn release(mut self) -> Result<Votes> {
         self.released = true;
         let span = tracing::debug_span!("release", resource = %self.resource);
+        let token = match &self.held {
+            Held::Redis(token) => token.as_str(),
+            #[cfg(feature = "etcd")]
+            Held::Etcd(h) => {
+                let crate::client::Backend::Etcd(e) = &self.client.inner().backend else {
+                    unreachable!("an etcd lock comes from an etcd client")
+                };
+                e.release(h).instrument(span).await?;
+                return Ok(Votes::default());
+            }
+        };
         let round = self
             .client
-            .inner()
-            .backend
-            .release(
-                &self.resource,
-                self.token.as_str(),
-                self.client.config().node_timeout(),
-            )
+            .redis("release")?
+            .release(&self.resource, token, self.client.config().node_timeout())
             .instrument(span)
             .await;
         self.client
@@ -193,7 +224,7 @@ impl Drop for Lock {
     fn drop(&mut self) {
         if !self.released {
             self.client
-                .release_in_background(std::mem::take(&mut self.resource), self.token.clone());
+                .release_in_background(std::mem::take(&mut self.resource), self.held.clone());
         }
     }
 }

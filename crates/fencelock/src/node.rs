@@ -55,18 +55,19 @@ impl NodeAddr {
                 "it has no scheme; write it as redis://host:port/db (or rediss://, etcd://)",
             )
         })?;
-        let scheme = match scheme_str.to_ascii_lowercase().as_str() {
-            "redis" => Scheme::Redis,
-            "rediss" => Scheme::RedisTls,
-            "etcd" | "http" => Scheme::Etcd,
-            "etcds" | "https" => Scheme::EtcdTls,
-            other => {
-                return Err(Error::config(
+        let scheme =
+            match scheme_str.to_ascii_lowercase().as_str() {
+                "redis" => Scheme::Redis,
+                "rediss" => Scheme::RedisTls,
+                "etcd" | "http" => Scheme::Etcd,
+                "etcds" | "https" => Scheme::EtcdTls,
+                other => return Err(Error::config(
                     what(),
-                    format!("unknown scheme {other:?}; use redis://, rediss://, etcd:// or etcds://"),
-                ))
-            }
-        };
+                    format!(
+                        "unknown scheme {other:?}; use redis://, rediss://, etcd:// or etcds://"
+                    ),
+                )),
+            };
         let (authority, path) = match rest.find(['/', '?']) {
             Some(i) => (&rest[..i], &rest[i..]),
             None => (rest, ""),
@@ -93,7 +94,10 @@ impl NodeAddr {
         let port = match port_str {
             None | Some("") => default_port,
             Some(p) => p.parse::<u16>().ok().filter(|p| *p != 0).ok_or_else(|| {
-                Error::config(what(), format!("port {p:?} is not a number from 1 to 65535"))
+                Error::config(
+                    what(),
+                    format!("port {p:?} is not a number from 1 to 65535"),
+                )
             })?,
         };
         if scheme.is_redis() {

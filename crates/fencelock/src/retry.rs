@@ -135,7 +135,9 @@ mod tests {
 
     #[test]
     fn stops_at_attempts_or_wait() {
-        let p = RetryPolicy::new().with_max_attempts(3).with_wait(1_000 * MS);
+        let p = RetryPolicy::new()
+            .with_max_attempts(3)
+            .with_wait(1_000 * MS);
         assert!(p.may_retry(2, 10 * MS));
         assert!(!p.may_retry(3, 10 * MS));
         assert!(!p.may_retry(1, 1_000 * MS));

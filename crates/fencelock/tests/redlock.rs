@@ -74,7 +74,12 @@ async fn paused_nodes_cost_about_one_node_timeout_not_the_ttl() {
     )
     .unwrap();
     // Warm the connections, so the measurement is about the paused nodes.
-    c.try_acquire("warm").await.unwrap().release().await.unwrap();
+    c.try_acquire("warm")
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
 
     // Two paused nodes: the other three still form a quorum.
     nodes.node(0).pause().unwrap();
@@ -153,7 +158,10 @@ async fn foreign_keys_on_a_minority_are_left_alone_on_a_majority_mean_contention
     let nodes = RedisNodes::start(5).unwrap();
     let c = client(&nodes);
     for i in 0..2 {
-        nodes.node(i).cli(&["SET", "f", "someone-else", "PX", "60000"]).unwrap();
+        nodes
+            .node(i)
+            .cli(&["SET", "f", "someone-else", "PX", "60000"])
+            .unwrap();
     }
     let lock = c.try_acquire("f").await.unwrap();
     assert_eq!(lock.votes().granted(), 3);
@@ -163,7 +171,10 @@ async fn foreign_keys_on_a_minority_are_left_alone_on_a_majority_mean_contention
         assert_eq!(get(nodes.node(i), "f"), "someone-else");
     }
 
-    nodes.node(2).cli(&["SET", "f", "someone-else", "PX", "60000"]).unwrap();
+    nodes
+        .node(2)
+        .cli(&["SET", "f", "someone-else", "PX", "60000"])
+        .unwrap();
     let err = c.try_acquire("f").await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Contention, "{err}");
     for i in 0..3 {
@@ -180,10 +191,7 @@ async fn release_with_a_wrong_token_leaves_the_key() {
     let c = client(&nodes);
     let lock = c.try_acquire("w").await.unwrap();
     let token = lock.token().to_string();
-    let err = c
-        .release_token("w", "not-the-owner")
-        .await
-        .unwrap_err();
+    let err = c.release_token("w", "not-the-owner").await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Lost, "{err}");
     let err = c.extend_token("w", "not-the-owner").await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Lost, "{err}");
@@ -251,14 +259,12 @@ async fn sixteen_clients_fifty_sections_each_never_overlap() {
     let mut tasks = Vec::new();
     for _ in 0..16 {
         let c = Client::new(
-            Config::new(nodes.urls())
-                .with_quarantine(false)
-                .with_retry(
-                    RetryPolicy::new()
-                        .with_wait(Duration::from_secs(120))
-                        .with_base_delay(Duration::from_millis(2))
-                        .with_max_delay(Duration::from_millis(20)),
-                ),
+            Config::new(nodes.urls()).with_quarantine(false).with_retry(
+                RetryPolicy::new()
+                    .with_wait(Duration::from_secs(120))
+                    .with_base_delay(Duration::from_millis(2))
+                    .with_max_delay(Duration::from_millis(20)),
+            ),
         )
         .unwrap();
         let (inside, done, overlaps) = (inside.clone(), done.clone(), overlaps.clone());
@@ -312,7 +318,11 @@ async fn bad_input_is_an_error_not_a_panic() {
     for n in nodes.iter() {
         assert_eq!(n.cli(&["LRANGE", "list", "0", "-1"]).unwrap(), "a");
     }
-    let err = Client::new(Config::new(["redis://127.0.0.1:1/0", "redis://127.0.0.1:1/0"])).unwrap_err();
+    let err = Client::new(Config::new([
+        "redis://127.0.0.1:1/0",
+        "redis://127.0.0.1:1/0",
+    ]))
+    .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidConfig);
 }
 

@@ -28,7 +28,9 @@ pub(crate) struct NodeConn {
 
 impl std::fmt::Debug for NodeConn {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("NodeConn").field("addr", &self.addr).finish()
+        f.debug_struct("NodeConn")
+            .field("addr", &self.addr)
+            .finish()
     }
 }
 

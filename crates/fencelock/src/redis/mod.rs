@@ -65,10 +65,6 @@ impl RedisBackend {
         Ok(RedisBackend { nodes, quorum })
     }
 
-    pub(crate) fn len(&self) -> usize {
-        self.nodes.len()
-    }
-
     pub(crate) fn quorum(&self) -> usize {
         self.quorum
     }
