@@ -4,7 +4,7 @@
 //! ```text
 //! inventory setup   --db DB --sku SKU --stock N
 //! inventory reserve --db DB --sku SKU --qty Q --nodes URL,URL,.. [--times K] [--ttl 10s]
-//!                   [--no-fencing] [--stop-after-read]
+//!                   [--no-fencing] [--no-quarantine] [--stop-after-read]
 //! inventory stock   --db DB --sku SKU
 //! ```
 //!
@@ -12,7 +12,8 @@
 //! as a real service does when the new value is computed in the application). With fencing the
 //! write carries the lock's fencing token and the storage refuses it if a newer holder already
 //! wrote; with `--no-fencing` it writes blindly, as the article's first version does.
-//! `--stop-after-read` makes the process stop itself (SIGSTOP) right after reading, so a test can
+//! `--no-quarantine` counts nodes that restarted within the TTL at once (the tests start fresh
+//! nodes; in production leave the quarantine on). `--stop-after-read` makes the process stop itself (SIGSTOP) right after reading, so a test can
 //! play the article's pause scenario with a real paused process.
 //!
 //! Output, one line per reservation: `RESERVED <qty> left=<n> token=<t>`, `SOLD-OUT`, or
@@ -156,6 +157,7 @@ struct Args {
     nodes: Vec<String>,
     ttl: Duration,
     fencing: bool,
+    quarantine: bool,
     stop_after_read: bool,
 }
 
@@ -174,6 +176,7 @@ fn parse_args() -> Result<Args, String> {
         nodes: Vec::new(),
         ttl: Duration::from_secs(10),
         fencing: true,
+        quarantine: true,
         stop_after_read: false,
     };
     while let Some(flag) = it.next() {
@@ -201,6 +204,7 @@ fn parse_args() -> Result<Args, String> {
                 a.ttl = Duration::from_millis(ms);
             }
             "--no-fencing" => a.fencing = false,
+            "--no-quarantine" => a.quarantine = false,
             "--stop-after-read" => a.stop_after_read = true,
             other => return Err(format!("unknown argument {other:?}")),
         }
@@ -244,6 +248,7 @@ async fn reserve(args: &Args, stock: &mut Stock) -> Result<ExitCode, BoxError> {
         Config::new(&args.nodes)
             .with_ttl(args.ttl)
             .with_fencing(args.fencing)
+            .with_quarantine(args.quarantine)
             .with_retry(
                 RetryPolicy::new()
                     .with_wait(Duration::from_secs(60))

@@ -1,5 +1,6 @@
 //! The client: takes locks on the configured nodes.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -9,17 +10,19 @@ use tracing::Instrument;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::fencing;
+use crate::keepalive::{AutoExtend, LostSignal};
 use crate::lock::Lock;
 use crate::node::NodeAddr;
 use crate::quorum::Decision;
-use crate::redis::RedisBackend;
+use crate::redis::extender::{self, AsBackend, Msg};
+use crate::redis::{Quarantine, RedisBackend};
 use crate::retry::RetryPolicy;
 use crate::token::OwnerToken;
 use crate::validity;
 use crate::vote::{VoteOutcome, Votes};
 
-/// Takes locks on one Redis node (an efficiency lock) or on a majority of N independent nodes
-/// (Redlock). Cheap to clone: clones share connections.
+/// Takes locks on one Redis node (an efficiency lock), on a majority of N independent nodes
+/// (Redlock), or on an etcd cluster. Cheap to clone: clones share connections.
 ///
 /// ```no_run
 /// # async fn demo() -> fencelock::Result<()> {
@@ -44,7 +47,9 @@ pub(crate) struct Inner {
     pub(crate) config: Config,
     pub(crate) backend: Backend,
     drift: Duration,
-    reaper: OnceLock<mpsc::UnboundedSender<(String, Held)>>,
+    reaper: OnceLock<mpsc::UnboundedSender<(Arc<[String]>, Held)>>,
+    extender: OnceLock<mpsc::UnboundedSender<Msg>>,
+    next_guard: AtomicU64,
 }
 
 /// The servers behind a client.
@@ -71,6 +76,16 @@ impl std::fmt::Debug for Client {
     }
 }
 
+impl AsBackend for Inner {
+    fn backend(&self) -> &RedisBackend {
+        match &self.backend {
+            Backend::Redis(r) => r,
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(_) => unreachable!("the batch extender runs for Redis clients only"),
+        }
+    }
+}
+
 impl Client {
     /// Builds a client. No I/O happens here: connections open on first use.
     ///
@@ -81,7 +96,15 @@ impl Client {
     pub fn new(config: Config) -> Result<Client> {
         let addrs = config.validate()?;
         let backend = if addrs[0].scheme().is_redis() {
-            Backend::Redis(RedisBackend::new(addrs, config.connect_timeout())?)
+            let quarantine = Quarantine {
+                enabled: config.quarantine(),
+                max_ttl: config.ttl(),
+            };
+            Backend::Redis(RedisBackend::new(
+                addrs,
+                config.connect_timeout(),
+                quarantine,
+            )?)
         } else {
             etcd_backend(addrs, &config)?
         };
@@ -91,6 +114,8 @@ impl Client {
                 config,
                 backend,
                 reaper: OnceLock::new(),
+                extender: OnceLock::new(),
+                next_guard: AtomicU64::new(0),
             }),
         })
     }
@@ -109,7 +134,7 @@ impl Client {
         }
     }
 
-    /// How many nodes must grant: N/2+1.
+    /// How many nodes must grant: N/2+1 (1 for etcd, whose cluster decides by itself).
     pub fn quorum(&self) -> usize {
         match &self.inner.backend {
             Backend::Redis(r) => r.quorum(),
@@ -143,13 +168,29 @@ impl Client {
     ///
     /// Not cancel-safe: a cancelled attempt may leave keys that expire after the TTL.
     pub async fn try_acquire(&self, resource: &str) -> Result<Lock> {
-        check_resource(resource)?;
-        let span = tracing::debug_span!("acquire", resource, attempt = 1u32);
-        self.attempt(resource).instrument(span).await
+        self.try_acquire_many(&[resource]).await
     }
 
-    /// Takes the lock on `resource`, retrying with jittered delays per the configured
-    /// [`RetryPolicy`].
+    /// Makes one attempt to take all of `resources` at once: on each node one script sets all
+    /// the keys or none, so two requests with overlapping sets are never both granted. They are
+    /// released (and extended) together.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::try_acquire`]; [`Error::InvalidConfig`] when the list is empty or names a
+    /// resource twice, or with the etcd backend (one resource per lock there).
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel-safe: see [`Client::try_acquire`].
+    pub async fn try_acquire_many<S: AsRef<str>>(&self, resources: &[S]) -> Result<Lock> {
+        let keys = check_resources(resources)?;
+        let span = tracing::debug_span!("acquire", resource = %keys[0], attempt = 1u32);
+        self.attempt(&keys).instrument(span).await
+    }
+
+    /// Takes the lock on `resource`, waiting per the configured [`RetryPolicy`]: retries with
+    /// jittered delays, and is woken as soon as the holder releases.
     ///
     /// # Errors
     ///
@@ -158,7 +199,8 @@ impl Client {
     ///
     /// # Cancel safety
     ///
-    /// Not cancel-safe: see [`Client::try_acquire`].
+    /// Not cancel-safe: see [`Client::try_acquire`]. Dropping the future between attempts is
+    /// harmless.
     pub async fn acquire(&self, resource: &str) -> Result<Lock> {
         let policy = self.inner.config.retry().clone();
         self.acquire_with(resource, &policy).await
@@ -170,18 +212,42 @@ impl Client {
     ///
     /// As [`Client::acquire`].
     pub async fn acquire_with(&self, resource: &str, policy: &RetryPolicy) -> Result<Lock> {
-        check_resource(resource)?;
+        self.acquire_many_with(&[resource], policy).await
+    }
+
+    /// [`Client::try_acquire_many`], waiting like [`Client::acquire`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::acquire`] and [`Client::try_acquire_many`].
+    pub async fn acquire_many<S: AsRef<str>>(&self, resources: &[S]) -> Result<Lock> {
+        let policy = self.inner.config.retry().clone();
+        self.acquire_many_with(resources, &policy).await
+    }
+
+    /// [`Client::acquire_many`] with a retry policy for this call only.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::acquire`] and [`Client::try_acquire_many`].
+    pub async fn acquire_many_with<S: AsRef<str>>(
+        &self,
+        resources: &[S],
+        policy: &RetryPolicy,
+    ) -> Result<Lock> {
+        let keys = check_resources(resources)?;
         #[cfg(feature = "etcd")]
         if let Backend::Etcd(e) = &self.inner.backend {
-            let held = e.acquire(resource, policy.wait()).await?;
-            return Ok(Lock::from_etcd(self.clone(), resource.to_string(), held));
+            let held = e.acquire(&keys[0], policy.wait()).await?;
+            return Ok(Lock::from_etcd(self.clone(), keys, held));
         }
         let started = Instant::now();
         let mut attempts = 0u32;
+        let mut subscription = None;
         loop {
             attempts += 1;
-            let span = tracing::debug_span!("acquire", resource, attempt = attempts);
-            let err = match self.attempt(resource).instrument(span).await {
+            let span = tracing::debug_span!("acquire", resource = %keys[0], attempt = attempts);
+            let err = match self.attempt(&keys).instrument(span).await {
                 Ok(lock) => return Ok(lock),
                 Err(e) if !e.is_retryable() => return Err(e),
                 Err(e) => e,
@@ -189,30 +255,99 @@ impl Client {
             let elapsed = started.elapsed();
             if !policy.may_retry(attempts, elapsed) {
                 return Err(Error::Timeout {
-                    resource: resource.to_string(),
+                    resource: keys[0].clone(),
                     attempts,
                     last: Box::new(err),
                 });
             }
+            if err.kind() == crate::ErrorKind::Contention && subscription.is_none() {
+                // From now on a release wakes us. Subscribing took a round trip, during which
+                // the holder may have released: try again at once.
+                let backend = self.redis("waiting")?;
+                subscription = Some(
+                    backend
+                        .watch_release(&keys, self.inner.config.node_timeout())
+                        .await,
+                );
+                continue;
+            }
             let delay = policy
                 .delay(attempts, fastrand::f64())
                 .min(policy.wait().saturating_sub(elapsed));
-            tracing::debug!(resource, attempts, ?delay, error = %err, "retrying");
-            tokio::time::sleep(delay).await;
+            tracing::debug!(resource = %keys[0], attempts, ?delay, error = %err, "waiting");
+            match &subscription {
+                Some(s) => s.wait(delay).await,
+                None => tokio::time::sleep(delay).await,
+            }
         }
     }
 
-    async fn attempt(&self, resource: &str) -> Result<Lock> {
+    /// Runs `work` under the lock on `resource`: acquires (waiting per the retry policy), keeps
+    /// the lock extended while `work` runs, hands it the [`LostSignal`], and releases in every
+    /// case. If the lock is lost first, `work` is dropped (cancelled at its next await point)
+    /// and the call returns [`Error::Lost`].
+    ///
+    /// ```no_run
+    /// # async fn demo(client: fencelock::Client) -> fencelock::Result<()> {
+    /// let rows = client
+    ///     .with_lock("nightly-report", async |lost| {
+    ///         // long work; check lost.is_fired() before each irreversible step
+    ///         42
+    ///     })
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// Errors of [`Client::acquire`]; [`Error::Lost`] when the lock was lost before `work`
+    /// finished.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops `work` and releases the lock in the background.
+    pub async fn with_lock<T, F>(&self, resource: &str, work: F) -> Result<T>
+    where
+        F: AsyncFnOnce(LostSignal) -> T,
+    {
+        let guard = self.acquire(resource).await?.auto_extend(AutoExtend::new());
+        let lost = guard.lost();
+        let outcome = tokio::select! {
+            biased;
+            () = lost.fired() => None,
+            value = work(lost.clone()) => Some(value),
+        };
+        match outcome {
+            Some(value) => {
+                // The signal did not fire while `work` ran, so the lock was held throughout;
+                // a failed release only means the keys expire by TTL.
+                if let Err(e) = guard.release().await {
+                    tracing::debug!(resource, error = %e, "release after work failed");
+                }
+                Ok(value)
+            }
+            None => {
+                let _ = guard.release().await;
+                Err(Error::Lost {
+                    resource: resource.to_string(),
+                    votes: Votes::default(),
+                })
+            }
+        }
+    }
+
+    async fn attempt(&self, keys: &Arc<[String]>) -> Result<Lock> {
         let inner = &self.inner;
         let config = &inner.config;
         let backend = match &inner.backend {
             Backend::Redis(r) => r,
             #[cfg(feature = "etcd")]
             Backend::Etcd(e) => {
-                let held = e.try_acquire(resource).await?;
-                return Ok(Lock::from_etcd(self.clone(), resource.to_string(), held));
+                let held = e.try_acquire(&keys[0]).await?;
+                return Ok(Lock::from_etcd(self.clone(), keys.clone(), held));
             }
         };
+        let resource = keys[0].as_str();
         let token = OwnerToken::generate().map_err(|e| {
             Error::config(
                 "random source",
@@ -222,7 +357,7 @@ impl Client {
         let started = Instant::now();
         let round = backend
             .acquire(
-                resource,
+                keys,
                 token.as_str(),
                 config.ttl(),
                 config.fencing(),
@@ -231,14 +366,14 @@ impl Client {
             .await;
         let votes = round.votes;
         if round.decision != Decision::Reached {
-            self.release_quietly(resource, &token).await;
+            self.release_quietly(keys, &token).await;
             return Err(classify(resource, votes, backend.quorum()));
         }
         let mut fencing_token = None;
         if config.fencing() {
             let granted: Vec<usize> = round.granted.iter().map(|(i, _)| *i).collect();
             let Some(t) = fencing::next_token(round.granted.iter().map(|(_, c)| *c)) else {
-                self.release_quietly(resource, &token).await;
+                self.release_quietly(keys, &token).await;
                 return Err(Error::config(
                     "fence counter",
                     format!(
@@ -247,20 +382,20 @@ impl Client {
                 ));
             };
             let wb = backend
-                .write_back(&granted, resource, token.as_str(), t, config.node_timeout())
+                .write_back(&granted, keys, token.as_str(), t, config.node_timeout())
                 .await;
             if wb.decision != Decision::Reached {
-                self.release_quietly(resource, &token).await;
-                let failed = wb.votes.failed();
-                return Err(if failed > 0 {
+                self.release_quietly(keys, &token).await;
+                let resource = resource.to_string();
+                return Err(if wb.votes.failed() > 0 {
                     Error::Unavailable {
-                        resource: resource.to_string(),
+                        resource,
                         votes: wb.votes,
                     }
                 } else {
                     // Our keys vanished between the two rounds: the TTL ran out or a node lost them.
                     Error::TooSlow {
-                        resource: resource.to_string(),
+                        resource,
                         votes: wb.votes,
                     }
                 });
@@ -269,7 +404,7 @@ impl Client {
         }
         let elapsed = started.elapsed();
         let Some(valid_for) = validity::validity(config.ttl(), elapsed, inner.drift) else {
-            self.release_quietly(resource, &token).await;
+            self.release_quietly(keys, &token).await;
             return Err(Error::TooSlow {
                 resource: resource.to_string(),
                 votes,
@@ -279,22 +414,22 @@ impl Client {
         tracing::debug!(resource, ?elapsed, validity = ?valid_for, fencing_token, "acquired");
         Ok(Lock::new(
             self.clone(),
-            resource.to_string(),
-            token,
+            keys.clone(),
+            Held::Redis(token),
             fencing_token,
             deadline,
             votes,
         ))
     }
 
-    pub(crate) async fn release_quietly(&self, resource: &str, token: &OwnerToken) {
+    pub(crate) async fn release_quietly(&self, keys: &[String], token: &OwnerToken) {
         let Ok(backend) = self.redis("release") else {
             return;
         };
         let round = backend
-            .release(resource, token.as_str(), self.inner.config.node_timeout())
+            .release(keys, token.as_str(), self.inner.config.node_timeout())
             .await;
-        tracing::debug!(resource, votes = %round.votes, "released");
+        tracing::debug!(resource = %keys[0], votes = %round.votes, "released");
     }
 
     /// Releases `resource` if `token` (as printed by [`Lock::token`]) still owns it. For tools
@@ -306,10 +441,10 @@ impl Client {
     /// [`Error::Lost`] when the key does not hold this token on a quorum of nodes (wrong token,
     /// or it expired); [`Error::Unavailable`] when too many nodes failed to answer.
     pub async fn release_token(&self, resource: &str, token: &str) -> Result<Votes> {
-        check_resource(resource)?;
+        let keys = check_resources(&[resource])?;
         let round = self
             .redis("release by token")?
-            .release(resource, token, self.inner.config.node_timeout())
+            .release(&keys, token, self.inner.config.node_timeout())
             .await;
         self.settle(resource, round.decision, round.votes, false)
     }
@@ -320,17 +455,57 @@ impl Client {
     ///
     /// As [`Client::release_token`].
     pub async fn extend_token(&self, resource: &str, token: &str) -> Result<Votes> {
-        check_resource(resource)?;
+        let keys = check_resources(&[resource])?;
         let round = self
             .redis("extend by token")?
             .extend(
-                resource,
+                &keys,
                 token,
                 self.inner.config.ttl(),
                 self.inner.config.node_timeout(),
             )
             .await;
         self.settle(resource, round.decision, round.votes, false)
+    }
+
+    /// Extends what a lock holds, within `budget` (the validity left). Returns the new deadline.
+    pub(crate) async fn extend_held(
+        &self,
+        keys: &[String],
+        held: &Held,
+        budget: Duration,
+    ) -> Result<(Instant, Votes)> {
+        let started = Instant::now();
+        let token = match held {
+            Held::Redis(token) => token.as_str(),
+            #[cfg(feature = "etcd")]
+            Held::Etcd(h) => {
+                let Backend::Etcd(e) = &self.inner.backend else {
+                    unreachable!("an etcd lock comes from an etcd client")
+                };
+                return Ok((e.extend(h, budget).await?, Votes::default()));
+            }
+        };
+        let config = &self.inner.config;
+        let round = self
+            .redis("extend")?
+            // A quorum may answer any time before the validity runs out; the round returns as
+            // soon as it does, so a long bound costs nothing when the nodes are healthy.
+            .extend(
+                keys,
+                token,
+                config.ttl(),
+                budget.max(Duration::from_millis(1)),
+            )
+            .await;
+        let expired = started + budget <= Instant::now();
+        let votes = self.settle(&keys[0], round.decision, round.votes, expired)?;
+        let valid_for = validity::validity(config.ttl(), started.elapsed(), self.inner.drift)
+            .ok_or_else(|| Error::Lost {
+                resource: keys[0].clone(),
+                votes: Votes::default(),
+            })?;
+        Ok((Instant::now() + valid_for, votes))
     }
 
     /// The result of a release or extend round.
@@ -350,7 +525,7 @@ impl Client {
             .iter()
             .filter(|v| matches!(v.outcome, VoteOutcome::NotHeld | VoteOutcome::HeldByOther))
             .count();
-        if expired || refused > n - q || votes.failed() == 0 {
+        if expired || refused > n.saturating_sub(q) || votes.failed() == 0 {
             Err(Error::Lost {
                 resource: resource.to_string(),
                 votes,
@@ -368,35 +543,54 @@ impl Client {
         &self.inner
     }
 
-    pub(crate) fn drift(&self) -> Duration {
-        self.inner.drift
+    /// The client's batch extender (spawned on first use) and a fresh registration id.
+    pub(crate) fn extender(&self) -> (u64, mpsc::UnboundedSender<Msg>) {
+        let tx = self.inner.extender.get_or_init(|| {
+            let (tx, rx) = mpsc::unbounded_channel();
+            let weak: Weak<Inner> = Arc::downgrade(&self.inner);
+            let config = &self.inner.config;
+            let timing = extender::Timing {
+                ttl: config.ttl(),
+                drift: self.inner.drift,
+                node_timeout: config.node_timeout(),
+                quorum: self.quorum(),
+            };
+            tokio::spawn(extender::run(
+                rx,
+                move || weak.upgrade().map(|i| i as Arc<dyn AsBackend>),
+                timing,
+            ));
+            tx
+        });
+        let id = self.inner.next_guard.fetch_add(1, Ordering::Relaxed);
+        (id, tx.clone())
     }
 
     /// Hands a dropped lock to a background task that releases it. `Drop` must not do I/O, so
     /// it only sends; without a runtime the TTL cleans up instead.
-    pub(crate) fn release_in_background(&self, resource: String, held: Held) {
+    pub(crate) fn release_in_background(&self, keys: Arc<[String]>, held: Held) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
         let tx = self.inner.reaper.get_or_init(|| {
-            let (tx, mut rx) = mpsc::unbounded_channel::<(String, Held)>();
+            let (tx, mut rx) = mpsc::unbounded_channel::<(Arc<[String]>, Held)>();
             let weak: Weak<Inner> = Arc::downgrade(&self.inner);
             runtime.spawn(async move {
-                while let Some((resource, held)) = rx.recv().await {
+                while let Some((keys, held)) = rx.recv().await {
                     let Some(inner) = weak.upgrade() else { break };
                     let client = Client { inner };
-                    client.release_held(&resource, &held).await;
+                    client.release_held(&keys, &held).await;
                 }
             });
             tx
         });
-        let _ = tx.send((resource, held));
+        let _ = tx.send((keys, held));
     }
 
     /// Releases whatever a lock holds, ignoring the outcome (used after failures and on drop).
-    pub(crate) async fn release_held(&self, resource: &str, held: &Held) {
+    pub(crate) async fn release_held(&self, keys: &[String], held: &Held) {
         match held {
-            Held::Redis(token) => self.release_quietly(resource, token).await,
+            Held::Redis(token) => self.release_quietly(keys, token).await,
             #[cfg(feature = "etcd")]
             Held::Etcd(h) => {
                 if let Backend::Etcd(e) = &self.inner.backend {
@@ -404,6 +598,42 @@ impl Client {
                 }
             }
         }
+    }
+}
+
+fn check_resources<S: AsRef<str>>(resources: &[S]) -> Result<Arc<[String]>> {
+    if resources.is_empty() {
+        return Err(Error::config(
+            "resources",
+            "the list of resources is empty; name at least one",
+        ));
+    }
+    let keys: Vec<String> = resources.iter().map(|r| r.as_ref().to_string()).collect();
+    for (i, k) in keys.iter().enumerate() {
+        if k.is_empty() {
+            return Err(Error::config(
+                "resource",
+                "the resource name is empty; name what the lock protects, e.g. \"order:42\"",
+            ));
+        }
+        if keys[..i].contains(k) {
+            return Err(Error::config(
+                "resources",
+                format!("{k:?} is listed twice; name each resource once"),
+            ));
+        }
+    }
+    Ok(keys.into())
+}
+
+/// Contention when the nodes held by others alone rule out a quorum; otherwise the failures did.
+fn classify(resource: &str, votes: Votes, quorum: usize) -> Error {
+    let n = votes.0.len();
+    let resource = resource.to_string();
+    if votes.held_by_other() > n.saturating_sub(quorum) || votes.failed() == 0 {
+        Error::Contention { resource, votes }
+    } else {
+        Error::Unavailable { resource, votes }
     }
 }
 
@@ -418,25 +648,4 @@ fn etcd_backend(_addrs: Vec<NodeAddr>, _config: &Config) -> Result<Backend> {
         "nodes",
         "etcd:// URLs need fencelock's `etcd` feature, which this build does not include",
     ))
-}
-
-fn check_resource(resource: &str) -> Result<()> {
-    if resource.is_empty() {
-        return Err(Error::config(
-            "resource",
-            "the resource name is empty; name what the lock protects, e.g. \"order:42\"",
-        ));
-    }
-    Ok(())
-}
-
-/// Contention when the nodes held by others alone rule out a quorum; otherwise the failures did.
-fn classify(resource: &str, votes: Votes, quorum: usize) -> Error {
-    let n = votes.0.len();
-    let resource = resource.to_string();
-    if votes.held_by_other() > n.saturating_sub(quorum) || votes.failed() == 0 {
-        Error::Contention { resource, votes }
-    } else {
-        Error::Unavailable { resource, votes }
-    }
 }

@@ -11,6 +11,7 @@ mod etcd;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub mod fence;
 pub mod fencing;
+mod keepalive;
 mod lock;
 mod node;
 mod quorum;
@@ -23,6 +24,7 @@ mod vote;
 pub use crate::client::Client;
 pub use crate::config::Config;
 pub use crate::error::{Error, ErrorKind, Result};
+pub use crate::keepalive::{AutoExtend, LockGuard, LostSignal};
 pub use crate::lock::Lock;
 pub use crate::node::{NodeAddr, Scheme};
 pub use crate::retry::RetryPolicy;

@@ -1,27 +1,28 @@
 //! The lock handle.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tracing::Instrument;
 
 use crate::client::{Client, Held};
 use crate::error::{Error, Result};
-use crate::token::OwnerToken;
+use crate::keepalive::{AutoExtend, GuardState, LockGuard, Stop};
 use crate::vote::Votes;
 
 /// A held lock. Release it with [`Lock::release`].
 ///
 /// The lock is only valid until [`Lock::validity_deadline`]: past it, the keys may have expired
 /// on a majority of nodes and another client may hold the lock. Work that can outlast it must
-/// extend the lock, and work that protects data must carry the [fencing
-/// token](Lock::fencing_token) to storage that checks it.
+/// extend the lock ([`Lock::extend`], or [`Lock::auto_extend`] in the background), and work that
+/// protects data must carry the [fencing token](Lock::fencing_token) to storage that checks it.
 ///
 /// Dropping a lock without releasing it does no I/O in `Drop`: it asks a background task of the
 /// client to release it, and if there is none, the keys expire after the TTL.
 #[must_use = "the lock is held until release() or the TTL; dropping it releases it in the background"]
 pub struct Lock {
     client: Client,
-    resource: String,
+    keys: Arc<[String]>,
     held: Held,
     fencing_token: Option<u64>,
     deadline: Instant,
@@ -32,7 +33,7 @@ pub struct Lock {
 impl std::fmt::Debug for Lock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Lock")
-            .field("resource", &self.resource)
+            .field("resources", &self.keys)
             .field("held", &self.held)
             .field("fencing_token", &self.fencing_token)
             .field("valid_for", &self.remaining())
@@ -44,16 +45,16 @@ impl std::fmt::Debug for Lock {
 impl Lock {
     pub(crate) fn new(
         client: Client,
-        resource: String,
-        token: OwnerToken,
+        keys: Arc<[String]>,
+        held: Held,
         fencing_token: Option<u64>,
         deadline: Instant,
         votes: Votes,
     ) -> Lock {
         Lock {
             client,
-            resource,
-            held: Held::Redis(token),
+            keys,
+            held,
             fencing_token,
             deadline,
             votes,
@@ -62,10 +63,14 @@ impl Lock {
     }
 
     #[cfg(feature = "etcd")]
-    pub(crate) fn from_etcd(client: Client, resource: String, held: crate::etcd::EtcdHeld) -> Lock {
+    pub(crate) fn from_etcd(
+        client: Client,
+        keys: Arc<[String]>,
+        held: crate::etcd::EtcdHeld,
+    ) -> Lock {
         Lock {
             client,
-            resource,
+            keys,
             fencing_token: Some(held.revision),
             deadline: held.deadline,
             votes: held.votes.clone(),
@@ -74,9 +79,14 @@ impl Lock {
         }
     }
 
-    /// The resource name (the key on every node).
+    /// The resource name (the key on every node); the first one for a multi-resource lock.
     pub fn resource(&self) -> &str {
-        &self.resource
+        &self.keys[0]
+    }
+
+    /// Every resource this lock holds (one, unless taken with `acquire_many`).
+    pub fn resources(&self) -> &[String] {
+        &self.keys
     }
 
     /// The random value that owns the key (128 bits, hex; with etcd, the lock key's name).
@@ -99,6 +109,10 @@ impl Lock {
     /// held: acquisition start + TTL - drift.
     pub fn validity_deadline(&self) -> Instant {
         self.deadline
+    }
+
+    pub(crate) fn set_deadline(&mut self, deadline: Instant) {
+        self.deadline = deadline;
     }
 
     /// The time left until the validity deadline (zero once it has passed).
@@ -136,44 +150,78 @@ impl Lock {
     /// Cancel-safe in the sense that a cancelled extension leaves the lock as valid as before
     /// (some nodes may have extended; the local deadline is unchanged).
     pub async fn extend(&mut self) -> Result<()> {
-        let span = tracing::debug_span!("extend", resource = %self.resource);
-        async {
-            let started = Instant::now();
-            let Some(budget) = self.deadline.checked_duration_since(started) else {
-                return Err(self.lost());
-            };
-            let token = match &self.held {
-                Held::Redis(token) => token.as_str(),
-                #[cfg(feature = "etcd")]
-                Held::Etcd(h) => {
-                    let crate::client::Backend::Etcd(e) = &self.client.inner().backend else {
-                        unreachable!("an etcd lock comes from an etcd client")
-                    };
-                    self.deadline = e.extend(h, budget).await?;
-                    return Ok(());
-                }
-            };
-            let config = self.client.config();
-            let node_timeout = config.node_timeout().min(budget);
-            let round = self
-                .client
-                .redis("extend")?
-                .extend(&self.resource, token, config.ttl(), node_timeout)
-                .await;
-            let expired = Instant::now() >= self.deadline;
-            let votes = self
-                .client
-                .settle(&self.resource, round.decision, round.votes, expired)?;
-            let valid_for =
-                crate::validity::validity(config.ttl(), started.elapsed(), self.client.drift())
-                    .ok_or_else(|| self.lost())?;
-            self.deadline = Instant::now() + valid_for;
-            tracing::debug!(validity = ?valid_for, "extended");
-            self.votes = votes;
-            Ok(())
-        }
-        .instrument(span)
-        .await
+        let span = tracing::debug_span!("extend", resource = %self.keys[0]);
+        let Some(budget) = self.deadline.checked_duration_since(Instant::now()) else {
+            return Err(Error::Lost {
+                resource: self.keys[0].clone(),
+                votes: Votes::default(),
+            });
+        };
+        let (deadline, votes) = self
+            .client
+            .extend_held(&self.keys, &self.held, budget)
+            .instrument(span)
+            .await?;
+        self.deadline = deadline;
+        self.votes = votes;
+        Ok(())
+    }
+
+    /// Keeps the lock extended in the background until the guard is released or dropped.
+    ///
+    /// Locks of one Redis client are extended together: one task per client sends the due
+    /// extensions as one pipeline per node, so ten thousand locks cost a few round trips per
+    /// interval, not ten thousand. The guard's [`LostSignal`](crate::LostSignal) fires when an
+    /// extension fails to reach a quorum, or when the validity deadline minus the safety margin
+    /// comes without a successful extension.
+    ///
+    /// Must be called within a tokio runtime.
+    pub fn auto_extend(self, settings: AutoExtend) -> LockGuard {
+        let ttl = self.client.config().ttl();
+        let interval = settings.interval(ttl);
+        let state = Arc::new(GuardState::new(self.deadline, settings.margin(ttl)));
+        let until = settings.max_hold().map(|m| Instant::now() + m);
+        let stop = match &self.held {
+            Held::Redis(token) => {
+                let (id, tx) = self.client.extender();
+                let entry = crate::redis::extender::Entry {
+                    keys: self.keys.clone(),
+                    token: Arc::from(token.as_str()),
+                    state: state.clone(),
+                    interval,
+                    until,
+                };
+                let _ = tx.send(crate::redis::extender::Msg::Register(id, entry));
+                Stop::Extender { id, tx }
+            }
+            #[cfg(feature = "etcd")]
+            Held::Etcd(_) => {
+                let (client, keys, held, state) = (
+                    self.client.clone(),
+                    self.keys.clone(),
+                    self.held.clone(),
+                    state.clone(),
+                );
+                let task = tokio::spawn(async move {
+                    loop {
+                        tokio::time::sleep(interval).await;
+                        if until.is_some_and(|u| Instant::now() >= u) {
+                            return;
+                        }
+                        let budget = state.deadline().saturating_duration_since(Instant::now());
+                        match client.extend_held(&keys, &held, budget).await {
+                            Ok((deadline, _)) => state.set_deadline(deadline),
+                            Err(_) => {
+                                state.fire();
+                                return;
+                            }
+                        }
+                    }
+                });
+                Stop::Task(task.abort_handle())
+            }
+        };
+        LockGuard::new(self, state, stop)
     }
 
     /// Releases the lock on every node (compare-and-delete: a key that now holds another token is
@@ -190,7 +238,7 @@ impl Lock {
     /// Not cancel-safe: a cancelled release leaves the remaining keys to expire by TTL.
     pub async fn release(mut self) -> Result<Votes> {
         self.released = true;
-        let span = tracing::debug_span!("release", resource = %self.resource);
+        let span = tracing::debug_span!("release", resource = %self.keys[0]);
         let token = match &self.held {
             Held::Redis(token) => token.as_str(),
             #[cfg(feature = "etcd")]
@@ -205,18 +253,11 @@ impl Lock {
         let round = self
             .client
             .redis("release")?
-            .release(&self.resource, token, self.client.config().node_timeout())
+            .release(&self.keys, token, self.client.config().node_timeout())
             .instrument(span)
             .await;
         self.client
-            .settle(&self.resource, round.decision, round.votes, false)
-    }
-
-    fn lost(&self) -> Error {
-        Error::Lost {
-            resource: self.resource.clone(),
-            votes: Votes::default(),
-        }
+            .settle(&self.keys[0], round.decision, round.votes, false)
     }
 }
 
@@ -224,7 +265,7 @@ impl Drop for Lock {
     fn drop(&mut self) {
         if !self.released {
             self.client
-                .release_in_background(std::mem::take(&mut self.resource), self.held.clone());
+                .release_in_background(self.keys.clone(), self.held.clone());
         }
     }
 }

@@ -1,21 +1,41 @@
 //! One connection per node, established lazily in the background and replaced when it breaks.
+//! Each new connection loads the scripts and reads the node's uptime and persistence settings,
+//! which decide the restart quarantine.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, RedisError};
 use tokio::sync::OnceCell;
 
+use super::scripts;
 use crate::error::Error;
 use crate::node::NodeAddr;
+
+/// What a node told us when we connected.
+#[derive(Debug, Clone)]
+pub(crate) struct NodeInfo {
+    pub(crate) run_id: String,
+    /// Until when the node is not counted toward a quorum (restart quarantine).
+    pub(crate) quarantined_until: Option<Instant>,
+    pub(crate) why: String,
+}
 
 /// A connection attempt that any number of requests may wait on.
 #[derive(Debug, Default)]
 struct Slot {
-    conn: OnceCell<MultiplexedConnection>,
+    conn: OnceCell<(MultiplexedConnection, NodeInfo)>,
     connecting: AtomicBool,
+}
+
+/// Restart-quarantine settings.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Quarantine {
+    pub(crate) enabled: bool,
+    /// The longest TTL any client uses on these nodes.
+    pub(crate) max_ttl: Duration,
 }
 
 /// A node and its (multiplexed, pipelining) connection.
@@ -23,7 +43,10 @@ pub(crate) struct NodeConn {
     addr: NodeAddr,
     client: redis::Client,
     connect_timeout: Duration,
+    quarantine: Quarantine,
     slot: Mutex<Arc<Slot>>,
+    /// The run id seen at the previous connection, to tell a restart from a reconnect.
+    last_run_id: Mutex<Option<String>>,
 }
 
 impl std::fmt::Debug for NodeConn {
@@ -37,12 +60,17 @@ impl std::fmt::Debug for NodeConn {
 /// A connection handed to one request, with the slot it came from (to replace it if broken).
 pub(crate) struct Handle {
     pub(crate) conn: MultiplexedConnection,
+    pub(crate) info: NodeInfo,
     slot: Arc<Slot>,
 }
 
 impl NodeConn {
     /// Prepares a node; no I/O happens until the first request.
-    pub(crate) fn new(addr: NodeAddr, connect_timeout: Duration) -> Result<NodeConn, Error> {
+    pub(crate) fn new(
+        addr: NodeAddr,
+        connect_timeout: Duration,
+        quarantine: Quarantine,
+    ) -> Result<NodeConn, Error> {
         let client = redis::Client::open(addr.secret_url()).map_err(|e| {
             let hint = if addr.scheme() == crate::node::Scheme::RedisTls {
                 "rediss:// needs fencelock's `tls` feature"
@@ -59,7 +87,9 @@ impl NodeConn {
             addr,
             client,
             connect_timeout,
+            quarantine,
             slot: Mutex::new(Arc::new(Slot::default())),
+            last_run_id: Mutex::new(None),
         })
     }
 
@@ -67,35 +97,37 @@ impl NodeConn {
         &self.addr
     }
 
+    pub(crate) fn client(&self) -> &redis::Client {
+        &self.client
+    }
+
     /// A connection to this node, waiting for the one being established if need be.
     ///
     /// The attempt runs in a spawned task, so a request that gives up (its node timeout ran
     /// out) does not cancel it: the next request finds the connection ready.
-    pub(crate) async fn get(&self) -> Result<Handle, RedisError> {
+    pub(crate) async fn get(self: &Arc<Self>) -> Result<Handle, RedisError> {
         let slot = self.slot.lock().expect("slot mutex poisoned").clone();
-        if let Some(conn) = slot.conn.get() {
+        if let Some((conn, info)) = slot.conn.get() {
             return Ok(Handle {
                 conn: conn.clone(),
+                info: info.clone(),
                 slot,
             });
         }
         if !slot.connecting.swap(true, Ordering::AcqRel) {
             let bg = slot.clone();
-            let client = self.client.clone();
-            let timeout = self.connect_timeout;
+            let node = self.clone();
             tokio::spawn(async move {
-                let _ = bg.conn.get_or_try_init(|| connect(client, timeout)).await;
+                let _ = bg.conn.get_or_try_init(|| node.connect()).await;
                 bg.connecting.store(false, Ordering::Release);
             });
         }
-        let client = self.client.clone();
-        let timeout = self.connect_timeout;
-        let conn = slot
-            .conn
-            .get_or_try_init(|| connect(client, timeout))
-            .await?
-            .clone();
-        Ok(Handle { conn, slot })
+        let (conn, info) = slot.conn.get_or_try_init(|| self.connect()).await?;
+        Ok(Handle {
+            conn: conn.clone(),
+            info: info.clone(),
+            slot,
+        })
     }
 
     /// Forgets a connection that broke, so the next request connects afresh (a node that was
@@ -106,20 +138,94 @@ impl NodeConn {
             *slot = Arc::new(Slot::default());
         }
     }
+
+    async fn connect(&self) -> Result<(MultiplexedConnection, NodeInfo), RedisError> {
+        // The response timeout is ours to enforce per request (the node timeout); the driver's
+        // own 500 ms default would be both too long and redundant.
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.connect_timeout))
+            .set_response_timeout(Some(self.connect_timeout));
+        let mut conn = self
+            .client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await?;
+        let mut pipe = redis::pipe();
+        for code in scripts::ALL {
+            pipe.cmd("SCRIPT").arg("LOAD").arg(code).ignore();
+        }
+        pipe.cmd("INFO")
+            .arg("server")
+            .cmd("INFO")
+            .arg("persistence");
+        let (server, persistence): (String, String) = pipe.query_async(&mut conn).await?;
+        // CONFIG may be renamed or forbidden (managed Redis): then the policy is unknown, and
+        // the node is treated as not fsyncing every write.
+        let appendfsync: Option<(String, String)> = redis::cmd("CONFIG")
+            .arg("GET")
+            .arg("appendfsync")
+            .query_async(&mut conn)
+            .await
+            .ok();
+        let info = self.judge(&server, &persistence, appendfsync.map(|(_, v)| v));
+        // From now on each request is bounded by its node timeout instead.
+        conn.set_response_timeout(Duration::from_secs(3600));
+        Ok((conn, info))
+    }
+
+    /// Decides the quarantine from what the node reported.
+    fn judge(&self, server: &str, persistence: &str, appendfsync: Option<String>) -> NodeInfo {
+        let field = |text: &str, name: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+                .map(|v| v.trim().to_string())
+        };
+        let run_id = field(server, "run_id").unwrap_or_default();
+        let uptime = field(server, "uptime_in_seconds")
+            .and_then(|v| v.parse::<u64>().ok())
+            .map(Duration::from_secs);
+        let aof = field(persistence, "aof_enabled").as_deref() == Some("1");
+        let fsync_always = aof && appendfsync.as_deref() == Some("always");
+        let restarted = {
+            let mut last = self.last_run_id.lock().expect("run id mutex poisoned");
+            let changed = last.as_ref().is_some_and(|r| *r != run_id);
+            *last = Some(run_id.clone());
+            changed
+        };
+        let q = self.quarantine;
+        let mut info = NodeInfo {
+            run_id,
+            quarantined_until: None,
+            why: String::new(),
+        };
+        let Some(uptime) = uptime else {
+            return info;
+        };
+        if q.enabled && uptime < q.max_ttl && !fsync_always {
+            let left = q.max_ttl - uptime;
+            info.quarantined_until = Some(Instant::now() + left);
+            info.why = format!(
+                "restarted {uptime:?} ago without appendfsync always; not counted for another {left:?} (max TTL {:?})",
+                q.max_ttl
+            );
+            tracing::warn!(
+                node = %self.addr,
+                run_id = %info.run_id,
+                restarted_since_last_seen = restarted,
+                "node in restart quarantine: {}",
+                info.why
+            );
+        }
+        info
+    }
 }
 
-async fn connect(
-    client: redis::Client,
-    timeout: Duration,
-) -> Result<MultiplexedConnection, RedisError> {
-    // The response timeout is ours to enforce per request (the node timeout); the driver's own
-    // 500 ms default would be both too long and redundant.
-    let config = AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(timeout))
-        .set_response_timeout(None);
-    client
-        .get_multiplexed_async_connection_with_config(&config)
-        .await
+impl NodeInfo {
+    /// Why the node must not be counted now, if it must not.
+    pub(crate) fn excluded_now(&self) -> Option<String> {
+        let until = self.quarantined_until?;
+        let now = Instant::now();
+        (now < until).then(|| format!("restart quarantine: {} ({:?} left)", self.why, until - now))
+    }
 }
 
 /// Whether an error means the connection is gone and must be replaced.

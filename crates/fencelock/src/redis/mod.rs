@@ -5,7 +5,9 @@
 //! refused for one); the requests still in flight finish in a background task.
 
 mod conn;
+pub(crate) mod extender;
 pub(crate) mod scripts;
+mod watch;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -13,9 +15,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use redis::{RedisError, Value};
+use redis::{RedisError, RedisResult, Value};
 
 use self::conn::NodeConn;
+pub(crate) use self::conn::Quarantine;
+use self::watch::ReleaseWatch;
+pub(crate) use self::watch::Subscription;
 use crate::error::Error;
 use crate::fencing;
 use crate::node::NodeAddr;
@@ -38,6 +43,7 @@ type NodeFuture<T> =
 pub(crate) enum NodeFailure {
     TimedOut,
     Failed(String),
+    Excluded(String),
 }
 
 /// The outcome of a round: the votes in node order and the values of the nodes that granted.
@@ -53,16 +59,33 @@ pub(crate) struct Round<T> {
 pub(crate) struct RedisBackend {
     nodes: Vec<Arc<NodeConn>>,
     quorum: usize,
+    watch: Arc<ReleaseWatch>,
 }
 
 impl RedisBackend {
-    pub(crate) fn new(addrs: Vec<NodeAddr>, connect_timeout: Duration) -> Result<Self, Error> {
+    pub(crate) fn new(
+        addrs: Vec<NodeAddr>,
+        connect_timeout: Duration,
+        quarantine: Quarantine,
+    ) -> Result<Self, Error> {
         let quorum = crate::quorum::quorum(addrs.len());
         let nodes = addrs
             .into_iter()
-            .map(|a| NodeConn::new(a, connect_timeout).map(Arc::new))
+            .map(|a| NodeConn::new(a, connect_timeout, quarantine).map(Arc::new))
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(RedisBackend { nodes, quorum })
+        let watch = Arc::new(ReleaseWatch::new(
+            nodes.iter().map(|n| n.client().clone()).collect(),
+        ));
+        Ok(RedisBackend {
+            nodes,
+            quorum,
+            watch,
+        })
+    }
+
+    /// Subscribes to the release of `keys`, so that a waiter wakes when they are released.
+    pub(crate) async fn watch_release(&self, keys: &[String], timeout: Duration) -> Subscription {
+        self.watch.subscribe(keys, timeout).await
     }
 
     pub(crate) fn quorum(&self) -> usize {
@@ -73,14 +96,15 @@ impl RedisBackend {
         self.nodes.iter().map(|n| n.addr())
     }
 
-    /// Round 1 of an acquisition: `SET resource token NX PX ttl` on every node (in fencing mode,
-    /// the script that also returns the node's fence counter).
+    /// Round 1 of an acquisition: `SET key token NX PX ttl` on every node for one key; for
+    /// several keys or in fencing mode, the script that sets all or none (and returns the
+    /// largest fence counter). Nodes in restart quarantine are not asked and not counted.
     ///
     /// On failure it waits for every request still in flight before returning, so that the
     /// caller's release reaches each node after its SET.
     pub(crate) async fn acquire(
         &self,
-        resource: &str,
+        keys: &[String],
         token: &str,
         ttl: Duration,
         fencing: bool,
@@ -88,74 +112,93 @@ impl RedisBackend {
     ) -> Round<u64> {
         let ttl_ms = ttl_millis(ttl);
         let all: Vec<usize> = (0..self.nodes.len()).collect();
-        let key = Arc::<str>::from(resource);
+        let keys: Arc<[String]> = if fencing {
+            keys.iter()
+                .cloned()
+                .chain(keys.iter().map(|k| fencing::counter_key(k)))
+                .collect()
+        } else {
+            keys.into()
+        };
         let token = Arc::<str>::from(token);
-        let counter = Arc::<str>::from(fencing::counter_key(resource));
-        self.round(&all, node_timeout, true, move |mut conn| {
-            let key = key.clone();
+        self.round(&all, node_timeout, true, true, move |mut conn| {
+            let keys = keys.clone();
             let token = token.clone();
-            let counter = counter.clone();
             async move {
                 if fencing {
                     let (set, value): (i64, String) = scripts::ACQUIRE_FENCED
-                        .key(&*key)
-                        .key(&*counter)
+                        .prepare_invoke()
+                        .key(&*keys)
                         .arg(&*token)
                         .arg(ttl_ms)
                         .invoke_async(&mut conn)
                         .await?;
-                    if set == 1 {
-                        let value = value.parse::<u64>().map_err(|_| {
-                            RedisError::from((
-                                redis::ErrorKind::Parse,
-                                "the fence counter is not a u64",
-                                value,
-                            ))
-                        })?;
-                        Ok(Answer::Granted(value))
-                    } else {
-                        Ok(Answer::HeldByOther)
+                    if set != 1 {
+                        return Ok(Answer::HeldByOther);
                     }
-                } else {
+                    let value = value.parse::<u64>().map_err(|_| {
+                        RedisError::from((
+                            redis::ErrorKind::Parse,
+                            "a fence counter is not a u64",
+                            value,
+                        ))
+                    })?;
+                    Ok(Answer::Granted(value))
+                } else if keys.len() == 1 {
                     let reply: Value = redis::cmd("SET")
-                        .arg(&*key)
+                        .arg(&keys[0])
                         .arg(&*token)
                         .arg("NX")
                         .arg("PX")
                         .arg(ttl_ms)
                         .query_async(&mut conn)
                         .await?;
-                    match reply {
-                        Value::Nil => Ok(Answer::HeldByOther),
-                        _ => Ok(Answer::Granted(0)),
-                    }
+                    Ok(match reply {
+                        Value::Nil => Answer::HeldByOther,
+                        _ => Answer::Granted(0),
+                    })
+                } else {
+                    let set: i64 = scripts::ACQUIRE_MANY
+                        .prepare_invoke()
+                        .key(&*keys)
+                        .arg(&*token)
+                        .arg(ttl_ms)
+                        .invoke_async(&mut conn)
+                        .await?;
+                    Ok(if set == 1 {
+                        Answer::Granted(0)
+                    } else {
+                        Answer::HeldByOther
+                    })
                 }
             }
         })
         .await
     }
 
-    /// Round 2 of a fencing acquisition: raise the counter to `fencing_token` on `nodes`, where
-    /// we still own the key.
+    /// Round 2 of a fencing acquisition: raise the counters to `fencing_token` on `nodes`, where
+    /// we still own the keys.
     pub(crate) async fn write_back(
         &self,
         nodes: &[usize],
-        resource: &str,
+        keys: &[String],
         token: &str,
         fencing_token: u64,
         node_timeout: Duration,
     ) -> Round<()> {
-        let key = Arc::<str>::from(resource);
+        let keys: Arc<[String]> = keys
+            .iter()
+            .cloned()
+            .chain(keys.iter().map(|k| fencing::counter_key(k)))
+            .collect();
         let token = Arc::<str>::from(token);
-        let counter = Arc::<str>::from(fencing::counter_key(resource));
         let value = Arc::<str>::from(fencing_token.to_string());
-        self.round(nodes, node_timeout, false, move |mut conn| {
-            let (key, token, counter, value) =
-                (key.clone(), token.clone(), counter.clone(), value.clone());
+        self.round(nodes, node_timeout, false, false, move |mut conn| {
+            let (keys, token, value) = (keys.clone(), token.clone(), value.clone());
             async move {
                 let ok: i64 = scripts::WRITE_BACK
-                    .key(&*key)
-                    .key(&*counter)
+                    .prepare_invoke()
+                    .key(&*keys)
                     .arg(&*token)
                     .arg(&*value)
                     .invoke_async(&mut conn)
@@ -170,23 +213,24 @@ impl RedisBackend {
         .await
     }
 
-    /// Sets the key's TTL anew on every node where we still own it.
+    /// Sets the keys' TTL anew on every node where we still own them all.
     pub(crate) async fn extend(
         &self,
-        resource: &str,
+        keys: &[String],
         token: &str,
         ttl: Duration,
         node_timeout: Duration,
     ) -> Round<()> {
         let ttl_ms = ttl_millis(ttl);
         let all: Vec<usize> = (0..self.nodes.len()).collect();
-        let key = Arc::<str>::from(resource);
+        let keys: Arc<[String]> = keys.into();
         let token = Arc::<str>::from(token);
-        self.round(&all, node_timeout, false, move |mut conn| {
-            let (key, token) = (key.clone(), token.clone());
+        self.round(&all, node_timeout, false, false, move |mut conn| {
+            let (keys, token) = (keys.clone(), token.clone());
             async move {
                 let ok: i64 = scripts::EXTEND
-                    .key(&*key)
+                    .prepare_invoke()
+                    .key(&*keys)
                     .arg(&*token)
                     .arg(ttl_ms)
                     .invoke_async(&mut conn)
@@ -204,24 +248,24 @@ impl RedisBackend {
     /// Compare-and-delete on every node, waiting for every answer (bounded by the node timeout).
     pub(crate) async fn release(
         &self,
-        resource: &str,
+        keys: &[String],
         token: &str,
         node_timeout: Duration,
     ) -> Round<()> {
         let all: Vec<usize> = (0..self.nodes.len()).collect();
-        let key = Arc::<str>::from(resource);
+        let keys: Arc<[String]> = keys.into();
         let token = Arc::<str>::from(token);
-        let channel = Arc::<str>::from(scripts::release_channel(resource));
         self.round_all(&all, node_timeout, move |mut conn| {
-            let (key, token, channel) = (key.clone(), token.clone(), channel.clone());
+            let (keys, token) = (keys.clone(), token.clone());
             async move {
-                let ok: i64 = scripts::RELEASE
-                    .key(&*key)
+                let deleted: usize = scripts::RELEASE
+                    .prepare_invoke()
+                    .key(&*keys)
                     .arg(&*token)
-                    .arg(&*channel)
+                    .arg(scripts::RELEASE_CHANNEL_PREFIX)
                     .invoke_async(&mut conn)
                     .await?;
-                Ok(if ok == 1 {
+                Ok(if deleted == keys.len() {
                     Answer::Granted(())
                 } else {
                     Answer::NotHeld
@@ -229,6 +273,66 @@ impl RedisBackend {
             }
         })
         .await
+    }
+
+    /// Extends many locks at once: one pipeline per node (EVALSHA of the extend script for each
+    /// lock), all nodes in parallel. Returns, per lock, how many nodes extended it. Returns as
+    /// soon as every lock has a quorum, or every node answered, or `timeout` passed.
+    pub(crate) async fn extend_batch(
+        &self,
+        locks: &[(Arc<[String]>, Arc<str>)],
+        ttl: Duration,
+        timeout: Duration,
+    ) -> Vec<usize> {
+        let ttl_ms = ttl_millis(ttl);
+        let sha = scripts::EXTEND.get_hash().to_string();
+        let mut pipe = redis::pipe();
+        for (keys, token) in locks {
+            pipe.cmd("EVALSHA")
+                .arg(&sha)
+                .arg(keys.len())
+                .arg(&**keys)
+                .arg(&**token)
+                .arg(ttl_ms);
+        }
+        let pipe = Arc::new(pipe);
+        let mut per_node: FuturesUnordered<_> = self
+            .nodes
+            .iter()
+            .map(|node| {
+                let node = node.clone();
+                let pipe = pipe.clone();
+                async move {
+                    let mut h = node.get().await?;
+                    let r: RedisResult<Vec<Value>> = pipe.query_async(&mut h.conn).await;
+                    if let Err(e) = &r {
+                        if conn::is_broken(e) {
+                            node.discard(&h);
+                        }
+                        tracing::debug!(node = %node.addr(), error = %describe(e), "batch extend failed");
+                    }
+                    r
+                }
+            })
+            .collect();
+        let mut counts = vec![0usize; locks.len()];
+        let collect = async {
+            while let Some(result) = per_node.next().await {
+                let Ok(replies) = result else { continue };
+                for (count, reply) in counts.iter_mut().zip(replies) {
+                    if matches!(reply, Value::Int(1)) {
+                        *count += 1;
+                    }
+                }
+                if counts.iter().all(|c| *c >= self.quorum) {
+                    break;
+                }
+            }
+        };
+        if tokio::time::timeout(timeout, collect).await.is_err() {
+            tracing::debug!(?timeout, "batch extend: some nodes did not answer in time");
+        }
+        counts
     }
 
     /// Runs `op` on `nodes` and returns once the quorum decision is known. Requests still in
@@ -239,6 +343,7 @@ impl RedisBackend {
         nodes: &[usize],
         node_timeout: Duration,
         settle_on_failure: bool,
+        respect_quarantine: bool,
         op: F,
     ) -> Round<T>
     where
@@ -248,7 +353,7 @@ impl RedisBackend {
     {
         let need = self.quorum.min(nodes.len().max(1));
         let mut tally = Tally::new(nodes.len().max(1), need);
-        let mut pending = self.launch(nodes, node_timeout, op);
+        let mut pending = self.launch(nodes, node_timeout, respect_quarantine, op);
         let mut votes = self.pending_votes(nodes);
         let mut granted = Vec::new();
         let mut decision = if nodes.is_empty() {
@@ -285,7 +390,7 @@ impl RedisBackend {
         F: Fn(redis::aio::MultiplexedConnection) -> Fut + Clone + Send + Sync + 'static,
         Fut: Future<Output = Result<Answer<T>, RedisError>> + Send + 'static,
     {
-        let mut pending = self.launch(nodes, node_timeout, op);
+        let mut pending = self.launch(nodes, node_timeout, false, op);
         let mut votes = self.pending_votes(nodes);
         let mut granted = Vec::new();
         while let Some((i, result, latency)) = pending.next().await {
@@ -321,6 +426,7 @@ impl RedisBackend {
         &self,
         nodes: &[usize],
         node_timeout: Duration,
+        respect_quarantine: bool,
         op: F,
     ) -> FuturesUnordered<NodeFuture<T>>
     where
@@ -338,13 +444,21 @@ impl RedisBackend {
                     // The connection is fetched inside the timed part, so a node that is slow
                     // to connect costs no more than one node timeout.
                     let attempt = async {
-                        let handle = node.get().await.map_err(|e| (None, e))?;
-                        op(handle.conn.clone()).await.map_err(|e| (Some(handle), e))
+                        let handle = node.get().await.map_err(|e| Err((None, e)))?;
+                        if respect_quarantine {
+                            if let Some(why) = handle.info.excluded_now() {
+                                return Err(Ok(why));
+                            }
+                        }
+                        op(handle.conn.clone())
+                            .await
+                            .map_err(|e| Err((Some(handle), e)))
                     };
                     let result = match tokio::time::timeout(node_timeout, attempt).await {
                         Err(_) => Err(NodeFailure::TimedOut),
                         Ok(Ok(answer)) => Ok(answer),
-                        Ok(Err((handle, e))) => {
+                        Ok(Err(Ok(why))) => Err(NodeFailure::Excluded(why)),
+                        Ok(Err(Err((handle, e)))) => {
                             if let Some(h) = handle.filter(|_| conn::is_broken(&e)) {
                                 node.discard(&h);
                             }
@@ -375,6 +489,7 @@ impl RedisBackend {
             Ok(Answer::NotHeld) => VoteOutcome::NotHeld,
             Err(NodeFailure::TimedOut) => VoteOutcome::TimedOut,
             Err(NodeFailure::Failed(why)) => VoteOutcome::Failed(why),
+            Err(NodeFailure::Excluded(why)) => VoteOutcome::Excluded(why),
         };
         let node = self.nodes[i].addr().redacted();
         tracing::debug!(node = %node, outcome = %outcome, ?latency, "node answered");

@@ -1,0 +1,153 @@
+//! Auto-extension of many locks by one task per client: locks that fall due together are
+//! extended in one pipeline per node, so the traffic grows with the number of batches, not the
+//! number of locks.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc;
+
+use super::RedisBackend;
+use crate::keepalive::GuardState;
+
+/// How close together due times must be to share a batch, as a fraction of the interval.
+const COALESCE_DIVISOR: u32 = 4;
+
+/// A lock under auto-extension.
+pub(crate) struct Entry {
+    pub(crate) keys: Arc<[String]>,
+    pub(crate) token: Arc<str>,
+    pub(crate) state: Arc<GuardState>,
+    pub(crate) interval: Duration,
+    /// Extensions stop after this instant (the optional cap on holding).
+    pub(crate) until: Option<Instant>,
+}
+
+pub(crate) enum Msg {
+    Register(u64, Entry),
+    Unregister(u64),
+}
+
+struct Slot {
+    entry: Entry,
+    /// `None` while an extension of this lock is in flight or after extensions stopped.
+    next_due: Option<Instant>,
+}
+
+struct Done {
+    started: Instant,
+    ids: Vec<u64>,
+    counts: Vec<usize>,
+}
+
+/// Settings the extender task needs from the client.
+#[derive(Clone, Copy)]
+pub(crate) struct Timing {
+    pub(crate) ttl: Duration,
+    pub(crate) drift: Duration,
+    pub(crate) node_timeout: Duration,
+    pub(crate) quorum: usize,
+}
+
+/// Runs until every sender is gone. `backend` is reached through a weak handle so that the task
+/// does not keep a dropped client alive.
+pub(crate) async fn run<B>(mut rx: mpsc::UnboundedReceiver<Msg>, backend: B, timing: Timing)
+where
+    B: Fn() -> Option<Arc<dyn AsBackend>>,
+{
+    let mut slots: HashMap<u64, Slot> = HashMap::new();
+    let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Done>();
+    loop {
+        let next = slots.values().filter_map(|s| s.next_due).min();
+        let sleep = async {
+            match next {
+                Some(t) => tokio::time::sleep_until(t.into()).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            msg = rx.recv() => match msg {
+                None => break,
+                Some(Msg::Register(id, entry)) => {
+                    let next_due = Some(Instant::now() + entry.interval);
+                    slots.insert(id, Slot { entry, next_due });
+                }
+                Some(Msg::Unregister(id)) => {
+                    slots.remove(&id);
+                }
+            },
+            Some(done) = done_rx.recv() => apply(&mut slots, done, timing),
+            () = sleep => {
+                let Some(be) = backend() else { break };
+                let now = Instant::now();
+                let mut ids = Vec::new();
+                let mut locks = Vec::new();
+                // An extension may take as long as the validity it protects allows.
+                let mut budget = Duration::MAX;
+                for (id, slot) in slots.iter_mut() {
+                    let Some(due) = slot.next_due else { continue };
+                    if due <= now + slot.entry.interval / COALESCE_DIVISOR {
+                        slot.next_due = None;
+                        if slot.entry.state.is_lost() {
+                            continue;
+                        }
+                        ids.push(*id);
+                        locks.push((slot.entry.keys.clone(), slot.entry.token.clone()));
+                        budget = budget.min(slot.entry.state.time_to_lost());
+                    }
+                }
+                if ids.is_empty() {
+                    continue;
+                }
+                let done_tx = done_tx.clone();
+                tokio::spawn(async move {
+                    let started = Instant::now();
+                    let timeout = budget.max(timing.node_timeout);
+                    let counts = be.backend().extend_batch(&locks, timing.ttl, timeout).await;
+                    tracing::debug!(locks = ids.len(), took = ?started.elapsed(), "batch extended");
+                    let _ = done_tx.send(Done { started, ids, counts });
+                });
+            }
+        }
+    }
+}
+
+fn apply(slots: &mut HashMap<u64, Slot>, done: Done, t: Timing) {
+    let now = Instant::now();
+    for (id, count) in done.ids.into_iter().zip(done.counts) {
+        let Some(slot) = slots.get_mut(&id) else {
+            continue;
+        };
+        let state = &slot.entry.state;
+        let new_deadline =
+            crate::validity::validity(t.ttl, now - done.started, t.drift).map(|v| now + v);
+        match new_deadline {
+            // Once the signal has fired (or its time has come) it stays fired: a late success
+            // must not revive a lock the holder was told it lost.
+            Some(deadline) if count >= t.quorum && !state.is_lost() => {
+                state.set_deadline(deadline);
+                let next = done.started + slot.entry.interval;
+                slot.next_due = match slot.entry.until {
+                    Some(until) if next >= until => None,
+                    _ => Some(next),
+                };
+            }
+            _ => {
+                tracing::warn!(
+                    keys = ?slot.entry.keys,
+                    extended_on = count,
+                    quorum = t.quorum,
+                    "auto-extension failed: lock lost"
+                );
+                state.fire();
+                slots.remove(&id);
+            }
+        }
+    }
+}
+
+/// Access to the backend from the extender task.
+pub(crate) trait AsBackend: Send + Sync {
+    fn backend(&self) -> &RedisBackend;
+}

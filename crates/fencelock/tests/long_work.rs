@@ -1,0 +1,355 @@
+//! Long work under a lock, on real nodes: auto-extension, the lost signal, wake-up on release,
+//! several resources at once, and the restart quarantine.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use fencelock::{AutoExtend, Client, Config, ErrorKind, RetryPolicy, VoteOutcome};
+use fencelock_testkit::RedisNodes;
+
+fn config(nodes: &RedisNodes, ttl_ms: u64) -> Config {
+    Config::new(nodes.urls())
+        .with_ttl(Duration::from_millis(ttl_ms))
+        .with_quarantine(false)
+}
+
+#[tokio::test]
+async fn a_job_of_ten_ttls_keeps_its_lock_while_a_minority_dies() {
+    let nodes = RedisNodes::start(5).unwrap();
+    let c = Client::new(config(&nodes, 600)).unwrap();
+    let other = Client::new(config(&nodes, 600)).unwrap();
+    let guard = c
+        .try_acquire("job")
+        .await
+        .unwrap()
+        .auto_extend(AutoExtend::new());
+    let lost = guard.lost();
+    let started = Instant::now();
+    let mut checks = 0;
+    while started.elapsed() < Duration::from_millis(6_000) {
+        if checks == 10 {
+            nodes.node(0).kill().unwrap();
+            nodes.node(1).kill().unwrap();
+        }
+        let err = other.try_acquire("job").await.unwrap_err();
+        assert_ne!(err.kind(), ErrorKind::InvalidConfig);
+        assert!(!lost.is_fired(), "lost after {:?}", started.elapsed());
+        checks += 1;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(guard.remaining() > Duration::ZERO);
+    guard.release().await.unwrap();
+    other
+        .try_acquire("job")
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn stopping_a_majority_fires_the_lost_signal_before_the_deadline() {
+    let nodes = RedisNodes::start(5).unwrap();
+    let c = Client::new(config(&nodes, 2_000)).unwrap();
+    let guard = c
+        .try_acquire("maj")
+        .await
+        .unwrap()
+        .auto_extend(AutoExtend::new());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for i in 0..3 {
+        nodes.node(i).kill().unwrap();
+    }
+    let deadline = guard.validity_deadline();
+    tokio::time::timeout(Duration::from_secs(10), guard.lost().fired())
+        .await
+        .expect("the lost signal must fire");
+    assert!(
+        Instant::now() < deadline,
+        "fired after the validity deadline"
+    );
+    assert_eq!(guard.release().await.unwrap_err().kind(), ErrorKind::Lost);
+}
+
+#[tokio::test]
+async fn a_hanging_extension_still_fires_the_lost_signal_in_time() {
+    let nodes = RedisNodes::start(3).unwrap();
+    // A node timeout longer than the safety margin: the extension hangs past the point where
+    // the signal must fire.
+    let c =
+        Client::new(config(&nodes, 2_000).with_node_timeout(Duration::from_millis(1_500))).unwrap();
+    let guard = c
+        .try_acquire("hang")
+        .await
+        .unwrap()
+        .auto_extend(AutoExtend::new());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    for i in 0..3 {
+        nodes.node(i).pause().unwrap();
+    }
+    let deadline = guard.validity_deadline();
+    tokio::time::timeout(Duration::from_secs(10), guard.lost().fired())
+        .await
+        .expect("the lost signal must fire");
+    let now = Instant::now();
+    assert!(
+        now < deadline,
+        "fired {:?} after the deadline",
+        now - deadline
+    );
+    for i in 0..3 {
+        nodes.node(i).resume().unwrap();
+    }
+    drop(guard);
+}
+
+#[tokio::test]
+async fn with_lock_runs_the_work_and_releases() {
+    let nodes = RedisNodes::start(3).unwrap();
+    let c = Client::new(config(&nodes, 600)).unwrap();
+    let value = c
+        .with_lock("scoped", async |lost| {
+            tokio::time::sleep(Duration::from_millis(1_500)).await;
+            assert!(!lost.is_fired());
+            7
+        })
+        .await
+        .unwrap();
+    assert_eq!(value, 7);
+    for n in nodes.iter() {
+        assert_eq!(n.cli(&["EXISTS", "scoped"]).unwrap(), "0");
+    }
+}
+
+#[tokio::test]
+async fn with_lock_reports_a_lost_lock_and_stops_the_work() {
+    let nodes = RedisNodes::start(3).unwrap();
+    let c = Client::new(config(&nodes, 900)).unwrap();
+    let finished = Arc::new(AtomicUsize::new(0));
+    let f = finished.clone();
+    let n = &nodes;
+    let result = c
+        .with_lock("scoped-lost", async move |_lost| {
+            n.node(0).kill().unwrap();
+            n.node(1).kill().unwrap();
+            tokio::time::sleep(Duration::from_secs(20)).await;
+            f.fetch_add(1, Ordering::SeqCst);
+        })
+        .await;
+    assert_eq!(result.unwrap_err().kind(), ErrorKind::Lost);
+    assert_eq!(
+        finished.load(Ordering::SeqCst),
+        0,
+        "the work ran past the loss"
+    );
+}
+
+#[tokio::test]
+async fn a_waiter_is_woken_by_the_release_not_by_its_retry_delay() {
+    let nodes = RedisNodes::start(3).unwrap();
+    let holder = Client::new(config(&nodes, 10_000)).unwrap();
+    let waiter = Client::new(
+        config(&nodes, 10_000).with_retry(
+            RetryPolicy::new()
+                .with_wait(Duration::from_secs(60))
+                .with_base_delay(Duration::from_secs(20))
+                .with_max_delay(Duration::from_secs(20)),
+        ),
+    )
+    .unwrap();
+    let lock = holder.try_acquire("handover").await.unwrap();
+    let wait = tokio::spawn(async move {
+        let l = waiter.acquire("handover").await.unwrap();
+        let at = Instant::now();
+        l.release().await.unwrap();
+        at
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let released = Instant::now();
+    lock.release().await.unwrap();
+    let got = wait.await.unwrap();
+    // Polling alone would wait at least 10 s (half the 20 s delay).
+    assert!(
+        got - released < Duration::from_secs(5),
+        "handed over after {:?}",
+        got - released
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overlapping_multi_resource_requests_never_overlap() {
+    let nodes = RedisNodes::start(3).unwrap();
+    let names = ["a", "b", "c", "d", "e"];
+    let holders: Arc<Mutex<HashMap<&str, usize>>> = Arc::default();
+    let overlaps = Arc::new(AtomicUsize::new(0));
+    let done = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for w in 0..8usize {
+        let c = Client::new(
+            config(&nodes, 5_000).with_retry(
+                RetryPolicy::new()
+                    .with_wait(Duration::from_secs(120))
+                    .with_base_delay(Duration::from_millis(2))
+                    .with_max_delay(Duration::from_millis(20)),
+            ),
+        )
+        .unwrap();
+        let (holders, overlaps, done) = (holders.clone(), overlaps.clone(), done.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut rng = fastrand::Rng::with_seed(w as u64);
+            for _ in 0..25 {
+                let mut set: Vec<&str> = names.iter().copied().filter(|_| rng.bool()).collect();
+                if set.is_empty() {
+                    set.push(names[rng.usize(..names.len())]);
+                }
+                let lock = c.acquire_many(&set).await.unwrap();
+                {
+                    let mut h = holders.lock().unwrap();
+                    for r in &set {
+                        if h.insert(r, w).is_some() {
+                            overlaps.fetch_add(1, Ordering::SeqCst);
+                        }
+                    }
+                }
+                tokio::task::yield_now().await;
+                {
+                    let mut h = holders.lock().unwrap();
+                    for r in &set {
+                        h.remove(r);
+                    }
+                }
+                lock.release().await.unwrap();
+                done.fetch_add(1, Ordering::SeqCst);
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(overlaps.load(Ordering::SeqCst), 0);
+    assert_eq!(done.load(Ordering::SeqCst), 200);
+}
+
+#[tokio::test]
+async fn a_multi_resource_lock_is_all_or_nothing() {
+    let nodes = RedisNodes::start(3).unwrap();
+    let c = Client::new(config(&nodes, 5_000)).unwrap();
+    let ab = c.try_acquire_many(&["x", "y"]).await.unwrap();
+    let err = c.try_acquire_many(&["y", "z"]).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Contention);
+    for n in nodes.iter() {
+        assert_eq!(n.cli(&["EXISTS", "z"]).unwrap(), "0", "z was set alone");
+    }
+    ab.release().await.unwrap();
+    c.try_acquire_many(&["y", "z"])
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    assert_eq!(
+        c.try_acquire_many(&["q", "q"]).await.unwrap_err().kind(),
+        ErrorKind::InvalidConfig
+    );
+}
+
+#[tokio::test]
+async fn one_client_extends_two_thousand_locks_in_batches() {
+    let nodes = RedisNodes::start(3).unwrap();
+    let c = Client::new(config(&nodes, 1_500).with_node_timeout(Duration::from_secs(1))).unwrap();
+    let mut guards = Vec::new();
+    for i in 0..2_000 {
+        let lock = c.try_acquire(&format!("held:{i}")).await.unwrap();
+        guards.push(lock.auto_extend(AutoExtend::new()));
+    }
+    let calls_before = evalsha_calls(&nodes);
+    // Three TTLs: every lock needs several extensions to survive.
+    tokio::time::sleep(Duration::from_millis(4_500)).await;
+    assert!(guards.iter().all(|g| !g.is_lost()), "a held lock was lost");
+    let calls = evalsha_calls(&nodes) - calls_before;
+    assert!(
+        calls >= 2_000 * 2,
+        "extensions were not sent: {calls} calls"
+    );
+    for g in guards {
+        g.release().await.unwrap();
+    }
+}
+
+fn evalsha_calls(nodes: &RedisNodes) -> u64 {
+    let stats = nodes.node(0).cli(&["INFO", "commandstats"]).unwrap();
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Article section 8, last point: a node restarted empty within the TTL must not count.
+async fn restart_scenario(quarantine: bool) -> Result<(), fencelock::Error> {
+    let nodes = RedisNodes::start(5).unwrap();
+    // Quarantine judges uptime against the TTL: let every node be older than it first.
+    let ttl = Duration::from_millis(1_500);
+    tokio::time::sleep(ttl + Duration::from_millis(200)).await;
+    // A connects while nodes 4 and 5 are paused, so it holds exactly nodes 1 to 3.
+    nodes.node(3).pause().unwrap();
+    nodes.node(4).pause().unwrap();
+    // (A's own view of the nodes does not matter here; B's does.)
+    let a = Client::new(
+        Config::new(nodes.urls())
+            .with_ttl(Duration::from_secs(10))
+            .with_quarantine(false),
+    )
+    .unwrap();
+    let lock = a.try_acquire("restart").await.unwrap();
+    assert_eq!(lock.votes().granted(), 3);
+    // Let A's requests to the paused nodes time out, so they never land there.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Node 3 is killed and comes back empty; 4 and 5 resume.
+    nodes.node(2).kill().unwrap();
+    nodes.node(2).restart().unwrap();
+    nodes.node(3).resume().unwrap();
+    nodes.node(4).resume().unwrap();
+    for i in 3..5 {
+        assert_eq!(nodes.node(i).cli(&["GET", "restart"]).unwrap(), "(nil)");
+    }
+    let b = Client::new(
+        Config::new(nodes.urls())
+            .with_ttl(ttl)
+            .with_quarantine(quarantine),
+    )
+    .unwrap();
+    let result = b.try_acquire("restart").await.map(|l| {
+        assert!(l
+            .votes()
+            .iter()
+            .all(|v| !matches!(v.outcome, VoteOutcome::Excluded(_))));
+        std::mem::forget(l);
+    });
+    drop(lock);
+    result
+}
+
+#[tokio::test]
+async fn quarantine_keeps_a_restarted_empty_node_out_of_the_quorum() {
+    let err = restart_scenario(true).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    let excluded = err
+        .votes()
+        .unwrap()
+        .iter()
+        .filter(|v| matches!(v.outcome, VoteOutcome::Excluded(_)))
+        .count();
+    assert_eq!(excluded, 1, "{err}");
+}
+
+#[tokio::test]
+async fn without_quarantine_the_restarted_node_lets_a_second_client_in() {
+    restart_scenario(false)
+        .await
+        .expect("without quarantine B gets the lock A still holds");
+}
