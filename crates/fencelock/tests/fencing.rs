@@ -12,6 +12,7 @@ fn fenced(nodes: &RedisNodes) -> Client {
         Config::new(nodes.urls())
             .with_fencing(true)
             .with_quarantine(false)
+            .with_node_timeout(Duration::from_millis(500))
             .with_retry(
                 RetryPolicy::new()
                     .with_wait(Duration::from_secs(120))
@@ -104,7 +105,12 @@ async fn efficiency_locks_carry_no_token_and_touch_no_counter() {
 #[tokio::test]
 async fn fenced_and_plain_redlock_clients_exclude_each_other() {
     let nodes = RedisNodes::start(3).unwrap();
-    let plain = Client::new(Config::new(nodes.urls()).with_quarantine(false)).unwrap();
+    let plain = Client::new(
+        Config::new(nodes.urls())
+            .with_quarantine(false)
+            .with_node_timeout(Duration::from_millis(500)),
+    )
+    .unwrap();
     let f = fenced(&nodes);
     let lock = plain.try_acquire("mixed").await.unwrap();
     assert!(f.try_acquire("mixed").await.is_err());

@@ -9,9 +9,11 @@ use std::time::{Duration, Instant};
 use fencelock::{AutoExtend, Client, Config, ErrorKind, RetryPolicy, VoteOutcome};
 use fencelock_testkit::RedisNodes;
 
+/// A node timeout a loaded 2-core machine meets, but short enough for short TTLs.
 fn config(nodes: &RedisNodes, ttl_ms: u64) -> Config {
     Config::new(nodes.urls())
         .with_ttl(Duration::from_millis(ttl_ms))
+        .with_node_timeout(Duration::from_millis(ttl_ms / 4))
         .with_quarantine(false)
 }
 

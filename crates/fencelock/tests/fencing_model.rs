@@ -1,0 +1,1042 @@
+//! Machine check of the fencing-token protocol that `docs/fencing.md` argues for.
+//!
+//! The protocol is modelled as a pure state machine (no servers, no clocks, no I/O): Redis nodes
+//! that hold a lock key and a counter, clients that walk through the acquisition steps, a fenced
+//! storage, and faults that fire at any moment. The checker explores every interleaving
+//! breadth-first (so each counterexample it prints is a shortest one) and checks these
+//! properties at every token issue and every accepted storage write:
+//!
+//! * P1 uniqueness: no two issued tokens are equal.
+//! * P2 order: a token issued after another is larger.
+//! * P2q (the form of P2 that the protocol can promise): a token issued while its holder still
+//!   has its key on a quorum of nodes is larger than every token issued before it.
+//! * P3 storage: once the storage accepted a write from a holder, it accepts no write from a
+//!   holder whose token was issued earlier.
+//!
+//! Which faults each variant survives is asserted test by test; the tests that expect a hole
+//! assert that the checker finds it and print the trace.
+//!
+//! Time is not modelled; it is over-approximated. A key may expire at any moment. An "honest"
+//! expiry (the TTL ran out on a node whose clock behaves) also means the owner's validity
+//! (`ttl - elapsed - drift`) ran out, so an owner still acquiring fails its validity check. A
+//! "clock jump" expiry removes a key early without the owner's validity noticing. A paused
+//! client is one that takes no step while other events happen; nothing bounds how long.
+//!
+//! Modelling choices that keep the space small without hiding behaviour (the reason is given
+//! beside each one in the code):
+//! * Each request is applied atomically together with its reply, in any order across nodes; a
+//!   request may time out instead (not applied). A set-if-absent that is applied but whose reply
+//!   is lost acts like a timeout plus a key that only blocks others, which a refusal already
+//!   covers. A write-back may be delayed: applied at any later moment while its client lives.
+//! * A release deletes the client's keys on every node at once. A lost release leaves a key that
+//!   only blocks others until it expires, which timeouts of the others already cover.
+//! * A restart *with* persistence (appendfsync always) keeps the node's keys and counter; its
+//!   only effects are timeouts and expiries during the downtime, which are already events.
+//!
+//! Run: `cargo test -p fencelock --test fencing_model -- --nocapture` (add `--release` for the
+//! larger bounds).
+
+use std::collections::HashMap;
+use std::fmt;
+use std::hash::{BuildHasherDefault, Hasher};
+
+use fencelock::fencing::next_token;
+
+const MAX_NODES: usize = 5;
+const MAX_CLIENTS: usize = 3;
+
+/// Whether the larger exhaustive bounds are affordable (optimised build).
+const FAST_BUILD: bool = !cfg!(debug_assertions);
+
+// ---------------------------------------------------------------------------------------------
+// Configuration
+// ---------------------------------------------------------------------------------------------
+
+/// Which variant of the protocol the clients run.
+#[derive(Debug, Clone, Copy)]
+struct Protocol {
+    /// Step 3: write the token back to the granting nodes. Without it the token is step 2's.
+    write_back: bool,
+    /// The write-back applies only where the node still holds the writer's key.
+    ownership_check: bool,
+    /// Amnesia guard: a node that lost its state (no genesis marker) and has no counter for the
+    /// resource gives an untrusted read; the token needs a quorum of trusted reads, and the
+    /// write-back must be acknowledged by a quorum of the nodes that gave a trusted read.
+    amnesia_guard: bool,
+    /// A restarted node refuses every request until max-TTL has passed.
+    quarantine: bool,
+}
+
+const REDIS_BACKEND: Protocol = Protocol {
+    write_back: true,
+    ownership_check: true,
+    amnesia_guard: false,
+    quarantine: false,
+};
+
+/// Which faults may happen, and how often.
+#[derive(Debug, Clone, Copy)]
+struct Faults {
+    /// Early expiries that the owner's validity check does not see (a node's clock jumped).
+    clock_jumps: u8,
+    /// Crash and restart without persistence: the node loses lock keys and counters.
+    amnesia_restarts: u8,
+    /// The counter key is evicted (maxmemory-policy that evicts keys without TTL).
+    evictions: u8,
+    /// Write-backs whose replies are lost and that are applied later.
+    delayed_write_backs: bool,
+}
+
+const PAUSES_ONLY: Faults = Faults {
+    clock_jumps: 0,
+    amnesia_restarts: 0,
+    evictions: 0,
+    delayed_write_backs: true,
+};
+
+#[derive(Debug, Clone, Copy)]
+struct Config {
+    nodes: usize,
+    clients: usize,
+    /// Acquisition attempts per client.
+    attempts: u8,
+    protocol: Protocol,
+    faults: Faults,
+}
+
+impl Config {
+    fn quorum(&self) -> u32 {
+        (self.nodes / 2 + 1) as u32
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// State
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+struct Node {
+    /// The client whose key is set. A client's keys never outlive its attempt (release deletes
+    /// them all), so the client index identifies the random value of its current attempt.
+    lock: Option<u8>,
+    /// The per-resource counter; `None` when the key is missing.
+    counter: Option<u8>,
+    /// The node never lost its data since the cluster was initialised (the genesis marker).
+    genesis: bool,
+    /// Restarted and refusing requests until max-TTL has passed.
+    quarantined: bool,
+    /// Clients that were acquiring when this node restarted (their validity ends before the
+    /// quarantine does).
+    acquiring_at_restart: u8,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+enum Phase {
+    #[default]
+    Idle,
+    /// Step 1: set-if-absent on every node, reading its counter.
+    Acquiring {
+        asked: u8,
+        granted: u8,
+        /// Granting nodes whose counter read is trusted.
+        trusted: u8,
+        /// Largest trusted counter read (missing counter reads as 0).
+        max_read: Option<u8>,
+    },
+    /// Step 3: write the token back to the granting nodes.
+    WriteBack {
+        token: u8,
+        targets: u8,
+        trusted: u8,
+        sent: u8,
+        acked: u8,
+        pending: u8,
+    },
+    /// The token was issued; the client believes it holds the lock.
+    Holding {
+        token: u8,
+        /// Position of this issue among all issues (real-time order).
+        order: u8,
+        written: bool,
+        /// Write-backs still in flight.
+        pending: u8,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+struct Client {
+    phase: Phase,
+    attempts_left: u8,
+    /// Validity left, as far as an honest clock can tell.
+    valid: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+struct State {
+    nodes: [Node; MAX_NODES],
+    clients: [Client; MAX_CLIENTS],
+    jumps_left: u8,
+    restarts_left: u8,
+    evictions_left: u8,
+    /// Last token the fenced storage accepted.
+    storage_last: u8,
+    /// Bit t set: token t was issued.
+    issued: u32,
+    max_issued: u8,
+    n_issued: u8,
+    /// Largest issue order among holders whose write the storage accepted.
+    max_order_written: Option<u8>,
+}
+
+impl State {
+    fn initial(cfg: &Config) -> Self {
+        let mut s = State {
+            jumps_left: cfg.faults.clock_jumps,
+            restarts_left: cfg.faults.amnesia_restarts,
+            evictions_left: cfg.faults.evictions,
+            ..State::default()
+        };
+        for node in &mut s.nodes[..cfg.nodes] {
+            node.genesis = true;
+        }
+        for client in &mut s.clients[..cfg.clients] {
+            client.attempts_left = cfg.attempts;
+        }
+        s
+    }
+
+    fn acquiring(&self, c: usize) -> bool {
+        matches!(
+            self.clients[c].phase,
+            Phase::Acquiring { .. } | Phase::WriteBack { .. }
+        )
+    }
+
+    fn keys_of(&self, cfg: &Config, c: usize) -> u32 {
+        self.nodes[..cfg.nodes]
+            .iter()
+            .filter(|n| n.lock == Some(c as u8))
+            .count() as u32
+    }
+
+    /// Ends client `c`'s attempt: compare-and-delete on every node.
+    fn release(&mut self, c: usize) {
+        for node in &mut self.nodes {
+            if node.lock == Some(c as u8) {
+                node.lock = None;
+            }
+            node.acquiring_at_restart &= !(1 << c);
+        }
+        self.clients[c].phase = Phase::Idle;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Events and violations
+// ---------------------------------------------------------------------------------------------
+
+const P1: u8 = 1;
+const P2: u8 = 2;
+const P2Q: u8 = 4;
+const P3: u8 = 8;
+const PROPERTIES: [(u8, &str); 4] = [
+    (P1, "P1 uniqueness"),
+    (P2, "P2 order"),
+    (P2Q, "P2q order for holders of a live quorum"),
+    (P3, "P3 storage"),
+];
+
+#[derive(Debug, Clone, Copy)]
+enum SetReply {
+    Granted { counter: Option<u8>, trusted: bool },
+    Held(u8),
+    Quarantined,
+    TimedOut,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum WbReply {
+    Ack,
+    NotOwner,
+    TimedOut,
+    Delayed,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Event {
+    Start(u8),
+    Set(u8, u8, SetReply),
+    Decide(u8, Result<u8, &'static str>),
+    WriteBack(u8, u8, WbReply),
+    DelayedLands(u8, u8, bool),
+    Finish(u8, Result<u8, &'static str>, u32),
+    Write(u8, u8, bool),
+    Release(u8),
+    Expire(u8, u8, bool),
+    Restart(u8),
+    QuarantineEnds(u8),
+    Evict(u8),
+}
+
+fn client_name(c: u8) -> char {
+    (b'A' + c) as char
+}
+
+impl fmt::Display for Event {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Event::Start(c) => write!(f, "{} starts an attempt", client_name(c)),
+            Event::Set(c, n, reply) => {
+                let who = client_name(c);
+                match reply {
+                    SetReply::Granted { counter, trusted } => write!(
+                        f,
+                        "{who} SET NX on n{n}: granted, counter {}{}",
+                        counter.map_or("missing".to_owned(), |v| v.to_string()),
+                        if trusted { "" } else { " (untrusted)" }
+                    ),
+                    SetReply::Held(o) => {
+                        write!(f, "{who} SET NX on n{n}: held by {}", client_name(o))
+                    }
+                    SetReply::Quarantined => {
+                        write!(f, "{who} SET NX on n{n}: refused (quarantine)")
+                    }
+                    SetReply::TimedOut => write!(f, "{who} SET NX on n{n}: timed out"),
+                }
+            }
+            Event::Decide(c, Ok(t)) => write!(f, "{} has a quorum: token {t}", client_name(c)),
+            Event::Decide(c, Err(why)) => write!(f, "{} gives up: {why}", client_name(c)),
+            Event::WriteBack(c, n, reply) => {
+                let what = match reply {
+                    WbReply::Ack => "ok",
+                    WbReply::NotOwner => "not owner",
+                    WbReply::TimedOut => "timed out",
+                    WbReply::Delayed => "reply lost, request still in flight",
+                };
+                write!(f, "{} write-back on n{n}: {what}", client_name(c))
+            }
+            Event::DelayedLands(c, n, applied) => write!(
+                f,
+                "{}'s delayed write-back lands on n{n}: {}",
+                client_name(c),
+                if applied { "applied" } else { "not owner" }
+            ),
+            Event::Finish(c, Ok(t), live) => write!(
+                f,
+                "{} is ISSUED token {t} (its key is live on {live} nodes)",
+                client_name(c)
+            ),
+            Event::Finish(c, Err(why), _) => write!(f, "{} fails: {why}", client_name(c)),
+            Event::Write(c, t, ok) => write!(
+                f,
+                "{} writes to storage with token {t}: {}",
+                client_name(c),
+                if ok { "ACCEPTED" } else { "rejected" }
+            ),
+            Event::Release(c) => write!(f, "{} releases", client_name(c)),
+            Event::Expire(n, o, false) => {
+                write!(f, "{}'s key on n{n} expires (TTL)", client_name(o))
+            }
+            Event::Expire(n, o, true) => write!(
+                f,
+                "n{n}'s clock jumps: {}'s key expires early",
+                client_name(o)
+            ),
+            Event::Restart(n) => write!(f, "n{n} crashes and restarts WITHOUT persistence"),
+            Event::QuarantineEnds(n) => write!(f, "n{n} ends its quarantine (max-TTL passed)"),
+            Event::Evict(n) => write!(f, "n{n} evicts the counter key"),
+        }
+    }
+}
+
+fn describe(cfg: &Config, s: &State) -> String {
+    let mut out = String::new();
+    for (i, n) in s.nodes[..cfg.nodes].iter().enumerate() {
+        let lock = n.lock.map_or('-', client_name);
+        let counter = n.counter.map_or("none".to_owned(), |v| v.to_string());
+        let flags = match (n.genesis, n.quarantined) {
+            (true, _) => "",
+            (false, false) => " amnesiac",
+            (false, true) => " amnesiac quarantined",
+        };
+        out.push_str(&format!("n{i}[{lock} c={counter}{flags}] "));
+    }
+    out.push_str(&format!("storage={}", s.storage_last));
+    out
+}
+
+// ---------------------------------------------------------------------------------------------
+// Transitions
+// ---------------------------------------------------------------------------------------------
+
+type Successor = (Event, State, u8);
+
+fn successors(cfg: &Config, s: &State, out: &mut Vec<Successor>) {
+    out.clear();
+    for c in 0..cfg.clients {
+        client_steps(cfg, s, c, out);
+    }
+    for i in 0..cfg.nodes {
+        node_faults(cfg, s, i, out);
+    }
+}
+
+fn client_steps(cfg: &Config, s: &State, c: usize, out: &mut Vec<Successor>) {
+    let cu = c as u8;
+    let all = (1u8 << cfg.nodes) - 1;
+    let client = s.clients[c];
+    match client.phase {
+        Phase::Idle => {
+            if client.attempts_left > 0 {
+                let mut n = s.clone();
+                n.clients[c] = Client {
+                    phase: Phase::Acquiring {
+                        asked: 0,
+                        granted: 0,
+                        trusted: 0,
+                        max_read: None,
+                    },
+                    attempts_left: client.attempts_left - 1,
+                    valid: true,
+                };
+                out.push((Event::Start(cu), n, 0));
+            }
+        }
+        Phase::Acquiring {
+            asked,
+            granted,
+            trusted,
+            max_read,
+        } => {
+            if asked == all {
+                decide(cfg, s, c, granted, trusted, max_read, out);
+                return;
+            }
+            for i in 0..cfg.nodes {
+                let bit = 1u8 << i;
+                if asked & bit != 0 {
+                    continue;
+                }
+                // The request times out (node down, partition): nothing applied.
+                let mut n = s.clone();
+                n.clients[c].phase = Phase::Acquiring {
+                    asked: asked | bit,
+                    granted,
+                    trusted,
+                    max_read,
+                };
+                out.push((Event::Set(cu, i as u8, SetReply::TimedOut), n, 0));
+
+                let node = s.nodes[i];
+                let mut n = s.clone();
+                let reply = if node.quarantined {
+                    n.clients[c].phase = Phase::Acquiring {
+                        asked: asked | bit,
+                        granted,
+                        trusted,
+                        max_read,
+                    };
+                    SetReply::Quarantined
+                } else if let Some(owner) = node.lock {
+                    n.clients[c].phase = Phase::Acquiring {
+                        asked: asked | bit,
+                        granted,
+                        trusted,
+                        max_read,
+                    };
+                    SetReply::Held(owner)
+                } else {
+                    n.nodes[i].lock = Some(cu);
+                    let is_trusted =
+                        !cfg.protocol.amnesia_guard || node.genesis || node.counter.is_some();
+                    let read = node.counter.unwrap_or(0);
+                    n.clients[c].phase = Phase::Acquiring {
+                        asked: asked | bit,
+                        granted: granted | bit,
+                        trusted: if is_trusted { trusted | bit } else { trusted },
+                        max_read: if is_trusted {
+                            Some(max_read.map_or(read, |m| m.max(read)))
+                        } else {
+                            max_read
+                        },
+                    };
+                    SetReply::Granted {
+                        counter: node.counter,
+                        trusted: is_trusted,
+                    }
+                };
+                out.push((Event::Set(cu, i as u8, reply), n, 0));
+            }
+        }
+        Phase::WriteBack {
+            token,
+            targets,
+            trusted,
+            sent,
+            acked,
+            pending,
+        } => {
+            land_delayed(cfg, s, c, pending, out);
+            if sent == targets {
+                finish(cfg, s, c, token, trusted, acked, pending, out);
+                return;
+            }
+            for i in 0..cfg.nodes {
+                let bit = 1u8 << i;
+                if targets & bit == 0 || sent & bit != 0 {
+                    continue;
+                }
+                let with = |acked: u8, pending: u8| Phase::WriteBack {
+                    token,
+                    targets,
+                    trusted,
+                    sent: sent | bit,
+                    acked,
+                    pending,
+                };
+                let mut n = s.clone();
+                n.clients[c].phase = with(acked, pending);
+                out.push((Event::WriteBack(cu, i as u8, WbReply::TimedOut), n, 0));
+
+                if cfg.faults.delayed_write_backs {
+                    let mut n = s.clone();
+                    n.clients[c].phase = with(acked, pending | bit);
+                    out.push((Event::WriteBack(cu, i as u8, WbReply::Delayed), n, 0));
+                }
+
+                if !s.nodes[i].quarantined {
+                    let mut n = s.clone();
+                    let reply = if apply_write_back(cfg, &mut n, c, i, token) {
+                        n.clients[c].phase = with(acked | bit, pending);
+                        WbReply::Ack
+                    } else {
+                        n.clients[c].phase = with(acked, pending);
+                        WbReply::NotOwner
+                    };
+                    out.push((Event::WriteBack(cu, i as u8, reply), n, 0));
+                }
+            }
+        }
+        Phase::Holding {
+            token,
+            order,
+            written,
+            pending,
+        } => {
+            land_delayed(cfg, s, c, pending, out);
+            if !written {
+                let mut n = s.clone();
+                let accepted = token >= s.storage_last;
+                let mut violations = 0;
+                if accepted {
+                    if s.max_order_written.is_some_and(|m| m > order) {
+                        violations |= P3;
+                    }
+                    n.storage_last = token;
+                    n.max_order_written = Some(s.max_order_written.map_or(order, |m| m.max(order)));
+                }
+                n.clients[c].phase = Phase::Holding {
+                    token,
+                    order,
+                    written: true,
+                    pending,
+                };
+                out.push((Event::Write(cu, token, accepted), n, violations));
+            }
+            let mut n = s.clone();
+            n.release(c);
+            out.push((Event::Release(cu), n, 0));
+        }
+    }
+}
+
+/// The write-back script on node `i`: raise the counter to `token` if `c` still owns the key.
+fn apply_write_back(cfg: &Config, s: &mut State, c: usize, i: usize, token: u8) -> bool {
+    let node = &mut s.nodes[i];
+    if cfg.protocol.ownership_check && node.lock != Some(c as u8) {
+        return false;
+    }
+    node.counter = Some(node.counter.map_or(token, |v| v.max(token)));
+    true
+}
+
+fn land_delayed(cfg: &Config, s: &State, c: usize, pending: u8, out: &mut Vec<Successor>) {
+    for i in 0..cfg.nodes {
+        let bit = 1u8 << i;
+        if pending & bit == 0 {
+            continue;
+        }
+        let mut n = s.clone();
+        let token = match s.clients[c].phase {
+            Phase::WriteBack { token, .. } | Phase::Holding { token, .. } => token,
+            _ => unreachable!("only live attempts have write-backs in flight"),
+        };
+        // A quarantined node drops the request; the ownership check fails there anyway.
+        let applied = !s.nodes[i].quarantined && apply_write_back(cfg, &mut n, c, i, token);
+        match &mut n.clients[c].phase {
+            Phase::WriteBack { pending, .. } | Phase::Holding { pending, .. } => *pending &= !bit,
+            _ => unreachable!(),
+        }
+        out.push((Event::DelayedLands(c as u8, i as u8, applied), n, 0));
+    }
+}
+
+/// Step 2: quorum and validity check, token derivation.
+fn decide(
+    cfg: &Config,
+    s: &State,
+    c: usize,
+    granted: u8,
+    trusted: u8,
+    max_read: Option<u8>,
+    out: &mut Vec<Successor>,
+) {
+    let cu = c as u8;
+    let q = cfg.quorum();
+    let voters = if cfg.protocol.amnesia_guard {
+        trusted
+    } else {
+        granted
+    };
+    let result = if voters.count_ones() < q {
+        Err("no quorum")
+    } else if !s.clients[c].valid {
+        Err("validity expired")
+    } else {
+        next_token(max_read.map(u64::from))
+            .and_then(|t| u8::try_from(t).ok())
+            .ok_or("no token")
+    };
+    let mut n = s.clone();
+    match result {
+        Err(_) => n.release(c),
+        Ok(token) if cfg.protocol.write_back => {
+            n.clients[c].phase = Phase::WriteBack {
+                token,
+                targets: granted,
+                trusted,
+                sent: 0,
+                acked: 0,
+                pending: 0,
+            };
+        }
+        Ok(token) => {
+            // The variant without write-back issues step 2's token directly.
+            let violations = issue(cfg, &mut n, c, token, 0);
+            out.push((
+                Event::Finish(cu, Ok(token), s.keys_of(cfg, c)),
+                n,
+                violations,
+            ));
+            return;
+        }
+    }
+    out.push((Event::Decide(cu, result), n, 0));
+}
+
+/// Step 4: the token counts only if a quorum acknowledged the write-back and validity is left.
+#[allow(clippy::too_many_arguments)]
+fn finish(
+    cfg: &Config,
+    s: &State,
+    c: usize,
+    token: u8,
+    trusted: u8,
+    acked: u8,
+    pending: u8,
+    out: &mut Vec<Successor>,
+) {
+    let cu = c as u8;
+    let counted = if cfg.protocol.amnesia_guard {
+        acked & trusted
+    } else {
+        acked
+    };
+    let live = s.keys_of(cfg, c);
+    let mut n = s.clone();
+    if counted.count_ones() < cfg.quorum() {
+        n.release(c);
+        out.push((
+            Event::Finish(cu, Err("write-back quorum missing"), live),
+            n,
+            0,
+        ));
+    } else if !s.clients[c].valid {
+        n.release(c);
+        out.push((Event::Finish(cu, Err("validity expired"), live), n, 0));
+    } else {
+        let violations = issue(cfg, &mut n, c, token, pending);
+        out.push((Event::Finish(cu, Ok(token), live), n, violations));
+    }
+}
+
+fn issue(cfg: &Config, s: &mut State, c: usize, token: u8, pending: u8) -> u8 {
+    let mut violations = 0;
+    if s.issued & (1 << token) != 0 {
+        violations |= P1;
+    }
+    if s.n_issued > 0 && token <= s.max_issued {
+        violations |= P2;
+        if s.keys_of(cfg, c) >= cfg.quorum() {
+            violations |= P2Q;
+        }
+    }
+    s.issued |= 1 << token;
+    s.max_issued = s.max_issued.max(token);
+    s.clients[c].phase = Phase::Holding {
+        token,
+        order: s.n_issued,
+        written: false,
+        pending,
+    };
+    s.n_issued += 1;
+    violations
+}
+
+fn node_faults(cfg: &Config, s: &State, i: usize, out: &mut Vec<Successor>) {
+    let node = s.nodes[i];
+    let iu = i as u8;
+    if let Some(owner) = node.lock {
+        let o = owner as usize;
+        // An honest expiry: the TTL ran out, so the owner's validity did too.
+        let mut n = s.clone();
+        n.nodes[i].lock = None;
+        if s.acquiring(o) {
+            n.clients[o].valid = false;
+        }
+        out.push((Event::Expire(iu, owner, false), n, 0));
+        // A clock jump differs from an honest expiry only while the owner still checks validity.
+        if s.jumps_left > 0 && s.acquiring(o) && s.clients[o].valid {
+            let mut n = s.clone();
+            n.nodes[i].lock = None;
+            n.jumps_left -= 1;
+            out.push((Event::Expire(iu, owner, true), n, 0));
+        }
+    }
+    if s.restarts_left > 0 && !node.quarantined {
+        let mut n = s.clone();
+        n.restarts_left -= 1;
+        let acquiring = (0..cfg.clients)
+            .filter(|&c| s.acquiring(c))
+            .fold(0u8, |m, c| m | 1 << c);
+        n.nodes[i] = Node {
+            lock: None,
+            counter: None,
+            genesis: false,
+            quarantined: cfg.protocol.quarantine,
+            acquiring_at_restart: if cfg.protocol.quarantine {
+                acquiring
+            } else {
+                0
+            },
+        };
+        out.push((Event::Restart(iu), n, 0));
+    }
+    if node.quarantined {
+        // Max-TTL after the restart: every attempt that was acquiring then is out of validity.
+        let mut n = s.clone();
+        n.nodes[i].quarantined = false;
+        n.nodes[i].acquiring_at_restart = 0;
+        for c in 0..cfg.clients {
+            if node.acquiring_at_restart & (1 << c) != 0 && s.acquiring(c) {
+                n.clients[c].valid = false;
+            }
+        }
+        out.push((Event::QuarantineEnds(iu), n, 0));
+    }
+    if s.evictions_left > 0 && node.counter.is_some() {
+        let mut n = s.clone();
+        n.evictions_left -= 1;
+        n.nodes[i].counter = None;
+        out.push((Event::Evict(iu), n, 0));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Exhaustive search
+// ---------------------------------------------------------------------------------------------
+
+/// FNV-1a: the states are small and the default SipHash dominates the run time in debug builds.
+#[derive(Default)]
+struct Fnv(u64);
+
+impl Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        let mut h = if self.0 == 0 {
+            0xcbf2_9ce4_8422_2325
+        } else {
+            self.0
+        };
+        for b in bytes {
+            h ^= u64::from(*b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+        self.0 = h;
+    }
+}
+
+type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<Fnv>>;
+
+struct Counterexample {
+    property: &'static str,
+    steps: Vec<String>,
+}
+
+impl fmt::Display for Counterexample {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "counterexample to {} ({} steps):",
+            self.property,
+            self.steps.len()
+        )?;
+        for (k, step) in self.steps.iter().enumerate() {
+            writeln!(f, "  {:>2}. {step}", k + 1)?;
+        }
+        Ok(())
+    }
+}
+
+struct Outcome {
+    states: usize,
+    transitions: usize,
+    issues: usize,
+    /// Shortest counterexample per violated property.
+    found: Vec<Counterexample>,
+}
+
+impl Outcome {
+    fn violated(&self, property: &str) -> bool {
+        self.found.iter().any(|c| c.property == property)
+    }
+
+    fn get(&self, property: &str) -> &Counterexample {
+        self.found
+            .iter()
+            .find(|c| c.property == property)
+            .unwrap_or_else(|| panic!("no counterexample to {property}"))
+    }
+}
+
+fn explore(cfg: &Config) -> Outcome {
+    let init = State::initial(cfg);
+    let mut index: FastMap<State, u32> = FastMap::default();
+    let mut states = vec![init.clone()];
+    let mut parent: Vec<Option<(u32, Event)>> = vec![None];
+    index.insert(init, 0);
+    let mut found: Vec<(u8, u32, Event)> = Vec::new();
+    let mut seen_props = 0u8;
+    let mut transitions = 0;
+    let mut issues = 0;
+    let mut buf = Vec::new();
+    let mut head = 0usize;
+    while head < states.len() {
+        let s = states[head].clone();
+        successors(cfg, &s, &mut buf);
+        for (event, next, violations) in buf.drain(..) {
+            transitions += 1;
+            if matches!(event, Event::Finish(_, Ok(_), _)) {
+                issues += 1;
+            }
+            for (p, _) in PROPERTIES {
+                if violations & p != 0 && seen_props & p == 0 {
+                    seen_props |= p;
+                    found.push((p, head as u32, event));
+                }
+            }
+            if !index.contains_key(&next) {
+                index.insert(next.clone(), states.len() as u32);
+                states.push(next);
+                parent.push(Some((head as u32, event)));
+            }
+        }
+        head += 1;
+    }
+    let found = found
+        .into_iter()
+        .map(|(p, from, last)| {
+            let mut events = vec![last];
+            let mut at = from;
+            while let Some((up, e)) = parent[at as usize] {
+                events.push(e);
+                at = up;
+            }
+            events.reverse();
+            Counterexample {
+                property: PROPERTIES
+                    .iter()
+                    .find(|(q, _)| *q == p)
+                    .map(|(_, n)| *n)
+                    .unwrap(),
+                steps: replay(cfg, &events),
+            }
+        })
+        .collect();
+    Outcome {
+        states: states.len(),
+        transitions,
+        issues,
+        found,
+    }
+}
+
+/// Replays `events` from the initial state, rendering each step with the nodes after it.
+fn replay(cfg: &Config, events: &[Event]) -> Vec<String> {
+    let mut s = State::initial(cfg);
+    let mut buf = Vec::new();
+    let mut steps = Vec::new();
+    for event in events {
+        successors(cfg, &s, &mut buf);
+        let wanted = format!("{event}");
+        let (_, next, _) = buf
+            .drain(..)
+            .find(|(e, _, _)| format!("{e}") == wanted)
+            .expect("a recorded event replays");
+        steps.push(format!("{wanted:<62} | {}", describe(cfg, &next)));
+        s = next;
+    }
+    steps
+}
+
+fn report(name: &str, cfg: &Config, outcome: &Outcome) {
+    println!(
+        "{name}: {} nodes x {} clients x {} attempts, faults {:?}: {} states, {} transitions, \
+         {} issues explored",
+        cfg.nodes,
+        cfg.clients,
+        cfg.attempts,
+        cfg.faults,
+        outcome.states,
+        outcome.transitions,
+        outcome.issues
+    );
+    for (_, p) in PROPERTIES {
+        let verdict = if outcome.violated(p) {
+            "VIOLATED"
+        } else {
+            "holds"
+        };
+        println!("  {p}: {verdict}");
+    }
+}
+
+fn cfg(nodes: usize, clients: usize, attempts: u8, protocol: Protocol, faults: Faults) -> Config {
+    Config {
+        nodes,
+        clients,
+        attempts,
+        protocol,
+        faults,
+    }
+}
+
+fn assert_holds(outcome: &Outcome, properties: &[&str]) {
+    for p in properties {
+        if outcome.violated(p) {
+            panic!("{}", outcome.get(p));
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Random simulation
+// ---------------------------------------------------------------------------------------------
+
+/// SplitMix64: deterministic per seed, no dependency.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+/// Random walks to quiescence; returns the first violation with its trace, if any.
+fn simulate(cfg: &Config, seeds: std::ops::Range<u64>) -> (usize, Vec<Counterexample>) {
+    let mut steps_total = 0;
+    let mut found = Vec::new();
+    let mut seen = 0u8;
+    let mut buf = Vec::new();
+    for seed in seeds {
+        let mut rng = Rng(seed);
+        let mut s = State::initial(cfg);
+        let mut events = Vec::new();
+        loop {
+            successors(cfg, &s, &mut buf);
+            if buf.is_empty() {
+                break;
+            }
+            // Faults are many (one per key and node); pick client steps more often so that
+            // attempts finish and the walk reaches issues and writes.
+            let client_moves = buf
+                .iter()
+                .filter(|(e, _, _)| {
+                    !matches!(e, Event::Expire(..) | Event::Restart(_) | Event::Evict(_))
+                })
+                .count();
+            let pick = if client_moves > 0 && rng.below(4) != 0 {
+                let k = rng.below(client_moves);
+                buf.iter()
+                    .enumerate()
+                    .filter(|(_, (e, _, _))| {
+                        !matches!(e, Event::Expire(..) | Event::Restart(_) | Event::Evict(_))
+                    })
+                    .nth(k)
+                    .map(|(i, _)| i)
+                    .unwrap()
+            } else {
+                rng.below(buf.len())
+            };
+            let (event, next, violations) = buf.swap_remove(pick);
+            events.push(event);
+            steps_total += 1;
+            for (p, name) in PROPERTIES {
+                if violations & p != 0 && seen & p == 0 {
+                    seen |= p;
+                    found.push(Counterexample {
+                        property: name,
+                        steps: replay(cfg, &events),
+                    });
+                }
+            }
+            s = next;
+        }
+    }
+    (steps_total, found)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tests
+// ---------------------------------------------------------------------------------------------
+
+const ALL: [&str; 4] = [
+    "P1 uniqueness",
+    "P2 order",
+    "P2q order for holders of a live quorum",
+    "P3 storage",
+];
+
+#[test]
+fn pauses_and_honest_expiry_keep_every_property() {
+    let mut configs = vec![cfg(3, 2, 2, REDIS_BACKEND, PAUSES_ONLY)];
+    if FAST_BUILD {
+        configs.push(cfg(3, 3, 1, REDIS_BACKEND, PAUSES_ONLY));
+        configs.push(cfg(5, 2, 2, REDIS_BACKEND, PAUSES_ONLY));
+    }
+    for c in &configs {
+        let outcome = explore(c);
+        report("pauses + honest TTL expiry", c, &outcome);
+        assert_holds(&outcome, &ALL);
+    }
+}
