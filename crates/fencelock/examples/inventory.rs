@@ -28,7 +28,7 @@ use fencelock::{Client, Config, Error, RetryPolicy};
 /// Where the stock lives.
 enum Stock {
     Sqlite(SqliteFence),
-    Postgres(PostgresFence),
+    Postgres(Box<PostgresFence>),
 }
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -36,7 +36,9 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 impl Stock {
     async fn open(target: &str) -> fencelock::Result<Stock> {
         if target.starts_with("postgres://") || target.starts_with("postgresql://") {
-            Ok(Stock::Postgres(PostgresFence::connect(target).await?))
+            Ok(Stock::Postgres(Box::new(
+                PostgresFence::connect(target).await?,
+            )))
         } else {
             Ok(Stock::Sqlite(SqliteFence::open(target)?))
         }

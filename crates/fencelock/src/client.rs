@@ -143,6 +143,21 @@ impl Client {
         }
     }
 
+    /// Opens the connection to every node now, instead of on first use, waiting at most the
+    /// connect timeout. Useful in short-lived processes (a CLI), whose first request would
+    /// otherwise spend part of its node timeout connecting. The votes say which nodes answered.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: connections still opening keep opening in the background.
+    pub async fn connect(&self) -> Votes {
+        match &self.inner.backend {
+            Backend::Redis(r) => r.connect_all(self.inner.config.connect_timeout()).await,
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(_) => Votes::default(),
+        }
+    }
+
     /// The Redis nodes, or an error naming the operation for other backends.
     #[cfg_attr(not(feature = "etcd"), allow(unused_variables))]
     pub(crate) fn redis(&self, what: &str) -> Result<&RedisBackend> {
@@ -339,6 +354,8 @@ impl Client {
     async fn attempt(&self, keys: &Arc<[String]>) -> Result<Lock> {
         let inner = &self.inner;
         let config = &inner.config;
+        // With the `etcd` feature this match has two arms.
+        #[allow(clippy::infallible_destructuring_match)]
         let backend = match &inner.backend {
             Backend::Redis(r) => r,
             #[cfg(feature = "etcd")]
@@ -372,7 +389,9 @@ impl Client {
         let mut fencing_token = None;
         if config.fencing() {
             let granted: Vec<usize> = round.granted.iter().map(|(i, _)| *i).collect();
-            let Some(t) = fencing::next_token(round.granted.iter().map(|(_, c)| *c)) else {
+            let salt = fastrand::u16(..);
+            let counters = round.granted.iter().map(|(_, c)| *c);
+            let Some(t) = fencing::next_unique_token(counters, salt) else {
                 self.release_quietly(keys, &token).await;
                 return Err(Error::config(
                     "fence counter",

@@ -154,15 +154,26 @@ impl fmt::Display for Error {
         match self {
             Error::Contention { resource, votes } => write!(
                 f,
-                "lock {resource:?} is held by another client on {} node(s), so no quorum is possible ({votes}); wait and retry, or use acquire() with a deadline",
+                "lock {resource:?} is held by another client on {} node(s), so no quorum is possible ({votes}); wait for it to be released, or retry later",
                 votes.held_by_other()
             ),
-            Error::Unavailable { resource, votes } => write!(
-                f,
-                "lock {resource:?}: {} of {} node(s) failed or timed out, too many for a quorum ({votes}); check that the nodes are up and reachable, or raise the per-node timeout",
-                votes.failed(),
-                votes.0.len()
-            ),
+            Error::Unavailable { resource, votes } => {
+                let excluded = votes
+                    .iter()
+                    .filter(|v| matches!(v.outcome, crate::vote::VoteOutcome::Excluded(_)))
+                    .count();
+                let hint = if excluded > 0 {
+                    "restarted nodes count again once a TTL has passed since their restart (restart quarantine); persist with appendfsync always to skip it"
+                } else {
+                    "check that the nodes are up and reachable, or raise the per-node timeout"
+                };
+                write!(
+                    f,
+                    "lock {resource:?}: {} of {} node(s) failed, timed out or are excluded, too many for a quorum ({votes}); {hint}",
+                    votes.failed(),
+                    votes.0.len()
+                )
+            }
             Error::TooSlow { resource, votes } => write!(
                 f,
                 "lock {resource:?}: a quorum granted but acquisition took longer than the TTL allows, so no validity was left ({votes}); raise the TTL or lower the per-node timeout"

@@ -13,11 +13,35 @@ pub fn counter_key(resource: &str) -> String {
 
 /// The token a client takes from the counters that its granting nodes returned: one more than
 /// the largest. Returns `None` if no counter was seen or the largest is `u64::MAX`.
+///
+/// This is the order argument in its plainest form; the client uses [`next_unique_token`],
+/// which keeps the same order and also separates two grants that saw the same largest counter.
 pub fn next_token<I>(counters: I) -> Option<u64>
 where
     I: IntoIterator<Item = u64>,
 {
     counters.into_iter().max()?.checked_add(1)
+}
+
+/// How many low bits of a token are a per-grant random salt.
+pub const SALT_BITS: u32 = 16;
+
+/// The token the client issues: greater than every counter seen (so the order argument of
+/// [`next_token`] holds unchanged), with the low [`SALT_BITS`] bits taken from `salt`.
+///
+/// Two grants derive from the same largest counter only when a node lost its counter (a restart
+/// without persistence, an eviction) and the later grant's quorum missed every node that kept
+/// the earlier token. Plain `max + 1` then hands both the same token, and a fence that admits
+/// equal tokens (the same holder writing again) would let them interleave. With a salt they
+/// differ unless both draw the same 16 bits (probability 2^-16), and the fence orders them.
+/// Returns `None` when the counters are too close to `u64::MAX`.
+pub fn next_unique_token<I>(counters: I, salt: u16) -> Option<u64>
+where
+    I: IntoIterator<Item = u64>,
+{
+    let prefix = (counters.into_iter().max()? >> SALT_BITS).checked_add(1)?;
+    let base = prefix.checked_mul(1 << SALT_BITS)?;
+    Some(base | u64::from(salt))
 }
 
 #[cfg(test)]
@@ -30,6 +54,23 @@ mod tests {
         assert_eq!(next_token([0]), Some(1));
         assert_eq!(next_token(Vec::<u64>::new()), None);
         assert_eq!(next_token([u64::MAX]), None);
+    }
+
+    #[test]
+    fn unique_tokens_are_above_every_counter_and_keep_the_salt() {
+        for max in [0u64, 1, 65_535, 65_536, 1 << 40, (1 << 40) + 12_345] {
+            for salt in [0u16, 1, 777, u16::MAX] {
+                let t = next_unique_token([max / 2, max], salt).unwrap();
+                assert!(t > max, "{t} <= {max}");
+                assert_eq!(t & 0xffff, u64::from(salt));
+                // A later grant that saw this token goes above it, whatever its salt.
+                let later = next_unique_token([t], 0).unwrap();
+                assert!(later > t);
+            }
+        }
+        assert_eq!(next_unique_token(Vec::<u64>::new(), 1), None);
+        assert_eq!(next_unique_token([u64::MAX], 1), None);
+        assert_eq!(next_unique_token([0], 5), Some(65_536 + 5));
     }
 
     #[test]

@@ -55,19 +55,20 @@ impl NodeAddr {
                 "it has no scheme; write it as redis://host:port/db (or rediss://, etcd://)",
             )
         })?;
-        let scheme =
-            match scheme_str.to_ascii_lowercase().as_str() {
-                "redis" => Scheme::Redis,
-                "rediss" => Scheme::RedisTls,
-                "etcd" | "http" => Scheme::Etcd,
-                "etcds" | "https" => Scheme::EtcdTls,
-                other => return Err(Error::config(
+        let scheme = match scheme_str.to_ascii_lowercase().as_str() {
+            "redis" => Scheme::Redis,
+            "rediss" => Scheme::RedisTls,
+            "etcd" | "http" => Scheme::Etcd,
+            "etcds" | "https" => Scheme::EtcdTls,
+            other => {
+                return Err(Error::config(
                     what(),
                     format!(
                         "unknown scheme {other:?}; use redis://, rediss://, etcd:// or etcds://"
                     ),
-                )),
-            };
+                ))
+            }
+        };
         let (authority, path) = match rest.find(['/', '?']) {
             Some(i) => (&rest[..i], &rest[i..]),
             None => (rest, ""),

@@ -1,13 +1,15 @@
 //! Quorum arithmetic and the early decision of a round: pure logic, no I/O.
+//!
+//! Public so that tools (and benchmarks) can reuse the exact rule the client applies.
 
 /// The quorum for `n` nodes: a strict majority, `n / 2 + 1`.
-pub(crate) fn quorum(n: usize) -> usize {
+pub fn quorum(n: usize) -> usize {
     n / 2 + 1
 }
 
 /// Where a round of votes stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Decision {
+pub enum Decision {
     /// Not yet known: more answers are needed.
     Pending,
     /// At least a quorum granted.
@@ -18,7 +20,7 @@ pub(crate) enum Decision {
 
 /// Counts the answers of one round and decides as soon as the outcome is known.
 #[derive(Debug, Clone)]
-pub(crate) struct Tally {
+pub struct Tally {
     nodes: usize,
     quorum: usize,
     granted: usize,
@@ -27,7 +29,7 @@ pub(crate) struct Tally {
 
 impl Tally {
     /// A round over `nodes` nodes that needs `quorum` grants.
-    pub(crate) fn new(nodes: usize, quorum: usize) -> Tally {
+    pub fn new(nodes: usize, quorum: usize) -> Tally {
         debug_assert!(quorum >= 1 && quorum <= nodes);
         Tally {
             nodes,
@@ -38,7 +40,7 @@ impl Tally {
     }
 
     /// Records one answer: granted or not (refused, failed, timed out).
-    pub(crate) fn record(&mut self, granted: bool) -> Decision {
+    pub fn record(&mut self, granted: bool) -> Decision {
         if granted {
             self.granted += 1;
         } else {
@@ -48,7 +50,7 @@ impl Tally {
     }
 
     /// The decision given the answers so far.
-    pub(crate) fn decision(&self) -> Decision {
+    pub fn decision(&self) -> Decision {
         if self.granted >= self.quorum {
             Decision::Reached
         } else if self.nodes - self.refused < self.quorum {

@@ -52,6 +52,6 @@ mod tests {
     fn no_validity_left_is_none() {
         assert_eq!(validity(1_000 * MS, 988 * MS, 12 * MS), None);
         assert_eq!(validity(1_000 * MS, 2_000 * MS, 12 * MS), None);
-        assert_eq!(validity(10 * MS, 0 * MS, 12 * MS), None);
+        assert_eq!(validity(10 * MS, Duration::ZERO, 12 * MS), None);
     }
 }

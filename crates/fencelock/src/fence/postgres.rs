@@ -350,7 +350,7 @@ fn redact_url(scheme: &str, rest: &str) -> String {
         let params: Vec<String> = query
             .split('&')
             .map(|param| match param.split_once('=') {
-                Some((key, _)) if key == "password" => "password=***".to_owned(),
+                Some(("password", _)) => "password=***".to_owned(),
                 _ => param.to_owned(),
             })
             .collect();

@@ -83,6 +83,14 @@ impl RedisBackend {
         })
     }
 
+    /// Opens every node's connection, waiting at most `timeout`.
+    pub(crate) async fn connect_all(&self, timeout: Duration) -> Votes {
+        let all: Vec<usize> = (0..self.nodes.len()).collect();
+        self.round_all(&all, timeout, |_conn| async { Ok(Answer::Granted(())) })
+            .await
+            .votes
+    }
+
     /// Subscribes to the release of `keys`, so that a waiter wakes when they are released.
     pub(crate) async fn watch_release(&self, keys: &[String], timeout: Duration) -> Subscription {
         self.watch.subscribe(keys, timeout).await
@@ -444,7 +452,7 @@ impl RedisBackend {
                     // The connection is fetched inside the timed part, so a node that is slow
                     // to connect costs no more than one node timeout.
                     let attempt = async {
-                        let handle = node.get().await.map_err(|e| Err((None, e)))?;
+                        let handle = node.get().await.map_err(|e| Err(Box::new((None, e))))?;
                         if respect_quarantine {
                             if let Some(why) = handle.info.excluded_now() {
                                 return Err(Ok(why));
@@ -452,13 +460,14 @@ impl RedisBackend {
                         }
                         op(handle.conn.clone())
                             .await
-                            .map_err(|e| Err((Some(handle), e)))
+                            .map_err(|e| Err(Box::new((Some(handle), e))))
                     };
                     let result = match tokio::time::timeout(node_timeout, attempt).await {
                         Err(_) => Err(NodeFailure::TimedOut),
                         Ok(Ok(answer)) => Ok(answer),
                         Ok(Err(Ok(why))) => Err(NodeFailure::Excluded(why)),
-                        Ok(Err(Err((handle, e)))) => {
+                        Ok(Err(Err(failure))) => {
+                            let (handle, e) = *failure;
                             if let Some(h) = handle.filter(|_| conn::is_broken(&e)) {
                                 node.discard(&h);
                             }

@@ -1,0 +1,213 @@
+//! The command line, as clap derive structs.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::exit::HELP_TABLE;
+
+/// Run a command under a distributed lock held on a set of Redis nodes (Redlock), inspect locks,
+/// check a node set for the known mistakes, and start local development nodes.
+#[derive(Debug, Parser)]
+#[command(name = "fencelock", version, after_help = HELP_TABLE, after_long_help = HELP_TABLE)]
+pub(crate) struct Cli {
+    #[command(flatten)]
+    pub(crate) global: Global,
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+/// Options every command takes.
+#[derive(Debug, Args)]
+pub(crate) struct Global {
+    /// Node URLs, comma separated (redis://host:port/db, rediss://...). Else FENCELOCK_NODES,
+    /// else the config file, else the dev set started by `fencelock up`.
+    #[arg(long, global = true, value_name = "URL,URL,...", value_delimiter = ',')]
+    pub(crate) nodes: Vec<String>,
+
+    /// A TOML config file (keys: nodes, ttl, node_timeout, drift_factor, fencing, quarantine).
+    /// Default: $FENCELOCK_CONFIG, else $XDG_CONFIG_HOME/fencelock/config.toml if it exists.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub(crate) config: Option<PathBuf>,
+
+    /// Time to live of the lock keys (default 10s, or the config file's).
+    #[arg(long, global = true, value_name = "DURATION", value_parser = parse_duration)]
+    pub(crate) ttl: Option<Duration>,
+
+    /// Per-node timeout of each request (default 50ms, or the config file's). Keep it far below
+    /// the TTL so that a dead node cannot eat the validity.
+    #[arg(long, global = true, value_name = "DURATION", value_parser = parse_duration)]
+    pub(crate) node_timeout: Option<Duration>,
+
+    /// Count nodes that restarted less than a TTL ago toward the quorum at once. By default
+    /// (for several nodes) such a node is left out for a TTL, because it may have forgotten a
+    /// lock it granted before the restart; nodes that were started fresh and never held a lock
+    /// can safely skip that. Off by default for the dev set, whose nodes start together.
+    #[arg(long, global = true)]
+    pub(crate) no_quarantine: bool,
+
+    /// Print machine-readable JSON on stdout instead of the human form.
+    #[arg(long, global = true)]
+    pub(crate) json: bool,
+}
+
+/// The commands.
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Run COMMAND while holding the lock on RESOURCE; exit with the command's status.
+    ///
+    /// The lock is kept extended while the command runs and released when it exits. The command
+    /// gets FENCELOCK_RESOURCE and, with --fencing, FENCELOCK_TOKEN (the fencing token) in its
+    /// environment. It runs in its own process group; SIGINT, SIGTERM and SIGHUP sent to fencelock
+    /// are forwarded to that group. If the lock is lost, or its validity would run out before an
+    /// extension succeeds, the group gets SIGTERM, then SIGKILL after --grace, before the keys can
+    /// expire on a majority; fencelock then exits with 76.
+    Run(RunArgs),
+    /// Acquire the lock and print its token (for scripts that cannot wrap a command).
+    ///
+    /// Human form: the token alone on stdout, details on stderr, so that
+    /// `TOKEN=$(fencelock acquire job)` works. The lock is NOT extended: extend it with
+    /// `fencelock extend` before its validity runs out, and release it with `fencelock release`.
+    Acquire(AcquireArgs),
+    /// Extend a lock acquired with `fencelock acquire` by another TTL.
+    Extend(TokenArgs),
+    /// Release a lock acquired with `fencelock acquire`. A wrong token leaves the keys untouched.
+    Release(TokenArgs),
+    /// Show, per node, who holds RESOURCE (its token), the remaining TTL and the fence counter.
+    Inspect(InspectArgs),
+    /// Check the node set against the known Redlock mistakes (replicas, eviction, persistence,
+    /// restarts, clock skew, slow nodes); exit 1 if a check fails.
+    Doctor,
+    /// Start a local set of redis-server nodes in the background: the dev set.
+    Up(UpArgs),
+    /// Stop the dev set started by `fencelock up`.
+    Down,
+}
+
+/// `run`.
+#[derive(Debug, Args)]
+pub(crate) struct RunArgs {
+    /// Wait at most this long for the lock (default: as long as another client holds it).
+    #[arg(long, short = 'w', value_name = "DURATION", value_parser = parse_duration, conflicts_with = "no_wait")]
+    pub(crate) wait: Option<Duration>,
+    /// Fail at once (exit 75) if another client holds the lock.
+    #[arg(long, short = 'n')]
+    pub(crate) no_wait: bool,
+    /// Take a fencing token and pass it to the command as FENCELOCK_TOKEN.
+    #[arg(long)]
+    pub(crate) fencing: bool,
+    /// Time between SIGTERM and SIGKILL when the lock is lost (default: the smaller of 5s and
+    /// TTL/4). SIGKILL is sent before the validity runs out, so SIGTERM comes that much earlier.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub(crate) grace: Option<Duration>,
+    /// The lock's name.
+    pub(crate) resource: String,
+    /// The command and its arguments (after `--`).
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "COMMAND"
+    )]
+    pub(crate) command: Vec<OsString>,
+}
+
+/// `acquire`.
+#[derive(Debug, Args)]
+pub(crate) struct AcquireArgs {
+    /// Wait at most this long for the lock (default: fail at once if it is held).
+    #[arg(long, short = 'w', value_name = "DURATION", value_parser = parse_duration)]
+    pub(crate) wait: Option<Duration>,
+    /// Also take a fencing token.
+    #[arg(long)]
+    pub(crate) fencing: bool,
+    /// The lock's name.
+    pub(crate) resource: String,
+}
+
+/// `extend` and `release`.
+#[derive(Debug, Args)]
+pub(crate) struct TokenArgs {
+    /// The token printed by `fencelock acquire`.
+    #[arg(
+        long,
+        short = 't',
+        env = "FENCELOCK_LOCK_TOKEN",
+        hide_env_values = true
+    )]
+    pub(crate) token: String,
+    /// The lock's name.
+    pub(crate) resource: String,
+}
+
+/// `inspect`.
+#[derive(Debug, Args)]
+pub(crate) struct InspectArgs {
+    /// The lock's name.
+    pub(crate) resource: String,
+}
+
+/// `up`.
+#[derive(Debug, Args)]
+pub(crate) struct UpArgs {
+    /// How many nodes to start (an odd number: 3 or 5).
+    #[arg(long = "count", short = 'c', default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub(crate) count: u16,
+    /// First port; the nodes take PORT, PORT+1, ... (default: free ports chosen by the system).
+    #[arg(long, value_name = "PORT")]
+    pub(crate) port_base: Option<u16>,
+}
+
+/// Parses `30s`, `500ms`, `1m 30s`; a bare number is refused because its unit would be a guess.
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!(
+            "{text:?} has no unit; write e.g. {text}s or {text}ms"
+        ));
+    }
+    humantime::parse_duration(text)
+        .map_err(|e| format!("{e}; write a duration such as 30s, 500ms or 1m30s"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn durations_need_a_unit() {
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert!(parse_duration("30").is_err());
+        assert!(parse_duration("soon").is_err());
+    }
+
+    #[test]
+    fn run_takes_the_command_after_the_resource() {
+        let cli = Cli::try_parse_from([
+            "fencelock",
+            "run",
+            "--no-wait",
+            "job",
+            "--",
+            "sh",
+            "-c",
+            "echo hi",
+        ])
+        .unwrap();
+        let Command::Run(args) = cli.command else {
+            panic!("not run")
+        };
+        assert_eq!(args.resource, "job");
+        assert_eq!(args.command, ["sh", "-c", "echo hi"]);
+        assert!(args.no_wait);
+    }
+}

@@ -1,0 +1,786 @@
+//! `fencelock doctor`: checks a node set against the article's list of Redlock mistakes and the
+//! others we know. Gathering facts does the I/O; [`evaluate`] turns facts into checks and has none,
+//! so every verdict is unit-tested below.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::Serialize;
+
+use crate::exit;
+use crate::node::{parse_info, Node};
+use crate::settings::Settings;
+
+/// Generous bound on each doctor request: doctor measures slowness, it must not fail on it.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+/// PINGs per node to measure the round-trip time.
+const PINGS: usize = 5;
+/// Clock offsets above this are a warning.
+const SKEW_WARN: Duration = Duration::from_millis(100);
+/// Clock offsets above this are a failure.
+const SKEW_FAIL: Duration = Duration::from_secs(1);
+
+/// A check's verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum Status {
+    Pass,
+    Warn,
+    Fail,
+}
+
+impl Status {
+    fn label(self) -> &'static str {
+        match self {
+            Status::Pass => "pass",
+            Status::Warn => "warn",
+            Status::Fail => "fail",
+        }
+    }
+}
+
+/// One line of the report.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Check {
+    pub(crate) check: &'static str,
+    pub(crate) node: Option<String>,
+    pub(crate) status: Status,
+    pub(crate) detail: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) hint: Option<String>,
+}
+
+/// What was learned from one node.
+#[derive(Debug, Clone)]
+pub(crate) struct NodeFacts {
+    pub(crate) name: String,
+    /// `Err` with the reason if the node could not be reached.
+    pub(crate) reachable: Result<(), String>,
+    /// The round-trip times of the PINGs.
+    pub(crate) rtts: Vec<Duration>,
+    /// `INFO server`, `replication`, `persistence` and `cluster`, merged.
+    pub(crate) info: BTreeMap<String, String>,
+    /// `CONFIG GET` answers; `Err` if CONFIG is refused (renamed or ACL).
+    pub(crate) config: Result<BTreeMap<String, String>, String>,
+    /// The node's clock minus the local clock, in microseconds, and the uncertainty (half the
+    /// round trip of the TIME request).
+    pub(crate) clock_offset: Option<(i64, Duration)>,
+}
+
+/// The settings the checks are measured against.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    pub(crate) ttl: Duration,
+    pub(crate) node_timeout: Duration,
+}
+
+fn check(
+    check: &'static str,
+    node: Option<&str>,
+    status: Status,
+    detail: impl Into<String>,
+    hint: Option<&str>,
+) -> Check {
+    Check {
+        check,
+        node: node.map(str::to_owned),
+        status,
+        detail: detail.into(),
+        hint: hint.map(str::to_owned),
+    }
+}
+
+fn fmt_duration(d: Duration) -> String {
+    if d >= Duration::from_secs(1) {
+        format!("{:.1}s", d.as_secs_f64())
+    } else {
+        format!("{:.1}ms", d.as_secs_f64() * 1000.0)
+    }
+}
+
+/// Turns the facts into checks. No I/O.
+pub(crate) fn evaluate(facts: &[NodeFacts], limits: Limits) -> Vec<Check> {
+    let mut checks = Vec::new();
+    let n = facts.len();
+    let quorum = n / 2 + 1;
+    checks.push(node_count(n, quorum));
+
+    let reachable: Vec<&NodeFacts> = facts.iter().filter(|f| f.reachable.is_ok()).collect();
+    for f in facts {
+        if let Err(why) = &f.reachable {
+            checks.push(check(
+                "reachable",
+                Some(&f.name),
+                Status::Fail,
+                format!("cannot reach the node: {why}"),
+                Some("start the node or fix its URL; every node down costs one vote of the quorum"),
+            ));
+        }
+    }
+    let down = n - reachable.len();
+    if down > 0 {
+        let status = if reachable.len() >= quorum {
+            Status::Warn
+        } else {
+            Status::Fail
+        };
+        checks.push(check(
+            "quorum",
+            None,
+            status,
+            format!(
+                "{} of {n} node(s) reachable, a quorum needs {quorum}",
+                reachable.len()
+            ),
+            Some(if status == Status::Fail {
+                "no lock can be acquired until enough nodes are back"
+            } else {
+                "locks still work, but one more failure may stop them"
+            }),
+        ));
+    }
+
+    for f in &reachable {
+        node_checks(f, limits, &mut checks);
+    }
+    checks.extend(duplicate_run_ids(&reachable));
+    checks.extend(skew_between_nodes(&reachable));
+    checks
+}
+
+fn node_count(n: usize, quorum: usize) -> Check {
+    if n == 1 {
+        check(
+            "node count",
+            None,
+            Status::Warn,
+            "1 node: a single-node lock",
+            Some("fine for an efficiency lock (a cron job that should not run twice); for Redlock use 3 or 5 independent nodes"),
+        )
+    } else if n % 2 == 0 {
+        check(
+            "node count",
+            None,
+            Status::Warn,
+            format!(
+                "{n} nodes, quorum {quorum}: an even count tolerates no more failures than {}",
+                n - 1
+            ),
+            Some("use an odd number of nodes (3 or 5)"),
+        )
+    } else {
+        check(
+            "node count",
+            None,
+            Status::Pass,
+            format!(
+                "{n} nodes, quorum {quorum}, tolerates {} failed node(s)",
+                n - quorum
+            ),
+            None,
+        )
+    }
+}
+
+fn node_checks(f: &NodeFacts, limits: Limits, checks: &mut Vec<Check>) {
+    let node = Some(f.name.as_str());
+    let info = |key: &str| f.info.get(key).map(String::as_str);
+
+    let version = info("redis_version").unwrap_or("?");
+    checks.push(check(
+        "reachable",
+        node,
+        Status::Pass,
+        format!("redis {version}"),
+        None,
+    ));
+
+    if let Some(max) = f.rtts.iter().max() {
+        let detail = format!(
+            "round trip up to {} over {} PING(s); per-node timeout {}",
+            fmt_duration(*max),
+            f.rtts.len(),
+            fmt_duration(limits.node_timeout)
+        );
+        let status = if *max >= limits.node_timeout {
+            Status::Fail
+        } else if *max * 2 >= limits.node_timeout {
+            Status::Warn
+        } else {
+            Status::Pass
+        };
+        let hint = match status {
+            Status::Pass => None,
+            _ => Some("requests this slow time out and the node's vote is lost; raise --node-timeout (keep it far below the TTL) or move the node closer"),
+        };
+        checks.push(check("round trip", node, status, detail, hint));
+    }
+
+    match info("role") {
+        Some("slave") | Some("replica") => checks.push(check(
+            "replication",
+            node,
+            Status::Fail,
+            format!(
+                "the node is a replica of {}:{}",
+                info("master_host").unwrap_or("?"),
+                info("master_port").unwrap_or("?")
+            ),
+            Some("Redlock nodes must be independent masters: a replica can lose the lock key on failover; use separate servers without replication"),
+        )),
+        _ => {
+            let replicas: u64 = info("connected_slaves").and_then(|v| v.parse().ok()).unwrap_or(0);
+            if replicas > 0 {
+                checks.push(check(
+                    "replication",
+                    node,
+                    Status::Fail,
+                    format!("the node has {replicas} connected replica(s)"),
+                    Some("replication is asynchronous: a promoted replica may not have the lock key, and two clients hold the lock; use independent nodes without replicas"),
+                ));
+            } else {
+                checks.push(check("replication", node, Status::Pass, "an independent master", None));
+            }
+        }
+    }
+
+    if info("cluster_enabled") == Some("1") {
+        checks.push(check(
+            "cluster",
+            node,
+            Status::Fail,
+            "cluster_enabled:1, the node is part of a Redis Cluster",
+            Some("do not use a Redis Cluster as Redlock nodes: its masters fail over to replicas; use standalone servers"),
+        ));
+    }
+
+    match &f.config {
+        Err(why) => checks.push(check(
+            "config",
+            node,
+            Status::Warn,
+            format!("CONFIG GET refused ({why}); eviction and persistence could not be checked"),
+            Some(
+                "allow CONFIG GET for this user, or check maxmemory-policy and appendfsync by hand",
+            ),
+        )),
+        Ok(config) => {
+            config_checks(f, config, limits, checks);
+        }
+    }
+
+    if let Some((offset, uncertainty)) = f.clock_offset {
+        let off = Duration::from_micros(offset.unsigned_abs()).saturating_sub(uncertainty);
+        let (status, hint) = skew_verdict(off);
+        checks.push(check(
+            "clock vs local",
+            node,
+            status,
+            format!(
+                "node clock {} {} the local clock (±{})",
+                fmt_duration(Duration::from_micros(offset.unsigned_abs())),
+                if offset >= 0 { "ahead of" } else { "behind" },
+                fmt_duration(uncertainty)
+            ),
+            hint,
+        ));
+    }
+}
+
+fn config_checks(
+    f: &NodeFacts,
+    config: &BTreeMap<String, String>,
+    limits: Limits,
+    checks: &mut Vec<Check>,
+) {
+    let node = Some(f.name.as_str());
+    let get = |key: &str| config.get(key).map(String::as_str);
+
+    match get("maxmemory-policy") {
+        Some("noeviction") => checks.push(check("eviction", node, Status::Pass, "maxmemory-policy noeviction", None)),
+        Some(policy) => checks.push(check(
+            "eviction",
+            node,
+            Status::Fail,
+            format!("maxmemory-policy is {policy} (maxmemory {}): the node may evict lock keys", get("maxmemory").unwrap_or("?")),
+            Some("set maxmemory-policy noeviction on lock nodes (CONFIG SET maxmemory-policy noeviction, and in redis.conf)"),
+        )),
+        None => {}
+    }
+
+    let aof = get("appendonly") == Some("yes");
+    let fsync = get("appendfsync").unwrap_or("?");
+    let rdb = get("save").is_some_and(|s| !s.trim().is_empty());
+    let durable = aof && fsync == "always";
+    let (status, detail, hint) = if durable {
+        (Status::Pass, "AOF with appendfsync always".to_owned(), None)
+    } else if aof {
+        (
+            Status::Warn,
+            format!("AOF with appendfsync {fsync}: a crash loses the last writes, lock keys included"),
+            Some("use appendfsync always, or keep a restarted node out of the set for at least the TTL"),
+        )
+    } else if rdb {
+        (
+            Status::Warn,
+            "RDB snapshots only: a restart loses the lock keys written since the last snapshot".to_owned(),
+            Some("use appendonly yes with appendfsync always, or no persistence and keep a restarted node out for the TTL"),
+        )
+    } else {
+        (
+            Status::Pass,
+            "no persistence: a restarted node forgets every lock".to_owned(),
+            Some(
+                "keep a restarted node out of the set for at least the TTL (see the uptime check)",
+            ),
+        )
+    };
+    checks.push(check("persistence", node, status, detail, hint));
+
+    if let Some(uptime) = f
+        .info
+        .get("uptime_in_seconds")
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        let uptime = Duration::from_secs(uptime);
+        // `uptime_in_seconds` is whole seconds: compare with one second of slack.
+        if uptime + Duration::from_secs(1) <= limits.ttl && !durable {
+            checks.push(check(
+                "uptime",
+                node,
+                Status::Warn,
+                format!(
+                    "up for {}, less than the TTL {}: it may have forgotten a lock granted before it restarted",
+                    humantime::format_duration(uptime),
+                    fmt_duration(limits.ttl)
+                ),
+                Some("a restarted node should stay out of the set for at least the TTL; wait, or make restarts delay that long"),
+            ));
+        } else {
+            checks.push(check(
+                "uptime",
+                node,
+                Status::Pass,
+                format!("up for {}", humantime::format_duration(uptime)),
+                None,
+            ));
+        }
+    }
+}
+
+fn skew_verdict(off: Duration) -> (Status, Option<&'static str>) {
+    if off >= SKEW_FAIL {
+        (Status::Fail, Some("synchronize the clocks (NTP, chrony) and let them slew, not step: a clock jump expires lock keys early"))
+    } else if off >= SKEW_WARN {
+        (
+            Status::Warn,
+            Some("check clock synchronization (NTP, chrony); TTLs run on each node's clock"),
+        )
+    } else {
+        (Status::Pass, None)
+    }
+}
+
+fn duplicate_run_ids(reachable: &[&NodeFacts]) -> Vec<Check> {
+    let mut by_id: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for f in reachable {
+        if let Some(id) = f.info.get("run_id") {
+            by_id.entry(id).or_default().push(&f.name);
+        }
+    }
+    let mut checks = Vec::new();
+    for (id, names) in &by_id {
+        if names.len() > 1 {
+            checks.push(check(
+                "independence",
+                None,
+                Status::Fail,
+                format!("{} are the same server (run_id {id})", names.join(" and ")),
+                Some("each node must be a separate redis-server; remove the duplicate URL"),
+            ));
+        }
+    }
+    if checks.is_empty() && reachable.len() > 1 {
+        checks.push(check(
+            "independence",
+            None,
+            Status::Pass,
+            format!("{} distinct servers (run_id)", reachable.len()),
+            None,
+        ));
+    }
+    checks
+}
+
+fn skew_between_nodes(reachable: &[&NodeFacts]) -> Option<Check> {
+    let offsets: Vec<(i64, Duration)> = reachable.iter().filter_map(|f| f.clock_offset).collect();
+    if offsets.len() < 2 {
+        return None;
+    }
+    let max = offsets.iter().map(|(o, _)| *o).max()?;
+    let min = offsets.iter().map(|(o, _)| *o).min()?;
+    let spread = Duration::from_micros(max.abs_diff(min));
+    let uncertainty: Duration = offsets.iter().map(|(_, u)| *u).max()? * 2;
+    let (status, hint) = skew_verdict(spread.saturating_sub(uncertainty));
+    Some(check(
+        "clock skew",
+        None,
+        status,
+        format!(
+            "node clocks differ by up to {} (±{})",
+            fmt_duration(spread),
+            fmt_duration(uncertainty)
+        ),
+        hint,
+    ))
+}
+
+/// Asks one node everything the checks need.
+async fn gather(node: &Node) -> NodeFacts {
+    let mut facts = NodeFacts {
+        name: node.name.clone(),
+        reachable: Ok(()),
+        rtts: Vec::new(),
+        info: BTreeMap::new(),
+        config: Ok(BTreeMap::new()),
+        clock_offset: None,
+    };
+    let mut conn = match node.connect(PROBE_TIMEOUT).await {
+        Ok(conn) => conn,
+        Err(why) => {
+            facts.reachable = Err(why);
+            return facts;
+        }
+    };
+    for _ in 0..PINGS {
+        match conn.query_timed::<String>(&redis::cmd("PING")).await {
+            Ok((_, rtt)) => facts.rtts.push(rtt),
+            Err(why) => {
+                facts.reachable = Err(format!("PING failed: {why}"));
+                return facts;
+            }
+        }
+    }
+    for section in ["server", "replication", "persistence", "cluster"] {
+        match conn.query::<String>(redis::cmd("INFO").arg(section)).await {
+            Ok(text) => facts.info.extend(parse_info(&text)),
+            Err(why) => {
+                facts.reachable = Err(format!("INFO {section} failed: {why}"));
+                return facts;
+            }
+        }
+    }
+    let mut config = BTreeMap::new();
+    for key in [
+        "maxmemory-policy",
+        "maxmemory",
+        "appendonly",
+        "appendfsync",
+        "save",
+    ] {
+        match conn
+            .query::<Vec<String>>(redis::cmd("CONFIG").arg("GET").arg(key))
+            .await
+        {
+            Ok(pair) => {
+                if let [k, v] = pair.as_slice() {
+                    config.insert(k.clone(), v.clone());
+                }
+            }
+            Err(why) => {
+                facts.config = Err(why);
+                break;
+            }
+        }
+    }
+    if facts.config.is_ok() {
+        facts.config = Ok(config);
+    }
+
+    let before = SystemTime::now();
+    if let Ok(((secs, micros), rtt)) = conn.query_timed::<(i64, i64)>(&redis::cmd("TIME")).await {
+        let local_mid = before + rtt / 2;
+        if let Ok(local) = local_mid.duration_since(UNIX_EPOCH) {
+            let node_us = secs.saturating_mul(1_000_000).saturating_add(micros);
+            let local_us = i64::try_from(local.as_micros()).unwrap_or(i64::MAX);
+            facts.clock_offset = Some((node_us.saturating_sub(local_us), rtt / 2));
+        }
+    }
+    facts
+}
+
+/// `fencelock doctor`.
+///
+/// # Errors
+///
+/// A usage failure for a bad node URL; unreachable nodes are a failing check, not an error.
+pub(crate) async fn doctor(settings: &Settings, json: bool) -> anyhow::Result<u8> {
+    let nodes = Node::parse_all(&settings.nodes)?;
+    let facts = futures_util::future::join_all(nodes.iter().map(gather)).await;
+    let limits = Limits {
+        ttl: settings.ttl,
+        node_timeout: settings.node_timeout,
+    };
+    let checks = evaluate(&facts, limits);
+    let failed = checks.iter().any(|c| c.status == Status::Fail);
+    let count = |s: Status| checks.iter().filter(|c| c.status == s).count();
+    if json {
+        let value = serde_json::json!({
+            "nodes": facts.iter().map(|f| &f.name).collect::<Vec<_>>(),
+            "ttl_ms": u64::try_from(settings.ttl.as_millis()).unwrap_or(u64::MAX),
+            "node_timeout_ms": u64::try_from(settings.node_timeout.as_millis()).unwrap_or(u64::MAX),
+            "checks": checks,
+            "summary": {"pass": count(Status::Pass), "warn": count(Status::Warn), "fail": count(Status::Fail)},
+            "ok": !failed,
+        });
+        println!("{value}");
+    } else {
+        print!("{}", render(&checks));
+        println!(
+            "{} pass, {} warn, {} fail (TTL {}, per-node timeout {}, nodes from {})",
+            count(Status::Pass),
+            count(Status::Warn),
+            count(Status::Fail),
+            fmt_duration(settings.ttl),
+            fmt_duration(settings.node_timeout),
+            settings.source
+        );
+    }
+    Ok(if failed { exit::CHECK_FAILED } else { exit::OK })
+}
+
+/// The human table.
+fn render(checks: &[Check]) -> String {
+    let node_width = checks
+        .iter()
+        .map(|c| c.node.as_deref().map_or(1, str::len))
+        .max()
+        .unwrap_or(4)
+        .max(4);
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<6}{:<16}{:<node_width$}  DETAIL",
+        "", "CHECK", "NODE"
+    );
+    for c in checks {
+        let _ = writeln!(
+            out,
+            "{:<6}{:<16}{:<node_width$}  {}",
+            c.status.label(),
+            c.check,
+            c.node.as_deref().unwrap_or("-"),
+            c.detail
+        );
+        if let (Some(hint), true) = (&c.hint, c.status != Status::Pass) {
+            let _ = writeln!(out, "{:<6}  hint: {hint}", "");
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits() -> Limits {
+        Limits {
+            ttl: Duration::from_secs(30),
+            node_timeout: Duration::from_millis(50),
+        }
+    }
+
+    fn healthy(name: &str, run_id: &str) -> NodeFacts {
+        let info = [
+            ("redis_version", "7.0.15"),
+            ("run_id", run_id),
+            ("role", "master"),
+            ("connected_slaves", "0"),
+            ("cluster_enabled", "0"),
+            ("uptime_in_seconds", "3600"),
+        ];
+        let config = [
+            ("maxmemory-policy", "noeviction"),
+            ("maxmemory", "0"),
+            ("appendonly", "no"),
+            ("appendfsync", "everysec"),
+            ("save", ""),
+        ];
+        NodeFacts {
+            name: name.into(),
+            reachable: Ok(()),
+            rtts: vec![Duration::from_micros(300); 5],
+            info: info
+                .iter()
+                .map(|(k, v)| ((*k).into(), (*v).into()))
+                .collect(),
+            config: Ok(config
+                .iter()
+                .map(|(k, v)| ((*k).into(), (*v).into()))
+                .collect()),
+            clock_offset: Some((200, Duration::from_micros(150))),
+        }
+    }
+
+    fn three() -> Vec<NodeFacts> {
+        vec![healthy("a", "1"), healthy("b", "2"), healthy("c", "3")]
+    }
+
+    fn worst(checks: &[Check], name: &str) -> Option<Status> {
+        checks
+            .iter()
+            .filter(|c| c.check == name)
+            .map(|c| c.status)
+            .max()
+    }
+
+    #[test]
+    fn a_clean_set_passes() {
+        let checks = evaluate(&three(), limits());
+        assert!(
+            checks.iter().all(|c| c.status == Status::Pass),
+            "{checks:#?}"
+        );
+    }
+
+    #[test]
+    fn eviction_policies_fail() {
+        let mut facts = three();
+        if let Ok(config) = &mut facts[1].config {
+            config.insert("maxmemory-policy".into(), "allkeys-lru".into());
+        }
+        assert_eq!(
+            worst(&evaluate(&facts, limits()), "eviction"),
+            Some(Status::Fail)
+        );
+        if let Ok(config) = &mut facts[1].config {
+            config.insert("maxmemory-policy".into(), "volatile-ttl".into());
+        }
+        assert_eq!(
+            worst(&evaluate(&facts, limits()), "eviction"),
+            Some(Status::Fail)
+        );
+    }
+
+    #[test]
+    fn replicas_and_masters_with_replicas_fail() {
+        let mut facts = three();
+        facts[0].info.insert("connected_slaves".into(), "1".into());
+        facts[1].info.insert("role".into(), "slave".into());
+        let checks = evaluate(&facts, limits());
+        let fails: Vec<_> = checks
+            .iter()
+            .filter(|c| c.check == "replication" && c.status == Status::Fail)
+            .collect();
+        assert_eq!(fails.len(), 2, "{checks:#?}");
+    }
+
+    #[test]
+    fn the_same_server_twice_fails() {
+        let mut facts = three();
+        facts[2].info.insert("run_id".into(), "1".into());
+        assert_eq!(
+            worst(&evaluate(&facts, limits()), "independence"),
+            Some(Status::Fail)
+        );
+    }
+
+    #[test]
+    fn cluster_mode_fails() {
+        let mut facts = three();
+        facts[0].info.insert("cluster_enabled".into(), "1".into());
+        assert_eq!(
+            worst(&evaluate(&facts, limits()), "cluster"),
+            Some(Status::Fail)
+        );
+    }
+
+    #[test]
+    fn lax_fsync_warns_and_always_passes() {
+        let mut facts = three();
+        if let Ok(config) = &mut facts[0].config {
+            config.insert("appendonly".into(), "yes".into());
+        }
+        assert_eq!(
+            worst(&evaluate(&facts, limits()), "persistence"),
+            Some(Status::Warn)
+        );
+        if let Ok(config) = &mut facts[0].config {
+            config.insert("appendfsync".into(), "always".into());
+        }
+        assert_eq!(
+            worst(&evaluate(&facts, limits()), "persistence"),
+            Some(Status::Pass)
+        );
+    }
+
+    #[test]
+    fn a_recent_restart_warns() {
+        let mut facts = three();
+        facts[0].info.insert("uptime_in_seconds".into(), "3".into());
+        assert_eq!(
+            worst(&evaluate(&facts, limits()), "uptime"),
+            Some(Status::Warn)
+        );
+    }
+
+    #[test]
+    fn slow_nodes_warn_then_fail() {
+        let mut facts = three();
+        facts[0].rtts = vec![Duration::from_millis(30)];
+        assert_eq!(
+            worst(&evaluate(&facts, limits()), "round trip"),
+            Some(Status::Warn)
+        );
+        facts[0].rtts = vec![Duration::from_millis(60)];
+        assert_eq!(
+            worst(&evaluate(&facts, limits()), "round trip"),
+            Some(Status::Fail)
+        );
+    }
+
+    #[test]
+    fn clock_skew_is_measured_against_the_uncertainty() {
+        let mut facts = three();
+        facts[0].clock_offset = Some((2_000_000, Duration::from_micros(100)));
+        let checks = evaluate(&facts, limits());
+        assert_eq!(worst(&checks, "clock vs local"), Some(Status::Fail));
+        assert_eq!(worst(&checks, "clock skew"), Some(Status::Fail));
+        facts[0].clock_offset = Some((150_000, Duration::from_millis(100)));
+        let checks = evaluate(&facts, limits());
+        assert_eq!(worst(&checks, "clock vs local"), Some(Status::Pass));
+    }
+
+    #[test]
+    fn unreachable_nodes_fail_and_cost_the_quorum() {
+        let mut facts = three();
+        facts[0].reachable = Err("connection refused".into());
+        let checks = evaluate(&facts, limits());
+        assert_eq!(worst(&checks, "reachable"), Some(Status::Fail));
+        assert_eq!(worst(&checks, "quorum"), Some(Status::Warn));
+        facts[1].reachable = Err("connection refused".into());
+        assert_eq!(
+            worst(&evaluate(&facts, limits()), "quorum"),
+            Some(Status::Fail)
+        );
+    }
+
+    #[test]
+    fn even_counts_warn() {
+        let facts = vec![healthy("a", "1"), healthy("b", "2")];
+        assert_eq!(
+            worst(&evaluate(&facts, limits()), "node count"),
+            Some(Status::Warn)
+        );
+    }
+
+    #[test]
+    fn the_table_has_a_hint_under_each_problem() {
+        let mut facts = three();
+        facts[0].info.insert("cluster_enabled".into(), "1".into());
+        let text = render(&evaluate(&facts, limits()));
+        assert!(text.contains("fail  cluster"), "{text}");
+        assert!(text.contains("hint: do not use a Redis Cluster"), "{text}");
+    }
+}

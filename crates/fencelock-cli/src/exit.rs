@@ -1,0 +1,112 @@
+//! Exit codes and the error type that carries one.
+//!
+//! Every failure of fencelock itself ends as a [`Failure`]: one message and the exit code that
+//! `main` returns. Library errors are mapped to codes by [`code_for`], so a shell script
+//! can branch on "someone else holds it" (75) versus "the nodes are broken" (69).
+
+use std::fmt;
+use std::process::ExitCode;
+
+/// Success. For `run`, the child's own status is returned instead.
+pub(crate) const OK: u8 = 0;
+/// `doctor` found at least one failing check.
+pub(crate) const CHECK_FAILED: u8 = 1;
+/// Bad usage: an invalid argument, node URL or config file, no nodes at all, or a resource name
+/// whose key holds other data (clap uses 2 too).
+pub(crate) const USAGE: u8 = 2;
+/// Too many nodes failed, timed out or answered too slowly for a quorum (`EX_UNAVAILABLE`).
+pub(crate) const UNAVAILABLE: u8 = 69;
+/// Any other error of fencelock itself: I/O, a node's unexpected answer (`EX_SOFTWARE`).
+pub(crate) const INTERNAL: u8 = 70;
+/// The lock is held by another client: `--no-wait`, or `--wait` ran out (`EX_TEMPFAIL`).
+pub(crate) const NOT_ACQUIRED: u8 = 75;
+/// The lock was lost while `run`'s command ran (the command was stopped), or `extend`/`release`
+/// was given a token that does not hold the lock (wrong token, or it expired).
+pub(crate) const LOST: u8 = 76;
+/// `run`: the command was found but could not be executed.
+pub(crate) const CANNOT_EXECUTE: u8 = 126;
+/// `run`: the command was not found.
+pub(crate) const NOT_FOUND: u8 = 127;
+
+/// The exit-code table shown at the end of `fencelock --help`.
+pub(crate) const HELP_TABLE: &str = "\
+Exit codes:
+    0    success (run: the command's own exit status is returned instead)
+    1    doctor: at least one check failed
+    2    usage: a bad argument, node URL or config file, no nodes configured, or the
+         resource's key holds data that is not a lock (a list, a hash...)
+    69   nodes unavailable: too many nodes failed or timed out for a quorum
+    70   internal error of fencelock (I/O, an unexpected answer from a node)
+    75   not acquired: the lock is held by another client (--no-wait, or --wait ran out)
+    76   lock lost (run stopped the command), or extend/release with a token that does not hold the lock
+    126  run: the command could not be executed
+    127  run: the command was not found
+    128+N run: the command was killed by signal N";
+
+/// A failure with the exit code it ends the process with.
+#[derive(Debug)]
+pub(crate) struct Failure {
+    /// The exit code.
+    pub(crate) code: u8,
+    /// One message: which node or argument, what happened, what to try.
+    pub(crate) message: String,
+}
+
+impl Failure {
+    pub(crate) fn new(code: u8, message: impl Into<String>) -> Failure {
+        Failure {
+            code,
+            message: message.into(),
+        }
+    }
+
+    pub(crate) fn usage(message: impl Into<String>) -> Failure {
+        Failure::new(USAGE, message)
+    }
+
+    pub(crate) fn internal(message: impl Into<String>) -> Failure {
+        Failure::new(INTERNAL, message)
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Failure {}
+
+/// The exit code for a library error.
+pub(crate) fn code_for(err: &fencelock::Error) -> u8 {
+    use fencelock::ErrorKind;
+    match err.kind() {
+        ErrorKind::Contention => NOT_ACQUIRED,
+        ErrorKind::Unavailable | ErrorKind::TooSlow => UNAVAILABLE,
+        ErrorKind::Lost => LOST,
+        ErrorKind::InvalidConfig => USAGE,
+        ErrorKind::Timeout => match err {
+            fencelock::Error::Timeout { last, .. } => match last.kind() {
+                ErrorKind::Unavailable | ErrorKind::TooSlow => UNAVAILABLE,
+                _ => NOT_ACQUIRED,
+            },
+            _ => NOT_ACQUIRED,
+        },
+        _ => INTERNAL,
+    }
+}
+
+/// Turns `run`'s result into the process exit code, printing the error if there is one.
+pub(crate) fn finish(result: anyhow::Result<u8>) -> ExitCode {
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(err) => {
+            let code = err
+                .downcast_ref::<Failure>()
+                .map_or(INTERNAL, |failure| failure.code);
+            // `{:#}` joins the context chain on one line: "reading x: permission denied".
+            eprintln!("fencelock: error: {err:#}");
+            ExitCode::from(code)
+        }
+    }
+}

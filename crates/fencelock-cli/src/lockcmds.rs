@@ -1,0 +1,196 @@
+//! `fencelock acquire`, `extend` and `release`: the lock as three shell steps, for scripts that
+//! cannot wrap a command in `fencelock run`.
+
+use std::time::{Duration, Instant};
+
+use fencelock::{ErrorKind, RetryPolicy, VoteOutcome, Votes};
+
+use crate::exit::{self, Failure};
+use crate::inspect;
+use crate::settings::Settings;
+
+/// The votes as JSON.
+pub(crate) fn votes_json(votes: &Votes) -> serde_json::Value {
+    votes
+        .iter()
+        .map(|v| {
+            serde_json::json!({
+                "node": v.node,
+                "outcome": v.outcome.to_string(),
+                "latency_ms": v.latency.as_secs_f64() * 1000.0,
+            })
+        })
+        .collect()
+}
+
+pub(crate) fn fmt_duration(d: Duration) -> String {
+    format!("{:.1}s", d.as_secs_f64())
+}
+
+/// The failure for a lock error, with the explanation of a key of the wrong type when that is
+/// why the lock looked taken.
+pub(crate) async fn lock_failure(
+    settings: &Settings,
+    resource: &str,
+    err: fencelock::Error,
+) -> Failure {
+    let code = exit::code_for(&err);
+    // SET NX sees a list at the name as "held", and the scripts fail on it: both look like
+    // contention or broken nodes unless we look at the key.
+    if code == exit::NOT_ACQUIRED || err.kind() == ErrorKind::Unavailable {
+        if let Some(why) = inspect::explain_wrong_type(settings, resource).await {
+            return Failure::usage(why);
+        }
+    }
+    let quarantined = err.votes().is_some_and(|votes| {
+        votes
+            .iter()
+            .any(|v| matches!(v.outcome, VoteOutcome::Excluded(_)))
+    });
+    let mut message = err.to_string();
+    if quarantined {
+        message.push_str(
+            ". Nodes in restart quarantine are counted again once they have been up for a TTL; nodes that were started fresh and never held a lock can be used at once with --no-quarantine",
+        );
+    }
+    Failure::new(code, message)
+}
+
+/// `fencelock acquire`.
+///
+/// # Errors
+///
+/// The lock errors with their exit codes (75 held, 69 nodes unavailable, 2 bad configuration).
+pub(crate) async fn acquire(
+    settings: &Settings,
+    resource: &str,
+    wait: Option<Duration>,
+    fencing: bool,
+    json: bool,
+) -> anyhow::Result<u8> {
+    let client = settings.client(fencing).await?;
+    let result = match wait {
+        None => client.try_acquire(resource).await,
+        Some(wait) => {
+            client
+                .acquire_with(resource, &RetryPolicy::new().with_wait(wait))
+                .await
+        }
+    };
+    let lock = match result {
+        Ok(lock) => lock,
+        Err(err) => return Err(lock_failure(settings, resource, err).await.into()),
+    };
+    let remaining = lock.remaining();
+    if json {
+        let value = serde_json::json!({
+            "resource": lock.resource(),
+            "token": lock.token(),
+            "fencing_token": lock.fencing_token(),
+            "validity_ms": u64::try_from(remaining.as_millis()).unwrap_or(u64::MAX),
+            "ttl_ms": u64::try_from(settings.ttl.as_millis()).unwrap_or(u64::MAX),
+            "granted": lock.votes().granted(),
+            "nodes": lock.votes().0.len(),
+            "votes": votes_json(lock.votes()),
+        });
+        println!("{value}");
+    } else {
+        println!("{}", lock.token());
+        let fencing = lock
+            .fencing_token()
+            .map(|t| format!(", fencing token {t}"))
+            .unwrap_or_default();
+        eprintln!(
+            "fencelock: acquired {resource:?} on {} of {} node(s){fencing}, valid for {}; extend it with `fencelock extend {resource} --token TOKEN` before then, release it with `fencelock release {resource} --token TOKEN`",
+            lock.votes().granted(),
+            lock.votes().0.len(),
+            fmt_duration(remaining),
+        );
+    }
+    // The lock outlives this process on purpose: dropping it would release it in the background.
+    std::mem::forget(lock);
+    Ok(exit::OK)
+}
+
+/// Which token command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TokenOp {
+    Extend,
+    Release,
+}
+
+/// `fencelock extend` and `fencelock release`.
+///
+/// # Errors
+///
+/// 76 when the token does not hold the lock on a quorum (wrong token or expired; the keys are
+/// left untouched), 69 when too many nodes did not answer.
+pub(crate) async fn with_token(
+    settings: &Settings,
+    op: TokenOp,
+    resource: &str,
+    token: &str,
+    json: bool,
+) -> anyhow::Result<u8> {
+    let client = settings.client(false).await?;
+    let started = Instant::now();
+    let result = match op {
+        TokenOp::Extend => client.extend_token(resource, token).await,
+        TokenOp::Release => client.release_token(resource, token).await,
+    };
+    let verb = match op {
+        TokenOp::Extend => "extend",
+        TokenOp::Release => "release",
+    };
+    let votes = match result {
+        Ok(votes) => votes,
+        Err(err) => {
+            let code = exit::code_for(&err);
+            let message = match (&err, code) {
+                (fencelock::Error::Lost { votes, .. }, exit::LOST) => format!(
+                    "cannot {verb} {resource:?}: this token does not hold the lock on a quorum ({} of {} node(s) granted, {} needed): the token is wrong, or the lock expired; nothing was changed. Check the token, or run `fencelock inspect {resource}`; acquire the lock again if it expired ({votes})",
+                    votes.granted(),
+                    votes.0.len(),
+                    client.quorum(),
+                ),
+                _ => return Err(lock_failure(settings, resource, err).await.into()),
+            };
+            return Err(Failure::new(code, message).into());
+        }
+    };
+    if json {
+        let mut value = serde_json::json!({
+            "resource": resource,
+            "operation": verb,
+            "granted": votes.granted(),
+            "nodes": votes.0.len(),
+            "votes": votes_json(&votes),
+        });
+        if op == TokenOp::Extend {
+            value["ttl_ms"] = u64::try_from(settings.ttl.as_millis())
+                .unwrap_or(u64::MAX)
+                .into();
+        }
+        println!("{value}");
+    } else {
+        match op {
+            TokenOp::Extend => println!(
+                "extended {resource:?} on {} of {} node(s) to a TTL of {} (valid for {}: TTL - elapsed - drift)",
+                votes.granted(),
+                votes.0.len(),
+                fmt_duration(settings.ttl),
+                fmt_duration(
+                    settings
+                        .ttl
+                        .saturating_sub(started.elapsed() + client.config().drift())
+                )
+            ),
+            TokenOp::Release => println!(
+                "released {resource:?} on {} of {} node(s)",
+                votes.granted(),
+                votes.0.len()
+            ),
+        }
+    }
+    Ok(exit::OK)
+}

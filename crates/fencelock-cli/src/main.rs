@@ -1,0 +1,148 @@
+//! `fencelock`: run a command under a distributed lock, inspect locks, check a node set, and
+//! start local development nodes.
+//!
+//! # Layout
+//!
+//! - `cli`: the command line (clap derive).
+//! - `settings`: where nodes and settings come from (`--nodes`, `FENCELOCK_NODES`, the config
+//!   file, the dev set).
+//! - `run`: `fencelock run`, the supervisor that keeps the lock and stops the command if it is
+//!   lost.
+//! - `lockcmds`: `acquire`, `extend`, `release`.
+//! - `inspect`, `doctor`: read-only views of the nodes.
+//! - `devset`: `up` and `down`.
+//! - `node`: bounded connections to single nodes; `spinner`; `exit`: exit codes.
+//!
+//! # Exit codes
+//!
+//! | code | meaning |
+//! | --- | --- |
+//! | 0 | success (`run`: the command's own status is returned instead) |
+//! | 1 | `doctor`: at least one check failed |
+//! | 2 | usage: a bad argument, node URL or config file, no nodes configured, or the resource's key holds data that is not a lock |
+//! | 69 | nodes unavailable: too many nodes failed or timed out for a quorum |
+//! | 70 | internal error of fencelock (I/O, an unexpected answer from a node) |
+//! | 75 | not acquired: the lock is held by another client (`--no-wait`, or `--wait` ran out) |
+//! | 76 | lock lost (`run` stopped the command), or `extend`/`release` with a token that does not hold the lock |
+//! | 126 | `run`: the command could not be executed |
+//! | 127 | `run`: the command was not found |
+//! | 128+N | `run`: the command was killed by signal N |
+//!
+//! Errors are printed as one line on stderr, `fencelock: error: ...`, naming the node or
+//! argument, what happened and what to try.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+mod cli;
+mod devset;
+mod doctor;
+mod exit;
+mod inspect;
+mod lockcmds;
+mod node;
+mod run;
+mod settings;
+mod spinner;
+
+use crate::cli::{Cli, Command};
+use crate::exit::Failure;
+
+fn main() -> ExitCode {
+    // clap prints its own usage errors and exits with 2, and 0 for --help and --version.
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("fencelock: error: cannot start the async runtime: {e}");
+            return ExitCode::from(exit::INTERNAL);
+        }
+    };
+    exit::finish(runtime.block_on(run(cli)))
+}
+
+async fn run(cli: Cli) -> anyhow::Result<u8> {
+    let global = &cli.global;
+    match cli.command {
+        Command::Up(args) => {
+            // `up --nodes 5` (the count) is accepted as well as `up --count 5`.
+            let count = match global.nodes.as_slice() {
+                [] => args.count,
+                [n] => n.parse::<u16>().ok().filter(|n| (1..=64).contains(n)).ok_or_else(|| {
+                    Failure::usage(format!(
+                        "`up --nodes {n}`: with up, --nodes is the number of nodes to start (1 to 64), e.g. fencelock up --nodes 5"
+                    ))
+                })?,
+                _ => {
+                    return Err(Failure::usage(
+                        "`up` starts local nodes and takes no URLs; use --nodes N (or --count N) for how many",
+                    )
+                    .into())
+                }
+            };
+            devset::up(count, args.port_base, global.json).await
+        }
+        Command::Down => devset::down(global.json).await,
+        Command::Doctor => {
+            let settings = settings::resolve(global)?;
+            doctor::doctor(&settings, global.json).await
+        }
+        Command::Inspect(args) => {
+            let settings = settings::resolve(global)?;
+            inspect::inspect(&settings, &args.resource, global.json).await
+        }
+        Command::Acquire(args) => {
+            let settings = settings::resolve(global)?;
+            lockcmds::acquire(
+                &settings,
+                &args.resource,
+                args.wait,
+                args.fencing,
+                global.json,
+            )
+            .await
+        }
+        Command::Extend(args) => {
+            let settings = settings::resolve(global)?;
+            lockcmds::with_token(
+                &settings,
+                lockcmds::TokenOp::Extend,
+                &args.resource,
+                &args.token,
+                global.json,
+            )
+            .await
+        }
+        Command::Release(args) => {
+            let settings = settings::resolve(global)?;
+            lockcmds::with_token(
+                &settings,
+                lockcmds::TokenOp::Release,
+                &args.resource,
+                &args.token,
+                global.json,
+            )
+            .await
+        }
+        Command::Run(args) => {
+            let settings = settings::resolve(global)?;
+            let wait = match (args.no_wait, args.wait) {
+                (true, _) => run::WaitMode::NoWait,
+                (false, Some(wait)) => run::WaitMode::Wait(wait),
+                (false, None) => run::WaitMode::Forever,
+            };
+            let plan = run::RunPlan {
+                resource: args.resource,
+                command: args.command,
+                wait,
+                fencing: args.fencing,
+                grace: args.grace,
+            };
+            run::run(&settings, plan).await
+        }
+    }
+}

@@ -1,0 +1,159 @@
+//! Direct connections to single nodes, for `doctor`, `inspect`, `up` and `down`: each request is
+//! bounded by a timeout so that a dead or paused node costs at most that long.
+
+use std::time::{Duration, Instant};
+
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, FromRedisValue};
+
+use crate::exit::Failure;
+
+/// One node: its URL, the redacted form, and a client that has not connected yet.
+#[derive(Debug, Clone)]
+pub(crate) struct Node {
+    pub(crate) name: String,
+    client: redis::Client,
+}
+
+impl Node {
+    /// Parses a node URL without any I/O.
+    ///
+    /// # Errors
+    ///
+    /// A usage [`Failure`] naming the entry if the URL is not a valid Redis URL.
+    pub(crate) fn parse(url: &str, index: usize) -> Result<Node, Failure> {
+        // The library's parser gives the same messages and redaction as the lock commands.
+        let addr = fencelock::NodeAddr::parse(url)
+            .map_err(|e| Failure::usage(format!("node {} of the list: {e}", index + 1)))?;
+        let name = addr.redacted();
+        if !addr.scheme().is_redis() {
+            return Err(Failure::usage(format!(
+                "node {} of the list ({name}) is not a Redis node; this command needs redis:// or rediss:// URLs",
+                index + 1
+            )));
+        }
+        let client = redis::Client::open(url.trim()).map_err(|e| {
+            Failure::usage(format!(
+                "node {} of the list ({name}) is not a valid Redis URL: {}; expected redis://[user:password@]host:port[/db]",
+                index + 1,
+                e.detail().unwrap_or(e.category())
+            ))
+        })?;
+        Ok(Node { name, client })
+    }
+
+    /// Parses every URL of a list.
+    ///
+    /// # Errors
+    ///
+    /// The first entry that does not parse.
+    pub(crate) fn parse_all(urls: &[String]) -> Result<Vec<Node>, Failure> {
+        urls.iter()
+            .enumerate()
+            .map(|(i, url)| Node::parse(url, i))
+            .collect()
+    }
+
+    /// Connects, with `timeout` bounding the connection and every later request.
+    ///
+    /// # Errors
+    ///
+    /// A one-line description of why the node could not be reached.
+    pub(crate) async fn connect(&self, timeout: Duration) -> Result<Conn, String> {
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(timeout))
+            .set_response_timeout(Some(timeout));
+        let fut = self
+            .client
+            .get_multiplexed_async_connection_with_config(&config);
+        match tokio::time::timeout(timeout, fut).await {
+            Ok(Ok(con)) => Ok(Conn { con, timeout }),
+            Ok(Err(e)) => Err(describe(&e)),
+            Err(_) => Err(format!("no connection within {timeout:?}")),
+        }
+    }
+}
+
+/// A connection whose every request is bounded by a timeout.
+#[derive(Clone)]
+pub(crate) struct Conn {
+    con: MultiplexedConnection,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for Conn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Conn")
+            .field("timeout", &self.timeout)
+            .finish()
+    }
+}
+
+impl Conn {
+    /// Sends one command and returns its answer and round-trip time.
+    ///
+    /// # Errors
+    ///
+    /// A one-line description: a timeout, a lost connection, or the node's error reply.
+    pub(crate) async fn query_timed<T: FromRedisValue>(
+        &mut self,
+        cmd: &redis::Cmd,
+    ) -> Result<(T, Duration), String> {
+        let start = Instant::now();
+        match tokio::time::timeout(self.timeout, cmd.query_async::<T>(&mut self.con)).await {
+            Ok(Ok(value)) => Ok((value, start.elapsed())),
+            Ok(Err(e)) => Err(describe(&e)),
+            Err(_) => Err(format!("no answer within {:?}", self.timeout)),
+        }
+    }
+
+    /// Sends one command.
+    ///
+    /// # Errors
+    ///
+    /// As [`Conn::query_timed`].
+    pub(crate) async fn query<T: FromRedisValue>(&mut self, cmd: &redis::Cmd) -> Result<T, String> {
+        self.query_timed(cmd).await.map(|(value, _)| value)
+    }
+}
+
+/// One line for a redis error, without the crate's debug noise.
+pub(crate) fn describe(err: &redis::RedisError) -> String {
+    if err.is_connection_refusal() {
+        "connection refused (is redis-server running on that port?)".to_owned()
+    } else if err.is_timeout() {
+        "timed out".to_owned()
+    } else {
+        err.to_string()
+    }
+}
+
+/// Parses an `INFO` reply into its `key:value` lines.
+pub(crate) fn parse_info(text: &str) -> std::collections::BTreeMap<String, String> {
+    text.lines()
+        .filter(|line| !line.starts_with('#'))
+        .filter_map(|line| line.split_once(':'))
+        .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_urls_are_usage_errors() {
+        let err = Node::parse("localhost:6379", 0).unwrap_err();
+        assert_eq!(err.code, crate::exit::USAGE);
+        assert!(err.message.contains("node 1 "), "{}", err.message);
+        assert!(Node::parse("redis://127.0.0.1:6379", 0).is_ok());
+        assert!(Node::parse("redis://127.0.0.1:notaport", 1).is_err());
+    }
+
+    #[test]
+    fn info_lines_parse() {
+        let info = parse_info("# Server\r\nrun_id:abc\r\nrole:master\r\n\r\n");
+        assert_eq!(info["run_id"], "abc");
+        assert_eq!(info["role"], "master");
+    }
+}

@@ -1,0 +1,550 @@
+//! `fencelock run`: hold a lock while a command runs.
+//!
+//! The command runs in its own process group so that everything it starts can be stopped
+//! together: a lock that is lost while a grandchild keeps working protects nothing. A keeper
+//! task extends the lock every TTL/3; the supervisor loop here owns the clock. It sends SIGTERM
+//! to the group at `validity deadline - margin - grace` unless an extension moved the deadline,
+//! and SIGKILL at `validity deadline - margin`, so the group is dead before the keys can expire
+//! on a majority. The supervisor never waits on a node: the keeper does, so a hung extension
+//! cannot delay the kill.
+
+use std::ffi::OsString;
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
+use std::time::{Duration, Instant};
+
+use fencelock::{Client, ErrorKind, Lock, RetryPolicy};
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::exit::{self, Failure};
+use crate::lockcmds::{fmt_duration, lock_failure};
+use crate::settings::Settings;
+use crate::spinner::Spinner;
+
+/// Largest default grace between SIGTERM and SIGKILL.
+const MAX_DEFAULT_GRACE: Duration = Duration::from_secs(5);
+/// With no `--wait`, how long the nodes may stay unavailable before `run` gives up: waiting is
+/// for a lock held by someone else, not for a broken node set.
+const UNAVAILABLE_PATIENCE: Duration = Duration::from_secs(10);
+/// With no `--wait`, how long each library `acquire` call may retry before we look again.
+const WAIT_CHUNK: Duration = Duration::from_secs(2);
+
+/// How long to wait for the lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WaitMode {
+    /// One attempt.
+    NoWait,
+    /// Retry until this much time has passed.
+    Wait(Duration),
+    /// Retry as long as another client holds the lock.
+    Forever,
+}
+
+/// What `run` was asked to do.
+#[derive(Debug)]
+pub(crate) struct RunPlan {
+    pub(crate) resource: String,
+    pub(crate) command: Vec<OsString>,
+    pub(crate) wait: WaitMode,
+    pub(crate) fencing: bool,
+    pub(crate) grace: Option<Duration>,
+}
+
+/// The default grace: the smaller of 5 s and TTL/4.
+pub(crate) fn default_grace(ttl: Duration) -> Duration {
+    (ttl / 4).min(MAX_DEFAULT_GRACE)
+}
+
+/// How long before the validity deadline SIGKILL is sent: room for the kernel to tear the
+/// group down. The deadline itself already has the clock drift taken off.
+pub(crate) fn kill_margin(ttl: Duration) -> Duration {
+    (ttl / 20).min(Duration::from_millis(250))
+}
+
+/// When SIGTERM and SIGKILL are due for a validity deadline. No I/O.
+pub(crate) fn stop_schedule(
+    deadline: Instant,
+    grace: Duration,
+    margin: Duration,
+) -> (Instant, Instant) {
+    let kill_at = deadline.checked_sub(margin).unwrap_or(deadline);
+    let term_at = kill_at.checked_sub(grace).unwrap_or(kill_at);
+    (term_at, kill_at)
+}
+
+/// Checks `--grace` against the TTL.
+///
+/// # Errors
+///
+/// A usage failure when the grace leaves no time for an extension to fail and be retried.
+pub(crate) fn check_grace(grace: Duration, ttl: Duration) -> Result<(), Failure> {
+    // An extension is due at TTL/3; SIGTERM must come later than that, or every run would be
+    // stopped before its first extension could even fail.
+    if grace + kill_margin(ttl) >= ttl / 2 {
+        return Err(Failure::usage(format!(
+            "--grace {} is too long for a TTL of {}: SIGTERM would come before the lock could be extended; use at most {} or raise --ttl",
+            humantime::format_duration(grace),
+            humantime::format_duration(ttl),
+            humantime::format_duration(default_grace(ttl))
+        )));
+    }
+    Ok(())
+}
+
+/// The exit code a shell would report for a status: the code, or 128 + the signal.
+pub(crate) fn status_code(status: ExitStatus) -> u8 {
+    if let Some(code) = status.code() {
+        // Exit codes are 0..=255 on Unix; the mask only makes the conversion total.
+        (code & 0xff) as u8
+    } else if let Some(sig) = status.signal() {
+        128u8.saturating_add(u8::try_from(sig).unwrap_or(127))
+    } else {
+        exit::INTERNAL
+    }
+}
+
+/// What the keeper tells the supervisor.
+#[derive(Debug)]
+enum KeeperEvent {
+    Extended(Instant),
+    Failing(String),
+    Lost(String),
+}
+
+/// Extends the lock every TTL/3 until stopped; gives the lock back for the release.
+async fn keep(
+    mut lock: Lock,
+    ttl: Duration,
+    events: mpsc::UnboundedSender<KeeperEvent>,
+    stop: CancellationToken,
+) -> Lock {
+    let interval = ttl / 3;
+    let retry = (ttl / 10).clamp(Duration::from_millis(20), Duration::from_secs(1));
+    let mut next = Instant::now() + interval;
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return lock,
+            () = tokio::time::sleep_until(next.into()) => {}
+        }
+        let result = tokio::select! {
+            () = stop.cancelled() => None,
+            r = lock.extend() => Some(r),
+        };
+        let Some(result) = result else { return lock };
+        match result {
+            Ok(()) => {
+                let _ = events.send(KeeperEvent::Extended(lock.validity_deadline()));
+                next = Instant::now() + interval;
+            }
+            Err(err) if err.kind() == ErrorKind::Lost => {
+                let _ = events.send(KeeperEvent::Lost(err.to_string()));
+                return lock;
+            }
+            Err(err) => {
+                let _ = events.send(KeeperEvent::Failing(err.to_string()));
+                next = Instant::now() + retry;
+            }
+        }
+    }
+}
+
+fn not_acquired(
+    resource: &str,
+    err: &fencelock::Error,
+    waited: Option<Duration>,
+) -> Option<String> {
+    let votes = err.votes()?;
+    match (err.kind(), waited) {
+        (ErrorKind::Contention, None) => Some(format!(
+            "lock {resource:?} is held by another client (on {} of {} node(s)); the command was not run. Wait for it with --wait 1m, or see who holds it with `fencelock inspect {resource}`",
+            votes.held_by_other(),
+            votes.0.len()
+        )),
+        (ErrorKind::Timeout, Some(waited)) if exit::code_for(err) == exit::NOT_ACQUIRED => Some(format!(
+            "lock {resource:?} was still held by another client after waiting {}; the command was not run. Wait longer with --wait, or see who holds it with `fencelock inspect {resource}`",
+            humantime::format_duration(Duration::from_millis(u64::try_from(waited.as_millis()).unwrap_or(u64::MAX)))
+        )),
+        _ => None,
+    }
+}
+
+/// The failure for a lock that was not taken, in `run`'s words when someone else holds it.
+async fn acquire_failure(
+    settings: &Settings,
+    resource: &str,
+    err: fencelock::Error,
+    waited: Option<Duration>,
+) -> Failure {
+    let msg = not_acquired(resource, &err, waited);
+    let mut failure = lock_failure(settings, resource, err).await;
+    if let (Some(msg), exit::NOT_ACQUIRED) = (msg, failure.code) {
+        failure.message = msg;
+    }
+    failure
+}
+
+/// Takes the lock per the wait mode, with a spinner on a terminal while waiting.
+async fn wait_for_lock(
+    client: &Client,
+    settings: &Settings,
+    resource: &str,
+    mode: WaitMode,
+) -> Result<Lock, Failure> {
+    let started = Instant::now();
+    let first = match client.try_acquire(resource).await {
+        Ok(lock) => return Ok(lock),
+        Err(err) => err,
+    };
+    if mode == WaitMode::NoWait || !first.is_retryable() {
+        return Err(acquire_failure(settings, resource, first, None).await);
+    }
+
+    let reason = |err: &fencelock::Error| match err.kind() {
+        ErrorKind::Contention => "held by another client".to_owned(),
+        ErrorKind::Timeout => "held by another client".to_owned(),
+        _ => format!(
+            "nodes unavailable: {} failed",
+            err.votes().map_or(0, |v| v.failed())
+        ),
+    };
+    let spinner = Spinner::start(format!("waiting for lock {resource:?}: {}", reason(&first)));
+    let mut unavailable_since = (!matches!(first.kind(), ErrorKind::Contention)).then_some(started);
+    let result = loop {
+        let chunk = match mode {
+            WaitMode::Wait(total) => {
+                let left = total.saturating_sub(started.elapsed());
+                if left.is_zero() {
+                    break Err(first_or_timeout(resource, &first));
+                }
+                left
+            }
+            _ => WAIT_CHUNK,
+        };
+        match client
+            .acquire_with(resource, &RetryPolicy::new().with_wait(chunk))
+            .await
+        {
+            Ok(lock) => break Ok(lock),
+            Err(err) if mode != WaitMode::Forever => break Err(err),
+            Err(err) => {
+                let unavailable = exit::code_for(&err) == exit::UNAVAILABLE;
+                if !unavailable {
+                    unavailable_since = None;
+                } else if unavailable_since.get_or_insert_with(Instant::now).elapsed()
+                    >= UNAVAILABLE_PATIENCE
+                {
+                    break Err(err);
+                }
+                if !err.is_retryable() && err.kind() != ErrorKind::Timeout {
+                    break Err(err);
+                }
+                spinner.set(format!("waiting for lock {resource:?}: {}", reason(&err)));
+            }
+        }
+    };
+    spinner.stop().await;
+    match result {
+        Ok(lock) => Ok(lock),
+        Err(err) => Err(acquire_failure(settings, resource, err, Some(started.elapsed())).await),
+    }
+}
+
+fn first_or_timeout(resource: &str, first: &fencelock::Error) -> fencelock::Error {
+    // The wait ran out before a retry: report it as a timeout around the first answer.
+    fencelock::Error::Timeout {
+        resource: resource.to_owned(),
+        attempts: 1,
+        last: Box::new(match first.votes() {
+            Some(votes) if first.kind() == ErrorKind::Contention => fencelock::Error::Contention {
+                resource: resource.to_owned(),
+                votes: votes.clone(),
+            },
+            Some(votes) => fencelock::Error::Unavailable {
+                resource: resource.to_owned(),
+                votes: votes.clone(),
+            },
+            None => fencelock::Error::Unavailable {
+                resource: resource.to_owned(),
+                votes: fencelock::Votes::default(),
+            },
+        }),
+    }
+}
+
+/// Sends `sig` to the process group `pgid`; a group that is already gone is not an error.
+fn signal_group(pgid: i32, sig: i32) {
+    if pgid > 0 {
+        // SAFETY: kill(2) with a negative PID signals a process group we created.
+        unsafe { libc::kill(-pgid, sig) };
+    }
+}
+
+/// The terminal handed to the command's process group, so that it can read from it and get
+/// the terminal's Ctrl-C directly; given back when the command exits.
+#[derive(Debug)]
+struct Foreground {
+    ours: libc::pid_t,
+}
+
+fn with_ttou_ignored<T>(f: impl FnOnce() -> T) -> T {
+    // tcsetpgrp from a background group raises SIGTTOU, which would stop us.
+    // SAFETY: signal(2) swaps the disposition of SIGTTOU, restored right after.
+    let old = unsafe { libc::signal(libc::SIGTTOU, libc::SIG_IGN) };
+    let out = f();
+    // SAFETY: as above.
+    unsafe { libc::signal(libc::SIGTTOU, old) };
+    out
+}
+
+impl Foreground {
+    fn hand_to(pgid: i32) -> Option<Foreground> {
+        use std::io::IsTerminal;
+        if !std::io::stdin().is_terminal() {
+            return None;
+        }
+        // SAFETY: plain queries of our process group and the terminal's foreground group.
+        let ours = unsafe { libc::getpgrp() };
+        if unsafe { libc::tcgetpgrp(0) } != ours {
+            return None;
+        }
+        // SAFETY: fd 0 is a terminal whose foreground group is ours.
+        let rc = with_ttou_ignored(|| unsafe { libc::tcsetpgrp(0, pgid) });
+        // The command may have been stopped by SIGTTIN before it had the terminal.
+        signal_group(pgid, libc::SIGCONT);
+        (rc == 0).then_some(Foreground { ours })
+    }
+
+    fn restore(self) {
+        // SAFETY: gives the terminal back to the group that had it.
+        with_ttou_ignored(|| unsafe { libc::tcsetpgrp(0, self.ours) });
+    }
+}
+
+fn spawn_failure(program: &OsString, err: &std::io::Error) -> Failure {
+    let name = program.to_string_lossy();
+    match err.kind() {
+        std::io::ErrorKind::NotFound => Failure::new(
+            exit::NOT_FOUND,
+            format!("command {name:?} not found; check its name, or give its full path (PATH is searched)"),
+        ),
+        std::io::ErrorKind::PermissionDenied => Failure::new(
+            exit::CANNOT_EXECUTE,
+            format!("command {name:?} cannot be executed: permission denied; check that it is an executable file"),
+        ),
+        _ => Failure::new(exit::CANNOT_EXECUTE, format!("command {name:?} cannot be executed: {err}")),
+    }
+}
+
+/// `fencelock run`.
+///
+/// # Errors
+///
+/// 75 not acquired, 69 nodes unavailable, 76 lock lost (the command was stopped), 126/127 the
+/// command could not be started, 2 bad arguments.
+pub(crate) async fn run(settings: &Settings, plan: RunPlan) -> anyhow::Result<u8> {
+    let ttl = settings.ttl;
+    let grace = plan.grace.unwrap_or_else(|| default_grace(ttl));
+    check_grace(grace, ttl)?;
+    let margin = kill_margin(ttl);
+    let resource = plan.resource.as_str();
+    let Some((program, args)) = plan.command.split_first() else {
+        return Err(Failure::usage(
+            "no command given: write it after the resource, e.g. fencelock run job -- ./backup.sh",
+        )
+        .into());
+    };
+
+    // Install the handlers before taking the lock, so that a signal in between is not lost to
+    // the default action (which would leave the keys to the TTL).
+    let mut sigint = signal(SignalKind::interrupt())?;
+    let mut sigterm = signal(SignalKind::terminate())?;
+    let mut sighup = signal(SignalKind::hangup())?;
+
+    let client = settings.client(plan.fencing).await?;
+    let lock = wait_for_lock(&client, settings, resource, plan.wait).await?;
+
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.args(args)
+        .env("FENCELOCK_RESOURCE", resource)
+        .process_group(0)
+        .kill_on_drop(false);
+    match lock.fencing_token() {
+        Some(token) => cmd.env("FENCELOCK_TOKEN", token.to_string()),
+        // An outer `fencelock run --fencing` must not leak its token into this command.
+        None => cmd.env_remove("FENCELOCK_TOKEN"),
+    };
+    let mut child = match cmd.spawn() {
+        Ok(child) => child,
+        Err(err) => {
+            let failure = spawn_failure(program, &err);
+            let _ = lock.release().await;
+            return Err(failure.into());
+        }
+    };
+    let pgid = child
+        .id()
+        .and_then(|id| i32::try_from(id).ok())
+        .unwrap_or(0);
+    let foreground = Foreground::hand_to(pgid);
+
+    let (events_tx, mut events) = mpsc::unbounded_channel();
+    let stop = CancellationToken::new();
+    let (mut term_at, mut kill_at) = stop_schedule(lock.validity_deadline(), grace, margin);
+    let mut deadline = lock.validity_deadline();
+    let keeper = tokio::spawn(keep(lock, ttl, events_tx, stop.clone()));
+
+    let mut lost: Option<String> = None;
+    let mut term_sent = false;
+    let mut kill_sent = false;
+    let mut warned = false;
+    let status = loop {
+        tokio::select! {
+            // Timers first: after a suspension of this process, stopping the command wins
+            // over noticing that it exited.
+            biased;
+            () = tokio::time::sleep_until(term_at.into()), if !term_sent => {
+                lost.get_or_insert_with(|| "its validity would run out before an extension succeeded".to_owned());
+                stop.cancel();
+                signal_group(pgid, libc::SIGTERM);
+                term_sent = true;
+            }
+            () = tokio::time::sleep_until(kill_at.into()), if term_sent && !kill_sent => {
+                signal_group(pgid, libc::SIGKILL);
+                kill_sent = true;
+            }
+            Some(event) = events.recv() => match event {
+                KeeperEvent::Extended(new_deadline) if lost.is_none() => {
+                    deadline = new_deadline;
+                    (term_at, kill_at) = stop_schedule(deadline, grace, margin);
+                    warned = false;
+                }
+                KeeperEvent::Extended(_) => {}
+                KeeperEvent::Failing(why) => {
+                    if !warned && lost.is_none() {
+                        eprintln!(
+                            "fencelock: extending {resource:?} failed, retrying for {} before the command is stopped: {why}",
+                            fmt_duration(term_at.saturating_duration_since(Instant::now()))
+                        );
+                        warned = true;
+                    }
+                }
+                KeeperEvent::Lost(why) => {
+                    if lost.is_none() {
+                        lost = Some(why);
+                        stop.cancel();
+                        signal_group(pgid, libc::SIGTERM);
+                        term_sent = true;
+                        kill_at = kill_at.min(Instant::now() + grace);
+                    }
+                }
+            },
+            status = child.wait() => break status,
+            _ = sigint.recv() => signal_group(pgid, libc::SIGINT),
+            _ = sigterm.recv() => signal_group(pgid, libc::SIGTERM),
+            _ = sighup.recv() => signal_group(pgid, libc::SIGHUP),
+        }
+    };
+    let exited_at = Instant::now();
+    if let Some(fg) = foreground {
+        fg.restore();
+    }
+    stop.cancel();
+    let lock = keeper.await;
+
+    if lost.is_none() && exited_at >= deadline {
+        lost = Some(
+            "its validity ran out before the command exited (was fencelock suspended?)".to_owned(),
+        );
+    }
+    if let Some(why) = lost {
+        // Whatever the command left behind in its group must not go on without the lock.
+        signal_group(pgid, libc::SIGKILL);
+        if let Ok(lock) = lock {
+            let _ = lock.release().await;
+        }
+        let how = match (term_sent, kill_sent) {
+            (true, true) => format!(
+                "it was stopped with SIGTERM, then SIGKILL after {}",
+                fmt_duration(grace)
+            ),
+            (true, false) => "it was stopped with SIGTERM".to_owned(),
+            _ => "it had already exited".to_owned(),
+        };
+        return Err(Failure::new(
+            exit::LOST,
+            format!(
+                "lock {resource:?} was lost while the command ran: {why}; {how}. Its work may overlap with the next holder's: check the nodes (`fencelock doctor`), or raise --ttl"
+            ),
+        )
+        .into());
+    }
+
+    let status =
+        status.map_err(|e| Failure::internal(format!("waiting for the command failed: {e}")))?;
+    let code = status_code(status);
+    match lock {
+        Ok(lock) => match lock.release().await {
+            Ok(_) => {}
+            Err(err) if err.kind() == ErrorKind::Lost => {
+                eprintln!(
+                    "fencelock: error: lock {resource:?} was no longer held when the command exited (the command's status was {code}): {err}"
+                );
+                return Ok(exit::LOST);
+            }
+            Err(err) => eprintln!(
+                "fencelock: warning: releasing {resource:?} failed; its keys expire by themselves within {}: {err}",
+                fmt_duration(ttl)
+            ),
+        },
+        Err(_) => eprintln!(
+            "fencelock: warning: the lock keeper stopped unexpectedly; {resource:?} expires by itself within {}",
+            fmt_duration(ttl)
+        ),
+    }
+    Ok(code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sigkill_comes_before_the_deadline_and_sigterm_a_grace_earlier() {
+        let now = Instant::now();
+        let deadline = now + Duration::from_secs(10);
+        let (term, kill) =
+            stop_schedule(deadline, Duration::from_secs(2), Duration::from_millis(250));
+        assert_eq!(kill, deadline - Duration::from_millis(250));
+        assert_eq!(term, kill - Duration::from_secs(2));
+        assert!(kill < deadline);
+    }
+
+    #[test]
+    fn default_grace_fits_short_ttls() {
+        assert_eq!(
+            default_grace(Duration::from_secs(60)),
+            Duration::from_secs(5)
+        );
+        assert_eq!(
+            default_grace(Duration::from_secs(2)),
+            Duration::from_millis(500)
+        );
+        for ttl in [
+            Duration::from_millis(200),
+            Duration::from_secs(2),
+            Duration::from_secs(600),
+        ] {
+            assert!(check_grace(default_grace(ttl), ttl).is_ok(), "{ttl:?}");
+        }
+        assert!(check_grace(Duration::from_secs(5), Duration::from_secs(2)).is_err());
+    }
+
+    #[test]
+    fn signals_map_to_128_plus_n() {
+        assert_eq!(status_code(ExitStatus::from_raw(3 << 8)), 3);
+        assert_eq!(status_code(ExitStatus::from_raw(libc::SIGTERM)), 128 + 15);
+        assert_eq!(status_code(ExitStatus::from_raw(libc::SIGKILL)), 137);
+    }
+}

@@ -1,0 +1,277 @@
+//! Where the nodes and the lock settings come from: `--nodes`, else `FENCELOCK_NODES`, else a
+//! config file, else the dev set of `fencelock up`.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::cli::{parse_duration, Global};
+use crate::devset;
+use crate::exit::Failure;
+
+/// Default time to live of the lock keys: the library's.
+pub(crate) const DEFAULT_TTL: Duration = fencelock::Config::DEFAULT_TTL;
+/// Default per-node request timeout: the library's (tens of milliseconds, as the article says).
+pub(crate) const DEFAULT_NODE_TIMEOUT: Duration = fencelock::Config::DEFAULT_NODE_TIMEOUT;
+
+/// Where the node list came from, for messages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Source {
+    Flag,
+    Env,
+    ConfigFile(PathBuf),
+    DevSet(PathBuf),
+}
+
+impl std::fmt::Display for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Source::Flag => f.write_str("--nodes"),
+            Source::Env => f.write_str("FENCELOCK_NODES"),
+            Source::ConfigFile(path) => write!(f, "config file {}", path.display()),
+            Source::DevSet(path) => write!(f, "the dev set ({})", path.display()),
+        }
+    }
+}
+
+/// The resolved settings of one invocation.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    pub(crate) nodes: Vec<String>,
+    pub(crate) source: Source,
+    pub(crate) ttl: Duration,
+    pub(crate) node_timeout: Duration,
+    pub(crate) drift_factor: Option<f64>,
+    pub(crate) fencing: bool,
+    /// Restart quarantine; `None` leaves the library's default.
+    pub(crate) quarantine: Option<bool>,
+}
+
+impl Settings {
+    /// A library config for these settings.
+    pub(crate) fn lock_config(&self, fencing: bool) -> fencelock::Config {
+        let mut config = fencelock::Config::new(&self.nodes)
+            .with_ttl(self.ttl)
+            .with_node_timeout(self.node_timeout)
+            .with_fencing(fencing || self.fencing);
+        if let Some(drift) = self.drift_factor {
+            config = config.with_drift_factor(drift);
+        }
+        if let Some(quarantine) = self.quarantine {
+            config = config.with_quarantine(quarantine);
+        }
+        config
+    }
+
+    /// A library client for these settings.
+    ///
+    /// # Errors
+    ///
+    /// A [`Failure`] with exit code 2 if the library refuses the configuration (a bad URL, ...).
+    pub(crate) async fn client(&self, fencing: bool) -> Result<fencelock::Client, Failure> {
+        let client = fencelock::Client::new(self.lock_config(fencing))
+            .map_err(|err| Failure::usage(format!("{err} (nodes from {})", self.source)))?;
+        warm_up(&client).await;
+        Ok(client)
+    }
+}
+
+/// Key of the warm-up round; no lock ever uses it.
+const WARM_UP_KEY: &str = "fencelock:cli-warm-up";
+
+/// Opens the connections before the first real round.
+///
+/// The library counts connection set-up (TCP, reading INFO, loading scripts: several round
+/// trips) against the per-node timeout of the round that needs it. A long-lived program pays
+/// that once; this process lives for one command, so every command would pay it, and a 50ms
+/// timeout fails on a node a few milliseconds away. A release of a key no lock uses (a
+/// compare-and-delete that never matches) makes the library connect; nodes that time out keep
+/// connecting in the background, so we repeat until none times out or the library's connect
+/// timeout has passed.
+// TODO(lead): replace with a library call that connects to every node within the connect
+// timeout, when there is one.
+async fn warm_up(client: &fencelock::Client) {
+    let deadline = std::time::Instant::now() + client.config().connect_timeout();
+    loop {
+        let votes = match client.release_token(WARM_UP_KEY, "-").await {
+            Ok(votes) => votes,
+            Err(err) => err.votes().cloned().unwrap_or_default(),
+        };
+        let timed_out = votes
+            .iter()
+            .any(|v| v.outcome == fencelock::VoteOutcome::TimedOut);
+        if !timed_out || std::time::Instant::now() >= deadline {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// The config file's keys. Unknown keys are refused so that a typo does not pass silently.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    nodes: Option<Vec<String>>,
+    ttl: Option<String>,
+    node_timeout: Option<String>,
+    drift_factor: Option<f64>,
+    fencing: Option<bool>,
+    quarantine: Option<bool>,
+}
+
+/// Resolves the settings from the global options, the environment and the files.
+///
+/// # Errors
+///
+/// A usage [`Failure`] (exit 2) for an unreadable or invalid config file, an empty node list, or
+/// no nodes from any source.
+pub(crate) fn resolve(global: &Global) -> Result<Settings, Failure> {
+    let (file, file_path) = load_config_file(global.config.as_deref())?;
+    let duration = |key: &str, value: &Option<String>, path: &Option<PathBuf>| {
+        value
+            .as_deref()
+            .map(|text| {
+                parse_duration(text).map_err(|e| {
+                    Failure::usage(format!(
+                        "config file {}: key {key}: {e}",
+                        path.as_deref()
+                            .map_or("?".into(), |p| p.display().to_string())
+                    ))
+                })
+            })
+            .transpose()
+    };
+    let ttl = match global.ttl {
+        Some(ttl) => ttl,
+        None => duration("ttl", &file.ttl, &file_path)?.unwrap_or(DEFAULT_TTL),
+    };
+    let node_timeout = match global.node_timeout {
+        Some(t) => t,
+        None => duration("node_timeout", &file.node_timeout, &file_path)?
+            .unwrap_or(DEFAULT_NODE_TIMEOUT),
+    };
+
+    let (nodes, source) = if !global.nodes.is_empty() {
+        (clean_list(&global.nodes), Source::Flag)
+    } else if let Some(env) = std::env::var("FENCELOCK_NODES")
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+    {
+        let list: Vec<String> = env.split(',').map(str::to_owned).collect();
+        (clean_list(&list), Source::Env)
+    } else if let (Some(nodes), Some(path)) = (file.nodes.as_ref(), file_path.as_ref()) {
+        (clean_list(nodes), Source::ConfigFile(path.clone()))
+    } else {
+        let state_path = devset::state_path()?;
+        match devset::load(&state_path)? {
+            Some(state) => {
+                eprintln!(
+                    "fencelock: no --nodes, FENCELOCK_NODES or config file; using the dev set of {} node(s) from {}",
+                    state.nodes.len(),
+                    state_path.display()
+                );
+                (state.urls(), Source::DevSet(state_path))
+            }
+            None => {
+                return Err(Failure::usage(
+                    "no nodes: give --nodes redis://127.0.0.1:6379,..., set FENCELOCK_NODES, write a config file (--config), or start a local dev set with `fencelock up`",
+                ))
+            }
+        }
+    };
+    if nodes.is_empty() {
+        return Err(Failure::usage(format!(
+            "the node list from {source} is empty; give at least one node URL such as redis://127.0.0.1:6379"
+        )));
+    }
+    let quarantine = if global.no_quarantine {
+        Some(false)
+    } else if file.quarantine.is_some() {
+        file.quarantine
+    } else if matches!(source, Source::DevSet(_)) {
+        // The dev set's nodes were all started together by `up`: a short uptime means a new
+        // set, not a restart that forgot locks, so waiting out a TTL would protect nothing.
+        Some(false)
+    } else {
+        None
+    };
+    Ok(Settings {
+        nodes,
+        source,
+        ttl,
+        node_timeout,
+        drift_factor: file.drift_factor,
+        fencing: file.fencing.unwrap_or(false),
+        quarantine,
+    })
+}
+
+fn clean_list(list: &[String]) -> Vec<String> {
+    list.iter()
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty())
+        .collect()
+}
+
+/// The default config file: `$XDG_CONFIG_HOME/fencelock/config.toml` or
+/// `~/.config/fencelock/config.toml`.
+fn default_config_path() -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_CONFIG_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))?;
+    Some(base.join("fencelock").join("config.toml"))
+}
+
+fn load_config_file(flag: Option<&Path>) -> Result<(FileConfig, Option<PathBuf>), Failure> {
+    let explicit = flag.map(Path::to_path_buf).or_else(|| {
+        std::env::var_os("FENCELOCK_CONFIG")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    });
+    let path = match explicit {
+        Some(path) => path,
+        None => match default_config_path() {
+            Some(path) if path.is_file() => path,
+            _ => return Ok((FileConfig::default(), None)),
+        },
+    };
+    let text = std::fs::read_to_string(&path).map_err(|e| {
+        Failure::usage(format!(
+            "cannot read config file {}: {e}; check the path given to --config or FENCELOCK_CONFIG",
+            path.display()
+        ))
+    })?;
+    let file: FileConfig = toml::from_str(&text).map_err(|e| {
+        Failure::usage(format!(
+            "config file {} is not valid: {}; expected keys: nodes = [\"redis://...\"], ttl = \"30s\", node_timeout = \"50ms\", drift_factor = 0.01, fencing = false, quarantine = true",
+            path.display(),
+            e.message()
+        ))
+    })?;
+    Ok((file, Some(path)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_file_keys_parse() {
+        let file: FileConfig =
+            toml::from_str("nodes = [\"redis://a:1\"]\nttl = \"10s\"\nfencing = true\n").unwrap();
+        assert_eq!(file.nodes.unwrap(), ["redis://a:1"]);
+        assert_eq!(file.ttl.as_deref(), Some("10s"));
+        assert_eq!(file.fencing, Some(true));
+        assert!(toml::from_str::<FileConfig>("nodez = []").is_err());
+    }
+
+    #[test]
+    fn lists_are_trimmed() {
+        assert_eq!(
+            clean_list(&[" redis://a:1 ".into(), "".into()]),
+            ["redis://a:1"]
+        );
+    }
+}

@@ -1,0 +1,629 @@
+//! Drives the built `fencelock` binary against real redis-server nodes started by the testkit.
+//!
+//! Safety is asserted exactly (no two holders overlap, the command is stopped when the lock is
+//! lost); waits for liveness are generous so that a loaded two-core box does not flake.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use fencelock_testkit::{RedisNode, RedisNodes, RedisOptions};
+
+const BIN: &str = env!("CARGO_BIN_EXE_fencelock");
+/// Per-node timeout for tests that are not about slowness: loose enough for a busy machine.
+const LOOSE_NODE_TIMEOUT: &str = "250ms";
+/// How long any `fencelock` invocation may take before the test calls it hung.
+const HUNG: Duration = Duration::from_secs(60);
+
+/// A `fencelock` command isolated from the user's files: HOME and the XDG dirs point into `home`.
+fn fencelock(home: &Path) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.env("HOME", home)
+        .env("XDG_DATA_HOME", home.join("data"))
+        .env("XDG_CONFIG_HOME", home.join("config"))
+        .env_remove("FENCELOCK_NODES")
+        .env_remove("FENCELOCK_CONFIG")
+        .env_remove("FENCELOCK_TOKEN")
+        .env_remove("FENCELOCK_LOCK_TOKEN")
+        .stdin(Stdio::null());
+    cmd
+}
+
+/// `fencelock --nodes URLS --node-timeout ... --no-quarantine` for a node set. The testkit's
+/// nodes were just started, not restarted: they never held a lock they could have forgotten, so
+/// the restart quarantine would only make every test wait a TTL.
+fn with_nodes(home: &Path, urls: &[String]) -> Command {
+    let mut cmd = fencelock(home);
+    cmd.arg("--nodes")
+        .arg(urls.join(","))
+        .arg("--node-timeout")
+        .arg(LOOSE_NODE_TIMEOUT)
+        .arg("--no-quarantine");
+    cmd
+}
+
+fn output(cmd: &mut Command) -> Output {
+    let child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn fencelock");
+    wait_output(child, HUNG)
+}
+
+fn wait_output(mut child: Child, limit: Duration) -> Output {
+    // Drain the pipes on threads so that a chatty child cannot block on a full pipe.
+    let mut stdout = child.stdout.take();
+    let mut stderr = child.stderr.take();
+    let out = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        if let Some(s) = stdout.as_mut() {
+            let _ = s.read_to_end(&mut buf);
+        }
+        buf
+    });
+    let err = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        if let Some(s) = stderr.as_mut() {
+            let _ = s.read_to_end(&mut buf);
+        }
+        buf
+    });
+    let status = wait_status(&mut child, limit);
+    Output {
+        status,
+        stdout: out.join().unwrap(),
+        stderr: err.join().unwrap(),
+    }
+}
+
+fn wait_status(child: &mut Child, limit: Duration) -> ExitStatus {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("fencelock did not exit within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// The error lines of a failed run, without the "using the dev set" notice; asserts that there
+/// is exactly one and that nothing panicked.
+fn one_line_error(out: &Output) -> String {
+    let stderr = text(&out.stderr);
+    assert!(!stderr.contains("panicked"), "panic: {stderr}");
+    assert!(
+        !stderr.contains("RUST_BACKTRACE"),
+        "backtrace hint: {stderr}"
+    );
+    let lines: Vec<&str> = stderr
+        .lines()
+        .filter(|l| !l.starts_with("fencelock: no --nodes"))
+        .collect();
+    assert_eq!(lines.len(), 1, "expected one error line, got: {stderr}");
+    assert!(lines[0].starts_with("fencelock: error: "), "{stderr}");
+    lines[0].to_owned()
+}
+
+fn wait_for_file_containing(path: &Path, needle: &str, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if std::fs::read_to_string(path).is_ok_and(|t| t.contains(needle)) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!(
+        "{} did not get {needle:?} within {limit:?}: {:?}",
+        path.display(),
+        std::fs::read_to_string(path)
+    );
+}
+
+/// Whether a PID is gone: no such process, or a zombie waiting for its reaper.
+fn pid_gone(pid: i32) -> bool {
+    // SAFETY: signal 0 only checks existence.
+    if unsafe { libc::kill(pid, 0) } != 0 {
+        return true;
+    }
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|stat| {
+            stat.rsplit_once(')')
+                .and_then(|(_, rest)| rest.trim_start().chars().next())
+                == Some('Z')
+        })
+        .unwrap_or(true)
+}
+
+fn wait_pid_gone(pid: i32, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if pid_gone(pid) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+fn home() -> tempfile::TempDir {
+    tempfile::tempdir().expect("temp dir")
+}
+
+fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap();
+    listener.local_addr().unwrap().port()
+}
+
+#[test]
+fn two_runs_on_one_resource_never_overlap() {
+    let nodes = RedisNodes::start(3).unwrap();
+    let home = home();
+    let log = home.path().join("marks.log");
+    let script = format!(
+        "echo \"start $ID\" >> {log}; sleep 0.2; echo \"end $ID\" >> {log}",
+        log = log.display()
+    );
+    let children: Vec<Child> = (0..4)
+        .map(|id| {
+            with_nodes(home.path(), &nodes.urls())
+                .args(["run", "--wait", "120s", "shared", "--", "sh", "-c", &script])
+                .env("ID", id.to_string())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for child in children {
+        let out = wait_output(child, Duration::from_secs(180));
+        assert!(
+            out.status.success(),
+            "{:?}: {}",
+            out.status,
+            text(&out.stderr)
+        );
+    }
+    let marks = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<&str> = marks.lines().collect();
+    assert_eq!(lines.len(), 8, "{marks}");
+    for pair in lines.chunks(2) {
+        let start = pair[0].strip_prefix("start ").expect(&marks);
+        let end = pair[1].strip_prefix("end ").expect(&marks);
+        assert_eq!(start, end, "runs interleaved:\n{marks}");
+    }
+}
+
+#[test]
+fn no_wait_fails_with_75_while_the_lock_is_held_and_the_command_does_not_run() {
+    let nodes = RedisNodes::start(3).unwrap();
+    let home = home();
+    let acquired =
+        output(with_nodes(home.path(), &nodes.urls()).args(["--ttl", "60s", "acquire", "job"]));
+    assert!(acquired.status.success(), "{}", text(&acquired.stderr));
+    let token = text(&acquired.stdout).trim().to_owned();
+    assert_eq!(token.len(), 32, "{token}");
+
+    let marker = home.path().join("ran");
+    let touch = format!("touch {}", marker.display());
+    let out = output(with_nodes(home.path(), &nodes.urls()).args([
+        "run",
+        "--no-wait",
+        "job",
+        "--",
+        "sh",
+        "-c",
+        &touch,
+    ]));
+    assert_eq!(out.status.code(), Some(75), "{}", text(&out.stderr));
+    let err = one_line_error(&out);
+    assert!(err.contains("held by another client"), "{err}");
+    assert!(!marker.exists(), "the command ran without the lock");
+
+    let released =
+        output(with_nodes(home.path(), &nodes.urls()).args(["release", "job", "--token", &token]));
+    assert!(released.status.success(), "{}", text(&released.stderr));
+    let out = output(with_nodes(home.path(), &nodes.urls()).args([
+        "run",
+        "--no-wait",
+        "job",
+        "--",
+        "sh",
+        "-c",
+        &touch,
+    ]));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(marker.exists());
+}
+
+#[test]
+fn run_passes_the_environment_and_the_exit_status() {
+    let nodes = RedisNodes::start(3).unwrap();
+    let home = home();
+    let out = output(with_nodes(home.path(), &nodes.urls()).args([
+        "run",
+        "--fencing",
+        "env-job",
+        "--",
+        "sh",
+        "-c",
+        "echo \"$FENCELOCK_RESOURCE $FENCELOCK_TOKEN\"; exit 3",
+    ]));
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let mut words = stdout.split_whitespace();
+    assert_eq!(words.next(), Some("env-job"));
+    let token: u64 = words.next().and_then(|t| t.parse().ok()).expect(&stdout);
+    assert!(token >= 1);
+
+    // Killed by a signal: 128 + N, like a shell.
+    let out = output(with_nodes(home.path(), &nodes.urls()).args([
+        "run",
+        "env-job",
+        "--",
+        "sh",
+        "-c",
+        "kill -9 $$",
+    ]));
+    assert_eq!(out.status.code(), Some(137), "{}", text(&out.stderr));
+
+    // The lock was released after each run.
+    let out = output(with_nodes(home.path(), &nodes.urls()).args(["--json", "inspect", "env-job"]));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(json["summary"]["holder"].is_null(), "{json}");
+}
+
+#[test]
+fn the_command_is_stopped_when_the_majority_is_paused() {
+    let nodes = RedisNodes::start(3).unwrap();
+    let home = home();
+    let marks = home.path().join("marks");
+    // The command ignores SIGTERM, so only SIGKILL stops it.
+    let script = format!(
+        "trap 'echo term >> {m}' TERM; echo $$ > {m}.pid; echo started >> {m}; while :; do sleep 0.05; done",
+        m = marks.display()
+    );
+    let child = fencelock(home.path())
+        .arg("--nodes")
+        .arg(nodes.urls().join(","))
+        .args([
+            "--ttl",
+            "2s",
+            "--node-timeout",
+            "50ms",
+            "--no-quarantine",
+            "run",
+            "paused",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_file_containing(&marks, "started", Duration::from_secs(30));
+    let pid: i32 = std::fs::read_to_string(marks.with_extension("pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    nodes.node(0).pause().unwrap();
+    nodes.node(1).pause().unwrap();
+    let out = wait_output(child, Duration::from_secs(60));
+    nodes.node(0).resume().unwrap();
+    nodes.node(1).resume().unwrap();
+
+    assert_eq!(out.status.code(), Some(76), "{}", text(&out.stderr));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("was lost"), "{stderr}");
+    let marks_text = std::fs::read_to_string(&marks).unwrap();
+    assert!(
+        marks_text.contains("term"),
+        "SIGTERM came first: {marks_text}"
+    );
+    assert!(
+        wait_pid_gone(pid, Duration::from_secs(10)),
+        "the command survived SIGKILL"
+    );
+}
+
+#[test]
+fn sigterm_to_fencelock_is_forwarded_to_the_command() {
+    let nodes = RedisNodes::start(3).unwrap();
+    let home = home();
+    let marks = home.path().join("marks");
+    let script = format!(
+        "trap 'echo got-term >> {m}; exit 7' TERM; echo started >> {m}; while :; do sleep 0.05; done",
+        m = marks.display()
+    );
+    let child = with_nodes(home.path(), &nodes.urls())
+        .args(["run", "signals", "--", "sh", "-c", &script])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_file_containing(&marks, "started", Duration::from_secs(30));
+    let pid = i32::try_from(child.id()).unwrap();
+    // SAFETY: signals our own child.
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    let out = wait_output(child, Duration::from_secs(30));
+    assert_eq!(out.status.code(), Some(7), "{}", text(&out.stderr));
+    assert!(std::fs::read_to_string(&marks)
+        .unwrap()
+        .contains("got-term"));
+
+    // The lock was released: a --no-wait run gets it at once.
+    let out = output(with_nodes(home.path(), &nodes.urls()).args([
+        "run",
+        "--no-wait",
+        "signals",
+        "--",
+        "true",
+    ]));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}
+
+fn doctor_json(home: &Path, urls: &[String]) -> (Option<i32>, serde_json::Value) {
+    let out = output(fencelock(home).arg("--nodes").arg(urls.join(",")).args([
+        "--node-timeout",
+        "1s",
+        "--ttl",
+        "1s",
+        "--json",
+        "doctor",
+    ]));
+    let json = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {} / {}", text(&out.stdout), text(&out.stderr)));
+    (out.status.code(), json)
+}
+
+fn failed_checks(json: &serde_json::Value) -> Vec<String> {
+    json["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["status"] == "fail")
+        .map(|c| c["check"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn doctor_passes_a_clean_set_and_fails_replicas_and_eviction() {
+    let home = home();
+    let clean = RedisNodes::start(3).unwrap();
+    let (code, json) = doctor_json(home.path(), &clean.urls());
+    assert_eq!(code, Some(0), "{json:#}");
+    assert!(failed_checks(&json).is_empty(), "{json:#}");
+
+    let master = RedisNode::start().unwrap();
+    let replica = RedisNode::start_with(RedisOptions::default().replica_of(master.port())).unwrap();
+    let other = RedisNode::start().unwrap();
+    let (code, json) = doctor_json(home.path(), &[master.url(), replica.url(), other.url()]);
+    assert_eq!(code, Some(1), "{json:#}");
+    let failed = failed_checks(&json);
+    assert_eq!(
+        failed.iter().filter(|c| *c == "replication").count(),
+        2,
+        "both the master with a replica and the replica fail: {json:#}"
+    );
+
+    let lru = RedisNode::start_with(
+        RedisOptions::default().maxmemory_policy(Some("allkeys-lru".to_owned())),
+    )
+    .unwrap();
+    let (code, json) = doctor_json(
+        home.path(),
+        &[clean.node(0).url(), clean.node(1).url(), lru.url()],
+    );
+    assert_eq!(code, Some(1), "{json:#}");
+    assert_eq!(failed_checks(&json), ["eviction"], "{json:#}");
+
+    // The human table says the same, with a hint.
+    let out = output(fencelock(home.path()).arg("--nodes").arg(lru.url()).args([
+        "--node-timeout",
+        "1s",
+        "doctor",
+    ]));
+    assert_eq!(out.status.code(), Some(1));
+    let table = text(&out.stdout);
+    assert!(table.contains("fail  eviction"), "{table}");
+    assert!(
+        table.contains("hint: set maxmemory-policy noeviction"),
+        "{table}"
+    );
+}
+
+#[test]
+fn doctor_reports_an_unreachable_node_as_a_failing_check() {
+    let nodes = RedisNodes::start(2).unwrap();
+    let home = home();
+    let mut urls = nodes.urls();
+    urls.push(format!("redis://127.0.0.1:{}", free_port()));
+    let (code, json) = doctor_json(home.path(), &urls);
+    assert_eq!(code, Some(1), "{json:#}");
+    assert!(
+        failed_checks(&json).contains(&"reachable".to_owned()),
+        "{json:#}"
+    );
+}
+
+#[test]
+fn up_and_down_leave_no_process_behind() {
+    let home = home();
+    let out = output(fencelock(home.path()).args(["up", "--nodes", "3", "--json"]));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let pids: Vec<i32> = json["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| i32::try_from(n["pid"].as_i64().unwrap()).unwrap())
+        .collect();
+    assert_eq!(pids.len(), 3);
+    let state = PathBuf::from(json["state_file"].as_str().unwrap());
+    assert!(state.starts_with(home.path()), "{}", state.display());
+
+    // Make sure `down` runs even if an assertion below fails.
+    struct Down<'a>(&'a Path);
+    impl Drop for Down<'_> {
+        fn drop(&mut self) {
+            let _ = output(fencelock(self.0).arg("down"));
+        }
+    }
+    let guard = Down(home.path());
+
+    assert!(pids.iter().all(|pid| !pid_gone(*pid)));
+    let again = output(fencelock(home.path()).arg("up"));
+    assert!(again.status.success());
+    assert!(
+        text(&again.stdout).contains("already up"),
+        "{}",
+        text(&again.stdout)
+    );
+
+    // Without --nodes, commands use the dev set and say so.
+    let run = output(fencelock(home.path()).args([
+        "--node-timeout",
+        LOOSE_NODE_TIMEOUT,
+        "run",
+        "--wait",
+        "30s",
+        "dev-job",
+        "--",
+        "true",
+    ]));
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    assert!(
+        text(&run.stderr).contains("using the dev set"),
+        "{}",
+        text(&run.stderr)
+    );
+
+    drop(guard);
+    for pid in pids {
+        assert!(
+            wait_pid_gone(pid, Duration::from_secs(10)),
+            "redis-server {pid} left behind"
+        );
+    }
+    assert!(!state.exists(), "state file left behind");
+    let down_again = output(fencelock(home.path()).arg("down"));
+    assert!(down_again.status.success());
+    assert!(text(&down_again.stdout).contains("no dev set"));
+}
+
+#[test]
+fn bad_input_gives_one_line_errors_and_documented_codes() {
+    let home = home();
+
+    // A bad URL.
+    let out = output(fencelock(home.path()).args([
+        "--nodes",
+        "localhost:6379",
+        "run",
+        "x",
+        "--",
+        "true",
+    ]));
+    assert_eq!(out.status.code(), Some(2));
+    let err = one_line_error(&out);
+    assert!(err.contains("localhost:6379"), "{err}");
+
+    // No nodes anywhere.
+    let out = output(fencelock(home.path()).args(["inspect", "x"]));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(one_line_error(&out).contains("fencelock up"));
+
+    // A duration without a unit is a clap usage error.
+    let out = output(fencelock(home.path()).args(["--ttl", "30", "doctor"]));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("30s"), "{}", text(&out.stderr));
+
+    // Unreachable nodes.
+    let dead: Vec<String> = (0..3)
+        .map(|_| format!("redis://127.0.0.1:{}", free_port()))
+        .collect();
+    let out = output(with_nodes(home.path(), &dead).args(["acquire", "x"]));
+    assert_eq!(out.status.code(), Some(69));
+    assert!(one_line_error(&out).contains("failed or timed out"));
+
+    let nodes = RedisNodes::start(3).unwrap();
+    let urls = nodes.urls();
+
+    // Nodes up for less than a TTL are in restart quarantine by default: 69, with the way out.
+    let out = output(
+        fencelock(home.path())
+            .arg("--nodes")
+            .arg(urls.join(","))
+            .args(["--ttl", "60s", "acquire", "fresh"]),
+    );
+    assert_eq!(out.status.code(), Some(69), "{}", text(&out.stderr));
+    assert!(one_line_error(&out).contains("--no-quarantine"));
+
+    // A wrong token: 76, and the key is untouched.
+    let acquired = output(with_nodes(home.path(), &urls).args(["--ttl", "60s", "acquire", "held"]));
+    assert!(acquired.status.success(), "{}", text(&acquired.stderr));
+    let token = text(&acquired.stdout).trim().to_owned();
+    for op in ["release", "extend"] {
+        let out =
+            output(with_nodes(home.path(), &urls).args([op, "held", "--token", "not-the-token"]));
+        assert_eq!(out.status.code(), Some(76), "{op}: {}", text(&out.stderr));
+        assert!(one_line_error(&out).contains("does not hold the lock"));
+    }
+    // A node whose SET timed out on a loaded machine may lack the key; none may hold another.
+    let values: Vec<String> = nodes
+        .iter()
+        .map(|n| n.cli(&["GET", "held"]).unwrap())
+        .collect();
+    assert!(
+        values.iter().filter(|v| **v == token).count() >= 2,
+        "{values:?}"
+    );
+    assert!(
+        values.iter().all(|v| *v == token || v == "(nil)"),
+        "{values:?}"
+    );
+
+    // A key of the wrong type at the resource name.
+    for node in nodes.iter() {
+        node.cli(&["RPUSH", "a-list", "x"]).unwrap();
+    }
+    for args in [
+        &["acquire", "a-list"][..],
+        &["run", "--no-wait", "a-list", "--", "true"][..],
+        &["release", "a-list", "--token", "t"][..],
+    ] {
+        let out = output(with_nodes(home.path(), &urls).args(args));
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+        assert!(one_line_error(&out).contains("not a lock key"), "{args:?}");
+    }
+    let out = output(with_nodes(home.path(), &urls).args(["inspect", "a-list"]));
+    assert!(out.status.success());
+    assert!(
+        text(&out.stdout).contains("wrong type: list"),
+        "{}",
+        text(&out.stdout)
+    );
+
+    // A command that does not exist.
+    let out = output(with_nodes(home.path(), &urls).args(["run", "x", "--", "/no/such/command"]));
+    assert_eq!(out.status.code(), Some(127));
+    one_line_error(&out);
+}

@@ -1,0 +1,26 @@
+//! fencelock-harness: runs lock clients against real local nodes while a seeded nemesis injects
+//! faults, records a history, and checks it for safety violations.
+//!
+//! # Layout
+//!
+//! - [`mode`]: the lock modes compared and the fault kinds the nemesis knows.
+//! - [`history`]: what a run records (client events, storage rows, faults).
+//! - [`checker`]: pure functions that judge a history (no I/O).
+//! - [`nemesis`]: the seeded fault schedule (pure) and its execution on real processes.
+//! - [`proxy`]: a TCP proxy per node that adds latency or cuts the node off.
+//! - [`client`]: the workload one client process runs (the hidden `client` subcommand).
+//! - [`run`]: one mode end to end: nodes, proxies, clients, nemesis, check.
+//! - [`report`]: the text summary and the HTML timeline.
+//! - [`mono`]: the system-wide monotonic clock all processes stamp events with.
+#![warn(missing_docs)]
+
+pub mod checker;
+pub mod client;
+pub mod history;
+pub mod mode;
+pub mod mono;
+pub mod nemesis;
+pub mod proxy;
+pub mod report;
+pub mod run;
+pub mod storage;

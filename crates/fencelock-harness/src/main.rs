@@ -1,0 +1,197 @@
+//! `fencelock-harness`: runs the fault harness and prints what each mode survived.
+//!
+//! Exit codes: 0 the run finished and no fenced mode's data was harmed; 1 a fenced mode's
+//! fenced record shows a stale write accepted, tokens out of order, an interleaving or a lost
+//! update; 2 the harness itself failed. Violations in unfenced modes are expected and do not
+//! change the exit code.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use clap::{Parser, Subcommand};
+use fencelock_harness::client::{self, ClientArgs};
+use fencelock_harness::mode::{FaultKind, Mode};
+use fencelock_harness::report;
+use fencelock_harness::run::{self, RunOptions, StopAt};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "fencelock-harness",
+    version,
+    about = "Fault harness and safety checker for fencelock"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Run the workload under faults for each mode, check the history, report.
+    Run(RunArgs),
+    /// One client process (started by `run`).
+    #[command(hide = true)]
+    Client(ClientCli),
+}
+
+#[derive(Debug, clap::Args)]
+struct RunArgs {
+    /// Modes to run, in order.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "single,redlock,redlock-fenced,redlock-quarantine"
+    )]
+    modes: Vec<Mode>,
+    /// Client processes per mode.
+    #[arg(long, default_value_t = 3)]
+    clients: u32,
+    /// Stop each mode after this many grants (over all clients).
+    #[arg(long, conflicts_with = "duration")]
+    acquisitions: Option<u64>,
+    /// Stop each mode after this long (default 60s).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    duration: Option<Duration>,
+    /// Upper bound on one mode's run.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "30m")]
+    max_duration: Duration,
+    /// Nemesis seed.
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Lock TTL.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "1s")]
+    ttl: Duration,
+    /// Per-node timeout.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "50ms")]
+    node_timeout: Duration,
+    /// The race window between a client's reads and its writes.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "10ms")]
+    window: Duration,
+    /// Fault kinds (default: all).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "kill,restart-nopersist,restart-persist,pause-node,pause-client,clock-forward,clock-backward,latency"
+    )]
+    faults: Vec<FaultKind>,
+    /// Write the HTML timeline here.
+    #[arg(long)]
+    report: Option<PathBuf>,
+    /// Print the per-mode summaries as JSON on stdout instead of text.
+    #[arg(long)]
+    json: bool,
+    /// Directory for logs, databases and histories (one subdirectory per mode).
+    #[arg(long, default_value = "fencelock-harness-out")]
+    out: PathBuf,
+    /// No progress on stderr.
+    #[arg(long)]
+    quiet: bool,
+}
+
+#[derive(Debug, clap::Args)]
+struct ClientCli {
+    #[arg(long)]
+    id: u32,
+    #[arg(long)]
+    mode: Mode,
+    #[arg(long, value_delimiter = ',')]
+    nodes: Vec<String>,
+    #[arg(long)]
+    db: PathBuf,
+    #[arg(long)]
+    dir: PathBuf,
+    #[arg(long)]
+    log: PathBuf,
+    #[arg(long)]
+    ttl_ms: u64,
+    #[arg(long)]
+    node_timeout_ms: u64,
+    #[arg(long)]
+    window_ms: u64,
+    #[arg(long)]
+    epoch_ns: u64,
+}
+
+fn main() -> ExitCode {
+    match run_cli() {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("fencelock-harness: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run_cli() -> anyhow::Result<ExitCode> {
+    match Cli::parse().cmd {
+        Cmd::Client(c) => {
+            client::run(&ClientArgs {
+                id: c.id,
+                mode: c.mode,
+                nodes: c.nodes,
+                db: c.db,
+                dir: c.dir,
+                log: c.log,
+                ttl: Duration::from_millis(c.ttl_ms),
+                node_timeout: Duration::from_millis(c.node_timeout_ms),
+                window: Duration::from_millis(c.window_ms),
+                epoch_ns: c.epoch_ns,
+            })
+            .context("client failed")?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Run(args) => run_modes(args),
+    }
+}
+
+fn run_modes(args: RunArgs) -> anyhow::Result<ExitCode> {
+    if args.clients < 2 {
+        bail!("--clients must be at least 2: a violation needs two holders");
+    }
+    let stop = match (args.acquisitions, args.duration) {
+        (Some(n), _) => StopAt::Acquisitions(n),
+        (None, Some(d)) => StopAt::Duration(d),
+        (None, None) => StopAt::Duration(Duration::from_secs(60)),
+    };
+    let opts = RunOptions {
+        clients: args.clients,
+        stop,
+        max_duration: args.max_duration,
+        seed: args.seed,
+        ttl: args.ttl,
+        node_timeout: args.node_timeout,
+        window: args.window,
+        faults: args.faults.clone(),
+        out: args.out.clone(),
+        exe: std::env::current_exe().context("locating the harness executable")?,
+        progress: !args.quiet,
+    };
+    let command: Vec<String> = std::env::args().collect();
+    let mut runs = Vec::new();
+    for mode in &args.modes {
+        let run = run::run_mode(*mode, &opts).with_context(|| format!("mode {mode}"))?;
+        if !args.json {
+            print!("{}", report::text(&run));
+        }
+        runs.push(run);
+    }
+    if args.json {
+        let summaries: Vec<_> = runs.iter().map(|r| r.summary()).collect();
+        println!("{}", serde_json::to_string_pretty(&summaries)?);
+    }
+    if let Some(path) = &args.report {
+        run::write_file(path, &report::html(&runs, &command.join(" ")))
+            .with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("report: {}", path.display());
+    }
+    let broken = runs
+        .iter()
+        .any(|r| r.mode.fencing() && r.findings.fenced_data_violations() > 0);
+    Ok(if broken {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}

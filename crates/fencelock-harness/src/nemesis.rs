@@ -1,0 +1,574 @@
+//! The nemesis: a seeded schedule of faults ([`Plan`], pure) and its execution on the real
+//! processes of a run ([`Nemesis`]).
+//!
+//! Random faults at random instants rarely line up into the interleavings that break a lock, so
+//! the episodes that model the article's scenarios are staged around a holder:
+//!
+//! - `pause-client`: most often the client stops itself right after its reads (its lock held),
+//!   for two TTLs or more; sometimes the harness stops it at an arbitrary instant.
+//! - `clock-forward` (Kleppmann's clock scenario): a minority of nodes is cut off, a client is
+//!   asked to hold its next lock for 60% of the TTL (so it is taken on the other nodes only), one
+//!   of its nodes jumps ahead past the TTL (its key expires), and the cut nodes come back: another
+//!   client can now reach a majority while the first is still within its validity.
+//! - `restart-nopersist` / `restart-persist`: the same staging, but one of the holder's nodes is
+//!   killed with SIGKILL and restarted at once, without persistence (its keys are gone) or from
+//!   an `appendfsync always` AOF (they come back).
+//!
+//! Every episode restores what it changed (except clock offsets, which stay where they jumped)
+//! and is bounded in time.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use fencelock_testkit::RedisNode;
+
+use crate::client::{self, Request};
+use crate::history::FaultEvent;
+use crate::mode::FaultKind;
+use crate::mono;
+use crate::proxy::ProxyControl;
+
+/// One staged fault.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Episode {
+    /// kill -9 `nodes`, restart them after `down`.
+    Kill {
+        /// Nodes.
+        nodes: Vec<usize>,
+        /// Downtime.
+        down: Duration,
+    },
+    /// Cut `cut` off, let `client` take a long lock, kill -9 and restart `victim`, heal.
+    Restart {
+        /// Whether the victim persists (AOF always).
+        persist: bool,
+        /// Nodes cut off while the client acquires.
+        cut: Vec<usize>,
+        /// The node that restarts.
+        victim: usize,
+        /// The holder.
+        client: u32,
+    },
+    /// SIGSTOP `nodes` for `pause`.
+    PauseNode {
+        /// Nodes.
+        nodes: Vec<usize>,
+        /// How long.
+        pause: Duration,
+    },
+    /// SIGSTOP `client` for `pause`, right after its reads or at an arbitrary instant.
+    PauseClient {
+        /// The client.
+        client: u32,
+        /// Stop right after the reads (holding the lock).
+        after_read: bool,
+        /// How long.
+        pause: Duration,
+    },
+    /// Cut `cut` off, let `client` take a long lock, jump `node`'s clock ahead by `jump`, heal.
+    ClockForward {
+        /// Nodes cut off while the client acquires.
+        cut: Vec<usize>,
+        /// The node whose clock jumps.
+        node: usize,
+        /// The holder.
+        client: u32,
+        /// The jump.
+        jump: Duration,
+    },
+    /// Jump `node`'s clock back by `jump`.
+    ClockBackward {
+        /// The node.
+        node: usize,
+        /// The jump.
+        jump: Duration,
+    },
+    /// Delay `nodes`' connections by `delay` for `lasts`.
+    Latency {
+        /// Nodes.
+        nodes: Vec<usize>,
+        /// Added delay per chunk sent to the node.
+        delay: Duration,
+        /// How long.
+        lasts: Duration,
+    },
+}
+
+impl Episode {
+    /// The fault kind this episode counts as.
+    pub fn kind(&self) -> FaultKind {
+        match self {
+            Episode::Kill { .. } => FaultKind::Kill,
+            Episode::Restart { persist: false, .. } => FaultKind::RestartNopersist,
+            Episode::Restart { persist: true, .. } => FaultKind::RestartPersist,
+            Episode::PauseNode { .. } => FaultKind::PauseNode,
+            Episode::PauseClient { .. } => FaultKind::PauseClient,
+            Episode::ClockForward { .. } => FaultKind::ClockForward,
+            Episode::ClockBackward { .. } => FaultKind::ClockBackward,
+            Episode::Latency { .. } => FaultKind::Latency,
+        }
+    }
+}
+
+/// The seeded schedule: the same seed and settings give the same episodes.
+#[derive(Debug)]
+pub struct Plan {
+    rng: fastrand::Rng,
+    kinds: Vec<FaultKind>,
+    nodes: usize,
+    clients: u32,
+    ttl: Duration,
+    aof_node: Option<usize>,
+}
+
+impl Plan {
+    /// A plan over `kinds` for `nodes` nodes (of which `aof_node`, if any, persists with
+    /// `appendfsync always`) and `clients` clients. Kinds that cannot apply are dropped
+    /// (`restart-persist` without an AOF node).
+    pub fn new(
+        seed: u64,
+        kinds: &[FaultKind],
+        nodes: usize,
+        clients: u32,
+        ttl: Duration,
+        aof_node: Option<usize>,
+    ) -> Plan {
+        let kinds = kinds
+            .iter()
+            .copied()
+            .filter(|k| *k != FaultKind::RestartPersist || aof_node.is_some())
+            .collect();
+        Plan {
+            rng: fastrand::Rng::with_seed(seed),
+            kinds,
+            nodes,
+            clients: clients.max(1),
+            ttl,
+            aof_node,
+        }
+    }
+
+    fn ttls(&mut self, lo: f64, hi: f64) -> Duration {
+        self.ttl.mul_f64(lo + (hi - lo) * self.rng.f64())
+    }
+
+    /// `k` distinct nodes, none of them in `except`.
+    fn pick(&mut self, k: usize, except: &[usize]) -> Vec<usize> {
+        let mut pool: Vec<usize> = (0..self.nodes).filter(|n| !except.contains(n)).collect();
+        self.rng.shuffle(&mut pool);
+        pool.truncate(k);
+        pool.sort_unstable();
+        pool
+    }
+
+    /// The most nodes that may fail while a majority stays: (n-1)/2, and for one node, that node.
+    fn minority(&self) -> usize {
+        if self.nodes == 1 {
+            1
+        } else {
+            (self.nodes - 1) / 2
+        }
+    }
+
+    /// The pause before the next episode and the episode, or `None` when no kind is enabled.
+    pub fn next_episode(&mut self) -> Option<(Duration, Episode)> {
+        if self.kinds.is_empty() {
+            return None;
+        }
+        let gap = self.ttls(0.2, 1.0);
+        let kind = self.kinds[self.rng.usize(..self.kinds.len())];
+        let client = self.rng.u32(..self.clients);
+        // Partitions are staged only with several nodes: with one, there is no "rest".
+        let cut_size = if self.nodes > 1 { self.minority() } else { 0 };
+        let episode = match kind {
+            FaultKind::Kill => {
+                let k = self.rng.usize(1..=self.minority());
+                Episode::Kill {
+                    nodes: self.pick(k, &[]),
+                    down: self.ttls(1.1, 2.0),
+                }
+            }
+            FaultKind::RestartNopersist | FaultKind::RestartPersist => {
+                let persist = kind == FaultKind::RestartPersist;
+                let victim = match (persist, self.aof_node) {
+                    (true, Some(aof)) => aof,
+                    _ => {
+                        let except: Vec<usize> = self.aof_node.into_iter().collect();
+                        self.pick(1, &except).first().copied().unwrap_or(0)
+                    }
+                };
+                Episode::Restart {
+                    persist,
+                    cut: self.pick(cut_size, &[victim]),
+                    victim,
+                    client,
+                }
+            }
+            FaultKind::PauseNode => {
+                let k = self.rng.usize(1..=self.minority());
+                Episode::PauseNode {
+                    nodes: self.pick(k, &[]),
+                    pause: self.ttls(0.2, 1.5),
+                }
+            }
+            FaultKind::PauseClient => Episode::PauseClient {
+                client,
+                after_read: self.rng.u8(..3) != 0,
+                pause: self.ttls(2.0, 3.0),
+            },
+            FaultKind::ClockForward => {
+                let node = self.rng.usize(..self.nodes);
+                Episode::ClockForward {
+                    cut: self.pick(cut_size, &[node]),
+                    node,
+                    client,
+                    jump: self.ttls(3.0, 10.0),
+                }
+            }
+            FaultKind::ClockBackward => Episode::ClockBackward {
+                node: self.rng.usize(..self.nodes),
+                jump: self.ttls(1.0, 3.0),
+            },
+            FaultKind::Latency => {
+                let k = self.rng.usize(1..=self.minority());
+                Episode::Latency {
+                    nodes: self.pick(k, &[]),
+                    delay: Duration::from_millis(self.rng.u64(20..=200)),
+                    lasts: self.ttls(0.5, 2.0),
+                }
+            }
+        };
+        Some((gap, episode))
+    }
+}
+
+/// The real processes an episode acts on.
+#[derive(Debug)]
+pub struct Nemesis {
+    /// The nodes.
+    pub nodes: Arc<Vec<RedisNode>>,
+    /// Each node's proxy knobs.
+    pub proxies: Vec<Arc<ProxyControl>>,
+    /// Client process ids, by client id.
+    pub clients: Vec<u32>,
+    /// The clients' control directory.
+    pub dir: PathBuf,
+    /// The lock TTL.
+    pub ttl: Duration,
+    /// The run's epoch on `CLOCK_MONOTONIC`.
+    pub epoch_ns: u64,
+    /// Each node's current clock offset.
+    pub offsets: Vec<i64>,
+}
+
+fn signal(pid: u32, sig: libc::c_int) {
+    // SAFETY: kill(2) has no memory-safety preconditions; a vanished pid only returns ESRCH.
+    unsafe { libc::kill(pid as libc::pid_t, sig) };
+}
+
+/// Whether the process is stopped (state `T` in /proc).
+pub fn is_stopped(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .map(|(_, rest)| rest.trim_start().starts_with('T'))
+        })
+        .unwrap_or(false)
+}
+
+/// Polls `cond` every 5 ms until it holds or `limit` passes; whether it held.
+fn wait_for(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let until = Instant::now() + limit;
+    while Instant::now() < until {
+        if cond() {
+            return true;
+        }
+        thread::sleep(Duration::from_millis(5));
+    }
+    cond()
+}
+
+impl Nemesis {
+    fn now(&self) -> u64 {
+        mono::now_ns().saturating_sub(self.epoch_ns)
+    }
+
+    /// Runs episodes from `plan` until `stop` is set; each finished episode goes to `record`.
+    pub fn run(&mut self, mut plan: Plan, stop: &AtomicBool, mut record: impl FnMut(FaultEvent)) {
+        while !stop.load(Ordering::SeqCst) {
+            let Some((gap, episode)) = plan.next_episode() else {
+                return;
+            };
+            if sleep_unless(gap, stop) {
+                return;
+            }
+            record(self.execute(&episode));
+        }
+    }
+
+    /// Performs one episode and restores what it changed (bounded in time).
+    pub fn execute(&mut self, episode: &Episode) -> FaultEvent {
+        let start_ns = self.now();
+        let (nodes, clients, detail) = match episode {
+            Episode::Kill { nodes, down } => {
+                for &n in nodes {
+                    let _ = self.nodes[n].kill();
+                }
+                thread::sleep(*down);
+                self.restart(nodes);
+                (
+                    nodes.clone(),
+                    vec![],
+                    format!("kill -9, down {down:.1?}, restarted"),
+                )
+            }
+            Episode::Restart {
+                persist,
+                cut,
+                victim,
+                client,
+            } => {
+                let held = self.stage(cut, *client);
+                let _ = self.nodes[*victim].kill();
+                self.restart(&[*victim]);
+                self.heal(cut);
+                self.finish_hold(*client);
+                let mut nodes = vec![*victim];
+                nodes.extend(cut);
+                (
+                    nodes,
+                    vec![*client],
+                    format!(
+                        "node {victim} kill -9 + restart ({}) while client {client} held the lock{}; nodes {cut:?} cut off meanwhile",
+                        if *persist { "AOF always" } else { "no persistence" },
+                        if held { "" } else { " (it never got it)" },
+                    ),
+                )
+            }
+            Episode::PauseNode { nodes, pause } => {
+                for &n in nodes {
+                    let _ = self.nodes[n].pause();
+                }
+                thread::sleep(*pause);
+                for &n in nodes {
+                    let _ = self.nodes[n].resume();
+                }
+                (nodes.clone(), vec![], format!("SIGSTOP for {pause:.1?}"))
+            }
+            Episode::PauseClient {
+                client,
+                after_read,
+                pause,
+            } => {
+                let how = self.pause_client(*client, *after_read, *pause);
+                (vec![], vec![*client], how)
+            }
+            Episode::ClockForward {
+                cut,
+                node,
+                client,
+                jump,
+            } => {
+                let held = self.stage(cut, *client);
+                self.offsets[*node] += jump.as_millis() as i64;
+                let _ = self.nodes[*node].set_clock_offset(self.offsets[*node]);
+                self.heal(cut);
+                self.finish_hold(*client);
+                let mut nodes = vec![*node];
+                nodes.extend(cut);
+                (
+                    nodes,
+                    vec![*client],
+                    format!(
+                        "node {node} clock +{jump:.1?} while client {client} held the lock{}; nodes {cut:?} cut off meanwhile",
+                        if held { "" } else { " (it never got it)" },
+                    ),
+                )
+            }
+            Episode::ClockBackward { node, jump } => {
+                self.offsets[*node] -= jump.as_millis() as i64;
+                let _ = self.nodes[*node].set_clock_offset(self.offsets[*node]);
+                (vec![*node], vec![], format!("clock -{jump:.1?}"))
+            }
+            Episode::Latency {
+                nodes,
+                delay,
+                lasts,
+            } => {
+                for &n in nodes {
+                    self.proxies[n].set_delay(*delay);
+                }
+                thread::sleep(*lasts);
+                for &n in nodes {
+                    self.proxies[n].set_delay(Duration::ZERO);
+                }
+                (
+                    nodes.clone(),
+                    vec![],
+                    format!("+{delay:?} per request for {lasts:.1?}"),
+                )
+            }
+        };
+        FaultEvent {
+            kind: episode.kind(),
+            nodes,
+            clients,
+            start_ns,
+            end_ns: self.now(),
+            detail,
+        }
+    }
+
+    fn restart(&self, nodes: &[usize]) {
+        for &n in nodes {
+            // A restart that fails leaves the node down: a longer outage, still a minority.
+            let _ = self.nodes[n].restart();
+        }
+    }
+
+    fn heal(&self, cut: &[usize]) {
+        for &n in cut {
+            self.proxies[n].heal();
+        }
+    }
+
+    /// Cuts `cut` off and waits until `client` holds a long lock (taken on the other nodes);
+    /// whether it did.
+    fn stage(&self, cut: &[usize], client: u32) -> bool {
+        for &n in cut {
+            self.proxies[n].cut();
+        }
+        let _ = client::send(&self.dir, client, Request::LongHold);
+        let held = wait_for(self.ttl * 5, || client::holding(&self.dir, client));
+        if !held {
+            // Not taken in time: withdraw it (if it was taken just now, the hold runs anyway).
+            client::withdraw(&self.dir, client, Request::LongHold);
+        }
+        held
+    }
+
+    fn finish_hold(&self, client: u32) {
+        wait_for(self.ttl, || !client::holding(&self.dir, client));
+    }
+
+    fn pause_client(&self, client: u32, after_read: bool, pause: Duration) -> String {
+        let Some(&pid) = self.clients.get(client as usize) else {
+            return "no such client".into();
+        };
+        if after_read {
+            let _ = client::send(&self.dir, client, Request::Pause);
+            let taken = wait_for(self.ttl * 5, || {
+                client::taken(&self.dir, client, Request::Pause)
+            });
+            if !taken && client::withdraw(&self.dir, client, Request::Pause) {
+                return "asked to stop after its reads, but it never got there".into();
+            }
+            if !wait_for(Duration::from_secs(5), || is_stopped(pid)) {
+                signal(pid, libc::SIGCONT);
+                return "asked to stop after its reads, but it did not stop".into();
+            }
+            thread::sleep(pause);
+            signal(pid, libc::SIGCONT);
+            format!("stopped itself right after its reads; SIGCONT after {pause:.1?}")
+        } else {
+            signal(pid, libc::SIGSTOP);
+            thread::sleep(pause);
+            signal(pid, libc::SIGCONT);
+            format!("SIGSTOP at an arbitrary instant, SIGCONT after {pause:.1?}")
+        }
+    }
+}
+
+/// Sleeps `d` in small steps; `true` if `stop` was set meanwhile.
+fn sleep_unless(d: Duration, stop: &AtomicBool) -> bool {
+    let until = Instant::now() + d;
+    while Instant::now() < until {
+        if stop.load(Ordering::SeqCst) {
+            return true;
+        }
+        thread::sleep(
+            Duration::from_millis(20).min(until.saturating_duration_since(Instant::now())),
+        );
+    }
+    stop.load(Ordering::SeqCst)
+}
+
+/// The directory a client's control files live in (for tests and the run).
+pub fn control_dir(run_dir: &Path) -> PathBuf {
+    run_dir.join("control")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn same_seed_same_schedule() {
+        let ttl = Duration::from_secs(1);
+        let mut a = Plan::new(42, &FaultKind::ALL, 5, 3, ttl, Some(4));
+        let mut b = Plan::new(42, &FaultKind::ALL, 5, 3, ttl, Some(4));
+        for _ in 0..200 {
+            assert_eq!(a.next_episode(), b.next_episode());
+        }
+    }
+
+    #[test]
+    fn faults_stay_within_a_minority_and_restart_persist_hits_the_aof_node() {
+        let ttl = Duration::from_secs(1);
+        let mut plan = Plan::new(7, &FaultKind::ALL, 5, 3, ttl, Some(4));
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..500 {
+            let (gap, ep) = plan.next_episode().unwrap();
+            assert!(gap <= ttl);
+            seen.insert(ep.kind());
+            match ep {
+                Episode::Kill { nodes, .. }
+                | Episode::PauseNode { nodes, .. }
+                | Episode::Latency { nodes, .. } => assert!((1..=2).contains(&nodes.len())),
+                Episode::Restart {
+                    persist,
+                    cut,
+                    victim,
+                    client,
+                } => {
+                    assert_eq!(cut.len(), 2);
+                    assert!(!cut.contains(&victim));
+                    assert_eq!(persist, victim == 4);
+                    assert!(client < 3);
+                }
+                Episode::ClockForward { cut, node, .. } => {
+                    assert_eq!(cut.len(), 2);
+                    assert!(!cut.contains(&node));
+                }
+                Episode::PauseClient { pause, .. } => assert!(pause >= ttl * 2),
+                Episode::ClockBackward { .. } => {}
+            }
+        }
+        assert_eq!(seen.len(), FaultKind::ALL.len());
+    }
+
+    #[test]
+    fn a_single_node_has_no_partitions_and_no_aof_restarts() {
+        let mut plan = Plan::new(1, &FaultKind::ALL, 1, 2, Duration::from_secs(1), None);
+        for _ in 0..200 {
+            match plan.next_episode().unwrap().1 {
+                Episode::Restart {
+                    persist,
+                    cut,
+                    victim,
+                    ..
+                } => assert!(!persist && cut.is_empty() && victim == 0),
+                Episode::ClockForward { cut, node, .. } => assert!(cut.is_empty() && node == 0),
+                Episode::Kill { nodes, .. } => assert_eq!(nodes, vec![0]),
+                _ => {}
+            }
+        }
+        assert!(Plan::new(1, &[], 1, 1, Duration::from_secs(1), None)
+            .next_episode()
+            .is_none());
+    }
+}

@@ -1,0 +1,337 @@
+//! The text summary and the self-contained HTML timeline.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+
+use crate::history::EventKind;
+use crate::mode::FaultKind;
+use crate::run::ModeRun;
+
+/// The text summary of one mode.
+pub fn text(run: &ModeRun) -> String {
+    let s = run.summary();
+    let mut out = String::new();
+    let on = |b: bool| if b { "on" } else { "off" };
+    let _ = writeln!(
+        out,
+        "mode {}: {} node(s), {} clients, fencing {}, quarantine {}, ttl {:?}, ran {:.1} s",
+        s.mode,
+        s.nodes,
+        s.clients,
+        on(s.fencing),
+        on(s.quarantine),
+        run.ttl,
+        s.seconds
+    );
+    let faults: Vec<String> = s.faults.iter().map(|(k, v)| format!("{k} {v}")).collect();
+    let _ = writeln!(
+        out,
+        "  faults injected: {}",
+        if faults.is_empty() {
+            "none".into()
+        } else {
+            faults.join(", ")
+        }
+    );
+    let failures: Vec<String> = s.failures.iter().map(|(k, v)| format!("{k} {v}")).collect();
+    let _ = writeln!(
+        out,
+        "  acquisitions: {} attempts, {} granted; failures: {}",
+        s.attempts,
+        s.grants,
+        if failures.is_empty() {
+            "none".into()
+        } else {
+            failures.join(", ")
+        }
+    );
+    let _ = writeln!(
+        out,
+        "  acquire latency: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+        s.latency_p50_ms, s.latency_p99_ms, s.latency_max_ms
+    );
+    let _ = writeln!(
+        out,
+        "  fenced record ({}): {} writes committed, {} stale reads/writes rejected, {} stale accepted, {} token-order, {} duplicate tokens, {} interleaved, {} lost updates",
+        if s.fencing { "token checked" } else { "no token check" },
+        s.fenced_writes,
+        s.stale_rejected,
+        s.stale_accepted,
+        s.token_order,
+        s.duplicate_tokens,
+        s.fenced_interleaved,
+        s.fenced_lost_updates
+    );
+    let _ = writeln!(
+        out,
+        "  unfenced counter (lock only): {} writes, {} stale reads, {} lost updates",
+        s.counter_writes, s.counter_stale_reads, s.counter_lost_updates
+    );
+    let _ = writeln!(
+        out,
+        "  lock: {} grant(s) inside another client's validity",
+        s.overlapping_validity
+    );
+    let data = s.fenced_record_violations - s.duplicate_tokens;
+    let verdict = if s.fencing && data == 0 && s.duplicate_tokens > 0 {
+        format!(
+            "SAFE DATA, BROKEN TOKEN GUARANTEE: no stale write accepted and no update lost, but {} row(s) carried a token another holder also got (a node lost its counter on a restart without persistence)",
+            s.duplicate_tokens
+        )
+    } else if s.fenced_record_violations == 0 {
+        if s.fencing {
+            "SAFE: the fenced storage accepted no stale write".to_owned()
+        } else {
+            "no violation found on the fenced record in this run".to_owned()
+        }
+    } else {
+        format!(
+            "VIOLATIONS on the fenced record: {}{}",
+            s.fenced_record_violations,
+            if s.fencing {
+                " (data harmed despite fencing)"
+            } else {
+                " (expected without fencing)"
+            }
+        )
+    };
+    let _ = writeln!(out, "  verdict: {verdict}");
+    for v in s.examples.iter().take(3) {
+        let _ = writeln!(
+            out,
+            "    e.g. {:?} at {:.3} s: {}",
+            v.kind,
+            v.mono_ns as f64 / 1e9,
+            v.detail
+        );
+    }
+    out
+}
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+fn fault_color(kind: FaultKind) -> &'static str {
+    match kind {
+        FaultKind::Kill => "#7f7f7f",
+        FaultKind::RestartNopersist => "#d62728",
+        FaultKind::RestartPersist => "#9467bd",
+        FaultKind::PauseNode => "#1f77b4",
+        FaultKind::PauseClient => "#17becf",
+        FaultKind::ClockForward => "#ff7f0e",
+        FaultKind::ClockBackward => "#bcbd22",
+        FaultKind::Latency => "#8c564b",
+    }
+}
+
+/// The timeline of one mode, as SVG.
+pub fn svg(run: &ModeRun) -> String {
+    let secs = run.elapsed.as_secs_f64().max(1.0);
+    let px_per_s = (1400.0 / secs).clamp(20.0, 200.0);
+    let left = 120.0;
+    let lane = 26.0;
+    let top = 24.0;
+    let lanes = run.clients as usize + run.nodes;
+    let width = left + secs * px_per_s + 20.0;
+    let height = top + lanes as f64 * lane + 30.0;
+    let x = |ns: u64| left + ns as f64 / 1e9 * px_per_s;
+    let client_y = |c: u32| top + c as f64 * lane;
+    let node_y = |n: usize| top + (run.clients as usize + n) as f64 * lane;
+    let mut o = String::new();
+    let _ = write!(
+        o,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0}" height="{height:.0}" font-family="sans-serif" font-size="11">"#
+    );
+    // Time axis.
+    let step = if secs > 600.0 {
+        60
+    } else if secs > 120.0 {
+        10
+    } else if secs > 20.0 {
+        5
+    } else {
+        1
+    };
+    let mut t = 0;
+    while (t as f64) <= secs {
+        let xx = left + t as f64 * px_per_s;
+        let _ = write!(
+            o,
+            r##"<line x1="{xx:.1}" y1="{top}" x2="{xx:.1}" y2="{:.1}" stroke="#eee"/><text x="{xx:.1}" y="{:.1}" fill="#666">{t}s</text>"##,
+            height - 24.0,
+            height - 10.0
+        );
+        t += step;
+    }
+    for c in 0..run.clients {
+        let _ = write!(
+            o,
+            r#"<text x="4" y="{:.1}">client {c}</text>"#,
+            client_y(c) + 16.0
+        );
+    }
+    for n in 0..run.nodes {
+        let _ = write!(
+            o,
+            r#"<text x="4" y="{:.1}">node {n}</text>"#,
+            node_y(n) + 16.0
+        );
+    }
+    // Held intervals: green while valid, red once held past the validity deadline.
+    // (client, acq) -> (granted, validity deadline, release started, token)
+    type Held = (u64, u64, Option<u64>, Option<u64>);
+    let mut held: HashMap<(u32, u64), Held> = HashMap::new();
+    for e in &run.history.events {
+        let key = (e.client, e.acq);
+        match &e.kind {
+            EventKind::AcquireOk { token, deadline_ns } => {
+                held.insert(key, (e.mono_ns, *deadline_ns, None, *token));
+            }
+            EventKind::ReleaseStart => {
+                if let Some(h) = held.get_mut(&key) {
+                    h.2 = Some(e.mono_ns);
+                }
+            }
+            _ => {}
+        }
+    }
+    let end_ns = run.elapsed.as_nanos() as u64;
+    for (&(c, acq), &(start, deadline, release, token)) in &held {
+        let end = release.unwrap_or(end_ns);
+        let y = client_y(c) + 4.0;
+        let valid_end = end.min(deadline);
+        let tok = token.map_or(String::new(), |t| format!(", token {t}"));
+        let _ = write!(
+            o,
+            r##"<rect x="{:.2}" y="{y:.1}" width="{:.2}" height="16" fill="#2ca02c"><title>client {c} acquisition {acq}{tok}: held {:.3}-{:.3} s</title></rect>"##,
+            x(start),
+            (x(valid_end) - x(start)).max(0.6),
+            start as f64 / 1e9,
+            end as f64 / 1e9
+        );
+        if end > deadline {
+            let _ = write!(
+                o,
+                r##"<rect x="{:.2}" y="{y:.1}" width="{:.2}" height="16" fill="#f4a6a6"><title>client {c} acquisition {acq}: still acting {:.3} s past its validity</title></rect>"##,
+                x(deadline),
+                (x(end) - x(deadline)).max(0.6),
+                (end - deadline) as f64 / 1e9
+            );
+        }
+    }
+    // Faults.
+    for f in &run.faults {
+        let color = fault_color(f.kind);
+        let w = (x(f.end_ns) - x(f.start_ns)).max(2.0);
+        for &n in &f.nodes {
+            let _ = write!(
+                o,
+                r#"<rect x="{:.2}" y="{:.1}" width="{w:.2}" height="16" fill="{color}" opacity="0.8"><title>{}: {}</title></rect>"#,
+                x(f.start_ns),
+                node_y(n) + 4.0,
+                f.kind,
+                esc(&f.detail)
+            );
+        }
+        for &c in &f.clients {
+            let _ = write!(
+                o,
+                r#"<rect x="{:.2}" y="{:.1}" width="{w:.2}" height="4" fill="{color}"><title>{}: {}</title></rect>"#,
+                x(f.start_ns),
+                client_y(c) + 21.0,
+                f.kind,
+                esc(&f.detail)
+            );
+        }
+    }
+    // Rejected stale reads and writes: the fence doing its job.
+    for e in &run.history.events {
+        let what = match &e.kind {
+            EventKind::WriteRejected {
+                presented, current, ..
+            } => format!("write rejected: token {presented} < {current}"),
+            EventKind::ReadRejected {
+                presented, current, ..
+            } => format!("read rejected: token {presented} < {current}"),
+            _ => continue,
+        };
+        let (xx, y) = (x(e.mono_ns), client_y(e.client) + 2.0);
+        let _ = write!(
+            o,
+            r##"<path d="M{:.2} {y:.1} l5 9 l-10 0 z" fill="#ff7f0e" stroke="#000" stroke-width="0.5"><title>client {}: {what}</title></path>"##,
+            xx, e.client
+        );
+    }
+    // Violations.
+    for v in run.findings.all() {
+        let xx = x(v.mono_ns);
+        let _ = write!(
+            o,
+            r##"<line x1="{xx:.2}" y1="{top}" x2="{xx:.2}" y2="{:.1}" stroke="#d00" stroke-width="1" opacity="0.6"><title>{:?}: {}</title></line>"##,
+            height - 24.0,
+            v.kind,
+            esc(&v.detail)
+        );
+        for &c in &v.clients {
+            let _ = write!(
+                o,
+                r##"<circle cx="{xx:.2}" cy="{:.1}" r="4" fill="#d00"><title>{:?}: {}</title></circle>"##,
+                client_y(c) + 12.0,
+                v.kind,
+                esc(&v.detail)
+            );
+        }
+    }
+    o.push_str("</svg>");
+    o
+}
+
+/// The self-contained HTML report of every mode run.
+pub fn html(runs: &[ModeRun], command: &str) -> String {
+    let mut o = String::from(
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>fencelock harness report</title>\
+         <style>body{font-family:sans-serif;margin:20px}pre{background:#f6f6f6;padding:8px}\
+         .scroll{overflow-x:auto;border:1px solid #ddd}.legend span{display:inline-block;margin-right:12px}\
+         .sw{display:inline-block;width:12px;height:12px;margin-right:4px;vertical-align:middle}</style></head><body>",
+    );
+    let _ = write!(
+        o,
+        "<h1>fencelock harness</h1><p><code>{}</code></p>",
+        esc(command)
+    );
+    o.push_str("<p class=\"legend\">");
+    let mut legend = vec![
+        ("#2ca02c", "lock held, within validity".to_owned()),
+        ("#f4a6a6", "still acting past validity".to_owned()),
+        (
+            "#ff7f0e",
+            "&#9650; stale read/write rejected by the fence".to_owned(),
+        ),
+        ("#d00", "&#9679; violation".to_owned()),
+    ];
+    for k in FaultKind::ALL {
+        legend.push((fault_color(k), k.name().to_owned()));
+    }
+    for (color, label) in legend {
+        let _ = write!(
+            o,
+            "<span><i class=\"sw\" style=\"background:{color}\"></i>{label}</span>"
+        );
+    }
+    o.push_str("</p>");
+    for run in runs {
+        let _ = write!(
+            o,
+            "<h2>{}</h2><pre>{}</pre><div class=\"scroll\">{}</div>",
+            run.mode,
+            esc(&text(run)),
+            svg(run)
+        );
+    }
+    o.push_str("</body></html>\n");
+    o
+}

@@ -1,0 +1,528 @@
+//! One mode end to end: nodes, proxies, the storage, client processes, the nemesis, the check.
+
+use std::collections::BTreeMap;
+use std::fs::{self, File};
+use std::io::{self, IsTerminal, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use fencelock_testkit::{Persistence, RedisNode, RedisOptions};
+use serde::{Deserialize, Serialize};
+
+use crate::checker::{self, Findings, Violation};
+use crate::client;
+use crate::history::{ClientEvent, FaultEvent, History};
+use crate::mode::{FaultKind, Mode};
+use crate::mono;
+use crate::nemesis::{self, Nemesis, Plan};
+use crate::proxy::Proxy;
+use crate::storage;
+
+/// When a mode's run ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopAt {
+    /// After this many grants over all clients.
+    Acquisitions(u64),
+    /// After this long.
+    Duration(Duration),
+}
+
+/// Settings of a run.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// Client processes per mode.
+    pub clients: u32,
+    /// When each mode's run ends.
+    pub stop: StopAt,
+    /// Upper bound on one mode's run, whatever `stop` says.
+    pub max_duration: Duration,
+    /// The nemesis seed.
+    pub seed: u64,
+    /// Lock TTL.
+    pub ttl: Duration,
+    /// Per-node timeout.
+    pub node_timeout: Duration,
+    /// The race window between a client's reads and writes.
+    pub window: Duration,
+    /// Fault kinds to inject.
+    pub faults: Vec<FaultKind>,
+    /// Where logs, databases and the history go (one directory per mode).
+    pub out: PathBuf,
+    /// The harness executable (clients are this program's `client` subcommand).
+    pub exe: PathBuf,
+    /// Show progress on stderr.
+    pub progress: bool,
+}
+
+/// What one mode's run produced.
+#[derive(Debug, Clone)]
+pub struct ModeRun {
+    /// The mode.
+    pub mode: Mode,
+    /// Node count.
+    pub nodes: usize,
+    /// Client count.
+    pub clients: u32,
+    /// TTL.
+    pub ttl: Duration,
+    /// Wall time the workload ran.
+    pub elapsed: Duration,
+    /// Faults injected.
+    pub faults: Vec<FaultEvent>,
+    /// The history.
+    pub history: History,
+    /// The checker's findings.
+    pub findings: Findings,
+}
+
+/// The per-mode summary (`--json`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ModeSummary {
+    /// The mode.
+    pub mode: Mode,
+    /// Node count.
+    pub nodes: usize,
+    /// Client count.
+    pub clients: u32,
+    /// Whether fencing was on.
+    pub fencing: bool,
+    /// Whether quarantine was on.
+    pub quarantine: bool,
+    /// Seconds the workload ran.
+    pub seconds: f64,
+    /// Faults injected, by kind.
+    pub faults: BTreeMap<String, u64>,
+    /// `acquire` calls.
+    pub attempts: u64,
+    /// Grants.
+    pub grants: u64,
+    /// Failures by cause.
+    pub failures: BTreeMap<String, u64>,
+    /// Acquire latency p50, ms.
+    pub latency_p50_ms: f64,
+    /// Acquire latency p99, ms.
+    pub latency_p99_ms: f64,
+    /// Acquire latency max, ms.
+    pub latency_max_ms: f64,
+    /// Fenced writes committed.
+    pub fenced_writes: u64,
+    /// Fenced reads and writes refused as stale.
+    pub stale_rejected: u64,
+    /// Stale fenced rows accepted (must be 0 in fenced modes).
+    pub stale_accepted: usize,
+    /// Token order violations.
+    pub token_order: usize,
+    /// Duplicate tokens.
+    pub duplicate_tokens: usize,
+    /// Fenced record: interleaved critical sections.
+    pub fenced_interleaved: usize,
+    /// Fenced record: increments lost.
+    pub fenced_lost_updates: i64,
+    /// Counter writes committed.
+    pub counter_writes: u64,
+    /// Counter: interleaved critical sections (no read rows: always 0) and stale reads.
+    pub counter_stale_reads: usize,
+    /// Counter: increments lost.
+    pub counter_lost_updates: i64,
+    /// Grants within another client's validity.
+    pub overlapping_validity: usize,
+    /// Violations on the fenced record (the number that must be 0 in fenced modes).
+    pub fenced_record_violations: usize,
+    /// Up to 10 violations, as examples.
+    pub examples: Vec<Violation>,
+}
+
+impl ModeRun {
+    /// The summary.
+    pub fn summary(&self) -> ModeSummary {
+        let f = &self.findings;
+        let mut faults = BTreeMap::new();
+        for e in &self.faults {
+            *faults.entry(e.kind.name().to_owned()).or_insert(0) += 1;
+        }
+        ModeSummary {
+            mode: self.mode,
+            nodes: self.nodes,
+            clients: self.clients,
+            fencing: self.mode.fencing(),
+            quarantine: self.mode.quarantine(),
+            seconds: self.elapsed.as_secs_f64(),
+            faults,
+            attempts: f.liveness.attempts,
+            grants: f.liveness.grants,
+            failures: f.liveness.failures.clone(),
+            latency_p50_ms: f.liveness.latency_p50_ms,
+            latency_p99_ms: f.liveness.latency_p99_ms,
+            latency_max_ms: f.liveness.latency_max_ms,
+            fenced_writes: f.fenced.writes,
+            stale_rejected: f.liveness.stale_rejected,
+            stale_accepted: f.stale_accepted.len(),
+            token_order: f.token_order.len(),
+            duplicate_tokens: f.duplicate_tokens.len(),
+            fenced_interleaved: f.fenced.interleaved.len(),
+            fenced_lost_updates: f.fenced.lost_updates,
+            counter_writes: f.counter.writes,
+            counter_stale_reads: f.counter.stale_reads.len(),
+            counter_lost_updates: f.counter.lost_updates,
+            overlapping_validity: f.overlapping_validity.len(),
+            fenced_record_violations: f.fenced_record_violations(),
+            examples: f.all().take(10).cloned().collect(),
+        }
+    }
+}
+
+/// Starts the mode's nodes: all with the clock shim; with 5 nodes, the last one persists with
+/// `appendfsync always` (the target of `restart-persist`).
+fn start_nodes(n: usize) -> io::Result<(Vec<RedisNode>, Option<usize>)> {
+    let aof = (n >= 5).then_some(n - 1);
+    let nodes = thread::scope(|s| {
+        let handles: Vec<_> = (0..n)
+            .map(|i| {
+                let mut opts = RedisOptions::new().clock_shift(true);
+                if Some(i) == aof {
+                    opts = opts.persistence(Persistence::AofAlways);
+                }
+                s.spawn(move || RedisNode::start_with(opts))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(io::Error::other("node start panicked")))
+            })
+            .collect::<io::Result<Vec<_>>>()
+    })?;
+    Ok((nodes, aof))
+}
+
+/// Reads a growing JSON-lines file incrementally.
+#[derive(Debug)]
+struct Tail {
+    file: File,
+    pending: String,
+}
+
+impl Tail {
+    fn open(path: &Path) -> io::Result<Tail> {
+        Ok(Tail {
+            file: File::open(path)?,
+            pending: String::new(),
+        })
+    }
+
+    /// Complete new lines.
+    fn lines(&mut self) -> Vec<String> {
+        let mut buf = String::new();
+        let _ = self.file.read_to_string(&mut buf);
+        self.pending.push_str(&buf);
+        let Some(cut) = self.pending.rfind('\n') else {
+            return vec![];
+        };
+        let rest = self.pending.split_off(cut + 1);
+        let done = std::mem::replace(&mut self.pending, rest);
+        done.lines().map(str::to_owned).collect()
+    }
+}
+
+/// Progress on stderr: a redrawn bar on a terminal, a plain line every 5 s otherwise.
+#[derive(Debug)]
+struct Progress {
+    enabled: bool,
+    tty: bool,
+    last: Instant,
+}
+
+impl Progress {
+    fn new(enabled: bool) -> Progress {
+        Progress {
+            enabled,
+            tty: io::stderr().is_terminal(),
+            last: Instant::now(),
+        }
+    }
+
+    fn show(&mut self, mode: Mode, done: f64, text: &str) {
+        if !self.enabled {
+            return;
+        }
+        let done = done.clamp(0.0, 1.0);
+        if self.tty {
+            let width = 30;
+            let filled = (done * width as f64) as usize;
+            eprint!(
+                "\r{mode:>18} [{}{}] {:>3.0}% {text}\x1b[K",
+                "#".repeat(filled),
+                " ".repeat(width - filled),
+                done * 100.0
+            );
+        } else if self.last.elapsed() >= Duration::from_secs(5) {
+            self.last = Instant::now();
+            eprintln!("{mode}: {:.0}% {text}", done * 100.0);
+        }
+    }
+
+    fn finish(&mut self) {
+        if self.enabled && self.tty {
+            eprintln!();
+        }
+    }
+}
+
+fn spawn_client(
+    opts: &RunOptions,
+    mode: Mode,
+    id: u32,
+    urls: &str,
+    db: &Path,
+    dir: &Path,
+    epoch: u64,
+) -> io::Result<Child> {
+    let log = dir.join(format!("client-{id}.jsonl"));
+    let stderr = File::create(dir.join(format!("client-{id}.stderr")))?;
+    Command::new(&opts.exe)
+        .arg("client")
+        .args([
+            "--id",
+            &id.to_string(),
+            "--mode",
+            mode.name(),
+            "--nodes",
+            urls,
+        ])
+        .arg("--db")
+        .arg(db)
+        .arg("--dir")
+        .arg(nemesis::control_dir(dir))
+        .arg("--log")
+        .arg(&log)
+        .args([
+            "--ttl-ms",
+            &opts.ttl.as_millis().to_string(),
+            "--node-timeout-ms",
+            &opts.node_timeout.as_millis().to_string(),
+            "--window-ms",
+            &opts.window.as_millis().to_string(),
+            "--epoch-ns",
+            &epoch.to_string(),
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .spawn()
+}
+
+/// Runs `mode` under `opts` and checks its history.
+///
+/// # Errors
+///
+/// When nodes, proxies, the storage or the clients cannot be started, or the history cannot be
+/// read back.
+pub fn run_mode(mode: Mode, opts: &RunOptions) -> io::Result<ModeRun> {
+    let dir = opts.out.join(mode.name());
+    if dir.exists() {
+        fs::remove_dir_all(&dir)?;
+    }
+    let control = nemesis::control_dir(&dir);
+    fs::create_dir_all(&control)?;
+    let (nodes, aof) = start_nodes(mode.nodes())?;
+    let nodes = Arc::new(nodes);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()?;
+    let proxies = nodes
+        .iter()
+        .map(|n| runtime.block_on(Proxy::start(n.port())))
+        .collect::<io::Result<Vec<_>>>()?;
+    let urls: Vec<String> = proxies
+        .iter()
+        .map(|p| format!("redis://127.0.0.1:{}/0", p.port()))
+        .collect();
+    let db = dir.join("storage.db");
+    storage::setup(&db).map_err(io::Error::other)?;
+
+    let epoch = mono::now_ns();
+    let started = Instant::now();
+    let mut children = Vec::new();
+    for id in 0..opts.clients {
+        children.push(spawn_client(
+            opts,
+            mode,
+            id,
+            &urls.join(","),
+            &db,
+            &dir,
+            epoch,
+        )?);
+    }
+    let logs: Vec<PathBuf> = (0..opts.clients)
+        .map(|id| dir.join(format!("client-{id}.jsonl")))
+        .collect();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let faults = Arc::new(Mutex::new(Vec::new()));
+    let nemesis_thread = {
+        let mut nemesis = Nemesis {
+            nodes: nodes.clone(),
+            proxies: proxies.iter().map(Proxy::control).collect(),
+            clients: children.iter().map(Child::id).collect(),
+            dir: control.clone(),
+            ttl: opts.ttl,
+            epoch_ns: epoch,
+            offsets: vec![0; nodes.len()],
+        };
+        let plan = Plan::new(
+            opts.seed ^ (mode as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15),
+            &opts.faults,
+            nodes.len(),
+            opts.clients,
+            opts.ttl,
+            aof,
+        );
+        let (stop, faults) = (stop.clone(), faults.clone());
+        thread::spawn(move || {
+            nemesis.run(plan, &stop, |e| {
+                faults.lock().unwrap_or_else(|p| p.into_inner()).push(e)
+            });
+        })
+    };
+
+    let mut progress = Progress::new(opts.progress);
+    let mut tails: Vec<Option<Tail>> = logs.iter().map(|_| None).collect();
+    let mut grants = 0u64;
+    let outcome = loop {
+        thread::sleep(Duration::from_millis(200));
+        for (tail, path) in tails.iter_mut().zip(&logs) {
+            if tail.is_none() {
+                *tail = Tail::open(path).ok();
+            }
+            if let Some(t) = tail {
+                grants += t
+                    .lines()
+                    .iter()
+                    .filter(|l| l.contains("\"ev\":\"acquire_ok\""))
+                    .count() as u64;
+            }
+        }
+        let elapsed = started.elapsed();
+        let nfaults = faults.lock().map(|f| f.len()).unwrap_or(0);
+        let (done, finished) = match opts.stop {
+            StopAt::Acquisitions(n) => (grants as f64 / n as f64, grants >= n),
+            StopAt::Duration(d) => (elapsed.as_secs_f64() / d.as_secs_f64(), elapsed >= d),
+        };
+        progress.show(
+            mode,
+            done,
+            &format!(
+                "{grants} grants, {nfaults} faults, {:.0}s",
+                elapsed.as_secs_f64()
+            ),
+        );
+        if finished || elapsed >= opts.max_duration {
+            break Ok(());
+        }
+        if let Some(code) = children
+            .iter_mut()
+            .find_map(|c| c.try_wait().ok().flatten())
+        {
+            break Err(io::Error::other(format!(
+                "a client exited early ({code}); see {}",
+                dir.display()
+            )));
+        }
+    };
+    progress.finish();
+    let elapsed = started.elapsed();
+    stop.store(true, Ordering::SeqCst);
+    let _ = nemesis_thread.join();
+    stop_clients(&control, &mut children, opts.ttl);
+    outcome?;
+    drop(proxies);
+    drop(runtime);
+    drop(nodes);
+
+    let (rows, final_fenced, final_counter) = storage::load(&db).map_err(io::Error::other)?;
+    let mut events = Vec::new();
+    for path in &logs {
+        events.extend(read_events(path)?);
+    }
+    let history = History {
+        rows,
+        events,
+        final_fenced,
+        final_counter,
+    };
+    fs::write(
+        dir.join("history.json"),
+        serde_json::to_vec(&history).map_err(io::Error::other)?,
+    )?;
+    let faults = std::mem::take(&mut *faults.lock().unwrap_or_else(|p| p.into_inner()));
+    fs::write(
+        dir.join("faults.json"),
+        serde_json::to_vec_pretty(&faults).map_err(io::Error::other)?,
+    )?;
+    let findings = checker::check(&history);
+    Ok(ModeRun {
+        mode,
+        nodes: mode.nodes(),
+        clients: opts.clients,
+        ttl: opts.ttl,
+        elapsed,
+        faults,
+        history,
+        findings,
+    })
+}
+
+/// Asks the clients to stop, wakes any that is stopped, waits, and kills the stragglers.
+fn stop_clients(control: &Path, children: &mut [Child], ttl: Duration) {
+    let _ = client::stop_all(control);
+    let until = Instant::now() + ttl * 6 + Duration::from_secs(5);
+    loop {
+        let mut running = 0;
+        for c in children.iter_mut() {
+            if c.try_wait().ok().flatten().is_none() {
+                running += 1;
+                // SAFETY: kill(2) has no memory-safety preconditions.
+                unsafe { libc::kill(c.id() as libc::pid_t, libc::SIGCONT) };
+            }
+        }
+        if running == 0 || Instant::now() >= until {
+            break;
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+    for c in children.iter_mut() {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}
+
+fn read_events(path: &Path) -> io::Result<Vec<ClientEvent>> {
+    let mut text = String::new();
+    let mut f = File::open(path)?;
+    f.seek(SeekFrom::Start(0))?;
+    f.read_to_string(&mut text)?;
+    // A client killed mid-line leaves a partial last line: skip what does not parse.
+    Ok(text
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect())
+}
+
+/// Writes `text` to `path` (creating parent directories).
+///
+/// # Errors
+///
+/// I/O errors.
+pub fn write_file(path: &Path, text: &str) -> io::Result<()> {
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        fs::create_dir_all(parent)?;
+    }
+    File::create(path)?.write_all(text.as_bytes())
+}

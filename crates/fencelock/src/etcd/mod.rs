@@ -1,0 +1,832 @@
+//! The etcd backend: a fair (FIFO) lock on a consensus store, whose fencing token is the etcd
+//! revision that created the lock key.
+//!
+//! # How a lock is taken
+//!
+//! 1. Grant a lease of the configured TTL, rounded up to whole seconds (etcd's unit; the
+//!    server may grant more, its minimum TTL, and the validity is computed from what it
+//!    granted).
+//! 2. In one transaction, create the key `fencelock/<resource>/<lease id>` attached to the
+//!    lease, and read it back with the queue's oldest key. The key's `create_revision` is this
+//!    waiter's place in the queue and, once it holds the lock, its fencing token: revisions
+//!    grow with every write to the cluster, so a later holder always has a larger one.
+//! 3. If the oldest key is ours, the lock is held. Otherwise (for `acquire`) watch the key
+//!    created just before ours, from the revision of the read on, so no delete is missed; when
+//!    it goes, look again (an older one may still be there). Waiters thus take turns in
+//!    creation order, and each watches one key instead of polling.
+//!
+//! The lease is the lock's lifetime: revoking it (release) or letting it expire deletes the
+//! key and wakes the next waiter. While waiting, the lease is renewed every third of its TTL.
+//!
+//! Several URLs name the members of one cluster, not independent nodes: consensus already
+//! makes the cluster's answer the majority's, so every call yields one vote for the cluster.
+//! Requests get at least [`timing::MIN_REQUEST_TIMEOUT`], since a write waits for a raft round.
+//! Requests are sent with etcd's "require leader" flag, so a member cut off from the majority
+//! refuses instead of answering from stale state.
+//!
+//! URLs: `etcd://[user:password@]host:port` (the login, if given, is shared by all members).
+//! `etcds://` is refused with [`Error::InvalidConfig`]: the etcd client is built without TLS,
+//! which would need etcd-client's `tls` feature (rustls and ring).
+//!
+//! Cancellation: a cancelled acquisition revokes its lease from a background task when a tokio
+//! runtime is running; otherwise its key stays in the queue, delaying the waiters behind it,
+//! until the lease expires after the TTL.
+
+mod endpoints;
+mod keys;
+mod timing;
+
+use std::fmt;
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use etcd_client::{
+    Client as EtcdClient, Compare, CompareOp, ConnectOptions, EventType, GetOptions, PutOptions,
+    SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse, TxnResponse, WatchFilterType, WatchOptions,
+};
+use tokio::sync::OnceCell;
+
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::node::NodeAddr;
+use crate::vote::{NodeVote, VoteOutcome, Votes};
+
+use self::endpoints::Endpoints;
+
+/// One etcd cluster, reached through one client (connected on first use). Boxed, so that the
+/// client's backend enum stays small for the Redis backend.
+#[derive(Debug)]
+pub(crate) struct EtcdBackend(Box<Cluster>);
+
+impl std::ops::Deref for EtcdBackend {
+    type Target = Cluster;
+
+    fn deref(&self) -> &Cluster {
+        &self.0
+    }
+}
+
+/// The state and the operations of an [`EtcdBackend`].
+pub(crate) struct Cluster {
+    addrs: Vec<NodeAddr>,
+    endpoints: Endpoints,
+    /// The redacted member list, the `node` of every vote.
+    label: String,
+    connect_timeout: Duration,
+    request_timeout: Duration,
+    ttl: Duration,
+    lease_secs: i64,
+    drift: Duration,
+    client: OnceCell<EtcdClient>,
+}
+
+impl fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EtcdBackend")
+            .field("members", &self.addrs)
+            .field("lease_secs", &self.lease_secs)
+            .field("request_timeout", &self.request_timeout)
+            .field("connected", &self.client.initialized())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A lock held on etcd.
+#[derive(Debug, Clone)]
+pub(crate) struct EtcdHeld {
+    /// The resource, for error messages.
+    pub(crate) resource: String,
+    /// The lock key, `fencelock/<resource>/<lease id hex>` (what `Lock::token` shows).
+    pub(crate) key: String,
+    /// The lease the key is attached to.
+    pub(crate) lease: i64,
+    /// The key's create revision: the fencing token.
+    pub(crate) revision: u64,
+    /// Local validity deadline: send time of the last grant or renewal + TTL - drift.
+    pub(crate) deadline: Instant,
+    /// The cluster's answer (one vote).
+    pub(crate) votes: Votes,
+    /// The TTL etcd granted (whole seconds, at least the configured TTL).
+    pub(crate) ttl: Duration,
+}
+
+/// Why a request did not do its job, before it is turned into an [`Error`] for a resource.
+#[derive(Debug)]
+struct Fail {
+    outcome: VoteOutcome,
+    /// The lease (and with it our key) no longer exists: a definite answer, not a failure.
+    lease_gone: bool,
+}
+
+impl Fail {
+    fn failed(why: impl Into<String>) -> Fail {
+        Fail {
+            outcome: VoteOutcome::Failed(why.into()),
+            lease_gone: false,
+        }
+    }
+
+    fn lease_gone() -> Fail {
+        Fail {
+            outcome: VoteOutcome::NotHeld,
+            lease_gone: true,
+        }
+    }
+}
+
+/// Our place in a queue: the key, its lease and its create revision.
+#[derive(Debug, Clone)]
+struct Entry {
+    key: String,
+    lease: i64,
+    revision: i64,
+    ttl: Duration,
+    /// When the request that last granted or renewed the lease was sent.
+    renewed: Instant,
+}
+
+/// What a look at the queue found.
+enum Turn {
+    /// Our key is the oldest: the lock is ours.
+    Head,
+    /// This key is just ahead of ours; the read was at this revision.
+    Behind { key: String, revision: i64 },
+    /// Our key is gone (the lease expired while we could not renew it).
+    Gone,
+}
+
+impl EtcdBackend {
+    /// A backend for the members at `addrs`. No I/O: the client connects on first use.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] for `etcds://` URLs (no TLS in this build), URLs with a path,
+    /// differing credentials, or a TTL above etcd's maximum lease.
+    pub(crate) fn new(addrs: Vec<NodeAddr>, config: &Config) -> Result<EtcdBackend> {
+        let endpoints = Endpoints::parse(&addrs)?;
+        let lease_secs = timing::lease_secs(config.ttl()).ok_or_else(|| {
+            Error::config(
+                "ttl",
+                format!(
+                    "{:?} is longer than the longest etcd lease ({} s)",
+                    config.ttl(),
+                    timing::MAX_LEASE_SECS
+                ),
+            )
+        })?;
+        let label = addrs
+            .iter()
+            .map(NodeAddr::redacted)
+            .collect::<Vec<_>>()
+            .join(",");
+        Ok(EtcdBackend(Box::new(Cluster {
+            addrs,
+            endpoints,
+            label,
+            connect_timeout: config.connect_timeout(),
+            request_timeout: timing::request_timeout(config.node_timeout()),
+            ttl: config.ttl(),
+            lease_secs,
+            drift: config.drift(),
+            client: OnceCell::new(),
+        })))
+    }
+}
+
+impl Cluster {
+    /// The members, in configured order.
+    pub(crate) fn addrs(&self) -> impl Iterator<Item = &NodeAddr> {
+        self.addrs.iter()
+    }
+
+    /// One attempt: joins the queue of `resource` and keeps the place only if it is the first.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Contention`] when another owner holds the lock or waits ahead of us;
+    /// [`Error::Unavailable`] when the cluster did not answer (no leader, members down);
+    /// [`Error::TooSlow`] when the answer came too late to leave any validity. Whatever the
+    /// error, our lease has been revoked (or, if that failed too, expires by TTL).
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel-safe: a cancelled attempt revokes its lease from a background task if a tokio
+    /// runtime is running, else the lease (and our place in the queue) expires by TTL.
+    pub(crate) async fn try_acquire(&self, resource: &str) -> Result<EtcdHeld> {
+        let started = Instant::now();
+        let mut pending = PendingLease::default();
+        let result = self.try_once(resource, &mut pending, started).await;
+        self.settle_pending(&mut pending, result.is_ok()).await;
+        result
+    }
+
+    /// Waits up to `wait` for the lock on `resource`, in queue (creation) order.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Timeout`] when `wait` ran out, holding the last obstacle (contention, or the
+    /// cluster's failure); our key is removed from the queue. Failures of the cluster are
+    /// retried until then.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`EtcdBackend::try_acquire`].
+    pub(crate) async fn acquire(&self, resource: &str, wait: Duration) -> Result<EtcdHeld> {
+        let started = Instant::now();
+        let mut pending = PendingLease::default();
+        let mut attempts = 0u32;
+        let mut last: Option<Error> = None;
+        let outcome = tokio::time::timeout(
+            wait,
+            self.wait_for_turn(resource, &mut pending, &mut attempts, &mut last),
+        )
+        .await;
+        self.settle_pending(&mut pending, matches!(outcome, Ok(Ok(_))))
+            .await;
+        match outcome {
+            Ok(result) => result,
+            Err(_elapsed) => Err(Error::Timeout {
+                resource: resource.to_string(),
+                attempts: attempts.max(1),
+                last: Box::new(last.unwrap_or_else(|| {
+                    self.error_for(
+                        resource,
+                        Fail::failed("no answer from the cluster"),
+                        started,
+                    )
+                })),
+            }),
+        }
+    }
+
+    /// Renews the lease once, retrying failures within `budget`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Lost`] when the lease no longer exists, or when no renewal succeeded within
+    /// `budget` (the remaining validity: past it the lock may be someone else's).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: a cancelled renewal leaves the lease as it was or renewed.
+    pub(crate) async fn extend(&self, held: &EtcdHeld, budget: Duration) -> Result<Instant> {
+        let started = Instant::now();
+        let end = started + budget;
+        let resource = held.resource.clone();
+        let mut last = Fail::failed("the validity ran out before a renewal was sent");
+        loop {
+            let now = Instant::now();
+            let Some(left) = end.checked_duration_since(now).filter(|d| !d.is_zero()) else {
+                return Err(Error::Lost {
+                    resource,
+                    votes: self.votes(last.outcome, started.elapsed()),
+                });
+            };
+            match self.keep_alive(held.lease, left).await {
+                Ok(sent) => {
+                    let drift = timing::drift_for(held.ttl, self.ttl, self.drift);
+                    return timing::deadline(sent, held.ttl, drift).ok_or_else(|| Error::Lost {
+                        resource,
+                        votes: Votes::default(),
+                    });
+                }
+                Err(fail) if fail.lease_gone => {
+                    return Err(Error::Lost {
+                        resource,
+                        votes: self.votes(fail.outcome, started.elapsed()),
+                    })
+                }
+                Err(fail) => {
+                    tracing::debug!(key = %held.key, outcome = %fail.outcome, "lease renewal failed; retrying");
+                    last = fail;
+                    tokio::time::sleep(timing::RETRY_DELAY.min(left)).await;
+                }
+            }
+        }
+    }
+
+    /// Revokes the lease, which deletes the key and wakes the next waiter.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Lost`] when the lease was already gone (it expired: work done since the
+    /// validity deadline was unprotected); [`Error::Unavailable`] when the cluster did not
+    /// answer within two request timeouts (the lease then expires by TTL).
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel-safe: a cancelled release leaves the lease to expire by TTL.
+    pub(crate) async fn release(&self, held: &EtcdHeld) -> Result<()> {
+        let started = Instant::now();
+        let end = started + 2 * self.request_timeout;
+        let resource = held.resource.clone();
+        let mut tries = 0u32;
+        loop {
+            tries += 1;
+            let left = end.saturating_duration_since(Instant::now());
+            match self.revoke(held.lease, left.max(timing::RETRY_DELAY)).await {
+                Ok(()) => return Ok(()),
+                // After a failed try the revoke may have been applied even so: then "not found"
+                // is our own doing, and the lock is released either way.
+                Err(fail) if fail.lease_gone && tries > 1 => return Ok(()),
+                Err(fail) if fail.lease_gone => {
+                    return Err(Error::Lost {
+                        resource,
+                        votes: self.votes(fail.outcome, started.elapsed()),
+                    })
+                }
+                Err(fail) if Instant::now() + timing::RETRY_DELAY >= end => {
+                    return Err(Error::Unavailable {
+                        resource,
+                        votes: self.votes(fail.outcome, started.elapsed()),
+                    })
+                }
+                Err(_) => tokio::time::sleep(timing::RETRY_DELAY).await,
+            }
+        }
+    }
+
+    async fn try_once(
+        &self,
+        resource: &str,
+        pending: &mut PendingLease,
+        started: Instant,
+    ) -> Result<EtcdHeld> {
+        let (entry, head) = self
+            .enqueue(resource, pending)
+            .await
+            .map_err(|f| self.error_for(resource, f, started))?;
+        if !head {
+            return Err(Error::Contention {
+                resource: resource.to_string(),
+                votes: self.votes(VoteOutcome::HeldByOther, started.elapsed()),
+            });
+        }
+        self.held(resource, &entry, started)
+    }
+
+    /// The queue loop of `acquire`; only returns when the lock is ours or on an error that
+    /// waiting will not fix. `attempts` counts looks at the queue, `last` keeps the latest
+    /// obstacle for the timeout error.
+    async fn wait_for_turn(
+        &self,
+        resource: &str,
+        pending: &mut PendingLease,
+        attempts: &mut u32,
+        last: &mut Option<Error>,
+    ) -> Result<EtcdHeld> {
+        let started = Instant::now();
+        'enqueue: loop {
+            *attempts += 1;
+            let (mut entry, head) = match self.enqueue(resource, pending).await {
+                Ok(joined) => joined,
+                Err(fail) => {
+                    *last = Some(self.error_for(resource, fail, started));
+                    // A failed join may still have written our key: drop it with its lease.
+                    self.settle_pending(pending, false).await;
+                    tokio::time::sleep(timing::RETRY_DELAY).await;
+                    continue 'enqueue;
+                }
+            };
+            if head {
+                match self.held(resource, &entry, started) {
+                    Ok(held) => return Ok(held),
+                    Err(e) => {
+                        *last = Some(e);
+                        self.settle_pending(pending, false).await;
+                        continue 'enqueue;
+                    }
+                }
+            }
+            *last = Some(Error::Contention {
+                resource: resource.to_string(),
+                votes: self.votes(VoteOutcome::HeldByOther, started.elapsed()),
+            });
+            let renew_every = timing::renew_interval(entry.ttl);
+            loop {
+                if entry.renewed.elapsed() >= renew_every {
+                    match self.keep_alive(entry.lease, self.request_timeout).await {
+                        Ok(sent) => entry.renewed = sent,
+                        Err(fail) if fail.lease_gone => {
+                            tracing::debug!(key = %entry.key, "lease expired while waiting; joining the queue again");
+                            self.settle_pending(pending, false).await;
+                            continue 'enqueue;
+                        }
+                        Err(fail) => {
+                            *last = Some(self.error_for(resource, fail, started));
+                            tokio::time::sleep(timing::RETRY_DELAY).await;
+                            continue;
+                        }
+                    }
+                }
+                *attempts += 1;
+                let turn = match self.look(resource, &entry).await {
+                    Ok(turn) => turn,
+                    Err(fail) => {
+                        *last = Some(self.error_for(resource, fail, started));
+                        tokio::time::sleep(timing::RETRY_DELAY).await;
+                        continue;
+                    }
+                };
+                match turn {
+                    Turn::Head => {
+                        // Renew now so that the lock starts with a full TTL, not what is left
+                        // of the lease since the last renewal.
+                        match self.keep_alive(entry.lease, self.request_timeout).await {
+                            Ok(sent) => entry.renewed = sent,
+                            Err(fail) if fail.lease_gone => {
+                                self.settle_pending(pending, false).await;
+                                continue 'enqueue;
+                            }
+                            Err(fail) => {
+                                *last = Some(self.error_for(resource, fail, started));
+                                tokio::time::sleep(timing::RETRY_DELAY).await;
+                                continue;
+                            }
+                        }
+                        match self.held(resource, &entry, started) {
+                            Ok(held) => return Ok(held),
+                            Err(e) => {
+                                *last = Some(e);
+                                continue;
+                            }
+                        }
+                    }
+                    Turn::Gone => {
+                        self.settle_pending(pending, false).await;
+                        continue 'enqueue;
+                    }
+                    Turn::Behind { key, revision } => {
+                        let wake = entry.renewed + renew_every;
+                        if let Err(fail) = self.wait_delete(&key, revision, wake).await {
+                            *last = Some(self.error_for(resource, fail, started));
+                            tokio::time::sleep(timing::RETRY_DELAY).await;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Grants a lease and creates our key in the queue of `resource`; returns the entry and
+    /// whether it is the oldest key (the lock is ours).
+    async fn enqueue(
+        &self,
+        resource: &str,
+        pending: &mut PendingLease,
+    ) -> Result<(Entry, bool), Fail> {
+        let client = self.client().await?;
+        let sent = Instant::now();
+        let grant = self
+            .call(
+                self.request_timeout,
+                client.lease_client().grant(self.lease_secs, None),
+            )
+            .await?;
+        if !grant.error().is_empty() {
+            return Err(Fail::failed(format!("lease grant: {}", grant.error())));
+        }
+        if grant.ttl() <= 0 {
+            return Err(Fail::failed("lease grant: no TTL granted"));
+        }
+        pending.arm(client.clone(), grant.id(), self.request_timeout);
+        let ttl = Duration::from_secs(grant.ttl() as u64);
+        let prefix = keys::queue_prefix(resource);
+        let key = keys::lock_key(&prefix, grant.id());
+        let oldest = || {
+            GetOptions::new()
+                .with_prefix()
+                .with_sort(SortTarget::Create, SortOrder::Ascend)
+                .with_limit(1)
+                .with_keys_only()
+        };
+        // The key is named after a lease that was just created, so it cannot exist; the
+        // comparison only makes a repeated request harmless.
+        let txn = Txn::new()
+            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+            .and_then([
+                TxnOp::put(
+                    key.clone(),
+                    Vec::<u8>::new(),
+                    Some(PutOptions::new().with_lease(grant.id())),
+                ),
+                TxnOp::get(key.clone(), None),
+                TxnOp::get(prefix.clone(), Some(oldest())),
+            ])
+            .or_else([
+                TxnOp::get(key.clone(), None),
+                TxnOp::get(prefix, Some(oldest())),
+            ]);
+        let resp = self
+            .call(self.request_timeout, client.kv_client().txn(txn))
+            .await?;
+        let gets = gets(&resp);
+        let [mine, first] = gets.as_slice() else {
+            return Err(Fail::failed("unexpected transaction response"));
+        };
+        let Some(mine) = mine.kvs().first() else {
+            // Only possible if the lease expired between the grant and the transaction.
+            return Err(Fail::failed(
+                "the lock key vanished right after it was written",
+            ));
+        };
+        let revision = mine.create_revision();
+        let head = first
+            .kvs()
+            .first()
+            .is_some_and(|kv| kv.create_revision() == revision);
+        Ok((
+            Entry {
+                key,
+                lease: grant.id(),
+                revision,
+                ttl,
+                renewed: sent,
+            },
+            head,
+        ))
+    }
+
+    /// Looks at the queue: is our key still there, and which key is just ahead of it?
+    ///
+    /// `entry.revision - 1` is at least 1 (a store's first write is revision 2), which matters
+    /// because a `max_create_revision` of 0 would mean "no bound".
+    async fn look(&self, resource: &str, entry: &Entry) -> Result<Turn, Fail> {
+        let client = self.client().await?;
+        let prefix = keys::queue_prefix(resource);
+        let txn = Txn::new()
+            .when([Compare::create_revision(
+                entry.key.clone(),
+                CompareOp::Equal,
+                entry.revision,
+            )])
+            .and_then([TxnOp::get(
+                prefix,
+                Some(
+                    GetOptions::new()
+                        .with_prefix()
+                        .with_max_create_revision(entry.revision - 1)
+                        .with_sort(SortTarget::Create, SortOrder::Descend)
+                        .with_limit(1)
+                        .with_keys_only(),
+                ),
+            )]);
+        let resp = self
+            .call(self.request_timeout, client.kv_client().txn(txn))
+            .await?;
+        if !resp.succeeded() {
+            return Ok(Turn::Gone);
+        }
+        let revision = resp
+            .header()
+            .map(|h| h.revision())
+            .ok_or_else(|| Fail::failed("response without a header"))?;
+        let gets = gets(&resp);
+        let Some(ahead) = gets.first().and_then(|g| g.kvs().first()) else {
+            return Ok(Turn::Head);
+        };
+        Ok(Turn::Behind {
+            key: String::from_utf8_lossy(ahead.key()).into_owned(),
+            revision,
+        })
+    }
+
+    /// Waits until `key` is deleted after `revision`, or until `wake` (time to renew the lease
+    /// and look again: a watch on a member that hangs would otherwise wait forever).
+    async fn wait_delete(&self, key: &str, revision: i64, wake: Instant) -> Result<(), Fail> {
+        let client = self.client().await?;
+        let options = WatchOptions::new()
+            .with_start_revision(revision + 1)
+            .with_filters([WatchFilterType::NoPut]);
+        let wake = tokio::time::Instant::from_std(wake);
+        let mut watcher = client.watch_client();
+        let watch = watcher.watch(key, Some(options));
+        let Ok(watch) = tokio::time::timeout_at(wake, watch).await else {
+            return Ok(());
+        };
+        let mut stream = watch.map_err(|e| Fail::failed(describe(&e)))?;
+        loop {
+            let message = tokio::select! {
+                message = stream.message() => message,
+                () = tokio::time::sleep_until(wake) => return Ok(()),
+            };
+            match message {
+                Ok(Some(resp)) => {
+                    let deleted = resp
+                        .events()
+                        .iter()
+                        .any(|e| e.event_type() == EventType::Delete);
+                    // A cancelled watch (compaction, lost leader) also means: look again.
+                    if deleted || resp.canceled() {
+                        return Ok(());
+                    }
+                }
+                Ok(None) => return Ok(()),
+                Err(e) => return Err(Fail::failed(describe(&e))),
+            }
+        }
+    }
+
+    /// Renews a lease once; returns when the renewal was sent.
+    async fn keep_alive(&self, lease: i64, limit: Duration) -> Result<Instant, Fail> {
+        let client = self.client().await?;
+        let sent = Instant::now();
+        // The client sends one renewal when it opens the stream and reports a lease the
+        // server no longer knows; the stream is dropped right after.
+        self.call(
+            limit.min(self.request_timeout),
+            client.lease_client().keep_alive(lease),
+        )
+        .await?;
+        Ok(sent)
+    }
+
+    async fn revoke(&self, lease: i64, limit: Duration) -> Result<(), Fail> {
+        let client = self.client().await?;
+        self.call(
+            limit.min(self.request_timeout),
+            client.lease_client().revoke(lease),
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// The lock, if the entry's lease leaves validity after the drift.
+    fn held(&self, resource: &str, entry: &Entry, started: Instant) -> Result<EtcdHeld> {
+        let drift = timing::drift_for(entry.ttl, self.ttl, self.drift);
+        let deadline = timing::deadline(entry.renewed, entry.ttl, drift)
+            .filter(|d| *d > Instant::now())
+            .ok_or_else(|| Error::TooSlow {
+                resource: resource.to_string(),
+                votes: self.votes(VoteOutcome::Granted, started.elapsed()),
+            })?;
+        let revision = u64::try_from(entry.revision).map_err(|_| Error::Unavailable {
+            resource: resource.to_string(),
+            votes: self.votes(
+                VoteOutcome::Failed(format!("negative revision {}", entry.revision)),
+                started.elapsed(),
+            ),
+        })?;
+        tracing::debug!(key = %entry.key, revision, "etcd lock acquired");
+        Ok(EtcdHeld {
+            resource: resource.to_string(),
+            key: entry.key.clone(),
+            lease: entry.lease,
+            revision,
+            deadline,
+            votes: self.votes(VoteOutcome::Granted, started.elapsed()),
+            ttl: entry.ttl,
+        })
+    }
+
+    /// Keeps the pending lease when the lock was taken, else revokes it (best effort).
+    async fn settle_pending(&self, pending: &mut PendingLease, keep: bool) {
+        let Some((client, lease, _)) = pending.lease.take() else {
+            return;
+        };
+        if keep {
+            return;
+        }
+        let revoked =
+            tokio::time::timeout(self.request_timeout, client.lease_client().revoke(lease)).await;
+        if !matches!(revoked, Ok(Ok(_))) {
+            tracing::debug!(lease, "could not revoke a lease; it expires by TTL");
+        }
+    }
+
+    /// The shared client, connecting on first use.
+    async fn client(&self) -> Result<EtcdClient, Fail> {
+        let client = self
+            .client
+            .get_or_try_init(|| async {
+                let mut options = ConnectOptions::new()
+                    .with_connect_timeout(self.connect_timeout)
+                    .with_require_leader(true);
+                if let Some(c) = &self.endpoints.credentials {
+                    options = options
+                        .with_user(c.user.clone(), c.password.clone())
+                        .with_auto_token_refresh(true);
+                }
+                let limit = self.connect_timeout.max(self.request_timeout);
+                let connect = EtcdClient::connect(&self.endpoints.urls, Some(options));
+                match tokio::time::timeout(limit, connect).await {
+                    Ok(Ok(client)) => Ok(client),
+                    Ok(Err(e)) => Err(Fail::failed(format!("connect: {}", describe(&e)))),
+                    Err(_) => Err(Fail {
+                        outcome: VoteOutcome::TimedOut,
+                        lease_gone: false,
+                    }),
+                }
+            })
+            .await?;
+        Ok(client.clone())
+    }
+
+    /// Runs one request with a timeout, turning its failure into a [`Fail`].
+    async fn call<T>(
+        &self,
+        limit: Duration,
+        request: impl Future<Output = std::result::Result<T, etcd_client::Error>>,
+    ) -> Result<T, Fail> {
+        match tokio::time::timeout(limit, request).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(e)) if lease_not_found(&e) => Err(Fail::lease_gone()),
+            Ok(Err(e)) => Err(Fail::failed(describe(&e))),
+            Err(_) => Err(Fail {
+                outcome: VoteOutcome::TimedOut,
+                lease_gone: false,
+            }),
+        }
+    }
+
+    fn votes(&self, outcome: VoteOutcome, latency: Duration) -> Votes {
+        Votes(vec![NodeVote {
+            node: self.label.clone(),
+            outcome,
+            latency,
+        }])
+    }
+
+    fn error_for(&self, resource: &str, fail: Fail, started: Instant) -> Error {
+        let resource = resource.to_string();
+        let votes = self.votes(fail.outcome, started.elapsed());
+        if fail.lease_gone {
+            Error::Lost { resource, votes }
+        } else {
+            Error::Unavailable { resource, votes }
+        }
+    }
+}
+
+/// A lease granted for an acquisition that has not finished. If the acquisition is dropped
+/// (cancelled), `Drop` hands the revoke to a background task: `Drop` itself does no I/O.
+#[derive(Default)]
+struct PendingLease {
+    lease: Option<(EtcdClient, i64, Duration)>,
+}
+
+impl PendingLease {
+    fn arm(&mut self, client: EtcdClient, lease: i64, timeout: Duration) {
+        self.lease = Some((client, lease, timeout));
+    }
+}
+
+impl fmt::Debug for PendingLease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let lease = self.lease.as_ref().map(|(_, id, _)| *id);
+        f.debug_struct("PendingLease")
+            .field("lease", &lease)
+            .finish()
+    }
+}
+
+impl Drop for PendingLease {
+    fn drop(&mut self) {
+        let Some((client, lease, timeout)) = self.lease.take() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        runtime.spawn(async move {
+            let _ = tokio::time::timeout(timeout, client.lease_client().revoke(lease)).await;
+        });
+    }
+}
+
+/// The range results of a transaction's branch, in order.
+fn gets(resp: &TxnResponse) -> Vec<etcd_client::GetResponse> {
+    resp.op_responses()
+        .into_iter()
+        .filter_map(|op| match op {
+            TxnOpResponse::Get(get) => Some(get),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Whether etcd answered that the lease does not exist (revoke: gRPC NotFound; keep-alive:
+/// a zero TTL, which the client reports as an error).
+fn lease_not_found(e: &etcd_client::Error) -> bool {
+    match e {
+        etcd_client::Error::GRpcStatus(status) => status.message().contains("lease not found"),
+        etcd_client::Error::LeaseKeepAliveError(why) => why.contains("lease not found"),
+        _ => false,
+    }
+}
+
+/// The error and its causes in one line (the client's own text is often just "transport
+/// error"). Node URLs never reach here with a password: endpoints carry none.
+fn describe(e: &etcd_client::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}

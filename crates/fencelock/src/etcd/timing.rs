@@ -1,0 +1,119 @@
+//! Lease and timeout arithmetic of the etcd backend: pure logic, no I/O.
+
+use std::time::{Duration, Instant};
+
+/// The shortest time one etcd request gets. A write is a raft round (a quorum of members
+/// append and fsync it), so the Redis-sized default node timeout (50 ms) would fail requests
+/// that are merely slow on a loaded machine; a failed request costs a retry, not safety.
+pub(crate) const MIN_REQUEST_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The longest lease etcd grants (its `MaxLeaseTTL`, in seconds).
+pub(crate) const MAX_LEASE_SECS: u64 = 9_000_000_000;
+
+/// The pause between two tries of a request that failed for a passing reason (an election, a
+/// member going away).
+pub(crate) const RETRY_DELAY: Duration = Duration::from_millis(100);
+
+/// The lease TTL to ask for: etcd counts lease TTLs in whole seconds, so the configured TTL is
+/// rounded up (at least 1 s). `None` when it exceeds what etcd grants.
+pub(crate) fn lease_secs(ttl: Duration) -> Option<i64> {
+    let secs = ttl
+        .as_secs()
+        .saturating_add(u64::from(ttl.subsec_nanos() > 0));
+    let secs = secs.max(1);
+    (secs <= MAX_LEASE_SECS).then_some(secs as i64)
+}
+
+/// The timeout of one request: the configured node timeout, but at least
+/// [`MIN_REQUEST_TIMEOUT`].
+pub(crate) fn request_timeout(node_timeout: Duration) -> Duration {
+    node_timeout.max(MIN_REQUEST_TIMEOUT)
+}
+
+/// The drift allowance for a lease of `granted`: the configured allowance, scaled up when etcd
+/// granted more than the configured TTL (the proportional part grows with the TTL; scaling the
+/// fixed part too errs on the safe side).
+pub(crate) fn drift_for(granted: Duration, ttl: Duration, drift: Duration) -> Duration {
+    if granted <= ttl || ttl.is_zero() {
+        return drift;
+    }
+    // In whole nanoseconds, rounded up: the allowance must not shrink by rounding.
+    drift
+        .as_nanos()
+        .checked_mul(granted.as_nanos())
+        .map(|n| n.div_ceil(ttl.as_nanos()))
+        .and_then(|n| u64::try_from(n).ok())
+        .map_or(Duration::MAX, Duration::from_nanos)
+}
+
+/// The local validity deadline of a lease of `granted` that was granted or renewed by a request
+/// sent at `sent`: `sent + granted - drift`. The server starts the lease's clock when it handles
+/// the request, which is after `sent`, so this deadline is never later than the server's.
+/// `None` when nothing is left after the drift.
+pub(crate) fn deadline(sent: Instant, granted: Duration, drift: Duration) -> Option<Instant> {
+    let valid = granted.checked_sub(drift).filter(|v| !v.is_zero())?;
+    sent.checked_add(valid)
+}
+
+/// How often a waiter renews its lease (and looks at the queue again, in case a watch missed
+/// its event): a third of the lease, so two renewals may fail before the lease runs out.
+pub(crate) fn renew_interval(granted: Duration) -> Duration {
+    (granted / 3).max(Duration::from_millis(100))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+    const S: Duration = Duration::from_secs(1);
+
+    #[test]
+    fn lease_ttl_rounds_up_to_whole_seconds() {
+        assert_eq!(lease_secs(10 * S), Some(10));
+        assert_eq!(lease_secs(10 * S + MS), Some(11));
+        assert_eq!(lease_secs(1500 * MS), Some(2));
+        assert_eq!(lease_secs(30 * MS), Some(1));
+        assert_eq!(lease_secs(Duration::ZERO), Some(1));
+        assert_eq!(
+            lease_secs(Duration::from_secs(MAX_LEASE_SECS)),
+            Some(9_000_000_000)
+        );
+        assert_eq!(lease_secs(Duration::from_secs(MAX_LEASE_SECS + 1)), None);
+        assert_eq!(lease_secs(Duration::MAX), None);
+    }
+
+    #[test]
+    fn requests_get_at_least_a_second() {
+        assert_eq!(request_timeout(50 * MS), S);
+        assert_eq!(request_timeout(3 * S), 3 * S);
+    }
+
+    #[test]
+    fn drift_grows_with_a_longer_grant() {
+        assert_eq!(drift_for(10 * S, 10 * S, 102 * MS), 102 * MS);
+        assert_eq!(
+            drift_for(2 * S, 1500 * MS, 17 * MS),
+            Duration::from_nanos(22_666_667)
+        );
+        assert_eq!(
+            drift_for(S, Duration::from_nanos(1), S),
+            Duration::from_secs(1_000_000_000)
+        );
+        assert_eq!(drift_for(S, 1500 * MS, 17 * MS), 17 * MS);
+    }
+
+    #[test]
+    fn deadline_is_send_time_plus_ttl_minus_drift() {
+        let t0 = Instant::now();
+        assert_eq!(deadline(t0, 10 * S, 102 * MS), Some(t0 + 9898 * MS));
+        assert_eq!(deadline(t0, S, S), None);
+        assert_eq!(deadline(t0, S, 2 * S), None);
+    }
+
+    #[test]
+    fn waiters_renew_three_times_per_lease() {
+        assert_eq!(renew_interval(3 * S), S);
+        assert_eq!(renew_interval(Duration::ZERO), 100 * MS);
+    }
+}
