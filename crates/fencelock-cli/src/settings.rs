@@ -77,35 +77,11 @@ impl Settings {
     }
 }
 
-/// Key of the warm-up round; no lock ever uses it.
-const WARM_UP_KEY: &str = "fencelock:cli-warm-up";
-
-/// Opens the connections before the first real round.
-///
-/// The library counts connection set-up (TCP, reading INFO, loading scripts: several round
-/// trips) against the per-node timeout of the round that needs it. A long-lived program pays
-/// that once; this process lives for one command, so every command would pay it, and a 50ms
-/// timeout fails on a node a few milliseconds away. A release of a key no lock uses (a
-/// compare-and-delete that never matches) makes the library connect; nodes that time out keep
-/// connecting in the background, so we repeat until none times out or the library's connect
-/// timeout has passed.
-// TODO(lead): replace with a library call that connects to every node within the connect
-// timeout, when there is one.
+/// Opens the connections before the first real round: this process lives for one command, so
+/// without it every command would spend part of its first per-node timeout connecting.
 async fn warm_up(client: &fencelock::Client) {
-    let deadline = std::time::Instant::now() + client.config().connect_timeout();
-    loop {
-        let votes = match client.release_token(WARM_UP_KEY, "-").await {
-            Ok(votes) => votes,
-            Err(err) => err.votes().cloned().unwrap_or_default(),
-        };
-        let timed_out = votes
-            .iter()
-            .any(|v| v.outcome == fencelock::VoteOutcome::TimedOut);
-        if !timed_out || std::time::Instant::now() >= deadline {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let votes = client.connect().await;
+    tracing::debug!(%votes, "connected");
 }
 
 /// The config file's keys. Unknown keys are refused so that a typo does not pass silently.

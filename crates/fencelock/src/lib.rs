@@ -65,7 +65,7 @@
 //!
 //! # Feature flags
 //!
-//! - `redis` (default): the Redis backend.
+//! - The Redis backend is always built.
 //! - `sqlite` (default): [`fence::SqliteFence`], SQLite bundled.
 //! - `postgres`: `fence::PostgresFence` over tokio-postgres.
 //! - `etcd`: `etcd://` node URLs, locks on an etcd cluster whose revisions are the fencing

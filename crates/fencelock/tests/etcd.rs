@@ -1,0 +1,443 @@
+//! The etcd backend against real etcd 3.4 processes: mutual exclusion, FIFO order, fencing
+//! tokens from revisions, member failures, and a paused holder's stale write.
+#![cfg(feature = "etcd")]
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use fencelock::{AutoExtend, Client, Config, Error, ErrorKind, RetryPolicy, VoteOutcome};
+use fencelock_testkit::{Etcd, EtcdCluster};
+
+/// Generous: liveness waits on a loaded 2-core machine.
+const LONG: Duration = Duration::from_secs(30);
+
+fn etcd_urls(endpoints: &[String]) -> Vec<String> {
+    endpoints
+        .iter()
+        .map(|e| e.replacen("http://", "etcd://", 1))
+        .collect()
+}
+
+fn client(endpoints: &[String], ttl: Duration) -> Client {
+    let config = Config::new(etcd_urls(endpoints))
+        .with_ttl(ttl)
+        .with_retry(RetryPolicy::new().with_wait(LONG));
+    Client::new(config).unwrap()
+}
+
+/// How many waiters' keys the queue of `resource` holds, read with a separate etcd client.
+async fn queue_len(endpoints: &[String], resource: &str) -> i64 {
+    let mut raw = etcd_client::Client::connect(endpoints, None).await.unwrap();
+    let options = etcd_client::GetOptions::new()
+        .with_prefix()
+        .with_count_only();
+    raw.get(format!("fencelock/{resource}/"), Some(options))
+        .await
+        .unwrap()
+        .count()
+}
+
+async fn wait_queue_len(endpoints: &[String], resource: &str, want: i64) {
+    let deadline = Instant::now() + LONG;
+    loop {
+        let len = queue_len(endpoints, resource).await;
+        if len == want {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "queue of {resource} stayed at {len}, want {want}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[test]
+fn etcds_urls_are_refused_up_front() {
+    let err = Client::new(Config::new(["etcds://127.0.0.1:2379"])).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidConfig);
+    assert!(err.to_string().contains("TLS"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn second_client_is_refused_while_first_holds_then_gets_it() {
+    let etcd = Etcd::start().unwrap();
+    let eps = etcd.endpoints();
+    let a = client(&eps, Duration::from_secs(10));
+    let b = client(&eps, Duration::from_secs(10));
+
+    let lock = a.try_acquire("order:42").await.unwrap();
+    assert!(
+        lock.token().starts_with("fencelock/order:42/"),
+        "{}",
+        lock.token()
+    );
+    assert!(lock.fencing_token().unwrap() > 0);
+    assert!(lock.remaining() > Duration::from_secs(5));
+    assert!(lock.remaining() <= Duration::from_secs(10));
+    assert_eq!(lock.votes().granted(), 1);
+
+    let err = b.try_acquire("order:42").await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Contention, "{err}");
+    assert!(matches!(&err, Error::Contention { votes, .. }
+        if votes.iter().all(|v| v.outcome == VoteOutcome::HeldByOther)));
+    // The refused attempt took its key out of the queue again.
+    assert_eq!(queue_len(&eps, "order:42").await, 1);
+    // Other resources, including ones that look like sub-paths, are independent.
+    b.try_acquire("order:42/line:1")
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+
+    let first = lock.fencing_token().unwrap();
+    lock.release().await.unwrap();
+    assert_eq!(queue_len(&eps, "order:42").await, 0);
+    let lock = b.try_acquire("order:42").await.unwrap();
+    assert!(lock.fencing_token().unwrap() > first);
+    lock.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_are_served_in_queue_order_without_overlap() {
+    let etcd = Etcd::start().unwrap();
+    let eps = etcd.endpoints();
+    let resource = "fifo";
+    let holder = client(&eps, Duration::from_secs(10));
+    let first = holder.acquire(resource).await.unwrap();
+    let first_token = first.fencing_token().unwrap();
+
+    let inside = Arc::new(AtomicBool::new(false));
+    let grants: Arc<Mutex<Vec<(usize, u64)>>> = Arc::default();
+    let mut tasks = Vec::new();
+    const WAITERS: usize = 5;
+    for i in 0..WAITERS {
+        let c = client(&eps, Duration::from_secs(10));
+        let (inside, grants) = (inside.clone(), grants.clone());
+        tasks.push(tokio::spawn(async move {
+            let lock = c.acquire("fifo").await.unwrap();
+            assert!(!inside.swap(true, Ordering::SeqCst), "two holders at once");
+            grants
+                .lock()
+                .unwrap()
+                .push((i, lock.fencing_token().unwrap()));
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            inside.store(false, Ordering::SeqCst);
+            lock.release().await.unwrap();
+        }));
+        // Queue the next waiter only once this one's key is in: that fixes the queue order.
+        wait_queue_len(&eps, resource, i as i64 + 2).await;
+    }
+    first.release().await.unwrap();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let grants = grants.lock().unwrap().clone();
+    let order: Vec<usize> = grants.iter().map(|(i, _)| *i).collect();
+    assert_eq!(
+        order,
+        (0..WAITERS).collect::<Vec<_>>(),
+        "grant order {grants:?}"
+    );
+    let mut last = first_token;
+    for (i, token) in grants {
+        assert!(token > last, "waiter {i} got token {token} after {last}");
+        last = token;
+    }
+    assert_eq!(queue_len(&eps, resource).await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn contending_clients_exclude_each_other_and_tokens_increase() {
+    let etcd = Etcd::start().unwrap();
+    let eps = etcd.endpoints();
+    let inside = Arc::new(AtomicBool::new(false));
+    let tokens: Arc<Mutex<Vec<u64>>> = Arc::default();
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let c = client(&eps, Duration::from_secs(10));
+        let (inside, tokens) = (inside.clone(), tokens.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..5 {
+                let lock = c.acquire("counter").await.unwrap();
+                assert!(!inside.swap(true, Ordering::SeqCst), "two holders at once");
+                tokens.lock().unwrap().push(lock.fencing_token().unwrap());
+                tokio::task::yield_now().await;
+                inside.store(false, Ordering::SeqCst);
+                lock.release().await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let tokens = tokens.lock().unwrap().clone();
+    assert_eq!(tokens.len(), 20);
+    assert!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "tokens in grant order: {tokens:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_that_times_out_or_is_cancelled_leaves_the_queue() {
+    let etcd = Etcd::start().unwrap();
+    let eps = etcd.endpoints();
+    let a = client(&eps, Duration::from_secs(10));
+    let b = client(&eps, Duration::from_secs(10));
+    let lock = a.acquire("busy").await.unwrap();
+
+    let policy = RetryPolicy::new().with_wait(Duration::from_millis(500));
+    let err = b.acquire_with("busy", &policy).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    assert!(
+        matches!(&err, Error::Timeout { last, .. } if last.kind() == ErrorKind::Contention),
+        "{err}"
+    );
+    assert_eq!(queue_len(&eps, "busy").await, 1);
+
+    // Cancelled: the waiter's lease is revoked in the background.
+    let waiting = tokio::time::timeout(Duration::from_millis(300), b.acquire("busy")).await;
+    assert!(waiting.is_err());
+    wait_queue_len(&eps, "busy", 1).await;
+
+    let token = lock.fencing_token().unwrap();
+    lock.release().await.unwrap();
+    let lock = b.try_acquire("busy").await.unwrap();
+    assert!(lock.fencing_token().unwrap() > token);
+    lock.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extend_keeps_the_lease_and_reports_it_lost_once_expired() {
+    let etcd = Etcd::start().unwrap();
+    let eps = etcd.endpoints();
+    let a = client(&eps, Duration::from_secs(2));
+    let b = client(&eps, Duration::from_secs(2));
+    let mut lock = a.acquire("job").await.unwrap();
+    // Held for three TTLs by extending.
+    for _ in 0..6 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        lock.extend().await.unwrap();
+        assert!(lock.is_valid());
+        let err = b.try_acquire("job").await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Contention, "{err}");
+    }
+    // A holder that stops extending loses the lease; the next client then gets the lock.
+    let other = b.acquire("job").await.unwrap();
+    assert!(!lock.is_valid(), "granted to b while a's validity lasts");
+    let err = lock.extend().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Lost, "{err}");
+    assert!(other.fencing_token() > lock.fencing_token());
+    let err = lock.release().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Lost, "{err}");
+    other.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_extension_holds_past_the_ttl_and_fires_lost_when_etcd_stalls() {
+    let etcd = Etcd::start().unwrap();
+    let eps = etcd.endpoints();
+    let a = client(&eps, Duration::from_secs(2));
+    let b = client(&eps, Duration::from_secs(2));
+    let guard = a
+        .acquire("long-job")
+        .await
+        .unwrap()
+        .auto_extend(AutoExtend::new());
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(!guard.is_lost());
+    let err = b.try_acquire("long-job").await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Contention, "{err}");
+
+    // The only member stops answering: no renewal can succeed, so the signal must fire
+    // before the validity deadline.
+    let lost = guard.lost();
+    etcd.pause().unwrap();
+    let fired = tokio::time::timeout(LONG, lost.fired()).await;
+    let fired_at = Instant::now();
+    etcd.resume().unwrap();
+    assert!(fired.is_ok(), "lost signal did not fire");
+    assert!(fired_at <= guard.validity_deadline());
+    let _ = guard.release().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lock_survives_killing_a_follower() {
+    let cluster = EtcdCluster::start(3).unwrap();
+    let eps = cluster.endpoints();
+    let leader = cluster.wait_for_leader(LONG).unwrap();
+    let follower = (leader + 1) % 3;
+    let a = client(&eps, Duration::from_secs(5));
+    let b = client(&eps, Duration::from_secs(5));
+
+    let mut lock = a.acquire("ledger").await.unwrap();
+    let token = lock.fencing_token().unwrap();
+    cluster.member(follower).kill().unwrap();
+    for _ in 0..3 {
+        lock.extend().await.unwrap();
+        let err = b.try_acquire("ledger").await.unwrap_err();
+        assert!(
+            matches!(err.kind(), ErrorKind::Contention | ErrorKind::Unavailable),
+            "{err}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    lock.release().await.unwrap();
+    let next = b.acquire("ledger").await.unwrap();
+    assert!(next.fencing_token().unwrap() > token);
+    next.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_the_leader_never_yields_two_holders() {
+    let cluster = EtcdCluster::start(3).unwrap();
+    let eps = cluster.endpoints();
+    let leader = cluster.wait_for_leader(LONG).unwrap();
+    let ttl = Duration::from_secs(3);
+    let a = client(&eps, ttl);
+    let b = client(&eps, ttl);
+
+    let mut lock = a.acquire("leader-kill").await.unwrap();
+    let a_token = lock.fencing_token().unwrap();
+    let mut a_deadlines = vec![lock.validity_deadline()];
+    cluster.member(leader).kill().unwrap();
+
+    // The second client keeps trying during the election and after it.
+    let b_task = tokio::spawn(async move {
+        let until = Instant::now() + Duration::from_secs(8);
+        let mut grants = Vec::new();
+        while Instant::now() < until {
+            if let Ok(lock) = b.try_acquire("leader-kill").await {
+                grants.push((Instant::now(), lock.fencing_token().unwrap()));
+                lock.release().await.unwrap();
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        grants
+    });
+    // The holder extends through the election: each extension keeps the lock or reports it
+    // lost; after a loss it stops.
+    let until = Instant::now() + Duration::from_secs(8);
+    let mut lost = false;
+    while Instant::now() < until {
+        match lock.extend().await {
+            Ok(()) => a_deadlines.push(lock.validity_deadline()),
+            Err(e) => {
+                assert_eq!(e.kind(), ErrorKind::Lost, "{e}");
+                lost = true;
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let grants = b_task.await.unwrap();
+    eprintln!(
+        "after killing the leader: a extended {} time(s), lost: {lost}; b was granted {} time(s)",
+        a_deadlines.len() - 1,
+        grants.len()
+    );
+    let a_last = *a_deadlines.iter().max().unwrap();
+    for (granted_by, token) in &grants {
+        // b's lock exists from some instant before `granted_by`; a's validity must have ended
+        // by then.
+        assert!(
+            *granted_by >= a_last,
+            "b was granted while a's lock was valid for another {:?}",
+            a_last - *granted_by
+        );
+        assert!(*token > a_token);
+    }
+    if !lost {
+        assert!(grants.is_empty(), "a kept its lock, so b must never get it");
+        lock.release().await.unwrap();
+    }
+    cluster.wait_for_leader(LONG).unwrap();
+}
+
+#[cfg(feature = "sqlite")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_holders_stale_write_is_rejected_by_the_fence() {
+    use fencelock::fence::SqliteFence;
+
+    let dir = tempfile::tempdir().unwrap();
+    let fence = SqliteFence::open(dir.path().join("shop.db")).unwrap();
+    fence
+        .unfenced(|conn| {
+            conn.execute_batch(
+                "CREATE TABLE inventory (sku TEXT PRIMARY KEY, stock INTEGER NOT NULL);
+                 INSERT INTO inventory VALUES ('apple', 10);",
+            )
+        })
+        .unwrap();
+    let stock = |fence: &SqliteFence| -> i64 {
+        fence.unfenced(|conn| {
+            conn.query_row("SELECT stock FROM inventory WHERE sku = 'apple'", [], |r| {
+                r.get(0)
+            })
+            .unwrap()
+        })
+    };
+
+    let etcd = Etcd::start().unwrap();
+    let eps = etcd.endpoints();
+    let a = client(&eps, Duration::from_secs(2));
+    let b = client(&eps, Duration::from_secs(2));
+
+    // A takes the lock, then "pauses" (a GC pause: it neither extends nor writes) until its
+    // lease has expired and B holds the lock and has written.
+    let a_lock = a.acquire("sku:apple").await.unwrap();
+    let a_token = a_lock.fencing_token().unwrap();
+    let b_lock = b.acquire("sku:apple").await.unwrap();
+    let b_token = b_lock.fencing_token().unwrap();
+    assert!(b_token > a_token);
+    fence
+        .write_async("sku:apple", b_token, |tx| {
+            tx.execute(
+                "UPDATE inventory SET stock = stock - 3 WHERE sku = 'apple'",
+                [],
+            )?;
+            Ok(())
+        })
+        .await
+        .unwrap();
+
+    // A wakes up and writes with its old token: refused, B's write stands.
+    let err = fence
+        .write_async("sku:apple", a_token, |tx| {
+            tx.execute("UPDATE inventory SET stock = 0 WHERE sku = 'apple'", [])?;
+            Ok(())
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::StaleToken, "{err}");
+    assert_eq!(stock(&fence), 7);
+    assert_eq!(fence.last_token("sku:apple").unwrap(), Some(b_token));
+    assert_eq!(a_lock.release().await.unwrap_err().kind(), ErrorKind::Lost);
+    b_lock.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_cluster_is_unavailable() {
+    // A port that nothing listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let c = client(
+        &[format!("http://127.0.0.1:{port}")],
+        Duration::from_secs(5),
+    );
+    let err = c.try_acquire("nowhere").await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    let policy = RetryPolicy::new().with_wait(Duration::from_millis(1500));
+    let err = c.acquire_with("nowhere", &policy).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    assert!(
+        matches!(&err, Error::Timeout { last, .. } if last.kind() == ErrorKind::Unavailable),
+        "{err}"
+    );
+}
