@@ -263,3 +263,33 @@ fn clock_jump_scenario_without_fencing_overwrites_the_stock() {
     assert_eq!(code, 0, "{out}");
     assert_eq!(left, 5, "{out}");
 }
+
+/// The same example, unchanged, on etcd: only the node URL differs.
+#[test]
+fn concurrent_workers_never_oversell_on_etcd() {
+    let etcd = fencelock_testkit::Etcd::start().unwrap();
+    let url = etcd.endpoint().replace("http://", "etcd://");
+    let dir = tempfile::tempdir().unwrap();
+    let db = sqlite_db(&dir);
+    run(&["setup", "--db", &db, "--stock", "12"]);
+    let children: Vec<Child> = (0..3)
+        .map(|_| {
+            Command::new(inventory_bin())
+                .args(["reserve", "--db", &db, "--nodes", &url, "--times", "6"])
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut reserved = 0;
+    for c in children {
+        let out = c.wait_with_output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        reserved += String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.starts_with("RESERVED 1 "))
+            .count();
+    }
+    assert_eq!(stock(&db), 0);
+    assert_eq!(reserved, 12);
+}
