@@ -557,7 +557,7 @@ fn bad_input_gives_one_line_errors_and_documented_codes() {
         .collect();
     let out = output(with_nodes(home.path(), &dead).args(["acquire", "x"]));
     assert_eq!(out.status.code(), Some(69));
-    assert!(one_line_error(&out).contains("failed or timed out"));
+    assert!(one_line_error(&out).contains("failed, timed out or are excluded"));
 
     let nodes = RedisNodes::start(3).unwrap();
     let urls = nodes.urls();
