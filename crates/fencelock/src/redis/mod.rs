@@ -121,10 +121,7 @@ impl RedisBackend {
         let ttl_ms = ttl_millis(ttl);
         let all: Vec<usize> = (0..self.nodes.len()).collect();
         let keys: Arc<[String]> = if fencing {
-            keys.iter()
-                .cloned()
-                .chain(keys.iter().map(|k| fencing::counter_key(k)))
-                .collect()
+            with_counter_keys(keys)
         } else {
             keys.into()
         };
@@ -194,29 +191,12 @@ impl RedisBackend {
         fencing_token: u64,
         node_timeout: Duration,
     ) -> Round<()> {
-        let keys: Arc<[String]> = keys
-            .iter()
-            .cloned()
-            .chain(keys.iter().map(|k| fencing::counter_key(k)))
-            .collect();
+        let keys = with_counter_keys(keys);
         let token = Arc::<str>::from(token);
         let value = Arc::<str>::from(fencing_token.to_string());
         self.round(nodes, node_timeout, false, false, move |mut conn| {
             let (keys, token, value) = (keys.clone(), token.clone(), value.clone());
-            async move {
-                let ok: i64 = scripts::WRITE_BACK
-                    .prepare_invoke()
-                    .key(&*keys)
-                    .arg(&*token)
-                    .arg(&*value)
-                    .invoke_async(&mut conn)
-                    .await?;
-                Ok(if ok == 1 {
-                    Answer::Granted(())
-                } else {
-                    Answer::NotHeld
-                })
-            }
+            async move { if_owned(&scripts::WRITE_BACK, &keys, &token, &*value, &mut conn).await }
         })
         .await
     }
@@ -235,20 +215,7 @@ impl RedisBackend {
         let token = Arc::<str>::from(token);
         self.round(&all, node_timeout, false, false, move |mut conn| {
             let (keys, token) = (keys.clone(), token.clone());
-            async move {
-                let ok: i64 = scripts::EXTEND
-                    .prepare_invoke()
-                    .key(&*keys)
-                    .arg(&*token)
-                    .arg(ttl_ms)
-                    .invoke_async(&mut conn)
-                    .await?;
-                Ok(if ok == 1 {
-                    Answer::Granted(())
-                } else {
-                    Answer::NotHeld
-                })
-            }
+            async move { if_owned(&scripts::EXTEND, &keys, &token, ttl_ms, &mut conn).await }
         })
         .await
     }
@@ -510,6 +477,37 @@ impl RedisBackend {
         });
         is_grant
     }
+}
+
+/// The lock keys followed by their fence counters, as the fencing scripts take them.
+fn with_counter_keys(keys: &[String]) -> Arc<[String]> {
+    keys.iter()
+        .cloned()
+        .chain(keys.iter().map(|k| fencing::counter_key(k)))
+        .collect()
+}
+
+/// Runs a script that acts only if every key holds our token: its reply is 1 (done) or 0 (some
+/// key is not ours, nothing done).
+async fn if_owned(
+    script: &redis::Script,
+    keys: &[String],
+    token: &str,
+    arg: impl redis::ToRedisArgs,
+    conn: &mut redis::aio::MultiplexedConnection,
+) -> Result<Answer<()>, RedisError> {
+    let done: i64 = script
+        .prepare_invoke()
+        .key(keys)
+        .arg(token)
+        .arg(arg)
+        .invoke_async(conn)
+        .await?;
+    Ok(if done == 1 {
+        Answer::Granted(())
+    } else {
+        Answer::NotHeld
+    })
 }
 
 /// A driver error in words, without anything secret (the driver never echoes passwords in
