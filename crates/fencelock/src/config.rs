@@ -68,7 +68,9 @@ impl Config {
         }
     }
 
-    /// The lock's time-to-live on each node.
+    /// The lock's time-to-live on each node. Redis keeps it to the millisecond; etcd leases
+    /// count whole seconds, so the etcd backend rounds it up to the next second (at least 1 s)
+    /// and gives each of its requests at least 1 s.
     pub fn with_ttl(mut self, ttl: Duration) -> Config {
         self.ttl = ttl;
         self

@@ -44,6 +44,46 @@ where
     Some(base | u64::from(salt))
 }
 
+/// What one granting node's counter read is worth under the amnesia guard (`docs/fencing.md`).
+///
+/// A node that restarted without persistence forgot its counters, and a missing counter looks
+/// the same as a resource never locked before. The guard tells them apart with a genesis marker
+/// key (no TTL) written on every node when the cluster is set up: a missing counter on a node
+/// that still has its marker is a true 0; on a node without the marker it is unknown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CounterRead {
+    /// The node has its genesis marker, or a counter for the resource (missing reads as 0).
+    Trusted(u64),
+    /// The node lost its data (no genesis marker) and has no counter for the resource.
+    Untrusted,
+}
+
+/// The largest counter under the amnesia guard: the largest trusted read, and only if at least
+/// `quorum` reads are trusted. Returns `None` otherwise. Feed it to [`next_unique_token`] (an
+/// `Option` is an iterator of zero or one counter).
+///
+/// The write-back then goes to the trusted nodes only and needs `quorum` acknowledgements; the
+/// untrusted granting nodes are seeded with the token only after it was issued. The model in
+/// `tests/fencing_model.rs` shows that seeding earlier (from an attempt that may still fail)
+/// lets a forgotten counter come back too low.
+pub fn trusted_max<I>(reads: I, quorum: usize) -> Option<u64>
+where
+    I: IntoIterator<Item = CounterRead>,
+{
+    let mut trusted = 0usize;
+    let mut max = None;
+    for read in reads {
+        if let CounterRead::Trusted(v) = read {
+            trusted += 1;
+            max = Some(max.map_or(v, |m: u64| m.max(v)));
+        }
+    }
+    if trusted < quorum {
+        return None;
+    }
+    max
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -71,6 +111,18 @@ mod tests {
         assert_eq!(next_unique_token(Vec::<u64>::new(), 1), None);
         assert_eq!(next_unique_token([u64::MAX], 1), None);
         assert_eq!(next_unique_token([0], 5), Some(65_536 + 5));
+    }
+
+    #[test]
+    fn guarded_max_needs_a_quorum_of_trusted_reads() {
+        use CounterRead::{Trusted, Untrusted};
+        assert_eq!(trusted_max([Trusted(3), Untrusted, Trusted(5)], 2), Some(5));
+        // An untrusted node may have forgotten a larger counter: it never counts.
+        assert_eq!(trusted_max([Trusted(3), Untrusted, Untrusted], 2), None);
+        assert_eq!(trusted_max([Trusted(0), Trusted(0)], 2), Some(0));
+        assert_eq!(trusted_max([], 0), None);
+        let max = trusted_max([Trusted(70_000), Trusted(1)], 2);
+        assert!(next_unique_token(max, 9).unwrap() > 70_000);
     }
 
     #[test]

@@ -60,8 +60,9 @@ struct Protocol {
     /// The write-back applies only where the node still holds the writer's key.
     ownership_check: bool,
     /// Amnesia guard: a node that lost its state (no genesis marker) and has no counter for the
-    /// resource gives an untrusted read; the token needs a quorum of trusted reads, and the
-    /// write-back must be acknowledged by a quorum of the nodes that gave a trusted read.
+    /// resource gives an untrusted read. The token needs a quorum of trusted reads; the
+    /// write-back goes to the trusted nodes only and needs a quorum of them; the untrusted
+    /// granting nodes are seeded with the token only after it was issued.
     amnesia_guard: bool,
     /// A restarted node refuses every request until max-TTL has passed.
     quarantine: bool,
@@ -114,7 +115,7 @@ impl Config {
 // State
 // ---------------------------------------------------------------------------------------------
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 struct Node {
     /// The client whose key is set. A client's keys never outlive its attempt (release deletes
     /// them all), so the client index identifies the random value of its current attempt.
@@ -130,13 +131,12 @@ struct Node {
     acquiring_at_restart: u8,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 enum Phase {
     #[default]
     Idle,
     /// Step 1: set-if-absent on every node, reading its counter.
     Acquiring {
-        asked: u8,
         granted: u8,
         /// Granting nodes whose counter read is trusted.
         trusted: u8,
@@ -146,8 +146,10 @@ enum Phase {
     /// Step 3: write the token back to the granting nodes.
     WriteBack {
         token: u8,
+        /// Granting nodes with a trusted read: the write-back goes to them.
         targets: u8,
-        trusted: u8,
+        /// Granting nodes with an untrusted read: seeded only once the token is issued.
+        seeds: u8,
         sent: u8,
         acked: u8,
         pending: u8,
@@ -163,7 +165,7 @@ enum Phase {
     },
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 struct Client {
     phase: Phase,
     attempts_left: u8,
@@ -171,7 +173,7 @@ struct Client {
     valid: bool,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 struct State {
     nodes: [Node; MAX_NODES],
     clients: [Client; MAX_CLIENTS],
@@ -247,27 +249,12 @@ const PROPERTIES: [(u8, &str); 4] = [
 ];
 
 #[derive(Debug, Clone, Copy)]
-enum SetReply {
-    Granted { counter: Option<u8>, trusted: bool },
-    Held(u8),
-    Quarantined,
-    TimedOut,
-}
-
-#[derive(Debug, Clone, Copy)]
-enum WbReply {
-    Ack,
-    NotOwner,
-    TimedOut,
-    Delayed,
-}
-
-#[derive(Debug, Clone, Copy)]
 enum Event {
     Start(u8),
-    Set(u8, u8, SetReply),
+    /// Client, node, counter read, whether the read is trusted.
+    Set(u8, u8, Option<u8>, bool),
     Decide(u8, Result<u8, &'static str>),
-    WriteBack(u8, u8, WbReply),
+    WriteBack(u8, u8),
     DelayedLands(u8, u8, bool),
     Finish(u8, Result<u8, &'static str>, u32),
     Write(u8, u8, bool),
@@ -286,38 +273,19 @@ impl fmt::Display for Event {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {
             Event::Start(c) => write!(f, "{} starts an attempt", client_name(c)),
-            Event::Set(c, n, reply) => {
-                let who = client_name(c);
-                match reply {
-                    SetReply::Granted { counter, trusted } => write!(
-                        f,
-                        "{who} SET NX on n{n}: granted, counter {}{}",
-                        counter.map_or("missing".to_owned(), |v| v.to_string()),
-                        if trusted { "" } else { " (untrusted)" }
-                    ),
-                    SetReply::Held(o) => {
-                        write!(f, "{who} SET NX on n{n}: held by {}", client_name(o))
-                    }
-                    SetReply::Quarantined => {
-                        write!(f, "{who} SET NX on n{n}: refused (quarantine)")
-                    }
-                    SetReply::TimedOut => write!(f, "{who} SET NX on n{n}: timed out"),
-                }
-            }
+            Event::Set(c, n, counter, trusted) => write!(
+                f,
+                "{} SET NX on n{n}: granted, counter {}{}",
+                client_name(c),
+                counter.map_or("missing".to_owned(), |v| v.to_string()),
+                if trusted { "" } else { " (untrusted)" }
+            ),
             Event::Decide(c, Ok(t)) => write!(f, "{} has a quorum: token {t}", client_name(c)),
             Event::Decide(c, Err(why)) => write!(f, "{} gives up: {why}", client_name(c)),
-            Event::WriteBack(c, n, reply) => {
-                let what = match reply {
-                    WbReply::Ack => "ok",
-                    WbReply::NotOwner => "not owner",
-                    WbReply::TimedOut => "timed out",
-                    WbReply::Delayed => "reply lost, request still in flight",
-                };
-                write!(f, "{} write-back on n{n}: {what}", client_name(c))
-            }
+            Event::WriteBack(c, n) => write!(f, "{} write-back on n{n}: ok", client_name(c)),
             Event::DelayedLands(c, n, applied) => write!(
                 f,
-                "{}'s delayed write-back lands on n{n}: {}",
+                "{}'s delayed write-back or seed lands on n{n}: {}",
                 client_name(c),
                 if applied { "applied" } else { "not owner" }
             ),
@@ -383,7 +351,6 @@ fn successors(cfg: &Config, s: &State, out: &mut Vec<Successor>) {
 
 fn client_steps(cfg: &Config, s: &State, c: usize, out: &mut Vec<Successor>) {
     let cu = c as u8;
-    let all = (1u8 << cfg.nodes) - 1;
     let client = s.clients[c];
     match client.phase {
         Phase::Idle => {
@@ -391,7 +358,6 @@ fn client_steps(cfg: &Config, s: &State, c: usize, out: &mut Vec<Successor>) {
                 let mut n = s.clone();
                 n.clients[c] = Client {
                     phase: Phase::Acquiring {
-                        asked: 0,
                         granted: 0,
                         trusted: 0,
                         max_read: None,
@@ -403,117 +369,73 @@ fn client_steps(cfg: &Config, s: &State, c: usize, out: &mut Vec<Successor>) {
             }
         }
         Phase::Acquiring {
-            asked,
             granted,
             trusted,
             max_read,
         } => {
-            if asked == all {
-                decide(cfg, s, c, granted, trusted, max_read, out);
-                return;
-            }
+            // The client may stop waiting at any moment: every node not yet granted timed out.
+            // A refusal (key held, quarantine) changes nothing, so it is a timeout too and needs
+            // no transition of its own.
+            decide(cfg, s, c, granted, trusted, max_read, out);
             for i in 0..cfg.nodes {
                 let bit = 1u8 << i;
-                if asked & bit != 0 {
+                let node = s.nodes[i];
+                if granted & bit != 0 || node.quarantined || node.lock.is_some() {
                     continue;
                 }
-                // The request times out (node down, partition): nothing applied.
                 let mut n = s.clone();
+                n.nodes[i].lock = Some(cu);
+                let is_trusted =
+                    !cfg.protocol.amnesia_guard || node.genesis || node.counter.is_some();
+                let read = node.counter.unwrap_or(0);
                 n.clients[c].phase = Phase::Acquiring {
-                    asked: asked | bit,
-                    granted,
-                    trusted,
-                    max_read,
+                    granted: granted | bit,
+                    trusted: if is_trusted { trusted | bit } else { trusted },
+                    max_read: if is_trusted {
+                        Some(max_read.map_or(read, |m| m.max(read)))
+                    } else {
+                        max_read
+                    },
                 };
-                out.push((Event::Set(cu, i as u8, SetReply::TimedOut), n, 0));
-
-                let node = s.nodes[i];
-                let mut n = s.clone();
-                let reply = if node.quarantined {
-                    n.clients[c].phase = Phase::Acquiring {
-                        asked: asked | bit,
-                        granted,
-                        trusted,
-                        max_read,
-                    };
-                    SetReply::Quarantined
-                } else if let Some(owner) = node.lock {
-                    n.clients[c].phase = Phase::Acquiring {
-                        asked: asked | bit,
-                        granted,
-                        trusted,
-                        max_read,
-                    };
-                    SetReply::Held(owner)
-                } else {
-                    n.nodes[i].lock = Some(cu);
-                    let is_trusted =
-                        !cfg.protocol.amnesia_guard || node.genesis || node.counter.is_some();
-                    let read = node.counter.unwrap_or(0);
-                    n.clients[c].phase = Phase::Acquiring {
-                        asked: asked | bit,
-                        granted: granted | bit,
-                        trusted: if is_trusted { trusted | bit } else { trusted },
-                        max_read: if is_trusted {
-                            Some(max_read.map_or(read, |m| m.max(read)))
-                        } else {
-                            max_read
-                        },
-                    };
-                    SetReply::Granted {
-                        counter: node.counter,
-                        trusted: is_trusted,
-                    }
-                };
-                out.push((Event::Set(cu, i as u8, reply), n, 0));
+                let event = Event::Set(cu, i as u8, node.counter, is_trusted);
+                out.push((event, n, 0));
             }
         }
         Phase::WriteBack {
             token,
             targets,
-            trusted,
+            seeds,
             sent,
             acked,
             pending,
         } => {
             land_delayed(cfg, s, c, pending, out);
-            if sent == targets {
-                finish(cfg, s, c, token, trusted, acked, pending, out);
-                return;
-            }
+            // Step 4 may run at any moment: targets not yet answered timed out, and with
+            // delayed write-backs their requests stay in flight and may land later.
+            let unanswered = if cfg.faults.delayed_write_backs {
+                targets & !sent
+            } else {
+                0
+            };
+            finish(cfg, s, c, token, seeds, acked, pending | unanswered, out);
             for i in 0..cfg.nodes {
                 let bit = 1u8 << i;
-                if targets & bit == 0 || sent & bit != 0 {
+                if targets & bit == 0 || sent & bit != 0 || s.nodes[i].quarantined {
                     continue;
                 }
-                let with = |acked: u8, pending: u8| Phase::WriteBack {
-                    token,
-                    targets,
-                    trusted,
-                    sent: sent | bit,
-                    acked,
-                    pending,
-                };
                 let mut n = s.clone();
-                n.clients[c].phase = with(acked, pending);
-                out.push((Event::WriteBack(cu, i as u8, WbReply::TimedOut), n, 0));
-
-                if cfg.faults.delayed_write_backs {
-                    let mut n = s.clone();
-                    n.clients[c].phase = with(acked, pending | bit);
-                    out.push((Event::WriteBack(cu, i as u8, WbReply::Delayed), n, 0));
-                }
-
-                if !s.nodes[i].quarantined {
-                    let mut n = s.clone();
-                    let reply = if apply_write_back(cfg, &mut n, c, i, token) {
-                        n.clients[c].phase = with(acked | bit, pending);
-                        WbReply::Ack
-                    } else {
-                        n.clients[c].phase = with(acked, pending);
-                        WbReply::NotOwner
+                // "Not owner" changes nothing (the key cannot come back), so only the applied
+                // write-back is a transition; the refused one is a timeout.
+                if apply_write_back(cfg, &mut n, c, i, token) {
+                    n.clients[c].phase = Phase::WriteBack {
+                        token,
+                        targets,
+                        seeds,
+                        sent: sent | bit,
+                        acked: acked | bit,
+                        pending,
                     };
-                    out.push((Event::WriteBack(cu, i as u8, reply), n, 0));
+                    out.push((Event::WriteBack(cu, i as u8), n, 0));
                 }
             }
         }
@@ -613,8 +535,8 @@ fn decide(
         Ok(token) if cfg.protocol.write_back => {
             n.clients[c].phase = Phase::WriteBack {
                 token,
-                targets: granted,
-                trusted,
+                targets: trusted,
+                seeds: granted & !trusted,
                 sent: 0,
                 acked: 0,
                 pending: 0,
@@ -641,20 +563,15 @@ fn finish(
     s: &State,
     c: usize,
     token: u8,
-    trusted: u8,
+    seeds: u8,
     acked: u8,
     pending: u8,
     out: &mut Vec<Successor>,
 ) {
     let cu = c as u8;
-    let counted = if cfg.protocol.amnesia_guard {
-        acked & trusted
-    } else {
-        acked
-    };
     let live = s.keys_of(cfg, c);
     let mut n = s.clone();
-    if counted.count_ones() < cfg.quorum() {
+    if acked.count_ones() < cfg.quorum() {
         n.release(c);
         out.push((
             Event::Finish(cu, Err("write-back quorum missing"), live),
@@ -665,7 +582,9 @@ fn finish(
         n.release(c);
         out.push((Event::Finish(cu, Err("validity expired"), live), n, 0));
     } else {
-        let violations = issue(cfg, &mut n, c, token, pending);
+        // The untrusted granting nodes are seeded now, with an issued token, at any later
+        // moment while the key is still ours (the same ownership-checked script).
+        let violations = issue(cfg, &mut n, c, token, pending | seeds);
         out.push((Event::Finish(cu, Ok(token), live), n, violations));
     }
 }
@@ -821,13 +740,112 @@ impl Outcome {
     }
 }
 
+// Symmetry reduction: nodes are interchangeable, and so are clients (same protocol, same
+// number of attempts). Each state is stored in a canonical form: for every permutation of the
+// clients, the nodes are sorted by everything that distinguishes them; the least result wins.
+
+fn client_permutations(clients: usize) -> Vec<Vec<usize>> {
+    let mut all: Vec<Vec<usize>> = vec![vec![]];
+    for _ in 0..clients {
+        let mut longer = Vec::new();
+        for p in &all {
+            for c in (0..clients).filter(|c| !p.contains(c)) {
+                let mut q = p.clone();
+                q.push(c);
+                longer.push(q);
+            }
+        }
+        all = longer;
+    }
+    all
+}
+
+fn phase_masks(phase: &mut Phase) -> Vec<&mut u8> {
+    match phase {
+        Phase::Idle => vec![],
+        Phase::Acquiring {
+            granted, trusted, ..
+        } => vec![granted, trusted],
+        Phase::WriteBack {
+            targets,
+            seeds,
+            sent,
+            acked,
+            pending,
+            ..
+        } => vec![targets, seeds, sent, acked, pending],
+        Phase::Holding { pending, .. } => vec![pending],
+    }
+}
+
+fn permute_bits(mask: u8, order: &[usize]) -> u8 {
+    order
+        .iter()
+        .enumerate()
+        .fold(0, |m, (new, &old)| m | (((mask >> old) & 1) << new))
+}
+
+/// `order[k]` is the old index of the client placed at `k`.
+fn permute_clients(cfg: &Config, s: &State, order: &[usize]) -> State {
+    let mut n = s.clone();
+    let mut inverse = [0u8; MAX_CLIENTS];
+    for (new, &old) in order.iter().enumerate() {
+        n.clients[new] = s.clients[old];
+        inverse[old] = new as u8;
+    }
+    for node in &mut n.nodes[..cfg.nodes] {
+        node.lock = node.lock.map(|o| inverse[o as usize]);
+        node.acquiring_at_restart = permute_bits(node.acquiring_at_restart, order);
+    }
+    n
+}
+
+fn sort_nodes(cfg: &Config, s: &mut State) {
+    let mut keyed: Vec<(Node, [u8; MAX_CLIENTS * 5], usize)> = (0..cfg.nodes)
+        .map(|i| {
+            let mut membership = [0u8; MAX_CLIENTS * 5];
+            for c in 0..cfg.clients {
+                let mut phase = s.clients[c].phase;
+                for (k, mask) in phase_masks(&mut phase).into_iter().enumerate() {
+                    membership[c * 5 + k] = (*mask >> i) & 1;
+                }
+            }
+            (s.nodes[i], membership, i)
+        })
+        .collect();
+    keyed.sort();
+    let order: Vec<usize> = keyed.iter().map(|k| k.2).collect();
+    for (new, &old) in order.iter().enumerate() {
+        s.nodes[new] = keyed[new].0;
+        let _ = old;
+    }
+    for c in 0..cfg.clients {
+        for mask in phase_masks(&mut s.clients[c].phase) {
+            *mask = permute_bits(*mask, &order);
+        }
+    }
+}
+
+fn canonical(cfg: &Config, perms: &[Vec<usize>], s: &State) -> State {
+    perms
+        .iter()
+        .map(|order| {
+            let mut n = permute_clients(cfg, s, order);
+            sort_nodes(cfg, &mut n);
+            n
+        })
+        .min()
+        .expect("at least the identity permutation")
+}
+
 fn explore(cfg: &Config) -> Outcome {
-    let init = State::initial(cfg);
+    let perms = client_permutations(cfg.clients);
+    let init = canonical(cfg, &perms, &State::initial(cfg));
     let mut index: FastMap<State, u32> = FastMap::default();
     let mut states = vec![init.clone()];
-    let mut parent: Vec<Option<(u32, Event)>> = vec![None];
+    let mut parent: Vec<u32> = vec![u32::MAX];
     index.insert(init, 0);
-    let mut found: Vec<(u8, u32, Event)> = Vec::new();
+    let mut found: Vec<(u8, u32, State)> = Vec::new();
     let mut seen_props = 0u8;
     let mut transitions = 0;
     let mut issues = 0;
@@ -841,16 +859,17 @@ fn explore(cfg: &Config) -> Outcome {
             if matches!(event, Event::Finish(_, Ok(_), _)) {
                 issues += 1;
             }
+            let next = canonical(cfg, &perms, &next);
             for (p, _) in PROPERTIES {
                 if violations & p != 0 && seen_props & p == 0 {
                     seen_props |= p;
-                    found.push((p, head as u32, event));
+                    found.push((p, head as u32, next.clone()));
                 }
             }
             if !index.contains_key(&next) {
                 index.insert(next.clone(), states.len() as u32);
                 states.push(next);
-                parent.push(Some((head as u32, event)));
+                parent.push(head as u32);
             }
         }
         head += 1;
@@ -858,20 +877,20 @@ fn explore(cfg: &Config) -> Outcome {
     let found = found
         .into_iter()
         .map(|(p, from, last)| {
-            let mut events = vec![last];
+            let mut path = vec![last];
             let mut at = from;
-            while let Some((up, e)) = parent[at as usize] {
-                events.push(e);
-                at = up;
+            while at != 0 {
+                path.push(states[at as usize].clone());
+                at = parent[at as usize];
             }
-            events.reverse();
+            path.reverse();
             Counterexample {
                 property: PROPERTIES
                     .iter()
                     .find(|(q, _)| *q == p)
                     .map(|(_, n)| *n)
                     .unwrap(),
-                steps: replay(cfg, &events),
+                steps: replay(cfg, &perms, &path, p),
             }
         })
         .collect();
@@ -883,17 +902,40 @@ fn explore(cfg: &Config) -> Outcome {
     }
 }
 
-/// Replays `events` from the initial state, rendering each step with the nodes after it.
-fn replay(cfg: &Config, events: &[Event]) -> Vec<String> {
+/// Replays a path of canonical states from the initial state, rendering each step with the
+/// nodes after it. The last step is the one that violates `property`.
+fn replay(cfg: &Config, perms: &[Vec<usize>], path: &[State], property: u8) -> Vec<String> {
+    let mut s = State::initial(cfg);
+    let mut buf = Vec::new();
+    let mut steps = Vec::new();
+    for (k, wanted) in path.iter().enumerate() {
+        let last = k + 1 == path.len();
+        successors(cfg, &s, &mut buf);
+        let (event, next, _) = buf
+            .drain(..)
+            .find(|(_, n, v)| (!last || v & property != 0) && canonical(cfg, perms, n) == *wanted)
+            .expect("a recorded step replays");
+        steps.push(format!(
+            "{:<62} | {}",
+            event.to_string(),
+            describe(cfg, &next)
+        ));
+        s = next;
+    }
+    steps
+}
+
+/// Replays recorded events (from a random walk).
+fn replay_events(cfg: &Config, events: &[Event]) -> Vec<String> {
     let mut s = State::initial(cfg);
     let mut buf = Vec::new();
     let mut steps = Vec::new();
     for event in events {
         successors(cfg, &s, &mut buf);
-        let wanted = format!("{event}");
+        let wanted = event.to_string();
         let (_, next, _) = buf
             .drain(..)
-            .find(|(e, _, _)| format!("{e}") == wanted)
+            .find(|(e, _, _)| e.to_string() == wanted)
             .expect("a recorded event replays");
         steps.push(format!("{wanted:<62} | {}", describe(cfg, &next)));
         s = next;
@@ -1006,7 +1048,7 @@ fn simulate(cfg: &Config, seeds: std::ops::Range<u64>) -> (usize, Vec<Counterexa
                     seen |= p;
                     found.push(Counterexample {
                         property: name,
-                        steps: replay(cfg, &events),
+                        steps: replay_events(cfg, &events),
                     });
                 }
             }
@@ -1029,14 +1071,157 @@ const ALL: [&str; 4] = [
 
 #[test]
 fn pauses_and_honest_expiry_keep_every_property() {
-    let mut configs = vec![cfg(3, 2, 2, REDIS_BACKEND, PAUSES_ONLY)];
+    let attempts = if FAST_BUILD { 2 } else { 1 };
+    let mut configs = vec![cfg(3, 2, attempts, REDIS_BACKEND, PAUSES_ONLY)];
     if FAST_BUILD {
         configs.push(cfg(3, 3, 1, REDIS_BACKEND, PAUSES_ONLY));
-        configs.push(cfg(5, 2, 2, REDIS_BACKEND, PAUSES_ONLY));
+        configs.push(cfg(5, 2, 1, REDIS_BACKEND, PAUSES_ONLY));
     }
     for c in &configs {
         let outcome = explore(c);
         report("pauses + honest TTL expiry", c, &outcome);
         assert_holds(&outcome, &ALL);
+    }
+}
+
+fn with_faults(clock_jumps: u8, amnesia_restarts: u8, evictions: u8) -> Faults {
+    Faults {
+        clock_jumps,
+        amnesia_restarts,
+        evictions,
+        delayed_write_backs: true,
+    }
+}
+
+/// Bounds for the fault tests: exhaustive but small in debug builds, larger when optimised.
+fn small(nodes: usize, protocol: Protocol, faults: Faults) -> Config {
+    let attempts = if FAST_BUILD { 2 } else { 1 };
+    cfg(nodes, 2, attempts, protocol, faults)
+}
+
+#[test]
+fn clock_jump_breaks_order_but_not_uniqueness() {
+    let c = small(3, REDIS_BACKEND, with_faults(1, 0, 0));
+    let outcome = explore(&c);
+    report("clock jump on one node", &c, &outcome);
+    assert_holds(
+        &outcome,
+        &["P1 uniqueness", "P2q order for holders of a live quorum"],
+    );
+    assert!(outcome.violated("P2 order"));
+    assert!(outcome.violated("P3 storage"));
+    println!("{}", outcome.get("P3 storage"));
+}
+
+#[test]
+fn restart_without_persistence_breaks_uniqueness() {
+    for quarantine in [false, true] {
+        let protocol = Protocol {
+            quarantine,
+            ..REDIS_BACKEND
+        };
+        let c = small(3, protocol, with_faults(0, 1, 0));
+        let outcome = explore(&c);
+        report(
+            if quarantine {
+                "restart without persistence, with quarantine"
+            } else {
+                "restart without persistence"
+            },
+            &c,
+            &outcome,
+        );
+        assert!(outcome.violated("P1 uniqueness"));
+        println!("{}", outcome.get("P1 uniqueness"));
+    }
+}
+
+const GUARDED: Protocol = Protocol {
+    amnesia_guard: true,
+    quarantine: false,
+    ..REDIS_BACKEND
+};
+
+#[test]
+fn amnesia_guard_survives_restarts_without_persistence() {
+    let c = small(3, GUARDED, with_faults(0, 2, 0));
+    let outcome = explore(&c);
+    report("amnesia guard, restarts without persistence", &c, &outcome);
+    assert_holds(&outcome, &ALL);
+}
+
+#[test]
+fn amnesia_guard_with_clock_jumps() {
+    let c = small(3, GUARDED, with_faults(1, 1, 0));
+    let outcome = explore(&c);
+    report("amnesia guard, restart + clock jump", &c, &outcome);
+    for cx in &outcome.found {
+        println!("{cx}");
+    }
+    assert_holds(
+        &outcome,
+        &["P1 uniqueness", "P2q order for holders of a live quorum"],
+    );
+}
+
+#[test]
+fn eviction_of_the_counter_breaks_uniqueness_even_with_the_guard() {
+    let c = small(3, GUARDED, with_faults(0, 0, 1));
+    let outcome = explore(&c);
+    report("counter evicted", &c, &outcome);
+    assert!(outcome.violated("P1 uniqueness"));
+    println!("{}", outcome.get("P1 uniqueness"));
+}
+
+#[test]
+fn checker_catches_a_protocol_without_write_back() {
+    let protocol = Protocol {
+        write_back: false,
+        ..REDIS_BACKEND
+    };
+    let c = cfg(3, 2, 2, protocol, PAUSES_ONLY);
+    let outcome = explore(&c);
+    report("MUTANT: no write-back", &c, &outcome);
+    assert!(outcome.violated("P1 uniqueness"));
+    assert!(outcome.violated("P3 storage"));
+    println!("{}", outcome.get("P1 uniqueness"));
+}
+
+#[test]
+fn checker_catches_a_write_back_without_ownership_check() {
+    let protocol = Protocol {
+        ownership_check: false,
+        ..REDIS_BACKEND
+    };
+    let c = small(3, protocol, with_faults(1, 0, 0));
+    let outcome = explore(&c);
+    report("MUTANT: write-back without ownership check", &c, &outcome);
+    assert!(outcome.violated("P1 uniqueness"));
+    println!("{}", outcome.get("P1 uniqueness"));
+}
+
+#[test]
+fn random_walks_on_five_nodes_and_three_clients() {
+    let seeds = if FAST_BUILD { 0..20_000 } else { 0..1_000 };
+    let honest = cfg(5, 3, 3, REDIS_BACKEND, PAUSES_ONLY);
+    let (steps, found) = simulate(&honest, seeds.clone());
+    println!("random walks, 5 nodes x 3 clients x 3 attempts, pauses: {steps} steps");
+    if let Some(cx) = found.first() {
+        panic!("{cx}");
+    }
+    let guarded = cfg(5, 3, 3, GUARDED, with_faults(0, 3, 0));
+    let (steps, found) = simulate(&guarded, seeds.clone());
+    println!("random walks, 5 nodes x 3 clients, amnesia guard, 3 restarts: {steps} steps");
+    if let Some(cx) = found.first() {
+        panic!("{cx}");
+    }
+    let jumps = cfg(5, 3, 3, REDIS_BACKEND, with_faults(2, 0, 0));
+    let (steps, found) = simulate(&jumps, seeds);
+    println!("random walks, 5 nodes x 3 clients, 2 clock jumps: {steps} steps");
+    for cx in &found {
+        assert!(
+            cx.property == "P2 order" || cx.property == "P3 storage",
+            "{cx}"
+        );
     }
 }
