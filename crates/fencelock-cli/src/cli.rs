@@ -84,6 +84,12 @@ pub(crate) enum Command {
     Up(UpArgs),
     /// Stop the dev set started by `fencelock up`.
     Down,
+    /// Tell the article's story on 5 local nodes it starts and stops itself: contention, a node
+    /// killed, concurrent inventory reservations, and a paused holder with and without fencing.
+    Demo(crate::demo::DemoArgs),
+    /// Measure acquire/release throughput and latency (seq, par, contended, held), with
+    /// --raw beside a hand-written redis-rs baseline; --local N starts its own nodes.
+    Bench(crate::bench::BenchArgs),
 }
 
 /// `run`.

@@ -262,10 +262,23 @@ fn choose_ports(count: u16, base: Option<u16>) -> Result<Vec<u16>, Failure> {
     Ok(ports)
 }
 
-fn redis_server_binary() -> std::ffi::OsString {
+/// The redis-server to start: `FENCELOCK_REDIS_SERVER`, else the one on PATH.
+pub(crate) fn redis_server_binary() -> std::ffi::OsString {
     std::env::var_os("FENCELOCK_REDIS_SERVER")
         .filter(|v| !v.is_empty())
         .unwrap_or_else(|| "redis-server".into())
+}
+
+/// The error for a redis-server that could not be started.
+pub(crate) fn spawn_failure(binary: &std::ffi::OsStr, e: &std::io::Error) -> Failure {
+    if e.kind() == std::io::ErrorKind::NotFound {
+        Failure::internal(format!(
+            "{} not found on PATH: install Redis (e.g. apt-get install redis-server) or set FENCELOCK_REDIS_SERVER to its path",
+            binary.to_string_lossy()
+        ))
+    } else {
+        Failure::internal(format!("cannot start {}: {e}", binary.to_string_lossy()))
+    }
 }
 
 /// Starts one daemonized node and waits until it answers PING. Returns its PID.
@@ -293,16 +306,7 @@ async fn start_node(root: &Path, port: u16) -> Result<i32, Failure> {
         .stderr(Stdio::piped())
         .output()
         .await
-        .map_err(|e| {
-            if e.kind() == std::io::ErrorKind::NotFound {
-                Failure::internal(format!(
-                    "{} not found on PATH: install Redis (e.g. apt-get install redis-server) or set FENCELOCK_REDIS_SERVER to its path",
-                    binary.to_string_lossy()
-                ))
-            } else {
-                Failure::internal(format!("cannot start {}: {e}", binary.to_string_lossy()))
-            }
-        })?;
+        .map_err(|e| spawn_failure(&binary, &e))?;
     if !status.status.success() {
         return Err(Failure::internal(format!(
             "redis-server on port {port} did not start ({}): {}; see {}",

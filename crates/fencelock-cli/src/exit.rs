@@ -41,7 +41,7 @@ Exit codes:
     76   lock lost (run stopped the command), or extend/release with a token that does not hold the lock
     126  run: the command could not be executed
     127  run: the command was not found
-    128+N run: the command was killed by signal N";
+    128+N run: the command was killed by signal N; demo: interrupted by signal N";
 
 /// A failure with the exit code it ends the process with.
 #[derive(Debug)]

@@ -10,7 +10,8 @@
 //!   lost.
 //! - `lockcmds`: `acquire`, `extend`, `release`.
 //! - `inspect`, `doctor`: read-only views of the nodes.
-//! - `devset`: `up` and `down`.
+//! - `devset`: `up` and `down`; `demo`: the article's story on nodes of its own.
+//! - `bench`: throughput and latency beside a raw redis-rs baseline.
 //! - `node`: bounded connections to single nodes; `spinner`; `exit`: exit codes.
 //!
 //! # Exit codes
@@ -26,7 +27,7 @@
 //! | 76 | lock lost (`run` stopped the command), or `extend`/`release` with a token that does not hold the lock |
 //! | 126 | `run`: the command could not be executed |
 //! | 127 | `run`: the command was not found |
-//! | 128+N | `run`: the command was killed by signal N |
+//! | 128+N | `run`: the command was killed by signal N; `demo`: interrupted by signal N |
 //!
 //! Errors are printed as one line on stderr, `fencelock: error: ...`, naming the node or
 //! argument, what happened and what to try.
@@ -35,7 +36,9 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+mod bench;
 mod cli;
+mod demo;
 mod devset;
 mod doctor;
 mod exit;
@@ -87,6 +90,8 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
             devset::up(count, args.port_base, global.json).await
         }
         Command::Down => devset::down(global.json).await,
+        Command::Demo(args) => demo::demo(global, args).await,
+        Command::Bench(args) => bench::bench(global, args).await,
         Command::Doctor => {
             let settings = settings::resolve(global)?;
             doctor::doctor(&settings, global.json).await

@@ -681,6 +681,39 @@ mod tests {
     }
 
     #[test]
+    fn salted_tokens_are_judged_by_order_only() {
+        // Tokens as the library issues them: (prefix << 16) | random salt. They jump by about
+        // 65536 per grant and are not consecutive; only their order matters. Two grants that saw
+        // the same largest counter share a prefix and differ in salt: the fence orders them.
+        let t = |prefix: u64, salt: u64| (prefix << 16) | salt;
+        let clean = history(
+            vec![
+                fenced(1, Op::Read, 0, 1, t(1, 40_000), 0),
+                fenced(2, Op::Write, 0, 1, t(1, 40_000), 0),
+                fenced(3, Op::Read, 1, 1, t(7, 3), 1),
+                fenced(4, Op::Write, 1, 1, t(7, 3), 1),
+            ],
+            2,
+            0,
+        );
+        assert_eq!(check(&clean).fenced_record_violations(), 0);
+        // Same prefix (a node lost its counter): the lower salt committing after the higher one
+        // is a stale row, not a duplicate.
+        let same_prefix = history(
+            vec![
+                fenced(1, Op::Read, 0, 1, t(2, 9_000), 0),
+                fenced(2, Op::Write, 0, 1, t(2, 9_000), 0),
+                fenced(3, Op::Write, 1, 1, t(2, 5), 0),
+            ],
+            1,
+            0,
+        );
+        let f = check(&same_prefix);
+        assert_eq!(f.stale_accepted.len(), 1);
+        assert!(f.duplicate_tokens.is_empty());
+    }
+
+    #[test]
     fn empty_history_is_clean() {
         let f = check(&History::default());
         assert_eq!(f.fenced_record_violations() + f.counter_violations(), 0);

@@ -7,6 +7,7 @@
 //! - [`history`]: what a run records (client events, storage rows, faults).
 //! - [`checker`]: pure functions that judge a history (no I/O).
 //! - [`nemesis`]: the seeded fault schedule (pure) and its execution on real processes.
+//! - [`nodes`]: the servers of a run (Redis nodes or an etcd cluster) behind one interface.
 //! - [`proxy`]: a TCP proxy per node that adds latency or cuts the node off.
 //! - [`client`]: the workload one client process runs (the hidden `client` subcommand).
 //! - [`run`]: one mode end to end: nodes, proxies, clients, nemesis, check.
@@ -20,6 +21,7 @@ pub mod history;
 pub mod mode;
 pub mod mono;
 pub mod nemesis;
+pub mod nodes;
 pub mod proxy;
 pub mod report;
 pub mod run;

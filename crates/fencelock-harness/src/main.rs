@@ -42,7 +42,7 @@ struct RunArgs {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "single,redlock,redlock-fenced,redlock-quarantine"
+        default_value = "single,redlock,redlock-fenced,redlock-quarantine,etcd"
     )]
     modes: Vec<Mode>,
     /// Client processes per mode.
@@ -60,7 +60,7 @@ struct RunArgs {
     /// Nemesis seed.
     #[arg(long, default_value_t = 42)]
     seed: u64,
-    /// Lock TTL.
+    /// Lock TTL (etcd rounds it up to whole seconds).
     #[arg(long, value_parser = humantime::parse_duration, default_value = "1s")]
     ttl: Duration,
     /// Per-node timeout.
@@ -69,11 +69,11 @@ struct RunArgs {
     /// The race window between a client's reads and its writes.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "10ms")]
     window: Duration,
-    /// Fault kinds (default: all).
+    /// Fault kinds (default: all). A mode skips the kinds it cannot take and says so.
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "kill,restart-nopersist,restart-persist,pause-node,pause-client,clock-forward,clock-backward,latency"
+        default_value = "kill,kill-leader,restart-nopersist,restart-persist,pause-node,pause-leader,pause-client,clock-forward,clock-backward,latency"
     )]
     faults: Vec<FaultKind>,
     /// Write the HTML timeline here.

@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -17,28 +18,84 @@ pub enum Mode {
     RedlockFenced,
     /// Redlock on 5 nodes with fencing tokens and restart quarantine.
     RedlockQuarantine,
+    /// A 3-member etcd cluster; the fencing token is the lock key's create revision.
+    Etcd,
 }
 
 impl Mode {
     /// Every mode, in the order the report lists them.
-    pub const ALL: [Mode; 4] = [
+    pub const ALL: [Mode; 5] = [
         Mode::Single,
         Mode::Redlock,
         Mode::RedlockFenced,
         Mode::RedlockQuarantine,
+        Mode::Etcd,
     ];
 
-    /// How many Redis nodes the mode runs.
+    /// How many nodes (Redis nodes, or etcd members) the mode runs.
     pub fn nodes(self) -> usize {
         match self {
             Mode::Single => 1,
+            Mode::Etcd => 3,
             _ => 5,
         }
     }
 
+    /// Whether the nodes are the members of one consensus cluster (etcd) rather than
+    /// independent Redis nodes.
+    pub fn consensus(self) -> bool {
+        self == Mode::Etcd
+    }
+
+    /// The Redis node that persists with `appendfsync always` (the target of
+    /// `restart-persist`): the last of 5. etcd members always persist their raft log.
+    pub fn aof_node(self) -> Option<usize> {
+        let n = self.nodes();
+        (!self.consensus() && n >= 5).then_some(n - 1)
+    }
+
     /// Whether locks carry fencing tokens that the storage checks.
     pub fn fencing(self) -> bool {
-        matches!(self, Mode::RedlockFenced | Mode::RedlockQuarantine)
+        matches!(
+            self,
+            Mode::RedlockFenced | Mode::RedlockQuarantine | Mode::Etcd
+        )
+    }
+
+    /// The TTL the mode runs with: etcd grants leases in whole seconds (at least 1 s), so its
+    /// TTL is `ttl` rounded up to whole seconds; the nemesis then sizes its pauses on the
+    /// lease actually granted.
+    pub fn ttl(self, ttl: Duration) -> Duration {
+        if self.consensus() {
+            let secs = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
+            Duration::from_secs(secs.max(1))
+        } else {
+            ttl
+        }
+    }
+
+    /// Why the mode cannot take a fault kind, if it cannot (the nemesis then skips it and the
+    /// report says so).
+    pub fn skips(self, kind: FaultKind) -> Option<&'static str> {
+        use FaultKind as K;
+        match (self.consensus(), kind) {
+            (false, K::KillLeader | K::PauseLeader) => {
+                Some("Redis nodes are independent: there is no leader")
+            }
+            (false, K::RestartPersist) if self.aof_node().is_none() => {
+                Some("no node persists with appendfsync always in this mode")
+            }
+            (true, K::RestartNopersist) => Some(
+                "an etcd member cannot come back empty under the same identity (that breaks raft itself, not the lock); its kill -9 and restart is `kill`",
+            ),
+            (true, K::RestartPersist) => Some(
+                "etcd members always persist (WAL fsync): a kill -9 and restart is `kill` / `kill-leader`",
+            ),
+            (true, K::ClockForward | K::ClockBackward) => Some(
+                "etcd is a Go binary that makes its own clock syscalls and ignores LD_PRELOAD, so the clock shim cannot shift it (its leases also run on the monotonic clock)",
+            ),
+            _ => None,
+        }
     }
 
     /// Whether restart quarantine is on.
@@ -53,6 +110,7 @@ impl Mode {
             Mode::Redlock => "redlock",
             Mode::RedlockFenced => "redlock-fenced",
             Mode::RedlockQuarantine => "redlock-quarantine",
+            Mode::Etcd => "etcd",
         }
     }
 }
@@ -72,7 +130,7 @@ impl FromStr for Mode {
             .find(|m| m.name() == s)
             .ok_or_else(|| {
                 format!(
-                    "unknown mode {s:?}; use single, redlock, redlock-fenced or redlock-quarantine"
+                    "unknown mode {s:?}; use single, redlock, redlock-fenced, redlock-quarantine or etcd"
                 )
             })
     }
@@ -82,15 +140,20 @@ impl FromStr for Mode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum FaultKind {
-    /// kill -9 of a minority of nodes, restarted (empty unless AOF) after more than a TTL.
+    /// kill -9 of a minority of nodes, restarted (empty unless AOF) after more than a TTL. On
+    /// etcd: a follower, restarted with its data.
     Kill,
+    /// etcd only: kill -9 of the current leader, restarted with its data after more than a TTL.
+    KillLeader,
     /// While a client holds the lock, kill -9 one of its nodes and restart it at once without
     /// persistence (its keys are gone), then let the rest of the cluster reach it.
     RestartNopersist,
     /// The same with a node that persists with `appendfsync always`.
     RestartPersist,
-    /// SIGSTOP of a minority of nodes, then SIGCONT.
+    /// SIGSTOP of a minority of nodes, then SIGCONT. On etcd: a follower.
     PauseNode,
+    /// etcd only: SIGSTOP of the current leader (the others elect a new one), then SIGCONT.
+    PauseLeader,
     /// SIGSTOP of a client process for longer than the TTL (often right after its reads).
     PauseClient,
     /// While a client holds the lock, one of its nodes' clocks jumps forward past the TTL.
@@ -103,11 +166,13 @@ pub enum FaultKind {
 
 impl FaultKind {
     /// Every fault kind: the full mix.
-    pub const ALL: [FaultKind; 8] = [
+    pub const ALL: [FaultKind; 10] = [
         FaultKind::Kill,
+        FaultKind::KillLeader,
         FaultKind::RestartNopersist,
         FaultKind::RestartPersist,
         FaultKind::PauseNode,
+        FaultKind::PauseLeader,
         FaultKind::PauseClient,
         FaultKind::ClockForward,
         FaultKind::ClockBackward,
@@ -118,9 +183,11 @@ impl FaultKind {
     pub fn name(self) -> &'static str {
         match self {
             FaultKind::Kill => "kill",
+            FaultKind::KillLeader => "kill-leader",
             FaultKind::RestartNopersist => "restart-nopersist",
             FaultKind::RestartPersist => "restart-persist",
             FaultKind::PauseNode => "pause-node",
+            FaultKind::PauseLeader => "pause-leader",
             FaultKind::PauseClient => "pause-client",
             FaultKind::ClockForward => "clock-forward",
             FaultKind::ClockBackward => "clock-backward",
@@ -162,5 +229,38 @@ mod tests {
             assert_eq!(k.name().parse::<FaultKind>().unwrap(), k);
         }
         assert!("nope".parse::<Mode>().is_err());
+    }
+
+    #[test]
+    fn etcd_rounds_its_ttl_up_to_whole_seconds_and_skips_what_it_cannot_take() {
+        let ms = Duration::from_millis;
+        assert_eq!(Mode::Etcd.ttl(ms(500)), ms(1000));
+        assert_eq!(Mode::Etcd.ttl(ms(1500)), ms(2000));
+        assert_eq!(Mode::Etcd.ttl(ms(2000)), ms(2000));
+        assert_eq!(Mode::Redlock.ttl(ms(500)), ms(500));
+        assert!(Mode::Etcd.fencing() && !Mode::Etcd.quarantine());
+        assert_eq!(Mode::Etcd.aof_node(), None);
+        assert_eq!(Mode::RedlockFenced.aof_node(), Some(4));
+        for k in [
+            FaultKind::ClockForward,
+            FaultKind::ClockBackward,
+            FaultKind::RestartNopersist,
+            FaultKind::RestartPersist,
+        ] {
+            assert!(Mode::Etcd.skips(k).is_some(), "{k}");
+        }
+        for k in [
+            FaultKind::Kill,
+            FaultKind::KillLeader,
+            FaultKind::PauseNode,
+            FaultKind::PauseLeader,
+            FaultKind::PauseClient,
+            FaultKind::Latency,
+        ] {
+            assert!(Mode::Etcd.skips(k).is_none(), "{k}");
+        }
+        assert!(Mode::Redlock.skips(FaultKind::KillLeader).is_some());
+        assert!(Mode::Single.skips(FaultKind::RestartPersist).is_some());
+        assert!(Mode::Redlock.skips(FaultKind::RestartPersist).is_none());
     }
 }

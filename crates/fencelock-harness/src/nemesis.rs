@@ -14,6 +14,11 @@
 //!   killed with SIGKILL and restarted at once, without persistence (its keys are gone) or from
 //!   an `appendfsync always` AOF (they come back).
 //!
+//! On etcd (a consensus cluster, not independent nodes), `kill` and `pause-node` hit a follower
+//! and `kill-leader` and `pause-leader` the member the others follow at that moment; a killed
+//! member restarts with its data. Clock and restart-without-persistence faults do not apply
+//! there (see [`Mode::skips`]).
+//!
 //! Every episode restores what it changed (except clock offsets, which stay where they jumped)
 //! and is bounded in time.
 
@@ -23,12 +28,11 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use fencelock_testkit::RedisNode;
-
 use crate::client::{self, Request};
 use crate::history::FaultEvent;
-use crate::mode::FaultKind;
+use crate::mode::{FaultKind, Mode};
 use crate::mono;
+use crate::nodes::Nodes;
 use crate::proxy::ProxyControl;
 
 /// One staged fault.
@@ -40,6 +44,24 @@ pub enum Episode {
         nodes: Vec<usize>,
         /// Downtime.
         down: Duration,
+    },
+    /// etcd: kill -9 of the leader or of a follower, restarted with its data after `down`.
+    KillMember {
+        /// The leader (else a follower).
+        leader: bool,
+        /// Which follower: the `pick % followers`-th.
+        pick: usize,
+        /// Downtime.
+        down: Duration,
+    },
+    /// etcd: SIGSTOP of the leader or of a follower for `pause`.
+    PauseMember {
+        /// The leader (else a follower).
+        leader: bool,
+        /// Which follower: the `pick % followers`-th.
+        pick: usize,
+        /// How long.
+        pause: Duration,
     },
     /// Cut `cut` off, let `client` take a long lock, kill -9 and restart `victim`, heal.
     Restart {
@@ -101,7 +123,10 @@ impl Episode {
     /// The fault kind this episode counts as.
     pub fn kind(&self) -> FaultKind {
         match self {
-            Episode::Kill { .. } => FaultKind::Kill,
+            Episode::Kill { .. } | Episode::KillMember { leader: false, .. } => FaultKind::Kill,
+            Episode::KillMember { leader: true, .. } => FaultKind::KillLeader,
+            Episode::PauseMember { leader: false, .. } => FaultKind::PauseNode,
+            Episode::PauseMember { leader: true, .. } => FaultKind::PauseLeader,
             Episode::Restart { persist: false, .. } => FaultKind::RestartNopersist,
             Episode::Restart { persist: true, .. } => FaultKind::RestartPersist,
             Episode::PauseNode { .. } => FaultKind::PauseNode,
@@ -119,35 +144,30 @@ pub struct Plan {
     rng: fastrand::Rng,
     kinds: Vec<FaultKind>,
     nodes: usize,
+    consensus: bool,
     clients: u32,
     ttl: Duration,
     aof_node: Option<usize>,
 }
 
 impl Plan {
-    /// A plan over `kinds` for `nodes` nodes (of which `aof_node`, if any, persists with
-    /// `appendfsync always`) and `clients` clients. Kinds that cannot apply are dropped
-    /// (`restart-persist` without an AOF node).
-    pub fn new(
-        seed: u64,
-        kinds: &[FaultKind],
-        nodes: usize,
-        clients: u32,
-        ttl: Duration,
-        aof_node: Option<usize>,
-    ) -> Plan {
+    /// A plan over `kinds` for the nodes of `mode` and `clients` clients. Kinds the mode
+    /// cannot take are dropped ([`Mode::skips`]: `restart-persist` without an AOF node,
+    /// leader faults on Redis, clock faults on etcd...).
+    pub fn new(seed: u64, kinds: &[FaultKind], mode: Mode, clients: u32, ttl: Duration) -> Plan {
         let kinds = kinds
             .iter()
             .copied()
-            .filter(|k| *k != FaultKind::RestartPersist || aof_node.is_some())
+            .filter(|k| mode.skips(*k).is_none())
             .collect();
         Plan {
             rng: fastrand::Rng::with_seed(seed),
             kinds,
-            nodes,
+            nodes: mode.nodes(),
+            consensus: mode.consensus(),
             clients: clients.max(1),
             ttl,
-            aof_node,
+            aof_node: mode.aof_node(),
         }
     }
 
@@ -184,7 +204,21 @@ impl Plan {
         // Partitions are staged only with several nodes: with one, there is no "rest".
         let cut_size = if self.nodes > 1 { self.minority() } else { 0 };
         let episode = match kind {
-            FaultKind::Kill => {
+            FaultKind::Kill | FaultKind::KillLeader if self.consensus => Episode::KillMember {
+                leader: kind == FaultKind::KillLeader,
+                pick: self.rng.usize(..self.nodes),
+                down: self.ttls(1.1, 2.0),
+            },
+            FaultKind::PauseNode | FaultKind::PauseLeader if self.consensus => {
+                Episode::PauseMember {
+                    leader: kind == FaultKind::PauseLeader,
+                    pick: self.rng.usize(..self.nodes),
+                    pause: self.ttls(0.2, 1.5),
+                }
+            }
+            // Leader faults exist on a consensus cluster only (`Mode::skips` drops them
+            // elsewhere); should one get here, it is a plain kill or pause.
+            FaultKind::Kill | FaultKind::KillLeader => {
                 let k = self.rng.usize(1..=self.minority());
                 Episode::Kill {
                     nodes: self.pick(k, &[]),
@@ -207,7 +241,7 @@ impl Plan {
                     client,
                 }
             }
-            FaultKind::PauseNode => {
+            FaultKind::PauseNode | FaultKind::PauseLeader => {
                 let k = self.rng.usize(1..=self.minority());
                 Episode::PauseNode {
                     nodes: self.pick(k, &[]),
@@ -249,7 +283,7 @@ impl Plan {
 #[derive(Debug)]
 pub struct Nemesis {
     /// The nodes.
-    pub nodes: Arc<Vec<RedisNode>>,
+    pub nodes: Arc<Nodes>,
     /// Each node's proxy knobs.
     pub proxies: Vec<Arc<ProxyControl>>,
     /// Client process ids, by client id.
@@ -316,7 +350,7 @@ impl Nemesis {
         let (nodes, clients, detail) = match episode {
             Episode::Kill { nodes, down } => {
                 for &n in nodes {
-                    let _ = self.nodes[n].kill();
+                    let _ = self.nodes.kill(n);
                 }
                 thread::sleep(*down);
                 self.restart(nodes);
@@ -333,7 +367,7 @@ impl Nemesis {
                 client,
             } => {
                 let held = self.stage(cut, *client);
-                let _ = self.nodes[*victim].kill();
+                let _ = self.nodes.kill(*victim);
                 self.restart(&[*victim]);
                 self.heal(cut);
                 self.finish_hold(*client);
@@ -351,13 +385,48 @@ impl Nemesis {
             }
             Episode::PauseNode { nodes, pause } => {
                 for &n in nodes {
-                    let _ = self.nodes[n].pause();
+                    let _ = self.nodes.pause(n);
                 }
                 thread::sleep(*pause);
                 for &n in nodes {
-                    let _ = self.nodes[n].resume();
+                    let _ = self.nodes.resume(n);
                 }
                 (nodes.clone(), vec![], format!("SIGSTOP for {pause:.1?}"))
+            }
+            Episode::KillMember { leader, pick, down } => {
+                let (n, role) = self.member(*leader, *pick);
+                let _ = self.nodes.kill(n);
+                thread::sleep(*down);
+                let restarted = self.nodes.restart(n).is_ok();
+                self.nodes.settle();
+                (
+                    vec![n],
+                    vec![],
+                    format!(
+                        "kill -9 of the {role}, down {down:.1?}, {}",
+                        if restarted {
+                            "restarted with its data"
+                        } else {
+                            "restart failed"
+                        }
+                    ),
+                )
+            }
+            Episode::PauseMember {
+                leader,
+                pick,
+                pause,
+            } => {
+                let (n, role) = self.member(*leader, *pick);
+                let _ = self.nodes.pause(n);
+                thread::sleep(*pause);
+                let _ = self.nodes.resume(n);
+                self.nodes.settle();
+                (
+                    vec![n],
+                    vec![],
+                    format!("SIGSTOP of the {role} for {pause:.1?}"),
+                )
             }
             Episode::PauseClient {
                 client,
@@ -375,7 +444,7 @@ impl Nemesis {
             } => {
                 let held = self.stage(cut, *client);
                 self.offsets[*node] += jump.as_millis() as i64;
-                let _ = self.nodes[*node].set_clock_offset(self.offsets[*node]);
+                let _ = self.nodes.set_clock_offset(*node, self.offsets[*node]);
                 self.heal(cut);
                 self.finish_hold(*client);
                 let mut nodes = vec![*node];
@@ -391,7 +460,7 @@ impl Nemesis {
             }
             Episode::ClockBackward { node, jump } => {
                 self.offsets[*node] -= jump.as_millis() as i64;
-                let _ = self.nodes[*node].set_clock_offset(self.offsets[*node]);
+                let _ = self.nodes.set_clock_offset(*node, self.offsets[*node]);
                 (vec![*node], vec![], format!("clock -{jump:.1?}"))
             }
             Episode::Latency {
@@ -426,7 +495,22 @@ impl Nemesis {
     fn restart(&self, nodes: &[usize]) {
         for &n in nodes {
             // A restart that fails leaves the node down: a longer outage, still a minority.
-            let _ = self.nodes[n].restart();
+            let _ = self.nodes.restart(n);
+        }
+    }
+
+    /// The etcd member an episode hits, and its role: the current leader, or the
+    /// `pick % followers`-th follower. With no leader known (an election that does not end),
+    /// the `pick`-th member, whatever it is.
+    fn member(&self, leader: bool, pick: usize) -> (usize, &'static str) {
+        let n = self.nodes.len().max(1);
+        match self.nodes.leader() {
+            Some(l) if leader => (l, "leader"),
+            Some(l) => {
+                let followers: Vec<usize> = (0..n).filter(|i| *i != l).collect();
+                (followers[pick % followers.len().max(1)], "follower")
+            }
+            None => (pick % n, "member (no leader known)"),
         }
     }
 
@@ -509,8 +593,8 @@ mod tests {
     #[test]
     fn same_seed_same_schedule() {
         let ttl = Duration::from_secs(1);
-        let mut a = Plan::new(42, &FaultKind::ALL, 5, 3, ttl, Some(4));
-        let mut b = Plan::new(42, &FaultKind::ALL, 5, 3, ttl, Some(4));
+        let mut a = Plan::new(42, &FaultKind::ALL, Mode::RedlockFenced, 3, ttl);
+        let mut b = Plan::new(42, &FaultKind::ALL, Mode::RedlockFenced, 3, ttl);
         for _ in 0..200 {
             assert_eq!(a.next_episode(), b.next_episode());
         }
@@ -519,7 +603,7 @@ mod tests {
     #[test]
     fn faults_stay_within_a_minority_and_restart_persist_hits_the_aof_node() {
         let ttl = Duration::from_secs(1);
-        let mut plan = Plan::new(7, &FaultKind::ALL, 5, 3, ttl, Some(4));
+        let mut plan = Plan::new(7, &FaultKind::ALL, Mode::Redlock, 3, ttl);
         let mut seen = std::collections::HashSet::new();
         for _ in 0..500 {
             let (gap, ep) = plan.next_episode().unwrap();
@@ -546,14 +630,26 @@ mod tests {
                 }
                 Episode::PauseClient { pause, .. } => assert!(pause >= ttl * 2),
                 Episode::ClockBackward { .. } => {}
+                Episode::KillMember { .. } | Episode::PauseMember { .. } => {
+                    panic!("a member episode on Redis nodes: {ep:?}")
+                }
             }
         }
-        assert_eq!(seen.len(), FaultKind::ALL.len());
+        let applicable = FaultKind::ALL
+            .iter()
+            .filter(|k| Mode::Redlock.skips(**k).is_none())
+            .count();
+        assert_eq!(seen.len(), applicable);
+        assert_eq!(
+            applicable,
+            FaultKind::ALL.len() - 2,
+            "all but the leader faults"
+        );
     }
 
     #[test]
     fn a_single_node_has_no_partitions_and_no_aof_restarts() {
-        let mut plan = Plan::new(1, &FaultKind::ALL, 1, 2, Duration::from_secs(1), None);
+        let mut plan = Plan::new(1, &FaultKind::ALL, Mode::Single, 2, Duration::from_secs(1));
         for _ in 0..200 {
             match plan.next_episode().unwrap().1 {
                 Episode::Restart {
@@ -567,8 +663,36 @@ mod tests {
                 _ => {}
             }
         }
-        assert!(Plan::new(1, &[], 1, 1, Duration::from_secs(1), None)
+        assert!(Plan::new(1, &[], Mode::Single, 1, Duration::from_secs(1))
             .next_episode()
             .is_none());
+    }
+
+    #[test]
+    fn etcd_gets_member_kills_and_pauses_of_leader_and_followers_and_no_clock_faults() {
+        let ttl = Duration::from_secs(1);
+        let mut plan = Plan::new(3, &FaultKind::ALL, Mode::Etcd, 3, ttl);
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..500 {
+            let (_, ep) = plan.next_episode().unwrap();
+            seen.insert(ep.kind());
+            match ep {
+                Episode::KillMember { down, .. } => assert!(down > ttl),
+                Episode::PauseMember { .. } | Episode::PauseClient { .. } => {}
+                Episode::Latency { nodes, .. } => assert_eq!(nodes.len(), 1),
+                other => panic!("not an etcd episode: {other:?}"),
+            }
+        }
+        let expected: std::collections::HashSet<FaultKind> = [
+            FaultKind::Kill,
+            FaultKind::KillLeader,
+            FaultKind::PauseNode,
+            FaultKind::PauseLeader,
+            FaultKind::PauseClient,
+            FaultKind::Latency,
+        ]
+        .into_iter()
+        .collect();
+        assert_eq!(seen, expected);
     }
 }

@@ -33,6 +33,9 @@ pub fn text(run: &ModeRun) -> String {
             faults.join(", ")
         }
     );
+    for (kind, why) in &s.skipped_faults {
+        let _ = writeln!(out, "  skipped {kind}: {why}");
+    }
     let failures: Vec<String> = s.failures.iter().map(|(k, v)| format!("{k} {v}")).collect();
     let _ = writeln!(
         out,
@@ -118,9 +121,11 @@ fn esc(s: &str) -> String {
 fn fault_color(kind: FaultKind) -> &'static str {
     match kind {
         FaultKind::Kill => "#7f7f7f",
+        FaultKind::KillLeader => "#393b79",
         FaultKind::RestartNopersist => "#d62728",
         FaultKind::RestartPersist => "#9467bd",
         FaultKind::PauseNode => "#1f77b4",
+        FaultKind::PauseLeader => "#e377c2",
         FaultKind::PauseClient => "#17becf",
         FaultKind::ClockForward => "#ff7f0e",
         FaultKind::ClockBackward => "#bcbd22",
@@ -174,10 +179,15 @@ pub fn svg(run: &ModeRun) -> String {
             client_y(c) + 16.0
         );
     }
+    let server = if run.mode.consensus() {
+        "member"
+    } else {
+        "node"
+    };
     for n in 0..run.nodes {
         let _ = write!(
             o,
-            r#"<text x="4" y="{:.1}">node {n}</text>"#,
+            r#"<text x="4" y="{:.1}">{server} {n}</text>"#,
             node_y(n) + 16.0
         );
     }

@@ -10,7 +10,6 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use fencelock_testkit::{Persistence, RedisNode, RedisOptions};
 use serde::{Deserialize, Serialize};
 
 use crate::checker::{self, Findings, Violation};
@@ -19,6 +18,7 @@ use crate::history::{ClientEvent, FaultEvent, History};
 use crate::mode::{FaultKind, Mode};
 use crate::mono;
 use crate::nemesis::{self, Nemesis, Plan};
+use crate::nodes::Nodes;
 use crate::proxy::Proxy;
 use crate::storage;
 
@@ -67,8 +67,10 @@ pub struct ModeRun {
     pub nodes: usize,
     /// Client count.
     pub clients: u32,
-    /// TTL.
+    /// TTL (as the mode ran it: whole seconds for etcd).
     pub ttl: Duration,
+    /// Fault kinds asked for that the mode cannot take, and why.
+    pub skipped: Vec<(FaultKind, &'static str)>,
     /// Wall time the workload ran.
     pub elapsed: Duration,
     /// Faults injected.
@@ -92,10 +94,14 @@ pub struct ModeSummary {
     pub fencing: bool,
     /// Whether quarantine was on.
     pub quarantine: bool,
+    /// The lock TTL the mode ran with, ms.
+    pub ttl_ms: u64,
     /// Seconds the workload ran.
     pub seconds: f64,
     /// Faults injected, by kind.
     pub faults: BTreeMap<String, u64>,
+    /// Fault kinds asked for that the mode cannot take, with the reason.
+    pub skipped_faults: BTreeMap<String, String>,
     /// `acquire` calls.
     pub attempts: u64,
     /// Grants.
@@ -150,8 +156,14 @@ impl ModeRun {
             clients: self.clients,
             fencing: self.mode.fencing(),
             quarantine: self.mode.quarantine(),
+            ttl_ms: self.ttl.as_millis() as u64,
             seconds: self.elapsed.as_secs_f64(),
             faults,
+            skipped_faults: self
+                .skipped
+                .iter()
+                .map(|(k, why)| (k.name().to_owned(), (*why).to_owned()))
+                .collect(),
             attempts: f.liveness.attempts,
             grants: f.liveness.grants,
             failures: f.liveness.failures.clone(),
@@ -173,31 +185,6 @@ impl ModeRun {
             examples: f.all().take(10).cloned().collect(),
         }
     }
-}
-
-/// Starts the mode's nodes: all with the clock shim; with 5 nodes, the last one persists with
-/// `appendfsync always` (the target of `restart-persist`).
-fn start_nodes(n: usize) -> io::Result<(Vec<RedisNode>, Option<usize>)> {
-    let aof = (n >= 5).then_some(n - 1);
-    let nodes = thread::scope(|s| {
-        let handles: Vec<_> = (0..n)
-            .map(|i| {
-                let mut opts = RedisOptions::new().clock_shift(true);
-                if Some(i) == aof {
-                    opts = opts.persistence(Persistence::AofAlways);
-                }
-                s.spawn(move || RedisNode::start_with(opts))
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(io::Error::other("node start panicked")))
-            })
-            .collect::<io::Result<Vec<_>>>()
-    })?;
-    Ok((nodes, aof))
 }
 
 /// Reads a growing JSON-lines file incrementally.
@@ -273,9 +260,11 @@ impl Progress {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn spawn_client(
     opts: &RunOptions,
     mode: Mode,
+    ttl: Duration,
     id: u32,
     urls: &str,
     db: &Path,
@@ -302,7 +291,7 @@ fn spawn_client(
         .arg(&log)
         .args([
             "--ttl-ms",
-            &opts.ttl.as_millis().to_string(),
+            &ttl.as_millis().to_string(),
             "--node-timeout-ms",
             &opts.node_timeout.as_millis().to_string(),
             "--window-ms",
@@ -329,23 +318,30 @@ pub fn run_mode(mode: Mode, opts: &RunOptions) -> io::Result<ModeRun> {
     }
     let control = nemesis::control_dir(&dir);
     fs::create_dir_all(&control)?;
-    let (nodes, aof) = start_nodes(mode.nodes())?;
-    let nodes = Arc::new(nodes);
+    let ttl = mode.ttl(opts.ttl);
+    let skipped: Vec<(FaultKind, &'static str)> = opts
+        .faults
+        .iter()
+        .filter_map(|k| mode.skips(*k).map(|why| (*k, why)))
+        .collect();
+    let nodes = Arc::new(Nodes::start(mode)?);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
         .build()?;
-    let proxies = nodes
-        .iter()
-        .map(|n| runtime.block_on(Proxy::start(n.port())))
+    let proxies = (0..nodes.len())
+        .map(|i| runtime.block_on(Proxy::start(nodes.port(i))))
         .collect::<io::Result<Vec<_>>>()?;
-    let urls: Vec<String> = proxies
-        .iter()
-        .map(|p| format!("redis://127.0.0.1:{}/0", p.port()))
-        .collect();
+    let urls: Vec<String> = proxies.iter().map(|p| nodes.url(p.port())).collect();
     let db = dir.join("storage.db");
     storage::setup(&db).map_err(io::Error::other)?;
 
+    if mode.quarantine() {
+        // Restart quarantine cannot tell a node that just started from one that just restarted:
+        // every fresh node is excluded until its uptime reaches the TTL. Redis reports uptime in
+        // whole seconds (rounded down), so after TTL + 1 s every node reports at least the TTL.
+        thread::sleep(ttl + Duration::from_secs(1));
+    }
     let epoch = mono::now_ns();
     let started = Instant::now();
     let mut children = Vec::new();
@@ -353,6 +349,7 @@ pub fn run_mode(mode: Mode, opts: &RunOptions) -> io::Result<ModeRun> {
         children.push(spawn_client(
             opts,
             mode,
+            ttl,
             id,
             &urls.join(","),
             &db,
@@ -372,17 +369,16 @@ pub fn run_mode(mode: Mode, opts: &RunOptions) -> io::Result<ModeRun> {
             proxies: proxies.iter().map(Proxy::control).collect(),
             clients: children.iter().map(Child::id).collect(),
             dir: control.clone(),
-            ttl: opts.ttl,
+            ttl,
             epoch_ns: epoch,
             offsets: vec![0; nodes.len()],
         };
         let plan = Plan::new(
             opts.seed ^ (mode as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15),
             &opts.faults,
-            nodes.len(),
+            mode,
             opts.clients,
-            opts.ttl,
-            aof,
+            ttl,
         );
         let (stop, faults) = (stop.clone(), faults.clone());
         thread::spawn(move || {
@@ -440,7 +436,7 @@ pub fn run_mode(mode: Mode, opts: &RunOptions) -> io::Result<ModeRun> {
     let elapsed = started.elapsed();
     stop.store(true, Ordering::SeqCst);
     let _ = nemesis_thread.join();
-    stop_clients(&control, &mut children, opts.ttl);
+    stop_clients(&control, &mut children, ttl);
     outcome?;
     drop(proxies);
     drop(runtime);
@@ -471,7 +467,8 @@ pub fn run_mode(mode: Mode, opts: &RunOptions) -> io::Result<ModeRun> {
         mode,
         nodes: mode.nodes(),
         clients: opts.clients,
-        ttl: opts.ttl,
+        ttl,
+        skipped,
         elapsed,
         faults,
         history,

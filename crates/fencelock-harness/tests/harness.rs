@@ -1,6 +1,6 @@
 //! A short fixed-seed run of the harness on real processes: the fenced storage accepts no stale
-//! write under the full fault mix, and without fencing the checker finds the violations a client
-//! pause past the TTL causes.
+//! write under the full fault mix (Redlock with fencing, and etcd), and without fencing the
+//! checker finds the violations a client pause past the TTL causes.
 
 use std::process::Command;
 
@@ -50,14 +50,27 @@ fn n(v: &Value, key: &str) -> i64 {
         .unwrap_or_else(|| panic!("{key} missing in {v:#}"))
 }
 
+const ALL: &str = "kill,kill-leader,restart-nopersist,restart-persist,pause-node,pause-leader,pause-client,clock-forward,clock-backward,latency";
+
+/// The fenced record of a fenced mode's run is intact.
+fn assert_fenced_data_safe(m: &Value) {
+    assert!(n(m, "grants") > 0, "{m:#}");
+    for key in [
+        "stale_accepted",
+        "token_order",
+        "fenced_interleaved",
+        "fenced_lost_updates",
+    ] {
+        assert_eq!(n(m, key), 0, "{key} in {m:#}");
+    }
+}
+
 #[test]
 fn fenced_storage_accepts_no_stale_write_and_unfenced_modes_lose_updates() {
-    let all = "kill,restart-nopersist,restart-persist,pause-node,pause-client,clock-forward,clock-backward,latency";
+    let all = ALL;
     let fenced = run("redlock-fenced", all, "12s");
     let f = &fenced[0];
-    assert!(n(f, "grants") > 0, "{f:#}");
-    assert_eq!(n(f, "stale_accepted"), 0, "{f:#}");
-    assert_eq!(n(f, "token_order"), 0, "{f:#}");
+    assert_fenced_data_safe(f);
     assert!(f["faults"].as_object().unwrap().len() >= 3, "{f:#}");
 
     let unfenced = run("single,redlock", "pause-client", "8s");
@@ -74,4 +87,19 @@ fn fenced_storage_accepts_no_stale_write_and_unfenced_modes_lose_updates() {
         assert!(n(m, "fenced_lost_updates") >= 1, "{m:#}");
         assert!(n(m, "counter_lost_updates") >= 1, "{m:#}");
     }
+}
+
+/// etcd under member kills and pauses (leader and followers), client pauses and latency: the
+/// fenced storage, fed revision tokens, accepts no stale write. Clock and restart-without-data
+/// faults do not apply to etcd and are reported as skipped.
+#[test]
+fn etcd_revision_tokens_keep_the_fenced_record_safe() {
+    let runs = run("etcd", ALL, "10s");
+    let e = &runs[0];
+    assert_fenced_data_safe(e);
+    assert_eq!(n(e, "ttl_ms"), 1000, "etcd leases are whole seconds: {e:#}");
+    assert!(!e["faults"].as_object().unwrap().is_empty(), "{e:#}");
+    let skipped = e["skipped_faults"].as_object().unwrap();
+    assert!(skipped.contains_key("clock-forward"), "{e:#}");
+    assert!(!skipped.contains_key("kill-leader"), "{e:#}");
 }

@@ -1,0 +1,980 @@
+//! `fencelock bench`: measures the library against a raw redis-rs baseline in the same run.
+//!
+//! Workloads (see `docs/performance.md` for the figures and how to read them):
+//! - `seq`: one client, N sequential acquire+release cycles on distinct keys.
+//! - `par`: C concurrent tasks sharing one client, N cycles in total on distinct keys.
+//! - `contended`: C workers, each its own client (own connections, as separate processes would
+//!   have), on one key; N critical sections in total, each doing an INCR on a counter on the
+//!   first node and an in-process overlap check. Reports overlaps, the counter, sections per
+//!   worker and the hand-over time (release sent -> next grant).
+//! - `held`: one client holds C locks under auto-extension for a fixed time; reports the
+//!   process's CPU time and, per node, the commands and read events (round trips) it served.
+//!
+//! With `--raw`, each workload runs a second time through [`raw::Raw`], hand-written redis-rs
+//! calls with no library around them, and the ratio of the two is printed. Everything runs on
+//! the CLI's single-threaded runtime, the library and the baseline alike.
+
+mod local;
+mod plot;
+mod raw;
+mod stats;
+
+use std::cell::{Cell, RefCell};
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::{Args, ValueEnum};
+use futures_util::future::join_all;
+use serde_json::{json, Map, Value};
+
+use self::raw::Raw;
+use self::stats::{human, micros, round2, Summary};
+use crate::cli::{parse_duration, Global};
+use crate::exit::{self, Failure};
+use crate::settings::{self, Settings, Source};
+
+/// `bench`.
+#[derive(Debug, Args)]
+pub(crate) struct BenchArgs {
+    /// What to measure.
+    #[arg(long, value_enum)]
+    pub(crate) workload: Workload,
+    /// Cycles (critical sections for `contended`); default 2000 (seq), 10000 (par), 200
+    /// (contended). Ignored by `held`.
+    #[arg(long, value_name = "N")]
+    pub(crate) cycles: Option<usize>,
+    /// Concurrent tasks (par, default 64), workers (contended, default 8) or locks held
+    /// (held, default 10000).
+    #[arg(long, value_name = "C")]
+    pub(crate) concurrency: Option<usize>,
+    /// Also run the raw redis-rs baseline and print the ratio.
+    #[arg(long)]
+    pub(crate) raw: bool,
+    /// Take fencing tokens (the baseline stays plain, so the ratio is fencing's cost).
+    #[arg(long)]
+    pub(crate) fencing: bool,
+    /// Write the latency distribution as an SVG plot to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) plot: Option<PathBuf>,
+    /// Start N local redis-server nodes for this run (stopped at the end) instead of using
+    /// --nodes or the usual node resolution.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=15))]
+    pub(crate) local: Option<u16>,
+    /// `held`: how long to hold (default: three extension intervals, i.e. one TTL).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub(crate) hold: Option<Duration>,
+}
+
+/// The workloads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Workload {
+    Seq,
+    Par,
+    Contended,
+    Held,
+}
+
+impl Workload {
+    fn name(self) -> &'static str {
+        match self {
+            Workload::Seq => "seq",
+            Workload::Par => "par",
+            Workload::Contended => "contended",
+            Workload::Held => "held",
+        }
+    }
+}
+
+/// Parallel acquisitions while taking the locks of `held`.
+const HELD_ACQUIRE_CONCURRENCY: usize = 64;
+/// How long a contended worker may wait for one grant before it counts an error.
+const CONTENDED_WAIT: Duration = Duration::from_secs(60);
+
+/// One measured series: the library's or the baseline's.
+#[derive(Debug)]
+struct Series {
+    name: &'static str,
+    summary: Summary,
+    /// Sorted latencies, for the plot.
+    samples: Vec<Duration>,
+    /// Workload-specific figures.
+    extra: Map<String, Value>,
+    /// Extra curves for the plot (the hand-over times of `contended`).
+    extra_curves: Vec<(String, Vec<Duration>)>,
+}
+
+/// `fencelock bench`.
+///
+/// # Errors
+///
+/// A usage failure for conflicting options or no nodes; an internal failure when the nodes
+/// cannot be reached or the plot cannot be written.
+pub(crate) async fn bench(global: &Global, args: BenchArgs) -> anyhow::Result<u8> {
+    let local = match args.local {
+        Some(_) if !global.nodes.is_empty() => {
+            return Err(Failure::usage(
+                "--local starts its own nodes; give either --local N or --nodes, not both",
+            )
+            .into())
+        }
+        Some(n) => Some(local::LocalNodes::start(n).await?),
+        None => None,
+    };
+    let settings = match &local {
+        Some(nodes) => Settings {
+            nodes: nodes.urls(),
+            source: Source::Flag,
+            ttl: global.ttl.unwrap_or(settings::DEFAULT_TTL),
+            node_timeout: global
+                .node_timeout
+                .unwrap_or(settings::DEFAULT_NODE_TIMEOUT),
+            drift_factor: None,
+            fencing: false,
+            // Fresh nodes never granted a lock they could have forgotten.
+            quarantine: Some(false),
+        },
+        None => settings::resolve(global)?,
+    };
+    let w = args.workload;
+    let cycles = args.cycles.unwrap_or(match w {
+        Workload::Seq => 2_000,
+        Workload::Par => 10_000,
+        Workload::Contended => 200,
+        Workload::Held => 0,
+    });
+    let concurrency = args
+        .concurrency
+        .unwrap_or(match w {
+            Workload::Seq => 1,
+            Workload::Par => 64,
+            Workload::Contended => 8,
+            Workload::Held => 10_000,
+        })
+        .max(1);
+    let fencing = args.fencing || settings.fencing;
+    let raw = Raw::connect(&settings.nodes, settings.ttl).await?;
+    let prefix = format!("fencelock:bench:{:08x}", fastrand::u32(..));
+    if !global.json {
+        eprintln!(
+            "fencelock bench: workload {}, {} node(s), ttl {:?}, node timeout {:?}{}",
+            w.name(),
+            settings.nodes.len(),
+            settings.ttl,
+            settings.node_timeout,
+            if fencing { ", fencing" } else { "" }
+        );
+    }
+
+    let mut series = Vec::new();
+    match w {
+        Workload::Seq | Workload::Par => {
+            let c = if w == Workload::Seq { 1 } else { concurrency };
+            let client = client(&settings, fencing).await?;
+            let base = args.raw.then_some(&raw);
+            series.extend(cycles_both(&client, base, cycles, c, &prefix).await);
+        }
+        Workload::Contended => {
+            let rtt = round_trip(&raw).await;
+            let mut lib =
+                contended_lib(&settings, fencing, &raw, cycles, concurrency, &prefix).await?;
+            lib.extra.insert("round_trip_us".into(), micros(rtt).into());
+            series.push(lib);
+            if args.raw {
+                let mut r = contended_raw(&settings, &raw, cycles, concurrency, &prefix).await?;
+                r.extra.insert("round_trip_us".into(), micros(rtt).into());
+                series.push(r);
+            }
+        }
+        Workload::Held => {
+            let hold = args.hold.unwrap_or(settings.ttl);
+            let client = client(&settings, fencing).await?;
+            series.push(held_lib(&client, &raw, concurrency, hold, &prefix).await);
+            if args.raw {
+                series.push(held_raw(&raw, concurrency, hold, settings.ttl, &prefix).await);
+            }
+        }
+    }
+
+    let report = Report {
+        workload: w,
+        nodes: settings.nodes.len(),
+        ttl: settings.ttl,
+        concurrency,
+        fencing,
+        series,
+    };
+    if let Some(path) = &args.plot {
+        report.plot(path)?;
+    }
+    if global.json {
+        println!("{}", report.json());
+    } else {
+        report.print();
+    }
+    Ok(if report.safety_violated() {
+        exit::CHECK_FAILED
+    } else {
+        exit::OK
+    })
+}
+
+async fn client(settings: &Settings, fencing: bool) -> Result<fencelock::Client, Failure> {
+    let config = settings
+        .lock_config(fencing)
+        .with_retry(fencelock::RetryPolicy::new().with_wait(CONTENDED_WAIT));
+    let client = fencelock::Client::new(config)
+        .map_err(|err| Failure::usage(format!("{err} (nodes from {})", settings.source)))?;
+    // Connection set-up is not what is measured.
+    let votes = client.connect().await;
+    if votes.iter().any(|v| !v.outcome.is_granted()) {
+        return Err(Failure::new(
+            exit::UNAVAILABLE,
+            format!("not every node answered: {votes}"),
+        ));
+    }
+    Ok(client)
+}
+
+/// The median of a few parallel PINGs to every node: one round trip of the node set.
+async fn round_trip(raw: &Raw) -> Duration {
+    let mut samples = Vec::new();
+    for _ in 0..21 {
+        samples.push(raw.ping_all().await);
+    }
+    samples.sort_unstable();
+    samples[samples.len() / 2]
+}
+
+/// What `drive` measured: latencies of the successes, failures, wall time, CPU time.
+#[derive(Debug, Default)]
+struct Run {
+    samples: Vec<Duration>,
+    errors: usize,
+    elapsed: Duration,
+    cpu: Duration,
+}
+
+impl Run {
+    fn add(&mut self, other: Run) {
+        self.samples.extend(other.samples);
+        self.errors += other.errors;
+        self.elapsed += other.elapsed;
+        self.cpu += other.cpu;
+    }
+}
+
+/// Runs cycles `from..to` on `c` concurrent tasks, each spawned as an application's request
+/// handlers would be (one task per worker, so each has tokio's own scheduling budget); each
+/// cycle says whether it succeeded.
+async fn drive<F, Fut>(from: usize, to: usize, c: usize, cycle: F) -> Run
+where
+    F: Fn(usize) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = bool> + Send + 'static,
+{
+    let next = Arc::new(AtomicUsize::new(from));
+    let cpu0 = cpu_time();
+    let started = Instant::now();
+    let workers: Vec<_> = (0..c.max(1))
+        .map(|_| {
+            let (next, cycle) = (next.clone(), cycle.clone());
+            tokio::spawn(async move {
+                let (mut samples, mut errors) = (Vec::new(), 0usize);
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= to {
+                        break;
+                    }
+                    let t = Instant::now();
+                    if cycle(i).await {
+                        samples.push(t.elapsed());
+                    } else {
+                        errors += 1;
+                    }
+                }
+                (samples, errors)
+            })
+        })
+        .collect();
+    let results = join_all(workers).await;
+    let mut run = Run {
+        elapsed: started.elapsed(),
+        cpu: cpu_time().saturating_sub(cpu0),
+        ..Run::default()
+    };
+    for (s, e) in results.into_iter().flatten() {
+        run.samples.extend(s);
+        run.errors += e;
+    }
+    run
+}
+
+fn series(name: &'static str, mut run: Run) -> Series {
+    let summary = Summary::of(&mut run.samples, run.errors, run.elapsed);
+    let mut extra = Map::new();
+    let per_cycle = u32::try_from(summary.count)
+        .ok()
+        .filter(|n| *n > 0)
+        .map_or(Duration::ZERO, |n| run.cpu / n);
+    extra.insert("cpu_us_per_cycle".into(), micros(per_cycle).into());
+    Series {
+        name,
+        summary,
+        samples: run.samples,
+        extra,
+        extra_curves: Vec::new(),
+    }
+}
+
+/// Blocks of `seq`/`par` cycles, library and baseline alternating, so that a change in the
+/// machine's load during the run weighs on both alike.
+const BLOCKS: usize = 10;
+
+async fn cycles_both(
+    client: &fencelock::Client,
+    raw: Option<&Raw>,
+    n: usize,
+    c: usize,
+    prefix: &str,
+) -> Vec<Series> {
+    let (mut lib, mut base) = (Run::default(), Run::default());
+    let prefix: Arc<str> = prefix.into();
+    let lib_cycle = {
+        let (client, prefix) = (client.clone(), prefix.clone());
+        move |i: usize| {
+            let (client, prefix) = (client.clone(), prefix.clone());
+            async move {
+                let key = format!("{prefix}:lib:{i}");
+                match client.try_acquire(&key).await {
+                    Ok(lock) => lock.release().await.is_ok(),
+                    Err(_) => false,
+                }
+            }
+        }
+    };
+    let raw_cycle = {
+        let raw = raw.cloned();
+        move |i: usize| {
+            let (raw, prefix) = (raw.clone(), prefix.clone());
+            async move {
+                let Some(raw) = raw else { return false };
+                let key = format!("{prefix}:raw:{i}");
+                let token = Raw::token();
+                raw.acquire(&key, &token).await && raw.release(&key, &token).await >= 1
+            }
+        }
+    };
+    let blocks = if raw.is_some() {
+        BLOCKS.min(n.max(1))
+    } else {
+        1
+    };
+    for b in 0..blocks {
+        let (from, to) = (n * b / blocks, n * (b + 1) / blocks);
+        // Alternate which goes first, so neither always runs on the warmer caches.
+        if b % 2 == 0 || raw.is_none() {
+            lib.add(drive(from, to, c, lib_cycle.clone()).await);
+            if raw.is_some() {
+                base.add(drive(from, to, c, raw_cycle.clone()).await);
+            }
+        } else {
+            base.add(drive(from, to, c, raw_cycle.clone()).await);
+            lib.add(drive(from, to, c, lib_cycle.clone()).await);
+        }
+    }
+    let mut out = vec![series("fencelock", lib)];
+    if raw.is_some() {
+        out.push(series("raw", base));
+    }
+    out
+}
+
+/// What the contended workers share (one task, so plain cells).
+#[derive(Debug, Default)]
+struct Contention {
+    taken: Cell<usize>,
+    inside: Cell<usize>,
+    overlaps: Cell<usize>,
+    last_release: Cell<Option<Instant>>,
+    handovers: RefCell<Vec<Duration>>,
+}
+
+impl Contention {
+    /// Called on each grant: the hand-over time, and whether a section remains to be done.
+    fn granted(&self, n: usize) -> bool {
+        if let Some(released) = self.last_release.take() {
+            self.handovers.borrow_mut().push(released.elapsed());
+        }
+        let ticket = self.taken.get();
+        if ticket >= n {
+            return false;
+        }
+        self.taken.set(ticket + 1);
+        true
+    }
+
+    /// The critical section: the overlap check around an INCR on the first node.
+    async fn section(&self, counter: &mut redis::aio::MultiplexedConnection, key: &str) -> bool {
+        self.inside.set(self.inside.get() + 1);
+        if self.inside.get() > 1 {
+            self.overlaps.set(self.overlaps.get() + 1);
+        }
+        let ok = redis::cmd("INCR")
+            .arg(key)
+            .query_async::<i64>(counter)
+            .await
+            .is_ok();
+        self.inside.set(self.inside.get() - 1);
+        self.last_release.set(Some(Instant::now()));
+        ok
+    }
+
+    async fn finish(
+        self,
+        name: &'static str,
+        raw: &Raw,
+        counter_key: &str,
+        per_worker: Vec<(Vec<Duration>, usize, usize)>,
+        elapsed: Duration,
+    ) -> anyhow::Result<Series> {
+        let counter: Option<i64> = redis::cmd("GET")
+            .arg(counter_key)
+            .query_async(&mut raw.first())
+            .await
+            .context("reading the contended counter")?;
+        let _: redis::RedisResult<i64> = redis::cmd("DEL")
+            .arg(counter_key)
+            .query_async(&mut raw.first())
+            .await;
+        let sections: Vec<usize> = per_worker.iter().map(|(_, _, s)| *s).collect();
+        let total: usize = sections.iter().sum();
+        let mut run = Run {
+            elapsed,
+            ..Run::default()
+        };
+        for (s, e, _) in per_worker {
+            run.samples.extend(s);
+            run.errors += e;
+        }
+        let mut out = series(name, run);
+        let mut handovers = self.handovers.into_inner();
+        handovers.sort_unstable();
+        let workers = sections.len().max(1);
+        let fair = total as f64 / workers as f64;
+        let busiest = sections.iter().copied().max().unwrap_or(0);
+        let e = &mut out.extra;
+        e.insert("overlaps".into(), self.overlaps.get().into());
+        e.insert("counter".into(), counter.unwrap_or(0).into());
+        e.insert("sections".into(), total.into());
+        e.insert("sections_per_worker".into(), json!(sections));
+        e.insert("busiest_worker_sections".into(), busiest.into());
+        e.insert("fair_share".into(), round2(fair).into());
+        e.insert(
+            "busiest_over_fair".into(),
+            round2(if fair > 0.0 {
+                busiest as f64 / fair
+            } else {
+                0.0
+            })
+            .into(),
+        );
+        e.insert("handovers".into(), handovers.len().into());
+        for (field, q) in [("handover_p50_us", 0.5), ("handover_p99_us", 0.99)] {
+            e.insert(
+                field.into(),
+                micros(stats::percentile(&handovers, q)).into(),
+            );
+        }
+        e.insert(
+            "handover_max_us".into(),
+            micros(handovers.last().copied().unwrap_or_default()).into(),
+        );
+        out.extra_curves
+            .push((format!("{name} hand-over"), handovers));
+        Ok(out)
+    }
+}
+
+async fn contended_lib(
+    settings: &Settings,
+    fencing: bool,
+    raw: &Raw,
+    n: usize,
+    workers: usize,
+    prefix: &str,
+) -> anyhow::Result<Series> {
+    let key = format!("{prefix}:contended:lib");
+    let counter_key = format!("{prefix}:counter:lib");
+    let mut clients = Vec::with_capacity(workers);
+    for _ in 0..workers {
+        clients.push(client(settings, fencing).await?);
+    }
+    let shared = Contention::default();
+    let started = Instant::now();
+    let runs = clients.iter().map(|client| {
+        let (shared, key, counter_key) = (&shared, &key, &counter_key);
+        let mut counter = raw.first();
+        async move {
+            let (mut samples, mut errors, mut mine) = (Vec::new(), 0usize, 0usize);
+            while shared.taken.get() < n {
+                let t = Instant::now();
+                let lock = match client.acquire(key).await {
+                    Ok(lock) => lock,
+                    Err(_) => {
+                        errors += 1;
+                        // Every worker waits this long at most: a stuck run ends, with errors.
+                        if errors > 3 {
+                            break;
+                        }
+                        continue;
+                    }
+                };
+                if !shared.granted(n) {
+                    let _ = lock.release().await;
+                    break;
+                }
+                samples.push(t.elapsed());
+                if !shared.section(&mut counter, counter_key).await {
+                    errors += 1;
+                }
+                mine += 1;
+                if lock.release().await.is_err() {
+                    errors += 1;
+                }
+            }
+            (samples, errors, mine)
+        }
+    });
+    let per_worker = join_all(runs).await;
+    let elapsed = started.elapsed();
+    shared
+        .finish("fencelock", raw, &counter_key, per_worker, elapsed)
+        .await
+}
+
+/// The baseline of `contended`: a polling client, as simple lock clients are: on a refusal,
+/// retry after a random 5-10 ms.
+async fn contended_raw(
+    settings: &Settings,
+    raw: &Raw,
+    n: usize,
+    workers: usize,
+    prefix: &str,
+) -> anyhow::Result<Series> {
+    let key = format!("{prefix}:contended:raw");
+    let counter_key = format!("{prefix}:counter:raw");
+    let mut raws = Vec::with_capacity(workers);
+    for _ in 0..workers {
+        raws.push(Raw::connect(&settings.nodes, settings.ttl).await?);
+    }
+    let shared = Contention::default();
+    let started = Instant::now();
+    let runs = raws.iter().map(|mine_raw| {
+        let (shared, key, counter_key) = (&shared, &key, &counter_key);
+        let mut counter = raw.first();
+        async move {
+            let (mut samples, mut errors, mut mine) = (Vec::new(), 0usize, 0usize);
+            'outer: while shared.taken.get() < n {
+                let t = Instant::now();
+                let token = Raw::token();
+                while !mine_raw.acquire(key, &token).await {
+                    if shared.taken.get() >= n {
+                        break 'outer;
+                    }
+                    if t.elapsed() > CONTENDED_WAIT {
+                        errors += 1;
+                        break 'outer;
+                    }
+                    let delay = Duration::from_micros(5_000 + fastrand::u64(..5_000));
+                    tokio::time::sleep(delay).await;
+                }
+                if !shared.granted(n) {
+                    mine_raw.release(key, &token).await;
+                    break;
+                }
+                samples.push(t.elapsed());
+                if !shared.section(&mut counter, counter_key).await {
+                    errors += 1;
+                }
+                mine += 1;
+                if mine_raw.release(key, &token).await == 0 {
+                    errors += 1;
+                }
+            }
+            (samples, errors, mine)
+        }
+    });
+    let per_worker = join_all(runs).await;
+    let elapsed = started.elapsed();
+    shared
+        .finish("raw", raw, &counter_key, per_worker, elapsed)
+        .await
+}
+
+/// The process's CPU time so far (user + system).
+fn cpu_time() -> Duration {
+    // SAFETY: getrusage fills the struct we pass; a zeroed rusage is a valid initial value.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: RUSAGE_SELF with a valid pointer cannot fail.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    let tv = |t: libc::timeval| {
+        Duration::from_secs(u64::try_from(t.tv_sec).unwrap_or(0))
+            + Duration::from_micros(u64::try_from(t.tv_usec).unwrap_or(0))
+    };
+    tv(usage.ru_utime) + tv(usage.ru_stime)
+}
+
+/// Counters of one node: commands processed, EVALSHA calls, read events (about one per
+/// request or pipeline that arrives).
+#[derive(Debug, Clone, Copy, Default)]
+struct NodeCounters {
+    commands: u64,
+    evalsha: u64,
+    reads: u64,
+}
+
+async fn node_counters(raw: &Raw) -> Vec<NodeCounters> {
+    let mut out = Vec::new();
+    for conn in raw.conns() {
+        let text: String = redis::cmd("INFO")
+            .arg("stats")
+            .arg("commandstats")
+            .query_async(&mut conn.clone())
+            .await
+            .unwrap_or_default();
+        let field = |name: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        let evalsha = text
+            .lines()
+            .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+            .and_then(|v| v.split(',').next()?.parse::<u64>().ok())
+            .unwrap_or(0);
+        out.push(NodeCounters {
+            commands: field("total_commands_processed"),
+            evalsha,
+            reads: field("total_reads_processed"),
+        });
+    }
+    out
+}
+
+/// Measures CPU and node traffic over `hold`, and reports them into `extra`.
+async fn measure_hold(
+    raw: &Raw,
+    locks: usize,
+    during: impl Future<Output = ()>,
+) -> Map<String, Value> {
+    let before = node_counters(raw).await;
+    let cpu0 = cpu_time();
+    let started = Instant::now();
+    during.await;
+    let cpu = cpu_time().saturating_sub(cpu0);
+    let took = started.elapsed();
+    let after = node_counters(raw).await;
+    let secs = took.as_secs_f64().max(1e-9);
+    let per_node: Vec<Value> = before
+        .iter()
+        .zip(&after)
+        .map(|(b, a)| {
+            let commands = a.commands.saturating_sub(b.commands);
+            json!({
+                "commands": commands,
+                "commands_per_sec": round2(commands as f64 / secs),
+                "evalsha": a.evalsha.saturating_sub(b.evalsha),
+                "round_trips": a.reads.saturating_sub(b.reads),
+            })
+        })
+        .collect();
+    let mut e = Map::new();
+    e.insert("locks".into(), locks.into());
+    e.insert("hold_ms".into(), micros(took).div_euclid(1000).into());
+    e.insert("cpu_ms".into(), micros(cpu).div_euclid(1000).into());
+    e.insert("cpu_fraction".into(), (cpu.as_secs_f64() / secs).into());
+    e.insert("per_node".into(), Value::Array(per_node));
+    e
+}
+
+async fn held_lib(
+    client: &fencelock::Client,
+    raw: &Raw,
+    locks: usize,
+    hold: Duration,
+    prefix: &str,
+) -> Series {
+    let guards = Arc::new(Mutex::new(Vec::with_capacity(locks)));
+    let acquire = {
+        let (client, guards) = (client.clone(), guards.clone());
+        let prefix: Arc<str> = format!("{prefix}:held:lib").into();
+        move |i: usize| {
+            let (client, guards, prefix) = (client.clone(), guards.clone(), prefix.clone());
+            async move {
+                match client.try_acquire(&format!("{prefix}:{i}")).await {
+                    Ok(lock) => {
+                        let guard = lock.auto_extend(fencelock::AutoExtend::new());
+                        guards.lock().expect("guards mutex").push(guard);
+                        true
+                    }
+                    Err(_) => false,
+                }
+            }
+        }
+    };
+    let run = drive(0, locks, HELD_ACQUIRE_CONCURRENCY, acquire).await;
+    let mut out = series("fencelock", run);
+    let mut extra = measure_hold(raw, locks, tokio::time::sleep(hold)).await;
+    let lost = guards
+        .lock()
+        .expect("guards mutex")
+        .iter()
+        .filter(|g| g.is_lost())
+        .count();
+    extra.insert("lost".into(), lost.into());
+    out.extra.extend(extra);
+    let release = move |_| {
+        let guards = guards.clone();
+        async move {
+            let guard = guards.lock().expect("guards mutex").pop();
+            match guard {
+                Some(g) => g.release().await.is_ok(),
+                None => false,
+            }
+        }
+    };
+    let _ = drive(0, locks, HELD_ACQUIRE_CONCURRENCY, release).await;
+    out
+}
+
+async fn held_raw(raw: &Raw, locks: usize, hold: Duration, ttl: Duration, prefix: &str) -> Series {
+    let held = Arc::new(Mutex::new(Vec::with_capacity(locks)));
+    let acquire = {
+        let (raw, held) = (raw.clone(), held.clone());
+        let prefix: Arc<str> = format!("{prefix}:held:raw").into();
+        move |i: usize| {
+            let (raw, held, prefix) = (raw.clone(), held.clone(), prefix.clone());
+            async move {
+                let key = format!("{prefix}:{i}");
+                let token = Raw::token();
+                if raw.acquire(&key, &token).await {
+                    held.lock().expect("held mutex").push((key, token));
+                    true
+                } else {
+                    false
+                }
+            }
+        }
+    };
+    let run = drive(0, locks, HELD_ACQUIRE_CONCURRENCY, acquire).await;
+    let mut out = series("raw", run);
+    let held: Arc<Vec<(String, String)>> =
+        Arc::new(std::mem::take(&mut *held.lock().expect("held mutex")));
+    let interval = ttl / 3;
+    let lost = Cell::new(0usize);
+    let extend = async {
+        let until = Instant::now() + hold;
+        loop {
+            let next = Instant::now() + interval;
+            if next > until {
+                tokio::time::sleep_until(until.into()).await;
+                break;
+            }
+            tokio::time::sleep_until(next.into()).await;
+            let ok = raw.extend_all(&held).await;
+            lost.set(held.len() - ok);
+        }
+    };
+    let mut extra = measure_hold(raw, locks, extend).await;
+    extra.insert("lost".into(), lost.get().into());
+    out.extra.extend(extra);
+    let release = {
+        let raw = raw.clone();
+        move |i: usize| {
+            let (raw, held) = (raw.clone(), held.clone());
+            async move {
+                let (key, token) = &held[i];
+                raw.release(key, token).await > 0
+            }
+        }
+    };
+    let n = out.summary.count;
+    let _ = drive(0, n, HELD_ACQUIRE_CONCURRENCY, release).await;
+    out
+}
+
+/// Everything one run measured.
+#[derive(Debug)]
+struct Report {
+    workload: Workload,
+    nodes: usize,
+    ttl: Duration,
+    concurrency: usize,
+    fencing: bool,
+    series: Vec<Series>,
+}
+
+impl Report {
+    fn lib(&self) -> &Series {
+        &self.series[0]
+    }
+
+    fn raw(&self) -> Option<&Series> {
+        self.series.get(1)
+    }
+
+    /// Library cycles/s over the baseline's.
+    fn ratio(&self) -> Option<f64> {
+        let raw = self.raw()?.summary.per_sec();
+        (raw > 0.0).then(|| self.lib().summary.per_sec() / raw)
+    }
+
+    /// Whether a contended run saw two holders at once or lost an increment.
+    fn safety_violated(&self) -> bool {
+        self.series.iter().any(|s| {
+            let get = |k: &str| s.extra.get(k).and_then(Value::as_u64);
+            get("overlaps").is_some_and(|o| o > 0)
+                || matches!((get("counter"), get("sections")), (Some(c), Some(n)) if c != n)
+        })
+    }
+
+    fn series_json(s: &Series) -> Map<String, Value> {
+        let mut m = s.summary.json();
+        m.extend(s.extra.clone());
+        m
+    }
+
+    fn json(&self) -> Value {
+        // The library's figures at the top level (what most readers want), both series under
+        // their names, and the ratio.
+        let lib = Self::series_json(self.lib());
+        let mut top = lib.clone();
+        top.insert("workload".into(), self.workload.name().into());
+        top.insert("nodes".into(), self.nodes.into());
+        top.insert("ttl_ms".into(), micros(self.ttl).div_euclid(1000).into());
+        top.insert("concurrency".into(), self.concurrency.into());
+        top.insert("fencing".into(), self.fencing.into());
+        top.insert("fencelock".into(), Value::Object(lib));
+        top.insert(
+            "raw".into(),
+            self.raw()
+                .map_or(Value::Null, |r| Value::Object(Self::series_json(r))),
+        );
+        top.insert(
+            "ratio".into(),
+            self.ratio().map_or(Value::Null, |r| round2(r).into()),
+        );
+        Value::Object(top)
+    }
+
+    fn print(&self) {
+        println!(
+            "{:<10} {:>10} {:>9} {:>9} {:>9} {:>7} {:>10}",
+            "series", "cycles/s", "p50", "p99", "max", "errors", "cpu/cycle"
+        );
+        for s in &self.series {
+            let m = &s.summary;
+            println!(
+                "{:<10} {:>10.0} {:>9} {:>9} {:>9} {:>7} {:>10}",
+                s.name,
+                m.per_sec(),
+                human(m.p50),
+                human(m.p99),
+                human(m.max),
+                m.errors,
+                s.extra
+                    .get("cpu_us_per_cycle")
+                    .and_then(Value::as_u64)
+                    .map_or("-".into(), |us| human(Duration::from_micros(us)))
+            );
+        }
+        if let Some(r) = self.ratio() {
+            println!("ratio fencelock/raw (cycles/s): {r:.2}x");
+        }
+        for s in &self.series {
+            let e = &s.extra;
+            let n = |k: &str| e.get(k).cloned().unwrap_or(Value::Null);
+            let us = |k: &str| {
+                e.get(k)
+                    .and_then(Value::as_u64)
+                    .map_or("-".into(), |v| human(Duration::from_micros(v)))
+            };
+            match self.workload {
+                Workload::Contended => println!(
+                    "{}: overlaps {}, counter {} for {} sections, per worker {}, busiest {} (fair share {}), hand-over p50 {} p99 {} max {} (round trip {})",
+                    s.name,
+                    n("overlaps"),
+                    n("counter"),
+                    n("sections"),
+                    n("sections_per_worker"),
+                    n("busiest_worker_sections"),
+                    n("fair_share"),
+                    us("handover_p50_us"),
+                    us("handover_p99_us"),
+                    us("handover_max_us"),
+                    us("round_trip_us"),
+                ),
+                Workload::Held => {
+                    println!(
+                        "{}: {} locks held {} ms, CPU {} ms ({:.1}% of a core), lost {}",
+                        s.name,
+                        n("locks"),
+                        n("hold_ms"),
+                        n("cpu_ms"),
+                        e.get("cpu_fraction").and_then(Value::as_f64).unwrap_or(0.0) * 100.0,
+                        n("lost"),
+                    );
+                    if let Some(Value::Array(nodes)) = e.get("per_node") {
+                        for (i, node) in nodes.iter().enumerate() {
+                            println!(
+                                "  node {}: {} commands ({} /s), {} EVALSHA, {} round trips",
+                                i + 1,
+                                node["commands"],
+                                node["commands_per_sec"],
+                                node["evalsha"],
+                                node["round_trips"]
+                            );
+                        }
+                    }
+                }
+                Workload::Seq | Workload::Par => {}
+            }
+        }
+    }
+
+    fn plot(&self, path: &std::path::Path) -> Result<(), Failure> {
+        let mut curves = Vec::new();
+        for s in &self.series {
+            curves.push(plot::Series {
+                name: s.name,
+                sorted: &s.samples,
+            });
+        }
+        for s in &self.series {
+            for (name, samples) in &s.extra_curves {
+                curves.push(plot::Series {
+                    name,
+                    sorted: samples,
+                });
+            }
+        }
+        let what = match self.workload {
+            Workload::Held => "acquisition latency",
+            Workload::Contended => "wait for the lock, and hand-over",
+            Workload::Seq | Workload::Par => "acquire + release latency",
+        };
+        let title = format!(
+            "fencelock bench {}: {what}, {} node(s){}",
+            self.workload.name(),
+            self.nodes,
+            if self.fencing { ", fencing" } else { "" }
+        );
+        std::fs::write(path, plot::svg(&title, &curves)).map_err(|e| {
+            Failure::internal(format!("cannot write the plot to {}: {e}", path.display()))
+        })
+    }
+}

@@ -1,0 +1,211 @@
+//! `fencelock bench` against real redis-server nodes started by the testkit: each workload runs
+//! small, and the JSON carries the documented fields. Safety figures are asserted exactly (no
+//! overlap, the counter equals the sections); speed is never asserted.
+
+use std::process::{Command, Output, Stdio};
+
+use fencelock_testkit::RedisNodes;
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_fencelock");
+
+fn bench(home: &std::path::Path, urls: &[String], args: &[&str]) -> Value {
+    let out: Output = Command::new(BIN)
+        .env("HOME", home)
+        .env("XDG_DATA_HOME", home.join("data"))
+        .env("XDG_CONFIG_HOME", home.join("config"))
+        .env_remove("FENCELOCK_NODES")
+        .env_remove("FENCELOCK_CONFIG")
+        .arg("--nodes")
+        .arg(urls.join(","))
+        // Loose enough for a loaded two-core box: errors are not the subject here.
+        .args(["--node-timeout", "2s", "--no-quarantine", "--json", "bench"])
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run fencelock bench");
+    assert!(
+        out.status.success(),
+        "bench {args:?} failed: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "bench {args:?} printed no JSON object ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}
+
+fn assert_series(v: &Value, cycles: u64) {
+    for field in [
+        "cycles_per_sec",
+        "p50_us",
+        "p99_us",
+        "max_us",
+        "errors",
+        "cycles",
+    ] {
+        assert!(v.get(field).is_some(), "missing {field} in {v}");
+    }
+    assert_eq!(v["errors"], 0, "{v}");
+    assert_eq!(v["cycles"], cycles, "{v}");
+    assert!(v["p50_us"].as_u64().unwrap() <= v["p99_us"].as_u64().unwrap());
+    assert!(v["p99_us"].as_u64().unwrap() <= v["max_us"].as_u64().unwrap());
+}
+
+#[test]
+fn seq_and_par_report_both_series_and_the_ratio() {
+    let nodes = RedisNodes::start(3).unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let plot = home.path().join("seq.svg");
+    let v = bench(
+        home.path(),
+        &nodes.urls(),
+        &[
+            "--workload",
+            "seq",
+            "--cycles",
+            "50",
+            "--raw",
+            "--plot",
+            plot.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(v["workload"], "seq");
+    assert_eq!(v["nodes"], 3);
+    assert_series(&v, 50);
+    assert_series(&v["fencelock"], 50);
+    assert_series(&v["raw"], 50);
+    assert!(v["ratio"].as_f64().unwrap() > 0.0);
+    let svg = std::fs::read_to_string(&plot).unwrap();
+    assert!(svg.starts_with("<svg") && svg.matches("<polyline").count() == 2);
+
+    let v = bench(
+        home.path(),
+        &nodes.urls(),
+        &[
+            "--workload",
+            "par",
+            "--cycles",
+            "50",
+            "--concurrency",
+            "8",
+            "--fencing",
+        ],
+    );
+    assert_eq!(v["workload"], "par");
+    assert_eq!(v["fencing"], true);
+    assert_series(&v, 50);
+    assert!(v["raw"].is_null() && v["ratio"].is_null());
+}
+
+#[test]
+fn contended_sections_never_overlap_and_every_increment_counts() {
+    let nodes = RedisNodes::start(3).unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let v = bench(
+        home.path(),
+        &nodes.urls(),
+        &[
+            "--workload",
+            "contended",
+            "--cycles",
+            "40",
+            "--concurrency",
+            "4",
+            "--raw",
+        ],
+    );
+    for s in [&v, &v["fencelock"], &v["raw"]] {
+        assert_eq!(s["overlaps"], 0, "{s}");
+        assert_eq!(s["sections"], 40, "{s}");
+        assert_eq!(s["counter"], s["sections"], "{s}");
+        let per_worker: Vec<u64> = s["sections_per_worker"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap())
+            .collect();
+        assert_eq!(per_worker.len(), 4);
+        assert_eq!(per_worker.iter().sum::<u64>(), 40);
+        assert_eq!(
+            s["busiest_worker_sections"].as_u64(),
+            per_worker.iter().copied().max()
+        );
+        for field in [
+            "handover_p50_us",
+            "handover_p99_us",
+            "round_trip_us",
+            "fair_share",
+        ] {
+            assert!(s.get(field).is_some(), "missing {field} in {s}");
+        }
+    }
+}
+
+#[test]
+fn held_reports_cpu_and_per_node_traffic() {
+    let nodes = RedisNodes::start(3).unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let v = bench(
+        home.path(),
+        &nodes.urls(),
+        &[
+            "--ttl",
+            "900ms",
+            "--workload",
+            "held",
+            "--concurrency",
+            "50",
+            "--hold",
+            "1s",
+            "--raw",
+        ],
+    );
+    for s in [&v, &v["raw"]] {
+        assert_eq!(s["locks"], 50, "{s}");
+        assert_eq!(s["cycles"], 50, "{s}");
+        assert_eq!(s["lost"], 0, "{s}");
+        assert!(s["cpu_fraction"].as_f64().is_some(), "{s}");
+        let per_node = s["per_node"].as_array().unwrap();
+        assert_eq!(per_node.len(), 3);
+        for node in per_node {
+            // Every lock is extended at least once during a hold of more than an interval.
+            assert!(node["evalsha"].as_u64().unwrap() >= 50, "{node}");
+            assert!(node["round_trips"].as_u64().is_some(), "{node}");
+            assert!(node["commands_per_sec"].as_f64().is_some(), "{node}");
+        }
+    }
+}
+
+#[test]
+fn local_nodes_are_started_and_conflict_with_nodes() {
+    let home = tempfile::tempdir().unwrap();
+    let out = Command::new(BIN)
+        .env("HOME", home.path())
+        .env("XDG_DATA_HOME", home.path().join("data"))
+        .env("XDG_CONFIG_HOME", home.path().join("config"))
+        .env_remove("FENCELOCK_NODES")
+        .args(["--json", "--node-timeout", "2s", "bench", "--local", "3"])
+        .args(["--workload", "seq", "--cycles", "20"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["nodes"], 3);
+    assert_eq!(v["cycles"], 20);
+
+    let out = Command::new(BIN)
+        .env("HOME", home.path())
+        .args(["--nodes", "redis://127.0.0.1:1", "bench", "--local", "3"])
+        .args(["--workload", "seq"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}

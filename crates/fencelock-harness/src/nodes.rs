@@ -1,0 +1,167 @@
+//! The servers of a run: independent Redis nodes, or the members of one etcd cluster. The
+//! nemesis acts on them by index through one interface.
+
+use std::io;
+use std::thread;
+use std::time::Duration;
+
+use fencelock_testkit::{EtcdCluster, Persistence, RedisNode, RedisOptions};
+
+use crate::mode::Mode;
+
+/// How long the nemesis waits for an etcd cluster to be whole again after an episode.
+const SETTLE: Duration = Duration::from_secs(30);
+
+/// The servers of one mode's run.
+#[derive(Debug)]
+pub enum Nodes {
+    /// Independent Redis nodes, each under the clock-shift shim.
+    Redis(Vec<RedisNode>),
+    /// One etcd cluster.
+    Etcd(EtcdCluster),
+}
+
+impl Nodes {
+    /// Starts the servers `mode` runs: Redis nodes with the clock shim (the mode's AOF node
+    /// persisting with `appendfsync always`), or a 3-member etcd cluster.
+    ///
+    /// # Errors
+    ///
+    /// When a server cannot be started (binary missing, not ready in time).
+    pub fn start(mode: Mode) -> io::Result<Nodes> {
+        if mode.consensus() {
+            return EtcdCluster::start(mode.nodes()).map(Nodes::Etcd);
+        }
+        let aof = mode.aof_node();
+        let nodes = thread::scope(|s| {
+            let handles: Vec<_> = (0..mode.nodes())
+                .map(|i| {
+                    let mut opts = RedisOptions::new().clock_shift(true);
+                    if Some(i) == aof {
+                        opts = opts.persistence(Persistence::AofAlways);
+                    }
+                    s.spawn(move || RedisNode::start_with(opts))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(io::Error::other("node start panicked")))
+                })
+                .collect::<io::Result<Vec<_>>>()
+        })?;
+        Ok(Nodes::Redis(nodes))
+    }
+
+    /// How many servers.
+    pub fn len(&self) -> usize {
+        match self {
+            Nodes::Redis(n) => n.len(),
+            Nodes::Etcd(c) => c.len(),
+        }
+    }
+
+    /// Whether there are none (never, once started).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The client port of server `i`.
+    pub fn port(&self, i: usize) -> u16 {
+        match self {
+            Nodes::Redis(n) => n[i].port(),
+            Nodes::Etcd(c) => c.member(i).client_port(),
+        }
+    }
+
+    /// The URL a client uses for a server reached on `port` (the proxy's).
+    pub fn url(&self, port: u16) -> String {
+        match self {
+            Nodes::Redis(_) => format!("redis://127.0.0.1:{port}/0"),
+            Nodes::Etcd(_) => format!("etcd://127.0.0.1:{port}"),
+        }
+    }
+
+    /// kill -9 of server `i`.
+    ///
+    /// # Errors
+    ///
+    /// When the process cannot be reaped.
+    pub fn kill(&self, i: usize) -> io::Result<()> {
+        match self {
+            Nodes::Redis(n) => n[i].kill(),
+            Nodes::Etcd(c) => c.member(i).kill(),
+        }
+    }
+
+    /// Restarts server `i` (a Redis node comes back empty unless it persists; an etcd member
+    /// with its data) and waits until it serves.
+    ///
+    /// # Errors
+    ///
+    /// When it does not serve in time.
+    pub fn restart(&self, i: usize) -> io::Result<()> {
+        match self {
+            Nodes::Redis(n) => n[i].restart(),
+            Nodes::Etcd(c) => c.member(i).restart(),
+        }
+    }
+
+    /// SIGSTOP of server `i`.
+    ///
+    /// # Errors
+    ///
+    /// When it is not running.
+    pub fn pause(&self, i: usize) -> io::Result<()> {
+        match self {
+            Nodes::Redis(n) => n[i].pause(),
+            Nodes::Etcd(c) => c.member(i).pause(),
+        }
+    }
+
+    /// SIGCONT of server `i`.
+    ///
+    /// # Errors
+    ///
+    /// When it is not running.
+    pub fn resume(&self, i: usize) -> io::Result<()> {
+        match self {
+            Nodes::Redis(n) => n[i].resume(),
+            Nodes::Etcd(c) => c.member(i).resume(),
+        }
+    }
+
+    /// Sets server `i`'s clock offset (Redis nodes under the shim only).
+    ///
+    /// # Errors
+    ///
+    /// For an etcd member: the shim cannot shift a Go binary's clock.
+    pub fn set_clock_offset(&self, i: usize, offset_ms: i64) -> io::Result<()> {
+        match self {
+            Nodes::Redis(n) => n[i].set_clock_offset(offset_ms),
+            Nodes::Etcd(_) => Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "etcd ignores the LD_PRELOAD clock shim",
+            )),
+        }
+    }
+
+    /// The etcd member the others follow, waiting up to 10 s for an election; `None` for Redis
+    /// nodes or when no leader appears.
+    pub fn leader(&self) -> Option<usize> {
+        match self {
+            Nodes::Redis(_) => None,
+            Nodes::Etcd(c) => c.wait_for_leader(Duration::from_secs(10)).ok(),
+        }
+    }
+
+    /// After an episode: waits until every running etcd member is healthy again, so that the
+    /// next episode never takes a second member out while one is still catching up (that would
+    /// be a majority down, which no lock survives). Nothing to do for Redis nodes.
+    pub fn settle(&self) {
+        if let Nodes::Etcd(c) = self {
+            let _ = c.wait_healthy(SETTLE);
+        }
+    }
+}
