@@ -438,7 +438,7 @@ impl Contention {
         raw: &Raw,
         counter_key: &str,
         per_worker: Vec<(Vec<Duration>, usize, usize)>,
-        elapsed: Duration,
+        (elapsed, cpu): (Duration, Duration),
     ) -> anyhow::Result<Series> {
         let counter: Option<i64> = redis::cmd("GET")
             .arg(counter_key)
@@ -453,6 +453,7 @@ impl Contention {
         let total: usize = sections.iter().sum();
         let mut run = Run {
             elapsed,
+            cpu,
             ..Run::default()
         };
         for (s, e, _) in per_worker {
@@ -513,6 +514,7 @@ async fn contended_lib(
         clients.push(client(settings, fencing).await?);
     }
     let shared = Contention::default();
+    let cpu0 = cpu_time();
     let started = Instant::now();
     let runs = clients.iter().map(|client| {
         let (shared, key, counter_key) = (&shared, &key, &counter_key);
@@ -549,7 +551,7 @@ async fn contended_lib(
         }
     });
     let per_worker = join_all(runs).await;
-    let elapsed = started.elapsed();
+    let elapsed = (started.elapsed(), cpu_time().saturating_sub(cpu0));
     shared
         .finish("fencelock", raw, &counter_key, per_worker, elapsed)
         .await
@@ -571,6 +573,7 @@ async fn contended_raw(
         raws.push(Raw::connect(&settings.nodes, settings.ttl).await?);
     }
     let shared = Contention::default();
+    let cpu0 = cpu_time();
     let started = Instant::now();
     let runs = raws.iter().map(|mine_raw| {
         let (shared, key, counter_key) = (&shared, &key, &counter_key);
@@ -608,7 +611,7 @@ async fn contended_raw(
         }
     });
     let per_worker = join_all(runs).await;
-    let elapsed = started.elapsed();
+    let elapsed = (started.elapsed(), cpu_time().saturating_sub(cpu0));
     shared
         .finish("raw", raw, &counter_key, per_worker, elapsed)
         .await

@@ -33,6 +33,12 @@ pub(crate) fn svg(title: &str, series: &[Series<'_>]) -> String {
         .map(|d| d.as_secs_f64() * 1e6)
         .fold(0.0f64, f64::max)
         .max(lo * 10.0);
+    // No samples at all: an empty 1 µs - 10 µs frame rather than infinite bounds.
+    let (lo, hi) = if lo.is_finite() && hi.is_finite() {
+        (lo, hi)
+    } else {
+        (1.0, 10.0)
+    };
     // Whole decades, so that the ticks fall on 1, 10, 100 ... µs.
     let (dlo, dhi) = (lo.log10().floor(), hi.log10().ceil());
     let pw = WIDTH - LEFT - RIGHT;

@@ -389,7 +389,7 @@ impl RedisBackend {
         let mut votes = vec![None; self.nodes.len()];
         for &i in nodes {
             votes[i] = Some(NodeVote {
-                node: self.nodes[i].addr().redacted(),
+                node: self.nodes[i].name().to_owned(),
                 outcome: VoteOutcome::Pending,
                 latency: Duration::ZERO,
             });
@@ -467,7 +467,11 @@ impl RedisBackend {
             Err(NodeFailure::Failed(why)) => VoteOutcome::Failed(why),
             Err(NodeFailure::Excluded(why)) => VoteOutcome::Excluded(why),
         };
-        let node = self.nodes[i].addr().redacted();
+        // Reuse the name already in the pending vote instead of allocating it again.
+        let node = match votes[i].take() {
+            Some(pending) => pending.node,
+            None => self.nodes[i].name().to_owned(),
+        };
         tracing::debug!(node = %node, outcome = %outcome, ?latency, "node answered");
         let is_grant = outcome.is_granted();
         votes[i] = Some(NodeVote {
