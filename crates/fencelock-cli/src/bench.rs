@@ -67,6 +67,10 @@ pub(crate) struct BenchArgs {
     /// `held`: how long to hold (default: three extension intervals, i.e. one TTL).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub(crate) hold: Option<Duration>,
+    /// `contended`, raw baseline: how long a refused poller waits before it tries again
+    /// (drawn from [D/2, 3D/2)).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "50ms")]
+    pub(crate) poll_delay: Duration,
 }
 
 /// The workloads.
@@ -184,7 +188,15 @@ pub(crate) async fn bench(global: &Global, args: BenchArgs) -> anyhow::Result<u8
             lib.extra.insert("round_trip_us".into(), micros(rtt).into());
             series.push(lib);
             if args.raw {
-                let mut r = contended_raw(&settings, &raw, cycles, concurrency, &prefix).await?;
+                let mut r = contended_raw(
+                    &settings,
+                    &raw,
+                    cycles,
+                    concurrency,
+                    &prefix,
+                    args.poll_delay,
+                )
+                .await?;
                 r.extra.insert("round_trip_us".into(), micros(rtt).into());
                 series.push(r);
             }
@@ -558,13 +570,14 @@ async fn contended_lib(
 }
 
 /// The baseline of `contended`: a polling client, as simple lock clients are: on a refusal,
-/// retry after a random 5-10 ms.
+/// retry after a random delay around `poll_delay` (default 50 ms).
 async fn contended_raw(
     settings: &Settings,
     raw: &Raw,
     n: usize,
     workers: usize,
     prefix: &str,
+    poll_delay: Duration,
 ) -> anyhow::Result<Series> {
     let key = format!("{prefix}:contended:raw");
     let counter_key = format!("{prefix}:counter:raw");
@@ -591,7 +604,7 @@ async fn contended_raw(
                         errors += 1;
                         break 'outer;
                     }
-                    let delay = Duration::from_micros(5_000 + fastrand::u64(..5_000));
+                    let delay = poll_delay / 2 + poll_delay.mul_f64(fastrand::f64());
                     tokio::time::sleep(delay).await;
                 }
                 if !shared.granted(n) {
