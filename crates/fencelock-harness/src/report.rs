@@ -36,12 +36,17 @@ pub fn text(run: &ModeRun) -> String {
     for (kind, why) in &s.skipped_faults {
         let _ = writeln!(out, "  skipped {kind}: {why}");
     }
-    let failures: Vec<String> = s.failures.iter().map(|(k, v)| format!("{k} {v}")).collect();
+    let failures: Vec<String> = s
+        .liveness
+        .failures
+        .iter()
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect();
     let _ = writeln!(
         out,
         "  acquisitions: {} attempts, {} granted; failures: {}",
-        s.attempts,
-        s.grants,
+        s.liveness.attempts,
+        s.liveness.grants,
         if failures.is_empty() {
             "none".into()
         } else {
@@ -51,14 +56,14 @@ pub fn text(run: &ModeRun) -> String {
     let _ = writeln!(
         out,
         "  acquire latency: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
-        s.latency_p50_ms, s.latency_p99_ms, s.latency_max_ms
+        s.liveness.latency_p50_ms, s.liveness.latency_p99_ms, s.liveness.latency_max_ms
     );
     let _ = writeln!(
         out,
         "  fenced record ({}): {} writes committed, {} stale reads/writes rejected, {} stale accepted, {} token-order, {} duplicate tokens, {} interleaved, {} lost updates",
         if s.fencing { "token checked" } else { "no token check" },
         s.fenced_writes,
-        s.stale_rejected,
+        s.liveness.stale_rejected,
         s.stale_accepted,
         s.token_order,
         s.duplicate_tokens,

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::checker::{self, Findings, Violation};
+use crate::checker::{self, Findings, Liveness, Violation};
 use crate::client;
 use crate::history::{ClientEvent, FaultEvent, History};
 use crate::mode::{FaultKind, Mode};
@@ -102,22 +102,11 @@ pub struct ModeSummary {
     pub faults: BTreeMap<String, u64>,
     /// Fault kinds asked for that the mode cannot take, with the reason.
     pub skipped_faults: BTreeMap<String, String>,
-    /// `acquire` calls.
-    pub attempts: u64,
-    /// Grants.
-    pub grants: u64,
-    /// Failures by cause.
-    pub failures: BTreeMap<String, u64>,
-    /// Acquire latency p50, ms.
-    pub latency_p50_ms: f64,
-    /// Acquire latency p99, ms.
-    pub latency_p99_ms: f64,
-    /// Acquire latency max, ms.
-    pub latency_max_ms: f64,
+    /// Grants, failures, latency and refused stale operations, as the checker counted them.
+    #[serde(flatten)]
+    pub liveness: Liveness,
     /// Fenced writes committed.
     pub fenced_writes: u64,
-    /// Fenced reads and writes refused as stale.
-    pub stale_rejected: u64,
     /// Stale fenced rows accepted (must be 0 in fenced modes).
     pub stale_accepted: usize,
     /// Token order violations.
@@ -164,14 +153,8 @@ impl ModeRun {
                 .iter()
                 .map(|(k, why)| (k.name().to_owned(), (*why).to_owned()))
                 .collect(),
-            attempts: f.liveness.attempts,
-            grants: f.liveness.grants,
-            failures: f.liveness.failures.clone(),
-            latency_p50_ms: f.liveness.latency_p50_ms,
-            latency_p99_ms: f.liveness.latency_p99_ms,
-            latency_max_ms: f.liveness.latency_max_ms,
+            liveness: f.liveness.clone(),
             fenced_writes: f.fenced.writes,
-            stale_rejected: f.liveness.stale_rejected,
             stale_accepted: f.stale_accepted.len(),
             token_order: f.token_order.len(),
             duplicate_tokens: f.duplicate_tokens.len(),

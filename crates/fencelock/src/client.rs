@@ -566,7 +566,7 @@ impl Client {
     pub(crate) fn extender(&self) -> (u64, mpsc::UnboundedSender<Msg>) {
         let tx = self.inner.extender.get_or_init(|| {
             let (tx, rx) = mpsc::unbounded_channel();
-            let weak: Weak<Inner> = Arc::downgrade(&self.inner);
+            let weak: Weak<dyn AsBackend> = Arc::downgrade(&self.inner) as Weak<Inner>;
             let config = &self.inner.config;
             let timing = extender::Timing {
                 ttl: config.ttl(),
@@ -574,11 +574,7 @@ impl Client {
                 node_timeout: config.node_timeout(),
                 quorum: self.quorum(),
             };
-            tokio::spawn(extender::run(
-                rx,
-                move || weak.upgrade().map(|i| i as Arc<dyn AsBackend>),
-                timing,
-            ));
+            tokio::spawn(extender::run(rx, weak, timing));
             tx
         });
         let id = self.inner.next_guard.fetch_add(1, Ordering::Relaxed);

@@ -255,11 +255,10 @@ impl LockGuard {
     /// Not cancel-safe: see [`Lock::release`].
     pub async fn release(mut self) -> Result<Votes> {
         self.stop.stop();
-        let mut lock = self
+        let lock = self
             .lock
             .take()
             .expect("a guard holds its lock until release");
-        lock.set_deadline(self.state.deadline());
         let was_lost = self.state.is_lost();
         let resource = lock.resource().to_string();
         let result = lock.release().await;

@@ -111,10 +111,6 @@ impl Lock {
         self.deadline
     }
 
-    pub(crate) fn set_deadline(&mut self, deadline: Instant) {
-        self.deadline = deadline;
-    }
-
     /// The time left until the validity deadline (zero once it has passed).
     pub fn remaining(&self) -> Duration {
         self.deadline.saturating_duration_since(Instant::now())

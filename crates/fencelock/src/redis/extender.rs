@@ -3,7 +3,7 @@
 //! number of locks.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
@@ -50,12 +50,13 @@ pub(crate) struct Timing {
     pub(crate) quorum: usize,
 }
 
-/// Runs until every sender is gone. `backend` is reached through a weak handle so that the task
-/// does not keep a dropped client alive.
-pub(crate) async fn run<B>(mut rx: mpsc::UnboundedReceiver<Msg>, backend: B, timing: Timing)
-where
-    B: Fn() -> Option<Arc<dyn AsBackend>>,
-{
+/// Runs until every sender is gone. `backend` is a weak handle so that the task does not keep a
+/// dropped client alive.
+pub(crate) async fn run(
+    mut rx: mpsc::UnboundedReceiver<Msg>,
+    backend: Weak<dyn AsBackend>,
+    timing: Timing,
+) {
     let mut slots: HashMap<u64, Slot> = HashMap::new();
     let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Done>();
     loop {
@@ -79,7 +80,7 @@ where
             },
             Some(done) = done_rx.recv() => apply(&mut slots, done, timing),
             () = sleep => {
-                let Some(be) = backend() else { break };
+                let Some(be) = backend.upgrade() else { break };
                 let now = Instant::now();
                 let mut ids = Vec::new();
                 let mut locks = Vec::new();
