@@ -661,10 +661,10 @@ async fn node_counters(raw: &Raw) -> Vec<NodeCounters> {
             .query_async(&mut conn.clone())
             .await
             .unwrap_or_default();
+        let info = crate::node::parse_info(&text);
         let field = |name: &str| {
-            text.lines()
-                .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
-                .and_then(|v| v.trim().parse::<u64>().ok())
+            info.get(name)
+                .and_then(|v| v.parse::<u64>().ok())
                 .unwrap_or(0)
         };
         let evalsha = text
