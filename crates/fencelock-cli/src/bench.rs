@@ -3,23 +3,24 @@
 //! Workloads (see `docs/performance.md` for the figures and how to read them):
 //! - `seq`: one client, N sequential acquire+release cycles on distinct keys.
 //! - `par`: C concurrent tasks sharing one client, N cycles in total on distinct keys.
-//! - `contended`: C workers, each its own client (own connections, as separate processes would
-//!   have), on one key; N critical sections in total, each doing an INCR on a counter on the
-//!   first node and an in-process overlap check. Reports overlaps, the counter, sections per
-//!   worker and the hand-over time (release sent -> next grant).
+//! - `contended`: C workers, each its own client on a thread and runtime of its own (as separate
+//!   processes would be), on one key; N critical sections in total, each doing an INCR on a
+//!   counter on the first node and a cross-thread overlap check. Reports overlaps, the counter,
+//!   sections per worker and the hand-over time (release sent -> next grant).
 //! - `held`: one client holds C locks under auto-extension for a fixed time; reports the
 //!   process's CPU time and, per node, the commands and read events (round trips) it served.
 //!
 //! With `--raw`, each workload runs a second time through [`raw::Raw`], hand-written redis-rs
-//! calls with no library around them, and the ratio of the two is printed. Everything runs on
-//! the CLI's single-threaded runtime, the library and the baseline alike.
+//! calls with no library around them, and the ratio of the two is printed. Everything but the
+//! contended workers runs on the CLI's single-threaded runtime, the library and the baseline
+//! alike.
 
 mod local;
 mod plot;
 mod raw;
 mod stats;
 
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -404,43 +405,52 @@ async fn cycles_both(
     out
 }
 
-/// What the contended workers share (one task, so plain cells).
+/// What the contended workers share. They run on threads of their own, so the overlap check
+/// is a real cross-thread one.
 #[derive(Debug, Default)]
 struct Contention {
-    taken: Cell<usize>,
-    inside: Cell<usize>,
-    overlaps: Cell<usize>,
-    last_release: Cell<Option<Instant>>,
-    handovers: RefCell<Vec<Duration>>,
+    taken: AtomicUsize,
+    inside: AtomicUsize,
+    overlaps: AtomicUsize,
+    last_release: Mutex<Option<Instant>>,
+    handovers: Mutex<Vec<Duration>>,
 }
+
+/// What one contended worker reports: grant latencies, errors, sections done.
+type WorkerRun = (Vec<Duration>, usize, usize);
 
 impl Contention {
     /// Called on each grant: the hand-over time, and whether a section remains to be done.
     fn granted(&self, n: usize) -> bool {
-        if let Some(released) = self.last_release.take() {
-            self.handovers.borrow_mut().push(released.elapsed());
+        if let Some(released) = self.last_release.lock().expect("bench mutex").take() {
+            self.handovers
+                .lock()
+                .expect("bench mutex")
+                .push(released.elapsed());
         }
-        let ticket = self.taken.get();
-        if ticket >= n {
-            return false;
-        }
-        self.taken.set(ticket + 1);
-        true
+        self.taken
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |t| {
+                (t < n).then_some(t + 1)
+            })
+            .is_ok()
+    }
+
+    fn done(&self, n: usize) -> bool {
+        self.taken.load(Ordering::Acquire) >= n
     }
 
     /// The critical section: the overlap check around an INCR on the first node.
     async fn section(&self, counter: &mut redis::aio::MultiplexedConnection, key: &str) -> bool {
-        self.inside.set(self.inside.get() + 1);
-        if self.inside.get() > 1 {
-            self.overlaps.set(self.overlaps.get() + 1);
+        if self.inside.fetch_add(1, Ordering::AcqRel) > 0 {
+            self.overlaps.fetch_add(1, Ordering::AcqRel);
         }
         let ok = redis::cmd("INCR")
             .arg(key)
             .query_async::<i64>(counter)
             .await
             .is_ok();
-        self.inside.set(self.inside.get() - 1);
-        self.last_release.set(Some(Instant::now()));
+        self.inside.fetch_sub(1, Ordering::AcqRel);
+        *self.last_release.lock().expect("bench mutex") = Some(Instant::now());
         ok
     }
 
@@ -449,7 +459,7 @@ impl Contention {
         name: &'static str,
         raw: &Raw,
         counter_key: &str,
-        per_worker: Vec<(Vec<Duration>, usize, usize)>,
+        per_worker: Vec<WorkerRun>,
         (elapsed, cpu): (Duration, Duration),
     ) -> anyhow::Result<Series> {
         let counter: Option<i64> = redis::cmd("GET")
@@ -473,13 +483,13 @@ impl Contention {
             run.errors += e;
         }
         let mut out = series(name, run);
-        let mut handovers = self.handovers.into_inner();
+        let mut handovers = self.handovers.into_inner().expect("bench mutex");
         handovers.sort_unstable();
         let workers = sections.len().max(1);
         let fair = total as f64 / workers as f64;
         let busiest = sections.iter().copied().max().unwrap_or(0);
         let e = &mut out.extra;
-        e.insert("overlaps".into(), self.overlaps.get().into());
+        e.insert("overlaps".into(), self.overlaps.into_inner().into());
         e.insert("counter".into(), counter.unwrap_or(0).into());
         e.insert("sections".into(), total.into());
         e.insert("sections_per_worker".into(), json!(sections));
@@ -511,6 +521,49 @@ impl Contention {
     }
 }
 
+/// Runs `workers` contended workers, each on a thread of its own with its own single-threaded
+/// runtime, as separate processes would run (on one shared runtime, the hand-over of one worker
+/// queued behind the others' traffic and measured the runtime, not the lock). `work(i, start)`
+/// sets up worker `i`, waits on `start` (a barrier of all workers and the caller), then works.
+/// Returns the workers' reports and the wall and CPU time from the start to the last finish.
+async fn on_threads<F, Fut>(
+    workers: usize,
+    work: F,
+) -> anyhow::Result<(Vec<WorkerRun>, (Duration, Duration))>
+where
+    F: Fn(usize, Arc<std::sync::Barrier>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = anyhow::Result<WorkerRun>>,
+{
+    let work = Arc::new(work);
+    let start = Arc::new(std::sync::Barrier::new(workers + 1));
+    let mut threads = Vec::with_capacity(workers);
+    for i in 0..workers {
+        let (work, start) = (work.clone(), start.clone());
+        threads.push(std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .context("starting a worker's runtime")?;
+            runtime.block_on(work(i, start))
+        }));
+    }
+    tokio::task::spawn_blocking(move || {
+        start.wait();
+        let cpu0 = cpu_time();
+        let started = Instant::now();
+        let mut runs = Vec::with_capacity(threads.len());
+        for t in threads {
+            runs.push(
+                t.join()
+                    .map_err(|_| anyhow::anyhow!("a contended worker panicked"))??,
+            );
+        }
+        Ok((runs, (started.elapsed(), cpu_time().saturating_sub(cpu0))))
+    })
+    .await
+    .context("joining the contended workers")?
+}
+
 async fn contended_lib(
     settings: &Settings,
     fencing: bool,
@@ -519,23 +572,32 @@ async fn contended_lib(
     workers: usize,
     prefix: &str,
 ) -> anyhow::Result<Series> {
-    let key = format!("{prefix}:contended:lib");
-    let counter_key = format!("{prefix}:counter:lib");
-    let mut clients = Vec::with_capacity(workers);
-    for _ in 0..workers {
-        clients.push(client(settings, fencing).await?);
-    }
-    let shared = Contention::default();
-    let cpu0 = cpu_time();
-    let started = Instant::now();
-    let runs = clients.iter().map(|client| {
-        let (shared, key, counter_key) = (&shared, &key, &counter_key);
-        let mut counter = raw.first();
+    let key = Arc::new(format!("{prefix}:contended:lib"));
+    let counter_key = Arc::new(format!("{prefix}:counter:lib"));
+    let shared = Arc::new(Contention::default());
+    let (settings_, shared_, counter_key_) =
+        (settings.clone(), shared.clone(), counter_key.clone());
+    let (per_worker, times) = on_threads(workers, move |_, start| {
+        let (settings, shared, key, counter_key) = (
+            settings_.clone(),
+            shared_.clone(),
+            key.clone(),
+            counter_key_.clone(),
+        );
         async move {
+            // Set-up fails fast: the others would wait at the barrier for ever.
+            let setup = async {
+                let client = client(&settings, fencing).await?;
+                let counter = Raw::connect(&settings.nodes, settings.ttl).await?.first();
+                anyhow::Ok((client, counter))
+            };
+            let setup = setup.await;
+            start.wait();
+            let (client, mut counter) = setup?;
             let (mut samples, mut errors, mut mine) = (Vec::new(), 0usize, 0usize);
-            while shared.taken.get() < n {
+            while !shared.done(n) {
                 let t = Instant::now();
-                let lock = match client.acquire(key).await {
+                let lock = match client.acquire(&key).await {
                     Ok(lock) => lock,
                     Err(_) => {
                         errors += 1;
@@ -551,7 +613,7 @@ async fn contended_lib(
                     break;
                 }
                 samples.push(t.elapsed());
-                if !shared.section(&mut counter, counter_key).await {
+                if !shared.section(&mut counter, &counter_key).await {
                     errors += 1;
                 }
                 mine += 1;
@@ -559,13 +621,13 @@ async fn contended_lib(
                     errors += 1;
                 }
             }
-            (samples, errors, mine)
+            Ok((samples, errors, mine))
         }
-    });
-    let per_worker = join_all(runs).await;
-    let elapsed = (started.elapsed(), cpu_time().saturating_sub(cpu0));
+    })
+    .await?;
+    let shared = Arc::try_unwrap(shared).map_err(|_| anyhow::anyhow!("workers still running"))?;
     shared
-        .finish("fencelock", raw, &counter_key, per_worker, elapsed)
+        .finish("fencelock", raw, &counter_key, per_worker, times)
         .await
 }
 
@@ -579,25 +641,29 @@ async fn contended_raw(
     prefix: &str,
     poll_delay: Duration,
 ) -> anyhow::Result<Series> {
-    let key = format!("{prefix}:contended:raw");
-    let counter_key = format!("{prefix}:counter:raw");
-    let mut raws = Vec::with_capacity(workers);
-    for _ in 0..workers {
-        raws.push(Raw::connect(&settings.nodes, settings.ttl).await?);
-    }
-    let shared = Contention::default();
-    let cpu0 = cpu_time();
-    let started = Instant::now();
-    let runs = raws.iter().map(|mine_raw| {
-        let (shared, key, counter_key) = (&shared, &key, &counter_key);
-        let mut counter = raw.first();
+    let key = Arc::new(format!("{prefix}:contended:raw"));
+    let counter_key = Arc::new(format!("{prefix}:counter:raw"));
+    let shared = Arc::new(Contention::default());
+    let (nodes, ttl) = (Arc::new(settings.nodes.clone()), settings.ttl);
+    let (shared_, counter_key_) = (shared.clone(), counter_key.clone());
+    let (per_worker, times) = on_threads(workers, move |_, start| {
+        let (nodes, shared, key, counter_key) = (
+            nodes.clone(),
+            shared_.clone(),
+            key.clone(),
+            counter_key_.clone(),
+        );
         async move {
+            let setup = Raw::connect(&nodes, ttl).await;
+            start.wait();
+            let mine_raw = setup?;
+            let mut counter = mine_raw.first();
             let (mut samples, mut errors, mut mine) = (Vec::new(), 0usize, 0usize);
-            'outer: while shared.taken.get() < n {
+            'outer: while !shared.done(n) {
                 let t = Instant::now();
                 let token = Raw::token();
-                while !mine_raw.acquire(key, &token).await {
-                    if shared.taken.get() >= n {
+                while !mine_raw.acquire(&key, &token).await {
+                    if shared.done(n) {
                         break 'outer;
                     }
                     if t.elapsed() > CONTENDED_WAIT {
@@ -608,25 +674,25 @@ async fn contended_raw(
                     tokio::time::sleep(delay).await;
                 }
                 if !shared.granted(n) {
-                    mine_raw.release(key, &token).await;
+                    mine_raw.release(&key, &token).await;
                     break;
                 }
                 samples.push(t.elapsed());
-                if !shared.section(&mut counter, counter_key).await {
+                if !shared.section(&mut counter, &counter_key).await {
                     errors += 1;
                 }
                 mine += 1;
-                if mine_raw.release(key, &token).await == 0 {
+                if mine_raw.release(&key, &token).await == 0 {
                     errors += 1;
                 }
             }
-            (samples, errors, mine)
+            Ok((samples, errors, mine))
         }
-    });
-    let per_worker = join_all(runs).await;
-    let elapsed = (started.elapsed(), cpu_time().saturating_sub(cpu0));
+    })
+    .await?;
+    let shared = Arc::try_unwrap(shared).map_err(|_| anyhow::anyhow!("workers still running"))?;
     shared
-        .finish("raw", raw, &counter_key, per_worker, elapsed)
+        .finish("raw", raw, &counter_key, per_worker, times)
         .await
 }
 

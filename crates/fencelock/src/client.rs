@@ -1,8 +1,9 @@
 //! The client: takes locks on the configured nodes.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock, Weak};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::mpsc;
 use tracing::Instrument;
@@ -13,6 +14,7 @@ use crate::fencing;
 use crate::keepalive::{AutoExtend, LostSignal};
 use crate::lock::Lock;
 use crate::node::NodeAddr;
+use crate::queue::{self, Ticket};
 use crate::quorum::Decision;
 use crate::redis::extender::{self, AsBackend, Msg};
 use crate::redis::{Quarantine, RedisBackend};
@@ -50,6 +52,9 @@ pub(crate) struct Inner {
     reaper: OnceLock<mpsc::UnboundedSender<(Arc<[String]>, Held)>>,
     extender: OnceLock<mpsc::UnboundedSender<Msg>>,
     next_guard: AtomicU64,
+    /// Resources this client released while others waited for them, until when: asking for
+    /// one of them again within that time joins the end of the line (see `queue.rs`).
+    waited_for: Mutex<HashMap<String, Instant>>,
 }
 
 /// The servers behind a client.
@@ -63,7 +68,8 @@ pub(crate) enum Backend {
 /// What a lock holds, per backend.
 #[derive(Debug, Clone)]
 pub(crate) enum Held {
-    Redis(OwnerToken),
+    /// The owner token, and the waiter id if the lock was taken in line (see `queue.rs`).
+    Redis(OwnerToken, Option<Arc<str>>),
     #[cfg(feature = "etcd")]
     Etcd(crate::etcd::EtcdHeld),
 }
@@ -116,6 +122,7 @@ impl Client {
                 reaper: OnceLock::new(),
                 extender: OnceLock::new(),
                 next_guard: AtomicU64::new(0),
+                waited_for: Mutex::default(),
             }),
         })
     }
@@ -201,7 +208,7 @@ impl Client {
     pub async fn try_acquire_many<S: AsRef<str>>(&self, resources: &[S]) -> Result<Lock> {
         let keys = check_resources(resources)?;
         let span = tracing::debug_span!("acquire", resource = %keys[0], attempt = 1u32);
-        self.attempt(&keys).instrument(span).await
+        self.attempt(&keys, None).instrument(span).await
     }
 
     /// Takes the lock on `resource`, waiting per the configured [`RetryPolicy`]: retries with
@@ -259,11 +266,40 @@ impl Client {
         let started = Instant::now();
         let mut attempts = 0u32;
         let mut subscription = None;
+        // One key on Redis: a waiter queues (see `queue.rs`). It takes its place in line after
+        // its first refusal, or at once if this client just released the key while others
+        // waited; its ticket dates from the start of the wait either way.
+        let single = keys.len() == 1;
+        let wall_start = SystemTime::now();
+        let new_ticket = || {
+            let lease = queue::lease(policy.max_delay(), self.inner.config.node_timeout());
+            let id = self
+                .redis("waiting")
+                .map(|b| b.waiter_id())
+                .unwrap_or_default();
+            Ticket::new(wall_start, id, lease)
+        };
+        let mut ticket = (single && self.others_waited(&keys[0])).then(new_ticket);
+        // However this call ends (an error, a timeout, the future dropped), a waiter that did not
+        // get the lock leaves the line; one that did leaves it with its release.
+        let mut line = LeaveLine {
+            client: self,
+            key: &keys[0],
+            ticket: None,
+        };
+        line.ticket.clone_from(&ticket);
+        if ticket.is_some() {
+            // Straight to the end of the line: listen for our turn before taking a place.
+            subscription = Some(self.listen(&keys, ticket.as_ref()).await?);
+        }
         loop {
             attempts += 1;
             let span = tracing::debug_span!("acquire", resource = %keys[0], attempt = attempts);
-            let err = match self.attempt(&keys).instrument(span).await {
-                Ok(lock) => return Ok(lock),
+            let err = match self.attempt(&keys, ticket.as_ref()).instrument(span).await {
+                Ok(lock) => {
+                    line.ticket = None;
+                    return Ok(lock);
+                }
                 Err(e) if !e.is_retryable() => return Err(e),
                 Err(e) => e,
             };
@@ -276,14 +312,14 @@ impl Client {
                 });
             }
             if err.kind() == crate::ErrorKind::Contention && subscription.is_none() {
-                // From now on a release wakes us. Subscribing took a round trip, during which
-                // the holder may have released: try again at once.
-                let backend = self.redis("waiting")?;
-                subscription = Some(
-                    backend
-                        .watch_release(&keys, self.inner.config.node_timeout())
-                        .await,
-                );
+                // From now on a release (or our turn in line) wakes us. Subscribing took a
+                // round trip, during which the holder may have released: try again at once,
+                // in line.
+                if single {
+                    ticket = Some(new_ticket());
+                    line.ticket.clone_from(&ticket);
+                }
+                subscription = Some(self.listen(&keys, ticket.as_ref()).await?);
                 continue;
             }
             let delay = policy
@@ -295,6 +331,39 @@ impl Client {
                 None => tokio::time::sleep(delay).await,
             }
         }
+    }
+
+    /// Subscribes to the wake-ups of a waiter: its turn in line, or any release of `keys`.
+    async fn listen(
+        &self,
+        keys: &[String],
+        ticket: Option<&Ticket>,
+    ) -> Result<crate::redis::Subscription> {
+        let backend = self.redis("waiting")?;
+        let timeout = self.inner.config.node_timeout();
+        Ok(match ticket {
+            Some(t) => backend.await_turn(&t.id, timeout).await,
+            None => backend.watch_release(keys, timeout).await,
+        })
+    }
+
+    /// Whether this client recently released `resource` while others waited for it (and
+    /// forgets it: the hint serves one acquisition).
+    fn others_waited(&self, resource: &str) -> bool {
+        let mut map = self.inner.waited_for.lock().expect("hint mutex poisoned");
+        map.remove(resource)
+            .is_some_and(|until| Instant::now() < until)
+    }
+
+    /// Notes that a release of `resource` reached waiters.
+    pub(crate) fn note_waiters(&self, resource: &str) {
+        let ttl = self.inner.config.ttl();
+        let now = Instant::now();
+        let mut map = self.inner.waited_for.lock().expect("hint mutex poisoned");
+        if map.len() >= 1024 {
+            map.retain(|_, until| now < *until);
+        }
+        map.insert(resource.to_string(), now + ttl);
     }
 
     /// Runs `work` under the lock on `resource`: acquires (waiting per the retry policy), keeps
@@ -351,7 +420,7 @@ impl Client {
         }
     }
 
-    async fn attempt(&self, keys: &Arc<[String]>) -> Result<Lock> {
+    async fn attempt(&self, keys: &Arc<[String]>, ticket: Option<&Ticket>) -> Result<Lock> {
         let inner = &self.inner;
         let config = &inner.config;
         // With the `etcd` feature this match has two arms.
@@ -378,12 +447,13 @@ impl Client {
                 token.as_str(),
                 config.ttl(),
                 config.fencing(),
+                ticket,
                 config.node_timeout(),
             )
             .await;
         let votes = round.votes;
         if round.decision != Decision::Reached {
-            self.release_quietly(keys, &token).await;
+            self.release_quietly(keys, &token, None).await;
             return Err(classify(resource, votes, backend.quorum()));
         }
         let mut fencing_token = None;
@@ -392,7 +462,7 @@ impl Client {
             let salt = fastrand::u16(..);
             let counters = round.granted.iter().map(|(_, c)| *c);
             let Some(t) = fencing::next_unique_token(counters, salt) else {
-                self.release_quietly(keys, &token).await;
+                self.release_quietly(keys, &token, None).await;
                 return Err(Error::config(
                     "fence counter",
                     format!(
@@ -404,7 +474,7 @@ impl Client {
                 .write_back(&granted, keys, token.as_str(), t, config.node_timeout())
                 .await;
             if wb.decision != Decision::Reached {
-                self.release_quietly(keys, &token).await;
+                self.release_quietly(keys, &token, None).await;
                 let resource = resource.to_string();
                 return Err(if wb.votes.failed() > 0 {
                     Error::Unavailable {
@@ -423,7 +493,7 @@ impl Client {
         }
         let elapsed = started.elapsed();
         let Some(valid_for) = validity::validity(config.ttl(), elapsed, inner.drift) else {
-            self.release_quietly(keys, &token).await;
+            self.release_quietly(keys, &token, None).await;
             return Err(Error::TooSlow {
                 resource: resource.to_string(),
                 votes,
@@ -434,19 +504,26 @@ impl Client {
         Ok(Lock::new(
             self.clone(),
             keys.clone(),
-            Held::Redis(token),
+            Held::Redis(token, ticket.map(|t| Arc::from(t.id.as_str()))),
             fencing_token,
             deadline,
             votes,
         ))
     }
 
-    pub(crate) async fn release_quietly(&self, keys: &[String], token: &OwnerToken) {
+    /// Releases, ignoring the outcome. `line`: the waiter id to take out of the line (after a
+    /// failed attempt the waiter keeps its place: `None`).
+    pub(crate) async fn release_quietly(
+        &self,
+        keys: &[String],
+        token: &OwnerToken,
+        line: Option<&str>,
+    ) {
         let Ok(backend) = self.redis("release") else {
             return;
         };
         let round = backend
-            .release(keys, token.as_str(), self.inner.config.node_timeout())
+            .release(keys, token.as_str(), line, self.inner.config.node_timeout())
             .await;
         tracing::debug!(resource = %keys[0], votes = %round.votes, "released");
     }
@@ -463,7 +540,7 @@ impl Client {
         let keys = check_resources(&[resource])?;
         let round = self
             .redis("release by token")?
-            .release(&keys, token, self.inner.config.node_timeout())
+            .release(&keys, token, None, self.inner.config.node_timeout())
             .await;
         self.settle(resource, round.decision, round.votes, false)
     }
@@ -496,7 +573,7 @@ impl Client {
     ) -> Result<(Instant, Votes)> {
         let started = Instant::now();
         let token = match held {
-            Held::Redis(token) => token.as_str(),
+            Held::Redis(token, _) => token.as_str(),
             #[cfg(feature = "etcd")]
             Held::Etcd(h) => {
                 let Backend::Etcd(e) = &self.inner.backend else {
@@ -605,7 +682,7 @@ impl Client {
     /// Releases whatever a lock holds, ignoring the outcome (used after failures and on drop).
     pub(crate) async fn release_held(&self, keys: &[String], held: &Held) {
         match held {
-            Held::Redis(token) => self.release_quietly(keys, token).await,
+            Held::Redis(token, line) => self.release_quietly(keys, token, line.as_deref()).await,
             #[cfg(feature = "etcd")]
             Held::Etcd(h) => {
                 if let Backend::Etcd(e) = &self.inner.backend {
@@ -613,6 +690,32 @@ impl Client {
                 }
             }
         }
+    }
+}
+
+/// Takes a waiter that did not get the lock out of the line when dropped (in the background:
+/// `Drop` does no I/O; a registration left behind anyway only lasts its lease).
+struct LeaveLine<'a> {
+    client: &'a Client,
+    key: &'a str,
+    ticket: Option<Ticket>,
+}
+
+impl Drop for LeaveLine<'_> {
+    fn drop(&mut self) {
+        let Some(ticket) = self.ticket.take() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (client, key) = (self.client.clone(), self.key.to_string());
+        runtime.spawn(async move {
+            if let Ok(backend) = client.redis("leaving the line") {
+                let timeout = client.inner.config.node_timeout();
+                backend.leave_queue(&key, &ticket, timeout).await;
+            }
+        });
     }
 }
 

@@ -84,6 +84,7 @@ pub mod fencing;
 mod keepalive;
 mod lock;
 mod node;
+mod queue;
 pub mod quorum;
 mod redis;
 mod retry;

@@ -93,7 +93,7 @@ impl Lock {
     /// Whoever knows it can release or extend the lock: treat it as a secret.
     pub fn token(&self) -> &str {
         match &self.held {
-            Held::Redis(token) => token.as_str(),
+            Held::Redis(token, _) => token.as_str(),
             #[cfg(feature = "etcd")]
             Held::Etcd(h) => &h.key,
         }
@@ -178,7 +178,7 @@ impl Lock {
         let state = Arc::new(GuardState::new(self.deadline, settings.margin(ttl)));
         let until = settings.max_hold().map(|m| Instant::now() + m);
         let stop = match &self.held {
-            Held::Redis(token) => {
+            Held::Redis(token, _) => {
                 let (id, tx) = self.client.extender();
                 let entry = crate::redis::extender::Entry {
                     keys: self.keys.clone(),
@@ -235,8 +235,8 @@ impl Lock {
     pub async fn release(mut self) -> Result<Votes> {
         self.released = true;
         let span = tracing::debug_span!("release", resource = %self.keys[0]);
-        let token = match &self.held {
-            Held::Redis(token) => token.as_str(),
+        let (token, line) = match &self.held {
+            Held::Redis(token, line) => (token.as_str(), line.as_deref()),
             #[cfg(feature = "etcd")]
             Held::Etcd(h) => {
                 let crate::client::Backend::Etcd(e) = &self.client.inner().backend else {
@@ -249,9 +249,12 @@ impl Lock {
         let round = self
             .client
             .redis("release")?
-            .release(&self.keys, token, self.client.config().node_timeout())
+            .release(&self.keys, token, line, self.client.config().node_timeout())
             .instrument(span)
             .await;
+        if round.granted.iter().any(|(_, heard)| *heard > 0) {
+            self.client.note_waiters(&self.keys[0]);
+        }
         self.client
             .settle(&self.keys[0], round.decision, round.votes, false)
     }

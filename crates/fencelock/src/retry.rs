@@ -72,6 +72,11 @@ impl RetryPolicy {
         self.wait
     }
 
+    /// The largest delay between attempts.
+    pub fn max_delay(&self) -> Duration {
+        self.max_delay
+    }
+
     /// The delay before attempt number `attempt + 1`, given that `attempt` attempts (>= 1)
     /// have failed, and `unit`, a uniform random number in `[0, 1)`.
     ///

@@ -24,6 +24,7 @@ pub(crate) use self::watch::Subscription;
 use crate::error::Error;
 use crate::fencing;
 use crate::node::NodeAddr;
+use crate::queue::{self, Ticket};
 use crate::quorum::{Decision, Tally};
 use crate::vote::{NodeVote, VoteOutcome, Votes};
 
@@ -92,8 +93,19 @@ impl RedisBackend {
     }
 
     /// Subscribes to the release of `keys`, so that a waiter wakes when they are released.
+    /// Wakes on every release of `keys` (a waiter that does not queue).
     pub(crate) async fn watch_release(&self, keys: &[String], timeout: Duration) -> Subscription {
         self.watch.subscribe(keys, timeout).await
+    }
+
+    /// Wakes the waiter `id` when a release names it first in line.
+    pub(crate) async fn await_turn(&self, id: &str, timeout: Duration) -> Subscription {
+        self.watch.await_turn(id, timeout).await
+    }
+
+    /// A fresh waiter id of this client (see `queue.rs`).
+    pub(crate) fn waiter_id(&self) -> String {
+        self.watch.waiter_id(fastrand::u64(..))
     }
 
     pub(crate) fn quorum(&self) -> usize {
@@ -106,7 +118,8 @@ impl RedisBackend {
 
     /// Round 1 of an acquisition: `SET key token NX PX ttl` on every node for one key; for
     /// several keys or in fencing mode, the script that sets all or none (and returns the
-    /// largest fence counter). Nodes in restart quarantine are not asked and not counted.
+    /// largest fence counter); with a `ticket` (a waiter of one key), the queued script that
+    /// grants only the first in line. Nodes in restart quarantine are not asked and not counted.
     ///
     /// On failure it waits for every request still in flight before returning, so that the
     /// caller's release reaches each node after its SET.
@@ -116,39 +129,58 @@ impl RedisBackend {
         token: &str,
         ttl: Duration,
         fencing: bool,
+        ticket: Option<&Ticket>,
         node_timeout: Duration,
     ) -> Round<u64> {
         let ttl_ms = ttl_millis(ttl);
         let all: Vec<usize> = (0..self.nodes.len()).collect();
+        let token = Arc::<str>::from(token);
+        if let (Some(ticket), [key]) = (ticket, keys) {
+            let mut queued = vec![key.clone(), queue::queue_key(key), queue::lease_key(key)];
+            if fencing {
+                queued.push(fencing::counter_key(key));
+            }
+            let keys: Arc<[String]> = queued.into();
+            let args: Arc<[String]> = Arc::new([
+                ticket.id.clone(),
+                ticket.order.to_string(),
+                ticket.lease_ms().to_string(),
+            ]);
+            return self
+                .round(&all, node_timeout, true, true, move |mut conn| {
+                    let (keys, token, args) = (keys.clone(), token.clone(), args.clone());
+                    async move {
+                        let reply: (i64, String) = scripts::ACQUIRE_QUEUED
+                            .prepare_invoke()
+                            .key(&*keys)
+                            .arg(&*token)
+                            .arg(ttl_ms)
+                            .arg(&*args)
+                            .invoke_async(&mut conn)
+                            .await?;
+                        counter_answer(reply)
+                    }
+                })
+                .await;
+        }
         let keys: Arc<[String]> = if fencing {
             with_counter_keys(keys)
         } else {
             keys.into()
         };
-        let token = Arc::<str>::from(token);
         self.round(&all, node_timeout, true, true, move |mut conn| {
             let keys = keys.clone();
             let token = token.clone();
             async move {
                 if fencing {
-                    let (set, value): (i64, String) = scripts::ACQUIRE_FENCED
+                    let reply: (i64, String) = scripts::ACQUIRE_FENCED
                         .prepare_invoke()
                         .key(&*keys)
                         .arg(&*token)
                         .arg(ttl_ms)
                         .invoke_async(&mut conn)
                         .await?;
-                    if set != 1 {
-                        return Ok(Answer::HeldByOther);
-                    }
-                    let value = value.parse::<u64>().map_err(|_| {
-                        RedisError::from((
-                            redis::ErrorKind::Parse,
-                            "a fence counter is not a u64",
-                            value,
-                        ))
-                    })?;
-                    Ok(Answer::Granted(value))
+                    counter_answer(reply)
                 } else if keys.len() == 1 {
                     let reply: Value = redis::cmd("SET")
                         .arg(&keys[0])
@@ -179,6 +211,30 @@ impl RedisBackend {
             }
         })
         .await
+    }
+
+    /// Takes a waiter that gave up out of the line of `key` on every node. Waits for the
+    /// answers, each within the node timeout.
+    pub(crate) async fn leave_queue(&self, key: &str, ticket: &Ticket, node_timeout: Duration) {
+        let mut pipe = redis::pipe();
+        pipe.cmd("ZREM")
+            .arg(queue::queue_key(key))
+            .arg(&ticket.id)
+            .ignore()
+            .cmd("ZREM")
+            .arg(queue::lease_key(key))
+            .arg(&ticket.id)
+            .ignore();
+        let pipe = Arc::new(pipe);
+        let all: Vec<usize> = (0..self.nodes.len()).collect();
+        self.round_all(&all, node_timeout, move |mut conn| {
+            let pipe = pipe.clone();
+            async move {
+                let () = pipe.query_async(&mut conn).await?;
+                Ok(Answer::Granted(()))
+            }
+        })
+        .await;
     }
 
     /// Round 2 of a fencing acquisition: raise the counters to `fencing_token` on `nodes`, where
@@ -221,27 +277,39 @@ impl RedisBackend {
     }
 
     /// Compare-and-delete on every node, waiting for every answer (bounded by the node timeout).
+    /// `line`: the holder's waiter id, if it queued for the lock: it leaves the line. Each
+    /// granted vote carries how many waiters the release messages reached on that node.
     pub(crate) async fn release(
         &self,
         keys: &[String],
         token: &str,
+        line: Option<&str>,
         node_timeout: Duration,
-    ) -> Round<()> {
+    ) -> Round<u64> {
         let all: Vec<usize> = (0..self.nodes.len()).collect();
-        let keys: Arc<[String]> = keys.into();
+        let locks = keys.len();
+        let keys: Arc<[String]> = keys
+            .iter()
+            .cloned()
+            .chain(keys.iter().map(|k| queue::queue_key(k)))
+            .chain(keys.iter().map(|k| queue::lease_key(k)))
+            .collect();
         let token = Arc::<str>::from(token);
+        let line = Arc::<str>::from(line.unwrap_or(""));
         self.round_all(&all, node_timeout, move |mut conn| {
-            let (keys, token) = (keys.clone(), token.clone());
+            let (keys, token, line) = (keys.clone(), token.clone(), line.clone());
             async move {
-                let deleted: usize = scripts::RELEASE
+                let (deleted, heard): (usize, u64) = scripts::RELEASE
                     .prepare_invoke()
                     .key(&*keys)
                     .arg(&*token)
                     .arg(scripts::RELEASE_CHANNEL_PREFIX)
+                    .arg(scripts::TURN_CHANNEL_PREFIX)
+                    .arg(&*line)
                     .invoke_async(&mut conn)
                     .await?;
-                Ok(if deleted == keys.len() {
-                    Answer::Granted(())
+                Ok(if deleted == locks {
+                    Answer::Granted(heard)
                 } else {
                     Answer::NotHeld
                 })
@@ -489,6 +557,21 @@ fn with_counter_keys(keys: &[String]) -> Arc<[String]> {
         .cloned()
         .chain(keys.iter().map(|k| fencing::counter_key(k)))
         .collect()
+}
+
+/// The answer of an acquisition script that returns `{1, counter}` or `{0, ''}`.
+fn counter_answer((set, counter): (i64, String)) -> Result<Answer<u64>, RedisError> {
+    if set != 1 {
+        return Ok(Answer::HeldByOther);
+    }
+    let value = counter.parse::<u64>().map_err(|_| {
+        RedisError::from((
+            redis::ErrorKind::Parse,
+            "a fence counter is not a u64",
+            counter,
+        ))
+    })?;
+    Ok(Answer::Granted(value))
 }
 
 /// Runs a script that acts only if every key holds our token: its reply is 1 (done) or 0 (some

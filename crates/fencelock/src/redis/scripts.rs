@@ -62,20 +62,87 @@ end
 return 1
 ";
 
-/// Compare-and-delete of every key that holds our token; each deletion publishes on the key's
-/// release channel so that waiters wake at once. KEYS: locks. ARGV: owner token, channel
-/// prefix. Returns how many keys were deleted.
+/// Compare-and-delete of every key that holds our token. Each deletion publishes on the key's
+/// release channel, so that waiters wake at once, and, when waiters queue for the key (see
+/// `queue.rs`), names the first live one in line on the turn channel of its client (the part of
+/// its waiter id before the dot). A holder that queued
+/// for the lock leaves the line here (whether or not it still owned the key).
+/// KEYS: n locks, then their n queues, then their n lease sets. ARGV: owner token, release
+/// channel prefix, turn channel prefix, the holder's waiter id or ''. Returns
+/// `{keys deleted, subscribers the messages reached}`: the second figure tells the releaser
+/// that others are waiting.
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_LUA));
 const RELEASE_LUA: &str = r"
-local deleted = 0
-for i = 1, #KEYS do
+local n = #KEYS / 3
+local deleted, heard, now = 0, 0, nil
+for i = 1, n do
+  local q, l = KEYS[n + i], KEYS[2 * n + i]
+  if ARGV[4] ~= '' then
+    redis.call('zrem', q, ARGV[4])
+    redis.call('zrem', l, ARGV[4])
+  end
   if redis.call('get', KEYS[i]) == ARGV[1] then
     redis.call('del', KEYS[i])
-    redis.call('publish', ARGV[2] .. KEYS[i], '1')
     deleted = deleted + 1
+    heard = heard + redis.call('publish', ARGV[2] .. KEYS[i], '1')
+    -- The first waiter in line whose lease is still running: name it; drop the lapsed.
+    while true do
+      local first = redis.call('zrange', q, 0, 0)[1]
+      if not first then break end
+      if not now then
+        local t = redis.call('time')
+        now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+      end
+      local lease = tonumber(redis.call('zscore', l, first))
+      if lease and lease > now then
+        local client = string.match(first, '^[^.]*')
+        heard = heard + redis.call('publish', ARGV[3] .. client, first)
+        break
+      end
+      redis.call('zrem', q, first)
+      redis.call('zrem', l, first)
+    end
   end
 end
-return deleted
+return {deleted, heard}
+";
+
+/// A queued acquisition of one key (see `queue.rs`): registers the waiter's ticket (or renews
+/// its lease), drops waiters whose lease ran out, and sets the lock key only if it is free and
+/// this waiter is first in line. The granted waiter stays first in line until its release (or
+/// its lease runs out), so that a grant on too few nodes does not hand its place to the next
+/// waiter on some nodes only: it retries first everywhere. In fencing mode it also returns the
+/// fence counter, as [`ACQUIRE_FENCED`] does.
+/// KEYS: lock, queue, leases[, counter]. ARGV: owner token, ttl ms, waiter id, ticket, lease ms.
+/// Returns `{1, counter}` (counter '0' without fencing) or `{0, ''}`.
+pub(crate) static ACQUIRE_QUEUED: LazyLock<Script> =
+    LazyLock::new(|| Script::new(ACQUIRE_QUEUED_LUA));
+const ACQUIRE_QUEUED_LUA: &str = r"
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local lease = tonumber(ARGV[5])
+if redis.call('zadd', KEYS[2], 'NX', ARGV[4], ARGV[3]) == 1 then
+  -- A line nobody renews goes away by itself; tickets keep their order if it is rebuilt.
+  redis.call('pexpire', KEYS[2], 4 * lease)
+  redis.call('zadd', KEYS[3], now + lease, ARGV[3])
+  redis.call('pexpire', KEYS[3], 4 * lease)
+else
+  redis.call('zadd', KEYS[3], now + lease, ARGV[3])
+end
+if redis.call('exists', KEYS[1]) == 1 then return {0, ''} end
+-- Grant only to the first waiter whose lease is still running; drop the lapsed ahead of us.
+while true do
+  local first = redis.call('zrange', KEYS[2], 0, 0)[1]
+  if first == ARGV[3] then break end
+  local until_ms = tonumber(redis.call('zscore', KEYS[3], first))
+  if until_ms and until_ms > now then return {0, ''} end
+  redis.call('zrem', KEYS[2], first)
+  redis.call('zrem', KEYS[3], first)
+end
+redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
+local c = '0'
+if #KEYS == 4 then c = redis.call('get', KEYS[4]) or '0' end
+return {1, c}
 ";
 
 /// Compare-and-extend: renew every key's TTL if all still hold our token. Never creates a key:
@@ -93,8 +160,9 @@ return 1
 ";
 
 /// The source of every script, for `SCRIPT LOAD` on a new connection.
-pub(crate) const ALL: [&str; 5] = [
+pub(crate) const ALL: [&str; 6] = [
     ACQUIRE_MANY_LUA,
+    ACQUIRE_QUEUED_LUA,
     ACQUIRE_FENCED_LUA,
     WRITE_BACK_LUA,
     RELEASE_LUA,
@@ -107,4 +175,12 @@ pub(crate) const RELEASE_CHANNEL_PREFIX: &str = "fencelock:released:";
 /// The channel a release of `key` publishes on, for waiters.
 pub(crate) fn release_channel(key: &str) -> String {
     format!("{RELEASE_CHANNEL_PREFIX}{key}")
+}
+
+/// The prefix of the channels that tell a waiter in line its turn has come.
+pub(crate) const TURN_CHANNEL_PREFIX: &str = "fencelock:turn:";
+
+/// The turn channel of the client whose id is `client_id` (random, so one per client).
+pub(crate) fn turn_channel(client_id: &str) -> String {
+    format!("{TURN_CHANNEL_PREFIX}{client_id}")
 }
