@@ -15,7 +15,7 @@ pub(crate) fn votes_json(votes: &Votes) -> serde_json::Value {
         .iter()
         .map(|v| {
             serde_json::json!({
-                "node": v.node,
+                "node": &*v.node,
                 "outcome": v.outcome.to_string(),
                 "latency_ms": v.latency.as_secs_f64() * 1000.0,
             })

@@ -17,7 +17,7 @@ use crate::node::NodeAddr;
 use crate::queue::{self, Ticket};
 use crate::quorum::Decision;
 use crate::redis::extender::{self, AsBackend, Msg};
-use crate::redis::{Quarantine, RedisBackend};
+use crate::redis::{Quarantine, RedisBackend, Wait};
 use crate::retry::RetryPolicy;
 use crate::token::OwnerToken;
 use crate::validity;
@@ -208,7 +208,7 @@ impl Client {
     pub async fn try_acquire_many<S: AsRef<str>>(&self, resources: &[S]) -> Result<Lock> {
         let keys = check_resources(resources)?;
         let span = tracing::debug_span!("acquire", resource = %keys[0], attempt = 1u32);
-        self.attempt(&keys, None).instrument(span).await
+        self.attempt(&keys, Wait::No).instrument(span).await
     }
 
     /// Takes the lock on `resource`, waiting per the configured [`RetryPolicy`]: retries with
@@ -271,8 +271,8 @@ impl Client {
         // waited; its ticket dates from the start of the wait either way.
         let single = keys.len() == 1;
         let wall_start = SystemTime::now();
+        let lease = queue::lease(policy.max_delay(), self.inner.config.node_timeout());
         let new_ticket = || {
-            let lease = queue::lease(policy.max_delay(), self.inner.config.node_timeout());
             let id = self
                 .redis("waiting")
                 .map(|b| b.waiter_id())
@@ -295,7 +295,13 @@ impl Client {
         loop {
             attempts += 1;
             let span = tracing::debug_span!("acquire", resource = %keys[0], attempt = attempts);
-            let err = match self.attempt(&keys, ticket.as_ref()).instrument(span).await {
+            let wait = match (&ticket, &subscription) {
+                (Some(t), _) => Wait::InLine(t),
+                // Several keys: no line, but the keys are marked as waited for.
+                (None, Some(_)) => Wait::Marked(lease),
+                (None, None) => Wait::No,
+            };
+            let err = match self.attempt(&keys, wait).instrument(span).await {
                 Ok(lock) => {
                     line.ticket = None;
                     return Ok(lock);
@@ -420,7 +426,7 @@ impl Client {
         }
     }
 
-    async fn attempt(&self, keys: &Arc<[String]>, ticket: Option<&Ticket>) -> Result<Lock> {
+    async fn attempt(&self, keys: &Arc<[String]>, wait: Wait<'_>) -> Result<Lock> {
         let inner = &self.inner;
         let config = &inner.config;
         // With the `etcd` feature this match has two arms.
@@ -434,6 +440,11 @@ impl Client {
             }
         };
         let resource = keys[0].as_str();
+        // A lock taken in line leaves the line with its release.
+        let line = match wait {
+            Wait::InLine(t) => Some(Arc::<str>::from(t.id.as_str())),
+            _ => None,
+        };
         let token = OwnerToken::generate().map_err(|e| {
             Error::config(
                 "random source",
@@ -447,7 +458,7 @@ impl Client {
                 token.as_str(),
                 config.ttl(),
                 config.fencing(),
-                ticket,
+                wait,
                 config.node_timeout(),
             )
             .await;
@@ -504,7 +515,7 @@ impl Client {
         Ok(Lock::new(
             self.clone(),
             keys.clone(),
-            Held::Redis(token, ticket.map(|t| Arc::from(t.id.as_str()))),
+            Held::Redis(token, line),
             fencing_token,
             deadline,
             votes,

@@ -37,6 +37,13 @@ pub(crate) fn lease_key(resource: &str) -> String {
     format!("fencelock:queue-lease:{resource}")
 }
 
+/// The mark, beside the lock key of `resource`, that someone waits for it: a waiter renews it
+/// with each attempt (it expires a few leases after the last), and a release wakes waiters only
+/// when it is there, so that a lock nobody waits for is released by a bare compare-and-delete.
+pub(crate) fn waiting_key(resource: &str) -> String {
+    format!("fencelock:waiting:{resource}")
+}
+
 /// One waiting acquisition's place in line.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Ticket {
@@ -121,5 +128,6 @@ mod tests {
     fn keys_sit_beside_the_lock_key() {
         assert_eq!(queue_key("order:1"), "fencelock:queue:order:1");
         assert_eq!(lease_key("order:1"), "fencelock:queue-lease:order:1");
+        assert_eq!(waiting_key("order:1"), "fencelock:waiting:order:1");
     }
 }

@@ -1,6 +1,7 @@
 //! Per-node outcomes of one round of requests (acquire, extend, release).
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// What one node answered in one round.
@@ -57,8 +58,9 @@ impl fmt::Display for VoteOutcome {
 /// One node's answer in one round, with the time it took.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeVote {
-    /// The node, as its redacted address (`redis://:***@host:port/db`).
-    pub node: String,
+    /// The node, as its redacted address (`redis://:***@host:port/db`). Shared by every vote
+    /// of the node: a round allocates no names.
+    pub node: Arc<str>,
     /// What the node answered.
     pub outcome: VoteOutcome,
     /// Time from sending the request to the answer (or to the timeout).

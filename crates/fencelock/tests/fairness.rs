@@ -122,6 +122,10 @@ fn stand_in_line(nodes: &RedisNodes, resource: &str, who: &str, lease_ms: u64) {
             who,
         ])
         .unwrap();
+        // The mark that tells a release someone waits.
+        let mark = format!("fencelock:waiting:{resource}");
+        let mark_ms = (lease_ms * 4).to_string();
+        node.cli(&["SET", &mark, "1", "PX", &mark_ms]).unwrap();
     }
 }
 

@@ -741,7 +741,7 @@ impl Cluster {
 
     fn votes(&self, outcome: VoteOutcome, latency: Duration) -> Votes {
         Votes(vec![NodeVote {
-            node: self.label.clone(),
+            node: self.label.as_str().into(),
             outcome,
             latency,
         }])

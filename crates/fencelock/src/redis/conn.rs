@@ -46,7 +46,7 @@ pub(crate) struct NodeConn {
     /// `addr.redacted()`, computed once: every vote names its node, and formatting the URL
     /// anew for each one was the largest single cost of a round on one node (profiled with
     /// callgrind: about 2,000 instructions per vote, a quarter of the library's own work).
-    name: String,
+    name: Arc<str>,
     client: redis::Client,
     connect_timeout: Duration,
     quarantine: Quarantine,
@@ -90,7 +90,7 @@ impl NodeConn {
             )
         })?;
         Ok(NodeConn {
-            name: addr.redacted(),
+            name: addr.redacted().into(),
             addr,
             client,
             connect_timeout,
@@ -105,7 +105,7 @@ impl NodeConn {
     }
 
     /// The node's URL as votes and logs show it (password redacted).
-    pub(crate) fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &Arc<str> {
         &self.name
     }
 
@@ -126,6 +126,12 @@ impl NodeConn {
                 slot,
             });
         }
+        // The connecting path holds the whole connection set-up state; boxed, it does not
+        // weigh on every request's future (a round keeps one per node).
+        Box::pin(self.wait_for_connection(slot)).await
+    }
+
+    async fn wait_for_connection(self: &Arc<Self>, slot: Arc<Slot>) -> Result<Handle, RedisError> {
         if !slot.connecting.swap(true, Ordering::AcqRel) {
             let bg = slot.clone();
             let node = self.clone();
@@ -152,35 +158,46 @@ impl NodeConn {
     }
 
     async fn connect(&self) -> Result<(MultiplexedConnection, Arc<NodeInfo>), RedisError> {
-        // The response timeout is ours to enforce per request (the node timeout); the driver's
-        // own 500 ms default would be both too long and redundant.
+        // No response timeout in the driver: each request is bounded by its round's deadline
+        // (the node timeout), and a driver timer per request would be a second, redundant timer
+        // on the hot path. The set-up below is bounded by the connect timeout instead.
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.connect_timeout))
-            .set_response_timeout(Some(self.connect_timeout));
-        let mut conn = self
-            .client
-            .get_multiplexed_async_connection_with_config(&config)
-            .await?;
-        let mut pipe = redis::pipe();
-        for code in scripts::ALL {
-            pipe.cmd("SCRIPT").arg("LOAD").arg(code).ignore();
-        }
-        pipe.cmd("INFO")
-            .arg("server")
-            .cmd("INFO")
-            .arg("persistence");
-        let (server, persistence): (String, String) = pipe.query_async(&mut conn).await?;
-        // CONFIG may be renamed or forbidden (managed Redis): then the policy is unknown, and
-        // the node is treated as not fsyncing every write.
-        let appendfsync: Option<(String, String)> = redis::cmd("CONFIG")
-            .arg("GET")
-            .arg("appendfsync")
-            .query_async(&mut conn)
-            .await
-            .ok();
+            .set_response_timeout(None);
+        let setup = async {
+            let mut conn = self
+                .client
+                .get_multiplexed_async_connection_with_config(&config)
+                .await?;
+            let mut pipe = redis::pipe();
+            for code in scripts::ALL {
+                pipe.cmd("SCRIPT").arg("LOAD").arg(code).ignore();
+            }
+            pipe.cmd("INFO")
+                .arg("server")
+                .cmd("INFO")
+                .arg("persistence");
+            let (server, persistence): (String, String) = pipe.query_async(&mut conn).await?;
+            // CONFIG may be renamed or forbidden (managed Redis): then the policy is unknown,
+            // and the node is treated as not fsyncing every write.
+            let appendfsync: Option<(String, String)> = redis::cmd("CONFIG")
+                .arg("GET")
+                .arg("appendfsync")
+                .query_async(&mut conn)
+                .await
+                .ok();
+            Ok::<_, RedisError>((conn, server, persistence, appendfsync))
+        };
+        let (conn, server, persistence, appendfsync) =
+            tokio::time::timeout(self.connect_timeout, setup)
+                .await
+                .map_err(|_| {
+                    RedisError::from(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "the node did not finish the connection set-up in time",
+                    ))
+                })??;
         let info = self.judge(&server, &persistence, appendfsync.map(|(_, v)| v));
-        // From now on each request is bounded by its node timeout instead.
-        conn.set_response_timeout(Duration::from_secs(3600));
         Ok((conn, Arc::new(info)))
     }
 
