@@ -6,7 +6,8 @@
 //! - `contended`: C workers, each its own client on a thread and runtime of its own (as separate
 //!   processes would be), on one key; N critical sections in total, each doing an INCR on a
 //!   counter on the first node and a cross-thread overlap check. Reports overlaps, the counter,
-//!   sections per worker and the hand-over time (release sent -> next grant).
+//!   sections per worker and the hand-over time (end of a section, when its release is sent ->
+//!   next grant; and release returned -> next grant).
 //! - `held`: one client holds C locks under auto-extension for a fixed time; reports the
 //!   process's CPU time and, per node, the commands and read events (round trips) it served.
 //!
@@ -412,35 +413,60 @@ struct Contention {
     taken: AtomicUsize,
     inside: AtomicUsize,
     overlaps: AtomicUsize,
-    last_release: Mutex<Option<Instant>>,
-    handovers: Mutex<Vec<Duration>>,
+    /// Per section, by number: when it was granted, when its work ended (the release starts),
+    /// when its release returned.
+    times: Mutex<Vec<SectionTimes>>,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct SectionTimes {
+    granted: Option<Instant>,
+    ended: Option<Instant>,
+    released: Option<Instant>,
 }
 
 /// What one contended worker reports: grant latencies, errors, sections done.
 type WorkerRun = (Vec<Duration>, usize, usize);
 
 impl Contention {
-    /// Called on each grant: the hand-over time, and whether a section remains to be done.
-    fn granted(&self, n: usize) -> bool {
-        if let Some(released) = self.last_release.lock().expect("bench mutex").take() {
-            self.handovers
-                .lock()
-                .expect("bench mutex")
-                .push(released.elapsed());
-        }
-        self.taken
+    /// Called on each grant: the number of the section to do, if one remains.
+    fn granted(&self, n: usize) -> Option<usize> {
+        let now = Instant::now();
+        let number = self
+            .taken
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |t| {
                 (t < n).then_some(t + 1)
             })
-            .is_ok()
+            .ok()?;
+        self.record(number, |t| t.granted = Some(now));
+        Some(number)
+    }
+
+    fn record(&self, number: usize, set: impl FnOnce(&mut SectionTimes)) {
+        let mut times = self.times.lock().expect("bench mutex");
+        if times.len() <= number {
+            times.resize(number + 1, SectionTimes::default());
+        }
+        set(&mut times[number]);
+    }
+
+    /// Called when the release of section `number` returned.
+    fn released(&self, number: usize) {
+        let now = Instant::now();
+        self.record(number, |t| t.released = Some(now));
     }
 
     fn done(&self, n: usize) -> bool {
         self.taken.load(Ordering::Acquire) >= n
     }
 
-    /// The critical section: the overlap check around an INCR on the first node.
-    async fn section(&self, counter: &mut redis::aio::MultiplexedConnection, key: &str) -> bool {
+    /// The critical section `number`: the overlap check around an INCR on the first node.
+    async fn section(
+        &self,
+        number: usize,
+        counter: &mut redis::aio::MultiplexedConnection,
+        key: &str,
+    ) -> bool {
         if self.inside.fetch_add(1, Ordering::AcqRel) > 0 {
             self.overlaps.fetch_add(1, Ordering::AcqRel);
         }
@@ -450,8 +476,28 @@ impl Contention {
             .await
             .is_ok();
         self.inside.fetch_sub(1, Ordering::AcqRel);
-        *self.last_release.lock().expect("bench mutex") = Some(Instant::now());
+        let now = Instant::now();
+        self.record(number, |t| t.ended = Some(now));
         ok
+    }
+
+    /// The hand-overs: from the end of each section (its release starts) to the next grant, and
+    /// from the return of that release to the next grant (zero when the next holder had the lock
+    /// before the releaser heard back from every node).
+    fn handovers(times: &[SectionTimes]) -> (Vec<Duration>, Vec<Duration>) {
+        let (mut from_end, mut from_release) = (Vec::new(), Vec::new());
+        for w in times.windows(2) {
+            let Some(next) = w[1].granted else { continue };
+            if let Some(ended) = w[0].ended {
+                from_end.push(next.saturating_duration_since(ended));
+            }
+            if let Some(released) = w[0].released {
+                from_release.push(next.saturating_duration_since(released));
+            }
+        }
+        from_end.sort_unstable();
+        from_release.sort_unstable();
+        (from_end, from_release)
     }
 
     async fn finish(
@@ -483,8 +529,8 @@ impl Contention {
             run.errors += e;
         }
         let mut out = series(name, run);
-        let mut handovers = self.handovers.into_inner().expect("bench mutex");
-        handovers.sort_unstable();
+        let times = self.times.into_inner().expect("bench mutex");
+        let (handovers, after_release) = Self::handovers(&times);
         let workers = sections.len().max(1);
         let fair = total as f64 / workers as f64;
         let busiest = sections.iter().copied().max().unwrap_or(0);
@@ -514,6 +560,10 @@ impl Contention {
         e.insert(
             "handover_max_us".into(),
             micros(handovers.last().copied().unwrap_or_default()).into(),
+        );
+        e.insert(
+            "handover_after_release_p50_us".into(),
+            micros(stats::percentile(&after_release, 0.5)).into(),
         );
         out.extra_curves
             .push((format!("{name} hand-over"), handovers));
@@ -608,18 +658,19 @@ async fn contended_lib(
                         continue;
                     }
                 };
-                if !shared.granted(n) {
+                let Some(number) = shared.granted(n) else {
                     let _ = lock.release().await;
                     break;
-                }
+                };
                 samples.push(t.elapsed());
-                if !shared.section(&mut counter, &counter_key).await {
+                if !shared.section(number, &mut counter, &counter_key).await {
                     errors += 1;
                 }
                 mine += 1;
                 if lock.release().await.is_err() {
                     errors += 1;
                 }
+                shared.released(number);
             }
             Ok((samples, errors, mine))
         }
@@ -673,18 +724,19 @@ async fn contended_raw(
                     let delay = poll_delay / 2 + poll_delay.mul_f64(fastrand::f64());
                     tokio::time::sleep(delay).await;
                 }
-                if !shared.granted(n) {
+                let Some(number) = shared.granted(n) else {
                     mine_raw.release(&key, &token).await;
                     break;
-                }
+                };
                 samples.push(t.elapsed());
-                if !shared.section(&mut counter, &counter_key).await {
+                if !shared.section(number, &mut counter, &counter_key).await {
                     errors += 1;
                 }
                 mine += 1;
                 if mine_raw.release(&key, &token).await == 0 {
                     errors += 1;
                 }
+                shared.released(number);
             }
             Ok((samples, errors, mine))
         }
@@ -987,7 +1039,7 @@ impl Report {
             };
             match self.workload {
                 Workload::Contended => println!(
-                    "{}: overlaps {}, counter {} for {} sections, per worker {}, busiest {} (fair share {}), hand-over p50 {} p99 {} max {} (round trip {})",
+                    "{}: overlaps {}, counter {} for {} sections, per worker {}, busiest {} (fair share {}), hand-over p50 {} p99 {} max {}, p50 after the release returned {} (round trip {})",
                     s.name,
                     n("overlaps"),
                     n("counter"),
@@ -998,6 +1050,7 @@ impl Report {
                     us("handover_p50_us"),
                     us("handover_p99_us"),
                     us("handover_max_us"),
+                    us("handover_after_release_p50_us"),
                     us("round_trip_us"),
                 ),
                 Workload::Held => {

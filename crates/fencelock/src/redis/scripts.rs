@@ -115,7 +115,11 @@ if n == 1 and not ARGV[2] then
   -- The common case first: one key, a holder that did not queue. The lock and its wait mark
   -- in one call; without waiters this costs about what a bare compare-and-delete costs.
   local v = redis.call('mget', KEYS[1], KEYS[4])
-  if v[1] ~= ARGV[1] then return 0 end
+  if v[1] ~= ARGV[1] then
+    -- MGET reads a key of another type as missing; GET fails on it (WRONGTYPE), as it should.
+    if not v[1] then redis.call('get', KEYS[1]) end
+    return 0
+  end
   redis.call('del', KEYS[1])
   if not v[2] then return 1 end
   return {1, wake(KEYS[1], KEYS[2], KEYS[3])}
@@ -127,6 +131,7 @@ for i = 1, n do
     redis.call('zrem', KEYS[2 * n + i], ARGV[2])
   end
   local v = redis.call('mget', KEYS[i], KEYS[3 * n + i])
+  if not v[1] then redis.call('get', KEYS[i]) end
   if v[1] == ARGV[1] then
     redis.call('del', KEYS[i])
     deleted = deleted + 1
