@@ -211,8 +211,16 @@ impl Client {
         self.attempt(&keys, Wait::No).instrument(span).await
     }
 
-    /// Takes the lock on `resource`, waiting per the configured [`RetryPolicy`]: retries with
-    /// jittered delays, and is woken as soon as the holder releases.
+    /// Takes the lock on `resource`, waiting per the configured [`RetryPolicy`].
+    ///
+    /// After a first refusal the call waits in line: waiters of one resource are served in the
+    /// order they started waiting (on every node the first live waiter is the only one granted),
+    /// each woken by its turn, which the release of the previous holder announces. A client that
+    /// asks again right after releasing a lock others wait for goes to the end of the line.
+    /// Jittered retries (the policy's delays) renew the place in line and cover lost wake-ups.
+    /// The line only orders fencelock's waiters; other Redlock clients and
+    /// [`Client::try_acquire`] can still take a free key ahead of it. Several resources at once
+    /// ([`Client::acquire_many`]) do not queue: those waiters are woken by every release.
     ///
     /// # Errors
     ///
@@ -222,7 +230,7 @@ impl Client {
     /// # Cancel safety
     ///
     /// Not cancel-safe: see [`Client::try_acquire`]. Dropping the future between attempts is
-    /// harmless.
+    /// harmless: the waiter leaves the line in the background.
     pub async fn acquire(&self, resource: &str) -> Result<Lock> {
         let policy = self.inner.config.retry().clone();
         self.acquire_with(resource, &policy).await

@@ -56,10 +56,11 @@
 //! - [`Config`] and [`RetryPolicy`] are plain values checked before any I/O.
 //! - Pure logic, without I/O and unit-tested beside the code: `quorum.rs` (majority and the
 //!   early decision of a round), `validity.rs` (drift and validity), `retry.rs` (jittered
-//!   delays), [`fencing`] (token derivation), `node.rs` (URLs and redaction).
-//! - `redis/`: the Redis backend: one multiplexed connection per node (`conn.rs`), the Lua
-//!   scripts (`scripts.rs`), the batch extender (`extender.rs`) and release wake-ups
-//!   (`watch.rs`).
+//!   delays), [`fencing`] (token derivation), `queue.rs` (the waiting line: tickets and
+//!   leases), `node.rs` (URLs and redaction).
+//! - `redis/`: the Redis backend: one multiplexed connection per node (`conn.rs`), the requests
+//!   of a round in flight together (`inflight.rs`), the Lua scripts (`scripts.rs`), the batch
+//!   extender (`extender.rs`) and wake-ups on release and on a waiter's turn (`watch.rs`).
 //! - `etcd/` (feature `etcd`): the etcd backend; `fence/`: fenced storage.
 //! - One error type, [`Error`], whose variants carry the per-node [`Votes`] that explain them.
 //!

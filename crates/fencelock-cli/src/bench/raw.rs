@@ -1,8 +1,9 @@
-//! The baseline: the same commands as the library sends, written by hand over redis-rs with
-//! nothing around them. `SET key token NX PX ttl` on every node at once, waiting for every
-//! answer; a compare-and-delete EVALSHA on every node at once to release; a pipeline of
-//! compare-and-PEXPIRE EVALSHAs per node to extend many locks. No timeouts, no votes, no
-//! tracing, no wake-up: what a lock costs on the wire and nothing else.
+//! The baseline: what a lock costs on the wire and nothing else, written by hand over redis-rs.
+//! `SET key token NX PX ttl` on every node at once, waiting for every answer (the library sends
+//! the same); a bare compare-and-delete EVALSHA (GET, DEL) on every node at once to release (the
+//! library's release script also reads the key's wait mark in the same `MGET`, to wake waiters
+//! only when there are some); a pipeline of compare-and-PEXPIRE EVALSHAs per node to extend many
+//! locks. No timeouts, no votes, no tracing, no wake-up, no line.
 
 use std::time::Duration;
 
