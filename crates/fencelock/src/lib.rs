@@ -85,6 +85,7 @@ pub mod fencing;
 mod keepalive;
 mod lock;
 mod node;
+pub mod protocol;
 mod queue;
 pub mod quorum;
 mod redis;

@@ -27,20 +27,20 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// The sorted set of waiting tickets of `resource` on each node (member: waiter id, score:
 /// ticket).
-pub(crate) fn queue_key(resource: &str) -> String {
+pub fn queue_key(resource: &str) -> String {
     format!("fencelock:queue:{resource}")
 }
 
 /// The sorted set of the waiters' lease deadlines of `resource` (member: waiter id, score: the
 /// node's clock in ms when the registration lapses).
-pub(crate) fn lease_key(resource: &str) -> String {
+pub fn lease_key(resource: &str) -> String {
     format!("fencelock:queue-lease:{resource}")
 }
 
 /// The mark, beside the lock key of `resource`, that someone waits for it: a waiter renews it
 /// with each attempt (it expires a few leases after the last), and a release wakes waiters only
 /// when it is there, so that a lock nobody waits for is released by a bare compare-and-delete.
-pub(crate) fn waiting_key(resource: &str) -> String {
+pub fn waiting_key(resource: &str) -> String {
     format!("fencelock:waiting:{resource}")
 }
 

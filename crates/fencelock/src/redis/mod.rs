@@ -306,13 +306,7 @@ impl RedisBackend {
         node_timeout: Duration,
     ) -> Round<u64> {
         let locks = keys.len();
-        let all_keys: Vec<String> = keys
-            .iter()
-            .cloned()
-            .chain(keys.iter().map(|k| queue::queue_key(k)))
-            .chain(keys.iter().map(|k| queue::lease_key(k)))
-            .chain(keys.iter().map(|k| queue::waiting_key(k)))
-            .collect();
+        let all_keys = release_keys(keys);
         let mut cmd = evalsha(&scripts::RELEASE, &all_keys);
         cmd.arg(token);
         if let Some(line) = line {
@@ -630,6 +624,17 @@ fn time_out(votes: &mut [NodeVote], node_timeout: Duration) {
     }
 }
 
+/// The keys the release script takes: the locks, their queues, their lease sets, their wait
+/// marks (for one resource: `crate::protocol::release_keys`).
+fn release_keys(keys: &[String]) -> Vec<String> {
+    keys.iter()
+        .cloned()
+        .chain(keys.iter().map(|k| queue::queue_key(k)))
+        .chain(keys.iter().map(|k| queue::lease_key(k)))
+        .chain(keys.iter().map(|k| queue::waiting_key(k)))
+        .collect()
+}
+
 /// The lock keys followed by their fence counters, as the fencing scripts take them.
 fn with_counter_keys(keys: &[String]) -> Vec<String> {
     keys.iter()
@@ -724,6 +729,12 @@ fn ttl_millis(ttl: Duration) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_published_release_keys_are_the_ones_the_client_sends() {
+        let one = release_keys(&["order:7".to_string()]);
+        assert_eq!(one, crate::protocol::release_keys("order:7"));
+    }
 
     #[tokio::test]
     async fn a_round_keeps_small_futures() {

@@ -88,7 +88,7 @@ return 1
 /// Returns `{keys deleted, subscribers the messages reached}` (the second figure tells the
 /// releaser that others are waiting), or just the keys deleted when nobody was told.
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_LUA));
-const RELEASE_LUA: &str = r"
+pub(crate) const RELEASE_LUA: &str = r"
 local now
 -- Wakes the waiters of a released lock: its release channel, and the first waiter in line whose
 -- lease is still running (the lapsed ahead of it are dropped). Returns how many heard.
