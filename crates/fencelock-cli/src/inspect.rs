@@ -32,6 +32,10 @@ pub(crate) struct NodeState {
     /// The node's fence counter for the resource.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) fence_counter: Option<String>,
+    /// How many fencelock waiters stand in the resource's line on this node (lapsed leases
+    /// included until a request drops them).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) waiting: Option<u64>,
 }
 
 impl NodeState {
@@ -44,6 +48,7 @@ impl NodeState {
             token: None,
             pttl_ms: None,
             fence_counter: None,
+            waiting: None,
         }
     }
 
@@ -72,6 +77,7 @@ async fn probe_node(node: &Node, resource: &str, timeout: Duration) -> NodeState
         token: None,
         pttl_ms: None,
         fence_counter: None,
+        waiting: None,
     };
     if key_type != "none" {
         state.pttl_ms = conn
@@ -95,6 +101,11 @@ async fn probe_node(node: &Node, resource: &str, timeout: Duration) -> NodeState
     {
         Ok(counter) => state.fence_counter = counter,
         Err(why) => state.error = Some(format!("GET {counter_key} failed: {why}")),
+    }
+    let line_key = fencelock::protocol::queue_key(resource);
+    match conn.query::<u64>(redis::cmd("ZCARD").arg(&line_key)).await {
+        Ok(n) => state.waiting = Some(n),
+        Err(why) => state.error = Some(format!("ZCARD {line_key} failed: {why}")),
     }
     state
 }
@@ -194,7 +205,9 @@ fn render(resource: &str, states: &[NodeState], summary: &Summary) -> String {
             states.len()
         );
     }
-    let rows: Vec<Option<(String, &str, String, &str)>> = states
+    // Per reachable node: state, token, PTTL, waiting, fence counter.
+    type Row<'a> = (String, &'a str, String, String, &'a str);
+    let rows: Vec<Option<Row<'_>>> = states
         .iter()
         .map(|s| {
             if !s.reachable {
@@ -213,6 +226,7 @@ fn render(resource: &str, states: &[NodeState], summary: &Summary) -> String {
                 state,
                 s.token.as_deref().unwrap_or("-"),
                 fmt_pttl(s.pttl_ms),
+                s.waiting.map_or("-".to_owned(), |n| n.to_string()),
                 s.fence_counter.as_deref().unwrap_or("-"),
             ))
         })
@@ -239,11 +253,11 @@ fn render(resource: &str, states: &[NodeState], summary: &Summary) -> String {
         .max(5);
     let _ = writeln!(
         out,
-        "{:<width$}  {:<state_w$}  {:<token_w$}  {:>8}  FENCE",
-        "NODE", "STATE", "TOKEN", "PTTL"
+        "{:<width$}  {:<state_w$}  {:<token_w$}  {:>8}  {:>7}  FENCE",
+        "NODE", "STATE", "TOKEN", "PTTL", "WAITING"
     );
     for (s, row) in states.iter().zip(&rows) {
-        let Some((state, token, pttl, fence)) = row else {
+        let Some((state, token, pttl, waiting, fence)) = row else {
             let _ = writeln!(
                 out,
                 "{:<width$}  unreachable: {}",
@@ -254,7 +268,7 @@ fn render(resource: &str, states: &[NodeState], summary: &Summary) -> String {
         };
         let _ = writeln!(
             out,
-            "{:<width$}  {state:<state_w$}  {token:<token_w$}  {pttl:>8}  {fence}",
+            "{:<width$}  {state:<state_w$}  {token:<token_w$}  {pttl:>8}  {waiting:>7}  {fence}",
             s.node
         );
         if let Some(err) = &s.error {
@@ -292,6 +306,7 @@ pub(crate) async fn inspect(settings: &Settings, resource: &str, json: bool) -> 
         let value = serde_json::json!({
             "resource": resource,
             "fence_counter_key": fencelock::fencing::counter_key(resource),
+            "line_key": fencelock::protocol::queue_key(resource),
             "nodes": states,
             "summary": summary,
         });
@@ -315,6 +330,7 @@ mod tests {
             token: token.map(Into::into),
             pttl_ms: Some(5000),
             fence_counter: Some("7".into()),
+            waiting: Some(0),
         }
     }
 

@@ -209,6 +209,7 @@ async fn wait_for_lock(
             err.votes().map_or(0, |v| v.failed())
         ),
     };
+    let in_line_since = std::time::SystemTime::now();
     let spinner = Spinner::start(format!("waiting for lock {resource:?}: {}", reason(&first)));
     let mut unavailable_since = (!matches!(first.kind(), ErrorKind::Contention)).then_some(started);
     let result = loop {
@@ -222,10 +223,11 @@ async fn wait_for_lock(
             }
             _ => WAIT_CHUNK,
         };
-        match client
-            .acquire_with(resource, &RetryPolicy::new().with_wait(chunk))
-            .await
-        {
+        // Each chunk takes back our place in the waiting line: it dates from the first refusal.
+        let policy = RetryPolicy::new()
+            .with_wait(chunk)
+            .with_in_line_since(in_line_since);
+        match client.acquire_with(resource, &policy).await {
             Ok(lock) => break Ok(lock),
             Err(err) if mode != WaitMode::Forever => break Err(err),
             Err(err) => {

@@ -627,3 +627,52 @@ fn bad_input_gives_one_line_errors_and_documented_codes() {
     assert_eq!(out.status.code(), Some(127));
     one_line_error(&out);
 }
+
+#[test]
+fn inspect_shows_the_waiting_line_and_run_waits_in_it() {
+    let nodes = RedisNodes::start(3).unwrap();
+    let home = home();
+    let urls = nodes.urls();
+    let acquired = output(with_nodes(home.path(), &urls).args(["--ttl", "60s", "acquire", "q"]));
+    assert!(acquired.status.success(), "{}", text(&acquired.stderr));
+    let token = text(&acquired.stdout).trim().to_owned();
+
+    // `run` waits for the lock: in line.
+    let mut waiter = with_nodes(home.path(), &urls)
+        .args(["run", "q", "--", "true"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let waiting = |home: &Path| -> Vec<u64> {
+        let out = output(with_nodes(home, &urls).args(["--json", "inspect", "q"]));
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        json["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n["waiting"].as_u64().unwrap())
+            .collect()
+    };
+    let started = Instant::now();
+    while waiting(home.path()) != [1, 1, 1] {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the waiter never stood in line: {:?}",
+            waiting(home.path())
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let table = output(with_nodes(home.path(), &urls).args(["inspect", "q"]));
+    assert!(
+        text(&table.stdout).contains("WAITING"),
+        "{}",
+        text(&table.stdout)
+    );
+
+    let released = output(with_nodes(home.path(), &urls).args(["release", "q", "--token", &token]));
+    assert!(released.status.success(), "{}", text(&released.stderr));
+    let status = waiter.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    assert_eq!(waiting(home.path()), [0, 0, 0]);
+}

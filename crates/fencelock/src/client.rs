@@ -278,16 +278,28 @@ impl Client {
         // its first refusal, or at once if this client just released the key while others
         // waited; its ticket dates from the start of the wait either way.
         let single = keys.len() == 1;
-        let wall_start = SystemTime::now();
+        let resumed = policy.in_line_since();
+        let wall_start = resumed.unwrap_or_else(SystemTime::now);
         let lease = queue::lease(policy.max_delay(), self.inner.config.node_timeout());
+        // A wait split over several calls keeps one name in line: derived from when it began.
         let new_ticket = || {
+            let wait = resumed.map_or_else(
+                || fastrand::u64(..),
+                |t| {
+                    t.duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.as_nanos() as u64)
+                },
+            );
             let id = self
                 .redis("waiting")
-                .map(|b| b.waiter_id())
+                .map(|b| b.waiter_id(wait))
                 .unwrap_or_default();
             Ticket::new(wall_start, id, lease)
         };
-        let mut ticket = (single && self.others_waited(&keys[0])).then(new_ticket);
+        // In line from the first attempt when resuming a wait, or right after our own release
+        // reached waiters.
+        let in_line_now = single && (resumed.is_some() || self.others_waited(&keys[0]));
+        let mut ticket = in_line_now.then(new_ticket);
         // However this call ends (an error, a timeout, the future dropped), a waiter that did not
         // get the lock leaves the line; one that did leaves it with its release.
         let mut line = LeaveLine {
@@ -319,6 +331,11 @@ impl Client {
             };
             let elapsed = started.elapsed();
             if !policy.may_retry(attempts, elapsed) {
+                if resumed.is_some() {
+                    // The caller resumes this wait with its next call: keep the place (for at
+                    // most a lease if it does not come back).
+                    line.ticket = None;
+                }
                 return Err(Error::Timeout {
                     resource: keys[0].clone(),
                     attempts,

@@ -267,3 +267,58 @@ async fn a_dead_waiter_holds_up_the_line_only_until_its_lease_runs_out() {
         .unwrap();
     assert_eq!(line_lengths(&nodes, "dead"), [0, 0, 0]);
 }
+
+#[tokio::test]
+async fn a_wait_split_over_several_calls_keeps_its_place_in_line() {
+    let nodes = RedisNodes::start(3).unwrap();
+    let holder = Client::new(patient(&nodes, false)).unwrap();
+    let lock = holder.try_acquire("split").await.unwrap();
+    let order = Arc::new(Mutex::new(Vec::new()));
+
+    // The first waiter waits in short calls, as a command that reports progress between them
+    // does; each call resumes the wait that began here.
+    let first = Client::new(patient(&nodes, false)).unwrap();
+    let since = std::time::SystemTime::now();
+    let first_order = order.clone();
+    let chunked = tokio::spawn(async move {
+        let policy = RetryPolicy::new()
+            .with_wait(Duration::from_millis(300))
+            .with_base_delay(Duration::from_millis(50))
+            .with_max_delay(Duration::from_millis(100))
+            .with_in_line_since(since);
+        let mut calls = 0;
+        let l = loop {
+            calls += 1;
+            match first.acquire_with("split", &policy).await {
+                Ok(l) => break l,
+                Err(e) => assert_eq!(e.kind(), fencelock::ErrorKind::Timeout, "{e}"),
+            }
+        };
+        first_order.lock().unwrap().push("chunked");
+        l.release().await.unwrap();
+        calls
+    });
+    until_line_is(&nodes, "split", 1).await;
+    // Several of its calls have timed out by now.
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+
+    // The second waiter starts later, with one long call.
+    let second = Client::new(patient(&nodes, false)).unwrap();
+    let second_order = order.clone();
+    let long = tokio::spawn(async move {
+        let l = second.acquire("split").await.unwrap();
+        second_order.lock().unwrap().push("long");
+        l.release().await.unwrap();
+    });
+    until_line_is(&nodes, "split", 2).await;
+    // Let the first waiter's current call time out and the next begin: that call began after
+    // the second waiter's wait.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    lock.release().await.unwrap();
+    let calls = chunked.await.unwrap();
+    long.await.unwrap();
+    assert!(calls > 1, "the wait was not split ({calls} call)");
+    // Without its place kept, each new call of the first waiter would queue behind the second.
+    assert_eq!(*order.lock().unwrap(), ["chunked", "long"]);
+    assert_eq!(line_lengths(&nodes, "split"), [0, 0, 0]);
+}

@@ -118,8 +118,10 @@ impl RedisBackend {
     }
 
     /// A fresh waiter id of this client (see `queue.rs`).
-    pub(crate) fn waiter_id(&self) -> String {
-        self.watch.waiter_id(fastrand::u64(..))
+    /// `wait`: a number naming the wait within the client (random, or derived from when a wait
+    /// split over several calls began, so that every call of it takes the same place).
+    pub(crate) fn waiter_id(&self, wait: u64) -> String {
+        self.watch.waiter_id(wait)
     }
 
     pub(crate) fn quorum(&self) -> usize {
