@@ -23,6 +23,16 @@ fn patient(nodes: &RedisNodes, fencing: bool) -> Config {
         )
 }
 
+/// A client that retries every 100 ms to `max_delay_ms` (for cases where polling must find what
+/// no wake-up announces).
+fn polling(nodes: &RedisNodes, max_delay_ms: u64) -> Client {
+    let retry = RetryPolicy::new()
+        .with_wait(Duration::from_secs(60))
+        .with_base_delay(Duration::from_millis(100))
+        .with_max_delay(Duration::from_millis(max_delay_ms));
+    Client::new(patient(nodes, false).with_retry(retry)).unwrap()
+}
+
 /// How many waiters are in the line of `resource` on each node.
 fn line_lengths(nodes: &RedisNodes, resource: &str) -> Vec<u64> {
     (0..nodes.len())
@@ -164,15 +174,7 @@ impl Drop for Listener {
 #[tokio::test]
 async fn a_client_asking_again_right_after_its_release_goes_behind_the_waiter() {
     let nodes = RedisNodes::start(3).unwrap();
-    let a = Client::new(
-        patient(&nodes, false).with_retry(
-            RetryPolicy::new()
-                .with_wait(Duration::from_secs(60))
-                .with_base_delay(Duration::from_millis(100))
-                .with_max_delay(Duration::from_millis(200)),
-        ),
-    )
-    .unwrap();
+    let a = polling(&nodes, 200);
     let first = a.try_acquire("again").await.unwrap();
     // Another process waits first in line (lease 3 s) and listens for its turn.
     let _listening = Listener::start(&nodes, "fencelock:turn:other");
@@ -244,15 +246,7 @@ async fn a_dead_waiter_holds_up_the_line_only_until_its_lease_runs_out() {
     // A waiter that crashed: first in line, with a lease running out in 1.5 s on every node's
     // clock, and nobody to wake on its turn channel.
     stand_in_line(&nodes, "dead", "crashed.1", 1_500);
-    let waiter = Client::new(
-        patient(&nodes, false).with_retry(
-            RetryPolicy::new()
-                .with_wait(Duration::from_secs(60))
-                .with_base_delay(Duration::from_millis(100))
-                .with_max_delay(Duration::from_millis(300)),
-        ),
-    )
-    .unwrap();
+    let waiter = polling(&nodes, 300);
     let task = tokio::spawn(async move {
         let got = waiter.acquire("dead").await.unwrap();
         got.release().await.unwrap();
