@@ -185,19 +185,25 @@ pub(crate) async fn bench(global: &Global, args: BenchArgs) -> anyhow::Result<u8
         }
         Workload::Contended => {
             let rtt = round_trip(&raw).await;
-            let mut lib =
-                contended_lib(&settings, fencing, &raw, cycles, concurrency, &prefix).await?;
+            let both = (cycles, concurrency);
+            let lib_settings = settings.clone();
+            let mut lib = contended("fencelock", &settings, &raw, both, &prefix, move || {
+                let settings = lib_settings.clone();
+                async move { Ok(LibContender(client(&settings, fencing).await?)) }
+            })
+            .await?;
             lib.extra.insert("round_trip_us".into(), micros(rtt).into());
             series.push(lib);
             if args.raw {
-                let mut r = contended_raw(
-                    &settings,
-                    &raw,
-                    cycles,
-                    concurrency,
-                    &prefix,
-                    args.poll_delay,
-                )
+                let (nodes, ttl, poll_delay) =
+                    (settings.nodes.clone(), settings.ttl, args.poll_delay);
+                let mut r = contended("raw", &settings, &raw, both, &prefix, move || {
+                    let nodes = nodes.clone();
+                    async move {
+                        let raw = Raw::connect(&nodes, ttl).await?;
+                        Ok(RawContender { raw, poll_delay })
+                    }
+                })
                 .await?;
                 r.extra.insert("round_trip_us".into(), micros(rtt).into());
                 series.push(r);
@@ -614,42 +620,127 @@ where
     .context("joining the contended workers")?
 }
 
-async fn contended_lib(
+/// What a contended worker's attempt to take the lock came to.
+enum Taken<H> {
+    Got(H),
+    /// Not this time: counts as an error; the worker tries again (up to three errors).
+    Failed,
+    /// Counts as an error, and the worker stops (it waited its longest).
+    GaveUp,
+    /// Every section is done: the worker stops.
+    Done,
+}
+
+/// How a contended worker takes and gives back the lock: the library, or the polling baseline.
+/// Each runs on a current-thread runtime of its own, so the futures need not be `Send`.
+trait Contender {
+    type Held;
+    async fn take(&self, key: &str, shared: &Contention, n: usize) -> Taken<Self::Held>;
+    /// Whether the release went through.
+    async fn give(&self, key: &str, held: Self::Held) -> bool;
+}
+
+/// The library: `acquire` waits in line and is woken by its turn.
+struct LibContender(fencelock::Client);
+
+impl Contender for LibContender {
+    type Held = fencelock::Lock;
+
+    async fn take(&self, key: &str, _: &Contention, _: usize) -> Taken<fencelock::Lock> {
+        match self.0.acquire(key).await {
+            Ok(lock) => Taken::Got(lock),
+            Err(_) => Taken::Failed,
+        }
+    }
+
+    async fn give(&self, _: &str, lock: fencelock::Lock) -> bool {
+        lock.release().await.is_ok()
+    }
+}
+
+/// The baseline: a polling client, as simple lock clients are: on a refusal, retry after a
+/// random delay around `poll_delay` (default 50 ms).
+struct RawContender {
+    raw: Raw,
+    poll_delay: Duration,
+}
+
+impl Contender for RawContender {
+    type Held = String;
+
+    async fn take(&self, key: &str, shared: &Contention, n: usize) -> Taken<String> {
+        let (started, token) = (Instant::now(), Raw::token());
+        while !self.raw.acquire(key, &token).await {
+            if shared.done(n) {
+                return Taken::Done;
+            }
+            if started.elapsed() > CONTENDED_WAIT {
+                return Taken::GaveUp;
+            }
+            let delay = self.poll_delay / 2 + self.poll_delay.mul_f64(fastrand::f64());
+            tokio::time::sleep(delay).await;
+        }
+        Taken::Got(token)
+    }
+
+    async fn give(&self, key: &str, token: String) -> bool {
+        self.raw.release(key, &token).await > 0
+    }
+}
+
+/// Runs `contended` for one side: `workers` workers, each made by `make` on its own thread,
+/// take turns on one key until `n` sections are done.
+async fn contended<C, F, Fut>(
+    name: &'static str,
     settings: &Settings,
-    fencing: bool,
     raw: &Raw,
-    n: usize,
-    workers: usize,
+    (n, workers): (usize, usize),
     prefix: &str,
-) -> anyhow::Result<Series> {
-    let key = Arc::new(format!("{prefix}:contended:lib"));
-    let counter_key = Arc::new(format!("{prefix}:counter:lib"));
+    make: F,
+) -> anyhow::Result<Series>
+where
+    C: Contender,
+    F: Fn() -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = anyhow::Result<C>>,
+{
+    let key = Arc::new(format!("{prefix}:contended:{name}"));
+    let counter_key = Arc::new(format!("{prefix}:counter:{name}"));
+    let counter_node = settings.nodes[0].clone();
     let shared = Arc::new(Contention::default());
-    let (settings_, shared_, counter_key_) =
-        (settings.clone(), shared.clone(), counter_key.clone());
+    let (shared_, counter_key_) = (shared.clone(), counter_key.clone());
+    let make = Arc::new(make);
     let (per_worker, times) = on_threads(workers, move |_, start| {
-        let (settings, shared, key, counter_key) = (
-            settings_.clone(),
+        let (make, shared, key, counter_key, counter_node) = (
+            make.clone(),
             shared_.clone(),
             key.clone(),
             counter_key_.clone(),
+            counter_node.clone(),
         );
         async move {
             // Set-up fails fast: the others would wait at the barrier for ever.
             let setup = async {
-                let client = client(&settings, fencing).await?;
-                let counter = Raw::connect(&settings.nodes, settings.ttl).await?.first();
-                anyhow::Ok((client, counter))
+                let contender = make().await?;
+                let counter = redis::Client::open(counter_node.as_str())?
+                    .get_multiplexed_async_connection()
+                    .await
+                    .context("connecting the contended counter to the first node")?;
+                anyhow::Ok((contender, counter))
             };
             let setup = setup.await;
             start.wait();
-            let (client, mut counter) = setup?;
+            let (contender, mut counter) = setup?;
             let (mut samples, mut errors, mut mine) = (Vec::new(), 0usize, 0usize);
             while !shared.done(n) {
                 let t = Instant::now();
-                let lock = match client.acquire(&key).await {
-                    Ok(lock) => lock,
-                    Err(_) => {
+                let held = match contender.take(&key, &shared, n).await {
+                    Taken::Got(held) => held,
+                    Taken::Done => break,
+                    Taken::GaveUp => {
+                        errors += 1;
+                        break;
+                    }
+                    Taken::Failed => {
                         errors += 1;
                         // Every worker waits this long at most: a stuck run ends, with errors.
                         if errors > 3 {
@@ -659,7 +750,7 @@ async fn contended_lib(
                     }
                 };
                 let Some(number) = shared.granted(n) else {
-                    let _ = lock.release().await;
+                    contender.give(&key, held).await;
                     break;
                 };
                 samples.push(t.elapsed());
@@ -667,7 +758,7 @@ async fn contended_lib(
                     errors += 1;
                 }
                 mine += 1;
-                if lock.release().await.is_err() {
+                if !contender.give(&key, held).await {
                     errors += 1;
                 }
                 shared.released(number);
@@ -678,73 +769,7 @@ async fn contended_lib(
     .await?;
     let shared = Arc::try_unwrap(shared).map_err(|_| anyhow::anyhow!("workers still running"))?;
     shared
-        .finish("fencelock", raw, &counter_key, per_worker, times)
-        .await
-}
-
-/// The baseline of `contended`: a polling client, as simple lock clients are: on a refusal,
-/// retry after a random delay around `poll_delay` (default 50 ms).
-async fn contended_raw(
-    settings: &Settings,
-    raw: &Raw,
-    n: usize,
-    workers: usize,
-    prefix: &str,
-    poll_delay: Duration,
-) -> anyhow::Result<Series> {
-    let key = Arc::new(format!("{prefix}:contended:raw"));
-    let counter_key = Arc::new(format!("{prefix}:counter:raw"));
-    let shared = Arc::new(Contention::default());
-    let (nodes, ttl) = (Arc::new(settings.nodes.clone()), settings.ttl);
-    let (shared_, counter_key_) = (shared.clone(), counter_key.clone());
-    let (per_worker, times) = on_threads(workers, move |_, start| {
-        let (nodes, shared, key, counter_key) = (
-            nodes.clone(),
-            shared_.clone(),
-            key.clone(),
-            counter_key_.clone(),
-        );
-        async move {
-            let setup = Raw::connect(&nodes, ttl).await;
-            start.wait();
-            let mine_raw = setup?;
-            let mut counter = mine_raw.first();
-            let (mut samples, mut errors, mut mine) = (Vec::new(), 0usize, 0usize);
-            'outer: while !shared.done(n) {
-                let t = Instant::now();
-                let token = Raw::token();
-                while !mine_raw.acquire(&key, &token).await {
-                    if shared.done(n) {
-                        break 'outer;
-                    }
-                    if t.elapsed() > CONTENDED_WAIT {
-                        errors += 1;
-                        break 'outer;
-                    }
-                    let delay = poll_delay / 2 + poll_delay.mul_f64(fastrand::f64());
-                    tokio::time::sleep(delay).await;
-                }
-                let Some(number) = shared.granted(n) else {
-                    mine_raw.release(&key, &token).await;
-                    break;
-                };
-                samples.push(t.elapsed());
-                if !shared.section(number, &mut counter, &counter_key).await {
-                    errors += 1;
-                }
-                mine += 1;
-                if mine_raw.release(&key, &token).await == 0 {
-                    errors += 1;
-                }
-                shared.released(number);
-            }
-            Ok((samples, errors, mine))
-        }
-    })
-    .await?;
-    let shared = Arc::try_unwrap(shared).map_err(|_| anyhow::anyhow!("workers still running"))?;
-    shared
-        .finish("raw", raw, &counter_key, per_worker, times)
+        .finish(name, raw, &counter_key, per_worker, times)
         .await
 }
 
