@@ -366,20 +366,16 @@ impl Nemesis {
                 victim,
                 client,
             } => {
-                let held = self.stage(cut, *client);
-                let _ = self.nodes.kill(*victim);
-                self.restart(&[*victim]);
-                self.heal(cut);
-                self.finish_hold(*client);
-                let mut nodes = vec![*victim];
-                nodes.extend(cut);
+                let (nodes, held) = self.around_hold(cut, *client, *victim, |me| {
+                    let _ = me.nodes.kill(*victim);
+                    me.restart(&[*victim]);
+                });
                 (
                     nodes,
                     vec![*client],
                     format!(
-                        "node {victim} kill -9 + restart ({}) while client {client} held the lock{}; nodes {cut:?} cut off meanwhile",
+                        "node {victim} kill -9 + restart ({}) while client {client} held the lock{held}; nodes {cut:?} cut off meanwhile",
                         if *persist { "AOF always" } else { "no persistence" },
-                        if held { "" } else { " (it never got it)" },
                     ),
                 )
             }
@@ -442,19 +438,15 @@ impl Nemesis {
                 client,
                 jump,
             } => {
-                let held = self.stage(cut, *client);
-                self.offsets[*node] += jump.as_millis() as i64;
-                let _ = self.nodes.set_clock_offset(*node, self.offsets[*node]);
-                self.heal(cut);
-                self.finish_hold(*client);
-                let mut nodes = vec![*node];
-                nodes.extend(cut);
+                let (nodes, held) = self.around_hold(cut, *client, *node, |me| {
+                    me.offsets[*node] += jump.as_millis() as i64;
+                    let _ = me.nodes.set_clock_offset(*node, me.offsets[*node]);
+                });
                 (
                     nodes,
                     vec![*client],
                     format!(
-                        "node {node} clock +{jump:.1?} while client {client} held the lock{}; nodes {cut:?} cut off meanwhile",
-                        if held { "" } else { " (it never got it)" },
+                        "node {node} clock +{jump:.1?} while client {client} held the lock{held}; nodes {cut:?} cut off meanwhile",
                     ),
                 )
             }
@@ -518,6 +510,26 @@ impl Nemesis {
         for &n in cut {
             self.proxies[n].heal();
         }
+    }
+
+    /// A staged episode: cuts `cut` off, lets `client` take a long lock on the other nodes,
+    /// applies `fault` to `node` while it holds it, heals, and waits for the hold to end.
+    /// Returns the nodes involved (`node`, then `cut`) and a note for the description (empty,
+    /// or that the client never got the lock).
+    fn around_hold(
+        &mut self,
+        cut: &[usize],
+        client: u32,
+        node: usize,
+        fault: impl FnOnce(&mut Self),
+    ) -> (Vec<usize>, &'static str) {
+        let held = self.stage(cut, client);
+        fault(self);
+        self.heal(cut);
+        self.finish_hold(client);
+        let mut nodes = vec![node];
+        nodes.extend(cut);
+        (nodes, if held { "" } else { " (it never got it)" })
     }
 
     /// Cuts `cut` off and waits until `client` holds a long lock (taken on the other nodes);
