@@ -347,3 +347,45 @@ fn handles_and_futures_are_send() {
     is_send(&c.try_acquire("r"));
     is_send(&c.acquire("r"));
 }
+
+/// A node that accepts connections and never answers (a hung host behind a live port): counts
+/// the connections it was offered.
+fn black_hole() -> (String, Arc<AtomicUsize>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("redis://{}/0", listener.local_addr().unwrap());
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let count = accepted.clone();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming().flatten() {
+            count.fetch_add(1, Ordering::SeqCst);
+            held.push(stream);
+        }
+    });
+    (url, accepted)
+}
+
+#[tokio::test]
+async fn requests_that_wait_for_a_connection_share_one_attempt() {
+    let (url, accepted) = black_hole();
+    // The set-up gives up after 300 ms; the requests would wait 3 s.
+    let c = Client::new(
+        Config::new([url])
+            .with_connect_timeout(Duration::from_millis(300))
+            .with_node_timeout(Duration::from_secs(3)),
+    )
+    .unwrap();
+    let attempts = (0..5).map(|i| {
+        let c = c.clone();
+        async move { c.try_acquire(&format!("hole:{i}")).await }
+    });
+    for result in futures_util::future::join_all(attempts).await {
+        let err = result.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Unavailable);
+        // The vote says what happened and what to try.
+        assert!(err.to_string().contains("connect timeout"), "{err}");
+    }
+    // One attempt served the five acquisitions, and one the five releases that follow a
+    // failure; without sharing, each waiter tried again in turn when an attempt failed.
+    assert_eq!(accepted.load(Ordering::SeqCst), 2);
+}

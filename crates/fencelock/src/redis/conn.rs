@@ -2,13 +2,12 @@
 //! Each new connection loads the scripts and reads the node's uptime and persistence settings,
 //! which decide the restart quarantine.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use futures_util::future::{BoxFuture, FutureExt, Shared};
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, RedisError};
-use tokio::sync::OnceCell;
 
 use super::scripts;
 use crate::error::Error;
@@ -23,13 +22,26 @@ pub(crate) struct NodeInfo {
     pub(crate) why: String,
 }
 
-/// A connection attempt that any number of requests may wait on.
-#[derive(Debug, Default)]
+/// One connection attempt, in a spawned task, that any number of requests wait on.
+type Attempt = Shared<BoxFuture<'static, Result<(), RedisError>>>;
+
+/// A node's connection, once established, and the attempt to establish it.
+#[derive(Default)]
 struct Slot {
     // Shared, not cloned per request: a request only reads it (two strings cloned per request
     // showed up in the profile of the hot path).
-    conn: OnceCell<(MultiplexedConnection, Arc<NodeInfo>)>,
-    connecting: AtomicBool,
+    conn: OnceLock<(MultiplexedConnection, Arc<NodeInfo>)>,
+    /// The attempt in flight (or the one that succeeded). A failed attempt clears it, so the
+    /// next request starts a new one; the requests waiting meanwhile all get its error.
+    attempt: Mutex<Option<Attempt>>,
+}
+
+impl std::fmt::Debug for Slot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Slot")
+            .field("connected", &self.conn.get().is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 /// Restart-quarantine settings.
@@ -116,7 +128,8 @@ impl NodeConn {
     /// A connection to this node, waiting for the one being established if need be.
     ///
     /// The attempt runs in a spawned task, so a request that gives up (its node timeout ran
-    /// out) does not cancel it: the next request finds the connection ready.
+    /// out) does not cancel it: the next request finds the connection ready, or waits on the
+    /// same attempt.
     pub(crate) async fn get(self: &Arc<Self>) -> Result<Handle, RedisError> {
         let slot = self.slot.lock().expect("slot mutex poisoned").clone();
         if let Some((conn, info)) = slot.conn.get() {
@@ -131,16 +144,45 @@ impl NodeConn {
         Box::pin(self.wait_for_connection(slot)).await
     }
 
+    /// Waits for the connection attempt in flight, starting one if there is none. One attempt
+    /// serves every request that comes while it runs (a dead node sees one connection attempt,
+    /// not one per request).
     async fn wait_for_connection(self: &Arc<Self>, slot: Arc<Slot>) -> Result<Handle, RedisError> {
-        if !slot.connecting.swap(true, Ordering::AcqRel) {
-            let bg = slot.clone();
-            let node = self.clone();
-            tokio::spawn(async move {
-                let _ = bg.conn.get_or_try_init(|| node.connect()).await;
-                bg.connecting.store(false, Ordering::Release);
-            });
-        }
-        let (conn, info) = slot.conn.get_or_try_init(|| self.connect()).await?;
+        let attempt = {
+            let mut current = slot.attempt.lock().expect("attempt mutex poisoned");
+            current
+                .get_or_insert_with(|| {
+                    let (node, bg) = (self.clone(), slot.clone());
+                    let task = tokio::spawn(async move {
+                        match node.connect().await {
+                            Ok(conn) => {
+                                let _ = bg.conn.set(conn);
+                                Ok(())
+                            }
+                            Err(e) => {
+                                *bg.attempt.lock().expect("attempt mutex poisoned") = None;
+                                Err(e)
+                            }
+                        }
+                    });
+                    async move {
+                        task.await.unwrap_or_else(|_| {
+                            Err(RedisError::from(std::io::Error::other(
+                                "the connection attempt was cancelled (is the runtime shutting down?)",
+                            )))
+                        })
+                    }
+                    .boxed()
+                    .shared()
+                })
+                .clone()
+        };
+        attempt.await?;
+        let (conn, info) = slot.conn.get().ok_or_else(|| {
+            RedisError::from(std::io::Error::other(
+                "the connection was replaced while it was being established; try again",
+            ))
+        })?;
         Ok(Handle {
             conn: conn.clone(),
             info: info.clone(),

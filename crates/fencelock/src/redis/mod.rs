@@ -718,8 +718,18 @@ fn describe(e: &RedisError) -> String {
             None => code.to_string(),
         };
     }
-    if conn::is_broken(e) {
+    if e.is_timeout() {
+        // Requests have no driver timeout (the round's deadline bounds them), so this is the
+        // connection set-up running out of its connect timeout.
+        return "no answer while connecting, within the connect timeout (is the node hung or \
+                overloaded? if it is only slow, raise the connect timeout)"
+            .to_string();
+    }
+    if e.is_connection_dropped() {
         return "connection lost".to_string();
+    }
+    if e.is_io_error() {
+        return format!("I/O error: {e}");
     }
     format!("{:?}: {}", e.kind(), e.detail().unwrap_or("no detail"))
 }
