@@ -465,9 +465,8 @@ impl Client {
             }
         };
         let resource = keys[0].as_str();
-        // A lock taken in line leaves the line with its release.
         let line = match wait {
-            Wait::InLine(t) => Some(Arc::<str>::from(t.id.as_str())),
+            Wait::InLine(ticket) => Some(ticket),
             _ => None,
         };
         let token = OwnerToken::generate().map_err(|e| {
@@ -540,7 +539,8 @@ impl Client {
         Ok(Lock::new(
             self.clone(),
             keys.clone(),
-            Held::Redis(token, line),
+            // A lock taken in line leaves the line with its release.
+            Held::Redis(token, line.map(|t| Arc::from(t.id.as_str()))),
             fencing_token,
             deadline,
             votes,

@@ -74,6 +74,13 @@ impl Ticket {
     }
 }
 
+/// How long a line, and a key's wait mark, outlive the last registration that renewed them:
+/// four leases. A line nobody renews goes away by itself; tickets keep their order if it is
+/// rebuilt.
+pub(crate) fn keep(lease: Duration) -> Duration {
+    lease * 4
+}
+
 /// How long a waiter's registration lasts: three of its longest waits between attempts (each
 /// attempt renews it) plus two node timeouts for the attempt itself, and at least 500 ms, so
 /// a live waiter never drops out on a loaded machine while a dead one blocks the line briefly.

@@ -164,7 +164,8 @@ impl RedisBackend {
                 .arg(ttl_ms)
                 .arg(&ticket.id)
                 .arg(ticket.order)
-                .arg(ticket.lease_ms());
+                .arg(ticket.lease_ms())
+                .arg(ttl_millis(queue::keep(ticket.lease)));
             let cmd = Arc::new(cmd);
             return self
                 .round(&self.all, node_timeout, true, true, move |mut conn| {
@@ -177,7 +178,7 @@ impl RedisBackend {
         }
         // A waiter that does not queue (several keys) marks the keys as waited for.
         let mark = match wait {
-            Wait::Marked(lease) => Some(lease * 4),
+            Wait::Marked(lease) => Some(queue::keep(lease)),
             _ => None,
         };
         let with_marks = |mut keys: Vec<String>, locks: &[String]| {

@@ -149,7 +149,7 @@ return {deleted, heard}
 /// fence counter, as [`ACQUIRE_FENCED`] does.
 /// It also renews the key's wait mark, which tells a release that someone waits.
 /// KEYS: lock, queue, leases, wait mark[, counter]. ARGV: owner token, ttl ms, waiter id, ticket,
-/// lease ms.
+/// lease ms, how long the line and the mark outlive the last registration (ms).
 /// Returns `{1, counter}` (counter '0' without fencing) or `{0, ''}`.
 pub(crate) static ACQUIRE_QUEUED: LazyLock<Script> =
     LazyLock::new(|| Script::new(ACQUIRE_QUEUED_LUA));
@@ -159,13 +159,13 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lease = tonumber(ARGV[5])
 if redis.call('zadd', KEYS[2], 'NX', ARGV[4], ARGV[3]) == 1 then
   -- A line nobody renews goes away by itself; tickets keep their order if it is rebuilt.
-  redis.call('pexpire', KEYS[2], 4 * lease)
+  redis.call('pexpire', KEYS[2], ARGV[6])
   redis.call('zadd', KEYS[3], now + lease, ARGV[3])
-  redis.call('pexpire', KEYS[3], 4 * lease)
+  redis.call('pexpire', KEYS[3], ARGV[6])
 else
   redis.call('zadd', KEYS[3], now + lease, ARGV[3])
 end
-redis.call('set', KEYS[4], '1', 'PX', 4 * lease)
+redis.call('set', KEYS[4], '1', 'PX', ARGV[6])
 if redis.call('exists', KEYS[1]) == 1 then return {0, ''} end
 -- Grant only to the first waiter whose lease is still running; drop the lapsed ahead of us.
 while true do
