@@ -129,9 +129,8 @@ impl FromStr for Mode {
             .into_iter()
             .find(|m| m.name() == s)
             .ok_or_else(|| {
-                format!(
-                    "unknown mode {s:?}; use single, redlock, redlock-fenced, redlock-quarantine or etcd"
-                )
+                let all: Vec<&str> = Mode::ALL.iter().map(|m| m.name()).collect();
+                format!("unknown mode {s:?}; use any of {}", all.join(","))
             })
     }
 }
