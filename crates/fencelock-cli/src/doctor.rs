@@ -158,7 +158,7 @@ fn node_count(n: usize, quorum: usize) -> Check {
             "1 node: a single-node lock",
             Some("fine for an efficiency lock (a cron job that should not run twice); for Redlock use 3 or 5 independent nodes"),
         )
-    } else if n % 2 == 0 {
+    } else if n.is_multiple_of(2) {
         check(
             "node count",
             None,
