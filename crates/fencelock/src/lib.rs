@@ -73,6 +73,7 @@
 //!   tokens.
 //! - `tls`: `rediss://` node URLs.
 #![warn(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod client;
 mod config;

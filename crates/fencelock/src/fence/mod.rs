@@ -130,6 +130,7 @@
 //!
 //! [`SqliteFence`]: crate::fence::SqliteFence
 //! [`PostgresFence`]: crate::fence::PostgresFence
+#![cfg_attr(docsrs, doc(cfg(any(feature = "sqlite", feature = "postgres"))))]
 
 use std::time::Duration;
 

@@ -59,6 +59,7 @@ use crate::error::{Error, Result};
 /// # }
 /// ```
 #[derive(Clone)]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub struct SqliteFence {
     shared: Arc<Shared>,
 }
