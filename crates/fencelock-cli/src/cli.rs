@@ -107,7 +107,14 @@ pub(crate) enum Command {
     /// /usr/share/bash-completion/completions/fencelock
     Completions(CompletionsArgs),
     /// Print the manual page (roff, generated from this command line): fencelock man | man -l -
-    Man,
+    Man(ManArgs),
+}
+
+/// `man`.
+#[derive(Debug, Args)]
+pub(crate) struct ManArgs {
+    /// A command's own page, with its options (e.g. fencelock man run): fencelock-run(1).
+    pub(crate) command: Option<String>,
 }
 
 /// `completions`.
@@ -121,8 +128,9 @@ pub(crate) struct CompletionsArgs {
 /// `run`.
 #[derive(Debug, Args)]
 pub(crate) struct RunArgs {
-    /// Wait at most this long for the lock (default: as long as another client holds it).
-    #[arg(long, short = 'w', env = "FENCELOCK_WAIT", value_name = "DURATION", value_parser = parse_duration, conflicts_with = "no_wait")]
+    /// Wait at most this long for the lock (default: $FENCELOCK_WAIT, else as long as another
+    /// client holds it). --no-wait overrides FENCELOCK_WAIT.
+    #[arg(long, short = 'w', value_name = "DURATION", value_parser = parse_duration, conflicts_with = "no_wait")]
     pub(crate) wait: Option<Duration>,
     /// Fail at once (exit 75, or -E's code) if another client holds the lock.
     #[arg(long, short = 'n')]

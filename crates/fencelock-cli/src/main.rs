@@ -122,7 +122,7 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
         }
         Command::Down => devset::down(global.json).await,
         Command::Completions(args) => Ok(manual::completions(args.shell)),
-        Command::Man => manual::man(),
+        Command::Man(args) => manual::man(args.command.as_deref()),
         Command::Demo(args) => demo::demo(global, args).await,
         Command::Bench(args) => bench::bench(global, args).await,
         Command::Doctor => {
@@ -168,7 +168,13 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
         }
         Command::Run(args) => {
             let settings = settings::resolve(global)?;
-            let wait = match (args.no_wait, args.wait) {
+            // FENCELOCK_WAIT is read here, not by clap, so that --no-wait overrides it instead
+            // of conflicting with it.
+            let wait = match (
+                args.no_wait,
+                args.wait
+                    .map_or_else(settings::wait_from_env, |w| Ok(Some(w)))?,
+            ) {
                 (true, _) => run::WaitMode::NoWait,
                 (false, Some(wait)) => run::WaitMode::Wait(wait),
                 (false, None) => run::WaitMode::Forever,

@@ -17,17 +17,31 @@ pub(crate) fn completions(shell: clap_complete::Shell) -> u8 {
     exit::OK
 }
 
-/// Prints the manual page as roff (`fencelock man | man -l -`).
+/// Prints the manual page as roff (`fencelock man | man -l -`): fencelock(1), or with a
+/// command's name its own page, fencelock-run(1).
 ///
 /// # Errors
 ///
-/// An internal [`Failure`] if the page cannot be rendered.
-pub(crate) fn man() -> anyhow::Result<u8> {
-    let mut page = Vec::new();
-    clap_mangen::Man::new(Cli::command())
-        .render(&mut page)
+/// A usage [`Failure`] for an unknown command; an internal one if the page cannot be rendered.
+pub(crate) fn man(command: Option<&str>) -> anyhow::Result<u8> {
+    let mut cli = Cli::command();
+    // Names the subcommands fencelock-run etc. and hands them the global options.
+    cli.build();
+    let page = match command {
+        None => cli,
+        Some(name) => cli.find_subcommand(name).cloned().ok_or_else(|| {
+            let names: Vec<&str> = cli.get_subcommands().map(|c| c.get_name()).collect();
+            Failure::usage(format!(
+                "no command {name:?}; the pages are: fencelock man, or fencelock man COMMAND for one of {}",
+                names.join(", ")
+            ))
+        })?,
+    };
+    let mut roff = Vec::new();
+    clap_mangen::Man::new(page)
+        .render(&mut roff)
         .map_err(|e| Failure::internal(format!("cannot render the manual page: {e}")))?;
-    write_out(&page);
+    write_out(&roff);
     Ok(exit::OK)
 }
 

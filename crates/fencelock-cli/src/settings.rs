@@ -215,6 +215,20 @@ fn check_ttl(ttl: Duration, global: &Global, file: Option<&Path>) -> Result<(), 
     )))
 }
 
+/// `FENCELOCK_WAIT`, for `run` (`acquire` has clap read it).
+///
+/// # Errors
+///
+/// A usage [`Failure`] if it is set but not a duration.
+pub(crate) fn wait_from_env() -> Result<Option<Duration>, Failure> {
+    match std::env::var("FENCELOCK_WAIT") {
+        Ok(text) if !text.trim().is_empty() => parse_duration(&text)
+            .map(Some)
+            .map_err(|e| Failure::usage(format!("FENCELOCK_WAIT={text:?}: {e}"))),
+        _ => Ok(None),
+    }
+}
+
 fn clean_list(list: &[String]) -> Vec<String> {
     list.iter()
         .map(|s| s.trim().to_owned())

@@ -109,7 +109,7 @@ fn completions_and_the_man_page_name_every_subcommand() {
         ] {
             assert!(script.contains(sub), "{shell} completions lack {sub}");
         }
-        assert!(script.contains("--conflict-exit-code"), "{shell}");
+        assert!(script.contains("conflict-exit-code"), "{shell}");
     }
     let out = output(fencelock(home.path()).arg("man"));
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -121,6 +121,18 @@ fn completions_and_the_man_page_name_every_subcommand() {
     for sub in ["run", "acquire", "inspect", "doctor", "FENCELOCK_TTL"] {
         assert!(page.contains(sub), "the man page lacks {sub}");
     }
+    let out = output(fencelock(home.path()).args(["man", "run"]));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let page = text(&out.stdout);
+    assert!(page.contains(".TH fencelock-run"), "{page}");
+    assert!(page.contains("conflict\\-exit\\-code"), "{page}");
+    let out = output(fencelock(home.path()).args(["man", "nope"]));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("acquire"),
+        "{}",
+        text(&out.stderr)
+    );
 }
 
 #[test]
