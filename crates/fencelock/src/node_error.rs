@@ -19,8 +19,8 @@ pub enum FailureCause {
     NoPermission,
     /// The node is a read-only replica (`READONLY`): Redlock needs primaries.
     ReadOnly,
-    /// The node is out of memory and refuses writes (`OOM`: `maxmemory` reached under the
-    /// `noeviction` policy).
+    /// The node is out of memory and refuses writes (`OOM`: `maxmemory` reached and nothing its
+    /// policy may evict, as under `noeviction`).
     OutOfMemory,
     /// The node is still loading its dataset into memory (`LOADING`); it answers once loaded.
     Loading,
@@ -116,7 +116,7 @@ impl fmt::Display for NodeError {
             }
             FailureCause::ReadOnly => f.write_str("the node is a read-only replica (READONLY)"),
             FailureCause::OutOfMemory => f.write_str(
-                "the node is out of memory and refuses writes (OOM: maxmemory reached, policy noeviction)",
+                "the node is out of memory and refuses writes (OOM: used memory above maxmemory and nothing it may evict)",
             ),
             FailureCause::Loading => {
                 f.write_str("the node is still loading its dataset into memory (LOADING)")
