@@ -88,7 +88,7 @@ impl Settings {
 /// without it every command would spend part of its first per-node timeout connecting.
 async fn warm_up(client: &fencelock::Client) {
     let votes = client.connect().await;
-    tracing::debug!(%votes, "connected");
+    tracing::info!(%votes, "connected");
 }
 
 /// The config file's keys. Unknown keys are refused so that a typo does not pass silently.
@@ -180,6 +180,14 @@ pub(crate) fn resolve(global: &Global) -> Result<Settings, Failure> {
     } else {
         None
     };
+    tracing::info!(
+        nodes = nodes.len(),
+        from = %source,
+        ?ttl,
+        ?node_timeout,
+        ?quarantine,
+        "settings resolved"
+    );
     Ok(Settings {
         nodes,
         source,

@@ -309,6 +309,14 @@ fn verbose_and_rust_log_show_the_librarys_events() {
         text(&quiet.stderr)
     );
 
+    let info = output(on(home.path(), &node).args(["-v", "acquire", "v"]));
+    let log = text(&info.stderr);
+    assert!(
+        log.contains("INFO") && log.contains("settings resolved") && log.contains("connected"),
+        "{log}"
+    );
+    assert!(!log.contains("DEBUG"), "{log}");
+
     let verbose = output(on(home.path(), &node).args(["-vv", "acquire", "b"]));
     assert!(verbose.status.success(), "{}", text(&verbose.stderr));
     let log = text(&verbose.stderr);
