@@ -142,6 +142,7 @@ pub(crate) async fn bench(global: &Global, args: BenchArgs) -> anyhow::Result<u8
             fencing: false,
             // Fresh nodes never granted a lock they could have forgotten.
             quarantine: Some(false),
+            long_ttl: global.allow_long_ttl,
         },
         None => settings::resolve(global)?,
     };

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::exit::HELP_TABLE;
+use crate::exit::{HELP_TABLE, NOT_ACQUIRED};
 
 /// Run a command under a distributed lock held on a set of Redis nodes (Redlock), inspect locks,
 /// check a node set for the known mistakes, and start local development nodes.
@@ -29,16 +29,24 @@ pub(crate) struct Global {
 
     /// A TOML config file (keys: nodes, ttl, node_timeout, drift_factor, fencing, quarantine).
     /// Default: $FENCELOCK_CONFIG, else $XDG_CONFIG_HOME/fencelock/config.toml if it exists.
+    /// Each setting comes from its flag, else its environment variable, else this file, else
+    /// the default.
     #[arg(long, global = true, value_name = "FILE")]
     pub(crate) config: Option<PathBuf>,
 
-    /// Time to live of the lock keys (default 10s, or the config file's).
-    #[arg(long, global = true, value_name = "DURATION", value_parser = parse_duration)]
+    /// Time to live of the lock keys (default 10s, or the config file's). At most a day unless
+    /// --allow-long-ttl.
+    #[arg(long, global = true, env = "FENCELOCK_TTL", value_name = "DURATION", value_parser = parse_duration)]
     pub(crate) ttl: Option<Duration>,
+
+    /// Accept a TTL above a day (up to etcd's largest lease, about 285 years). Without it such a
+    /// TTL is refused: if the holder dies, nobody can take the lock for that long.
+    #[arg(long, global = true, env = "FENCELOCK_ALLOW_LONG_TTL")]
+    pub(crate) allow_long_ttl: bool,
 
     /// Per-node timeout of each request (default 50ms, or the config file's). Keep it far below
     /// the TTL so that a dead node cannot eat the validity.
-    #[arg(long, global = true, value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, global = true, env = "FENCELOCK_NODE_TIMEOUT", value_name = "DURATION", value_parser = parse_duration)]
     pub(crate) node_timeout: Option<Duration>,
 
     /// Count nodes that restarted less than a TTL ago toward the quorum at once. By default
@@ -51,6 +59,11 @@ pub(crate) struct Global {
     /// Print machine-readable JSON on stdout instead of the human form.
     #[arg(long, global = true)]
     pub(crate) json: bool,
+
+    /// Log more on stderr: -v info, -vv debug, -vvv trace (warnings are always shown). Without
+    /// -v, RUST_LOG sets the filter (e.g. RUST_LOG=fencelock=debug).
+    #[arg(long, short = 'v', global = true, action = clap::ArgAction::Count)]
+    pub(crate) verbose: u8,
 }
 
 /// The commands.
@@ -90,17 +103,42 @@ pub(crate) enum Command {
     /// Measure acquire/release throughput and latency (seq, par, contended, held), with
     /// --raw beside a hand-written redis-rs baseline; --local N starts its own nodes.
     Bench(crate::bench::BenchArgs),
+    /// Print a shell completion script, e.g. fencelock completions bash >
+    /// /usr/share/bash-completion/completions/fencelock
+    Completions(CompletionsArgs),
+    /// Print the manual page (roff, generated from this command line): fencelock man | man -l -
+    Man(ManArgs),
+}
+
+/// `man`.
+#[derive(Debug, Args)]
+pub(crate) struct ManArgs {
+    /// A command's own page, with its options (e.g. fencelock man run): fencelock-run(1).
+    pub(crate) command: Option<String>,
+}
+
+/// `completions`.
+#[derive(Debug, Args)]
+pub(crate) struct CompletionsArgs {
+    /// The shell.
+    #[arg(value_enum)]
+    pub(crate) shell: clap_complete::Shell,
 }
 
 /// `run`.
 #[derive(Debug, Args)]
 pub(crate) struct RunArgs {
-    /// Wait at most this long for the lock (default: as long as another client holds it).
+    /// Wait at most this long for the lock (default: $FENCELOCK_WAIT, else as long as another
+    /// client holds it). --no-wait overrides FENCELOCK_WAIT.
     #[arg(long, short = 'w', value_name = "DURATION", value_parser = parse_duration, conflicts_with = "no_wait")]
     pub(crate) wait: Option<Duration>,
-    /// Fail at once (exit 75) if another client holds the lock.
+    /// Fail at once (exit 75, or -E's code) if another client holds the lock.
     #[arg(long, short = 'n')]
     pub(crate) no_wait: bool,
+    /// The exit code when the lock is not acquired: held by another client with --no-wait, or
+    /// --wait ran out (flock(1)'s -E). Pick one the command itself does not use.
+    #[arg(long, short = 'E', value_name = "CODE", default_value_t = NOT_ACQUIRED)]
+    pub(crate) conflict_exit_code: u8,
     /// Take a fencing token and pass it to the command as FENCELOCK_TOKEN.
     #[arg(long)]
     pub(crate) fencing: bool,
@@ -124,7 +162,7 @@ pub(crate) struct RunArgs {
 #[derive(Debug, Args)]
 pub(crate) struct AcquireArgs {
     /// Wait at most this long for the lock (default: fail at once if it is held).
-    #[arg(long, short = 'w', value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, short = 'w', env = "FENCELOCK_WAIT", value_name = "DURATION", value_parser = parse_duration)]
     pub(crate) wait: Option<Duration>,
     /// Also take a fencing token.
     #[arg(long)]
@@ -215,5 +253,23 @@ mod tests {
         assert_eq!(args.resource, "job");
         assert_eq!(args.command, ["sh", "-c", "echo hi"]);
         assert!(args.no_wait);
+        assert_eq!(args.conflict_exit_code, NOT_ACQUIRED);
+    }
+
+    #[test]
+    fn run_takes_flocks_conflict_exit_code() {
+        let cli =
+            Cli::try_parse_from(["fencelock", "run", "-n", "-E", "3", "job", "true"]).unwrap();
+        let Command::Run(args) = cli.command else {
+            panic!("not run")
+        };
+        assert_eq!(args.conflict_exit_code, 3);
+        assert!(Cli::try_parse_from(["fencelock", "run", "-E", "256", "job", "true"]).is_err());
+    }
+
+    #[test]
+    fn verbose_counts() {
+        let cli = Cli::try_parse_from(["fencelock", "-vv", "doctor"]).unwrap();
+        assert_eq!(cli.global.verbose, 2);
     }
 }

@@ -23,6 +23,9 @@ pub(crate) const NOT_ACQUIRED: u8 = 75;
 /// The lock was lost while `run`'s command ran (the command was stopped), or `extend`/`release`
 /// was given a token that does not hold the lock (wrong token, or it expired).
 pub(crate) const LOST: u8 = 76;
+/// The nodes refuse this configuration: a wrong or missing password in the node URLs, or an ACL
+/// user without the permissions fencelock needs (`EX_CONFIG`). Retrying cannot help.
+pub(crate) const CONFIG: u8 = 78;
 /// `run`: the command was found but could not be executed.
 pub(crate) const CANNOT_EXECUTE: u8 = 126;
 /// `run`: the command was not found.
@@ -37,8 +40,11 @@ Exit codes:
          resource's key holds data that is not a lock (a list, a hash...)
     69   nodes unavailable: too many nodes failed or timed out for a quorum
     70   internal error of fencelock (I/O, an unexpected answer from a node)
-    75   not acquired: the lock is held by another client (--no-wait, or --wait ran out)
+    75   not acquired: the lock is held by another client (--no-wait, or --wait ran out);
+         run -E N exits with N instead
     76   lock lost (run stopped the command), or extend/release with a token that does not hold the lock
+    78   configuration: the nodes refuse the URL's password (wrong or missing), or its ACL user
+         lacks permissions; retrying cannot help
     126  run: the command could not be executed
     127  run: the command was not found
     128+N run: the command was killed by signal N; demo: interrupted by signal N";
@@ -80,6 +86,9 @@ impl std::error::Error for Failure {}
 /// The exit code for a library error.
 pub(crate) fn code_for(err: &fencelock::Error) -> u8 {
     use fencelock::ErrorKind;
+    if err.kind() != ErrorKind::InvalidConfig && err.needs_config_change() {
+        return CONFIG;
+    }
     match err.kind() {
         ErrorKind::Contention => NOT_ACQUIRED,
         ErrorKind::Unavailable | ErrorKind::TooSlow => UNAVAILABLE,
@@ -93,6 +102,15 @@ pub(crate) fn code_for(err: &fencelock::Error) -> u8 {
             _ => NOT_ACQUIRED,
         },
         _ => INTERNAL,
+    }
+}
+
+/// `run -E CODE`: the failure "not acquired" ends with `code` instead of 75.
+pub(crate) fn on_not_acquired(err: anyhow::Error, code: u8) -> anyhow::Error {
+    match err.downcast::<Failure>() {
+        Ok(failure) if failure.code == NOT_ACQUIRED => Failure::new(code, failure.message).into(),
+        Ok(failure) => failure.into(),
+        Err(other) => other,
     }
 }
 

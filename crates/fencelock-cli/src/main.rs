@@ -13,6 +13,9 @@
 //! - `devset`: `up` and `down`; `demo`: the article's story on nodes of its own.
 //! - `bench`: throughput and latency beside a raw redis-rs baseline.
 //! - `node`: bounded connections to single nodes; `spinner`; `exit`: exit codes.
+//! - `manual`: `completions` and `man`, generated from the clap definition; `logging`: the
+//!   tracing subscriber behind `-v` and `RUST_LOG`.
+//! - The print macros below shadow std's in every module, so that no write can panic.
 //!
 //! # Exit codes
 //!
@@ -23,8 +26,9 @@
 //! | 2 | usage: a bad argument, node URL or config file, no nodes configured, or the resource's key holds data that is not a lock |
 //! | 69 | nodes unavailable: too many nodes failed or timed out for a quorum |
 //! | 70 | internal error of fencelock (I/O, an unexpected answer from a node) |
-//! | 75 | not acquired: the lock is held by another client (`--no-wait`, or `--wait` ran out) |
+//! | 75 | not acquired: the lock is held by another client (`--no-wait`, or `--wait` ran out); `run -E N` makes it N |
 //! | 76 | lock lost (`run` stopped the command), or `extend`/`release` with a token that does not hold the lock |
+//! | 78 | configuration: the nodes refuse the URL's password (wrong or missing) or its ACL user lacks permissions |
 //! | 126 | `run`: the command could not be executed |
 //! | 127 | `run`: the command was not found |
 //! | 128+N | `run`: the command was killed by signal N; `demo`: interrupted by signal N |
@@ -36,6 +40,30 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+// Every line fencelock prints goes through these, which shadow std's macros in every module
+// declared below them (macro_rules! scope is textual): a write to a closed stdout or stderr
+// (`fencelock ... 2>&1 | head -c 100`) is dropped instead of panicking as std's do (exit 101).
+// Dying of the write (SIGPIPE) is no option either: `run` must go on supervising its command
+// when nobody reads what it says.
+macro_rules! println {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+macro_rules! print {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stdout(), $($arg)*);
+    }};
+}
+macro_rules! eprintln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 mod bench;
 mod cli;
 mod demo;
@@ -44,6 +72,8 @@ mod doctor;
 mod exit;
 mod inspect;
 mod lockcmds;
+mod logging;
+mod manual;
 mod node;
 mod run;
 mod settings;
@@ -55,6 +85,7 @@ use crate::exit::Failure;
 fn main() -> ExitCode {
     // clap prints its own usage errors and exits with 2, and 0 for --help and --version.
     let cli = Cli::parse();
+    logging::install(cli.global.verbose);
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -90,6 +121,8 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
             devset::up(count, args.port_base, global.json).await
         }
         Command::Down => devset::down(global.json).await,
+        Command::Completions(args) => Ok(manual::completions(args.shell)),
+        Command::Man(args) => manual::man(args.command.as_deref()),
         Command::Demo(args) => demo::demo(global, args).await,
         Command::Bench(args) => bench::bench(global, args).await,
         Command::Doctor => {
@@ -135,7 +168,13 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
         }
         Command::Run(args) => {
             let settings = settings::resolve(global)?;
-            let wait = match (args.no_wait, args.wait) {
+            // FENCELOCK_WAIT is read here, not by clap, so that --no-wait overrides it instead
+            // of conflicting with it.
+            let wait = match (
+                args.no_wait,
+                args.wait
+                    .map_or_else(settings::wait_from_env, |w| Ok(Some(w)))?,
+            ) {
                 (true, _) => run::WaitMode::NoWait,
                 (false, Some(wait)) => run::WaitMode::Wait(wait),
                 (false, None) => run::WaitMode::Forever,
@@ -147,7 +186,9 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
                 fencing: args.fencing,
                 grace: args.grace,
             };
-            run::run(&settings, plan).await
+            run::run(&settings, plan)
+                .await
+                .map_err(|err| exit::on_not_acquired(err, args.conflict_exit_code))
         }
     }
 }

@@ -117,14 +117,14 @@ impl Conn {
     }
 }
 
-/// One line for a redis error, without the crate's debug noise.
+/// One line for a redis error: the library's description, the one the lock commands' votes
+/// use (a wrong password, an ACL refusal, a replica... named as such).
 pub(crate) fn describe(err: &redis::RedisError) -> String {
-    if err.is_connection_refusal() {
-        "connection refused (is redis-server running on that port?)".to_owned()
-    } else if err.is_timeout() {
+    if err.is_timeout() {
+        // Here a request's own timeout, not only the connection's (the library's words).
         "timed out".to_owned()
     } else {
-        err.to_string()
+        fencelock::NodeError::from_driver_error(err).to_string()
     }
 }
 

@@ -1,5 +1,9 @@
 //! Where the nodes and the lock settings come from: `--nodes`, else `FENCELOCK_NODES`, else a
 //! config file, else the dev set of `fencelock up`.
+//!
+//! Every setting is resolved once, here, in one order: its flag, else its environment variable
+//! (`FENCELOCK_TTL`, `FENCELOCK_NODE_TIMEOUT`, read by clap into the same field as the flag),
+//! else the config file, else the default.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -46,6 +50,8 @@ pub(crate) struct Settings {
     pub(crate) fencing: bool,
     /// Restart quarantine; `None` leaves the library's default.
     pub(crate) quarantine: Option<bool>,
+    /// `--allow-long-ttl`: a TTL above a day was asked for explicitly.
+    pub(crate) long_ttl: bool,
 }
 
 impl Settings {
@@ -54,7 +60,8 @@ impl Settings {
         let mut config = fencelock::Config::new(&self.nodes)
             .with_ttl(self.ttl)
             .with_node_timeout(self.node_timeout)
-            .with_fencing(fencing || self.fencing);
+            .with_fencing(fencing || self.fencing)
+            .with_long_ttl(self.long_ttl);
         if let Some(drift) = self.drift_factor {
             config = config.with_drift_factor(drift);
         }
@@ -81,7 +88,7 @@ impl Settings {
 /// without it every command would spend part of its first per-node timeout connecting.
 async fn warm_up(client: &fencelock::Client) {
     let votes = client.connect().await;
-    tracing::debug!(%votes, "connected");
+    tracing::info!(%votes, "connected");
 }
 
 /// The config file's keys. Unknown keys are refused so that a typo does not pass silently.
@@ -122,6 +129,7 @@ pub(crate) fn resolve(global: &Global) -> Result<Settings, Failure> {
         Some(ttl) => ttl,
         None => duration("ttl", &file.ttl, &file_path)?.unwrap_or(DEFAULT_TTL),
     };
+    check_ttl(ttl, global, file_path.as_deref())?;
     let node_timeout = match global.node_timeout {
         Some(t) => t,
         None => duration("node_timeout", &file.node_timeout, &file_path)?
@@ -172,6 +180,14 @@ pub(crate) fn resolve(global: &Global) -> Result<Settings, Failure> {
     } else {
         None
     };
+    tracing::info!(
+        nodes = nodes.len(),
+        from = %source,
+        ?ttl,
+        ?node_timeout,
+        ?quarantine,
+        "settings resolved"
+    );
     Ok(Settings {
         nodes,
         source,
@@ -180,7 +196,45 @@ pub(crate) fn resolve(global: &Global) -> Result<Settings, Failure> {
         drift_factor: file.drift_factor,
         fencing: file.fencing.unwrap_or(false),
         quarantine,
+        long_ttl: global.allow_long_ttl,
     })
+}
+
+/// Refuses a TTL above a day unless `--allow-long-ttl`, in the command line's words (the
+/// library refuses it too, naming its setter).
+fn check_ttl(ttl: Duration, global: &Global, file: Option<&Path>) -> Result<(), Failure> {
+    let limit = fencelock::Config::LONG_TTL;
+    if ttl <= limit || (global.allow_long_ttl && ttl <= fencelock::Config::MAX_TTL) {
+        return Ok(());
+    }
+    let from = match (global.ttl, file) {
+        (Some(_), _) => "--ttl or FENCELOCK_TTL".to_owned(),
+        (None, Some(path)) => format!("config file {}", path.display()),
+        (None, None) => "the default".to_owned(),
+    };
+    let shown = humantime::format_duration(ttl);
+    if ttl > fencelock::Config::MAX_TTL {
+        return Err(Failure::usage(format!(
+            "TTL {shown} (from {from}) is longer than any backend keeps a key (about 285 years, etcd's largest lease); use seconds to minutes: `run` extends the lock while the command works"
+        )));
+    }
+    Err(Failure::usage(format!(
+        "TTL {shown} (from {from}) is longer than a day: if the holder dies, nobody can take the lock for that long (only deleting its keys clears it). Use seconds to minutes (`run` extends the lock while the command works), or pass --allow-long-ttl if you mean it"
+    )))
+}
+
+/// `FENCELOCK_WAIT`, for `run` (`acquire` has clap read it).
+///
+/// # Errors
+///
+/// A usage [`Failure`] if it is set but not a duration.
+pub(crate) fn wait_from_env() -> Result<Option<Duration>, Failure> {
+    match std::env::var("FENCELOCK_WAIT") {
+        Ok(text) if !text.trim().is_empty() => parse_duration(&text)
+            .map(Some)
+            .map_err(|e| Failure::usage(format!("FENCELOCK_WAIT={text:?}: {e}"))),
+        _ => Ok(None),
+    }
 }
 
 fn clean_list(list: &[String]) -> Vec<String> {

@@ -120,11 +120,12 @@ impl RedisNode {
         self.process
             .spawn(&mut self.command(), "apt-get install redis-server")?;
         let port = self.port;
+        let loading_is_ready = self.options.ready_while_loading;
         let ready = self.process.wait_ready(START_TIMEOUT, || {
-            matches!(
-                resp::command(port, &[b"PING"], Duration::from_secs(1)).and_then(|r| r.render()),
-                Ok(pong) if pong == "PONG"
-            )
+            match resp::command(port, &[b"PING"], Duration::from_secs(1)).and_then(|r| r.render()) {
+                Ok(pong) => pong == "PONG",
+                Err(e) => loading_is_ready && e.to_string().contains("LOADING"),
+            }
         });
         if ready.is_err() {
             let _ = self.process.kill();

@@ -23,6 +23,7 @@ pub struct RedisOptions {
     pub(crate) replica_of: Option<u16>,
     pub(crate) clock_shift: bool,
     pub(crate) extra_args: Vec<String>,
+    pub(crate) ready_while_loading: bool,
 }
 
 impl RedisOptions {
@@ -61,6 +62,14 @@ impl RedisOptions {
     /// can move its wall clock.
     pub fn clock_shift(mut self, enabled: bool) -> RedisOptions {
         self.clock_shift = enabled;
+        self
+    }
+
+    /// Counts the node as started once it answers at all, even with `LOADING` while it loads a
+    /// dataset (with `--key-load-delay`, to test how clients see a loading node). Default: it
+    /// counts as started when it answers `PING` with `PONG`.
+    pub fn ready_while_loading(mut self, enabled: bool) -> RedisOptions {
+        self.ready_while_loading = enabled;
         self
     }
 

@@ -33,6 +33,7 @@ pub struct Config {
     retry: RetryPolicy,
     fencing: bool,
     quarantine: Option<bool>,
+    long_ttl: bool,
 }
 
 impl Config {
@@ -48,6 +49,13 @@ impl Config {
     pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
     /// Default fixed drift allowance, added to `ttl * drift_factor`.
     pub const DEFAULT_DRIFT_FIXED: Duration = Duration::from_millis(2);
+    /// The longest TTL accepted without [`with_long_ttl`](Config::with_long_ttl): a day. A lock
+    /// whose holder dies stays taken for its TTL, so a TTL no lease needs is a stuck lock that
+    /// only a DEL clears; long work keeps a short TTL and extends it.
+    pub const LONG_TTL: Duration = Duration::from_secs(24 * 60 * 60);
+    /// The longest TTL accepted at all: etcd's largest lease (9,000,000,000 s, about 285
+    /// years). Redis accepts more, but no lock needs it.
+    pub const MAX_TTL: Duration = Duration::from_secs(9_000_000_000);
 
     /// A configuration for the given node URLs, with default settings.
     pub fn new<I, S>(nodes: I) -> Config
@@ -65,6 +73,7 @@ impl Config {
             retry: RetryPolicy::new(),
             fencing: false,
             quarantine: None,
+            long_ttl: false,
         }
     }
 
@@ -118,6 +127,14 @@ impl Config {
     /// for Redlock (several nodes), off for a single node.
     pub fn with_quarantine(mut self, on: bool) -> Config {
         self.quarantine = Some(on);
+        self
+    }
+
+    /// Accepts a TTL above [`Config::LONG_TTL`] (a day), up to [`Config::MAX_TTL`]. Default: off,
+    /// so that a typo such as `1000y` for `1000s` is refused rather than leaving a lock that
+    /// nobody can take for a thousand years if its holder dies.
+    pub fn with_long_ttl(mut self, allow: bool) -> Config {
+        self.long_ttl = allow;
         self
     }
 
@@ -215,6 +232,7 @@ impl Config {
                 "it is below 1 ms (Redis PX has millisecond resolution)",
             ));
         }
+        self.check_ttl_bound()?;
         let drift = self.drift();
         if validity::validity(self.ttl, self.node_timeout, drift).is_none() {
             return Err(Error::config(
@@ -226,6 +244,32 @@ impl Config {
             ));
         }
         Ok(nodes)
+    }
+}
+
+impl Config {
+    /// Refuses a TTL no lease needs, unless it was asked for explicitly.
+    fn check_ttl_bound(&self) -> Result<(), Error> {
+        if self.ttl > Self::MAX_TTL {
+            return Err(Error::config(
+                "ttl",
+                format!(
+                    "{:?} is longer than any backend keeps a key ({:?}, etcd's largest lease); use seconds to minutes and extend the lock while working",
+                    self.ttl,
+                    Self::MAX_TTL
+                ),
+            ));
+        }
+        if self.ttl > Self::LONG_TTL && !self.long_ttl {
+            return Err(Error::config(
+                "ttl",
+                format!(
+                    "{:?} is longer than a day: if the holder dies, nobody can take the lock for that long (only a DEL of its keys clears it); use seconds to minutes and extend the lock while working, or allow it explicitly with Config::with_long_ttl(true)",
+                    self.ttl
+                ),
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -250,6 +294,7 @@ impl std::fmt::Debug for Config {
             .field("retry", &self.retry)
             .field("fencing", &self.fencing)
             .field("quarantine", &self.quarantine())
+            .field("long_ttl", &self.long_ttl)
             .finish()
     }
 }
@@ -273,6 +318,31 @@ mod tests {
         assert!(err(Config::new(["nope"])).contains("no scheme"));
         assert!(err(Config::new(["redis://h:1", "etcd://h:2"])).contains("mixed"));
         assert!(err(Config::new(["redis://h:1"]).with_drift_factor(2.0)).contains("drift"));
+    }
+
+    #[test]
+    fn a_ttl_no_lease_needs_is_refused_unless_asked_for() {
+        let one = || Config::new(["redis://h:1"]);
+        let year = Duration::from_secs(365 * 24 * 3600);
+        let e = err(one().with_ttl(year));
+        assert!(
+            e.starts_with("invalid ttl: ") && e.contains("with_long_ttl"),
+            "{e}"
+        );
+        assert!(one().with_ttl(Config::LONG_TTL).validate().is_ok());
+        let a_day_and_a_second = Config::LONG_TTL + Duration::from_secs(1);
+        assert!(err(one().with_ttl(a_day_and_a_second)).contains("longer than a day"));
+        // Past etcd's largest lease, not even on request.
+        let e = err(one().with_ttl(year * 1000).with_long_ttl(true));
+        assert!(e.contains("etcd's largest lease"), "{e}");
+        assert!(err(one().with_ttl(year * 1000)).contains("etcd's largest lease"));
+        let week = Duration::from_secs(7 * 24 * 3600);
+        assert!(one().with_ttl(week).with_long_ttl(true).validate().is_ok());
+        assert!(one()
+            .with_ttl(Config::MAX_TTL)
+            .with_long_ttl(true)
+            .validate()
+            .is_ok());
     }
 
     #[test]

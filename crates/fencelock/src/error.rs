@@ -113,12 +113,29 @@ impl Error {
         }
     }
 
-    /// Whether trying again later may succeed (contention, unavailability, slowness).
+    /// Whether trying again later may succeed (contention, unavailability, slowness), that is
+    /// unless [`needs_config_change`](Error::needs_config_change).
     pub fn is_retryable(&self) -> bool {
         matches!(
             self.kind(),
             ErrorKind::Contention | ErrorKind::Unavailable | ErrorKind::TooSlow
-        )
+        ) && !self.needs_config_change()
+    }
+
+    /// Whether only a change of configuration can fix this: an invalid configuration, or so
+    /// many nodes refused this client's credentials or ACL user
+    /// ([`NodeError::needs_config_change`](crate::NodeError::needs_config_change)) that no
+    /// quorum is possible however often it retries.
+    pub fn needs_config_change(&self) -> bool {
+        match self {
+            Error::InvalidConfig { .. } => true,
+            Error::Unavailable { votes, .. } => {
+                let n = votes.0.len();
+                n > 0 && n - crate::node_error::misconfigured(votes) < crate::quorum::quorum(n)
+            }
+            Error::Timeout { last, .. } => last.needs_config_change(),
+            _ => false,
+        }
     }
 
     /// The per-node answers behind this error, if it came from a round of requests.
@@ -158,20 +175,24 @@ impl fmt::Display for Error {
                 votes.held_by_other()
             ),
             Error::Unavailable { resource, votes } => {
-                let excluded = votes
-                    .iter()
-                    .filter(|v| matches!(v.outcome, crate::vote::VoteOutcome::Excluded(_)))
-                    .count();
-                let hint = if excluded > 0 {
-                    "restarted nodes count again once a TTL has passed since their restart (restart quarantine); persist with appendfsync always to skip it"
-                } else {
-                    "check that the nodes are up and reachable, or raise the per-node timeout"
-                };
+                // One line for the same failure on every node, rather than one per node.
+                if let Some(same) = crate::node_error::all_same(votes) {
+                    let hint = same.hint();
+                    return match votes.0.as_slice() {
+                        [one] => write!(f, "lock {resource:?}: {same} on {}; {hint}", one.node),
+                        all => write!(
+                            f,
+                            "lock {resource:?}: {same} on all {} nodes; {hint}",
+                            all.len()
+                        ),
+                    };
+                }
                 write!(
                     f,
-                    "lock {resource:?}: {} of {} node(s) failed, timed out or are excluded, too many for a quorum ({votes}); {hint}",
+                    "lock {resource:?}: {} of {} node(s) failed, timed out or are excluded, too many for a quorum ({votes}); {}",
                     votes.failed(),
-                    votes.0.len()
+                    votes.0.len(),
+                    crate::node_error::advice(votes)
                 )
             }
             Error::TooSlow { resource, votes } => write!(

@@ -16,8 +16,9 @@ pub enum VoteOutcome {
     NotHeld,
     /// The node did not answer within the per-node timeout.
     TimedOut,
-    /// The node answered with an error, or could not be reached. The text never holds secrets.
-    Failed(String),
+    /// The node answered with an error, or could not be reached: why, with its cause. The text
+    /// never holds secrets.
+    Failed(crate::node_error::NodeError),
     /// The node had not answered yet when the round's outcome was decided (its request finishes
     /// in the background).
     Pending,

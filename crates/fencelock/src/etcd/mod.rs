@@ -121,7 +121,7 @@ struct Fail {
 impl Fail {
     fn failed(why: impl Into<String>) -> Fail {
         Fail {
-            outcome: VoteOutcome::Failed(why.into()),
+            outcome: VoteOutcome::Failed(crate::node_error::NodeError::other(why)),
             lease_gone: false,
         }
     }
@@ -663,7 +663,7 @@ impl Cluster {
         let revision = u64::try_from(entry.revision).map_err(|_| Error::Unavailable {
             resource: resource.to_string(),
             votes: self.votes(
-                VoteOutcome::Failed(format!("negative revision {}", entry.revision)),
+                VoteOutcome::Failed(format!("negative revision {}", entry.revision).into()),
                 started.elapsed(),
             ),
         })?;

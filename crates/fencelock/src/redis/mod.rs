@@ -5,6 +5,7 @@
 //! refused for one); the requests still in flight finish in a background task.
 
 mod conn;
+mod describe;
 pub(crate) mod extender;
 mod inflight;
 pub(crate) mod scripts;
@@ -20,12 +21,14 @@ use redis::{Cmd, RedisError, RedisResult, Script, Value};
 
 use self::conn::NodeConn;
 pub(crate) use self::conn::Quarantine;
+pub(crate) use self::describe::describe;
 use self::inflight::Inflight;
 use self::watch::ReleaseWatch;
 pub(crate) use self::watch::Subscription;
 use crate::error::Error;
 use crate::fencing;
 use crate::node::NodeAddr;
+use crate::node_error::NodeError;
 use crate::queue::{self, Ticket};
 use crate::quorum::{Decision, Tally};
 use crate::vote::{NodeVote, VoteOutcome, Votes};
@@ -41,7 +44,7 @@ pub(crate) enum Answer<T> {
 /// Why a node gave no answer (a timeout is the round's deadline, not a node's answer).
 #[derive(Debug)]
 pub(crate) enum NodeFailure {
-    Failed(String),
+    Failed(NodeError),
     Excluded(String),
 }
 
@@ -705,34 +708,6 @@ async fn if_owned(
     } else {
         Answer::NotHeld
     })
-}
-
-/// A driver error in words, without anything secret (the driver never echoes passwords in
-/// command errors, but connection errors may quote the address; we print the kind and detail).
-fn describe(e: &RedisError) -> String {
-    if e.is_connection_refusal() {
-        return "connection refused (is the node running?)".to_string();
-    }
-    if let Some(code) = e.code() {
-        return match e.detail() {
-            Some(detail) => format!("{code} {detail}"),
-            None => code.to_string(),
-        };
-    }
-    if e.is_timeout() {
-        // Requests have no driver timeout (the round's deadline bounds them), so this is the
-        // connection set-up running out of its connect timeout.
-        return "no answer while connecting, within the connect timeout (is the node hung or \
-                overloaded? if it is only slow, raise the connect timeout)"
-            .to_string();
-    }
-    if e.is_connection_dropped() {
-        return "connection lost".to_string();
-    }
-    if e.is_io_error() {
-        return format!("I/O error: {e}");
-    }
-    format!("{:?}: {}", e.kind(), e.detail().unwrap_or("no detail"))
 }
 
 fn ttl_millis(ttl: Duration) -> u64 {

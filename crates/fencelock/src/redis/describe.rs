@@ -1,0 +1,97 @@
+//! A Redis driver error in words a person can act on: the one description of a node's error,
+//! used by the votes of every round and by the CLI's direct connections.
+
+use redis::{ErrorKind, RedisError};
+
+use crate::node_error::{FailureCause, NodeError};
+
+/// Describes `e` without anything secret (the driver never echoes passwords in command errors,
+/// but connection errors may quote the address: only kinds, codes and server details are kept).
+pub(crate) fn describe(e: &RedisError) -> NodeError {
+    if e.is_connection_refusal() {
+        return NodeError::new(FailureCause::Refused, "");
+    }
+    if e.kind() == ErrorKind::AuthenticationFailed {
+        // AUTH refused at connection set-up: the driver keeps no detail.
+        return NodeError::new(FailureCause::Auth, "");
+    }
+    if let Some((code, detail)) = server_error(e) {
+        let cause = match code.as_str() {
+            // NOAUTH: the URL has no password for a node that needs one.
+            "NOAUTH" | "WRONGPASS" => FailureCause::Auth,
+            "NOPERM" => FailureCause::NoPermission,
+            "READONLY" => FailureCause::ReadOnly,
+            "OOM" => FailureCause::OutOfMemory,
+            "LOADING" => FailureCause::Loading,
+            _ => FailureCause::Other,
+        };
+        return match (cause, detail) {
+            (FailureCause::Other, Some(detail)) => NodeError::other(format!("{code} {detail}")),
+            (FailureCause::Other, None) => NodeError::other(code),
+            (cause, detail) => NodeError::new(cause, detail.unwrap_or_default()),
+        };
+    }
+    if e.is_timeout() {
+        // Requests have no driver timeout (the round's deadline bounds them), so this is the
+        // connection set-up running out of its connect timeout.
+        return NodeError::other(
+            "no answer while connecting, within the connect timeout (is the node hung or \
+             overloaded? if it is only slow, raise the connect timeout)",
+        );
+    }
+    if e.is_connection_dropped() {
+        return NodeError::other("connection lost");
+    }
+    if e.is_io_error() {
+        return NodeError::other(format!("I/O error: {e}"));
+    }
+    NodeError::other(match e.detail() {
+        Some(detail) => format!("{} ({:?}): {detail}", e.category(), e.kind()),
+        None => format!("{} ({:?})", e.category(), e.kind()),
+    })
+}
+
+/// The code and detail of the server's error reply behind `e`: of the reply itself, or of the
+/// first failed command of a pipeline (the connection set-up sends one).
+fn server_error(e: &RedisError) -> Option<(String, Option<String>)> {
+    if let Some(errors) = e.clone().into_server_errors() {
+        if let Some((_, first)) = errors.first() {
+            return Some((first.code().to_owned(), first.details().map(str::to_owned)));
+        }
+    }
+    e.code()
+        .map(|code| (code.to_owned(), e.detail().map(str::to_owned)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // The driver's error values stand in for a server here only to pin the mapping of codes;
+    // tests/node_errors.rs provokes each cause on a real redis-server.
+    #[test]
+    fn server_codes_map_to_causes() {
+        let reply = |code: &str, detail: &str| {
+            redis::make_extension_error(code.to_owned(), Some(detail.to_owned()))
+        };
+        assert_eq!(
+            describe(&reply("NOAUTH", "Authentication required.")).cause(),
+            FailureCause::Auth
+        );
+        assert_eq!(
+            describe(&reply("OOM", "command not allowed")).cause(),
+            FailureCause::OutOfMemory
+        );
+        let other = describe(&reply("WEIRD", "something"));
+        assert_eq!(other.cause(), FailureCause::Other);
+        assert_eq!(other.to_string(), "WEIRD something");
+        let auth = RedisError::from((
+            ErrorKind::AuthenticationFailed,
+            "Password authentication failed",
+        ));
+        assert_eq!(
+            describe(&auth).to_string(),
+            "authentication failed (wrong or missing password)"
+        );
+    }
+}
