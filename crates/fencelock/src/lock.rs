@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use tracing::Instrument;
 
 use crate::client::{Client, Held};
-use crate::error::{Error, Result};
+use crate::error::{Error, LostCause, Result};
 use crate::keepalive::{AutoExtend, GuardState, LockGuard, Stop};
 use crate::vote::Votes;
 
@@ -84,6 +84,10 @@ impl Lock {
         &self.keys[0]
     }
 
+    pub(crate) fn keys(&self) -> &Arc<[String]> {
+        &self.keys
+    }
+
     /// Every resource this lock holds (one, unless taken with `acquire_many`).
     pub fn resources(&self) -> &[String] {
         &self.keys
@@ -148,10 +152,11 @@ impl Lock {
     pub async fn extend(&mut self) -> Result<()> {
         let span = tracing::debug_span!("extend", resource = %self.keys[0]);
         let Some(budget) = self.deadline.checked_duration_since(Instant::now()) else {
-            return Err(Error::Lost {
-                resource: self.keys[0].clone(),
-                votes: Votes::default(),
-            });
+            return Err(Error::lost(
+                self.keys[0].clone(),
+                Votes::default(),
+                LostCause::Expired,
+            ));
         };
         let (deadline, votes) = self
             .client
@@ -207,8 +212,11 @@ impl Lock {
                         let budget = state.deadline().saturating_duration_since(Instant::now());
                         match client.extend_held(&keys, &held, budget).await {
                             Ok((deadline, _)) => state.set_deadline(deadline),
-                            Err(_) => {
-                                state.fire();
+                            Err(e) => {
+                                state.fire_because(match e {
+                                    Error::Lost { cause, .. } => cause,
+                                    _ => LostCause::Unreachable,
+                                });
                                 return;
                             }
                         }
