@@ -10,7 +10,7 @@
 //!   lost.
 //! - `lockcmds`: `acquire`, `extend`, `release`.
 //! - `inspect`, `doctor`: read-only views of the nodes.
-//! - `devset`: `up` and `down`; `demo`: the article's story on nodes of its own.
+//! - `devset`: `up` and `down`; `nodes_cmd`: `nodes`, the URLs for other programs; `demo`: the article's story on nodes of its own.
 //! - `bench`: throughput and latency beside a raw redis-rs baseline.
 //! - `node`: bounded connections to single nodes; `spinner`; `exit`: exit codes.
 //!
@@ -45,6 +45,7 @@ mod exit;
 mod inspect;
 mod lockcmds;
 mod node;
+mod nodes_cmd;
 mod run;
 mod settings;
 mod spinner;
@@ -90,6 +91,7 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
             devset::up(count, args.port_base, global.json).await
         }
         Command::Down => devset::down(global.json).await,
+        Command::Nodes(args) => nodes_cmd::nodes(global, args.export),
         Command::Demo(args) => demo::demo(global, args).await,
         Command::Bench(args) => bench::bench(global, args).await,
         Command::Doctor => {
