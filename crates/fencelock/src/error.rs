@@ -51,7 +51,9 @@ impl LostCause {
             LostCause::Expired => {
                 "raise the TTL, or keep the work from blocking its thread (std::thread::sleep, heavy computation) for that long"
             }
-            LostCause::NotHeld => "another client or an operator deleted or took the key; work done since the last extension was unprotected",
+            LostCause::NotHeld => {
+                "work done since it was last extended was unprotected; if nobody deleted the keys, they expired: extend sooner or raise the TTL"
+            }
             LostCause::Unreachable => "check that the nodes are up and reachable",
         }
     }
@@ -62,7 +64,7 @@ impl fmt::Display for LostCause {
         f.write_str(match self {
             LostCause::Expired => "its validity ran out before an extension succeeded",
             LostCause::NotHeld => {
-                "its keys are gone (expired or deleted) or held by another owner on too many nodes for a quorum"
+                "its keys are gone (expired, deleted, or lost in a node restart) or held by another owner on too many nodes for a quorum"
             }
             LostCause::Unreachable => {
                 "too many nodes failed to answer for an extension to reach a quorum within its validity"

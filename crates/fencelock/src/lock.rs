@@ -18,7 +18,8 @@ use crate::vote::Votes;
 /// protects data must carry the [fencing token](Lock::fencing_token) to storage that checks it.
 ///
 /// Dropping a lock without releasing it does no I/O in `Drop`: it asks a background task of the
-/// client to release it, and if there is none, the keys expire after the TTL.
+/// client to release it, and if there is none, the keys expire after the TTL. A runtime that
+/// shuts down does not run that task: call [`Client::close`] before `main` returns.
 #[must_use = "the lock is held until release() or the TTL; dropping it releases it in the background"]
 pub struct Lock {
     client: Client,
