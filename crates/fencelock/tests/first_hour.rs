@@ -373,3 +373,16 @@ fn a_lock_dropped_on_the_error_path_is_released_before_exit() {
     assert!(stdout.contains("acquired dropped"), "{stdout}");
     assert_no_key(&nodes, "dropped");
 }
+
+/// Scoped work and `close` can run in spawned tasks; the context moves into them.
+#[test]
+fn scoped_futures_and_the_context_are_send() {
+    fn is_send<T: Send>(_: &T) {}
+    fn is_send_sync_static<T: Send + Sync + 'static>() {}
+    is_send_sync_static::<fencelock::LockContext>();
+    is_send_sync_static::<LostCause>();
+    let c = Client::new(Config::new(["redis://127.0.0.1:1"])).unwrap();
+    is_send(&c.with_lock("r", async |lock| lock.fencing_token()));
+    is_send(&c.try_with_lock("r", async |_lock| Ok::<_, fencelock::Error>(1)));
+    is_send(&c.close());
+}
