@@ -97,6 +97,10 @@ pub(crate) enum Command {
     Up(UpArgs),
     /// Stop the dev set started by `fencelock up`.
     Down,
+    /// Print the node URLs the other commands use (--nodes, FENCELOCK_NODES, the config file,
+    /// else the dev set), comma separated: for programs built on the library, whose
+    /// `Config::from_env` reads FENCELOCK_NODES. `eval "$(fencelock nodes --export)"` sets it.
+    Nodes(NodesArgs),
     /// Tell the article's story on 5 local nodes it starts and stops itself: contention, a node
     /// killed, concurrent inventory reservations, and a paused holder with and without fencing.
     Demo(crate::demo::DemoArgs),
@@ -202,6 +206,14 @@ pub(crate) struct UpArgs {
     /// First port; the nodes take PORT, PORT+1, ... (default: free ports chosen by the system).
     #[arg(long, value_name = "PORT")]
     pub(crate) port_base: Option<u16>,
+}
+
+/// `nodes`.
+#[derive(Debug, Args)]
+pub(crate) struct NodesArgs {
+    /// Print `export FENCELOCK_NODES=...`, for `eval` in a shell.
+    #[arg(long)]
+    pub(crate) export: bool,
 }
 
 /// Parses `30s`, `500ms`, `1m 30s`; a bare number is refused because its unit would be a guess.

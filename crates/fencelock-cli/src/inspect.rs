@@ -94,7 +94,7 @@ async fn probe_node(node: &Node, resource: &str, timeout: Duration) -> NodeState
             Err(why) => state.error = Some(format!("GET failed: {why}")),
         }
     }
-    let counter_key = fencelock::fencing::counter_key(resource);
+    let counter_key = fencelock::protocol::counter_key(resource);
     match conn
         .query::<Option<String>>(redis::cmd("GET").arg(&counter_key))
         .await
@@ -305,7 +305,7 @@ pub(crate) async fn inspect(settings: &Settings, resource: &str, json: bool) -> 
     if json {
         let value = serde_json::json!({
             "resource": resource,
-            "fence_counter_key": fencelock::fencing::counter_key(resource),
+            "fence_counter_key": fencelock::protocol::counter_key(resource),
             "line_key": fencelock::protocol::queue_key(resource),
             "nodes": states,
             "summary": summary,

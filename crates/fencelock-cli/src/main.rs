@@ -10,7 +10,7 @@
 //!   lost.
 //! - `lockcmds`: `acquire`, `extend`, `release`.
 //! - `inspect`, `doctor`: read-only views of the nodes.
-//! - `devset`: `up` and `down`; `demo`: the article's story on nodes of its own.
+//! - `devset`: `up` and `down`; `nodes_cmd`: `nodes`, the URLs for other programs; `demo`: the article's story on nodes of its own.
 //! - `bench`: throughput and latency beside a raw redis-rs baseline.
 //! - `node`: bounded connections to single nodes; `spinner`; `exit`: exit codes.
 //! - `manual`: `completions` and `man`, generated from the clap definition; `logging`: the
@@ -75,6 +75,7 @@ mod lockcmds;
 mod logging;
 mod manual;
 mod node;
+mod nodes_cmd;
 mod run;
 mod settings;
 mod spinner;
@@ -123,6 +124,7 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Down => devset::down(global.json).await,
         Command::Completions(args) => Ok(manual::completions(args.shell)),
         Command::Man(args) => manual::man(args.command.as_deref()),
+        Command::Nodes(args) => nodes_cmd::nodes(global, args.export),
         Command::Demo(args) => demo::demo(global, args).await,
         Command::Bench(args) => bench::bench(global, args).await,
         Command::Doctor => {

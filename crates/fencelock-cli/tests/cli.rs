@@ -495,6 +495,20 @@ fn up_and_down_leave_no_process_behind() {
         text(&again.stdout)
     );
 
+    // Programs built on the library find the dev set through `nodes`.
+    let nodes = output(fencelock(home.path()).args(["nodes", "--export"]));
+    assert!(nodes.status.success(), "{}", text(&nodes.stderr));
+    let urls: Vec<String> = json["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["url"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        text(&nodes.stdout).trim(),
+        format!("export FENCELOCK_NODES={}", urls.join(","))
+    );
+
     // Without --nodes, commands use the dev set and say so.
     let run = output(fencelock(home.path()).args([
         "--node-timeout",

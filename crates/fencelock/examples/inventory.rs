@@ -258,6 +258,17 @@ async fn reserve(args: &Args, stock: &mut Stock) -> Result<ExitCode, BoxError> {
                     .with_max_delay(Duration::from_millis(50)),
             ),
     )?;
+    let result = reserve_with(&client, args, stock).await;
+    // A lock dropped by an early return is released in the background: let that finish.
+    client.close().await;
+    result
+}
+
+async fn reserve_with(
+    client: &Client,
+    args: &Args,
+    stock: &mut Stock,
+) -> Result<ExitCode, BoxError> {
     let mut refused = false;
     for _ in 0..args.times {
         let lock = client.acquire(&format!("lock:sku:{}", args.sku)).await?;

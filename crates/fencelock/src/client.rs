@@ -9,9 +9,8 @@ use tokio::sync::mpsc;
 use tracing::Instrument;
 
 use crate::config::Config;
-use crate::error::{Error, Result};
+use crate::error::{Error, LostCause, Result};
 use crate::fencing;
-use crate::keepalive::{AutoExtend, LostSignal};
 use crate::lock::Lock;
 use crate::node::NodeAddr;
 use crate::queue::{self, Ticket};
@@ -50,6 +49,8 @@ pub(crate) struct Inner {
     pub(crate) backend: Backend,
     drift: Duration,
     reaper: OnceLock<mpsc::UnboundedSender<(Arc<[String]>, Held)>>,
+    /// Releases handed to the background and not finished yet (see [`Client::close`]).
+    pending_releases: tokio::sync::watch::Sender<usize>,
     extender: OnceLock<mpsc::UnboundedSender<Msg>>,
     next_guard: AtomicU64,
     /// Resources this client released while others waited for them, until when: asking for
@@ -120,6 +121,7 @@ impl Client {
                 config,
                 backend,
                 reaper: OnceLock::new(),
+                pending_releases: tokio::sync::watch::Sender::new(0),
                 extender: OnceLock::new(),
                 next_guard: AtomicU64::new(0),
                 waited_for: Mutex::default(),
@@ -397,60 +399,6 @@ impl Client {
         map.insert(resource.to_string(), now + ttl);
     }
 
-    /// Runs `work` under the lock on `resource`: acquires (waiting per the retry policy), keeps
-    /// the lock extended while `work` runs, hands it the [`LostSignal`], and releases in every
-    /// case. If the lock is lost first, `work` is dropped (cancelled at its next await point)
-    /// and the call returns [`Error::Lost`].
-    ///
-    /// ```no_run
-    /// # async fn demo(client: fencelock::Client) -> fencelock::Result<()> {
-    /// let rows = client
-    ///     .with_lock("nightly-report", async |lost| {
-    ///         // long work; check lost.is_fired() before each irreversible step
-    ///         42
-    ///     })
-    ///     .await?;
-    /// # Ok(()) }
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// Errors of [`Client::acquire`]; [`Error::Lost`] when the lock was lost before `work`
-    /// finished.
-    ///
-    /// # Cancel safety
-    ///
-    /// Dropping the future drops `work` and releases the lock in the background.
-    pub async fn with_lock<T, F>(&self, resource: &str, work: F) -> Result<T>
-    where
-        F: AsyncFnOnce(LostSignal) -> T,
-    {
-        let guard = self.acquire(resource).await?.auto_extend(AutoExtend::new());
-        let lost = guard.lost();
-        let outcome = tokio::select! {
-            biased;
-            () = lost.fired() => None,
-            value = work(lost.clone()) => Some(value),
-        };
-        match outcome {
-            Some(value) => {
-                // The signal did not fire while `work` ran, so the lock was held throughout;
-                // a failed release only means the keys expire by TTL.
-                if let Err(e) = guard.release().await {
-                    tracing::debug!(resource, error = %e, "release after work failed");
-                }
-                Ok(value)
-            }
-            None => {
-                let _ = guard.release().await;
-                Err(Error::Lost {
-                    resource: resource.to_string(),
-                    votes: Votes::default(),
-                })
-            }
-        }
-    }
-
     async fn attempt(&self, keys: &Arc<[String]>, wait: Wait<'_>) -> Result<Lock> {
         let inner = &self.inner;
         let config = &inner.config;
@@ -633,10 +581,7 @@ impl Client {
         let expired = started + budget <= Instant::now();
         let votes = self.settle(&keys[0], round.decision, round.votes, expired)?;
         let valid_for = validity::validity(config.ttl(), started.elapsed(), self.inner.drift)
-            .ok_or_else(|| Error::Lost {
-                resource: keys[0].clone(),
-                votes: Votes::default(),
-            })?;
+            .ok_or_else(|| Error::lost(keys[0].clone(), Votes::default(), LostCause::Expired))?;
         Ok((Instant::now() + valid_for, votes))
     }
 
@@ -657,11 +602,10 @@ impl Client {
             .iter()
             .filter(|v| matches!(v.outcome, VoteOutcome::NotHeld | VoteOutcome::HeldByOther))
             .count();
-        if expired || refused > n.saturating_sub(q) || votes.failed() == 0 {
-            Err(Error::Lost {
-                resource: resource.to_string(),
-                votes,
-            })
+        if refused > n.saturating_sub(q) || (!expired && votes.failed() == 0) {
+            Err(Error::lost(resource, votes, LostCause::NotHeld))
+        } else if expired {
+            Err(Error::lost(resource, votes, LostCause::Expired))
         } else {
             Err(Error::Unavailable {
                 resource: resource.to_string(),
@@ -686,6 +630,7 @@ impl Client {
                 drift: self.inner.drift,
                 node_timeout: config.node_timeout(),
                 quorum: self.quorum(),
+                nodes: config.nodes().len(),
             };
             tokio::spawn(extender::run(rx, weak, timing));
             tx
@@ -695,7 +640,8 @@ impl Client {
     }
 
     /// Hands a dropped lock to a background task that releases it. `Drop` must not do I/O, so
-    /// it only sends; without a runtime the TTL cleans up instead.
+    /// it only sends; without a runtime the TTL cleans up instead. [`Client::close`] waits for
+    /// these releases.
     pub(crate) fn release_in_background(&self, keys: Arc<[String]>, held: Held) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
@@ -706,13 +652,59 @@ impl Client {
             runtime.spawn(async move {
                 while let Some((keys, held)) = rx.recv().await {
                     let Some(inner) = weak.upgrade() else { break };
-                    let client = Client { inner };
-                    client.release_held(&keys, &held).await;
+                    // Side by side, so that `close` waits for the slowest release, not the sum.
+                    tokio::spawn(Client { inner }.release_and_count(keys, held));
                 }
             });
             tx
         });
-        let _ = tx.send((keys, held));
+        self.inner.pending_releases.send_modify(|n| *n += 1);
+        if let Err(mpsc::error::SendError((keys, held))) = tx.send((keys, held)) {
+            // The runtime the reaper ran on is gone (this client outlived it): use this one.
+            runtime.spawn(self.clone().release_and_count(keys, held));
+        }
+    }
+
+    async fn release_and_count(self, keys: Arc<[String]>, held: Held) {
+        self.release_held(&keys, &held).await;
+        self.inner
+            .pending_releases
+            .send_modify(|n| *n = n.saturating_sub(1));
+    }
+
+    /// Waits until the locks dropped without [`Lock::release`] (by a `?` or a panic between
+    /// acquire and release, or a [`LockGuard`](crate::LockGuard) dropped) have been released,
+    /// for at most twice the node timeout. Call it before `main` returns: the release of a
+    /// dropped lock runs in a background task, which a runtime that shuts down never runs, and
+    /// the lock then stays taken until its TTL runs out.
+    ///
+    /// ```no_run
+    /// # async fn work(client: &fencelock::Client) -> fencelock::Result<()> { Ok(()) }
+    /// # async fn demo(client: fencelock::Client) -> fencelock::Result<()> {
+    /// let result = work(&client).await; // may return early with a lock dropped
+    /// client.close().await;
+    /// result
+    /// # }
+    /// ```
+    ///
+    /// The client stays usable; locks still held are not touched.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: the releases go on in the background.
+    pub async fn close(&self) {
+        let bound = 2 * self.inner.config.node_timeout();
+        let mut pending = self.inner.pending_releases.subscribe();
+        if tokio::time::timeout(bound, pending.wait_for(|n| *n == 0))
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                pending = *pending.borrow(),
+                ?bound,
+                "close: releases still pending; their keys expire by TTL"
+            );
+        }
     }
 
     /// Releases whatever a lock holds, ignoring the outcome (used after failures and on drop).

@@ -28,6 +28,51 @@ pub enum ErrorKind {
     Timeout,
 }
 
+/// Why a lock was lost (see [`Error::Lost`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LostCause {
+    /// Its validity deadline (minus the safety margin, under auto-extension) passed before an
+    /// extension succeeded: the extensions were too slow, or the work kept the thread that
+    /// runs them busy.
+    Expired,
+    /// On so many nodes that no quorum holds it, the key is gone (expired, deleted by someone
+    /// else, lost in a restart) or holds another owner's token.
+    NotHeld,
+    /// Too many nodes failed or timed out for an extension to reach a quorum within the
+    /// validity left.
+    Unreachable,
+}
+
+impl LostCause {
+    /// What to try, for the error message.
+    fn hint(self) -> &'static str {
+        match self {
+            LostCause::Expired => {
+                "raise the TTL, or keep the work from blocking its thread (std::thread::sleep, heavy computation) for that long"
+            }
+            LostCause::NotHeld => {
+                "work done since it was last extended was unprotected; if nobody deleted the keys, they expired: extend sooner or raise the TTL"
+            }
+            LostCause::Unreachable => "check that the nodes are up and reachable",
+        }
+    }
+}
+
+impl fmt::Display for LostCause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LostCause::Expired => "its validity ran out before an extension succeeded",
+            LostCause::NotHeld => {
+                "its keys are gone (expired, deleted, or lost in a node restart) or held by another owner on too many nodes for a quorum"
+            }
+            LostCause::Unreachable => {
+                "too many nodes failed to answer for an extension to reach a quorum within its validity"
+            }
+        })
+    }
+}
+
 /// The error of every fallible fencelock call.
 ///
 /// Each lock error carries the per-node [`Votes`] that explain it. Node addresses in messages
@@ -56,13 +101,17 @@ pub enum Error {
         /// Per-node answers.
         votes: Votes,
     },
-    /// The lock is no longer ours: it expired, or another owner took it, or an extension did not
-    /// reach a quorum within the remaining validity.
+    /// The lock is no longer ours; `cause` says how that was found out: its validity ran out,
+    /// its keys are gone or held by another owner on a quorum, or too many nodes failed to
+    /// answer an extension in time.
     Lost {
         /// The resource.
         resource: String,
-        /// Per-node answers of the round that found out (empty if found by the local deadline).
+        /// Per-node answers of the round that found out (empty if found by the local deadline
+        /// or by the batch extender, which keeps counts only).
         votes: Votes,
+        /// What happened.
+        cause: LostCause,
     },
     /// `acquire` gave up: its deadline or retry count ran out. `last` is the last attempt's error.
     Timeout {
@@ -150,6 +199,14 @@ impl Error {
         }
     }
 
+    pub(crate) fn lost(resource: impl Into<String>, votes: Votes, cause: LostCause) -> Error {
+        Error::Lost {
+            resource: resource.into(),
+            votes,
+            cause,
+        }
+    }
+
     pub(crate) fn config(what: impl Into<String>, message: impl Into<String>) -> Error {
         Error::InvalidConfig {
             what: what.into(),
@@ -199,13 +256,23 @@ impl fmt::Display for Error {
                 f,
                 "lock {resource:?}: a quorum granted but acquisition took longer than the TTL allows, so no validity was left ({votes}); raise the TTL or lower the per-node timeout"
             ),
-            Error::Lost { resource, votes } if votes.0.is_empty() => write!(
+            Error::Lost {
+                resource,
+                votes,
+                cause,
+            } if votes.0.is_empty() => write!(
                 f,
-                "lock {resource:?} was lost: its validity ran out before an extension succeeded"
+                "lock {resource:?} was lost: {cause}; {}",
+                cause.hint()
             ),
-            Error::Lost { resource, votes } => write!(
+            Error::Lost {
+                resource,
+                votes,
+                cause,
+            } => write!(
                 f,
-                "lock {resource:?} was lost: it expired or another owner holds it ({votes})"
+                "lock {resource:?} was lost: {cause} ({votes}); {}",
+                cause.hint()
             ),
             Error::Timeout {
                 resource,

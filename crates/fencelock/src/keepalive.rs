@@ -1,13 +1,14 @@
 //! Holding a lock for long work: auto-extension in the background, and a lost signal that fires
 //! before the lock can have expired on a majority.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::error::{Error, Result};
+use crate::context::LockContext;
+use crate::error::{Error, LostCause, Result};
 use crate::lock::Lock;
 use crate::vote::Votes;
 
@@ -70,6 +71,8 @@ impl AutoExtend {
 pub(crate) struct GuardState {
     deadline: watch::Sender<Instant>,
     lost: CancellationToken,
+    /// Why the signal fired, set once by whoever fired it first.
+    cause: OnceLock<LostCause>,
     margin: Duration,
 }
 
@@ -78,6 +81,7 @@ impl GuardState {
         GuardState {
             deadline: watch::Sender::new(deadline),
             lost: CancellationToken::new(),
+            cause: OnceLock::new(),
             margin,
         }
     }
@@ -90,8 +94,19 @@ impl GuardState {
         self.deadline.send_replace(deadline);
     }
 
-    pub(crate) fn fire(&self) {
+    /// Fires the signal; the first cause given is the one reported.
+    pub(crate) fn fire_because(&self, cause: LostCause) {
+        let _ = self.cause.set(cause);
         self.lost.cancel();
+    }
+
+    /// Why the lock is lost, if it is: the recorded cause, else (lost by the clock alone, with
+    /// nobody awake to fire the signal) the validity running out.
+    pub(crate) fn lost_cause(&self) -> Option<LostCause> {
+        match self.cause.get() {
+            Some(cause) if self.lost.is_cancelled() => Some(*cause),
+            _ => self.is_lost().then_some(LostCause::Expired),
+        }
     }
 
     /// Time until the signal fires by the deadline, unless an extension succeeds first.
@@ -123,6 +138,15 @@ impl LostSignal {
         self.state.is_lost()
     }
 
+    /// Why the lock was lost, once it is (see [`LostSignal::is_fired`]).
+    pub fn cause(&self) -> Option<LostCause> {
+        self.state.lost_cause()
+    }
+
+    pub(crate) fn validity_deadline(&self) -> Instant {
+        self.state.deadline()
+    }
+
     /// Completes when the lock is lost.
     ///
     /// # Cancel safety
@@ -137,7 +161,7 @@ impl LostSignal {
                 () = self.state.lost.cancelled() => return,
                 () = tokio::time::sleep_until(at.into()) => {
                     if self.state.deadline() == deadline {
-                        self.state.fire();
+                        self.state.fire_because(LostCause::Expired);
                         return;
                     }
                 }
@@ -145,7 +169,7 @@ impl LostSignal {
                     if changed.is_err() {
                         // The guard is gone: nothing extends any more.
                         tokio::time::sleep_until(at.into()).await;
-                        self.state.fire();
+                        self.state.fire_because(LostCause::Expired);
                         return;
                     }
                 }
@@ -243,6 +267,17 @@ impl LockGuard {
         self.state.is_lost()
     }
 
+    /// What work under this lock needs to know about it, to move into other tasks.
+    pub fn context(&self) -> LockContext {
+        let lock = self.lock();
+        LockContext::new(lock.keys().clone(), lock.fencing_token(), self.lost())
+    }
+
+    /// Why the lock is lost, if it is.
+    pub(crate) fn lost_cause(&self) -> Option<LostCause> {
+        self.state.lost_cause()
+    }
+
     /// Stops extending and releases the lock on every node.
     ///
     /// # Errors
@@ -259,16 +294,21 @@ impl LockGuard {
             .lock
             .take()
             .expect("a guard holds its lock until release");
-        let was_lost = self.state.is_lost();
+        let lost = self.state.lost_cause();
         let resource = lock.resource().to_string();
         let result = lock.release().await;
-        match result {
-            Ok(votes) if was_lost => Err(Error::Lost { resource, votes }),
-            Err(e) if was_lost => Err(Error::Lost {
+        match (lost, result) {
+            // The release round's votes say nothing about a validity that ran out.
+            (Some(LostCause::Expired), _) => {
+                Err(Error::lost(resource, Votes::default(), LostCause::Expired))
+            }
+            (Some(cause), Ok(votes)) => Err(Error::lost(resource, votes, cause)),
+            (Some(cause), Err(e)) => Err(Error::lost(
                 resource,
-                votes: e.votes().cloned().unwrap_or_default(),
-            }),
-            other => other,
+                e.votes().cloned().unwrap_or_default(),
+                cause,
+            )),
+            (None, other) => other,
         }
     }
 }

@@ -18,57 +18,96 @@
 //!
 //! # Quick start
 //!
+//! Start local nodes with the `fencelock` command (`fencelock up`, then
+//! `eval "$(fencelock nodes --export)"` sets `FENCELOCK_NODES`), and run
+//! `cargo run -p fencelock --example quickstart`: the program below, which is
+//! `examples/quickstart.rs` (the test suite runs it against real nodes).
+//!
 //! ```no_run
 //! use std::time::Duration;
+//!
+//! use fencelock::fence::SqliteFence;
 //! use fencelock::{Client, Config};
 //!
-//! # async fn run() -> fencelock::Result<()> {
-//! let client = Client::new(
-//!     Config::new([
-//!         "redis://10.0.0.1:6379/0",
-//!         "redis://10.0.0.2:6379/0",
-//!         "redis://10.0.0.3:6379/0",
-//!     ])
-//!     .with_ttl(Duration::from_secs(10))
-//!     .with_fencing(true),
-//! )?;
+//! #[tokio::main]
+//! async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     // FENCELOCK_NODES holds the node URLs: redis://127.0.0.1:7001,redis://127.0.0.1:7002,...
+//!     let client = Client::new(Config::from_env()?.with_fencing(true))?;
+//!     let result = run(&client).await;
+//!     // A lock dropped by an early return (`?`) is released by a background task: let it finish
+//!     // before the runtime stops, or the lock stays taken until its TTL runs out.
+//!     client.close().await;
+//!     result
+//! }
 //!
-//! let lock = client.acquire("lock:sku:42").await?;
-//! let token = lock.fencing_token().expect("fencing mode");
-//! // ... write to storage with `token`, before lock.validity_deadline() ...
-//! lock.release().await?;
+//! async fn run(client: &Client) -> Result<(), Box<dyn std::error::Error>> {
+//!     // Acquire, work, release. `acquire` waits in line while another client holds the lock.
+//!     let lock = client.acquire("report:daily").await?;
+//!     println!("holding {} for {:?}", lock.resource(), lock.remaining());
+//!     tokio::time::sleep(Duration::from_millis(100)).await; // the work: done before the TTL ends
+//!     lock.release().await?;
 //!
-//! // Long work: extended in the background, cancelled if the lock is lost.
-//! let n = client
-//!     .with_lock("nightly-report", async |lost| {
-//!         // check lost.is_fired() before each irreversible step
-//!         42
-//!     })
-//!     .await?;
-//! # let _ = (token, n);
-//! # Ok(()) }
+//!     // Fencing: the lock's token goes with the write, and the storage refuses a write whose
+//!     // token is older than one it already accepted (a holder that was paused past its TTL).
+//!     let path = std::env::temp_dir().join("fencelock-quickstart.db");
+//!     let stock = SqliteFence::open(&path)?;
+//!     stock.unfenced(|db| {
+//!         db.execute_batch(
+//!             "CREATE TABLE IF NOT EXISTS inventory (sku TEXT PRIMARY KEY, stock INTEGER NOT NULL);
+//!              INSERT OR IGNORE INTO inventory VALUES ('sku:42', 1000);
+//!              CREATE TABLE IF NOT EXISTS report (step INTEGER NOT NULL);",
+//!         )
+//!     })?;
+//!     let lock = client.acquire("sku:42").await?;
+//!     let token = lock.fencing_token().expect("the client is in fencing mode");
+//!     let left: i64 = stock
+//!         .write_async("sku:42", token, |tx| {
+//!             tx.execute(
+//!                 "UPDATE inventory SET stock = stock - 1 WHERE sku = 'sku:42'",
+//!                 [],
+//!             )?;
+//!             Ok(tx.query_row(
+//!                 "SELECT stock FROM inventory WHERE sku = 'sku:42'",
+//!                 [],
+//!                 |r| r.get(0),
+//!             )?)
+//!         })
+//!         .await?;
+//!     lock.release().await?;
+//!     println!("reserved one of sku:42 with fencing token {token}; {left} left");
+//!
+//!     nightly_report(client, &stock).await
+//! }
+//! # async fn nightly_report(_: &Client, _: &SqliteFence) -> Result<(), Box<dyn std::error::Error>> {
+//! #     Ok(()) // the README's second block, in examples/quickstart.rs
+//! # }
 //! ```
 //!
-//! # Layout
+//! - [`Client`] takes locks: [`Client::acquire`] waits in line, [`Client::try_acquire`] makes
+//!   one attempt. [`Config`] and [`RetryPolicy`] are plain values, checked before any I/O;
+//!   [`Config::from_env`] reads the `FENCELOCK_*` variables the command reads too.
+//! - [`Lock`] is the handle: release it, extend it, or [`Lock::auto_extend`] it into a
+//!   [`LockGuard`] whose [`LostSignal`] fires before the lock can have expired.
+//! - [`Client::with_lock`] and [`Client::try_with_lock`] run long work under an auto-extended
+//!   lock and hand it a [`LockContext`] (resource, fencing token, deadline, lost signal).
+//! - [`Client::close`] waits for the background release of locks dropped without
+//!   [`Lock::release`]; call it before `main` returns.
+//! - [`fence`]: fenced storage (SQLite, PostgreSQL) that refuses a stale holder's write.
+//! - [`protocol`]: the keys and the release script, for tools and other clients that share
+//!   locks with fencelock.
+//! - Every error is an [`Error`]; lock errors carry the per-node [`Votes`] that explain them.
 //!
-//! - [`Client`] (`client.rs`) takes locks; [`Lock`] (`lock.rs`) is the handle;
-//!   [`LockGuard`] and [`LostSignal`] (`keepalive.rs`) keep a lock alive for long work.
-//! - [`Config`] and [`RetryPolicy`] are plain values checked before any I/O.
-//! - Pure logic, without I/O and unit-tested beside the code: `quorum.rs` (majority and the
-//!   early decision of a round), `validity.rs` (drift and validity), `retry.rs` (jittered
-//!   delays), [`fencing`] (token derivation), `queue.rs` (the waiting line: tickets and
-//!   leases), `node.rs` (URLs and redaction).
-//! - `redis/`: the Redis backend: one multiplexed connection per node (`conn.rs`), the requests
-//!   of a round in flight together (`inflight.rs`), the Lua scripts (`scripts.rs`), the batch
-//!   extender (`extender.rs`) and wake-ups on release and on a waiter's turn (`watch.rs`).
-//! - `etcd/` (feature `etcd`): the etcd backend; `fence/`: fenced storage.
-//! - One error type, [`Error`], whose variants carry the per-node [`Votes`] that explain them.
+//! How the crate is built inside (the round, the scripts, the waiting line, the extender):
+//! `docs/architecture.md` in the repository.
 //!
 //! # Feature flags
 //!
 //! - The Redis backend is always built.
-//! - `sqlite` (default): [`fence::SqliteFence`], SQLite bundled.
-//! - `postgres`: `fence::PostgresFence` over tokio-postgres.
+//! - `sqlite` (default): [`fence::SqliteFence`], SQLite bundled, over rusqlite 0.43
+//!   (re-exported as `fencelock::rusqlite`: use it for the transaction the fenced write hands
+//!   you, so that your build links one SQLite).
+//! - `postgres`: `fence::PostgresFence` over tokio-postgres 0.7 (re-exported as
+//!   `fencelock::tokio_postgres`).
 //! - `etcd`: `etcd://` node URLs, locks on an etcd cluster whose revisions are the fencing
 //!   tokens.
 //! - `tls`: `rediss://` node URLs.
@@ -77,11 +116,16 @@
 
 mod client;
 mod config;
+mod context;
+mod env;
 mod error;
 #[cfg(feature = "etcd")]
 mod etcd;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub mod fence;
+// Public for the benches, the model checker and the CLI only: not part of the API. The key
+// names that other clients need are in `protocol`.
+#[doc(hidden)]
 pub mod fencing;
 mod keepalive;
 mod lock;
@@ -89,19 +133,28 @@ mod node;
 mod node_error;
 pub mod protocol;
 mod queue;
+// Public for the benches only: not part of the API.
+#[doc(hidden)]
 pub mod quorum;
 mod redis;
 mod retry;
+mod scoped;
 mod token;
 mod validity;
 mod vote;
 
 pub use crate::client::Client;
 pub use crate::config::Config;
-pub use crate::error::{Error, ErrorKind, Result};
+pub use crate::context::LockContext;
+pub use crate::error::{Error, ErrorKind, LostCause, Result};
 pub use crate::keepalive::{AutoExtend, LockGuard, LostSignal};
 pub use crate::lock::Lock;
 pub use crate::node::{NodeAddr, Scheme};
 pub use crate::node_error::{FailureCause, NodeError};
 pub use crate::retry::RetryPolicy;
 pub use crate::vote::{NodeVote, VoteOutcome, Votes};
+
+#[cfg(feature = "sqlite")]
+pub use rusqlite;
+#[cfg(feature = "postgres")]
+pub use tokio_postgres;

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use tracing::Instrument;
 
 use crate::client::{Client, Held};
-use crate::error::{Error, Result};
+use crate::error::{Error, LostCause, Result};
 use crate::keepalive::{AutoExtend, GuardState, LockGuard, Stop};
 use crate::vote::Votes;
 
@@ -18,7 +18,8 @@ use crate::vote::Votes;
 /// protects data must carry the [fencing token](Lock::fencing_token) to storage that checks it.
 ///
 /// Dropping a lock without releasing it does no I/O in `Drop`: it asks a background task of the
-/// client to release it, and if there is none, the keys expire after the TTL.
+/// client to release it, and if there is none, the keys expire after the TTL. A runtime that
+/// shuts down does not run that task: call [`Client::close`] before `main` returns.
 #[must_use = "the lock is held until release() or the TTL; dropping it releases it in the background"]
 pub struct Lock {
     client: Client,
@@ -82,6 +83,10 @@ impl Lock {
     /// The resource name (the key on every node); the first one for a multi-resource lock.
     pub fn resource(&self) -> &str {
         &self.keys[0]
+    }
+
+    pub(crate) fn keys(&self) -> &Arc<[String]> {
+        &self.keys
     }
 
     /// Every resource this lock holds (one, unless taken with `acquire_many`).
@@ -148,10 +153,11 @@ impl Lock {
     pub async fn extend(&mut self) -> Result<()> {
         let span = tracing::debug_span!("extend", resource = %self.keys[0]);
         let Some(budget) = self.deadline.checked_duration_since(Instant::now()) else {
-            return Err(Error::Lost {
-                resource: self.keys[0].clone(),
-                votes: Votes::default(),
-            });
+            return Err(Error::lost(
+                self.keys[0].clone(),
+                Votes::default(),
+                LostCause::Expired,
+            ));
         };
         let (deadline, votes) = self
             .client
@@ -207,8 +213,11 @@ impl Lock {
                         let budget = state.deadline().saturating_duration_since(Instant::now());
                         match client.extend_held(&keys, &held, budget).await {
                             Ok((deadline, _)) => state.set_deadline(deadline),
-                            Err(_) => {
-                                state.fire();
+                            Err(e) => {
+                                state.fire_because(match e {
+                                    Error::Lost { cause, .. } => cause,
+                                    _ => LostCause::Unreachable,
+                                });
                                 return;
                             }
                         }

@@ -5,7 +5,7 @@
 //! (`SET resource token NX PX ttl`), as in every Redlock client: any client that takes and
 //! releases keys that way excludes fencelock and is excluded by it. Beside it, per resource:
 //!
-//! - [`counter_key`]: the fence counter (fencing mode; see [`crate::fencing`]);
+//! - [`counter_key`]: the fence counter (fencing mode; `docs/fencing.md` holds the argument);
 //! - [`queue_key`] and [`lease_key`]: the waiting line (sorted sets of waiter ids by ticket and
 //!   by lease deadline);
 //! - [`waiting_key`]: the mark that someone waits, renewed by waiters.

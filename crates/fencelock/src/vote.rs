@@ -49,7 +49,7 @@ impl fmt::Display for VoteOutcome {
             VoteOutcome::HeldByOther => f.write_str("held by another owner"),
             VoteOutcome::NotHeld => f.write_str("not held by us"),
             VoteOutcome::TimedOut => f.write_str("timed out"),
-            VoteOutcome::Pending => f.write_str("no answer yet"),
+            VoteOutcome::Pending => f.write_str("no answer needed: the round had decided"),
             VoteOutcome::Failed(why) => write!(f, "failed: {why}"),
             VoteOutcome::Excluded(why) => write!(f, "excluded: {why}"),
         }
@@ -70,7 +70,11 @@ pub struct NodeVote {
 
 impl fmt::Display for NodeVote {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {} in {:?}", self.node, self.outcome, self.latency)
+        match self.outcome {
+            // Not awaited: there is no latency to show.
+            VoteOutcome::Pending => write!(f, "{}: {}", self.node, self.outcome),
+            _ => write!(f, "{}: {} in {:?}", self.node, self.outcome, self.latency),
+        }
     }
 }
 

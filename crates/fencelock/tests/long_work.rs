@@ -113,9 +113,9 @@ async fn with_lock_runs_the_work_and_releases() {
     let nodes = RedisNodes::start(3).unwrap();
     let c = Client::new(config(&nodes, 600)).unwrap();
     let value = c
-        .with_lock("scoped", async |lost| {
+        .with_lock("scoped", async |lock| {
             tokio::time::sleep(Duration::from_millis(1_500)).await;
-            assert!(!lost.is_fired());
+            assert!(!lock.is_lost());
             7
         })
         .await

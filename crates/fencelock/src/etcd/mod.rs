@@ -47,7 +47,7 @@ use etcd_client::{
 use tokio::sync::OnceCell;
 
 use crate::config::Config;
-use crate::error::{Error, Result};
+use crate::error::{Error, LostCause, Result};
 use crate::node::NodeAddr;
 use crate::vote::{NodeVote, VoteOutcome, Votes};
 
@@ -277,24 +277,25 @@ impl Cluster {
         loop {
             let now = Instant::now();
             let Some(left) = end.checked_duration_since(now).filter(|d| !d.is_zero()) else {
-                return Err(Error::Lost {
+                return Err(Error::lost(
                     resource,
-                    votes: self.votes(last.outcome, started.elapsed()),
-                });
+                    self.votes(last.outcome, started.elapsed()),
+                    LostCause::Expired,
+                ));
             };
             match self.keep_alive(held.lease, left).await {
                 Ok(sent) => {
                     let drift = timing::drift_for(held.ttl, self.ttl, self.drift);
-                    return timing::deadline(sent, held.ttl, drift).ok_or_else(|| Error::Lost {
-                        resource,
-                        votes: Votes::default(),
+                    return timing::deadline(sent, held.ttl, drift).ok_or_else(|| {
+                        Error::lost(resource, Votes::default(), LostCause::Expired)
                     });
                 }
                 Err(fail) if fail.lease_gone => {
-                    return Err(Error::Lost {
+                    return Err(Error::lost(
                         resource,
-                        votes: self.votes(fail.outcome, started.elapsed()),
-                    })
+                        self.votes(fail.outcome, started.elapsed()),
+                        LostCause::NotHeld,
+                    ))
                 }
                 Err(fail) => {
                     tracing::debug!(key = %held.key, outcome = %fail.outcome, "lease renewal failed; retrying");
@@ -330,10 +331,11 @@ impl Cluster {
                 // is our own doing, and the lock is released either way.
                 Err(fail) if fail.lease_gone && tries > 1 => return Ok(()),
                 Err(fail) if fail.lease_gone => {
-                    return Err(Error::Lost {
+                    return Err(Error::lost(
                         resource,
-                        votes: self.votes(fail.outcome, started.elapsed()),
-                    })
+                        self.votes(fail.outcome, started.elapsed()),
+                        LostCause::NotHeld,
+                    ))
                 }
                 Err(fail) if Instant::now() + timing::RETRY_DELAY >= end => {
                     return Err(Error::Unavailable {
@@ -751,7 +753,7 @@ impl Cluster {
         let resource = resource.to_string();
         let votes = self.votes(fail.outcome, started.elapsed());
         if fail.lease_gone {
-            Error::Lost { resource, votes }
+            Error::lost(resource, votes, LostCause::NotHeld)
         } else {
             Error::Unavailable { resource, votes }
         }

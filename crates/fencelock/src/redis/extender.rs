@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
 use super::RedisBackend;
+use crate::error::LostCause;
 use crate::keepalive::GuardState;
 
 /// How close together due times must be to share a batch, as a fraction of the interval.
@@ -38,7 +39,16 @@ struct Slot {
 struct Done {
     started: Instant,
     ids: Vec<u64>,
-    counts: Vec<usize>,
+    counts: Vec<Count>,
+}
+
+/// How the nodes answered the extension of one lock.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Count {
+    /// Nodes that extended it.
+    pub(crate) extended: usize,
+    /// Nodes that answered that they do not hold it (key gone or another owner's).
+    pub(crate) not_held: usize,
 }
 
 /// Settings the extender task needs from the client.
@@ -48,6 +58,7 @@ pub(crate) struct Timing {
     pub(crate) drift: Duration,
     pub(crate) node_timeout: Duration,
     pub(crate) quorum: usize,
+    pub(crate) nodes: usize,
 }
 
 /// Runs until every sender is gone. `backend` is a weak handle so that the task does not keep a
@@ -126,7 +137,7 @@ fn apply(slots: &mut HashMap<u64, Slot>, done: Done, t: Timing) {
         match new_deadline {
             // Once the signal has fired (or its time has come) it stays fired: a late success
             // must not revive a lock the holder was told it lost.
-            Some(deadline) if count >= t.quorum && !state.is_lost() => {
+            Some(deadline) if count.extended >= t.quorum && !state.is_lost() => {
                 state.set_deadline(deadline);
                 let next = done.started + slot.entry.interval;
                 slot.next_due = match slot.entry.until {
@@ -135,13 +146,22 @@ fn apply(slots: &mut HashMap<u64, Slot>, done: Done, t: Timing) {
                 };
             }
             _ => {
+                let cause = if t.nodes - count.not_held < t.quorum {
+                    LostCause::NotHeld
+                } else if new_deadline.is_none() || state.is_lost() {
+                    LostCause::Expired
+                } else {
+                    LostCause::Unreachable
+                };
                 tracing::warn!(
                     keys = ?slot.entry.keys,
-                    extended_on = count,
+                    extended_on = count.extended,
+                    not_held_on = count.not_held,
                     quorum = t.quorum,
+                    %cause,
                     "auto-extension failed: lock lost"
                 );
-                state.fire();
+                state.fire_because(cause);
                 slots.remove(&id);
             }
         }

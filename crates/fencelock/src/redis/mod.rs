@@ -338,14 +338,15 @@ impl RedisBackend {
     }
 
     /// Extends many locks at once: one pipeline per node (EVALSHA of the extend script for each
-    /// lock), all nodes in parallel. Returns, per lock, how many nodes extended it. Returns as
-    /// soon as every lock has a quorum, or every node answered, or `timeout` passed.
+    /// lock), all nodes in parallel. Returns, per lock, how many nodes extended it and how many
+    /// answered that they do not hold it. Returns as soon as every lock has a quorum, or every
+    /// node answered, or `timeout` passed.
     pub(crate) async fn extend_batch(
         &self,
         locks: &[(Arc<[String]>, Arc<str>)],
         ttl: Duration,
         timeout: Duration,
-    ) -> Vec<usize> {
+    ) -> Vec<extender::Count> {
         let ttl_ms = ttl_millis(ttl);
         let sha = scripts::EXTEND.get_hash().to_string();
         let mut pipe = redis::pipe();
@@ -377,16 +378,18 @@ impl RedisBackend {
                 }
             })
             .collect();
-        let mut counts = vec![0usize; locks.len()];
+        let mut counts = vec![extender::Count::default(); locks.len()];
         let collect = async {
             while let Some(result) = per_node.next().await {
                 let Ok(replies) = result else { continue };
                 for (count, reply) in counts.iter_mut().zip(replies) {
-                    if matches!(reply, Value::Int(1)) {
-                        *count += 1;
+                    match reply {
+                        Value::Int(1) => count.extended += 1,
+                        Value::Int(0) => count.not_held += 1,
+                        _ => {}
                     }
                 }
-                if counts.iter().all(|c| *c >= self.quorum) {
+                if counts.iter().all(|c| c.extended >= self.quorum) {
                     break;
                 }
             }

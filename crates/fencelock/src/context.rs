@@ -1,0 +1,73 @@
+//! What scoped work learns about the lock it runs under.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::error::LostCause;
+use crate::keepalive::LostSignal;
+
+/// The lock that work run by [`Client::with_lock`](crate::Client::with_lock) holds: its
+/// resource, its fencing token, its validity deadline (which moves forward with each
+/// extension) and its lost signal. Cheap to clone, `Send` and `'static`: move a clone into a
+/// task the work spawns. It cannot release or extend the lock, and it does not hold the owner
+/// token.
+#[derive(Debug, Clone)]
+pub struct LockContext {
+    keys: Arc<[String]>,
+    fencing_token: Option<u64>,
+    lost: LostSignal,
+}
+
+impl LockContext {
+    pub(crate) fn new(keys: Arc<[String]>, fencing_token: Option<u64>, lost: LostSignal) -> Self {
+        LockContext {
+            keys,
+            fencing_token,
+            lost,
+        }
+    }
+
+    /// The resource (the first one of a multi-resource lock).
+    pub fn resource(&self) -> &str {
+        &self.keys[0]
+    }
+
+    /// Every resource the lock holds.
+    pub fn resources(&self) -> &[String] {
+        &self.keys
+    }
+
+    /// The fencing token, in fencing mode: pass it to the storage with every write (see
+    /// [`Lock::fencing_token`](crate::Lock::fencing_token)).
+    pub fn fencing_token(&self) -> Option<u64> {
+        self.fencing_token
+    }
+
+    /// The current validity deadline, on this process's monotonic clock; it moves forward with
+    /// each successful extension.
+    pub fn validity_deadline(&self) -> Instant {
+        self.lost.validity_deadline()
+    }
+
+    /// The time left until the validity deadline.
+    pub fn remaining(&self) -> Duration {
+        self.validity_deadline()
+            .saturating_duration_since(Instant::now())
+    }
+
+    /// Whether the lock is lost (see [`LostSignal::is_fired`]): check it before each
+    /// irreversible step.
+    pub fn is_lost(&self) -> bool {
+        self.lost.is_fired()
+    }
+
+    /// Why the lock was lost, once it is.
+    pub fn lost_cause(&self) -> Option<LostCause> {
+        self.lost.cause()
+    }
+
+    /// The lost signal, to await ([`LostSignal::fired`]) or to hand to other tasks.
+    pub fn lost(&self) -> &LostSignal {
+        &self.lost
+    }
+}

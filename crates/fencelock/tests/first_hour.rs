@@ -1,0 +1,388 @@
+//! The first hour with the library, on real nodes: README's examples are the example program
+//! (and it runs), scoped long work that ends late or loses its keys, and a process that drops a
+//! lock on its error path.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use fencelock::{Client, Config, ErrorKind, LostCause, NodeVote, VoteOutcome};
+use fencelock_testkit::RedisNodes;
+
+fn config(nodes: &RedisNodes, ttl_ms: u64) -> Config {
+    Config::new(nodes.urls())
+        .with_ttl(Duration::from_millis(ttl_ms))
+        .with_node_timeout(Duration::from_millis(ttl_ms / 4))
+        .with_quarantine(false)
+}
+
+fn assert_no_key(nodes: &RedisNodes, key: &str) {
+    for node in nodes.iter() {
+        assert_eq!(
+            node.cli(&["EXISTS", key]).unwrap(),
+            "0",
+            "{key} is still held on {}",
+            node.url()
+        );
+    }
+}
+
+// ---- README and the crate docs show the example program, which runs ----
+
+fn repo_file(path: &str) -> (PathBuf, String) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    (path, text)
+}
+
+/// The regions of `examples/quickstart.rs` (`// region: NAME` .. `// endregion: NAME`), with
+/// their common indentation removed.
+fn regions() -> Vec<(String, String)> {
+    let (_, text) = repo_file("examples/quickstart.rs");
+    let mut regions = Vec::new();
+    let mut open: Option<(String, Vec<&str>)> = None;
+    for line in text.lines() {
+        let trimmed = line.trim();
+        if let Some(name) = trimmed.strip_prefix("// region: ") {
+            assert!(open.is_none(), "region {name} opens inside another");
+            open = Some((name.to_owned(), Vec::new()));
+        } else if let Some(name) = trimmed.strip_prefix("// endregion: ") {
+            let (open_name, lines) = open.take().expect("endregion without region");
+            assert_eq!(open_name, name, "regions must not interleave");
+            let indent = lines
+                .iter()
+                .filter(|l| !l.trim().is_empty())
+                .map(|l| l.len() - l.trim_start().len())
+                .min()
+                .unwrap_or(0);
+            let body: Vec<&str> = lines
+                .iter()
+                .map(|l| if l.len() >= indent { &l[indent..] } else { "" })
+                .collect();
+            regions.push((name.to_owned(), body.join("\n")));
+        } else if let Some((_, lines)) = open.as_mut() {
+            lines.push(line);
+        }
+    }
+    assert!(open.is_none(), "a region is not closed");
+    regions
+}
+
+fn region(name: &str) -> String {
+    regions()
+        .into_iter()
+        .find(|(n, _)| n == name)
+        .unwrap_or_else(|| panic!("examples/quickstart.rs has no region {name}"))
+        .1
+}
+
+/// Panics naming the block and its first differing line when `shown` is not `region`.
+fn assert_same(place: &str, name: &str, shown: &str, region: &str) {
+    if shown == region {
+        return;
+    }
+    let (mut a, mut b) = (shown.lines(), region.lines());
+    let mut line = 1;
+    loop {
+        match (a.next(), b.next()) {
+            (Some(x), Some(y)) if x == y => line += 1,
+            (x, y) => panic!(
+                "{place} is not region {name} of examples/quickstart.rs any more: line {line} \
+                 of the block reads {x:?}, the example {y:?}. Change the example (it is compiled \
+                 and run) and copy the region over the block."
+            ),
+        }
+    }
+}
+
+#[test]
+fn every_rust_block_of_the_readme_is_a_region_of_the_example() {
+    let (path, readme) = repo_file("../../README.md");
+    let lines: Vec<&str> = readme.lines().collect();
+    let mut checked = 0;
+    let mut i = 0;
+    while i < lines.len() {
+        if lines[i].trim() != "```rust" {
+            i += 1;
+            continue;
+        }
+        let start = i + 1;
+        let marker = lines[..i]
+            .iter()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .and_then(|l| l.trim().strip_prefix("<!-- quickstart: "))
+            .and_then(|l| l.strip_suffix(" -->"))
+            .unwrap_or_else(|| {
+                panic!(
+                    "{}:{start}: this ```rust block is not taken from an example, so nothing \
+                     compiles or runs it; put it in a region of examples/quickstart.rs and mark \
+                     the block with <!-- quickstart: NAME --> on the line before",
+                    path.display()
+                )
+            });
+        let end = lines[start..]
+            .iter()
+            .position(|l| l.trim() == "```")
+            .map(|n| start + n)
+            .expect("an unclosed code block");
+        let block = lines[start..end].join("\n");
+        let place = format!("{}:{start} (<!-- quickstart: {marker} -->)", path.display());
+        assert_same(&place, marker, &block, &region(marker));
+        checked += 1;
+        i = end + 1;
+    }
+    assert!(checked >= 2, "README lost its examples");
+}
+
+#[test]
+fn the_crate_docs_quick_start_is_the_example() {
+    let (path, lib) = repo_file("src/lib.rs");
+    let docs: Vec<&str> = lib
+        .lines()
+        .filter_map(|l| l.strip_prefix("//!"))
+        .map(|l| l.strip_prefix(' ').unwrap_or(l))
+        .collect();
+    let heading = docs
+        .iter()
+        .position(|l| *l == "# Quick start")
+        .expect("the crate docs have a quick start");
+    let start = heading
+        + docs[heading..]
+            .iter()
+            .position(|l| l.starts_with("```"))
+            .expect("the quick start has a code block")
+        + 1;
+    let end = start + docs[start..].iter().position(|l| *l == "```").unwrap();
+    // Lines rustdoc hides (`# ...`) are not shown to the reader.
+    let shown: Vec<&str> = docs[start..end]
+        .iter()
+        .copied()
+        .filter(|l| *l != "#" && !l.starts_with("# "))
+        .collect();
+    let place = format!("the quick start in {}", path.display());
+    assert_same(&place, "main", &shown.join("\n"), &region("main"));
+}
+
+/// The example binary, built here (a single test target does not build examples).
+fn quickstart_bin() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().unwrap().parent().unwrap();
+    let bin = dir.join("examples").join("quickstart");
+    let status = Command::new(env!("CARGO"))
+        .args(["build", "-q", "-p", "fencelock", "--example", "quickstart"])
+        .arg("--all-features")
+        .status()
+        .unwrap();
+    assert!(status.success(), "building the quickstart example failed");
+    bin
+}
+
+#[test]
+fn the_quickstart_runs_against_real_nodes_and_leaves_no_lock() {
+    let nodes = RedisNodes::start(3).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let bin = quickstart_bin();
+    for (run, left) in [(1, 999), (2, 998)] {
+        let out = Command::new(&bin)
+            .env("FENCELOCK_NODES", nodes.urls().join(","))
+            // Fresh nodes: nothing to protect by waiting out the restart quarantine.
+            .env("FENCELOCK_QUARANTINE", "off")
+            .env("TMPDIR", tmp.path())
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "run {run}: {stdout}{stderr}");
+        for expected in [
+            "holding report:daily for ".to_owned(),
+            format!("; {left} left"),
+            "reserved one of sku:42 with fencing token ".to_owned(),
+            "nightly report wrote 3 row(s) under the lock".to_owned(),
+        ] {
+            assert!(stdout.contains(&expected), "run {run}: {stdout}");
+        }
+    }
+    for key in ["report:daily", "sku:42", "report:nightly"] {
+        assert_no_key(&nodes, key);
+    }
+}
+
+#[test]
+fn without_nodes_the_quickstart_says_what_to_set() {
+    let out = Command::new(quickstart_bin())
+        .env_remove("FENCELOCK_NODES")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("FENCELOCK_NODES"), "{stderr}");
+    assert!(stderr.contains("fencelock up"), "{stderr}");
+}
+
+// ---- Scoped long work ----
+
+/// Work that blocks its thread inside one poll keeps the timer of the lost signal from
+/// running; the lock expires meanwhile, and a late completion must not come back as `Ok`.
+#[tokio::test]
+async fn work_that_blocks_its_thread_past_the_ttl_is_lost() {
+    let nodes = RedisNodes::start(3).unwrap();
+    let c = Client::new(config(&nodes, 1_000)).unwrap();
+    let result = c
+        .with_lock("blocked", async |_lock| {
+            std::thread::sleep(Duration::from_millis(1_600));
+            7
+        })
+        .await;
+    let err = result.expect_err("the lock expired while the work ran");
+    assert_eq!(err.kind(), ErrorKind::Lost, "{err}");
+    assert!(err.to_string().contains("validity ran out"), "{err}");
+    let result: Result<u32, fencelock::Error> = c
+        .try_with_lock("blocked", async |_lock| {
+            std::thread::sleep(Duration::from_millis(1_600));
+            Ok(7)
+        })
+        .await;
+    assert_eq!(result.unwrap_err().kind(), ErrorKind::Lost);
+}
+
+/// The keys deleted by someone else: the error says so, not that the validity ran out.
+#[tokio::test]
+async fn a_lost_lock_names_the_cause_that_happened() {
+    let nodes = RedisNodes::start(3).unwrap();
+    let c = Client::new(config(&nodes, 900)).unwrap();
+    let n = &nodes;
+    let result = c
+        .with_lock("deleted", async move |lock| {
+            for node in n.iter() {
+                node.cli(&["DEL", "deleted"]).unwrap();
+            }
+            assert_eq!(lock.resource(), "deleted");
+            tokio::time::sleep(Duration::from_secs(20)).await;
+        })
+        .await;
+    let err = result.expect_err("the keys were deleted");
+    match &err {
+        fencelock::Error::Lost { cause, .. } => assert_eq!(*cause, LostCause::NotHeld),
+        other => panic!("expected Lost, got {other}"),
+    }
+    let text = err.to_string();
+    assert!(text.contains("keys are gone"), "{text}");
+    assert!(!text.contains("validity ran out"), "{text}");
+}
+
+#[test]
+fn a_vote_the_round_did_not_wait_for_shows_no_duration() {
+    let vote = NodeVote {
+        node: "redis://127.0.0.1:7001".into(),
+        outcome: VoteOutcome::Pending,
+        latency: Duration::ZERO,
+    };
+    let text = vote.to_string();
+    assert!(
+        text.contains("no answer needed: the round had decided"),
+        "{text}"
+    );
+    assert!(!text.contains("0ns"), "{text}");
+}
+
+#[tokio::test]
+async fn scoped_work_gets_the_lock_context_and_its_error_comes_back_flat() {
+    let nodes = RedisNodes::start(3).unwrap();
+    let c = Client::new(config(&nodes, 1_000).with_fencing(true)).unwrap();
+    let (resource, token) = c
+        .with_lock("ctx", async |lock| {
+            assert!(!lock.is_lost());
+            assert!(lock.remaining() > Duration::ZERO);
+            (lock.resource().to_owned(), lock.fencing_token())
+        })
+        .await
+        .unwrap();
+    assert_eq!(resource, "ctx");
+    assert!(token.is_some_and(|t| t > 0));
+
+    #[derive(Debug, PartialEq)]
+    enum AppError {
+        OutOfStock,
+        Lock(ErrorKind),
+    }
+    impl From<fencelock::Error> for AppError {
+        fn from(e: fencelock::Error) -> AppError {
+            AppError::Lock(e.kind())
+        }
+    }
+    let result: Result<(), AppError> = c
+        .try_with_lock("ctx", async |_lock| Err(AppError::OutOfStock))
+        .await;
+    assert_eq!(result, Err(AppError::OutOfStock));
+    assert_no_key(&nodes, "ctx");
+    let value = c
+        .try_with_lock("ctx", async |lock| {
+            Ok::<_, AppError>(lock.fencing_token().unwrap())
+        })
+        .await
+        .unwrap();
+    assert!(value > token.unwrap());
+}
+
+// ---- A lock dropped on the error path ----
+
+const CHILD: &str = "FENCELOCK_FIRST_HOUR_CHILD";
+
+/// Run by [`a_lock_dropped_on_the_error_path_is_released_before_exit`] in a process of its own
+/// (with the node URLs in `FENCELOCK_NODES`): acquires, fails with `?` before the release
+/// (dropping the lock), closes the client and returns, as `main` does; the runtime then stops.
+#[test]
+fn child_drops_a_lock_and_returns() {
+    if std::env::var_os(CHILD).is_none() {
+        return;
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let client = Client::new(Config::from_env().unwrap()).unwrap();
+        let result: Result<(), Box<dyn std::error::Error>> = async {
+            let lock = client.acquire("dropped").await?;
+            println!("acquired {}", lock.resource());
+            "not a number".parse::<u32>()?;
+            lock.release().await?;
+            Ok(())
+        }
+        .await;
+        client.close().await;
+        assert!(result.is_err());
+    });
+}
+
+#[test]
+fn a_lock_dropped_on_the_error_path_is_released_before_exit() {
+    let nodes = RedisNodes::start(3).unwrap();
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child_drops_a_lock_and_returns", "--nocapture"])
+        .env(CHILD, "1")
+        .env("FENCELOCK_NODES", nodes.urls().join(","))
+        .env("FENCELOCK_QUARANTINE", "off")
+        .env("FENCELOCK_NODE_TIMEOUT", "500ms")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(stdout.contains("acquired dropped"), "{stdout}");
+    assert_no_key(&nodes, "dropped");
+}
+
+/// Scoped work and `close` can run in spawned tasks; the context moves into them.
+#[test]
+fn scoped_futures_and_the_context_are_send() {
+    fn is_send<T: Send>(_: &T) {}
+    fn is_send_sync_static<T: Send + Sync + 'static>() {}
+    is_send_sync_static::<fencelock::LockContext>();
+    is_send_sync_static::<LostCause>();
+    let c = Client::new(Config::new(["redis://127.0.0.1:1"])).unwrap();
+    is_send(&c.with_lock("r", async |lock| lock.fencing_token()));
+    is_send(&c.try_with_lock("r", async |_lock| Ok::<_, fencelock::Error>(1)));
+    is_send(&c.close());
+}
