@@ -194,13 +194,14 @@ impl Client {
     }
 
     /// Makes one attempt to take all of `resources` at once: on each node one script sets all
-    /// the keys or none, so two requests with overlapping sets are never both granted. They are
-    /// released (and extended) together.
+    /// the keys or none (on etcd, one transaction joins every resource's queue, and the lock is
+    /// granted only if it is first in all of them), so two requests with overlapping sets are
+    /// never both granted. They are released (and extended) together.
     ///
     /// # Errors
     ///
     /// As [`Client::try_acquire`]; [`Error::InvalidConfig`] when the list is empty or names a
-    /// resource twice, or with the etcd backend (one resource per lock there).
+    /// resource twice, or, on etcd, names more than 63 resources (one transaction's worth).
     ///
     /// # Cancel safety
     ///
@@ -219,8 +220,11 @@ impl Client {
     /// asks again right after releasing a lock others wait for goes to the end of the line.
     /// Jittered retries (the policy's delays) renew the place in line and cover lost wake-ups.
     /// The line only orders fencelock's waiters; other Redlock clients and
-    /// [`Client::try_acquire`] can still take a free key ahead of it. Several resources at once
-    /// ([`Client::acquire_many`]) do not queue: those waiters are woken by every release.
+    /// [`Client::try_acquire`] can still take a free key ahead of it. On Redis, several
+    /// resources at once ([`Client::acquire_many`]) do not queue: those waiters are woken by
+    /// every release. On etcd every wait queues, several resources included: a waiter's keys
+    /// are created in one transaction, so waiters for overlapping sets are served in one order
+    /// and never wait for each other in a cycle.
     ///
     /// # Errors
     ///
@@ -268,7 +272,8 @@ impl Client {
         let keys = check_resources(resources)?;
         #[cfg(feature = "etcd")]
         if let Backend::Etcd(e) = &self.inner.backend {
-            let held = e.acquire(&keys[0], policy.wait()).await?;
+            let resume = policy.in_line_since().is_some();
+            let held = e.acquire(&keys, policy.wait(), resume).await?;
             return Ok(Lock::from_etcd(self.clone(), keys, held));
         }
         let started = Instant::now();
@@ -460,7 +465,7 @@ impl Client {
             Backend::Redis(r) => r,
             #[cfg(feature = "etcd")]
             Backend::Etcd(e) => {
-                let held = e.try_acquire(&keys[0]).await?;
+                let held = e.try_acquire(keys).await?;
                 return Ok(Lock::from_etcd(self.clone(), keys.clone(), held));
             }
         };
