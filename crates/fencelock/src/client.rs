@@ -612,6 +612,9 @@ impl Client {
         held: &Held,
         budget: Duration,
     ) -> Result<(Instant, Votes)> {
+        // Every time-based judgement below comes from one reading of the clock after the
+        // round, `now`: two readings could judge "not expired" at the first and compute the
+        // deadline from a later second one.
         let started = Instant::now();
         let token = match held {
             Held::Redis(token, _) => token.as_str(),
@@ -635,14 +638,18 @@ impl Client {
                 budget.max(Duration::from_millis(1)),
             )
             .await;
-        let expired = started + budget <= Instant::now();
+        let now = Instant::now();
+        let elapsed = now.saturating_duration_since(started);
+        let expired = elapsed >= budget;
         let votes = self.settle(&keys[0], round.decision, round.votes, expired)?;
-        let valid_for = validity::validity(config.ttl(), started.elapsed(), self.inner.drift)
-            .ok_or_else(|| Error::Lost {
-                resource: keys[0].clone(),
-                votes: Votes::default(),
+        let valid_for =
+            validity::validity(config.ttl(), elapsed, self.inner.drift).ok_or_else(|| {
+                Error::Lost {
+                    resource: keys[0].clone(),
+                    votes: Votes::default(),
+                }
             })?;
-        Ok((Instant::now() + valid_for, votes))
+        Ok((now + valid_for, votes))
     }
 
     /// The result of a release or extend round.
@@ -760,7 +767,9 @@ impl Drop for LeaveLine<'_> {
     }
 }
 
-fn check_resources<S: AsRef<str>>(resources: &[S]) -> Result<Arc<[String]>> {
+/// Checks a list of resources before any I/O: not empty, no empty or repeated name, and no
+/// name inside fencelock's own key space (see [`crate::protocol::RESERVED_PREFIX`]).
+pub(crate) fn check_resources<S: AsRef<str>>(resources: &[S]) -> Result<Arc<[String]>> {
     if resources.is_empty() {
         return Err(Error::config(
             "resources",
@@ -773,6 +782,16 @@ fn check_resources<S: AsRef<str>>(resources: &[S]) -> Result<Arc<[String]>> {
             return Err(Error::config(
                 "resource",
                 "the resource name is empty; name what the lock protects, e.g. \"order:42\"",
+            ));
+        }
+        if let Some(rest) = k.strip_prefix(crate::protocol::RESERVED_PREFIX) {
+            return Err(Error::config(
+                "resource",
+                format!(
+                    "{k:?} lies in fencelock's own key space (names starting with {:?} hold its fence counters and waiting lines), where a lock would break other locks; rename it, e.g. {:?}",
+                    crate::protocol::RESERVED_PREFIX,
+                    format!("app:{rest}")
+                ),
             ));
         }
         if keys[..i].contains(k) {
@@ -807,4 +826,44 @@ fn etcd_backend(_addrs: Vec<NodeAddr>, _config: &Config) -> Result<Backend> {
         "nodes",
         "etcd:// URLs need fencelock's `etcd` feature, which this build does not include",
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ErrorKind;
+
+    #[test]
+    fn names_in_fencelocks_own_key_space_are_refused() {
+        for name in [
+            "fencelock:fence:X",
+            "fencelock:queue:X",
+            "fencelock:queue-lease:X",
+            "fencelock:waiting:X",
+            "fencelock:",
+        ] {
+            let err = check_resources(&[name]).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{name}");
+            assert!(err.to_string().contains("key space"), "{err}");
+            let err = check_resources(&["ok", name]).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{name}");
+        }
+        // What the protocol writes beside a lock is inside the reserved space.
+        for key in [
+            crate::protocol::counter_key("X"),
+            crate::protocol::queue_key("X"),
+            crate::protocol::lease_key("X"),
+            crate::protocol::waiting_key("X"),
+        ] {
+            assert!(check_resources(&[key.as_str()]).is_err(), "{key}");
+        }
+        for name in [
+            "fencelock",
+            "order:fencelock:1",
+            "Fencelock:fence:X",
+            "fencelock/x",
+        ] {
+            assert!(check_resources(&[name]).is_ok(), "{name}");
+        }
+    }
 }
