@@ -4,7 +4,9 @@
 //! released by a Lua compare-and-delete), on a majority of N independent Redis nodes
 //! (*Redlock*: parallel fan-out, quorum N/2+1, validity = ttl - elapsed - drift), or on an etcd
 //! cluster. In *fencing mode* every lock also carries a `u64` fencing token that strictly
-//! increases from one holder to the next, and the [`fence`] module ships storage adapters
+//! increases from one holder to the next (on Redis, under the conditions of
+//! `docs/fencing.md`: counters kept, no clock jump; see [`Lock::fencing_token`]), and the
+//! [`fence`] module ships storage adapters
 //! (SQLite, PostgreSQL) that refuse a write carrying an older token.
 //!
 //! # Which mode protects what
@@ -34,7 +36,8 @@
 //! )?;
 //!
 //! let lock = client.acquire("lock:sku:42").await?;
-//! let token = lock.fencing_token().expect("fencing mode");
+//! // The token and the lock that issued it: a fence row takes tokens of one lock only.
+//! let token = lock.issued_token().expect("fencing mode");
 //! // ... write to storage with `token`, before lock.validity_deadline() ...
 //! lock.release().await?;
 //!
@@ -82,6 +85,7 @@ mod etcd;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub mod fence;
 pub mod fencing;
+mod issued;
 mod keepalive;
 mod lock;
 mod node;
@@ -97,6 +101,7 @@ mod vote;
 pub use crate::client::Client;
 pub use crate::config::Config;
 pub use crate::error::{Error, ErrorKind, Result};
+pub use crate::issued::IssuedToken;
 pub use crate::keepalive::{AutoExtend, LockGuard, LostSignal};
 pub use crate::lock::Lock;
 pub use crate::node::{NodeAddr, Scheme};
