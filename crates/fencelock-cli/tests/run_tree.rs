@@ -214,3 +214,47 @@ fn suggested_commands_quote_the_resource_name() {
         "{hint}"
     );
 }
+
+#[test]
+fn a_lost_lock_stops_the_processes_that_left_the_group_too() {
+    let nodes = RedisNodes::start(3).unwrap();
+    let urls = nodes.urls();
+    let home = tempfile::tempdir().unwrap();
+    let pidfile = home.path().join("escaped.pid");
+    // A process in a session of its own that ignores SIGTERM: only SIGKILL sent to it by PID
+    // (not to the command's process group) stops it.
+    let script = format!(
+        "setsid sh -c 'trap \"\" TERM; echo $$ > {p}; exec sleep 60' & wait",
+        p = pidfile.display()
+    );
+    let mut run = Command::new(BIN);
+    run.env("HOME", home.path())
+        .env("XDG_DATA_HOME", home.path().join("data"))
+        .env("XDG_CONFIG_HOME", home.path().join("config"))
+        .env_remove("FENCELOCK_NODES")
+        .env_remove("FENCELOCK_CONFIG")
+        .arg("--nodes")
+        .arg(urls.join(","))
+        .args(["--ttl", "2s", "--node-timeout", "50ms", "--no-quarantine"])
+        .args(["run", "lost", "--", "sh", "-c", &script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let mut run = run.spawn().unwrap();
+    let escaped = read_pid(&pidfile);
+    nodes.node(0).pause().unwrap();
+    nodes.node(1).pause().unwrap();
+    let status = wait_status(&mut run, LONG);
+    let gone = pid_gone(escaped);
+    nodes.node(0).resume().unwrap();
+    nodes.node(1).resume().unwrap();
+    if !gone {
+        // SAFETY: cleans up a process this test started.
+        unsafe { libc::kill(escaped, libc::SIGKILL) };
+    }
+    assert_eq!(status.code(), Some(76));
+    assert!(
+        gone,
+        "process {escaped}, which left the command's group, survived the lost lock"
+    );
+}
