@@ -164,7 +164,8 @@ pub(crate) async fn bench(global: &Global, args: BenchArgs) -> anyhow::Result<u8
         .max(1);
     let fencing = args.fencing || settings.fencing;
     let raw = Raw::connect(&settings.nodes, settings.ttl).await?;
-    let prefix = format!("fencelock:bench:{:08x}", fastrand::u32(..));
+    // Not "fencelock:...": names in that key space are refused as lock names.
+    let prefix = format!("fencelock-bench:{:08x}", fastrand::u32(..));
     if !global.json {
         eprintln!(
             "fencelock bench: workload {}, {} node(s), ttl {:?}, node timeout {:?}{}",

@@ -100,8 +100,9 @@ pub(crate) async fn acquire(
             .fencing_token()
             .map(|t| format!(", fencing token {t}"))
             .unwrap_or_default();
+        let quoted = crate::shell::quote(resource);
         eprintln!(
-            "fencelock: acquired {resource:?} on {} of {} node(s){fencing}, valid for {}; extend it with `fencelock extend {resource} --token TOKEN` before then, release it with `fencelock release {resource} --token TOKEN`",
+            "fencelock: acquired {resource:?} on {} of {} node(s){fencing}, valid for {}; extend it with `fencelock extend {quoted} --token TOKEN` before then, release it with `fencelock release {quoted} --token TOKEN`",
             lock.votes().granted(),
             lock.votes().0.len(),
             fmt_duration(remaining),
@@ -146,9 +147,10 @@ pub(crate) async fn with_token(
         Ok(votes) => votes,
         Err(err) => {
             let code = exit::code_for(&err);
+            let quoted = crate::shell::quote(resource);
             let message = match (&err, code) {
                 (fencelock::Error::Lost { votes, .. }, exit::LOST) => format!(
-                    "cannot {verb} {resource:?}: this token does not hold the lock on a quorum ({} of {} node(s) granted, {} needed): the token is wrong, or the lock expired; nothing was changed. Check the token, or run `fencelock inspect {resource}`; acquire the lock again if it expired ({votes})",
+                    "cannot {verb} {resource:?}: this token does not hold the lock on a quorum ({} of {} node(s) granted, {} needed): the token is wrong, or the lock expired; nothing was changed. Check the token, or run `fencelock inspect {quoted}`; acquire the lock again if it expired ({votes})",
                     votes.granted(),
                     votes.0.len(),
                     client.quorum(),

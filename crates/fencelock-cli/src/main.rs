@@ -7,12 +7,14 @@
 //! - `settings`: where nodes and settings come from (`--nodes`, `FENCELOCK_NODES`, the config
 //!   file, the dev set).
 //! - `run`: `fencelock run`, the supervisor that keeps the lock and stops the command if it is
-//!   lost.
+//!   lost; `guard`: the process between it and the command, which keeps every process the
+//!   command starts in its subtree and kills them all if the supervisor dies.
 //! - `lockcmds`: `acquire`, `extend`, `release`.
 //! - `inspect`, `doctor`: read-only views of the nodes.
 //! - `devset`: `up` and `down`; `nodes_cmd`: `nodes`, the URLs for other programs; `demo`: the article's story on nodes of its own.
 //! - `bench`: throughput and latency beside a raw redis-rs baseline.
-//! - `node`: bounded connections to single nodes; `spinner`; `exit`: exit codes.
+//! - `node`: bounded connections to single nodes; `spinner`; `exit`: exit codes; `shell`:
+//!   quoting of the commands suggested in messages.
 //! - `manual`: `completions` and `man`, generated from the clap definition; `logging`: the
 //!   tracing subscriber behind `-v` and `RUST_LOG`.
 //! - The print macros below shadow std's in every module, so that no write can panic.
@@ -70,6 +72,7 @@ mod demo;
 mod devset;
 mod doctor;
 mod exit;
+mod guard;
 mod inspect;
 mod lockcmds;
 mod logging;
@@ -78,12 +81,17 @@ mod node;
 mod nodes_cmd;
 mod run;
 mod settings;
+mod shell;
 mod spinner;
 
 use crate::cli::{Cli, Command};
 use crate::exit::Failure;
 
 fn main() -> ExitCode {
+    // `fencelock run` starts this binary again as the guard of its command.
+    if let Some(code) = guard::main_if_guard() {
+        return code;
+    }
     // clap prints its own usage errors and exits with 2, and 0 for --help and --version.
     let cli = Cli::parse();
     logging::install(cli.global.verbose);

@@ -1,12 +1,15 @@
 //! `fencelock run`: hold a lock while a command runs.
 //!
-//! The command runs in its own process group so that everything it starts can be stopped
-//! together: a lock that is lost while a grandchild keeps working protects nothing. A keeper
-//! task extends the lock every TTL/3; the supervisor loop here owns the clock. It sends SIGTERM
-//! to the group at `validity deadline - margin - grace` unless an extension moved the deadline,
-//! and SIGKILL at `validity deadline - margin`, so the group is dead before the keys can expire
-//! on a majority. The supervisor never waits on a node: the keeper does, so a hung extension
-//! cannot delay the kill.
+//! The command runs under a guard process (see `guard.rs`), a child subreaper that keeps every
+//! process the command starts in its subtree (background jobs, daemons that call setsid) and
+//! exits when the last of them has exited: the lock is held, extended, until then, as flock(1)
+//! holds its lock while any process that inherited it runs. A lock that is lost while a
+//! grandchild keeps working protects nothing. A keeper task extends the lock every TTL/3; the
+//! supervisor loop here owns the clock. It sends SIGTERM to every process of the command at
+//! `validity deadline - margin - grace` unless an extension moved the deadline, and SIGKILL at
+//! `validity deadline - margin`, so they are dead before the keys can expire on a majority. The
+//! supervisor never waits on a node: the keeper does, so a hung extension cannot delay the
+//! kill. If the supervisor itself dies, the guard kills them all at once.
 
 use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;
@@ -19,6 +22,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::exit::{self, Failure};
+use crate::guard::{self, Guard};
 use crate::lockcmds::{fmt_duration, lock_failure};
 use crate::settings::Settings;
 use crate::spinner::Spinner;
@@ -156,14 +160,15 @@ fn not_acquired(
     waited: Option<Duration>,
 ) -> Option<String> {
     let votes = err.votes()?;
+    let quoted = crate::shell::quote(resource);
     match (err.kind(), waited) {
         (ErrorKind::Contention, None) => Some(format!(
-            "lock {resource:?} is held by another client (on {} of {} node(s)); the command was not run. Wait for it with --wait 1m, or see who holds it with `fencelock inspect {resource}`",
+            "lock {resource:?} is held by another client (on {} of {} node(s)); the command was not run. Wait for it with --wait 1m, or see who holds it with `fencelock inspect {quoted}`",
             votes.held_by_other(),
             votes.0.len()
         )),
         (ErrorKind::Timeout, Some(waited)) if exit::code_for(err) == exit::NOT_ACQUIRED => Some(format!(
-            "lock {resource:?} was still held by another client after waiting {}; the command was not run. Wait longer with --wait, or see who holds it with `fencelock inspect {resource}`",
+            "lock {resource:?} was still held by another client after waiting {}; the command was not run. Wait longer with --wait, or see who holds it with `fencelock inspect {quoted}`",
             humantime::format_duration(Duration::from_millis(u64::try_from(waited.as_millis()).unwrap_or(u64::MAX)))
         )),
         _ => None,
@@ -286,7 +291,7 @@ fn signal_group(pgid: i32, sig: i32) {
 /// The terminal handed to the command's process group, so that it can read from it and get
 /// the terminal's Ctrl-C directly; given back when the command exits.
 #[derive(Debug)]
-struct Foreground {
+pub(crate) struct Foreground {
     ours: libc::pid_t,
 }
 
@@ -301,7 +306,7 @@ fn with_ttou_ignored<T>(f: impl FnOnce() -> T) -> T {
 }
 
 impl Foreground {
-    fn hand_to(pgid: i32) -> Option<Foreground> {
+    pub(crate) fn hand_to(pgid: i32) -> Option<Foreground> {
         use std::io::IsTerminal;
         if !std::io::stdin().is_terminal() {
             return None;
@@ -318,13 +323,13 @@ impl Foreground {
         (rc == 0).then_some(Foreground { ours })
     }
 
-    fn restore(self) {
+    pub(crate) fn restore(self) {
         // SAFETY: gives the terminal back to the group that had it.
         with_ttou_ignored(|| unsafe { libc::tcsetpgrp(0, self.ours) });
     }
 }
 
-fn spawn_failure(program: &OsString, err: &std::io::Error) -> Failure {
+pub(crate) fn spawn_failure(program: &OsString, err: &std::io::Error) -> Failure {
     let name = program.to_string_lossy();
     match err.kind() {
         std::io::ErrorKind::NotFound => Failure::new(
@@ -364,32 +369,31 @@ pub(crate) async fn run(settings: &Settings, plan: RunPlan) -> anyhow::Result<u8
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut sighup = signal(SignalKind::hangup())?;
 
+    // Orphans of the command's processes come to us if the guard itself is killed.
+    guard::become_subreaper();
     let client = settings.client(plan.fencing).await?;
     let lock = wait_for_lock(&client, settings, resource, plan.wait).await?;
 
-    let mut cmd = tokio::process::Command::new(program);
-    cmd.args(args)
-        .env("FENCELOCK_RESOURCE", resource)
-        .process_group(0)
-        .kill_on_drop(false);
-    match lock.fencing_token() {
-        Some(token) => cmd.env("FENCELOCK_TOKEN", token.to_string()),
+    let env = [
+        ("FENCELOCK_RESOURCE", Some(OsString::from(resource))),
         // An outer `fencelock run --fencing` must not leak its token into this command.
-        None => cmd.env_remove("FENCELOCK_TOKEN"),
-    };
-    let mut child = match cmd.spawn() {
-        Ok(child) => child,
+        (
+            "FENCELOCK_TOKEN",
+            lock.fencing_token().map(|t| OsString::from(t.to_string())),
+        ),
+    ];
+    let Guard {
+        mut child,
+        control: guard,
+    } = match Guard::spawn(program, args, &env) {
+        Ok(guard) => guard,
         Err(err) => {
-            let failure = spawn_failure(program, &err);
+            let failure =
+                Failure::internal(format!("cannot start the guard of the command: {err}"));
             let _ = lock.release().await;
             return Err(failure.into());
         }
     };
-    let pgid = child
-        .id()
-        .and_then(|id| i32::try_from(id).ok())
-        .unwrap_or(0);
-    let foreground = Foreground::hand_to(pgid);
 
     let (events_tx, mut events) = mpsc::unbounded_channel();
     let stop = CancellationToken::new();
@@ -409,11 +413,11 @@ pub(crate) async fn run(settings: &Settings, plan: RunPlan) -> anyhow::Result<u8
             () = tokio::time::sleep_until(term_at.into()), if !term_sent => {
                 lost.get_or_insert_with(|| "its validity would run out before an extension succeeded".to_owned());
                 stop.cancel();
-                signal_group(pgid, libc::SIGTERM);
+                guard.signal_all(libc::SIGTERM);
                 term_sent = true;
             }
             () = tokio::time::sleep_until(kill_at.into()), if term_sent && !kill_sent => {
-                signal_group(pgid, libc::SIGKILL);
+                guard.signal_all(libc::SIGKILL);
                 kill_sent = true;
             }
             Some(event) = events.recv() => match event {
@@ -436,21 +440,26 @@ pub(crate) async fn run(settings: &Settings, plan: RunPlan) -> anyhow::Result<u8
                     if lost.is_none() {
                         lost = Some(why);
                         stop.cancel();
-                        signal_group(pgid, libc::SIGTERM);
+                        guard.signal_all(libc::SIGTERM);
                         term_sent = true;
                         kill_at = kill_at.min(Instant::now() + grace);
                     }
                 }
             },
+            // The guard exits once every process of the command has exited.
             status = child.wait() => break status,
-            _ = sigint.recv() => signal_group(pgid, libc::SIGINT),
-            _ = sigterm.recv() => signal_group(pgid, libc::SIGTERM),
-            _ = sighup.recv() => signal_group(pgid, libc::SIGHUP),
+            _ = sigint.recv() => guard.signal_group(libc::SIGINT),
+            _ = sigterm.recv() => guard.signal_group(libc::SIGTERM),
+            _ = sighup.recv() => guard.signal_group(libc::SIGHUP),
         }
     };
     let exited_at = Instant::now();
-    if let Some(fg) = foreground {
-        fg.restore();
+    // Nothing is left unless the guard was killed; then its orphans came to us.
+    let leftovers = guard::kill_leftovers();
+    if leftovers > 0 && lost.is_none() {
+        lost = Some(format!(
+            "the guard of the command was killed and {leftovers} process(es) of the command had to be killed"
+        ));
     }
     stop.cancel();
     let lock = keeper.await;
@@ -461,8 +470,6 @@ pub(crate) async fn run(settings: &Settings, plan: RunPlan) -> anyhow::Result<u8
         );
     }
     if let Some(why) = lost {
-        // Whatever the command left behind in its group must not go on without the lock.
-        signal_group(pgid, libc::SIGKILL);
         if let Ok(lock) = lock {
             let _ = lock.release().await;
         }

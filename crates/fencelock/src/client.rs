@@ -196,13 +196,14 @@ impl Client {
     }
 
     /// Makes one attempt to take all of `resources` at once: on each node one script sets all
-    /// the keys or none, so two requests with overlapping sets are never both granted. They are
-    /// released (and extended) together.
+    /// the keys or none (on etcd, one transaction joins every resource's queue, and the lock is
+    /// granted only if it is first in all of them), so two requests with overlapping sets are
+    /// never both granted. They are released (and extended) together.
     ///
     /// # Errors
     ///
     /// As [`Client::try_acquire`]; [`Error::InvalidConfig`] when the list is empty or names a
-    /// resource twice, or with the etcd backend (one resource per lock there).
+    /// resource twice, or, on etcd, names more than 63 resources (one transaction's worth).
     ///
     /// # Cancel safety
     ///
@@ -221,8 +222,11 @@ impl Client {
     /// asks again right after releasing a lock others wait for goes to the end of the line.
     /// Jittered retries (the policy's delays) renew the place in line and cover lost wake-ups.
     /// The line only orders fencelock's waiters; other Redlock clients and
-    /// [`Client::try_acquire`] can still take a free key ahead of it. Several resources at once
-    /// ([`Client::acquire_many`]) do not queue: those waiters are woken by every release.
+    /// [`Client::try_acquire`] can still take a free key ahead of it. On Redis, several
+    /// resources at once ([`Client::acquire_many`]) do not queue: those waiters are woken by
+    /// every release. On etcd every wait queues, several resources included: a waiter's keys
+    /// are created in one transaction, so waiters for overlapping sets are served in one order
+    /// and never wait for each other in a cycle.
     ///
     /// # Errors
     ///
@@ -270,7 +274,8 @@ impl Client {
         let keys = check_resources(resources)?;
         #[cfg(feature = "etcd")]
         if let Backend::Etcd(e) = &self.inner.backend {
-            let held = e.acquire(&keys[0], policy.wait()).await?;
+            let resume = policy.in_line_since().is_some();
+            let held = e.acquire(&keys, policy.wait(), resume).await?;
             return Ok(Lock::from_etcd(self.clone(), keys, held));
         }
         let started = Instant::now();
@@ -408,7 +413,7 @@ impl Client {
             Backend::Redis(r) => r,
             #[cfg(feature = "etcd")]
             Backend::Etcd(e) => {
-                let held = e.try_acquire(&keys[0]).await?;
+                let held = e.try_acquire(keys).await?;
                 return Ok(Lock::from_etcd(self.clone(), keys.clone(), held));
             }
         };
@@ -555,6 +560,9 @@ impl Client {
         held: &Held,
         budget: Duration,
     ) -> Result<(Instant, Votes)> {
+        // Every time-based judgement below comes from one reading of the clock after the
+        // round, `now`: two readings could judge "not expired" at the first and compute the
+        // deadline from a later second one.
         let started = Instant::now();
         let token = match held {
             Held::Redis(token, _) => token.as_str(),
@@ -578,11 +586,13 @@ impl Client {
                 budget.max(Duration::from_millis(1)),
             )
             .await;
-        let expired = started + budget <= Instant::now();
+        let now = Instant::now();
+        let elapsed = now.saturating_duration_since(started);
+        let expired = elapsed >= budget;
         let votes = self.settle(&keys[0], round.decision, round.votes, expired)?;
-        let valid_for = validity::validity(config.ttl(), started.elapsed(), self.inner.drift)
+        let valid_for = validity::validity(config.ttl(), elapsed, self.inner.drift)
             .ok_or_else(|| Error::lost(keys[0].clone(), Votes::default(), LostCause::Expired))?;
-        Ok((Instant::now() + valid_for, votes))
+        Ok((now + valid_for, votes))
     }
 
     /// The result of a release or extend round.
@@ -747,7 +757,9 @@ impl Drop for LeaveLine<'_> {
     }
 }
 
-fn check_resources<S: AsRef<str>>(resources: &[S]) -> Result<Arc<[String]>> {
+/// Checks a list of resources before any I/O: not empty, no empty or repeated name, and no
+/// name inside fencelock's own key space (see [`crate::protocol::RESERVED_PREFIX`]).
+pub(crate) fn check_resources<S: AsRef<str>>(resources: &[S]) -> Result<Arc<[String]>> {
     if resources.is_empty() {
         return Err(Error::config(
             "resources",
@@ -760,6 +772,16 @@ fn check_resources<S: AsRef<str>>(resources: &[S]) -> Result<Arc<[String]>> {
             return Err(Error::config(
                 "resource",
                 "the resource name is empty; name what the lock protects, e.g. \"order:42\"",
+            ));
+        }
+        if let Some(rest) = k.strip_prefix(crate::protocol::RESERVED_PREFIX) {
+            return Err(Error::config(
+                "resource",
+                format!(
+                    "{k:?} lies in fencelock's own key space (names starting with {:?} hold its fence counters and waiting lines), where a lock would break other locks; rename it, e.g. {:?}",
+                    crate::protocol::RESERVED_PREFIX,
+                    format!("app:{rest}")
+                ),
             ));
         }
         if keys[..i].contains(k) {
@@ -794,4 +816,44 @@ fn etcd_backend(_addrs: Vec<NodeAddr>, _config: &Config) -> Result<Backend> {
         "nodes",
         "etcd:// URLs need fencelock's `etcd` feature, which this build does not include",
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ErrorKind;
+
+    #[test]
+    fn names_in_fencelocks_own_key_space_are_refused() {
+        for name in [
+            "fencelock:fence:X",
+            "fencelock:queue:X",
+            "fencelock:queue-lease:X",
+            "fencelock:waiting:X",
+            "fencelock:",
+        ] {
+            let err = check_resources(&[name]).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{name}");
+            assert!(err.to_string().contains("key space"), "{err}");
+            let err = check_resources(&["ok", name]).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{name}");
+        }
+        // What the protocol writes beside a lock is inside the reserved space.
+        for key in [
+            crate::protocol::counter_key("X"),
+            crate::protocol::queue_key("X"),
+            crate::protocol::lease_key("X"),
+            crate::protocol::waiting_key("X"),
+        ] {
+            assert!(check_resources(&[key.as_str()]).is_err(), "{key}");
+        }
+        for name in [
+            "fencelock",
+            "order:fencelock:1",
+            "Fencelock:fence:X",
+            "fencelock/x",
+        ] {
+            assert!(check_resources(&[name]).is_ok(), "{name}");
+        }
+    }
 }

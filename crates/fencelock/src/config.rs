@@ -116,7 +116,8 @@ impl Config {
     }
 
     /// Fencing mode: every lock carries a `u64` fencing token that strictly increases from one
-    /// holder to the next (one extra round trip per acquisition).
+    /// holder to the next, under the conditions [`crate::Lock::fencing_token`] states (one extra
+    /// round trip per acquisition).
     pub fn with_fencing(mut self, fencing: bool) -> Config {
         self.fencing = fencing;
         self

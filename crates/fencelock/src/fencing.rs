@@ -4,7 +4,8 @@
 //! sets the lock key (`SET NX`) returns the node's counter in the same atomic step. The client
 //! derives the token from the counters its granting quorum returned, then writes it back to those
 //! nodes; the token counts only once a quorum took the write-back. `docs/fencing.md` holds the
-//! argument for why this makes tokens strictly increase from one holder to the next.
+//! argument for why this makes tokens strictly increase from one holder to the next, and the
+//! conditions under which they do (counters kept, no clock jump).
 
 /// The key that holds the fencing counter of `resource` on each node.
 pub fn counter_key(resource: &str) -> String {

@@ -243,6 +243,11 @@ impl LockGuard {
         self.lock().fencing_token()
     }
 
+    /// The fencing token with its issuer (see [`Lock::issued_token`]).
+    pub fn issued_token(&self) -> Option<crate::IssuedToken> {
+        self.lock().issued_token()
+    }
+
     /// The current validity deadline; it moves forward with each successful extension.
     pub fn validity_deadline(&self) -> Instant {
         self.state.deadline()

@@ -4,7 +4,9 @@
 //! released by a Lua compare-and-delete), on a majority of N independent Redis nodes
 //! (*Redlock*: parallel fan-out, quorum N/2+1, validity = ttl - elapsed - drift), or on an etcd
 //! cluster. In *fencing mode* every lock also carries a `u64` fencing token that strictly
-//! increases from one holder to the next, and the [`fence`] module ships storage adapters
+//! increases from one holder to the next (on Redis, under the conditions of
+//! `docs/fencing.md`: counters kept, no clock jump; see [`Lock::fencing_token`]), and the
+//! [`fence`] module ships storage adapters
 //! (SQLite, PostgreSQL) that refuse a write carrying an older token.
 //!
 //! # Which mode protects what
@@ -127,6 +129,7 @@ pub mod fence;
 // names that other clients need are in `protocol`.
 #[doc(hidden)]
 pub mod fencing;
+mod issued;
 mod keepalive;
 mod lock;
 mod node;
@@ -147,6 +150,7 @@ pub use crate::client::Client;
 pub use crate::config::Config;
 pub use crate::context::LockContext;
 pub use crate::error::{Error, ErrorKind, LostCause, Result};
+pub use crate::issued::IssuedToken;
 pub use crate::keepalive::{AutoExtend, LockGuard, LostSignal};
 pub use crate::lock::Lock;
 pub use crate::node::{NodeAddr, Scheme};

@@ -104,10 +104,34 @@ impl Lock {
         }
     }
 
-    /// The fencing token, in fencing mode: strictly greater than the token of every holder whose
-    /// token was issued before this lock was granted. Pass it to the storage with every write.
+    /// The fencing token, in fencing mode (always, with etcd). Pass it to the storage with every
+    /// write.
+    ///
+    /// On Redis it is strictly greater than the token of every holder whose token was issued
+    /// before this lock was granted **under the conditions `docs/fencing.md` states** ("Why a
+    /// later holder's token is larger" and "The holes"): the nodes keep their counters (no
+    /// restart without persistence, no eviction: `appendfsync always` and `noeviction`, which
+    /// `fencelock doctor` checks) and no node's clock jumps. Outside them tokens stay unique but
+    /// may be out of order. On etcd it is the revision that created the lock's keys: larger than
+    /// every earlier holder's of each of its resources, by etcd's consensus. Tokens from
+    /// different locks (other names, other node sets, Redis and etcd) are not comparable: the
+    /// fenced storage refuses them on one fence row.
     pub fn fencing_token(&self) -> Option<u64> {
         self.fencing_token
+    }
+
+    /// The fencing token with the lock that issued it: what to pass to the fenced storage
+    /// ([`crate::fence`]), which then binds the fence row to this lock and refuses tokens of
+    /// another.
+    pub fn issued_token(&self) -> Option<crate::IssuedToken> {
+        let backend = match &self.held {
+            Held::Redis(..) => "redis",
+            #[cfg(feature = "etcd")]
+            Held::Etcd(_) => "etcd",
+        };
+        let issuer = crate::IssuedToken::issuer_name(backend, &self.keys);
+        self.fencing_token
+            .map(|t| crate::IssuedToken::new(t, issuer))
     }
 
     /// The instant, on this process's monotonic clock, until which the lock may be considered

@@ -17,6 +17,12 @@
 //! when it woke someone. The CLI's benchmark baseline sends exactly this.
 
 pub use crate::fencing::counter_key;
+
+/// The prefix of every key and channel fencelock keeps beside the lock keys on Redis
+/// (`fencelock:fence:<resource>`, `fencelock:queue:<resource>`, ...). A resource name that
+/// starts with it is refused before any I/O with [`crate::Error::InvalidConfig`]: a lock on
+/// `fencelock:fence:X` would overwrite the fence counter of `X`.
+pub const RESERVED_PREFIX: &str = "fencelock:";
 pub use crate::queue::{lease_key, queue_key, waiting_key};
 
 /// The release script (Lua): compare-and-delete, and the wake-up of the next waiter in line

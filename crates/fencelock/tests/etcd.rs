@@ -441,3 +441,133 @@ async fn an_unreachable_cluster_is_unavailable() {
         "{err}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_on_several_resources_holds_every_one_of_them() {
+    let etcd = Etcd::start().unwrap();
+    let eps = etcd.endpoints();
+    let x = client(&eps, Duration::from_secs(10));
+    let y = client(&eps, Duration::from_secs(10));
+
+    let before = y.try_acquire("b").await.unwrap();
+    let before_token = before.fencing_token().unwrap();
+    before.release().await.unwrap();
+
+    let both = x.try_acquire_many(&["a", "b"]).await.unwrap();
+    assert_eq!(both.resources(), ["a", "b"]);
+    let token = both.fencing_token().unwrap();
+    assert!(token > before_token, "{token} after {before_token}");
+    for taken in ["b", "a"] {
+        let err = y.try_acquire(taken).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Contention, "{taken}: {err}");
+    }
+    // All or nothing: a set that overlaps is refused and leaves no key in the free queue.
+    let err = y.try_acquire_many(&["c", "b"]).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Contention, "{err}");
+    wait_queue_len(&eps, "c", 0).await;
+    assert_eq!(queue_len(&eps, "a").await, 1);
+    assert_eq!(queue_len(&eps, "b").await, 1);
+
+    both.release().await.unwrap();
+    let after = y.try_acquire("b").await.unwrap();
+    assert!(after.fencing_token().unwrap() > token);
+    after.release().await.unwrap();
+    for r in ["a", "b", "c"] {
+        assert_eq!(queue_len(&eps, r).await, 0, "{r}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overlapping_sets_in_opposite_orders_are_all_served_without_overlap() {
+    let etcd = Etcd::start().unwrap();
+    let eps = etcd.endpoints();
+    let inside: Arc<[AtomicBool; 3]> = Arc::default();
+    let index = |r: &str| ["a", "b", "c"].iter().position(|x| *x == r).unwrap();
+    let served: Arc<Mutex<Vec<&'static str>>> = Arc::default();
+    let sets: [(&'static str, &'static [&'static str]); 3] =
+        [("X", &["a", "b"]), ("Y", &["b", "a"]), ("Z", &["b", "c"])];
+    let mut tasks = Vec::new();
+    for (name, set) in sets {
+        let c = client(&eps, Duration::from_secs(10));
+        let (inside, served) = (inside.clone(), served.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..5 {
+                let lock = c.acquire_many(set).await.unwrap();
+                for r in set {
+                    let was = inside[index(r)].swap(true, Ordering::SeqCst);
+                    assert!(!was, "{name} got {r:?} while another client held it");
+                }
+                served.lock().unwrap().push(name);
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                for r in set {
+                    inside[index(r)].store(false, Ordering::SeqCst);
+                }
+                lock.release().await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        tokio::time::timeout(LONG, t)
+            .await
+            .expect("a waiter was never served (deadlock?)")
+            .unwrap();
+    }
+    assert_eq!(served.lock().unwrap().len(), 15);
+    for r in ["a", "b", "c"] {
+        assert_eq!(queue_len(&eps, r).await, 0, "{r}");
+    }
+}
+
+#[test]
+fn a_set_too_large_for_one_etcd_transaction_is_refused_before_any_io() {
+    // Nothing listens on port 1: any I/O would fail as Unavailable, not InvalidConfig.
+    let c = Client::new(Config::new(["etcd://127.0.0.1:1"])).unwrap();
+    let names: Vec<String> = (0..64).map(|i| format!("r{i}")).collect();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let err = rt.block_on(c.try_acquire_many(&names)).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
+    assert!(err.to_string().contains("at most 63"), "{err}");
+    let err = rt.block_on(c.acquire_many(&names)).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_split_over_calls_keeps_its_place_in_line() {
+    // What `fencelock run` does: waits in short calls that resume one wait.
+    let etcd = Etcd::start().unwrap();
+    let eps = etcd.endpoints();
+    let holder = client(&eps, Duration::from_secs(10));
+    let early = client(&eps, Duration::from_secs(10));
+    let late = client(&eps, Duration::from_secs(10));
+    let held = holder.acquire("line").await.unwrap();
+
+    let since = std::time::SystemTime::now();
+    let chunk = RetryPolicy::new()
+        .with_wait(Duration::from_millis(300))
+        .with_in_line_since(since);
+    let err = early.acquire_with("line", &chunk).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    // Between two calls the early waiter keeps its key in the queue...
+    assert_eq!(queue_len(&eps, "line").await, 2);
+    // ... so a client that starts waiting now queues behind it.
+    let late_wait = tokio::spawn(async move {
+        let lock = late.acquire("line").await.unwrap();
+        lock.release().await.unwrap();
+        Instant::now()
+    });
+    wait_queue_len(&eps, "line", 3).await;
+    let again = RetryPolicy::new().with_wait(LONG).with_in_line_since(since);
+    let early_wait = tokio::spawn(async move {
+        let lock = early.acquire_with("line", &again).await.unwrap();
+        let at = Instant::now();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        lock.release().await.unwrap();
+        at
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    held.release().await.unwrap();
+    let early_at = early_wait.await.unwrap();
+    let late_at = late_wait.await.unwrap();
+    assert!(early_at < late_at, "the late waiter was served first");
+    assert_eq!(queue_len(&eps, "line").await, 0);
+}

@@ -318,3 +318,62 @@ async fn fences_connecting_at_once_create_the_table_once() {
         fence.write("r", 1, async |_| Ok(())).await.unwrap();
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fence_row_is_bound_to_the_lock_of_its_first_token() {
+    use fencelock::IssuedToken;
+    let pg = tokio::task::spawn_blocking(Postgres::start)
+        .await
+        .unwrap()
+        .expect("start PostgreSQL");
+    // A table from before rows were bound: no issuer column, one row written with a bare token.
+    let (client, conn) = tokio_postgres::connect(&pg.url(), tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    client
+        .batch_execute(
+            "CREATE TABLE fencelock_fence (resource TEXT PRIMARY KEY, token BIGINT NOT NULL);
+             INSERT INTO fencelock_fence VALUES ('r', 5);",
+        )
+        .await
+        .unwrap();
+    let mut fence = PostgresFence::connect(&pg.url()).await.unwrap();
+    let redis = |t| IssuedToken::new(t, "redis:r");
+    let etcd = |t| IssuedToken::new(t, "etcd:r");
+
+    fence.write("r", redis(6), async |_| Ok(())).await.unwrap();
+    fence.write("r", redis(6), async |_| Ok(())).await.unwrap();
+    for other in [
+        etcd(1_000),
+        IssuedToken::new(1_000, "redis:other"),
+        1_000.into(),
+    ] {
+        let mut ran = false;
+        let err = fence
+            .write("r", other.clone(), async |_| {
+                ran = true;
+                Ok(())
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{other}: {err}");
+        assert!(err.to_string().contains("redis:r"), "{err}");
+        assert!(!ran, "the closure ran for a token of another lock");
+    }
+    assert_eq!(fence.last_token("r").await.unwrap(), Some(6));
+    let err = fence
+        .write("r", redis(5), async |_| Ok(()))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::StaleToken);
+    fence.write("r", redis(7), async |_| Ok(())).await.unwrap();
+
+    // A new row is bound by its first token (the row is created in the same transaction).
+    fence.write("s", etcd(3), async |_| Ok(())).await.unwrap();
+    assert!(fence.write("s", redis(4), async |_| Ok(())).await.is_err());
+    // A second connection sees the bindings.
+    let mut other = PostgresFence::connect(&pg.url()).await.unwrap();
+    assert!(other.write("r", etcd(99), async |_| Ok(())).await.is_err());
+    assert_eq!(other.last_token("r").await.unwrap(), Some(7));
+}

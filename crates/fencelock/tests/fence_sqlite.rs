@@ -357,3 +357,58 @@ async fn write_async_from_concurrent_tasks_keeps_tokens_in_order() {
     );
     assert_eq!(committed.len() + stale, 100);
 }
+
+#[test]
+fn a_fence_row_is_bound_to_the_lock_of_its_first_token() {
+    use fencelock::IssuedToken;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bound.db");
+    // A table from before rows were bound: no issuer column, one row written with a bare token.
+    let conn = Connection::open(&path).unwrap();
+    conn.execute_batch(
+        "CREATE TABLE fencelock_fence (resource TEXT PRIMARY KEY NOT NULL, token INTEGER NOT NULL);
+         INSERT INTO fencelock_fence VALUES ('r', 5);",
+    )
+    .unwrap();
+    drop(conn);
+    let fence = SqliteFence::open(&path).unwrap();
+    let redis = |t| IssuedToken::new(t, "redis:r");
+    let etcd = |t| IssuedToken::new(t, "etcd:r");
+
+    // The old row takes its first bound token, and is bound from then on.
+    fence.write("r", redis(6), |_| Ok(())).unwrap();
+    fence.write("r", redis(6), |_| Ok(())).unwrap();
+    let ran = std::cell::Cell::new(false);
+    for other in [
+        etcd(1_000),
+        IssuedToken::new(1_000, "redis:other"),
+        1_000.into(),
+    ] {
+        let err = fence
+            .write("r", other.clone(), |_| {
+                ran.set(true);
+                Ok(())
+            })
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{other}: {err}");
+        assert!(err.to_string().contains("redis:r"), "{err}");
+    }
+    assert!(!ran.get(), "the closure ran for a token of another lock");
+    assert_eq!(fence.last_token("r").unwrap(), Some(6));
+    assert_eq!(
+        fence.write("r", redis(5), |_| Ok(())).unwrap_err().kind(),
+        ErrorKind::StaleToken
+    );
+    fence.write("r", redis(7), |_| Ok(())).unwrap();
+
+    // A new row is bound by its first token; a row of bare tokens stays unbound.
+    fence.write("s", etcd(3), |_| Ok(())).unwrap();
+    assert!(fence.write("s", redis(4), |_| Ok(())).is_err());
+    fence.write("u", 1, |_| Ok(())).unwrap();
+    fence.write("u", 2, |_| Ok(())).unwrap();
+    // Reopening keeps the bindings.
+    drop(fence);
+    let fence = SqliteFence::open(&path).unwrap();
+    assert!(fence.write("r", etcd(99), |_| Ok(())).is_err());
+    assert_eq!(fence.last_token("r").unwrap(), Some(7));
+}

@@ -1,22 +1,41 @@
 //! The etcd backend: a fair (FIFO) lock on a consensus store, whose fencing token is the etcd
-//! revision that created the lock key.
+//! revision that created the lock keys.
 //!
 //! # How a lock is taken
 //!
 //! 1. Grant a lease of the configured TTL, rounded up to whole seconds (etcd's unit; the
 //!    server may grant more, its minimum TTL, and the validity is computed from what it
 //!    granted).
-//! 2. In one transaction, create the key `fencelock/<resource>/<lease id>` attached to the
-//!    lease, and read it back with the queue's oldest key. The key's `create_revision` is this
-//!    waiter's place in the queue and, once it holds the lock, its fencing token: revisions
-//!    grow with every write to the cluster, so a later holder always has a larger one.
-//! 3. If the oldest key is ours, the lock is held. Otherwise (for `acquire`) watch the key
-//!    created just before ours, from the revision of the read on, so no delete is missed; when
-//!    it goes, look again (an older one may still be there). Waiters thus take turns in
-//!    creation order, and each watches one key instead of polling.
+//! 2. In one transaction, create the key `fencelock/<resource>/<lease id>` of every resource of
+//!    the lock, all attached to the lease, and read back ours with each queue's oldest key. The
+//!    transaction is applied at one revision, so all our keys share one `create_revision`: this
+//!    waiter's place in every queue it joined and, once it holds the lock, its fencing token:
+//!    revisions grow with every write to the cluster, so a later holder of any of the resources
+//!    always has a larger one.
+//! 3. If the oldest key of every queue is ours, the lock is held. Otherwise (for `acquire`)
+//!    watch a key created before ours in one of the queues, from the revision of the read on,
+//!    so no delete is missed; when it goes, look again (an older one may still be there).
+//!    Waiters thus take turns in creation order, and each watches one key instead of polling.
+//!
+//! # Several resources, no deadlock
+//!
+//! Because a waiter's keys are created together, every waiter has one place, its revision, in
+//! one order shared by all queues, and it waits only for keys older than its own. The oldest
+//! live waiter is therefore first in every queue it joined and gets its lock: clients asking for
+//! overlapping sets, in any order, are served one after the other and never wait for each other
+//! in a cycle (`etcd.rs`: `overlapping_sets_in_opposite_orders_are_all_served_without_overlap`).
+//! It is all or nothing: a lock is held only when it is first in every queue, and giving up
+//! revokes the lease, which removes every key at once. The fencing token of a set is the shared
+//! revision: for each resource of the set, it is larger than that of every earlier holder of
+//! that resource, alone or in another set. A transaction holds at most
+//! [`timing::MAX_TXN_OPS`] operations (etcd's default `--max-txn-ops`), which bounds a set to
+//! [`timing::MAX_RESOURCES`] resources; a longer list is refused before any I/O.
 //!
 //! The lease is the lock's lifetime: revoking it (release) or letting it expire deletes the
-//! key and wakes the next waiter. While waiting, the lease is renewed every third of its TTL.
+//! keys and wakes the next waiters. While waiting, the lease is renewed every third of its TTL.
+//! A wait split over several calls ([`crate::RetryPolicy::with_in_line_since`]) keeps its keys
+//! between the calls, so it keeps its place in line; if no call comes back, the lease expires
+//! after the TTL.
 //!
 //! Several URLs name the members of one cluster, not independent nodes: consensus already
 //! makes the cluster's answer the majority's, so every call yields one vote for the cluster.
@@ -29,7 +48,7 @@
 //! which would need etcd-client's `tls` feature (rustls and ring).
 //!
 //! Cancellation: a cancelled acquisition revokes its lease from a background task when a tokio
-//! runtime is running; otherwise its key stays in the queue, delaying the waiters behind it,
+//! runtime is running; otherwise its keys stay in the queues, delaying the waiters behind them,
 //! until the lease expires after the TTL.
 
 mod endpoints;
@@ -78,6 +97,9 @@ pub(crate) struct Cluster {
     lease_secs: i64,
     drift: Duration,
     client: OnceCell<EtcdClient>,
+    /// Places in line kept between the calls of a wait split over several calls: the
+    /// resources and the entry. Their leases are not renewed here; an abandoned one expires.
+    parked: std::sync::Mutex<Vec<(Vec<String>, Entry)>>,
 }
 
 impl fmt::Debug for Cluster {
@@ -94,13 +116,14 @@ impl fmt::Debug for Cluster {
 /// A lock held on etcd.
 #[derive(Debug, Clone)]
 pub(crate) struct EtcdHeld {
-    /// The resource, for error messages.
+    /// The (first) resource, for error messages.
     pub(crate) resource: String,
-    /// The lock key, `fencelock/<resource>/<lease id hex>` (what `Lock::token` shows).
+    /// The lock key of the first resource, `fencelock/<resource>/<lease id hex>` (what
+    /// `Lock::token` shows).
     pub(crate) key: String,
-    /// The lease the key is attached to.
+    /// The lease the keys are attached to.
     pub(crate) lease: i64,
-    /// The key's create revision: the fencing token.
+    /// The keys' create revision (one for all): the fencing token.
     pub(crate) revision: u64,
     /// Local validity deadline: send time of the last grant or renewal + TTL - drift.
     pub(crate) deadline: Instant,
@@ -134,10 +157,11 @@ impl Fail {
     }
 }
 
-/// Our place in a queue: the key, its lease and its create revision.
+/// Our place in the queues: our key in each (in the order of the resources), their lease and
+/// their create revision.
 #[derive(Debug, Clone)]
 struct Entry {
-    key: String,
+    keys: Vec<String>,
     lease: i64,
     revision: i64,
     ttl: Duration,
@@ -149,9 +173,10 @@ struct Entry {
 enum Turn {
     /// Our key is the oldest: the lock is ours.
     Head,
-    /// This key is just ahead of ours; the read was at this revision.
+    /// This key is ahead of ours (just ahead, in the first queue where one is); the read was at
+    /// this revision.
     Behind { key: String, revision: i64 },
-    /// Our key is gone (the lease expired while we could not renew it).
+    /// Our keys are gone (the lease expired while we could not renew it).
     Gone,
 }
 
@@ -189,6 +214,7 @@ impl EtcdBackend {
             lease_secs,
             drift: config.drift(),
             client: OnceCell::new(),
+            parked: std::sync::Mutex::default(),
         })))
     }
 }
@@ -199,50 +225,81 @@ impl Cluster {
         self.addrs.iter()
     }
 
-    /// One attempt: joins the queue of `resource` and keeps the place only if it is the first.
+    /// One attempt: joins the queues of `resources` and keeps the place only if it is the
+    /// first in all of them.
     ///
     /// # Errors
     ///
-    /// [`Error::Contention`] when another owner holds the lock or waits ahead of us;
-    /// [`Error::Unavailable`] when the cluster did not answer (no leader, members down);
+    /// [`Error::InvalidConfig`] for more than [`timing::MAX_RESOURCES`] resources (before any
+    /// I/O); [`Error::Contention`] when another owner holds one of the resources or waits ahead
+    /// of us; [`Error::Unavailable`] when the cluster did not answer (no leader, members down);
     /// [`Error::TooSlow`] when the answer came too late to leave any validity. Whatever the
     /// error, our lease has been revoked (or, if that failed too, expires by TTL).
     ///
     /// # Cancel safety
     ///
     /// Not cancel-safe: a cancelled attempt revokes its lease from a background task if a tokio
-    /// runtime is running, else the lease (and our place in the queue) expires by TTL.
-    pub(crate) async fn try_acquire(&self, resource: &str) -> Result<EtcdHeld> {
+    /// runtime is running, else the lease (and our place in the queues) expires by TTL.
+    pub(crate) async fn try_acquire(&self, resources: &[String]) -> Result<EtcdHeld> {
+        check_count(resources)?;
         let started = Instant::now();
         let mut pending = PendingLease::default();
-        let result = self.try_once(resource, &mut pending, started).await;
+        let result = self.try_once(resources, &mut pending, started).await;
         self.settle_pending(&mut pending, result.is_ok()).await;
         result
     }
 
-    /// Waits up to `wait` for the lock on `resource`, in queue (creation) order.
+    /// Waits up to `wait` for the lock on `resources`, in queue (creation) order.
+    ///
+    /// `resume`: the wait is one call of several (see
+    /// [`crate::RetryPolicy::with_in_line_since`]): it takes back the place a previous call
+    /// for the same resources left, and if `wait` runs out it leaves its keys in the queues
+    /// for the next call (their lease expires after the TTL if none comes).
     ///
     /// # Errors
     ///
-    /// [`Error::Timeout`] when `wait` ran out, holding the last obstacle (contention, or the
-    /// cluster's failure); our key is removed from the queue. Failures of the cluster are
-    /// retried until then.
+    /// [`Error::InvalidConfig`] as for [`Cluster::try_acquire`]; [`Error::Timeout`] when `wait`
+    /// ran out, holding the last obstacle (contention, or the cluster's failure); our keys are
+    /// removed from the queues unless `resume`. Failures of the cluster are retried until then.
     ///
     /// # Cancel safety
     ///
-    /// As [`EtcdBackend::try_acquire`].
-    pub(crate) async fn acquire(&self, resource: &str, wait: Duration) -> Result<EtcdHeld> {
+    /// As [`Cluster::try_acquire`].
+    pub(crate) async fn acquire(
+        &self,
+        resources: &[String],
+        wait: Duration,
+        resume: bool,
+    ) -> Result<EtcdHeld> {
+        check_count(resources)?;
+        let resource = resources[0].as_str();
         let started = Instant::now();
         let mut pending = PendingLease::default();
         let mut attempts = 0u32;
         let mut last: Option<Error> = None;
+        let mut place = if resume { self.unpark(resources) } else { None };
         let outcome = tokio::time::timeout(
             wait,
-            self.wait_for_turn(resource, &mut pending, &mut attempts, &mut last),
+            self.wait_for_turn(
+                resources,
+                &mut pending,
+                &mut place,
+                &mut attempts,
+                &mut last,
+            ),
         )
         .await;
-        self.settle_pending(&mut pending, matches!(outcome, Ok(Ok(_))))
-            .await;
+        match (&outcome, place) {
+            (Err(_elapsed), Some(entry)) if resume => {
+                // Keep the lease (and the keys) for the next call instead of revoking it.
+                pending.lease = None;
+                self.park(resources, entry);
+            }
+            _ => {
+                self.settle_pending(&mut pending, matches!(outcome, Ok(Ok(_))))
+                    .await;
+            }
+        }
         match outcome {
             Ok(result) => result,
             Err(_elapsed) => Err(Error::Timeout {
@@ -257,6 +314,27 @@ impl Cluster {
                 })),
             }),
         }
+    }
+
+    /// Takes the place a previous call left for `resources`, if its lease may still live.
+    fn unpark(&self, resources: &[String]) -> Option<Entry> {
+        let mut parked = self
+            .parked
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let i = parked.iter().position(|(r, _)| r.as_slice() == resources)?;
+        let (_, entry) = parked.swap_remove(i);
+        (entry.renewed.elapsed() < entry.ttl).then_some(entry)
+    }
+
+    /// Leaves a place for the next call; forgets places whose leases have surely expired.
+    fn park(&self, resources: &[String], entry: Entry) {
+        let mut parked = self
+            .parked
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        parked.retain(|(r, e)| e.renewed.elapsed() < e.ttl && r.as_slice() != resources);
+        parked.push((resources.to_vec(), entry));
     }
 
     /// Renews the lease once, retrying failures within `budget`.
@@ -350,12 +428,13 @@ impl Cluster {
 
     async fn try_once(
         &self,
-        resource: &str,
+        resources: &[String],
         pending: &mut PendingLease,
         started: Instant,
     ) -> Result<EtcdHeld> {
+        let resource = resources[0].as_str();
         let (entry, head) = self
-            .enqueue(resource, pending)
+            .enqueue(resources, pending)
             .await
             .map_err(|f| self.error_for(resource, f, started))?;
         if !head {
@@ -368,49 +447,80 @@ impl Cluster {
     }
 
     /// The queue loop of `acquire`; only returns when the lock is ours or on an error that
-    /// waiting will not fix. `attempts` counts looks at the queue, `last` keeps the latest
-    /// obstacle for the timeout error.
+    /// waiting will not fix. `place` is our entry in the queues, if any (kept up to date, so
+    /// that a timed-out call can leave it to the next); `attempts` counts looks at the queues,
+    /// `last` keeps the latest obstacle for the timeout error.
     async fn wait_for_turn(
         &self,
-        resource: &str,
+        resources: &[String],
         pending: &mut PendingLease,
+        place: &mut Option<Entry>,
         attempts: &mut u32,
         last: &mut Option<Error>,
     ) -> Result<EtcdHeld> {
+        let resource = resources[0].as_str();
         let started = Instant::now();
         'enqueue: loop {
             *attempts += 1;
-            let (mut entry, head) = match self.enqueue(resource, pending).await {
-                Ok(joined) => joined,
-                Err(fail) => {
-                    *last = Some(self.error_for(resource, fail, started));
-                    // A failed join may still have written our key: drop it with its lease.
-                    self.settle_pending(pending, false).await;
-                    tokio::time::sleep(timing::RETRY_DELAY).await;
-                    continue 'enqueue;
-                }
-            };
-            if head {
-                match self.held(resource, &entry, started) {
-                    Ok(held) => return Ok(held),
-                    Err(e) => {
-                        *last = Some(e);
-                        self.settle_pending(pending, false).await;
+            let resumed = match place.take() {
+                Some(entry) => match self.client().await {
+                    Ok(client) => {
+                        pending.arm(client, entry.lease, self.request_timeout);
+                        Some(entry)
+                    }
+                    Err(fail) => {
+                        *place = Some(entry);
+                        *last = Some(self.error_for(resource, fail, started));
+                        tokio::time::sleep(timing::RETRY_DELAY).await;
                         continue 'enqueue;
                     }
+                },
+                None => None,
+            };
+            let mut entry = match resumed {
+                // A place taken back: look at the queues before anything else.
+                Some(entry) => entry,
+                None => {
+                    let (entry, head) = match self.enqueue(resources, pending).await {
+                        Ok(joined) => joined,
+                        Err(fail) => {
+                            *last = Some(self.error_for(resource, fail, started));
+                            // A failed join may still have written our keys: drop them with
+                            // their lease.
+                            self.settle_pending(pending, false).await;
+                            tokio::time::sleep(timing::RETRY_DELAY).await;
+                            continue 'enqueue;
+                        }
+                    };
+                    if head {
+                        match self.held(resource, &entry, started) {
+                            Ok(held) => return Ok(held),
+                            Err(e) => {
+                                *last = Some(e);
+                                self.settle_pending(pending, false).await;
+                                continue 'enqueue;
+                            }
+                        }
+                    }
+                    *last = Some(Error::Contention {
+                        resource: resource.to_string(),
+                        votes: self.votes(VoteOutcome::HeldByOther, started.elapsed()),
+                    });
+                    entry
                 }
-            }
-            *last = Some(Error::Contention {
-                resource: resource.to_string(),
-                votes: self.votes(VoteOutcome::HeldByOther, started.elapsed()),
-            });
+            };
+            *place = Some(entry.clone());
             let renew_every = timing::renew_interval(entry.ttl);
             loop {
                 if entry.renewed.elapsed() >= renew_every {
                     match self.keep_alive(entry.lease, self.request_timeout).await {
-                        Ok(sent) => entry.renewed = sent,
+                        Ok(sent) => {
+                            entry.renewed = sent;
+                            *place = Some(entry.clone());
+                        }
                         Err(fail) if fail.lease_gone => {
-                            tracing::debug!(key = %entry.key, "lease expired while waiting; joining the queue again");
+                            tracing::debug!(key = %entry.keys[0], "lease expired while waiting; joining the queue again");
+                            *place = None;
                             self.settle_pending(pending, false).await;
                             continue 'enqueue;
                         }
@@ -422,7 +532,7 @@ impl Cluster {
                     }
                 }
                 *attempts += 1;
-                let turn = match self.look(resource, &entry).await {
+                let turn = match self.look(resources, &entry).await {
                     Ok(turn) => turn,
                     Err(fail) => {
                         *last = Some(self.error_for(resource, fail, started));
@@ -435,8 +545,12 @@ impl Cluster {
                         // Renew now so that the lock starts with a full TTL, not what is left
                         // of the lease since the last renewal.
                         match self.keep_alive(entry.lease, self.request_timeout).await {
-                            Ok(sent) => entry.renewed = sent,
+                            Ok(sent) => {
+                                entry.renewed = sent;
+                                *place = Some(entry.clone());
+                            }
                             Err(fail) if fail.lease_gone => {
+                                *place = None;
                                 self.settle_pending(pending, false).await;
                                 continue 'enqueue;
                             }
@@ -455,10 +569,15 @@ impl Cluster {
                         }
                     }
                     Turn::Gone => {
+                        *place = None;
                         self.settle_pending(pending, false).await;
                         continue 'enqueue;
                     }
                     Turn::Behind { key, revision } => {
+                        *last = Some(Error::Contention {
+                            resource: resource.to_string(),
+                            votes: self.votes(VoteOutcome::HeldByOther, started.elapsed()),
+                        });
                         let wake = entry.renewed + renew_every;
                         if let Err(fail) = self.wait_delete(&key, revision, wake).await {
                             *last = Some(self.error_for(resource, fail, started));
@@ -470,11 +589,12 @@ impl Cluster {
         }
     }
 
-    /// Grants a lease and creates our key in the queue of `resource`; returns the entry and
-    /// whether it is the oldest key (the lock is ours).
+    /// Grants a lease and creates our key in the queue of every resource, in one transaction;
+    /// returns the entry and whether each of our keys is the oldest of its queue (the lock is
+    /// ours).
     async fn enqueue(
         &self,
-        resource: &str,
+        resources: &[String],
         pending: &mut PendingLease,
     ) -> Result<(Entry, bool), Fail> {
         let client = self.client().await?;
@@ -493,8 +613,11 @@ impl Cluster {
         }
         pending.arm(client.clone(), grant.id(), self.request_timeout);
         let ttl = Duration::from_secs(grant.ttl() as u64);
-        let prefix = keys::queue_prefix(resource);
-        let key = keys::lock_key(&prefix, grant.id());
+        let prefixes: Vec<String> = resources.iter().map(|r| keys::queue_prefix(r)).collect();
+        let keys: Vec<String> = prefixes
+            .iter()
+            .map(|p| keys::lock_key(p, grant.id()))
+            .collect();
         let oldest = || {
             GetOptions::new()
                 .with_prefix()
@@ -502,44 +625,61 @@ impl Cluster {
                 .with_limit(1)
                 .with_keys_only()
         };
-        // The key is named after a lease that was just created, so it cannot exist; the
-        // comparison only makes a repeated request harmless.
+        let reads = || {
+            std::iter::once(TxnOp::get(keys[0].clone(), None)).chain(
+                prefixes
+                    .iter()
+                    .map(|p| TxnOp::get(p.clone(), Some(oldest()))),
+            )
+        };
+        // The keys are named after a lease that was just created, so they cannot exist; the
+        // comparisons only make a repeated request harmless.
         let txn = Txn::new()
-            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
-            .and_then([
-                TxnOp::put(
-                    key.clone(),
-                    Vec::<u8>::new(),
-                    Some(PutOptions::new().with_lease(grant.id())),
-                ),
-                TxnOp::get(key.clone(), None),
-                TxnOp::get(prefix.clone(), Some(oldest())),
-            ])
-            .or_else([
-                TxnOp::get(key.clone(), None),
-                TxnOp::get(prefix, Some(oldest())),
-            ]);
+            .when(
+                keys.iter()
+                    .map(|k| Compare::create_revision(k.clone(), CompareOp::Equal, 0))
+                    .collect::<Vec<_>>(),
+            )
+            .and_then(
+                keys.iter()
+                    .map(|k| {
+                        TxnOp::put(
+                            k.clone(),
+                            Vec::<u8>::new(),
+                            Some(PutOptions::new().with_lease(grant.id())),
+                        )
+                    })
+                    .chain(reads())
+                    .collect::<Vec<_>>(),
+            )
+            .or_else(reads().collect::<Vec<_>>());
         let resp = self
             .call(self.request_timeout, client.kv_client().txn(txn))
             .await?;
         let gets = gets(&resp);
-        let [mine, first] = gets.as_slice() else {
+        let Some((mine, firsts)) = gets.split_first() else {
             return Err(Fail::failed("unexpected transaction response"));
         };
+        if firsts.len() != resources.len() {
+            return Err(Fail::failed("unexpected transaction response"));
+        }
         let Some(mine) = mine.kvs().first() else {
             // Only possible if the lease expired between the grant and the transaction.
             return Err(Fail::failed(
                 "the lock key vanished right after it was written",
             ));
         };
+        // One transaction, one revision: every key we created has this create revision.
         let revision = mine.create_revision();
-        let head = first
-            .kvs()
-            .first()
-            .is_some_and(|kv| kv.create_revision() == revision);
+        let head = firsts.iter().all(|first| {
+            first
+                .kvs()
+                .first()
+                .is_some_and(|kv| kv.create_revision() == revision)
+        });
         Ok((
             Entry {
-                key,
+                keys,
                 lease: grant.id(),
                 revision,
                 ttl,
@@ -549,30 +689,39 @@ impl Cluster {
         ))
     }
 
-    /// Looks at the queue: is our key still there, and which key is just ahead of it?
+    /// Looks at the queues: are our keys still there, and which key is ahead of ours (the one
+    /// just ahead, in the first queue that has one)?
     ///
     /// `entry.revision - 1` is at least 1 (a store's first write is revision 2), which matters
     /// because a `max_create_revision` of 0 would mean "no bound".
-    async fn look(&self, resource: &str, entry: &Entry) -> Result<Turn, Fail> {
+    async fn look(&self, resources: &[String], entry: &Entry) -> Result<Turn, Fail> {
         let client = self.client().await?;
-        let prefix = keys::queue_prefix(resource);
         let txn = Txn::new()
-            .when([Compare::create_revision(
-                entry.key.clone(),
-                CompareOp::Equal,
-                entry.revision,
-            )])
-            .and_then([TxnOp::get(
-                prefix,
-                Some(
-                    GetOptions::new()
-                        .with_prefix()
-                        .with_max_create_revision(entry.revision - 1)
-                        .with_sort(SortTarget::Create, SortOrder::Descend)
-                        .with_limit(1)
-                        .with_keys_only(),
-                ),
-            )]);
+            .when(
+                entry
+                    .keys
+                    .iter()
+                    .map(|k| Compare::create_revision(k.clone(), CompareOp::Equal, entry.revision))
+                    .collect::<Vec<_>>(),
+            )
+            .and_then(
+                resources
+                    .iter()
+                    .map(|r| {
+                        TxnOp::get(
+                            keys::queue_prefix(r),
+                            Some(
+                                GetOptions::new()
+                                    .with_prefix()
+                                    .with_max_create_revision(entry.revision - 1)
+                                    .with_sort(SortTarget::Create, SortOrder::Descend)
+                                    .with_limit(1)
+                                    .with_keys_only(),
+                            ),
+                        )
+                    })
+                    .collect::<Vec<_>>(),
+            );
         let resp = self
             .call(self.request_timeout, client.kv_client().txn(txn))
             .await?;
@@ -584,7 +733,7 @@ impl Cluster {
             .map(|h| h.revision())
             .ok_or_else(|| Fail::failed("response without a header"))?;
         let gets = gets(&resp);
-        let Some(ahead) = gets.first().and_then(|g| g.kvs().first()) else {
+        let Some(ahead) = gets.iter().find_map(|g| g.kvs().first()) else {
             return Ok(Turn::Head);
         };
         Ok(Turn::Behind {
@@ -669,10 +818,10 @@ impl Cluster {
                 started.elapsed(),
             ),
         })?;
-        tracing::debug!(key = %entry.key, revision, "etcd lock acquired");
+        tracing::debug!(key = %entry.keys[0], revision, "etcd lock acquired");
         Ok(EtcdHeld {
             resource: resource.to_string(),
-            key: entry.key.clone(),
+            key: entry.keys[0].clone(),
             lease: entry.lease,
             revision,
             deadline,
@@ -794,6 +943,22 @@ impl Drop for PendingLease {
             let _ = tokio::time::timeout(timeout, client.lease_client().revoke(lease)).await;
         });
     }
+}
+
+/// Refuses, before any I/O, a set of resources too large for one transaction.
+fn check_count(resources: &[String]) -> Result<()> {
+    if resources.len() > timing::MAX_RESOURCES {
+        return Err(Error::config(
+            "resources",
+            format!(
+                "{} resources in one lock; etcd takes at most {} at once (one transaction holds at most {} operations, etcd's default --max-txn-ops): split the set or use Redis",
+                resources.len(),
+                timing::MAX_RESOURCES,
+                timing::MAX_TXN_OPS
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// The range results of a transaction's branch, in order.

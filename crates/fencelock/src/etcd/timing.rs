@@ -10,6 +10,13 @@ pub(crate) const MIN_REQUEST_TIMEOUT: Duration = Duration::from_secs(1);
 /// The longest lease etcd grants (its `MaxLeaseTTL`, in seconds).
 pub(crate) const MAX_LEASE_SECS: u64 = 9_000_000_000;
 
+/// The most operations one transaction may hold: etcd's default `--max-txn-ops`.
+pub(crate) const MAX_TXN_OPS: usize = 128;
+
+/// The most resources one lock may hold: joining the queues puts one key per resource and
+/// reads back one key plus the oldest of each queue, `2n + 1` operations in one transaction.
+pub(crate) const MAX_RESOURCES: usize = (MAX_TXN_OPS - 1) / 2;
+
 /// The pause between two tries of a request that failed for a passing reason (an election, a
 /// member going away).
 pub(crate) const RETRY_DELAY: Duration = Duration::from_millis(100);
@@ -109,6 +116,14 @@ mod tests {
         assert_eq!(deadline(t0, 10 * S, 102 * MS), Some(t0 + 9898 * MS));
         assert_eq!(deadline(t0, S, S), None);
         assert_eq!(deadline(t0, S, 2 * S), None);
+    }
+
+    #[test]
+    fn a_full_set_fits_one_transaction() {
+        // Puts, our key, the oldest of each queue: 2n + 1 operations.
+        assert_eq!(MAX_RESOURCES, 63);
+        assert_eq!(2 * MAX_RESOURCES + 1, 127);
+        assert_eq!(2 * (MAX_RESOURCES + 1) + 1, MAX_TXN_OPS + 1);
     }
 
     #[test]

@@ -47,8 +47,21 @@
 //! Tokens are `u64` but stored in a signed 64-bit column (`INTEGER` / `BIGINT`): a token above
 //! `i64::MAX` is refused with [`Error::InvalidConfig`] before any I/O.
 //!
+//! # One fence row, one lock
+//!
+//! Tokens are ordered only among the holders of one lock: a token of lock `a` says nothing
+//! about one of lock `b`, nor a Redis token about an etcd revision. A fence row written with
+//! tokens of two locks would compare numbers that mean nothing to each other and let a stale
+//! write through. So the row records the lock that issued its first bound token (pass
+//! [`Lock::issued_token`](crate::Lock::issued_token), an [`IssuedToken`]) and refuses a token
+//! from any other lock, or a bare `u64`, with [`Error::InvalidConfig`] naming both locks
+//! (tests `a_bound_row_refuses_tokens_of_another_lock_or_of_none` in this module, and
+//! `a_fence_row_is_bound_to_the_lock_of_its_first_token` in `tests/fence_sqlite.rs` and
+//! `tests/fence_postgres.rs`). A row written only with bare `u64` tokens stays unbound and
+//! works as before; its first bound token binds it.
+//!
 //! The fence table is created if missing: `fencelock_fence(resource TEXT PRIMARY KEY, token
-//! BIGINT NOT NULL)`. Its name is set with [`FenceOptions::with_table`]. Keep it in the same
+//! BIGINT NOT NULL, issuer TEXT)`; a table from an earlier version gets the `issuer` column. Its name is set with [`FenceOptions::with_table`]. Keep it in the same
 //! database as the data it guards: that is what lets one transaction cover both.
 //!
 //! # One application, either backend
@@ -135,6 +148,7 @@
 use std::time::Duration;
 
 use crate::error::{Error, Result};
+use crate::IssuedToken;
 
 #[cfg(feature = "postgres")]
 mod postgres;
@@ -258,17 +272,61 @@ pub(crate) fn token_from_sql(table: &str, resource: &str, stored: i64) -> Result
     })
 }
 
-/// The fencing rule: a write is admitted if no token was accepted yet or its token is not older
-/// than the last accepted one. Equal tokens are the same holder writing again.
-pub(crate) fn admit(resource: &str, presented: u64, current: Option<u64>) -> Result<()> {
-    match current {
-        Some(current) if presented < current => Err(Error::StaleToken {
-            resource: resource.to_owned(),
-            presented,
-            current,
-        }),
-        _ => Ok(()),
+/// What a fence row holds: the last accepted token and the lock the row is bound to (`None`
+/// for a row written only with unbound tokens, or before fence rows were bound).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Row {
+    pub(crate) token: u64,
+    pub(crate) issuer: Option<String>,
+}
+
+/// The fencing rule, one for both storages. A write is admitted if the row takes tokens from
+/// the presented token's lock (it is bound to that lock, or to none yet, see [`IssuedToken`])
+/// and no token was accepted yet or its token is not older than the last accepted one. Equal
+/// tokens are the same holder writing again.
+pub(crate) fn admit(resource: &str, presented: &IssuedToken, current: Option<&Row>) -> Result<()> {
+    let Some(row) = current else {
+        return Ok(());
+    };
+    if let Some(bound) = &row.issuer {
+        match presented.issuer() {
+            Some(issuer) if issuer == bound => {}
+            Some(issuer) => {
+                return Err(Error::config(
+                    "fencing token",
+                    format!(
+                        "the fence row of {resource:?} is bound to the lock {bound:?}, but token {} comes from the lock {issuer:?}; tokens of different locks are not ordered, so a row takes tokens from one lock only: write under {bound:?}, or fence this data under another resource name",
+                        presented.value()
+                    ),
+                ))
+            }
+            None => {
+                return Err(Error::config(
+                    "fencing token",
+                    format!(
+                        "the fence row of {resource:?} is bound to the lock {bound:?}, but token {} does not say which lock issued it; pass `lock.issued_token()` instead of the bare number",
+                        presented.value()
+                    ),
+                ))
+            }
+        }
     }
+    if presented.value() < row.token {
+        return Err(Error::StaleToken {
+            resource: resource.to_owned(),
+            presented: presented.value(),
+            current: row.token,
+        });
+    }
+    Ok(())
+}
+
+/// Whether an admitted write must update the row: a newer token, or the first issuer of a row
+/// that had none.
+pub(crate) fn must_record(presented: &IssuedToken, current: Option<&Row>) -> bool {
+    current.is_none_or(|row| {
+        row.token != presented.value() || (row.issuer.is_none() && presented.issuer().is_some())
+    })
 }
 
 /// The error `write` returns when the caller's closure failed (the transaction is rolled back).
@@ -289,13 +347,24 @@ mod tests {
     use super::*;
     use crate::ErrorKind;
 
+    fn row(token: u64, issuer: Option<&str>) -> Row {
+        Row {
+            token,
+            issuer: issuer.map(str::to_owned),
+        }
+    }
+
     #[test]
     fn admits_newer_and_equal_tokens_and_refuses_older_ones() {
-        assert!(admit("r", 5, None).is_ok());
-        assert!(admit("r", 0, None).is_ok());
-        assert!(admit("r", 5, Some(5)).is_ok(), "same holder writing again");
-        assert!(admit("r", 7, Some(5)).is_ok());
-        match admit("r", 6, Some(7)) {
+        let t = IssuedToken::unbound;
+        assert!(admit("r", &t(5), None).is_ok());
+        assert!(admit("r", &t(0), None).is_ok());
+        assert!(
+            admit("r", &t(5), Some(&row(5, None))).is_ok(),
+            "same holder writing again"
+        );
+        assert!(admit("r", &t(7), Some(&row(5, None))).is_ok());
+        match admit("r", &t(6), Some(&row(7, None))) {
             Err(Error::StaleToken {
                 resource,
                 presented,
@@ -303,6 +372,34 @@ mod tests {
             }) => assert_eq!((resource.as_str(), presented, current), ("r", 6, 7)),
             other => panic!("expected StaleToken, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn a_bound_row_refuses_tokens_of_another_lock_or_of_none() {
+        let a = |v| IssuedToken::new(v, "redis:a");
+        let b = |v| IssuedToken::new(v, "etcd:a");
+        let bound = row(10, Some("redis:a"));
+        assert!(admit("r", &a(10), Some(&bound)).is_ok());
+        assert!(admit("r", &a(11), Some(&bound)).is_ok());
+        assert_eq!(
+            admit("r", &a(9), Some(&bound)).unwrap_err().kind(),
+            ErrorKind::StaleToken
+        );
+        // A larger token of another lock is refused too: it is not newer, only different.
+        let err = admit("r", &b(99), Some(&bound)).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidConfig);
+        assert!(err.to_string().contains("\"etcd:a\""), "{err}");
+        assert!(err.to_string().contains("\"redis:a\""), "{err}");
+        let err = admit("r", &IssuedToken::unbound(99), Some(&bound)).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidConfig);
+        assert!(err.to_string().contains("issued_token"), "{err}");
+        // An unbound row takes a bound token, and must then record its issuer.
+        let unbound = row(10, None);
+        assert!(admit("r", &b(10), Some(&unbound)).is_ok());
+        assert!(must_record(&b(10), Some(&unbound)));
+        assert!(!must_record(&a(10), Some(&bound)));
+        assert!(must_record(&a(11), Some(&bound)));
+        assert!(must_record(&a(1), None));
     }
 
     #[test]

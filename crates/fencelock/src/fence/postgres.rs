@@ -5,8 +5,11 @@ use std::time::Duration;
 
 use tokio_postgres::{Client, Config, NoTls, Statement, Transaction};
 
-use super::{admit, closure_failed, token_from_sql, token_to_sql, BoxError, FenceOptions};
+use super::{
+    admit, closure_failed, must_record, token_from_sql, token_to_sql, BoxError, FenceOptions, Row,
+};
 use crate::error::{Error, Result};
+use crate::IssuedToken;
 
 /// How long [`PostgresFence::connect`] waits for the server unless the URL sets
 /// `connect_timeout`.
@@ -141,11 +144,14 @@ impl PostgresFence {
         tx.execute("SELECT pg_advisory_xact_lock($1)", &[&advisory_key(&table)])
             .await
             .map_err(failed)?;
+        // `issuer`: the lock the row is bound to; added to a table made before rows were bound.
         tx.batch_execute(&format!(
             "CREATE TABLE IF NOT EXISTS {table} (
                  resource TEXT PRIMARY KEY,
-                 token BIGINT NOT NULL
-             )"
+                 token BIGINT NOT NULL,
+                 issuer TEXT
+             );
+             ALTER TABLE {table} ADD COLUMN IF NOT EXISTS issuer TEXT"
         ))
         .await
         .map_err(failed)?;
@@ -154,20 +160,20 @@ impl PostgresFence {
         // Prepared once, so that a fenced write costs no parse round trips.
         let insert_row = client
             .prepare(&format!(
-                "INSERT INTO {table} (resource, token) VALUES ($1, $2) \
+                "INSERT INTO {table} (resource, token, issuer) VALUES ($1, $2, $3) \
                  ON CONFLICT (resource) DO NOTHING"
             ))
             .await
             .map_err(failed)?;
         let lock_row = client
             .prepare(&format!(
-                "SELECT token FROM {table} WHERE resource = $1 FOR UPDATE"
+                "SELECT token, issuer FROM {table} WHERE resource = $1 FOR UPDATE"
             ))
             .await
             .map_err(failed)?;
         let update_token = client
             .prepare(&format!(
-                "UPDATE {table} SET token = $2 WHERE resource = $1"
+                "UPDATE {table} SET token = $2, issuer = COALESCE(issuer, $3) WHERE resource = $1"
             ))
             .await
             .map_err(failed)?;
@@ -201,11 +207,15 @@ impl PostgresFence {
     /// transaction, and returns `f`'s value.
     ///
     /// In order: `BEGIN`; make sure the resource has a fence row (`INSERT ... ON CONFLICT DO
-    /// NOTHING`); lock it and read the last accepted token (`SELECT ... FOR UPDATE`, which waits
-    /// while another fenced write of the resource is in progress); if `token` is older, roll
-    /// back without calling `f`; else run `f` with the open transaction, record `token`, and
-    /// `COMMIT`. `f` is an async closure (`async |tx| { ... }`) and must not commit or roll
-    /// back by itself.
+    /// NOTHING`); lock it and read the last accepted token and the lock the row is bound to
+    /// (`SELECT ... FOR UPDATE`, which waits while another fenced write of the resource is in
+    /// progress); if `token` comes from another lock, or is older, roll back without calling
+    /// `f`; else run `f` with the open transaction, record `token` (and its lock, on the row's
+    /// first bound token), and `COMMIT`. `f` is an async closure (`async |tx| { ... }`) and
+    /// must not commit or roll back by itself.
+    ///
+    /// `token` is an [`IssuedToken`] (from [`Lock::issued_token`](crate::Lock::issued_token)),
+    /// which binds the row to its lock, or a bare `u64`, which a bound row refuses.
     ///
     /// # Cancel safety
     ///
@@ -218,18 +228,26 @@ impl PostgresFence {
     ///
     /// - [`Error::StaleToken`] if the database already accepted a newer token for `resource`;
     ///   nothing was changed and `f` was not called.
-    /// - [`Error::InvalidConfig`] if `token` is above `i64::MAX` (checked before any I/O).
+    /// - [`Error::InvalidConfig`] if `token` is above `i64::MAX` (checked before any I/O), or
+    ///   if the row is bound to another lock than `token`'s, or `token` is a bare number and
+    ///   the row is bound; nothing was changed and `f` was not called.
     /// - [`Error::Storage`] whose `source()` is `f`'s error, if `f` failed; the transaction,
     ///   including `f`'s statements, was rolled back. A [`fencelock::Error`](Error) returned by
     ///   `f` is passed through unwrapped.
     /// - [`Error::Storage`] if PostgreSQL failed (connection lost, serialization failure under
     ///   a stricter default isolation level, ...); nothing was changed, unless the connection
     ///   broke during `COMMIT`, in which case it is unknown.
-    pub async fn write<T, F>(&mut self, resource: &str, token: u64, f: F) -> Result<T>
+    pub async fn write<T, F>(
+        &mut self,
+        resource: &str,
+        token: impl Into<IssuedToken>,
+        f: F,
+    ) -> Result<T>
     where
         F: AsyncFnOnce(&Transaction<'_>) -> std::result::Result<T, BoxError>,
     {
-        let stored = token_to_sql(resource, token)?;
+        let token: IssuedToken = token.into();
+        let stored = token_to_sql(resource, token.value())?;
         let target = &self.target;
         let failed = |step: &str, e| {
             Error::storage(
@@ -242,16 +260,20 @@ impl PostgresFence {
             .transaction()
             .await
             .map_err(|e| failed("BEGIN", e))?;
-        tx.execute(&self.insert_row, &[&resource, &stored])
+        let issuer = token.issuer();
+        tx.execute(&self.insert_row, &[&resource, &stored, &issuer])
             .await
             .map_err(|e| failed("creating the fence row", e))?;
-        let current: i64 = tx
+        let (current, bound): (i64, Option<String>) = tx
             .query_one(&self.lock_row, &[&resource])
             .await
-            .and_then(|row| row.try_get(0))
+            .and_then(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
             .map_err(|e| failed("locking the fence row", e))?;
-        let current = token_from_sql(&self.table, resource, current)?;
-        if let Err(stale) = admit(resource, token, Some(current)) {
+        let current = Row {
+            token: token_from_sql(&self.table, resource, current)?,
+            issuer: bound,
+        };
+        if let Err(stale) = admit(resource, &token, Some(&current)) {
             // Nothing was written but the fence row, which rolls back with the transaction.
             let _ = tx.rollback().await;
             return Err(stale);
@@ -265,8 +287,8 @@ impl PostgresFence {
                 return Err(closure_failed(resource, error));
             }
         };
-        if current != token {
-            tx.execute(&self.update_token, &[&resource, &stored])
+        if must_record(&token, Some(&current)) {
+            tx.execute(&self.update_token, &[&resource, &stored, &issuer])
                 .await
                 .map_err(|e| failed("recording the token", e))?;
         }

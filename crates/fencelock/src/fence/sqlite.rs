@@ -6,8 +6,11 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior};
 
-use super::{admit, closure_failed, token_from_sql, token_to_sql, BoxError, FenceOptions};
+use super::{
+    admit, closure_failed, must_record, token_from_sql, token_to_sql, BoxError, FenceOptions, Row,
+};
 use crate::error::{Error, Result};
+use crate::IssuedToken;
 
 /// Fenced writes to an SQLite database: a write applies only if its fencing token is not older
 /// than the last one the database accepted for the resource (see the [module docs](super)).
@@ -122,18 +125,34 @@ impl SqliteFence {
         conn.execute_batch(&format!(
             "CREATE TABLE IF NOT EXISTS {table} (
                  resource TEXT PRIMARY KEY NOT NULL,
-                 token INTEGER NOT NULL
+                 token INTEGER NOT NULL,
+                 issuer TEXT
              )"
         ))
         .map_err(failed)?;
+        // A table made before fence rows were bound to their lock gets the column; its rows
+        // are bound by their next bound token.
+        let (schema, name) = table.split_once('.').unwrap_or(("main", &table));
+        let has_issuer: bool = conn
+            .query_row(
+                "SELECT COUNT(*) > 0 FROM pragma_table_info(?1, ?2) WHERE name = 'issuer'",
+                [name, schema],
+                |row| row.get(0),
+            )
+            .map_err(failed)?;
+        if !has_issuer {
+            conn.execute_batch(&format!("ALTER TABLE {table} ADD COLUMN issuer TEXT"))
+                .map_err(failed)?;
+        }
         Ok(SqliteFence {
             shared: Arc::new(Shared {
                 conn: Mutex::new(conn),
                 path,
-                select_token: format!("SELECT token FROM {table} WHERE resource = ?1"),
+                select_token: format!("SELECT token, issuer FROM {table} WHERE resource = ?1"),
                 upsert_token: format!(
-                    "INSERT INTO {table} (resource, token) VALUES (?1, ?2)
-                     ON CONFLICT (resource) DO UPDATE SET token = excluded.token"
+                    "INSERT INTO {table} (resource, token, issuer) VALUES (?1, ?2, ?3)
+                     ON CONFLICT (resource) DO UPDATE SET token = excluded.token,
+                         issuer = COALESCE({table}.issuer, excluded.issuer)"
                 ),
                 table,
             }),
@@ -149,9 +168,14 @@ impl SqliteFence {
     /// `BEGIN IMMEDIATE` transaction, and returns `f`'s value.
     ///
     /// In order: start the transaction (taking the database's write lock, waiting up to the
-    /// busy timeout for it); read the last accepted token of `resource`; if `token` is older,
-    /// roll back without calling `f`; else call `f` with the open transaction, record `token`
-    /// as the last accepted one, and commit. `f` must not commit or roll back by itself.
+    /// busy timeout for it); read the last accepted token of `resource` and the lock the row is
+    /// bound to; if `token` comes from another lock, or is older, roll back without calling
+    /// `f`; else call `f` with the open transaction, record `token` as the last accepted one
+    /// (and its lock, on the row's first bound token), and commit. `f` must not commit or roll
+    /// back by itself.
+    ///
+    /// `token` is an [`IssuedToken`] (from [`Lock::issued_token`](crate::Lock::issued_token)),
+    /// which binds the row to its lock, or a bare `u64`, which a bound row refuses.
     ///
     /// This blocks the calling thread for the whole transaction, including any wait for another
     /// writer; from async code call [`write_async`](Self::write_async) instead.
@@ -160,17 +184,20 @@ impl SqliteFence {
     ///
     /// - [`Error::StaleToken`] if the database already accepted a newer token for `resource`;
     ///   nothing was changed and `f` was not called.
-    /// - [`Error::InvalidConfig`] if `token` is above `i64::MAX` (checked before any I/O).
+    /// - [`Error::InvalidConfig`] if `token` is above `i64::MAX` (checked before any I/O), or
+    ///   if the row is bound to another lock than `token`'s, or `token` is a bare number and
+    ///   the row is bound; nothing was changed and `f` was not called.
     /// - [`Error::Storage`] whose `source()` is `f`'s error, if `f` failed; the transaction,
     ///   including `f`'s statements, was rolled back. A [`fencelock::Error`](Error) returned by
     ///   `f` is passed through unwrapped.
     /// - [`Error::Storage`] if SQLite failed (for example, the write lock stayed busy for longer
     ///   than the busy timeout); nothing was changed.
-    pub fn write<T, F>(&self, resource: &str, token: u64, f: F) -> Result<T>
+    pub fn write<T, F>(&self, resource: &str, token: impl Into<IssuedToken>, f: F) -> Result<T>
     where
         F: FnOnce(&Transaction<'_>) -> std::result::Result<T, BoxError>,
     {
-        let stored = token_to_sql(resource, token)?;
+        let token: IssuedToken = token.into();
+        let stored = token_to_sql(resource, token.value())?;
         let mut conn = self.lock();
         let failed = |step: &str, e| {
             Error::storage(format!("{step} of the fenced write on {resource:?}"), e)
@@ -178,9 +205,9 @@ impl SqliteFence {
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(|e| failed("BEGIN IMMEDIATE", e))?;
-        let current = self.read_token(&tx, resource)?;
+        let current = self.read_row(&tx, resource)?;
         // An early return drops `tx`, which rolls the transaction back.
-        admit(resource, token, current)?;
+        admit(resource, &token, current.as_ref())?;
         let value = match f(&tx) {
             Ok(value) => value,
             Err(error) => {
@@ -190,9 +217,11 @@ impl SqliteFence {
                 return Err(closure_failed(resource, error));
             }
         };
-        if current != Some(token) {
+        if must_record(&token, current.as_ref()) {
             tx.prepare_cached(&self.shared.upsert_token)
-                .and_then(|mut stmt| stmt.execute(rusqlite::params![resource, stored]))
+                .and_then(|mut stmt| {
+                    stmt.execute(rusqlite::params![resource, stored, token.issuer()])
+                })
                 .map_err(|e| failed("recording the token", e))?;
         }
         tx.commit().map_err(|e| failed("COMMIT", e))?;
@@ -214,11 +243,17 @@ impl SqliteFence {
     ///
     /// As [`write`](Self::write); also [`Error::Storage`] if the runtime shut down before the
     /// blocking task ran.
-    pub async fn write_async<T, F>(&self, resource: &str, token: u64, f: F) -> Result<T>
+    pub async fn write_async<T, F>(
+        &self,
+        resource: &str,
+        token: impl Into<IssuedToken>,
+        f: F,
+    ) -> Result<T>
     where
         F: FnOnce(&Transaction<'_>) -> std::result::Result<T, BoxError> + Send + 'static,
         T: Send + 'static,
     {
+        let token: IssuedToken = token.into();
         let fence = self.clone();
         let owned = resource.to_owned();
         match tokio::task::spawn_blocking(move || fence.write(&owned, token, f)).await {
@@ -239,7 +274,7 @@ impl SqliteFence {
     /// fencelock).
     pub fn last_token(&self, resource: &str) -> Result<Option<u64>> {
         let conn = self.lock();
-        self.read_token(&conn, resource)
+        Ok(self.read_row(&conn, resource)?.map(|row| row.token))
     }
 
     /// Runs `f` with the connection outside any fenced write: for setup (creating the
@@ -249,13 +284,21 @@ impl SqliteFence {
         f(&self.lock())
     }
 
-    fn read_token(&self, conn: &Connection, resource: &str) -> Result<Option<u64>> {
-        let stored: Option<i64> = conn
+    fn read_row(&self, conn: &Connection, resource: &str) -> Result<Option<Row>> {
+        let stored: Option<(i64, Option<String>)> = conn
             .prepare_cached(&self.shared.select_token)
-            .and_then(|mut stmt| stmt.query_row([resource], |row| row.get(0)).optional())
+            .and_then(|mut stmt| {
+                stmt.query_row([resource], |row| Ok((row.get(0)?, row.get(1)?)))
+                    .optional()
+            })
             .map_err(|e| Error::storage(format!("reading the fence token of {resource:?}"), e))?;
         stored
-            .map(|stored| token_from_sql(&self.shared.table, resource, stored))
+            .map(|(stored, issuer)| {
+                Ok(Row {
+                    token: token_from_sql(&self.shared.table, resource, stored)?,
+                    issuer,
+                })
+            })
             .transpose()
     }
 

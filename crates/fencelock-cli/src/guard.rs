@@ -1,0 +1,377 @@
+//! The guard of `fencelock run`: the process between the supervisor and the command, which
+//! keeps every process the command starts inside one tree and takes the whole tree down with
+//! the supervisor.
+//!
+//! ```text
+//! fencelock run (supervisor: lock, keeper, deadlines)
+//!   └─ fencelock (guard: child subreaper)            <- control pipe from the supervisor
+//!        └─ COMMAND (own process group, PDEATHSIG = SIGKILL)
+//!             └─ ... every descendant, even one that called setsid or was orphaned
+//! ```
+//!
+//! - The guard is a child subreaper (`PR_SET_CHILD_SUBREAPER`): a descendant whose parent
+//!   exits is reparented to the guard instead of init, so the guard's subtree holds every
+//!   process the command started, whatever process group or session it moved to. The guard
+//!   reaps them all and exits only when none is left (`waitpid` says `ECHILD`), with the
+//!   command's status: the supervisor keeps the lock, extended, until the guard exits.
+//! - The supervisor's signals go through the control pipe: forward a signal to the command's
+//!   process group (SIGINT, SIGTERM, SIGHUP sent to `fencelock run`), or send one to every
+//!   descendant (the SIGTERM/SIGKILL deadline of a lock that is lost or running out).
+//! - When the supervisor dies, however it dies (kill -9, the OOM killer), the kernel closes its
+//!   end of the pipe; the guard reads end-of-file and SIGKILLs every descendant before it exits.
+//!   The pipe needs no thread to outlive anything, unlike `PR_SET_PDEATHSIG`, which fires when
+//!   the *thread* that forked exits. The command itself also gets `PR_SET_PDEATHSIG(SIGKILL)`
+//!   (the guard is single-threaded), so that it dies even if the guard is killed with SIGKILL.
+//!   What remains unprotected is a SIGKILL to the guard alone while the supervisor lives: the
+//!   supervisor, a child subreaper too, then receives the orphans and SIGKILLs them.
+//!
+//! Processes are found by their parent links in `/proc/<pid>/stat`: no cgroups, no privileges.
+
+use std::ffi::{OsStr, OsString};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::process::CommandExt;
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// The hidden first argument that makes the binary a guard. Never typed by users.
+pub(crate) const GUARD_ARG: &str = "__fencelock-run-guard";
+
+/// Control messages: two bytes, an operation and a signal number.
+const TO_GROUP: u8 = b'g';
+const TO_ALL: u8 = b'a';
+
+/// Makes this process a child subreaper. Errors are ignored: on a kernel without it (before
+/// 3.4) orphans go to init, as they did before.
+pub(crate) fn become_subreaper() {
+    // SAFETY: prctl with PR_SET_CHILD_SUBREAPER only sets a flag of this process.
+    unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+}
+
+/// The supervisor's side: the guard's process and the pipe that controls it.
+#[derive(Debug)]
+pub(crate) struct Guard {
+    pub(crate) child: tokio::process::Child,
+    pub(crate) control: Control,
+}
+
+/// The supervisor's end of the control pipe.
+#[derive(Debug)]
+pub(crate) struct Control(OwnedFd);
+
+impl Guard {
+    /// Starts the guard, which starts `program args` with the environment of `cmd_env`.
+    ///
+    /// # Errors
+    ///
+    /// The I/O error of creating the pipe or starting this binary again.
+    pub(crate) fn spawn(
+        program: &OsStr,
+        args: &[OsString],
+        env: &[(&str, Option<OsString>)],
+    ) -> std::io::Result<Guard> {
+        let mut fds = [0; 2];
+        // SAFETY: pipe2 fills two fresh descriptors, both close-on-exec.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: both descriptors were just created and are owned here.
+        let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        // The supervisor must never block on a guard that does not read.
+        // SAFETY: fcntl on our own descriptor.
+        unsafe { libc::fcntl(write.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK) };
+        let read_fd = read.as_raw_fd();
+        let mut cmd = tokio::process::Command::new("/proc/self/exe");
+        cmd.arg0("fencelock")
+            .arg(GUARD_ARG)
+            .arg(read_fd.to_string())
+            .arg(program)
+            .args(args)
+            .kill_on_drop(false);
+        for (name, value) in env {
+            match value {
+                Some(v) => cmd.env(name, v),
+                None => cmd.env_remove(name),
+            };
+        }
+        // SAFETY: the closure runs between fork and exec and only calls fcntl, which is
+        // async-signal-safe, to let the read end survive the exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::fcntl(read_fd, libc::F_SETFD, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        // tokio forks in the calling thread; the guard does not depend on which one (see the
+        // module docs).
+        let child = cmd.spawn()?;
+        drop(read);
+        Ok(Guard {
+            child,
+            control: Control(write),
+        })
+    }
+}
+
+impl Control {
+    /// Sends `sig` to the command's process group (forwarded signals).
+    pub(crate) fn signal_group(&self, sig: i32) {
+        self.send(TO_GROUP, sig);
+    }
+
+    /// Sends `sig` to every process the command started (the deadline's SIGTERM and SIGKILL).
+    pub(crate) fn signal_all(&self, sig: i32) {
+        self.send(TO_ALL, sig);
+    }
+
+    fn send(&self, op: u8, sig: i32) {
+        let msg = [op, u8::try_from(sig).unwrap_or(libc::SIGKILL as u8)];
+        // A full pipe or a gone guard: nothing better to do; the guard's exit is what counts.
+        // SAFETY: writes two bytes from a live buffer to our own descriptor.
+        unsafe { libc::write(self.0.as_raw_fd(), msg.as_ptr().cast(), msg.len()) };
+    }
+}
+
+/// After the guard exited: SIGKILLs and reaps whatever is left below this process (orphans of a
+/// guard that was itself killed) and returns how many processes that were.
+pub(crate) fn kill_leftovers() -> usize {
+    // SAFETY: getpid has no preconditions.
+    let me = unsafe { libc::getpid() };
+    let killed = kill_tree(me, libc::SIGKILL, true);
+    reap_all();
+    killed
+}
+
+/// The guard's `main`, when the binary was started as one.
+pub(crate) fn main_if_guard() -> Option<ExitCode> {
+    let mut argv = std::env::args_os().skip(1);
+    if argv.next().as_deref() != Some(OsStr::new(GUARD_ARG)) {
+        return None;
+    }
+    let control: Option<RawFd> = argv.next().and_then(|fd| fd.to_str()?.parse().ok());
+    let (Some(control), Some(program)) = (control, argv.next()) else {
+        eprintln!("fencelock: error: {GUARD_ARG} is internal to `fencelock run`");
+        return Some(ExitCode::from(crate::exit::USAGE));
+    };
+    let args: Vec<OsString> = argv.collect();
+    Some(ExitCode::from(guard(control, &program, &args)))
+}
+
+extern "C" fn ignore(_: libc::c_int) {}
+
+fn guard(control: RawFd, program: &OsStr, args: &[OsString]) -> u8 {
+    become_subreaper();
+    // SAFETY: plain descriptor flags on the inherited read end, and signal handlers that do
+    // nothing. Handlers, unlike SIG_IGN, are reset by exec, so the command gets the default
+    // dispositions; the guard itself must outlive a Ctrl-C or a SIGTERM sent to the
+    // supervisor's process group, to go on tracking the command's processes.
+    unsafe {
+        libc::fcntl(control, libc::F_SETFD, libc::FD_CLOEXEC);
+        libc::fcntl(control, libc::F_SETFL, libc::O_NONBLOCK);
+        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT] {
+            libc::signal(
+                sig,
+                ignore as extern "C" fn(libc::c_int) as libc::sighandler_t,
+            );
+        }
+    }
+    // SAFETY: getpid has no preconditions.
+    let me = unsafe { libc::getpid() };
+    let mut cmd = std::process::Command::new(program);
+    cmd.args(args).process_group(0);
+    // SAFETY: prctl and getppid are async-signal-safe; the check closes the race in which
+    // the guard died before the flag was set.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if libc::getppid() != me {
+                libc::_exit(137);
+            }
+            Ok(())
+        });
+    }
+    let child = match cmd.spawn() {
+        Ok(child) => child,
+        Err(err) => {
+            let failure = crate::run::spawn_failure(&program.to_os_string(), &err);
+            eprintln!("fencelock: error: {}", failure.message);
+            return failure.code;
+        }
+    };
+    let pgid = i32::try_from(child.id()).unwrap_or(0);
+    let foreground = crate::run::Foreground::hand_to(pgid);
+    let mut foreground = Some(foreground);
+    let mut status: Option<u8> = None;
+    loop {
+        // Reap first: every exited descendant, the command's own status kept.
+        loop {
+            let mut raw = 0;
+            // SAFETY: waitpid on our own children, without blocking.
+            let pid = unsafe { libc::waitpid(-1, &mut raw, libc::WNOHANG) };
+            if pid > 0 {
+                if pid == pgid {
+                    status = Some(crate::run::status_code(
+                        std::os::unix::process::ExitStatusExt::from_raw(raw),
+                    ));
+                    if let Some(Some(fg)) = foreground.take() {
+                        fg.restore();
+                    }
+                }
+                continue;
+            }
+            if pid < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ECHILD) {
+                return status.unwrap_or(crate::exit::INTERNAL);
+            }
+            break;
+        }
+        let mut pfd = libc::pollfd {
+            fd: control,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: polls one live descriptor. A short timeout: exits are found by waitpid.
+        unsafe { libc::poll(&mut pfd, 1, 20) };
+        let mut msg = [0u8; 64];
+        // SAFETY: reads into a live buffer from our own descriptor.
+        let n = unsafe { libc::read(control, msg.as_mut_ptr().cast(), msg.len()) };
+        if n == 0 {
+            // The supervisor is gone, and with it the lock's keeper: nothing may run on.
+            kill_tree(me, libc::SIGKILL, true);
+            reap_all();
+            return 137;
+        }
+        let n = usize::try_from(n).unwrap_or(0);
+        for pair in msg[..n].chunks_exact(2) {
+            let sig = i32::from(pair[1]);
+            match pair[0] {
+                TO_GROUP => {
+                    // SAFETY: signals the command's process group, which we created.
+                    unsafe { libc::kill(-pgid, sig) };
+                }
+                TO_ALL => {
+                    kill_tree(me, sig, sig == libc::SIGKILL);
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+/// Sends `sig` to every live descendant of `root`. With `until_none`, scans again until no live
+/// descendant is left (a process may fork between the scan and the signal).
+fn kill_tree(root: i32, sig: i32, until_none: bool) -> usize {
+    let mut signalled = std::collections::HashSet::new();
+    for _ in 0..200 {
+        let found = descendants(root);
+        let fresh: Vec<i32> = if until_none {
+            found.clone()
+        } else {
+            found
+                .iter()
+                .copied()
+                .filter(|p| !signalled.contains(p))
+                .collect()
+        };
+        for pid in &fresh {
+            // SAFETY: signals a process found below us in the process tree.
+            unsafe { libc::kill(*pid, sig) };
+            signalled.insert(*pid);
+        }
+        if !until_none || found.is_empty() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    signalled.len()
+}
+
+/// Reaps every child until none is left, waiting for each.
+fn reap_all() {
+    loop {
+        let mut raw = 0;
+        // SAFETY: waitpid on our own children.
+        let pid = unsafe { libc::waitpid(-1, &mut raw, 0) };
+        if pid <= 0 {
+            let again = std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR);
+            if !again {
+                return;
+            }
+        }
+    }
+}
+
+/// The live (not zombie) descendants of `root`, from the parent links in `/proc`.
+fn descendants(root: i32) -> Vec<i32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut links: Vec<(i32, i32, bool)> = Vec::new();
+    for entry in dir.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if let Some((ppid, zombie)) = parent_of(pid) {
+            links.push((pid, ppid, zombie));
+        }
+    }
+    let mut found = Vec::new();
+    let mut frontier = vec![root];
+    while let Some(parent) = frontier.pop() {
+        for &(pid, ppid, zombie) in &links {
+            if ppid == parent && pid != root {
+                frontier.push(pid);
+                if !zombie {
+                    found.push(pid);
+                }
+            }
+        }
+    }
+    found
+}
+
+/// The parent of `pid` and whether it is a zombie, from `/proc/<pid>/stat`.
+fn parent_of(pid: i32) -> Option<(i32, bool)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may hold spaces and parentheses: the fields start after the last ')'.
+    let (_, rest) = stat.rsplit_once(')')?;
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?;
+    let ppid = fields.next()?.parse().ok()?;
+    Some((ppid, state == "Z"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_a_grandchild_and_its_parent_link() {
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "sleep 5 & wait"])
+            .spawn()
+            .unwrap();
+        let me = i32::try_from(std::process::id()).unwrap();
+        let sh = i32::try_from(child.id()).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let mut below = descendants(me);
+        while below.len() < 2 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+            below = descendants(me);
+        }
+        assert!(below.contains(&sh), "{below:?}");
+        assert_eq!(parent_of(sh).map(|(p, _)| p), Some(me));
+        let sleeper = below.iter().copied().find(|p| *p != sh).unwrap();
+        assert_eq!(parent_of(sleeper).map(|(p, _)| p), Some(sh));
+        assert_eq!(kill_tree(sh, libc::SIGKILL, true), 1);
+        // SAFETY: kills our own child.
+        unsafe { libc::kill(sh, libc::SIGKILL) };
+        child.wait().unwrap();
+    }
+}

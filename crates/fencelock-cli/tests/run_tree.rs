@@ -1,0 +1,260 @@
+//! `fencelock run` and the processes its command leaves behind: background jobs and processes
+//! that left the process group keep the lock held until they exit, and none of them outlives a
+//! supervisor that was killed with SIGKILL; and the commands suggested in messages quote the
+//! resource name. The built binary against real redis-server nodes.
+
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use fencelock_testkit::RedisNodes;
+
+const BIN: &str = env!("CARGO_BIN_EXE_fencelock");
+/// How long any wait for liveness may take on a loaded machine before the test gives up.
+const LONG: Duration = Duration::from_secs(60);
+
+/// `fencelock --nodes URLS ... --no-quarantine` (fresh nodes never held a lock) with HOME in a
+/// temporary directory.
+fn fencelock(home: &Path, urls: &[String]) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.env("HOME", home)
+        .env("XDG_DATA_HOME", home.join("data"))
+        .env("XDG_CONFIG_HOME", home.join("config"))
+        .env_remove("FENCELOCK_NODES")
+        .env_remove("FENCELOCK_CONFIG")
+        .env_remove("FENCELOCK_TOKEN")
+        .arg("--nodes")
+        .arg(urls.join(","))
+        .arg("--node-timeout")
+        .arg("250ms")
+        .arg("--no-quarantine")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    cmd
+}
+
+/// The exit code of `run --no-wait RESOURCE -- true`: 0 if the lock was free, 75 if held.
+fn try_run(home: &Path, urls: &[String], resource: &str) -> Option<i32> {
+    let mut child = fencelock(home, urls)
+        .args(["run", "--no-wait", resource, "--", "true"])
+        .spawn()
+        .unwrap();
+    wait_status(&mut child, LONG).code()
+}
+
+fn wait_status(child: &mut Child, limit: Duration) -> ExitStatus {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("fencelock did not exit within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The PID written to `path` by the command, once it is there.
+fn read_pid(path: &Path) -> i32 {
+    let deadline = Instant::now() + LONG;
+    loop {
+        if let Some(pid) = std::fs::read_to_string(path)
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+        {
+            return pid;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} never written",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Whether a PID is gone: no such process, or a zombie waiting for its reaper.
+fn pid_gone(pid: i32) -> bool {
+    // SAFETY: signal 0 only checks existence.
+    if unsafe { libc::kill(pid, 0) } != 0 {
+        return true;
+    }
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|stat| {
+            stat.rsplit_once(')')
+                .and_then(|(_, rest)| rest.trim_start().chars().next())
+                == Some('Z')
+        })
+        .unwrap_or(true)
+}
+
+/// Runs `script` under `run RESOURCE`; once the background process it starts has written its
+/// PID, checks that the lock stays held while that process lives and is free after it exits.
+fn background_process_keeps_the_lock(resource: &str, script: &str) {
+    let nodes = RedisNodes::start(3).unwrap();
+    let urls = nodes.urls();
+    let home = tempfile::tempdir().unwrap();
+    let pidfile = home.path().join("bg.pid");
+    let script = script.replace("PIDFILE", &pidfile.display().to_string());
+    let mut run = fencelock(home.path(), &urls)
+        .args(["--ttl", "3s", "run", resource, "--", "sh", "-c", &script])
+        .spawn()
+        .unwrap();
+    let bg = read_pid(&pidfile);
+    // The command's main process exits at once; the background one sleeps on.
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(!pid_gone(bg), "the background process ended too early");
+    assert_eq!(
+        try_run(home.path(), &urls, resource),
+        Some(75),
+        "another run got the lock while the command's background process {bg} still ran"
+    );
+    assert!(
+        !pid_gone(bg),
+        "the check came too late: the background process had already exited"
+    );
+    assert!(
+        run.try_wait().unwrap().is_none(),
+        "run exited while the background process ran"
+    );
+    let status = wait_status(&mut run, LONG);
+    assert!(pid_gone(bg), "run exited before the background process");
+    assert_eq!(status.code(), Some(0));
+    assert_eq!(try_run(home.path(), &urls, resource), Some(0));
+}
+
+#[test]
+fn a_background_job_keeps_the_lock_until_it_exits() {
+    background_process_keeps_the_lock("bg-job", "sleep 6 & echo $! > PIDFILE; exit 0");
+}
+
+#[test]
+fn a_process_that_left_the_session_keeps_the_lock_until_it_exits() {
+    background_process_keeps_the_lock(
+        "bg-setsid",
+        "setsid sh -c 'echo $$ > PIDFILE; exec sleep 6' & exit 0",
+    );
+}
+
+#[test]
+fn the_commands_processes_die_with_a_killed_supervisor_before_the_lock_is_free() {
+    let nodes = RedisNodes::start(3).unwrap();
+    let urls = nodes.urls();
+    let home = tempfile::tempdir().unwrap();
+    let child_pid = home.path().join("child.pid");
+    let setsid_pid = home.path().join("setsid.pid");
+    let script = format!(
+        "sleep 30 & echo $! > {child}; setsid sh -c 'echo $$ > {setsid}; exec sleep 30' & wait",
+        child = child_pid.display(),
+        setsid = setsid_pid.display(),
+    );
+    let mut run = fencelock(home.path(), &urls)
+        .args(["--ttl", "2s", "run", "victim", "--", "sh", "-c", &script])
+        .spawn()
+        .unwrap();
+    let pids = [read_pid(&child_pid), read_pid(&setsid_pid)];
+    std::thread::sleep(Duration::from_secs(1));
+    run.kill().unwrap();
+    run.wait().unwrap();
+    // Wait for the lock to expire; the moment another client holds it, nothing of the
+    // command may be alive.
+    let deadline = Instant::now() + LONG;
+    loop {
+        let alive: Vec<i32> = pids.iter().copied().filter(|p| !pid_gone(*p)).collect();
+        match try_run(home.path(), &urls, "victim") {
+            Some(0) => {
+                let still: Vec<i32> = pids.iter().copied().filter(|p| !pid_gone(*p)).collect();
+                assert!(
+                    alive.is_empty() && still.is_empty(),
+                    "another client took the lock while the command's processes {still:?} ran on"
+                );
+                break;
+            }
+            Some(75) => {}
+            other => panic!("run --no-wait exited with {other:?}"),
+        }
+        assert!(Instant::now() < deadline, "the lock never became free");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for pid in pids {
+        if !pid_gone(pid) {
+            // SAFETY: cleans up a process this test started.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
+}
+
+#[test]
+fn suggested_commands_quote_the_resource_name() {
+    let nodes = RedisNodes::start(1).unwrap();
+    let urls = nodes.urls();
+    let home = tempfile::tempdir().unwrap();
+    let name = "night job\nstep 2";
+    let out = fencelock(home.path(), &urls)
+        .args(["acquire", name])
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let hint = stderr
+        .lines()
+        .find(|l| l.contains("fencelock: acquired"))
+        .unwrap_or_else(|| panic!("no hint in {stderr:?}"));
+    assert!(
+        hint.contains("`fencelock extend $'night job\\nstep 2' --token TOKEN`"),
+        "{hint}"
+    );
+    assert!(
+        hint.contains("`fencelock release $'night job\\nstep 2' --token TOKEN`"),
+        "{hint}"
+    );
+}
+
+#[test]
+fn a_lost_lock_stops_the_processes_that_left_the_group_too() {
+    let nodes = RedisNodes::start(3).unwrap();
+    let urls = nodes.urls();
+    let home = tempfile::tempdir().unwrap();
+    let pidfile = home.path().join("escaped.pid");
+    // A process in a session of its own that ignores SIGTERM: only SIGKILL sent to it by PID
+    // (not to the command's process group) stops it.
+    let script = format!(
+        "setsid sh -c 'trap \"\" TERM; echo $$ > {p}; exec sleep 60' & wait",
+        p = pidfile.display()
+    );
+    let mut run = Command::new(BIN);
+    run.env("HOME", home.path())
+        .env("XDG_DATA_HOME", home.path().join("data"))
+        .env("XDG_CONFIG_HOME", home.path().join("config"))
+        .env_remove("FENCELOCK_NODES")
+        .env_remove("FENCELOCK_CONFIG")
+        .arg("--nodes")
+        .arg(urls.join(","))
+        .args(["--ttl", "2s", "--node-timeout", "50ms", "--no-quarantine"])
+        .args(["run", "lost", "--", "sh", "-c", &script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let mut run = run.spawn().unwrap();
+    let escaped = read_pid(&pidfile);
+    nodes.node(0).pause().unwrap();
+    nodes.node(1).pause().unwrap();
+    let status = wait_status(&mut run, LONG);
+    let gone = pid_gone(escaped);
+    nodes.node(0).resume().unwrap();
+    nodes.node(1).resume().unwrap();
+    if !gone {
+        // SAFETY: cleans up a process this test started.
+        unsafe { libc::kill(escaped, libc::SIGKILL) };
+    }
+    assert_eq!(status.code(), Some(76));
+    assert!(
+        gone,
+        "process {escaped}, which left the command's group, survived the lost lock"
+    );
+}
