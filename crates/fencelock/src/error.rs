@@ -163,7 +163,7 @@ impl fmt::Display for Error {
                     .filter(|v| matches!(v.outcome, crate::vote::VoteOutcome::Excluded(_)))
                     .count();
                 let hint = if excluded > 0 {
-                    "restarted nodes count again once a TTL has passed since their restart (restart quarantine); persist with appendfsync always to skip it"
+                    "a node in restart quarantine counts again once the longest TTL in use has passed since its restart (each says when); fresh nodes that never held a lock can be counted at once with with_quarantine(false)"
                 } else {
                     "check that the nodes are up and reachable, or raise the per-node timeout"
                 };
