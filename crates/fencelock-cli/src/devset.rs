@@ -325,6 +325,7 @@ async fn start_node(root: &Path, port: u16) -> Result<i32, Failure> {
         if let Some(pid) = pid {
             if let Ok(mut conn) = node.connect(Duration::from_millis(500)).await {
                 if conn.query::<String>(&redis::cmd("PING")).await.is_ok() {
+                    mark_new(&mut conn, port).await?;
                     return Ok(pid);
                 }
             }
@@ -346,6 +347,30 @@ async fn start_node(root: &Path, port: u16) -> Result<i32, Failure> {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// Marks a node that was just started as new: it never held a lock, so clients count it at
+/// once instead of keeping it in restart quarantine (the marker is valid for this run of the
+/// node only; see `fencelock::protocol::new_node_marker`).
+async fn mark_new(conn: &mut crate::node::Conn, port: u16) -> Result<(), Failure> {
+    let fail =
+        |e: String| Failure::internal(format!("cannot mark the new node on port {port}: {e}"));
+    let info: String = conn
+        .query(redis::cmd("INFO").arg("server"))
+        .await
+        .map_err(fail)?;
+    let run_id = crate::node::parse_info(&info)
+        .remove("run_id")
+        .ok_or_else(|| fail("its INFO has no run_id".to_owned()))?;
+    let () = conn
+        .query(
+            redis::cmd("SET")
+                .arg(fencelock::protocol::NODE_MARKER_KEY)
+                .arg(fencelock::protocol::new_node_marker(&run_id)),
+        )
+        .await
+        .map_err(fail)?;
+    Ok(())
 }
 
 /// SIGTERM, then SIGKILL after [`STOP_TIMEOUT`]. Returns whether the process is gone.

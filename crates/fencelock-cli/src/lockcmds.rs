@@ -49,9 +49,8 @@ pub(crate) async fn lock_failure(
     });
     let mut message = err.to_string();
     if quarantined {
-        message.push_str(
-            ". Nodes in restart quarantine are counted again once they have been up for a TTL; nodes that were started fresh and never held a lock can be used at once with --no-quarantine",
-        );
+        // The library's hint names its setting; the CLI's is the flag.
+        message = message.replace("with_quarantine(false)", "--no-quarantine");
     }
     Failure::new(code, message)
 }

@@ -171,14 +171,9 @@ pub(crate) fn resolve(global: &Global) -> Result<Settings, Failure> {
     }
     let quarantine = if global.no_quarantine {
         Some(false)
-    } else if file.quarantine.is_some() {
-        file.quarantine
-    } else if matches!(source, Source::DevSet(_)) {
-        // The dev set's nodes were all started together by `up`: a short uptime means a new
-        // set, not a restart that forgot locks, so waiting out a TTL would protect nothing.
-        Some(false)
     } else {
-        None
+        // The dev set needs no exception: `up` marks its nodes new, so they count at once.
+        file.quarantine
     };
     tracing::info!(
         nodes = nodes.len(),

@@ -487,6 +487,20 @@ fn up_and_down_leave_no_process_behind() {
     let guard = Down(home.path());
 
     assert!(pids.iter().all(|pid| !pid_gone(*pid)));
+    // `up` marks its nodes new at birth: a client given their URLs, with restart quarantine on
+    // (the default), counts them at once (before, it kept them out for a TTL: issue 12).
+    let urls: Vec<&str> = json["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["url"].as_str().unwrap())
+        .collect();
+    let fresh = output(
+        fencelock(home.path())
+            .env("FENCELOCK_NODES", urls.join(","))
+            .args(["--node-timeout", LOOSE_NODE_TIMEOUT, "acquire", "dev-fresh"]),
+    );
+    assert!(fresh.status.success(), "{}", text(&fresh.stderr));
     let again = output(fencelock(home.path()).arg("up"));
     assert!(again.status.success());
     assert!(

@@ -105,7 +105,7 @@ impl Client {
         let backend = if addrs[0].scheme().is_redis() {
             let quarantine = Quarantine {
                 enabled: config.quarantine(),
-                max_ttl: config.ttl(),
+                own_ttl: config.ttl(),
             };
             Backend::Redis(RedisBackend::new(
                 addrs,

@@ -15,6 +15,18 @@
 //! [`RELEASE_SCRIPT`] over [`release_keys`]: `EVALSHA <sha1 of the script> 4 <release_keys...>
 //! <token>`. It replies the number of keys deleted (1 or 0), or `[deleted, subscribers told]`
 //! when it woke someone. The CLI's benchmark baseline sends exactly this.
+//!
+//! Per node, for the restart quarantine (a node that lost its data must not count until every
+//! lock it may have forgotten expired):
+//!
+//! - [`NODE_MARKER_KEY`]: the node's marker, written by the first client that sees a run of the
+//!   node; it lives with the data, so its absence after a restart shows the data was lost. A
+//!   tool that starts a node that never held a lock may mark it new with [`new_node_marker`]
+//!   (`fencelock up` does), so that clients count it at once.
+//! - [`TTLS_KEY`]: the TTLs in use. Every fencelock acquisition and extension leaves its TTL
+//!   there in the same script ([`ANNOUNCE_FUNCTION`], called as `announce(ttl_ms)`); a client
+//!   judging a restarted node reads it from the other nodes. A client in another language that
+//!   shares the nodes and uses a longer TTL than fencelock's clients should announce it too.
 
 pub use crate::fencing::counter_key;
 
@@ -29,6 +41,26 @@ pub use crate::queue::{lease_key, queue_key, waiting_key};
 /// when the key's wait mark is set. KEYS: the lock keys, their queues, their lease sets, their
 /// wait marks (n of each); ARGV: the owner token[, the holder's own waiter id].
 pub const RELEASE_SCRIPT: &str = crate::redis::scripts::RELEASE_LUA;
+
+/// The key of a node's marker (no TTL).
+pub const NODE_MARKER_KEY: &str = crate::redis::quarantine::MARKER_KEY;
+
+/// The sorted set of the TTLs in use on a node: member the TTL in ms, score the node's time in
+/// ms until which a lock taken or extended with that TTL may live.
+pub const TTLS_KEY: &str = crate::redis::quarantine::TTLS_KEY;
+
+/// The Lua function `announce(ttl_ms)` that fencelock's acquisition and extension scripts
+/// start with and call once a key was set or extended.
+pub const ANNOUNCE_FUNCTION: &str = crate::redis::scripts::ANNOUNCE_LUA;
+
+/// The marker that declares a node new: it never held a lock, so clients count it at once.
+/// `SET` it at [`NODE_MARKER_KEY`] right after starting the node, before any client uses it;
+/// `run_id` is the `run_id` field of the node's `INFO server`. Valid for that run only: after a
+/// restart the node is judged afresh. Marking a node that held locks as new can let a second
+/// client take a lock the node forgot.
+pub fn new_node_marker(run_id: &str) -> String {
+    crate::redis::quarantine::clear_marker(run_id)
+}
 
 /// The keys [`RELEASE_SCRIPT`] takes for one resource, in order.
 pub fn release_keys(resource: &str) -> [String; 4] {

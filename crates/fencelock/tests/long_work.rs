@@ -294,9 +294,19 @@ fn evalsha_calls(nodes: &RedisNodes) -> u64 {
 /// Article section 8, last point: a node restarted empty within the TTL must not count.
 async fn restart_scenario(quarantine: bool) -> Result<(), fencelock::Error> {
     let nodes = RedisNodes::start(5).unwrap();
-    // Quarantine judges uptime against the TTL: let every node be older than it first.
+    // New nodes never held a lock: marked so (as `fencelock up` does), they count at once.
+    for node in nodes.iter() {
+        let info = node.cli(&["INFO", "server"]).unwrap();
+        let run_id = info
+            .lines()
+            .find_map(|l| l.strip_prefix("run_id:"))
+            .unwrap()
+            .trim();
+        let marker = fencelock::protocol::new_node_marker(run_id);
+        node.cli(&["SET", fencelock::protocol::NODE_MARKER_KEY, &marker])
+            .unwrap();
+    }
     let ttl = Duration::from_millis(1_500);
-    tokio::time::sleep(ttl + Duration::from_millis(200)).await;
     // A connects while nodes 4 and 5 are paused, so it holds exactly nodes 1 to 3.
     nodes.node(3).pause().unwrap();
     nodes.node(4).pause().unwrap();

@@ -1,6 +1,6 @@
 //! One connection per node, established lazily in the background and replaced when it breaks.
-//! Each new connection loads the scripts and reads the node's uptime and persistence settings,
-//! which decide the restart quarantine.
+//! Each new connection loads the scripts and reads the node's run id, uptime, persistence
+//! settings and marker, which decide the restart quarantine (see `quarantine.rs`).
 
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -9,17 +9,38 @@ use futures_util::future::{BoxFuture, FutureExt, Shared};
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, RedisError};
 
+use super::quarantine::{self, Verdict};
 use super::scripts;
 use crate::error::Error;
 use crate::node::NodeAddr;
 
-/// What a node told us when we connected.
-#[derive(Debug, Clone)]
+/// What a node told us when we connected, and where it stands in the restart quarantine.
+#[derive(Debug)]
 pub(crate) struct NodeInfo {
-    pub(crate) run_id: String,
-    /// Until when the node is not counted toward a quorum (restart quarantine).
-    pub(crate) quarantined_until: Option<Instant>,
-    pub(crate) why: String,
+    run_id: String,
+    verdict: Verdict,
+    /// The marker's value after the connection set-up (what a clearing must find there).
+    marker: Option<String>,
+    /// For a suspect node: when it counts again, once the longest TTL in use was read.
+    standing: Mutex<Resolution>,
+}
+
+#[derive(Debug, Default)]
+struct Resolution {
+    /// When the node counts again, and the longest TTL in use that decided it.
+    counted_from: Option<(Instant, Duration)>,
+    /// Whether this client already wrote (or tried to write) the clear marker.
+    cleared: bool,
+}
+
+/// Where a node stands for a round that respects the quarantine.
+#[derive(Debug)]
+pub(crate) enum Standing {
+    Counted,
+    Excluded(String),
+    /// A suspect node whose quarantine length is not known yet: the longest TTL in use must be
+    /// read from the other nodes first.
+    Unknown,
 }
 
 /// One connection attempt, in a spawned task, that any number of requests wait on.
@@ -48,8 +69,9 @@ impl std::fmt::Debug for Slot {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Quarantine {
     pub(crate) enabled: bool,
-    /// The longest TTL any client uses on these nodes.
-    pub(crate) max_ttl: Duration,
+    /// This client's own TTL: the quarantine lasts at least this long, whatever the other nodes
+    /// report.
+    pub(crate) own_ttl: Duration,
 }
 
 /// A node and its (multiplexed, pipelining) connection.
@@ -63,8 +85,6 @@ pub(crate) struct NodeConn {
     connect_timeout: Duration,
     quarantine: Quarantine,
     slot: Mutex<Arc<Slot>>,
-    /// The run id seen at the previous connection, to tell a restart from a reconnect.
-    last_run_id: Mutex<Option<String>>,
 }
 
 impl std::fmt::Debug for NodeConn {
@@ -108,7 +128,6 @@ impl NodeConn {
             connect_timeout,
             quarantine,
             slot: Mutex::new(Arc::new(Slot::default())),
-            last_run_id: Mutex::new(None),
         })
     }
 
@@ -123,6 +142,11 @@ impl NodeConn {
 
     pub(crate) fn client(&self) -> &redis::Client {
         &self.client
+    }
+
+    /// The quarantine settings.
+    pub(crate) fn quarantine(&self) -> Quarantine {
+        self.quarantine
     }
 
     /// A connection to this node, waiting for the one being established if need be.
@@ -218,8 +242,11 @@ impl NodeConn {
             pipe.cmd("INFO")
                 .arg("server")
                 .cmd("INFO")
-                .arg("persistence");
-            let (server, persistence): (String, String) = pipe.query_async(&mut conn).await?;
+                .arg("persistence")
+                .cmd("GET")
+                .arg(quarantine::MARKER_KEY);
+            let (server, persistence, mut marker): (String, String, Option<String>) =
+                pipe.query_async(&mut conn).await?;
             // CONFIG may be renamed or forbidden (managed Redis): then the policy is unknown,
             // and the node is treated as not fsyncing every write.
             let appendfsync: Option<(String, String)> = redis::cmd("CONFIG")
@@ -228,9 +255,28 @@ impl NodeConn {
                 .query_async(&mut conn)
                 .await
                 .ok();
-            Ok::<_, RedisError>((conn, server, persistence, appendfsync))
+            let run_id = info_field(&server, "run_id").filter(|r| !r.is_empty());
+            // The node is judged by the marker as found; the one written here is what a
+            // clearing must replace.
+            let found = marker.clone();
+            if let (None, Some(run_id)) = (&marker, &run_id) {
+                // The first client to see this run of the node marks it; the marker lives with
+                // the data, so its absence after a restart shows the data was lost.
+                let value = quarantine::marker(run_id);
+                let _: Option<String> = redis::cmd("SET")
+                    .arg(quarantine::MARKER_KEY)
+                    .arg(&value)
+                    .arg("NX")
+                    .query_async(&mut conn)
+                    .await?;
+                marker = redis::cmd("GET")
+                    .arg(quarantine::MARKER_KEY)
+                    .query_async(&mut conn)
+                    .await?;
+            }
+            Ok::<_, RedisError>((conn, server, persistence, appendfsync, found, marker))
         };
-        let (conn, server, persistence, appendfsync) =
+        let (conn, server, persistence, appendfsync, found, marker) =
             tokio::time::timeout(self.connect_timeout, setup)
                 .await
                 .map_err(|_| {
@@ -239,63 +285,127 @@ impl NodeConn {
                         "the node did not finish the connection set-up in time",
                     ))
                 })??;
-        let info = self.judge(&server, &persistence, appendfsync.map(|(_, v)| v));
+        let appendfsync = appendfsync.map(|(_, v)| v);
+        let info = self.judge(&server, &persistence, appendfsync, found, marker);
         Ok((conn, Arc::new(info)))
     }
 
-    /// Decides the quarantine from what the node reported.
-    fn judge(&self, server: &str, persistence: &str, appendfsync: Option<String>) -> NodeInfo {
-        let field = |text: &str, name: &str| {
-            text.lines()
-                .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
-                .map(|v| v.trim().to_string())
-        };
-        let run_id = field(server, "run_id").unwrap_or_default();
-        let uptime = field(server, "uptime_in_seconds")
+    /// Judges the node from what it reported (see `quarantine.rs`).
+    fn judge(
+        &self,
+        server: &str,
+        persistence: &str,
+        appendfsync: Option<String>,
+        found: Option<String>,
+        marker: Option<String>,
+    ) -> NodeInfo {
+        let run_id = info_field(server, "run_id").unwrap_or_default();
+        let uptime = info_field(server, "uptime_in_seconds")
             .and_then(|v| v.parse::<u64>().ok())
             .map(Duration::from_secs);
-        let aof = field(persistence, "aof_enabled").as_deref() == Some("1");
-        let fsync_always = aof && appendfsync.as_deref() == Some("always");
-        let restarted = {
-            let mut last = self.last_run_id.lock().expect("run id mutex poisoned");
-            let changed = last.as_ref().is_some_and(|r| *r != run_id);
-            *last = Some(run_id.clone());
-            changed
+        let aof = info_field(persistence, "aof_enabled").as_deref() == Some("1");
+        let report = quarantine::Report {
+            run_id: Some(run_id.as_str()),
+            uptime,
+            fsync_always: aof && appendfsync.as_deref() == Some("always"),
+            marker: found.as_deref(),
         };
-        let q = self.quarantine;
-        let mut info = NodeInfo {
-            run_id,
-            quarantined_until: None,
-            why: String::new(),
+        let verdict = if self.quarantine.enabled {
+            quarantine::judge(&report, Instant::now())
+        } else {
+            Verdict::Counted("restart quarantine is off")
         };
-        let Some(uptime) = uptime else {
-            return info;
-        };
-        if q.enabled && uptime < q.max_ttl && !fsync_always {
-            let left = q.max_ttl - uptime;
-            info.quarantined_until = Some(Instant::now() + left);
-            info.why = format!(
-                "restarted {uptime:?} ago without appendfsync always; not counted for another {left:?} (max TTL {:?})",
-                q.max_ttl
-            );
-            tracing::warn!(
-                node = %self.addr,
-                run_id = %info.run_id,
-                restarted_since_last_seen = restarted,
-                "node in restart quarantine: {}",
-                info.why
-            );
+        if let Verdict::Suspect { why, .. } = &verdict {
+            tracing::warn!(node = %self.addr, run_id = %run_id, "node in restart quarantine: {why}");
         }
-        info
+        NodeInfo {
+            run_id,
+            verdict,
+            marker,
+            standing: Mutex::new(Resolution::default()),
+        }
     }
 }
 
+/// A field of an `INFO` reply.
+fn info_field(text: &str, name: &str) -> Option<String> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+        .map(|v| v.trim().to_string())
+}
+
 impl NodeInfo {
-    /// Why the node must not be counted now, if it must not.
-    pub(crate) fn excluded_now(&self) -> Option<String> {
-        let until = self.quarantined_until?;
+    /// Where the node stands now.
+    pub(crate) fn standing(&self) -> Standing {
+        let Verdict::Suspect { why, .. } = &self.verdict else {
+            return Standing::Counted;
+        };
+        let resolution = self.standing.lock().expect("standing mutex poisoned");
+        let Some((from, longest)) = resolution.counted_from else {
+            return Standing::Unknown;
+        };
         let now = Instant::now();
-        (now < until).then(|| format!("restart quarantine: {} ({:?} left)", self.why, until - now))
+        if now >= from {
+            return Standing::Counted;
+        }
+        Standing::Excluded(format!(
+            "restart quarantine: {}, and {why}; counts again in {} (longest TTL in use: {})",
+            self.restarted(now),
+            quarantine::secs(from - now),
+            quarantine::secs(longest)
+        ))
+    }
+
+    /// "restarted 3.2s ago" (at most: uptime is reported in whole seconds).
+    fn restarted(&self, now: Instant) -> String {
+        match &self.verdict {
+            Verdict::Suspect { seen, age, .. } => format!(
+                "restarted {} ago",
+                quarantine::secs(*age + now.saturating_duration_since(*seen))
+            ),
+            Verdict::Counted(_) => "counted".to_string(),
+        }
+    }
+
+    /// Records the longest TTL in use, read from the other nodes: the node counts once it has
+    /// passed since the restart.
+    pub(crate) fn resolve(&self, longest: Duration) {
+        let Some(from) = self.verdict.counted_from(longest) else {
+            return;
+        };
+        let mut resolution = self.standing.lock().expect("standing mutex poisoned");
+        // Two rounds may read at once: the later end wins.
+        if resolution.counted_from.is_none_or(|(f, _)| f < from) {
+            resolution.counted_from = Some((from, longest));
+        }
+    }
+
+    /// Why the node is excluded while the longest TTL in use is unknown.
+    pub(crate) fn unknown_why(&self, read: usize, needed: usize) -> String {
+        let why = match &self.verdict {
+            Verdict::Suspect { why, .. } => why.as_str(),
+            Verdict::Counted(why) => why,
+        };
+        format!(
+            "restart quarantine: {}, and {why}; not counted until the longest TTL in use is read from {needed} other node(s) ({read} answered)",
+            self.restarted(Instant::now())
+        )
+    }
+
+    /// Once a suspect node's quarantine is over: the marker value to replace and the clear one
+    /// (once per connection), so that later clients count the node at once.
+    pub(crate) fn take_clearing(&self) -> Option<(String, String)> {
+        if !matches!(self.verdict, Verdict::Suspect { .. }) || self.run_id.is_empty() {
+            return None;
+        }
+        let old = self.marker.clone()?;
+        let mut resolution = self.standing.lock().expect("standing mutex poisoned");
+        let (from, _) = resolution.counted_from?;
+        if resolution.cleared || Instant::now() < from {
+            return None;
+        }
+        resolution.cleared = true;
+        Some((old, quarantine::clear_marker(&self.run_id)))
     }
 }
 

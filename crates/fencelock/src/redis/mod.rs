@@ -8,6 +8,7 @@ mod conn;
 mod describe;
 pub(crate) mod extender;
 mod inflight;
+pub(crate) mod quarantine;
 pub(crate) mod scripts;
 mod watch;
 
@@ -19,9 +20,9 @@ use std::time::{Duration, Instant};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use redis::{Cmd, RedisError, RedisResult, Script, Value};
 
-use self::conn::NodeConn;
 pub(crate) use self::conn::Quarantine;
 pub(crate) use self::describe::describe;
+use self::conn::{NodeConn, Standing};
 use self::inflight::Inflight;
 use self::watch::ReleaseWatch;
 pub(crate) use self::watch::Subscription;
@@ -71,7 +72,8 @@ pub(crate) struct Round<T> {
 /// The Redis nodes of one client.
 #[derive(Debug)]
 pub(crate) struct RedisBackend {
-    nodes: Vec<Arc<NodeConn>>,
+    /// Shared with the requests of a round: judging a restarted node reads the others.
+    nodes: Arc<[Arc<NodeConn>]>,
     /// Every node's index, for the rounds that go to all of them.
     all: Box<[usize]>,
     quorum: usize,
@@ -88,7 +90,7 @@ impl RedisBackend {
         let nodes = addrs
             .into_iter()
             .map(|a| NodeConn::new(a, connect_timeout, quarantine).map(Arc::new))
-            .collect::<Result<Vec<_>, _>>()?;
+            .collect::<Result<Arc<[_]>, _>>()?;
         let watch = Arc::new(ReleaseWatch::new(
             nodes.iter().map(|n| n.client().clone()).collect(),
         ));
@@ -199,7 +201,7 @@ impl RedisBackend {
                 cmd.arg(ttl_millis(mark));
             }
             cmd
-        } else if let ([key], None) = (keys, mark) {
+        } else if let ([key], None, 1) = (keys, mark, self.nodes.len()) {
             let mut cmd = redis::cmd("SET");
             cmd.arg(key).arg(token).arg("NX").arg("PX").arg(ttl_ms);
             cmd
@@ -214,7 +216,7 @@ impl RedisBackend {
         };
         let (cmd, script) = (
             Arc::new(cmd),
-            !fencing && (keys.len() > 1 || mark.is_some()),
+            !fencing && (keys.len() > 1 || mark.is_some() || self.nodes.len() > 1),
         );
         self.round(&self.all, node_timeout, true, true, move |mut conn| {
             let cmd = cmd.clone();
@@ -421,7 +423,8 @@ impl RedisBackend {
         let need = self.quorum.min(nodes.len().max(1));
         let mut tally = Tally::new(nodes.len().max(1), need);
         let started = Instant::now();
-        let mut inflight = self.launch(nodes, respect_quarantine, op);
+        let quarantine = respect_quarantine.then_some(node_timeout);
+        let mut inflight = self.launch(nodes, quarantine, op);
         let mut deadline = std::pin::pin!(tokio::time::sleep(node_timeout));
         let mut votes = self.pending_votes(nodes);
         let mut granted = Vec::new();
@@ -478,7 +481,7 @@ impl RedisBackend {
         Fut: Future<Output = Result<Answer<T>, RedisError>> + Send + 'static,
     {
         let started = Instant::now();
-        let mut inflight = self.launch(nodes, false, op);
+        let mut inflight = self.launch(nodes, None, op);
         let mut deadline = std::pin::pin!(tokio::time::sleep(node_timeout));
         let mut votes = self.pending_votes(nodes);
         let mut granted = Vec::new();
@@ -525,11 +528,12 @@ impl RedisBackend {
             .collect()
     }
 
-    /// The requests of a round, one per node of `nodes`, in flight together.
+    /// The requests of a round, one per node of `nodes`, in flight together. With `quarantine`
+    /// (the round's node timeout), nodes in restart quarantine are not asked and not counted.
     fn launch<T, F, Fut>(
         &self,
         nodes: &[usize],
-        respect_quarantine: bool,
+        quarantine: Option<Duration>,
         op: F,
     ) -> Inflight<impl Future<Output = Result<Answer<T>, NodeFailure>> + Send + 'static>
     where
@@ -539,6 +543,7 @@ impl RedisBackend {
     {
         Inflight::new(nodes.iter().map(move |&i| {
             let node = self.nodes[i].clone();
+            let all = self.nodes.clone();
             let op = op.clone();
             async move {
                 // The connection is fetched inside the round's deadline, so a node that is slow
@@ -547,10 +552,10 @@ impl RedisBackend {
                     .get()
                     .await
                     .map_err(|e| NodeFailure::Failed(describe(&e)))?;
-                if respect_quarantine {
-                    if let Some(why) = handle.info.excluded_now() {
-                        return Err(NodeFailure::Excluded(why));
-                    }
+                if let Some(node_timeout) = quarantine {
+                    // Rare (a restarted node): boxed, so that it does not weigh on every
+                    // request's future.
+                    Box::pin(check_quarantine(&all, i, &handle, node_timeout)).await?;
                 }
                 op(handle.conn.clone()).await.map_err(|e| {
                     if conn::is_broken(&e) {
@@ -561,6 +566,91 @@ impl RedisBackend {
             }
         }))
     }
+}
+
+/// Keeps a node in restart quarantine out of the round (see `quarantine.rs`). A suspect node
+/// whose quarantine length is not known yet is judged here: the longest TTL in use is read from
+/// the other nodes (within the round's deadline), and until enough of them answered the node is
+/// not counted. Once its quarantine is over, the node is marked clear for later clients.
+async fn check_quarantine(
+    nodes: &[Arc<NodeConn>],
+    i: usize,
+    handle: &conn::Handle,
+    node_timeout: Duration,
+) -> Result<(), NodeFailure> {
+    let info = &handle.info;
+    if let Standing::Unknown = info.standing() {
+        let needed = quarantine::witnesses_needed(nodes.len());
+        // Half the node timeout, so that a node that does not answer leaves time to say why
+        // this one is not counted before the round's deadline.
+        let (read, longest) = longest_ttl_in_use(nodes, i, node_timeout / 2).await;
+        if read < needed {
+            return Err(NodeFailure::Excluded(info.unknown_why(read, needed)));
+        }
+        info.resolve(longest.max(nodes[i].quarantine().own_ttl));
+    }
+    match info.standing() {
+        Standing::Counted => {}
+        Standing::Excluded(why) => return Err(NodeFailure::Excluded(why)),
+        Standing::Unknown => unreachable!("resolved above"),
+    }
+    if let Some((old, clear)) = info.take_clearing() {
+        let mut conn = handle.conn.clone();
+        let node = nodes[i].clone();
+        tokio::spawn(async move {
+            let mut cmd = scripts::MARK.prepare_invoke();
+            cmd.key(quarantine::MARKER_KEY).arg(&old).arg(&clear);
+            if let Err(e) = cmd.invoke_async::<i64>(&mut conn).await {
+                tracing::debug!(node = %node.addr(), error = %describe(&e), "could not mark the node clear");
+            }
+        });
+    }
+    Ok(())
+}
+
+/// Reads the TTLs in use from every node but `skip`, each within `timeout`: how many answered,
+/// and the longest TTL whose lock may still live on any of them.
+async fn longest_ttl_in_use(
+    nodes: &[Arc<NodeConn>],
+    skip: usize,
+    timeout: Duration,
+) -> (usize, Duration) {
+    let reads = nodes
+        .iter()
+        .enumerate()
+        .filter(|(j, _)| *j != skip)
+        .map(|(_, node)| async move {
+            let handle = node.get().await?;
+            let mut conn = handle.conn.clone();
+            let mut pipe = redis::pipe();
+            pipe.cmd("TIME")
+                .cmd("ZRANGE")
+                .arg(quarantine::TTLS_KEY)
+                .arg(0)
+                .arg(-1)
+                .arg("WITHSCORES");
+            let (time, entries): (Vec<String>, Vec<(String, f64)>) =
+                pipe.query_async(&mut conn).await.inspect_err(|e| {
+                    if conn::is_broken(e) {
+                        node.discard(&handle);
+                    }
+                })?;
+            Ok::<_, RedisError>(quarantine::longest_live(&time, &entries))
+        })
+        .map(|read| async move {
+            tokio::time::timeout(timeout, read)
+                .await
+                .map_err(|_| ())?
+                .map_err(|_| ())
+        });
+    let answers = futures_util::future::join_all(reads).await;
+    let read = answers.iter().filter(|a| a.is_ok()).count();
+    let longest = answers
+        .into_iter()
+        .filter_map(|a| a.ok().flatten())
+        .max()
+        .unwrap_or(Duration::ZERO);
+    (read, longest)
 }
 
 /// What happened next in a round.
@@ -734,11 +824,11 @@ mod tests {
         let addr = NodeAddr::parse("redis://127.0.0.1:1/0").unwrap();
         let quarantine = Quarantine {
             enabled: false,
-            max_ttl: Duration::from_secs(1),
+            own_ttl: Duration::from_secs(1),
         };
         let backend = RedisBackend::new(vec![addr], Duration::from_millis(10), quarantine).unwrap();
         let cmd = Arc::new(redis::cmd("PING"));
-        let inflight = backend.launch(&[0], false, move |mut conn| {
+        let inflight = backend.launch(&[0], None, move |mut conn| {
             let cmd = cmd.clone();
             async move {
                 let _: i64 = eval(&scripts::EXTEND, &cmd, &mut conn).await?;

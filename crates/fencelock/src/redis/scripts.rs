@@ -9,12 +9,54 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
+/// The Lua function every acquisition and extension script starts with: `announce(ttl)` leaves
+/// the lock's TTL (ms, a decimal string) on the node for the restart quarantine (see
+/// `quarantine.rs`), in the sorted set `fencelock:ttls` ([`super::quarantine::TTLS_KEY`]):
+/// member the TTL, score the node's time (ms) until which a lock with that TTL may live. Only
+/// entries a live lock may need are kept, a staircase where a later deadline has a smaller TTL:
+/// an announcement removes the entries it outlasts with a TTL no larger than its own, and is
+/// itself left out when a larger TTL already outlasts it. So the set holds at most one entry
+/// per TTL in use, and the key expires with its last entry. Redis >= 5 (TIME before a write).
+macro_rules! announce_lua {
+    () => {
+        r"
+local function announce(ttl)
+  local k = 'fencelock:ttls'
+  local ms = tonumber(ttl)
+  local t = redis.call('time')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local untl = now + ms
+  redis.call('zremrangebyscore', k, '-inf', now)
+  while true do
+    local top = redis.call('zrange', k, -1, -1, 'withscores')
+    if not top[1] then break end
+    if tonumber(top[1]) > ms then
+      if tonumber(top[2]) >= untl then return end
+      break
+    end
+    if tonumber(top[2]) > untl then untl = tonumber(top[2]) end
+    redis.call('zrem', k, top[1])
+  end
+  redis.call('zadd', k, untl, ttl)
+  redis.call('pexpire', k, math.ceil(untl - now))
+end
+"
+    };
+}
+
+/// The announcement function alone (published in `protocol`).
+pub(crate) const ANNOUNCE_LUA: &str = announce_lua!();
+
 /// Efficiency-mode acquisition of several keys: all or none. KEYS: locks (then their wait marks,
 /// with ARGV[3]). ARGV: owner token, ttl in ms[, wait mark ms]. Returns 1 when all were set, 0
 /// when any is held; a waiting client (ARGV[3]) then marks every key as waited for, so that
-/// releases wake it. (One key uses a plain `SET NX PX`, exactly as other Redlock clients do.)
+/// releases wake it. A grant announces its TTL (see [`announce_lua`]). (One key on a single node
+/// uses a plain `SET NX PX`, exactly as other Redlock clients do: a single node's quarantine
+/// cannot learn from other nodes, so it announces nothing.)
 pub(crate) static ACQUIRE_MANY: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_MANY_LUA));
-const ACQUIRE_MANY_LUA: &str = r"
+const ACQUIRE_MANY_LUA: &str = concat!(
+    announce_lua!(),
+    r"
 local n = #KEYS
 if ARGV[3] then n = n / 2 end
 for i = 1, n do
@@ -28,17 +70,22 @@ end
 for i = 1, n do
   redis.call('set', KEYS[i], ARGV[1], 'PX', ARGV[2])
 end
+announce(ARGV[2])
 return 1
-";
+"
+);
 
 /// Fencing-mode acquisition: set every lock key (all or none) and, in the same atomic step,
 /// return the largest fence counter among the keys' counters. KEYS: n locks, then their n
 /// counters (then their n wait marks, with ARGV[3]). ARGV: owner token, ttl in ms[, wait mark
 /// ms]. Returns `{1, max counter}` or `{0, ''}` when any lock key is held (marking the keys as
 /// waited for, with ARGV[3]). Counters compare as decimal strings: exact over the u64 range.
+/// A grant announces its TTL.
 pub(crate) static ACQUIRE_FENCED: LazyLock<Script> =
     LazyLock::new(|| Script::new(ACQUIRE_FENCED_LUA));
-const ACQUIRE_FENCED_LUA: &str = r"
+const ACQUIRE_FENCED_LUA: &str = concat!(
+    announce_lua!(),
+    r"
 local n = #KEYS / 2
 if ARGV[3] then n = #KEYS / 3 end
 for i = 1, n do
@@ -55,8 +102,10 @@ for i = 1, n do
   local c = redis.call('get', KEYS[n + i])
   if c and (#c > #best or (#c == #best and c > best)) then best = c end
 end
+announce(ARGV[2])
 return {1, best}
-";
+"
+);
 
 /// Fencing-mode write-back: raise every counter to the token, only while we still own every
 /// lock key on this node. KEYS: n locks, then their n counters. ARGV: owner token, fencing
@@ -150,10 +199,12 @@ return {deleted, heard}
 /// It also renews the key's wait mark, which tells a release that someone waits.
 /// KEYS: lock, queue, leases, wait mark[, counter]. ARGV: owner token, ttl ms, waiter id, ticket,
 /// lease ms, how long the line and the mark outlive the last registration (ms).
-/// Returns `{1, counter}` (counter '0' without fencing) or `{0, ''}`.
+/// Returns `{1, counter}` (counter '0' without fencing) or `{0, ''}`. A grant announces its TTL.
 pub(crate) static ACQUIRE_QUEUED: LazyLock<Script> =
     LazyLock::new(|| Script::new(ACQUIRE_QUEUED_LUA));
-const ACQUIRE_QUEUED_LUA: &str = r"
+const ACQUIRE_QUEUED_LUA: &str = concat!(
+    announce_lua!(),
+    r"
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lease = tonumber(ARGV[5])
@@ -179,31 +230,48 @@ end
 redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
 local c = '0'
 if #KEYS == 5 then c = redis.call('get', KEYS[5]) or '0' end
+announce(ARGV[2])
 return {1, c}
-";
+"
+);
 
 /// Compare-and-extend: renew every key's TTL if all still hold our token. Never creates a key:
 /// an expired lock stays expired. KEYS: locks. ARGV: owner token, new ttl in ms. Returns 1 when
-/// extended, 0 when some key is not ours (nothing extended then).
+/// extended, 0 when some key is not ours (nothing extended then). An extension announces its
+/// TTL (an extension may use a longer TTL than the acquisition did).
 pub(crate) static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(EXTEND_LUA));
-const EXTEND_LUA: &str = r"
+const EXTEND_LUA: &str = concat!(
+    announce_lua!(),
+    r"
 for i = 1, #KEYS do
   if redis.call('get', KEYS[i]) ~= ARGV[1] then return 0 end
 end
 for i = 1, #KEYS do
   redis.call('pexpire', KEYS[i], ARGV[2])
 end
+announce(ARGV[2])
+return 1
+"
+);
+
+/// Compare-and-set of a node's marker (see `quarantine.rs`): KEYS: the marker. ARGV: the value
+/// it must hold, the new value. Returns 1 when set, 0 when the marker held something else.
+pub(crate) static MARK: LazyLock<Script> = LazyLock::new(|| Script::new(MARK_LUA));
+const MARK_LUA: &str = r"
+if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('set', KEYS[1], ARGV[2])
 return 1
 ";
 
 /// The source of every script, for `SCRIPT LOAD` on a new connection.
-pub(crate) const ALL: [&str; 6] = [
+pub(crate) const ALL: [&str; 7] = [
     ACQUIRE_MANY_LUA,
     ACQUIRE_QUEUED_LUA,
     ACQUIRE_FENCED_LUA,
     WRITE_BACK_LUA,
     RELEASE_LUA,
     EXTEND_LUA,
+    MARK_LUA,
 ];
 
 /// The prefix of the channels releases publish on; the channel of a key is prefix + key.
@@ -232,5 +300,20 @@ mod tests {
     fn the_release_script_publishes_on_the_channels_the_watchers_listen_to() {
         assert!(RELEASE_LUA.contains(&format!("'{RELEASE_CHANNEL_PREFIX}' .. lock")));
         assert!(RELEASE_LUA.contains(&format!("'{TURN_CHANNEL_PREFIX}' .. client")));
+    }
+
+    #[test]
+    fn the_scripts_announce_into_the_key_the_quarantine_reads() {
+        let key = format!("local k = '{}'", super::super::quarantine::TTLS_KEY);
+        assert!(ANNOUNCE_LUA.contains(&key));
+        for script in [
+            ACQUIRE_MANY_LUA,
+            ACQUIRE_FENCED_LUA,
+            ACQUIRE_QUEUED_LUA,
+            EXTEND_LUA,
+        ] {
+            assert!(script.starts_with(ANNOUNCE_LUA));
+            assert!(script.contains("announce(ARGV[2])"));
+        }
     }
 }

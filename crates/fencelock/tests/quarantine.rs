@@ -1,0 +1,211 @@
+//! Restart quarantine on real nodes: a node that restarted without its data must not count
+//! until every lock it may have forgotten has expired, whatever TTL the lock was taken with and
+//! whatever the node's configuration says.
+
+use std::time::{Duration, Instant};
+
+use fencelock::{Client, Config, ErrorKind, VoteOutcome};
+use fencelock_testkit::{Persistence, RedisNodes, RedisOptions};
+
+use fencelock::protocol::{new_node_marker, NODE_MARKER_KEY};
+
+/// Marks every node as new, as `fencelock up` does at birth: none of them ever held a lock.
+fn mark_new(nodes: &RedisNodes) {
+    for node in nodes.iter() {
+        let info = node.cli(&["INFO", "server"]).unwrap();
+        let run_id = info
+            .lines()
+            .find_map(|l| l.strip_prefix("run_id:"))
+            .unwrap()
+            .trim();
+        node.cli(&["SET", NODE_MARKER_KEY, &new_node_marker(run_id)])
+            .unwrap();
+    }
+}
+
+fn excluded(votes: &fencelock::Votes) -> usize {
+    votes
+        .iter()
+        .filter(|v| matches!(v.outcome, VoteOutcome::Excluded(_)))
+        .count()
+}
+
+/// The job holds `resource` on nodes 0 and 2 only (a stranger holds node 1 meanwhile), with a
+/// TTL of `job_ttl`: taken so, or taken with a short TTL and extended by another client with
+/// `job_ttl` (as `fencelock extend --ttl` does).
+async fn job_on_nodes_0_and_2(
+    nodes: &RedisNodes,
+    resource: &str,
+    job_ttl: Duration,
+    by_extension: bool,
+) -> fencelock::Lock {
+    nodes
+        .node(1)
+        .cli(&["SET", resource, "stranger", "PX", "60000"])
+        .unwrap();
+    let taken_with = if by_extension {
+        Duration::from_secs(1)
+    } else {
+        job_ttl
+    };
+    let job = Client::new(
+        Config::new(nodes.urls())
+            .with_ttl(taken_with)
+            .with_node_timeout(Duration::from_millis(500))
+            .with_quarantine(false),
+    )
+    .unwrap();
+    let lock = job.try_acquire(resource).await.unwrap();
+    assert_eq!(lock.votes().granted(), 2, "{}", lock.votes());
+    if by_extension {
+        let extender = Client::new(
+            Config::new(nodes.urls())
+                .with_ttl(job_ttl)
+                .with_node_timeout(Duration::from_millis(500))
+                .with_quarantine(false),
+        )
+        .unwrap();
+        let votes = extender.extend_token(resource, lock.token()).await.unwrap();
+        assert_eq!(votes.granted(), 2, "{votes}");
+    }
+    nodes.node(1).cli(&["DEL", resource]).unwrap();
+    lock
+}
+
+fn app(nodes: &RedisNodes, ttl: Duration) -> Client {
+    // Quarantine on: the default for several nodes.
+    Client::new(
+        Config::new(nodes.urls())
+            .with_ttl(ttl)
+            .with_node_timeout(Duration::from_millis(500)),
+    )
+    .unwrap()
+}
+
+/// Issue 13, finding 2: a job with a long TTL and an application client with a short one share
+/// a node set; a node restarts empty; once the application's own TTL has passed it must still
+/// not count the node while the job's lock lives (before the fix it did, and took the lock).
+async fn longest_ttl_scenario(by_extension: bool) {
+    let nodes = RedisNodes::start(3).unwrap();
+    mark_new(&nodes);
+    let job_ttl = Duration::from_secs(6);
+    let resource = if by_extension { "extended-job" } else { "job" };
+    let _job = job_on_nodes_0_and_2(&nodes, resource, job_ttl, by_extension).await;
+    // Node 2 crashes and comes back empty: the job's key is left on node 0 only.
+    nodes.node(2).kill().unwrap();
+    nodes.node(2).restart().unwrap();
+    let restarted = Instant::now();
+    assert_eq!(nodes.node(2).cli(&["GET", resource]).unwrap(), "(nil)");
+
+    let app_ttl = Duration::from_secs(1);
+    let app = app(&nodes, app_ttl);
+    app.connect().await;
+    // Twice the application's TTL, and its uptime (whole seconds) reads at least that.
+    tokio::time::sleep(app_ttl * 2 + Duration::from_millis(200)).await;
+    let result = app.try_acquire(resource).await;
+    // The job's key still lives on node 0 (taken or extended with the job's TTL).
+    let left = key_ttl(&nodes, 0, resource);
+    assert!(
+        left > Duration::ZERO,
+        "the test ran too slowly to show anything"
+    );
+    let err = match result {
+        Ok(stolen) => panic!(
+            "the application took {resource:?} while the job still holds it ({left:?} left): {}",
+            stolen.votes()
+        ),
+        Err(err) => err,
+    };
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    println!("{err}");
+    let votes = err.votes().unwrap();
+    assert_eq!(excluded(votes), 1, "{err}");
+    let text = err.to_string();
+    assert!(text.contains("longest TTL in use: 6.0s"), "{text}");
+
+    // Once the job's TTL has passed since the restart, the node counts again (and the job's
+    // key has expired): the application gets the lock, no node excluded.
+    let counted = restarted + job_ttl + Duration::from_millis(1_500);
+    tokio::time::sleep_until(counted.into()).await;
+    let lock = app.try_acquire(resource).await.unwrap();
+    assert_eq!(excluded(lock.votes()), 0, "{}", lock.votes());
+    lock.release().await.unwrap();
+}
+
+/// What is left of `key`'s TTL on node `i` (zero when it is gone).
+fn key_ttl(nodes: &RedisNodes, i: usize, key: &str) -> Duration {
+    let ms: i64 = nodes.node(i).cli(&["PTTL", key]).unwrap().parse().unwrap();
+    Duration::from_millis(u64::try_from(ms).unwrap_or(0))
+}
+
+#[tokio::test]
+async fn a_restarted_node_waits_for_the_longest_ttl_any_client_uses() {
+    longest_ttl_scenario(false).await;
+}
+
+#[tokio::test]
+async fn an_extension_with_a_longer_ttl_lengthens_the_quarantine() {
+    longest_ttl_scenario(true).await;
+}
+
+/// Issue 13, finding 3: a node with `appendfsync always` whose data directory was lost (a
+/// recreated container) comes back empty; it must not count at once (before the fix it did,
+/// and a second client took the lock). A node that kept its data counts at once.
+#[tokio::test]
+async fn a_node_that_lost_its_data_dir_is_quarantined_whatever_its_configuration() {
+    let options = RedisOptions::default().persistence(Persistence::AofAlways);
+    let nodes = RedisNodes::start_with(3, options).unwrap();
+    mark_new(&nodes);
+    let ttl = Duration::from_secs(6);
+    let held = job_on_nodes_0_and_2(&nodes, "job", ttl, false).await;
+    // Node 2 is recreated: killed, its data directory wiped, started again on the same port.
+    let node = nodes.node(2);
+    node.kill().unwrap();
+    for entry in std::fs::read_dir(node.dir()).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            std::fs::remove_dir_all(&path).unwrap();
+        } else if path.extension().is_some_and(|e| e == "rdb" || e == "aof") {
+            std::fs::remove_file(&path).unwrap();
+        }
+    }
+    node.restart().unwrap();
+    assert_eq!(node.cli(&["GET", "job"]).unwrap(), "(nil)");
+    assert_eq!(node.cli(&["DBSIZE"]).unwrap(), "0");
+
+    // Same TTL as the job: the application counts on its own TTL; the node's configuration
+    // (appendfsync always) must not vouch for data it no longer has.
+    let app = app(&nodes, ttl);
+    app.connect().await;
+    let result = app.try_acquire("job").await;
+    assert!(
+        key_ttl(&nodes, 0, "job") > Duration::ZERO,
+        "the test ran too slowly"
+    );
+    let err = match result {
+        Ok(stolen) => panic!(
+            "the application took \"job\" while the job still holds it: {}",
+            stolen.votes()
+        ),
+        Err(err) => err,
+    };
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    assert_eq!(excluded(err.votes().unwrap()), 1, "{err}");
+
+    // Node 0 crashes and restarts with its data (appendfsync always): it kept the job's key and
+    // counts at once, refusing the application.
+    nodes.node(0).kill().unwrap();
+    nodes.node(0).restart().unwrap();
+    assert_eq!(nodes.node(0).cli(&["GET", "job"]).unwrap(), held.token());
+    let app = self::app(&nodes, ttl);
+    app.connect().await;
+    let err = app.try_acquire("job").await.unwrap_err();
+    let votes = err.votes().unwrap();
+    assert_eq!(votes.held_by_other(), 1, "{err}");
+    assert_eq!(excluded(votes), 1, "{err}");
+    assert_eq!(
+        votes.iter().next().unwrap().outcome,
+        VoteOutcome::HeldByOther,
+        "{err}"
+    );
+}
