@@ -7,6 +7,8 @@
 mod conn;
 pub(crate) mod extender;
 mod inflight;
+#[cfg(test)]
+mod script_checks;
 pub(crate) mod scripts;
 mod watch;
 
