@@ -4,8 +4,8 @@
 //! - `seq`: one client, N sequential acquire+release cycles on distinct keys.
 //! - `par`: C concurrent tasks sharing one client, N cycles in total on distinct keys.
 //! - `contended`: C workers, each its own client on a thread and runtime of its own (as separate
-//!   processes would be), on one key; N critical sections in total, each doing an INCR on a
-//!   counter on the first node and a cross-thread overlap check. Reports overlaps, the counter,
+//!   processes would be), on one key; N critical sections in total, each a read-modify-write
+//!   (GET, then SET one more) of a counter on the first node inside a cross-thread overlap check. Reports overlaps, the counter,
 //!   sections per worker and the hand-over time (end of a section, when its release is sent ->
 //!   next grant; and release returned -> next grant).
 //! - `held`: one client holds C locks under auto-extension for a fixed time; reports the
@@ -468,7 +468,8 @@ impl Contention {
         self.taken.load(Ordering::Acquire) >= n
     }
 
-    /// The critical section `number`: the overlap check around an INCR on the first node.
+    /// The critical section `number`: the overlap check around a read-modify-write of the
+    /// counter on the first node.
     async fn section(
         &self,
         number: usize,
@@ -478,11 +479,19 @@ impl Contention {
         if self.inside.fetch_add(1, Ordering::AcqRel) > 0 {
             self.overlaps.fetch_add(1, Ordering::AcqRel);
         }
-        let ok = redis::cmd("INCR")
-            .arg(key)
-            .query_async::<i64>(counter)
-            .await
-            .is_ok();
+        // A read-modify-write, not an INCR: an atomic INCR cannot lose an update whatever the
+        // lock does, so its count would prove nothing; two holders at once here lose one, and
+        // the final counter falls short of the sections.
+        let ok = async {
+            let value: Option<i64> = redis::cmd("GET").arg(key).query_async(counter).await?;
+            redis::cmd("SET")
+                .arg(key)
+                .arg(value.unwrap_or(0) + 1)
+                .query_async::<()>(counter)
+                .await
+        }
+        .await
+        .is_ok();
         self.inside.fetch_sub(1, Ordering::AcqRel);
         let now = Instant::now();
         self.record(number, |t| t.ended = Some(now));

@@ -302,7 +302,7 @@ fn the_command_is_stopped_when_the_majority_is_paused() {
             "--ttl",
             "2s",
             "--node-timeout",
-            "50ms",
+            LOOSE_NODE_TIMEOUT,
             "--no-quarantine",
             "run",
             "paused",

@@ -14,6 +14,14 @@
 //! - **Stale read / lost update**: a write whose `value_read` is not the value the previous
 //!   committed write left: it overwrote an update it never saw. Every write is `read + 1`, so
 //!   `writes - final value` counts the increments lost.
+//! - **Grant order** (the check that does not trust the fence): if grant A's validity ended
+//!   before grant B was made (by the clients' stamps on one machine-wide monotonic clock), A's
+//!   token must be below B's. The fence compares tokens only with tokens, so a protocol that
+//!   hands a later holder a lower token passes every storage check above (the older holder is
+//!   accepted, the newer one refused and counted as "stale refused"); this check sees it.
+//! - **Superseded write accepted**: a fenced write committed after the storage committed a row of
+//!   a holder granted after this writer's validity ended. Whatever the fence said, the writer's
+//!   lock had passed on and the newer holder had already acted: a stale write accepted.
 //! - **Overlapping validity**: a lock granted while another client's lock was still within its
 //!   validity and not yet released. Redlock promises this never happens; a pause past the TTL
 //!   does not break it (the paused lock's validity has ended), a clock jump or a restart without
@@ -23,7 +31,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::{Deserialize, Serialize};
 
-use crate::history::{ClientEvent, EventKind, History, Op, Record, StorageRow};
+use crate::history::{ClientEvent, EventKind, FaultEvent, History, Op, Record, StorageRow};
+use crate::mode::FaultKind;
 
 /// What kind of violation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -41,6 +50,10 @@ pub enum ViolationKind {
     StaleRead,
     /// A lock granted within another client's validity.
     OverlappingValidity,
+    /// A grant's token is not above the token of a grant whose validity had ended before it.
+    GrantOrder,
+    /// A fenced write committed after a row of a holder granted after the writer's validity.
+    SupersededWrite,
 }
 
 /// One violation, located in the history.
@@ -58,6 +71,10 @@ pub struct Violation {
     pub clients: Vec<u32>,
     /// What happened, for people.
     pub detail: String,
+    /// For a grant-order violation, when the earlier grant was made: the faults between then and
+    /// `mono_ns` are the suspects.
+    #[serde(default)]
+    pub since_ns: Option<u64>,
 }
 
 /// Findings on one record.
@@ -111,6 +128,10 @@ pub struct Findings {
     pub duplicate_tokens: Vec<Violation>,
     /// Grants within another client's validity.
     pub overlapping_validity: Vec<Violation>,
+    /// Grants whose token is not above the token of a grant that had ended before them.
+    pub grant_order: Vec<Violation>,
+    /// Fenced writes accepted after a later holder's row was committed.
+    pub superseded_writes: Vec<Violation>,
     /// Liveness.
     pub liveness: Liveness,
 }
@@ -120,6 +141,7 @@ impl Findings {
     /// token check): stale accepted, token order, duplicates, interleavings, stale reads.
     pub fn fenced_record_violations(&self) -> usize {
         self.stale_accepted.len()
+            + self.superseded_writes.len()
             + self.token_order.len()
             + self.duplicate_tokens.len()
             + self.fenced.interleaved.len()
@@ -134,17 +156,32 @@ impl Findings {
             + usize::from(self.counter.lost_updates != 0)
     }
 
-    /// Violations that harmed the fenced record's data: a stale row accepted, tokens out of
-    /// order, an interleaving, a lost update. (A duplicate token breaks the token guarantee but
-    /// harms data only if the two holders' writes interleave, which the others then show.)
+    /// Violations that harmed the fenced record's data: a stale or superseded row accepted,
+    /// tokens out of order, an interleaving, a lost update. (A duplicate token breaks the token
+    /// guarantee but harms data only if the two holders' writes interleave, which the others
+    /// then show.)
     pub fn fenced_data_violations(&self) -> usize {
         self.fenced_record_violations() - self.duplicate_tokens.len()
+    }
+
+    /// Violations of the token guarantee the fence relies on: tokens out of grant order and
+    /// duplicate tokens. Any of these fails a fenced run, whether or not the data was harmed in
+    /// this run: the next interleaving could harm it.
+    pub fn token_violations(&self) -> usize {
+        self.grant_order.len() + self.duplicate_tokens.len()
+    }
+
+    /// What fails a fenced run: harmed data or a broken token guarantee.
+    pub fn fenced_failures(&self) -> usize {
+        self.fenced_record_violations() + self.grant_order.len()
     }
 
     /// Every violation, for the timeline.
     pub fn all(&self) -> impl Iterator<Item = &Violation> {
         self.stale_accepted
             .iter()
+            .chain(&self.superseded_writes)
+            .chain(&self.grant_order)
             .chain(&self.token_order)
             .chain(&self.duplicate_tokens)
             .chain(&self.fenced.interleaved)
@@ -167,7 +204,9 @@ pub fn check(history: &History) -> Findings {
     };
     let fenced_rows = of(Record::Fenced);
     let counter_rows = of(Record::Counter);
-    let (stale_accepted, token_order, duplicate_tokens) = check_tokens(&fenced_rows);
+    let (stale_accepted, token_order, mut duplicate_tokens) = check_tokens(&fenced_rows);
+    let grants = grants(&history.events);
+    duplicate_tokens.extend(check_duplicate_grants(&grants));
     Findings {
         fenced: check_record(&fenced_rows, history.final_fenced),
         counter: check_record(&counter_rows, history.final_counter),
@@ -175,8 +214,186 @@ pub fn check(history: &History) -> Findings {
         token_order,
         duplicate_tokens,
         overlapping_validity: check_validity(&history.events),
+        grant_order: check_grant_order(&grants),
+        superseded_writes: check_superseded(&fenced_rows, &grants),
         liveness: liveness(&history.events),
     }
+}
+
+/// One grant, as its client saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Grant {
+    /// The client.
+    pub client: u32,
+    /// Its acquisition number.
+    pub acq: u64,
+    /// When `acquire` returned the lock (after the quorum answered and, with fencing, after the
+    /// counters were raised on a quorum).
+    pub granted_ns: u64,
+    /// When the lock ended as far as its holder may rely on it: the earlier of the validity
+    /// deadline and the start of `release` (stamped before any key is deleted).
+    pub end_ns: u64,
+    /// The fencing token.
+    pub token: Option<u64>,
+}
+
+/// The grants in `events`, ordered by grant time.
+pub fn grants(events: &[ClientEvent]) -> Vec<Grant> {
+    let mut by_key: HashMap<(u32, u64), Grant> = HashMap::new();
+    let mut released: HashMap<(u32, u64), u64> = HashMap::new();
+    for e in events {
+        match &e.kind {
+            EventKind::AcquireOk { token, deadline_ns } => {
+                by_key.insert(
+                    (e.client, e.acq),
+                    Grant {
+                        client: e.client,
+                        acq: e.acq,
+                        granted_ns: e.mono_ns,
+                        end_ns: *deadline_ns,
+                        token: *token,
+                    },
+                );
+            }
+            EventKind::ReleaseStart => {
+                released.insert((e.client, e.acq), e.mono_ns);
+            }
+            _ => {}
+        }
+    }
+    let mut out: Vec<Grant> = by_key
+        .into_iter()
+        .map(|(key, mut g)| {
+            if let Some(&r) = released.get(&key) {
+                g.end_ns = g.end_ns.min(r);
+            }
+            g
+        })
+        .collect();
+    out.sort_by_key(|g| (g.granted_ns, g.client, g.acq));
+    out
+}
+
+/// Grants whose token is not above the token of a grant whose validity ended before they were
+/// made. This is the order the fence relies on and cannot check itself: it compares tokens with
+/// tokens, never with the order of the grants. (Grants that overlap in time are not ordered
+/// here: which of two concurrent holders is "later" is not defined by the clients' stamps.)
+pub fn check_grant_order(grants: &[Grant]) -> Vec<Violation> {
+    let mut by_end: Vec<&Grant> = grants.iter().filter(|g| g.token.is_some()).collect();
+    by_end.sort_by_key(|g| g.end_ns);
+    let mut out = Vec::new();
+    let mut ended = 0;
+    // The grant with the largest token among those that ended before the current grant.
+    let mut top: Option<&Grant> = None;
+    for b in grants {
+        let Some(tb) = b.token else { continue };
+        while ended < by_end.len() && by_end[ended].end_ns < b.granted_ns {
+            let a = by_end[ended];
+            if top.is_none_or(|t| a.token > t.token) {
+                top = Some(a);
+            }
+            ended += 1;
+        }
+        let Some(a) = top else { continue };
+        let ta = a.token.unwrap_or_default();
+        if ta >= tb && (a.client, a.acq) != (b.client, b.acq) {
+            out.push(Violation {
+                kind: ViolationKind::GrantOrder,
+                record: None,
+                seq: None,
+                mono_ns: b.granted_ns,
+                clients: vec![b.client, a.client],
+                detail: format!(
+                    "client {} (acquisition {}) was granted token {tb} at {:.3} s, but client {} (acquisition {}) had token {ta} from a grant at {:.3} s whose validity ended at {:.3} s: a later holder got a {} token",
+                    b.client,
+                    b.acq,
+                    b.granted_ns as f64 / 1e9,
+                    a.client,
+                    a.acq,
+                    a.granted_ns as f64 / 1e9,
+                    a.end_ns as f64 / 1e9,
+                    if ta == tb { "duplicate" } else { "lower" }
+                ),
+                since_ns: Some(a.granted_ns),
+            });
+        }
+    }
+    out
+}
+
+/// Two grants with the same token, committed or not: the fence admits equal tokens as one holder
+/// writing again, so a duplicate lets two holders through.
+pub fn check_duplicate_grants(grants: &[Grant]) -> Vec<Violation> {
+    let mut first: HashMap<u64, &Grant> = HashMap::new();
+    let mut out = Vec::new();
+    for g in grants {
+        let Some(t) = g.token else { continue };
+        match first.get(&t) {
+            Some(a) => out.push(Violation {
+                kind: ViolationKind::DuplicateToken,
+                record: None,
+                seq: None,
+                mono_ns: g.granted_ns,
+                clients: vec![g.client, a.client],
+                detail: format!(
+                    "token {t} granted to client {} (acquisition {}) and to client {} (acquisition {})",
+                    a.client, a.acq, g.client, g.acq
+                ),
+                since_ns: None,
+            }),
+            None => {
+                first.insert(t, g);
+            }
+        }
+    }
+    out
+}
+
+/// Fenced writes committed after the storage committed a row (read or write) of a holder that
+/// was granted the lock after the writer's validity ended. The fence let the write through
+/// (it is in the table), so the writer's token was not below the newer holder's: whatever the
+/// fence said, the lock had passed on and the newer holder had acted, and the write is stale.
+/// `rows` are one record's rows in commit order.
+pub fn check_superseded(rows: &[&StorageRow], grants: &[Grant]) -> Vec<Violation> {
+    let by_key: HashMap<(u32, u64), &Grant> =
+        grants.iter().map(|g| ((g.client, g.acq), g)).collect();
+    let mut out = Vec::new();
+    // The holder with the latest grant among those with a committed row so far.
+    let mut newest: Option<&Grant> = None;
+    for row in rows {
+        let Some(g) = by_key.get(&(row.client, row.acq)).copied() else {
+            continue;
+        };
+        if row.op == Op::Write {
+            if let Some(n) = newest {
+                if n.granted_ns > g.end_ns && (n.client, n.acq) != (g.client, g.acq) {
+                    out.push(storage_violation(
+                        ViolationKind::SupersededWrite,
+                        row,
+                        vec![row.client, n.client],
+                        format!(
+                            "client {} (acquisition {}, token {}) committed a write after client {} (acquisition {}, token {}), granted {:.1} ms after the writer's validity ended, had committed a row: a stale write accepted",
+                            row.client,
+                            row.acq,
+                            fmt_token(g.token),
+                            n.client,
+                            n.acq,
+                            fmt_token(n.token),
+                            (n.granted_ns - g.end_ns) as f64 / 1e6
+                        ),
+                    ));
+                }
+            }
+        }
+        if newest.is_none_or(|n| g.granted_ns > n.granted_ns) {
+            newest = Some(g);
+        }
+    }
+    out
+}
+
+fn fmt_token(t: Option<u64>) -> String {
+    t.map_or_else(|| "none".to_owned(), |t| t.to_string())
 }
 
 fn storage_violation(
@@ -192,6 +409,7 @@ fn storage_violation(
         mono_ns: row.mono_ns,
         clients,
         detail,
+        since_ns: None,
     }
 }
 
@@ -366,6 +584,7 @@ pub fn check_validity(events: &[ClientEvent]) -> Vec<Violation> {
                         "client {client} (acquisition {acq}) was granted the lock {:.1} ms before client {oc}'s lock (acquisition {oa}) ended its validity",
                         (open_end - start) as f64 / 1e6
                     ),
+                    since_ns: None,
                 });
             }
             if end > open_end {
@@ -373,6 +592,85 @@ pub fn check_validity(events: &[ClientEvent]) -> Vec<Violation> {
             }
         } else {
             open = Some((end, client, acq));
+        }
+    }
+    out
+}
+
+/// A class of faults without which a fenced run shows little: the cases fencing exists for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FaultClass {
+    /// A client paused past its TTL (`pause-client`).
+    ClientPause,
+    /// A node's clock jumped (`clock-forward`, `clock-backward`).
+    ClockJump,
+    /// A node restarted (`restart-nopersist`, `restart-persist`, `kill`, `kill-leader`).
+    Restart,
+}
+
+impl FaultClass {
+    /// Every class.
+    pub const ALL: [FaultClass; 3] = [
+        FaultClass::ClientPause,
+        FaultClass::ClockJump,
+        FaultClass::Restart,
+    ];
+
+    /// The fault kinds of the class.
+    pub fn kinds(self) -> &'static [FaultKind] {
+        match self {
+            FaultClass::ClientPause => &[FaultKind::PauseClient],
+            FaultClass::ClockJump => &[FaultKind::ClockForward, FaultKind::ClockBackward],
+            FaultClass::Restart => &[
+                FaultKind::RestartNopersist,
+                FaultKind::RestartPersist,
+                FaultKind::Kill,
+                FaultKind::KillLeader,
+            ],
+        }
+    }
+
+    /// The class's name, as the report prints it.
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultClass::ClientPause => "client pause past the TTL",
+            FaultClass::ClockJump => "clock jump",
+            FaultClass::Restart => "node restart",
+        }
+    }
+}
+
+/// The fault classes that never fired although the mode can take some kind of them
+/// (`can_take`: the kinds the mode does not skip, whether or not they were asked for). A fenced
+/// run without them checks only the easy cases, so it fails: a clean history then proves little.
+pub fn uncovered(can_take: &[FaultKind], fired: &[FaultEvent]) -> Vec<FaultClass> {
+    FaultClass::ALL
+        .into_iter()
+        .filter(|c| c.kinds().iter().any(|k| can_take.contains(k)))
+        .filter(|c| !fired.iter().any(|f| c.kinds().contains(&f.kind)))
+        .collect()
+}
+
+/// The fault kinds in progress around each grant-order violation (between the earlier grant and
+/// the later one), counted by kind; `none` counts violations with no fault in that window.
+pub fn inversion_suspects(
+    grant_order: &[Violation],
+    faults: &[FaultEvent],
+) -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
+    for v in grant_order {
+        let from = v.since_ns.unwrap_or(v.mono_ns);
+        let kinds: BTreeSet<&'static str> = faults
+            .iter()
+            .filter(|f| f.start_ns <= v.mono_ns && f.end_ns >= from)
+            .map(|f| f.kind.name())
+            .collect();
+        if kinds.is_empty() {
+            *out.entry("none".to_owned()).or_default() += 1;
+        }
+        for k in kinds {
+            *out.entry(k.to_owned()).or_default() += 1;
         }
     }
     out
@@ -711,6 +1009,201 @@ mod tests {
         let f = check(&same_prefix);
         assert_eq!(f.stale_accepted.len(), 1);
         assert!(f.duplicate_tokens.is_empty());
+    }
+
+    const MS: u64 = 1_000_000;
+
+    /// A grant at `at_ms`, valid for `valid_ms`, released at `release_ms` (if any).
+    fn grant(
+        client: u32,
+        acq: u64,
+        at_ms: u64,
+        valid_ms: u64,
+        release_ms: Option<u64>,
+        token: u64,
+    ) -> Vec<ClientEvent> {
+        let mut v = vec![ev(
+            client,
+            acq,
+            at_ms * MS,
+            EventKind::AcquireOk {
+                token: Some(token),
+                deadline_ns: (at_ms + valid_ms) * MS,
+            },
+        )];
+        if let Some(r) = release_ms {
+            v.push(ev(client, acq, r * MS, EventKind::ReleaseStart));
+        }
+        v
+    }
+
+    fn fenced_at(
+        seq: i64,
+        op: Op,
+        client: u32,
+        acq: u64,
+        token: u64,
+        read: i64,
+        at_ms: u64,
+    ) -> StorageRow {
+        StorageRow {
+            mono_ns: at_ms * MS,
+            ..fenced(seq, op, client, acq, token, read)
+        }
+    }
+
+    #[test]
+    fn a_later_grant_with_a_lower_token_is_flagged_though_the_storage_checks_pass() {
+        // What the write-back without its counter update produces: A is granted token 50_000,
+        // pauses before touching the storage, its validity ends at 100 ms; B is granted at 200 ms
+        // with the lower token 30, reads and writes; A wakes and reads and writes with its higher
+        // token. The fence accepts every row (tokens rise in commit order), so the old checks
+        // see a clean history; by the order of the grants, A's write is stale.
+        let t = |prefix: u64, salt: u64| (prefix << 16) | salt;
+        let mut events = grant(0, 1, 0, 100, Some(900), t(1, 50_000));
+        events.extend(grant(1, 1, 200, 100, Some(260), t(1, 30)));
+        let h = History {
+            rows: vec![
+                fenced_at(1, Op::Read, 1, 1, t(1, 30), 0, 210),
+                fenced_at(2, Op::Write, 1, 1, t(1, 30), 0, 250),
+                fenced_at(3, Op::Read, 0, 1, t(1, 50_000), 1, 800),
+                fenced_at(4, Op::Write, 0, 1, t(1, 50_000), 1, 810),
+            ],
+            events,
+            final_fenced: 2,
+            final_counter: 0,
+        };
+        let f = check(&h);
+        assert!(f.stale_accepted.is_empty() && f.token_order.is_empty());
+        assert!(f.fenced.interleaved.is_empty() && f.fenced.lost_updates == 0);
+        assert_eq!(f.grant_order.len(), 1, "{f:#?}");
+        assert_eq!(f.grant_order[0].clients, vec![1, 0]);
+        assert_eq!(f.superseded_writes.len(), 1, "{f:#?}");
+        assert_eq!(f.superseded_writes[0].seq, Some(4));
+        assert!(f.fenced_failures() >= 2);
+        assert!(f.fenced_data_violations() >= 1);
+    }
+
+    #[test]
+    fn an_inversion_the_fence_refuses_still_fails_the_token_guarantee() {
+        // A (token 9) reads, its lock ends at 100 ms; B is granted at 150 ms with token 5 and is
+        // refused (no row): the storage is fine and counts a "stale refused", but the newer
+        // holder got the lower token.
+        let mut events = grant(0, 1, 0, 100, None, 9);
+        events.extend(grant(1, 1, 150, 100, Some(200), 5));
+        let h = History {
+            rows: vec![
+                fenced_at(1, Op::Read, 0, 1, 9, 0, 10),
+                fenced_at(2, Op::Write, 0, 1, 9, 0, 20),
+            ],
+            events,
+            final_fenced: 1,
+            final_counter: 0,
+        };
+        let f = check(&h);
+        assert_eq!(f.fenced_data_violations(), 0);
+        assert_eq!(f.grant_order.len(), 1);
+        assert_eq!(f.token_violations(), 1);
+        assert_eq!(f.fenced_failures(), 1);
+    }
+
+    #[test]
+    fn an_equal_token_after_an_ended_grant_is_a_grant_order_violation_and_a_duplicate() {
+        let mut events = grant(0, 1, 0, 100, Some(50), 7);
+        events.extend(grant(1, 1, 60, 100, Some(90), 7));
+        let f = check(&History {
+            events,
+            ..History::default()
+        });
+        assert_eq!(f.grant_order.len(), 1);
+        assert_eq!(f.duplicate_tokens.len(), 1, "grants alone, no rows: {f:#?}");
+        assert!(f.fenced_failures() >= 2);
+    }
+
+    #[test]
+    fn grants_in_token_order_and_concurrent_grants_are_not_flagged() {
+        // Sequential grants with rising tokens; then C granted at 500 ms while D's lock (granted
+        // at 450 ms with a lower token) is still valid: concurrent grants are not ordered by the
+        // stamps (the overlap check reports them).
+        let mut events = grant(0, 1, 0, 100, Some(40), 1);
+        events.extend(grant(1, 1, 50, 100, Some(90), 2));
+        events.extend(grant(0, 2, 100, 100, Some(140), 3));
+        events.extend(grant(2, 1, 500, 100, None, 4));
+        events.extend(grant(1, 2, 450, 300, None, 5));
+        let grants = grants(&events);
+        assert_eq!(grants.len(), 5);
+        assert_eq!(grants[0].end_ns, 40 * MS, "ends at the release call");
+        assert!(check_grant_order(&grants).is_empty());
+        assert!(check_duplicate_grants(&grants).is_empty());
+        assert_eq!(check_validity(&events).len(), 1);
+    }
+
+    #[test]
+    fn a_write_before_the_next_holder_touched_the_storage_is_not_superseded() {
+        // A's validity ends at 100 ms, B is granted at 150 ms, A's write commits at 160 ms before
+        // B's read: the storage saw A's whole critical section first, and B read A's write.
+        let mut events = grant(0, 1, 0, 100, None, 1);
+        events.extend(grant(1, 1, 150, 100, Some(240), 2));
+        let rows = [
+            fenced_at(1, Op::Read, 0, 1, 1, 0, 10),
+            fenced_at(2, Op::Write, 0, 1, 1, 0, 160),
+            fenced_at(3, Op::Read, 1, 1, 2, 1, 170),
+            fenced_at(4, Op::Write, 1, 1, 2, 1, 180),
+        ];
+        let refs: Vec<&StorageRow> = rows.iter().collect();
+        assert!(check_superseded(&refs, &grants(&events)).is_empty());
+    }
+
+    #[test]
+    fn fault_classes_that_did_not_fire_are_named_unless_the_mode_cannot_take_them() {
+        let fired = |kinds: &[FaultKind]| -> Vec<FaultEvent> {
+            kinds
+                .iter()
+                .map(|&kind| FaultEvent {
+                    kind,
+                    nodes: vec![],
+                    clients: vec![],
+                    start_ns: 0,
+                    end_ns: 0,
+                    detail: String::new(),
+                })
+                .collect()
+        };
+        let redis: Vec<FaultKind> = FaultKind::ALL
+            .into_iter()
+            .filter(|k| !matches!(k, FaultKind::KillLeader | FaultKind::PauseLeader))
+            .collect();
+        assert_eq!(
+            uncovered(&redis, &fired(&[FaultKind::Latency, FaultKind::PauseNode])),
+            FaultClass::ALL.to_vec()
+        );
+        assert_eq!(
+            uncovered(
+                &redis,
+                &fired(&[
+                    FaultKind::PauseClient,
+                    FaultKind::ClockBackward,
+                    FaultKind::RestartPersist
+                ])
+            ),
+            vec![]
+        );
+        // etcd cannot take clock faults: a run without one is not short of anything.
+        let etcd: Vec<FaultKind> = FaultKind::ALL
+            .into_iter()
+            .filter(|k| !matches!(k, FaultKind::ClockForward | FaultKind::ClockBackward))
+            .collect();
+        assert_eq!(
+            uncovered(&etcd, &fired(&[FaultKind::PauseClient])),
+            vec![FaultClass::Restart]
+        );
+        assert_eq!(
+            uncovered(
+                &etcd,
+                &fired(&[FaultKind::PauseClient, FaultKind::KillLeader])
+            ),
+            vec![]
+        );
     }
 
     #[test]

@@ -240,7 +240,7 @@ async fn critical_section(
             None
         }
     };
-    let counter = blocking(&mut || storage::counter_read(fence));
+    let counter = blocking(&mut || storage::counter_read(fence, who));
     if take(&args.dir, args.id, Request::Pause) {
         log.event(acq, EventKind::SelfPause)?;
         // A real pause, as a stop-the-world GC makes: nothing runs until the nemesis sends

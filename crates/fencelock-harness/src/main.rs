@@ -1,9 +1,11 @@
 //! `fencelock-harness`: runs the fault harness and prints what each mode survived.
 //!
-//! Exit codes: 0 the run finished and no fenced mode's data was harmed; 1 a fenced mode's
-//! fenced record shows a stale write accepted, tokens out of order, an interleaving or a lost
-//! update; 2 the harness itself failed. Violations in unfenced modes are expected and do not
-//! change the exit code.
+//! Exit codes: 0 the run finished and every fenced mode passed; 1 a fenced mode failed: its
+//! fenced record shows a stale or superseded write accepted, tokens out of order, a duplicate
+//! token, an interleaving or a lost update; or a grant got a token not above the token of a grant
+//! that had ended before it; or a fault class the mode can take (client pause, clock jump,
+//! restart) never fired; 2 the harness itself failed. Violations in unfenced modes are expected
+//! and do not change the exit code.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -14,7 +16,7 @@ use clap::{Parser, Subcommand};
 use fencelock_harness::client::{self, ClientArgs};
 use fencelock_harness::mode::{FaultKind, Mode};
 use fencelock_harness::report;
-use fencelock_harness::run::{self, RunOptions, StopAt};
+use fencelock_harness::run::{self, ModeRun, RunOptions, StopAt};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -186,9 +188,7 @@ fn run_modes(args: RunArgs) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("writing {}", path.display()))?;
         eprintln!("report: {}", path.display());
     }
-    let broken = runs
-        .iter()
-        .any(|r| r.mode.fencing() && r.findings.fenced_data_violations() > 0);
+    let broken = runs.iter().any(ModeRun::failed);
     Ok(if broken {
         ExitCode::from(1)
     } else {

@@ -28,6 +28,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use crate::checker::FaultClass;
 use crate::client::{self, Request};
 use crate::history::FaultEvent;
 use crate::mode::{FaultKind, Mode};
@@ -138,11 +139,17 @@ impl Episode {
     }
 }
 
-/// The seeded schedule: the same seed and settings give the same episodes.
+/// The seeded schedule: the same seed and settings give the same episodes. Kinds are dealt from
+/// a shuffled deck, so that every kind comes up once per round; in the first round one kind of
+/// each class the checker needs (client pause, clock jump, restart) comes first, so that a short
+/// run covers them (a fenced run without them fails, see [`crate::checker::uncovered`]).
 #[derive(Debug)]
 pub struct Plan {
     rng: fastrand::Rng,
     kinds: Vec<FaultKind>,
+    /// Kinds still to deal in this round, the next one last.
+    deck: Vec<FaultKind>,
+    first_round: bool,
     nodes: usize,
     consensus: bool,
     clients: u32,
@@ -163,6 +170,8 @@ impl Plan {
         Plan {
             rng: fastrand::Rng::with_seed(seed),
             kinds,
+            deck: Vec::new(),
+            first_round: true,
             nodes: mode.nodes(),
             consensus: mode.consensus(),
             clients: clients.max(1),
@@ -193,13 +202,34 @@ impl Plan {
         }
     }
 
+    /// The next kind from the deck, shuffling a new round when it is empty.
+    fn deal(&mut self) -> FaultKind {
+        if self.deck.is_empty() {
+            let mut deck = self.kinds.clone();
+            self.rng.shuffle(&mut deck);
+            if std::mem::take(&mut self.first_round) {
+                let mut first = Vec::new();
+                for class in FaultClass::ALL {
+                    if let Some(i) = deck.iter().position(|k| class.kinds().contains(k)) {
+                        first.push(deck.remove(i));
+                    }
+                }
+                first.append(&mut deck);
+                deck = first;
+            }
+            deck.reverse();
+            self.deck = deck;
+        }
+        self.deck.pop().unwrap_or(FaultKind::Latency)
+    }
+
     /// The pause before the next episode and the episode, or `None` when no kind is enabled.
     pub fn next_episode(&mut self) -> Option<(Duration, Episode)> {
         if self.kinds.is_empty() {
             return None;
         }
         let gap = self.ttls(0.2, 1.0);
-        let kind = self.kinds[self.rng.usize(..self.kinds.len())];
+        let kind = self.deal();
         let client = self.rng.u32(..self.clients);
         // Partitions are staged only with several nodes: with one, there is no "rest".
         let cut_size = if self.nodes > 1 { self.minority() } else { 0 };
@@ -610,6 +640,44 @@ mod tests {
         for _ in 0..200 {
             assert_eq!(a.next_episode(), b.next_episode());
         }
+    }
+
+    #[test]
+    fn the_first_episodes_cover_every_class_and_each_round_deals_every_kind() {
+        let ttl = Duration::from_secs(1);
+        for (mode, classes) in [(Mode::RedlockFenced, 3), (Mode::Etcd, 2)] {
+            for seed in 0..20 {
+                let mut plan = Plan::new(seed, &FaultKind::ALL, mode, 3, ttl);
+                let kinds: Vec<FaultKind> = (0..plan.kinds.len())
+                    .map(|_| plan.next_episode().unwrap().1.kind())
+                    .collect();
+                let first: Vec<FaultKind> = kinds[..classes].to_vec();
+                assert_eq!(
+                    crate::checker::uncovered(&plan.kinds, &fault_events(&first)),
+                    vec![],
+                    "{mode} seed {seed}: {first:?}"
+                );
+                let mut dealt = kinds.clone();
+                dealt.sort_by_key(|k| k.name());
+                let mut all = plan.kinds.clone();
+                all.sort_by_key(|k| k.name());
+                assert_eq!(dealt, all, "one round deals every kind once");
+            }
+        }
+    }
+
+    fn fault_events(kinds: &[FaultKind]) -> Vec<FaultEvent> {
+        kinds
+            .iter()
+            .map(|&kind| FaultEvent {
+                kind,
+                nodes: vec![],
+                clients: vec![],
+                start_ns: 0,
+                end_ns: 0,
+                detail: String::new(),
+            })
+            .collect()
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use crate::history::EventKind;
 use crate::mode::FaultKind;
-use crate::run::ModeRun;
+use crate::run::{ModeRun, ModeSummary};
 
 /// The text summary of one mode.
 pub fn text(run: &ModeRun) -> String {
@@ -60,11 +60,12 @@ pub fn text(run: &ModeRun) -> String {
     );
     let _ = writeln!(
         out,
-        "  fenced record ({}): {} writes committed, {} stale reads/writes rejected, {} stale accepted, {} token-order, {} duplicate tokens, {} interleaved, {} lost updates",
+        "  fenced record ({}): {} writes committed, {} stale reads/writes rejected, {} stale accepted, {} superseded writes accepted, {} token-order, {} duplicate tokens, {} interleaved, {} lost updates",
         if s.fencing { "token checked" } else { "no token check" },
         s.fenced_writes,
         s.liveness.stale_rejected,
         s.stale_accepted,
+        s.superseded_writes,
         s.token_order,
         s.duplicate_tokens,
         s.fenced_interleaved,
@@ -72,38 +73,26 @@ pub fn text(run: &ModeRun) -> String {
     );
     let _ = writeln!(
         out,
-        "  unfenced counter (lock only): {} writes, {} stale reads, {} lost updates",
-        s.counter_writes, s.counter_stale_reads, s.counter_lost_updates
+        "  unfenced counter (lock only): {} writes, {} interleaved, {} stale reads, {} lost updates",
+        s.counter_writes, s.counter_interleaved, s.counter_stale_reads, s.counter_lost_updates
     );
     let _ = writeln!(
         out,
-        "  lock: {} grant(s) inside another client's validity",
-        s.overlapping_validity
-    );
-    let data = s.fenced_record_violations - s.duplicate_tokens;
-    let verdict = if s.fencing && data == 0 && s.duplicate_tokens > 0 {
-        format!(
-            "SAFE DATA, BROKEN TOKEN GUARANTEE: no stale write accepted and no update lost, but {} row(s) carried a token another holder also got (a node lost its counter on a restart without persistence)",
-            s.duplicate_tokens
-        )
-    } else if s.fenced_record_violations == 0 {
-        if s.fencing {
-            "SAFE: the fenced storage accepted no stale write".to_owned()
+        "  lock: {} grant(s) inside another client's validity; {} grant(s) with a token not above an earlier, ended grant's{}",
+        s.overlapping_validity,
+        s.grant_order,
+        if s.grant_order_faults.is_empty() {
+            String::new()
         } else {
-            "no violation found on the fenced record in this run".to_owned()
+            let around: Vec<String> = s
+                .grant_order_faults
+                .iter()
+                .map(|(k, v)| format!("{k} {v}"))
+                .collect();
+            format!(" (faults around them: {})", around.join(", "))
         }
-    } else {
-        format!(
-            "VIOLATIONS on the fenced record: {}{}",
-            s.fenced_record_violations,
-            if s.fencing {
-                " (data harmed despite fencing)"
-            } else {
-                " (expected without fencing)"
-            }
-        )
-    };
-    let _ = writeln!(out, "  verdict: {verdict}");
+    );
+    let _ = writeln!(out, "  verdict: {}", verdict(&s));
     for v in s.examples.iter().take(3) {
         let _ = writeln!(
             out,
@@ -114,6 +103,56 @@ pub fn text(run: &ModeRun) -> String {
         );
     }
     out
+}
+
+/// The verdict line. A fenced mode passes only when its tokens followed the order of the grants,
+/// the fenced record took no stale, superseded or duplicate-token row and lost nothing, and the
+/// faults that make this meaningful fired.
+pub fn verdict(s: &ModeSummary) -> String {
+    if !s.fencing {
+        return if s.fenced_record_violations == 0 {
+            "no violation found on the fenced record in this run (no fencing)".to_owned()
+        } else {
+            format!(
+                "VIOLATIONS on the fenced record: {} (expected without fencing)",
+                s.fenced_record_violations
+            )
+        };
+    }
+    let mut why = Vec::new();
+    if s.grant_order > 0 {
+        why.push(format!(
+            "token order: {} grant(s) got a token not above the token of a grant that had ended before them",
+            s.grant_order
+        ));
+    }
+    if s.duplicate_tokens > 0 {
+        why.push(format!("{} duplicate token(s)", s.duplicate_tokens));
+    }
+    let data = [
+        (s.stale_accepted, "stale row(s) accepted"),
+        (s.superseded_writes, "superseded write(s) accepted"),
+        (s.token_order, "write(s) out of token order"),
+        (s.fenced_interleaved, "interleaving(s)"),
+    ];
+    for (n, what) in data {
+        if n > 0 {
+            why.push(format!("{n} {what}"));
+        }
+    }
+    if s.fenced_lost_updates != 0 {
+        why.push(format!("{} update(s) lost", s.fenced_lost_updates));
+    }
+    if !why.is_empty() {
+        return format!("UNSAFE: {}", why.join("; "));
+    }
+    if !s.uncovered_faults.is_empty() {
+        return format!(
+            "NOT SHOWN: no {} fired, so this clean history proves little (run longer or add the fault kinds)",
+            s.uncovered_faults.join(", no ")
+        );
+    }
+    "SAFE: tokens followed the order of the grants, and the fenced storage accepted no stale or superseded write".to_owned()
 }
 
 fn esc(s: &str) -> String {

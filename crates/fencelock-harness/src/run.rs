@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::checker::{self, Findings, Liveness, Violation};
+use crate::checker::{self, FaultClass, Findings, Liveness, Violation};
 use crate::client;
 use crate::history::{ClientEvent, FaultEvent, History};
 use crate::mode::{FaultKind, Mode};
@@ -79,6 +79,8 @@ pub struct ModeRun {
     pub history: History,
     /// The checker's findings.
     pub findings: Findings,
+    /// Fault classes the mode can take that never fired (a fenced run fails on any).
+    pub uncovered: Vec<FaultClass>,
 }
 
 /// The per-mode summary (`--json`).
@@ -119,14 +121,27 @@ pub struct ModeSummary {
     pub fenced_lost_updates: i64,
     /// Counter writes committed.
     pub counter_writes: u64,
-    /// Counter: interleaved critical sections (no read rows: always 0) and stale reads.
+    /// Counter: writes based on a stale read.
     pub counter_stale_reads: usize,
     /// Counter: increments lost.
     pub counter_lost_updates: i64,
     /// Grants within another client's validity.
     pub overlapping_validity: usize,
-    /// Violations on the fenced record (the number that must be 0 in fenced modes).
+    /// Grants whose token was not above the token of a grant that had ended before them.
+    pub grant_order: usize,
+    /// The fault kinds in progress around each grant-order violation, by kind.
+    pub grant_order_faults: BTreeMap<String, u64>,
+    /// Fenced writes accepted after a later holder's row was committed.
+    pub superseded_writes: usize,
+    /// Counter: critical sections another one committed inside of.
+    pub counter_interleaved: usize,
+    /// Violations on the fenced record (stale, superseded, token order, duplicates,
+    /// interleavings, stale reads, lost updates).
     pub fenced_record_violations: usize,
+    /// What fails a fenced run: fenced-record violations plus grant-order violations.
+    pub fenced_failures: usize,
+    /// Fault classes the mode can take that never fired (a fenced run fails on any).
+    pub uncovered_faults: Vec<String>,
     /// Up to 10 violations, as examples.
     pub examples: Vec<Violation>,
 }
@@ -164,9 +179,22 @@ impl ModeRun {
             counter_stale_reads: f.counter.stale_reads.len(),
             counter_lost_updates: f.counter.lost_updates,
             overlapping_validity: f.overlapping_validity.len(),
+            grant_order: f.grant_order.len(),
+            grant_order_faults: checker::inversion_suspects(&f.grant_order, &self.faults),
+            superseded_writes: f.superseded_writes.len(),
+            counter_interleaved: f.counter.interleaved.len(),
             fenced_record_violations: f.fenced_record_violations(),
+            fenced_failures: f.fenced_failures(),
+            uncovered_faults: self.uncovered.iter().map(|c| c.name().to_owned()).collect(),
             examples: f.all().take(10).cloned().collect(),
         }
+    }
+
+    /// Whether the run fails: a fenced mode whose fenced record was harmed, whose tokens broke
+    /// the order of the grants or repeated, or whose faults did not include every class the
+    /// mode can take (then a clean history proves little).
+    pub fn failed(&self) -> bool {
+        self.mode.fencing() && (self.findings.fenced_failures() > 0 || !self.uncovered.is_empty())
     }
 }
 
@@ -446,6 +474,11 @@ pub fn run_mode(mode: Mode, opts: &RunOptions) -> io::Result<ModeRun> {
         serde_json::to_vec_pretty(&faults).map_err(io::Error::other)?,
     )?;
     let findings = checker::check(&history);
+    let can_take: Vec<FaultKind> = FaultKind::ALL
+        .into_iter()
+        .filter(|k| mode.skips(*k).is_none())
+        .collect();
+    let uncovered = checker::uncovered(&can_take, &faults);
     Ok(ModeRun {
         mode,
         nodes: mode.nodes(),
@@ -456,6 +489,7 @@ pub fn run_mode(mode: Mode, opts: &RunOptions) -> io::Result<ModeRun> {
         faults,
         history,
         findings,
+        uncovered,
     })
 }
 

@@ -179,15 +179,19 @@ pub fn fenced_write(fence: &SqliteFence, who: Who, read: i64) -> fencelock::Resu
     }
 }
 
-/// A plain read of the counter (no transaction, no history row).
+/// A plain read of the counter (no token check), with its history row in the same transaction,
+/// so that the checker sees where reads of the counter fall between other critical sections'
+/// writes (interleavings) as it does on the fenced record.
 ///
 /// # Errors
 ///
 /// Storage errors.
-pub fn counter_read(fence: &SqliteFence) -> fencelock::Result<i64> {
-    fence
-        .unfenced(|c| read_value(c, Record::Counter))
-        .map_err(|e| storage_error("reading the counter", e))
+pub fn counter_read(fence: &SqliteFence, who: Who) -> fencelock::Result<i64> {
+    unfenced_tx(fence, move |conn| {
+        let v = read_value(conn, Record::Counter)?;
+        append(conn, who, Record::Counter, Op::Read, v, None)?;
+        Ok(v)
+    })
 }
 
 /// A plain write of `read + 1` to the counter, with its history row in the same transaction.

@@ -225,9 +225,22 @@ async fn extend_keeps_the_lease_and_reports_it_lost_once_expired() {
         let err = b.try_acquire("job").await.unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Contention, "{err}");
     }
-    // A holder that stops extending loses the lease; the next client then gets the lock.
-    let other = b.acquire("job").await.unwrap();
-    assert!(!lock.is_valid(), "granted to b while a's validity lasts");
+    // A holder that stops extending loses the lease; the next client then gets the lock, and
+    // not before a's validity deadline: b tries every 10 ms, and the instant its try returns
+    // the lock (within 10 ms of the grant, not whenever a check runs next) must be past it.
+    let a_deadline = lock.validity_deadline();
+    let (other, granted_by) = loop {
+        match b.try_acquire("job").await {
+            Ok(other) => break (other, Instant::now()),
+            Err(e) => assert_eq!(e.kind(), ErrorKind::Contention, "{e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert!(
+        a_deadline <= granted_by,
+        "granted to b {:?} before a's validity deadline",
+        a_deadline - granted_by
+    );
     let err = lock.extend().await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Lost, "{err}");
     assert!(other.fencing_token() > lock.fencing_token());

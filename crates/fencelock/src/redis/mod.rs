@@ -9,6 +9,8 @@ mod describe;
 pub(crate) mod extender;
 mod inflight;
 pub(crate) mod quarantine;
+#[cfg(test)]
+mod script_checks;
 pub(crate) mod scripts;
 mod watch;
 

@@ -1,0 +1,118 @@
+//! The scripts' guards on a real node, one script call at a time. Each test here is the one that
+//! kills a mutant of the script or of the code that reads its answer (see docs/mutants.md and
+//! `scripts/mutants.sh`): the write-back's counter update and its ownership check, and the
+//! client's check that a quorum took the write-back.
+
+use std::time::Duration;
+
+use fencelock_testkit::{RedisNode, RedisNodes};
+use redis::aio::MultiplexedConnection;
+
+use super::scripts;
+use crate::{fencing, Client, Config, Error, ErrorKind};
+
+async fn connect(node: &RedisNode) -> MultiplexedConnection {
+    redis::Client::open(node.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+async fn write_back(conn: &mut MultiplexedConnection, owner: &str, token: u64) -> i64 {
+    scripts::WRITE_BACK
+        .key("wb")
+        .key(fencing::counter_key("wb"))
+        .arg(owner)
+        .arg(token.to_string())
+        .invoke_async(conn)
+        .await
+        .unwrap()
+}
+
+fn counter(node: &RedisNode) -> String {
+    node.cli(&["GET", &fencing::counter_key("wb")]).unwrap()
+}
+
+#[tokio::test]
+async fn the_write_back_raises_the_counter_to_the_token_and_never_lowers_it() {
+    let node = RedisNode::start().unwrap();
+    let mut conn = connect(&node).await;
+    node.cli(&["SET", "wb", "mine", "PX", "60000"]).unwrap();
+    assert_eq!(write_back(&mut conn, "mine", 70_000).await, 1);
+    assert_eq!(counter(&node), "70000");
+    // A smaller token (compared as a number: "9" < "70000" although "9" > "7" as text) leaves it.
+    assert_eq!(write_back(&mut conn, "mine", 9).await, 1);
+    assert_eq!(counter(&node), "70000");
+    assert_eq!(write_back(&mut conn, "mine", 70_001).await, 1);
+    assert_eq!(counter(&node), "70001");
+}
+
+#[tokio::test]
+async fn a_write_back_on_a_key_another_client_owns_returns_0_and_leaves_the_counter() {
+    let node = RedisNode::start().unwrap();
+    let mut conn = connect(&node).await;
+    node.cli(&["SET", &fencing::counter_key("wb"), "5"])
+        .unwrap();
+    // Our key expired and another client took the lock: our late write-back must not count.
+    node.cli(&["SET", "wb", "someone-else", "PX", "60000"])
+        .unwrap();
+    assert_eq!(write_back(&mut conn, "mine", 9).await, 0);
+    assert_eq!(counter(&node), "5");
+    // No key at all (expired, nobody took it): the same.
+    node.cli(&["DEL", "wb"]).unwrap();
+    assert_eq!(write_back(&mut conn, "mine", 9).await, 0);
+    assert_eq!(counter(&node), "5");
+}
+
+/// Nodes 1 and 2 refuse the write-back script to the client (an ACL that allows EVALSHA of
+/// every other script): the acquisition reaches a quorum, the write-back does not, so there is
+/// no token that a quorum knows of, and the acquisition must fail and leave no key behind.
+#[tokio::test]
+async fn an_acquisition_whose_write_back_a_majority_refuses_fails_and_keeps_no_key() {
+    let nodes = RedisNodes::start(3).unwrap();
+    let write_back_sha = scripts::WRITE_BACK.get_hash().to_owned();
+    let mut urls = vec![nodes.node(0).url()];
+    for i in 1..3 {
+        let node = nodes.node(i);
+        let mut rule = vec![
+            "ACL", "SETUSER", "nowb", "on", ">pw", "~*", "&*", "+@all", "-evalsha", "-eval",
+        ]
+        .into_iter()
+        .map(str::to_owned)
+        .collect::<Vec<_>>();
+        for src in scripts::ALL {
+            let sha = redis::Script::new(src).get_hash().to_owned();
+            if sha != write_back_sha {
+                rule.push(format!("+evalsha|{sha}"));
+            }
+        }
+        let rule: Vec<&str> = rule.iter().map(String::as_str).collect();
+        node.cli(&rule).unwrap();
+        urls.push(format!("redis://nowb:pw@127.0.0.1:{}", node.port()));
+    }
+    let client = Client::new(
+        Config::new(&urls)
+            .with_fencing(true)
+            .with_quarantine(false)
+            .with_node_timeout(Duration::from_millis(500)),
+    )
+    .unwrap();
+    let err = client.try_acquire("wb").await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    assert!(
+        matches!(&err, Error::Unavailable { votes, .. } if votes.failed() >= 1),
+        "{err}"
+    );
+    // The keys are released in the background; give it a generous while.
+    for _ in 0..100 {
+        if nodes
+            .iter()
+            .all(|n| n.cli(&["EXISTS", "wb"]).unwrap() == "0")
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("a failed acquisition left its key behind");
+}

@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# The mutant runner: applies each mutant below to a copy of the tree, runs the test(s) that must
+# kill it, and prints a table: mutant -> test -> killed or SURVIVED. A mutant is a small, named
+# break of the protocol (a Lua script) or of the code around it; a test that does not fail on it
+# guards nothing. The table and the last result are in docs/mutants.md.
+#
+#   scripts/mutants.sh                 run every mutant
+#   scripts/mutants.sh NAME...         run the named mutants
+#   scripts/mutants.sh --list          list the mutants
+#   scripts/mutants.sh --tree NAME     leave a mutated copy of the tree and print its path (to run
+#                                      the harness on it, for instance)
+#
+# The copy lives in $MUTANTS_DIR (default: <target dir>/mutants-tree); builds share the target dir
+# ($CARGO_TARGET_DIR, default <repo>/target), so only fencelock is rebuilt per mutant.
+# Exit status: 0 when every mutant was killed, 1 when one survived or did not apply.
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+TARGET="${CARGO_TARGET_DIR:-$ROOT/target}"
+export CARGO_TARGET_DIR="$TARGET"
+WORK="${MUTANTS_DIR:-$TARGET/mutants-tree}"
+
+# Each mutant: a name, what it breaks, the file, a perl substitution (run with -0pe, so it may
+# span lines) and the killers: `cargo test --all-features` arguments, one per test.
+NAMES=() WHAT=() FILES=() SUBSTS=() KILLERS=()
+mutant() {
+  NAMES+=("$1") WHAT+=("$2") FILES+=("$3") SUBSTS+=("$4")
+  shift 4
+  local IFS=';'
+  KILLERS+=("$*")
+}
+
+mutant writeback-no-raise "the write-back does not raise the counters" \
+  crates/fencelock/src/redis/scripts.rs \
+  's/(WRITE_BACK_LUA: &str = r".*?)redis\.call\(\x27set\x27, KEYS\[n \+ i\], ARGV\[2\]\)/$1-- mutant: counter not raised/s' \
+  "-p fencelock --lib redis::script_checks::the_write_back_raises_the_counter" \
+  "-p fencelock --test fencing tokens_increase_across_1000"
+mutant writeback-no-owner-check "the write-back raises counters where another client owns the key" \
+  crates/fencelock/src/redis/scripts.rs \
+  's/(WRITE_BACK_LUA: &str = r".*?)if redis\.call\(\x27get\x27, KEYS\[i\]\) ~= ARGV\[1\] then return 0 end/$1-- mutant: no ownership check/s' \
+  "-p fencelock --lib redis::script_checks::a_write_back_on_a_key_another_client_owns"
+mutant writeback-quorum-unchecked "the client accepts a write-back that no quorum took" \
+  crates/fencelock/src/client.rs \
+  's/if wb\.decision != Decision::Reached \{/if false && wb.decision != Decision::Reached {/' \
+  "-p fencelock --lib redis::script_checks::an_acquisition_whose_write_back_a_majority_refuses"
+mutant release-no-compare "the release deletes the key without comparing the owner token" \
+  crates/fencelock/src/redis/scripts.rs \
+  's/if v\[1\] ~= ARGV\[1\] then\n(\s*-- MGET)/if false then\n$1/; s/if v\[1\] == ARGV\[1\] then/if true then/' \
+  "-p fencelock --test redlock release_with_a_wrong_token_leaves_the_key"
+mutant writeback-off-by-one "the write-back stores token - 1, a value no holder got" \
+  crates/fencelock/src/client.rs \
+  's/\.write_back\(&granted, keys, token\.as_str\(\), t, /.write_back(&granted, keys, token.as_str(), t - 1, /' \
+  "-p fencelock --test fencing tokens_increase_across_1000"
+mutant validity-ignores-elapsed "validity counted from the reply, not from before the request" \
+  crates/fencelock/src/validity.rs \
+  's/ttl\.checked_sub\(elapsed\)\?/ttl.checked_sub(elapsed * 0)?/' \
+  "-p fencelock --test redlock validity_is_below_the_ttl_and_shrinks"
+mutant round-waits-three-timeouts "a round waits three node timeouts for paused nodes" \
+  crates/fencelock/src/redis/mod.rs \
+  's/std::pin::pin!\(tokio::time::sleep\(node_timeout\)\)/std::pin::pin!(tokio::time::sleep(node_timeout * 3))/' \
+  "-p fencelock --test redlock paused_nodes_cost_about_one_node_timeout"
+mutant extend-unbatched "auto-extension sends a pipeline per lock, not one per batch of locks due together" \
+  crates/fencelock/src/redis/extender.rs \
+  's/if due <= now \+ slot\.entry\.interval \/ COALESCE_DIVISOR \{/if due <= now {/' \
+  "-p fencelock --test long_work one_client_extends_two_thousand_locks_in_batches"
+mutant contention-as-unavailable "a lock held by another client is reported as unavailable when a node failed" \
+  crates/fencelock/src/client.rs \
+  's/if votes\.held_by_other\(\) > n\.saturating_sub\(quorum\) \|\| votes\.failed\(\) == 0 \{/if votes.failed() == 0 {/' \
+  "-p fencelock --test long_work a_job_of_ten_ttls_keeps_its_lock_while_a_minority_dies"
+mutant etcd-validity-outlasts-lease "etcd: the validity deadline runs half a TTL past the lease" \
+  crates/fencelock/src/etcd/timing.rs \
+  's/    sent\.checked_add\(valid\)\n/    sent.checked_add(valid + granted \/ 2)\n/' \
+  "-p fencelock --test etcd extend_keeps_the_lease_and_reports_it_lost_once_expired"
+mutant acquire-without-nx "acquisition sets the key whether or not another client holds it" \
+  crates/fencelock/src/redis/mod.rs \
+  's/cmd\.arg\(key\)\.arg\(token\)\.arg\("NX"\)\.arg\("PX"\)/cmd.arg(key).arg(token).arg("PX")/' \
+  "-p fencelock-cli --test bench contended_sections_never_overlap_and_every_increment_counts"
+
+index_of() {
+  local i
+  for i in "${!NAMES[@]}"; do [[ "${NAMES[$i]}" == "$1" ]] && { echo "$i"; return 0; }; done
+  echo "unknown mutant: $1 (scripts/mutants.sh --list)" >&2
+  return 1
+}
+
+sync_tree() {
+  mkdir -p "$WORK"
+  rsync -a --delete --exclude /target --exclude /.git --exclude fencelock-harness-out "$ROOT/" "$WORK/"
+}
+
+# Applies mutant $1 (an index) to the copy; fails when the substitution no longer matches.
+apply() {
+  local file="${FILES[$1]}"
+  perl -0pe "${SUBSTS[$1]}" "$ROOT/$file" >"$WORK/$file.mutant"
+  if cmp -s "$ROOT/$file" "$WORK/$file.mutant"; then
+    rm -f "$WORK/$file.mutant"
+    return 1
+  fi
+  mv "$WORK/$file.mutant" "$WORK/$file"
+}
+
+# Puts the file back. A plain copy (a new mtime) makes cargo rebuild it.
+restore() {
+  cp "$ROOT/${FILES[$1]}" "$WORK/${FILES[$1]}"
+}
+
+if [[ "${1:-}" == "--list" ]]; then
+  for i in "${!NAMES[@]}"; do printf '%-28s %s\n' "${NAMES[$i]}" "${WHAT[$i]}"; done
+  exit 0
+fi
+if [[ "${1:-}" == "--tree" ]]; then
+  i="$(index_of "${2:?--tree NAME}")"
+  sync_tree
+  apply "$i" || { echo "mutant $2 no longer applies to ${FILES[$i]}" >&2; exit 1; }
+  echo "$WORK"
+  exit 0
+fi
+
+selected=()
+if (($# == 0)); then
+  selected=("${!NAMES[@]}")
+else
+  for name in "$@"; do selected+=("$(index_of "$name")"); done
+fi
+
+sync_tree
+logs="$WORK.logs"
+mkdir -p "$logs"
+status=0
+rows=()
+for i in "${selected[@]}"; do
+  name="${NAMES[$i]}"
+  if ! apply "$i"; then
+    rows+=("| \`$name\` | ${WHAT[$i]} | - | DID NOT APPLY (update the substitution) |")
+    status=1
+    continue
+  fi
+  IFS=';' read -r -a killers <<<"${KILLERS[$i]}"
+  for k in "${killers[@]}"; do
+    log="$logs/$name.$(echo "$k" | tr -c 'a-zA-Z0-9_' '_').log"
+    started=$SECONDS
+    # shellcheck disable=SC2086 # the killer is a list of cargo arguments
+    if (cd "$WORK" && cargo test -q --all-features $k) >"$log" 2>&1; then
+      verdict="SURVIVED"
+      status=1
+    elif grep -q "could not compile" "$log"; then
+      verdict="BUILD FAILED (see $log)"
+      status=1
+    else
+      verdict="killed ($((SECONDS - started)) s with the build)"
+    fi
+    rows+=("| \`$name\` | ${WHAT[$i]} | \`$k\` | $verdict |")
+    echo "$name: $k: $verdict" >&2
+  done
+  restore "$i"
+done
+echo "| mutant | what it breaks | killed by (cargo test --all-features ...) | result |"
+echo "| --- | --- | --- | --- |"
+printf '%s\n' "${rows[@]}"
+exit $status
