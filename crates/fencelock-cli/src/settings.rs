@@ -89,6 +89,17 @@ impl Settings {
 async fn warm_up(client: &fencelock::Client) {
     let votes = client.connect().await;
     tracing::info!(%votes, "connected");
+    // A node that refuses our credentials would go unnoticed while the others grant; when none
+    // grants, the command's error names the refusal instead.
+    if votes.granted() > 0 {
+        for vote in votes.iter() {
+            if let fencelock::VoteOutcome::Failed(e) = &vote.outcome {
+                if e.needs_config_change() {
+                    eprintln!("fencelock: warning: {}: {e}; {}", vote.node, e.hint());
+                }
+            }
+        }
+    }
 }
 
 /// The config file's keys. Unknown keys are refused so that a typo does not pass silently.
