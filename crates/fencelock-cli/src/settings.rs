@@ -77,6 +77,14 @@ impl Settings {
     ///
     /// A [`Failure`] with exit code 2 if the library refuses the configuration (a bad URL, ...).
     pub(crate) async fn client(&self, fencing: bool) -> Result<fencelock::Client, Failure> {
+        tracing::info!(
+            nodes = self.nodes.len(),
+            from = %self.source,
+            ttl = ?self.ttl,
+            node_timeout = ?self.node_timeout,
+            quarantine = ?self.quarantine,
+            "settings resolved"
+        );
         let client = fencelock::Client::new(self.lock_config(fencing))
             .map_err(|err| Failure::usage(format!("{err} (nodes from {})", self.source)))?;
         warm_up(&client).await;
@@ -191,14 +199,6 @@ pub(crate) fn resolve(global: &Global) -> Result<Settings, Failure> {
     } else {
         None
     };
-    tracing::info!(
-        nodes = nodes.len(),
-        from = %source,
-        ?ttl,
-        ?node_timeout,
-        ?quarantine,
-        "settings resolved"
-    );
     Ok(Settings {
         nodes,
         source,

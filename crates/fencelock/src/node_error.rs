@@ -164,7 +164,7 @@ pub(crate) fn advice(votes: &Votes) -> String {
         .iter()
         .any(|v| matches!(v.outcome, VoteOutcome::Excluded(_)))
     {
-        hints.push("restarted nodes count again once a TTL has passed since their restart (restart quarantine); persist with appendfsync always to skip it");
+        hints.push("a node in restart quarantine counts again once the longest TTL in use has passed since its restart (each says when); fresh nodes that never held a lock can be counted at once with with_quarantine(false)");
     }
     for vote in votes.iter() {
         if let VoteOutcome::Failed(e) = &vote.outcome {
