@@ -77,6 +77,14 @@ impl Settings {
     ///
     /// A [`Failure`] with exit code 2 if the library refuses the configuration (a bad URL, ...).
     pub(crate) async fn client(&self, fencing: bool) -> Result<fencelock::Client, Failure> {
+        tracing::info!(
+            nodes = self.nodes.len(),
+            from = %self.source,
+            ttl = ?self.ttl,
+            node_timeout = ?self.node_timeout,
+            quarantine = ?self.quarantine,
+            "settings resolved"
+        );
         let client = fencelock::Client::new(self.lock_config(fencing))
             .map_err(|err| Failure::usage(format!("{err} (nodes from {})", self.source)))?;
         warm_up(&client).await;
@@ -89,6 +97,17 @@ impl Settings {
 async fn warm_up(client: &fencelock::Client) {
     let votes = client.connect().await;
     tracing::info!(%votes, "connected");
+    // A node that refuses our credentials would go unnoticed while the others grant; when none
+    // grants, the command's error names the refusal instead.
+    if votes.granted() > 0 {
+        for vote in votes.iter() {
+            if let fencelock::VoteOutcome::Failed(e) = &vote.outcome {
+                if e.needs_config_change() {
+                    eprintln!("fencelock: warning: {}: {e}; {}", vote.node, e.hint());
+                }
+            }
+        }
+    }
 }
 
 /// The config file's keys. Unknown keys are refused so that a typo does not pass silently.
@@ -175,14 +194,6 @@ pub(crate) fn resolve(global: &Global) -> Result<Settings, Failure> {
         // The dev set needs no exception: `up` marks its nodes new, so they count at once.
         file.quarantine
     };
-    tracing::info!(
-        nodes = nodes.len(),
-        from = %source,
-        ?ttl,
-        ?node_timeout,
-        ?quarantine,
-        "settings resolved"
-    );
     Ok(Settings {
         nodes,
         source,

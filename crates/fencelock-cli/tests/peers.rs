@@ -439,6 +439,22 @@ fn a_refused_password_is_a_configuration_error_named_once() {
             "{err}"
         );
     }
+    // One node of three refuses: the lock is taken on the others, and a warning names it.
+    let others: Vec<RedisNode> = (0..2).map(|_| RedisNode::start().unwrap()).collect();
+    let urls = [node.url(), others[0].url(), others[1].url()].join(",");
+    let out = output(fencelock(home.path()).args([
+        "--nodes",
+        &urls,
+        "--no-quarantine",
+        "acquire",
+        "one-off",
+    ]));
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains(&format!("fencelock: warning: {}: authentication failed (wrong or missing password); put the node's password in its URL", node.url())),
+        "{err}"
+    );
     // doctor says the same of the node.
     let out = output(fencelock(home.path()).args(["--nodes", &node.url(), "doctor"]));
     let report = text(&out.stdout) + &text(&out.stderr);
