@@ -31,6 +31,7 @@ fn assert_no_key(nodes: &RedisNodes, key: &str) {
 
 fn repo_file(path: &str) -> (PathBuf, String) {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
+    let path = path.canonicalize().unwrap_or(path);
     let text = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
     (path, text)
@@ -219,6 +220,7 @@ fn without_nodes_the_quickstart_says_what_to_set() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("FENCELOCK_NODES"), "{stderr}");
     assert!(stderr.contains("fencelock up"), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
 }
 
 // ---- Scoped long work ----
