@@ -274,6 +274,30 @@ async fn a_lost_lock_names_the_cause_that_happened() {
     assert!(!text.contains("validity ran out"), "{text}");
 }
 
+/// A majority of nodes gone: the error says the nodes did not answer, with their votes.
+#[tokio::test]
+async fn a_lock_lost_to_dead_nodes_says_they_did_not_answer() {
+    let nodes = RedisNodes::start(3).unwrap();
+    let c = Client::new(config(&nodes, 900)).unwrap();
+    let n = &nodes;
+    let result = c
+        .with_lock("unreachable", async move |_lock| {
+            n.node(0).kill().unwrap();
+            n.node(1).kill().unwrap();
+            tokio::time::sleep(Duration::from_secs(20)).await;
+        })
+        .await;
+    let err = result.expect_err("a majority of the nodes died");
+    match &err {
+        fencelock::Error::Lost { cause, votes, .. } => {
+            assert_eq!(*cause, LostCause::Unreachable, "{err}");
+            assert!(votes.failed() >= 2, "{err}");
+        }
+        other => panic!("expected Lost, got {other}"),
+    }
+    assert!(err.to_string().contains("failed to answer"), "{err}");
+}
+
 #[test]
 fn a_vote_the_round_did_not_wait_for_shows_no_duration() {
     let vote = NodeVote {
