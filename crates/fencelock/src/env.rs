@@ -1,4 +1,5 @@
-//! A [`Config`] from environment variables, the same ones the `fencelock` command reads.
+//! A [`Config`] from `FENCELOCK_*` environment variables (`FENCELOCK_NODES` is the one the
+//! `fencelock` command reads too).
 
 use std::time::Duration;
 
@@ -15,11 +16,12 @@ const NODE_TIMEOUT: &str = "FENCELOCK_NODE_TIMEOUT";
 const QUARANTINE: &str = "FENCELOCK_QUARANTINE";
 
 impl Config {
-    /// A configuration from the environment, the variables the `fencelock` command reads too:
+    /// A configuration from the environment:
     ///
     /// - `FENCELOCK_NODES` (required): the node URLs, comma separated, e.g.
-    ///   `redis://127.0.0.1:7001,redis://127.0.0.1:7002,redis://127.0.0.1:7003`. For the local
-    ///   dev set started by `fencelock up`, `eval "$(fencelock nodes --export)"` sets it.
+    ///   `redis://127.0.0.1:7001,redis://127.0.0.1:7002,redis://127.0.0.1:7003`, as the
+    ///   `fencelock` command reads it. For the local dev set started by `fencelock up`,
+    ///   `eval "$(fencelock nodes --export)"` sets it.
     /// - `FENCELOCK_TTL`, `FENCELOCK_NODE_TIMEOUT` (optional): durations with a unit (`ms`,
     ///   `s`, `m`, `h`), e.g. `10s`, `50ms`.
     /// - `FENCELOCK_QUARANTINE` (optional): `on` or `off`, the restart quarantine

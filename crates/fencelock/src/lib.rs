@@ -26,20 +26,32 @@
 //! `examples/quickstart.rs` (the test suite runs it against real nodes).
 //!
 //! ```no_run
+//! use std::process::ExitCode;
 //! use std::time::Duration;
 //!
 //! use fencelock::fence::SqliteFence;
 //! use fencelock::{Client, Config};
 //!
 //! #[tokio::main]
-//! async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! async fn main() -> ExitCode {
 //!     // FENCELOCK_NODES holds the node URLs: redis://127.0.0.1:7001,redis://127.0.0.1:7002,...
-//!     let client = Client::new(Config::from_env()?.with_fencing(true))?;
-//!     let result = run(&client).await;
-//!     // A lock dropped by an early return (`?`) is released by a background task: let it finish
-//!     // before the runtime stops, or the lock stays taken until its TTL runs out.
-//!     client.close().await;
-//!     result
+//!     let result = match Config::from_env().and_then(|c| Client::new(c.with_fencing(true))) {
+//!         Ok(client) => {
+//!             let result = run(&client).await;
+//!             // A lock dropped by an early return (`?`) is released by a background task: let it
+//!             // finish before the runtime stops, or the lock stays taken until its TTL runs out.
+//!             client.close().await;
+//!             result
+//!         }
+//!         Err(e) => Err(e.into()),
+//!     };
+//!     match result {
+//!         Ok(()) => ExitCode::SUCCESS,
+//!         Err(e) => {
+//!             eprintln!("quickstart: {e}");
+//!             ExitCode::FAILURE
+//!         }
+//!     }
 //! }
 //!
 //! async fn run(client: &Client) -> Result<(), Box<dyn std::error::Error>> {

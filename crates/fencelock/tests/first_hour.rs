@@ -31,6 +31,7 @@ fn assert_no_key(nodes: &RedisNodes, key: &str) {
 
 fn repo_file(path: &str) -> (PathBuf, String) {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
+    let path = path.canonicalize().unwrap_or(path);
     let text = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
     (path, text)
@@ -219,6 +220,7 @@ fn without_nodes_the_quickstart_says_what_to_set() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("FENCELOCK_NODES"), "{stderr}");
     assert!(stderr.contains("fencelock up"), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
 }
 
 // ---- Scoped long work ----
@@ -270,6 +272,30 @@ async fn a_lost_lock_names_the_cause_that_happened() {
     let text = err.to_string();
     assert!(text.contains("keys are gone"), "{text}");
     assert!(!text.contains("validity ran out"), "{text}");
+}
+
+/// A majority of nodes gone: the error says the nodes did not answer, with their votes.
+#[tokio::test]
+async fn a_lock_lost_to_dead_nodes_says_they_did_not_answer() {
+    let nodes = RedisNodes::start(3).unwrap();
+    let c = Client::new(config(&nodes, 900)).unwrap();
+    let n = &nodes;
+    let result = c
+        .with_lock("unreachable", async move |_lock| {
+            n.node(0).kill().unwrap();
+            n.node(1).kill().unwrap();
+            tokio::time::sleep(Duration::from_secs(20)).await;
+        })
+        .await;
+    let err = result.expect_err("a majority of the nodes died");
+    match &err {
+        fencelock::Error::Lost { cause, votes, .. } => {
+            assert_eq!(*cause, LostCause::Unreachable, "{err}");
+            assert!(votes.failed() >= 2, "{err}");
+        }
+        other => panic!("expected Lost, got {other}"),
+    }
+    assert!(err.to_string().contains("failed to answer"), "{err}");
 }
 
 #[test]
