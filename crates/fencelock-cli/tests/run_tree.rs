@@ -1,7 +1,8 @@
 //! `fencelock run` and the processes its command leaves behind: background jobs and processes
 //! that left the process group keep the lock held until they exit, and none of them outlives a
-//! supervisor that was killed with SIGKILL; and the commands suggested in messages quote the
-//! resource name. The built binary against real redis-server nodes.
+//! supervisor that was killed with SIGKILL; an etcd waiter keeps its place in line across
+//! run's wait calls; and the commands suggested in messages quote the resource name. The built
+//! binary against real redis-server and etcd processes.
 
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -256,5 +257,59 @@ fn a_lost_lock_stops_the_processes_that_left_the_group_too() {
     assert!(
         gone,
         "process {escaped}, which left the command's group, survived the lost lock"
+    );
+}
+
+#[test]
+fn an_etcd_waiter_in_run_keeps_its_place_across_its_wait_calls() {
+    // `run` with no --wait waits in 2 s calls; on etcd each call used to drop the waiter's key,
+    // letting a later waiter in ahead of it.
+    let etcd = fencelock_testkit::Etcd::start().unwrap();
+    let url = etcd.endpoint().replacen("http://", "etcd://", 1);
+    let urls = vec![url.clone()];
+    let home = tempfile::tempdir().unwrap();
+    let log = home.path().join("order.log");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let client = |wait: Duration| {
+        fencelock::Client::new(
+            fencelock::Config::new([url.as_str()])
+                .with_ttl(Duration::from_secs(10))
+                .with_retry(fencelock::RetryPolicy::new().with_wait(wait)),
+        )
+        .unwrap()
+    };
+    let holder = client(LONG);
+    let held = rt.block_on(holder.acquire("line")).unwrap();
+
+    let script = format!("echo run >> {}", log.display());
+    let mut run = fencelock(home.path(), &urls)
+        .args(["--ttl", "10s", "run", "line", "--", "sh", "-c", &script])
+        .spawn()
+        .unwrap();
+    // Past the end of run's first 2 s wait call.
+    std::thread::sleep(Duration::from_secs(3));
+    let late = client(LONG);
+    let log2 = log.clone();
+    let late_wait = rt.spawn(async move {
+        let lock = late.acquire("line").await.unwrap();
+        std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(&log2)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, b"late\n"))
+            .unwrap();
+        lock.release().await.unwrap();
+    });
+    // Longer than one wait call of run's: at least one call ends and the next begins while the
+    // late waiter is in the queue.
+    std::thread::sleep(Duration::from_millis(2500));
+    rt.block_on(held.release()).unwrap();
+    let status = wait_status(&mut run, LONG);
+    assert_eq!(status.code(), Some(0));
+    rt.block_on(late_wait).unwrap();
+    let order = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(
+        order, "run\nlate\n",
+        "the waiter that came later was served first"
     );
 }
