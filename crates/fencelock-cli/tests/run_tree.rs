@@ -106,18 +106,26 @@ fn background_process_keeps_the_lock(resource: &str, script: &str) {
         .spawn()
         .unwrap();
     let bg = read_pid(&pidfile);
-    // The command's main process exits at once; the background one sleeps on.
+    let started = Instant::now();
+    // The command's main process exits at once; the background one sleeps on. Look once at
+    // once, and once more after the TTL: the lock must have been extended meanwhile.
     std::thread::sleep(Duration::from_millis(500));
-    assert!(!pid_gone(bg), "the background process ended too early");
-    assert_eq!(
-        try_run(home.path(), &urls, resource),
-        Some(75),
-        "another run got the lock while the command's background process {bg} still ran"
-    );
-    assert!(
-        !pid_gone(bg),
-        "the check came too late: the background process had already exited"
-    );
+    for ttl_passed in [false, true] {
+        if ttl_passed {
+            std::thread::sleep(Duration::from_secs(4).saturating_sub(started.elapsed()));
+        }
+        assert!(!pid_gone(bg), "the background process ended too early");
+        assert_eq!(
+            try_run(home.path(), &urls, resource),
+            Some(75),
+            "another run got the lock while the command's background process {bg} still ran \
+             (after the TTL: {ttl_passed})"
+        );
+        assert!(
+            !pid_gone(bg),
+            "the check came too late: the background process had already exited"
+        );
+    }
     assert!(
         run.try_wait().unwrap().is_none(),
         "run exited while the background process ran"
@@ -130,14 +138,14 @@ fn background_process_keeps_the_lock(resource: &str, script: &str) {
 
 #[test]
 fn a_background_job_keeps_the_lock_until_it_exits() {
-    background_process_keeps_the_lock("bg-job", "sleep 6 & echo $! > PIDFILE; exit 0");
+    background_process_keeps_the_lock("bg-job", "sleep 12 & echo $! > PIDFILE; exit 0");
 }
 
 #[test]
 fn a_process_that_left_the_session_keeps_the_lock_until_it_exits() {
     background_process_keeps_the_lock(
         "bg-setsid",
-        "setsid sh -c 'echo $$ > PIDFILE; exec sleep 6' & exit 0",
+        "setsid sh -c 'echo $$ > PIDFILE; exec sleep 12' & exit 0",
     );
 }
 
