@@ -149,8 +149,10 @@ fn a_process_that_left_the_session_keeps_the_lock_until_it_exits() {
     );
 }
 
-#[test]
-fn the_commands_processes_die_with_a_killed_supervisor_before_the_lock_is_free() {
+/// Kills `fencelock run` with SIGKILL (its whole process group with `whole_job`, as a shell
+/// kills a job) while its command runs a child and a `setsid` grandchild; checks that both are
+/// dead before another client can take the lock.
+fn killed_supervisor_leaves_nothing_running(resource: &str, whole_job: bool) {
     let nodes = RedisNodes::start(3).unwrap();
     let urls = nodes.urls();
     let home = tempfile::tempdir().unwrap();
@@ -161,20 +163,24 @@ fn the_commands_processes_die_with_a_killed_supervisor_before_the_lock_is_free()
         child = child_pid.display(),
         setsid = setsid_pid.display(),
     );
-    let mut run = fencelock(home.path(), &urls)
-        .args(["--ttl", "2s", "run", "victim", "--", "sh", "-c", &script])
-        .spawn()
-        .unwrap();
+    let mut run = fencelock(home.path(), &urls);
+    run.args(["--ttl", "2s", "run", resource, "--", "sh", "-c", &script]);
+    if whole_job {
+        std::os::unix::process::CommandExt::process_group(&mut run, 0);
+    }
+    let mut run = run.spawn().unwrap();
     let pids = [read_pid(&child_pid), read_pid(&setsid_pid)];
     std::thread::sleep(Duration::from_secs(1));
-    run.kill().unwrap();
+    let target = i32::try_from(run.id()).unwrap();
+    // SAFETY: kills the process (group) this test started.
+    unsafe { libc::kill(if whole_job { -target } else { target }, libc::SIGKILL) };
     run.wait().unwrap();
     // Wait for the lock to expire; the moment another client holds it, nothing of the
     // command may be alive.
     let deadline = Instant::now() + LONG;
     loop {
         let alive: Vec<i32> = pids.iter().copied().filter(|p| !pid_gone(*p)).collect();
-        match try_run(home.path(), &urls, "victim") {
+        match try_run(home.path(), &urls, resource) {
             Some(0) => {
                 let still: Vec<i32> = pids.iter().copied().filter(|p| !pid_gone(*p)).collect();
                 assert!(
@@ -195,6 +201,16 @@ fn the_commands_processes_die_with_a_killed_supervisor_before_the_lock_is_free()
             unsafe { libc::kill(pid, libc::SIGKILL) };
         }
     }
+}
+
+#[test]
+fn the_commands_processes_die_with_a_killed_supervisor_before_the_lock_is_free() {
+    killed_supervisor_leaves_nothing_running("victim", false);
+}
+
+#[test]
+fn killing_runs_whole_job_leaves_none_of_the_commands_processes() {
+    killed_supervisor_leaves_nothing_running("victim-job", true);
 }
 
 #[test]
