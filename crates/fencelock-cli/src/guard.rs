@@ -157,7 +157,11 @@ pub(crate) fn main_if_guard() -> Option<ExitCode> {
     if argv.next().as_deref() != Some(OsStr::new(GUARD_ARG)) {
         return None;
     }
-    let control: Option<RawFd> = argv.next().and_then(|fd| fd.to_str()?.parse().ok());
+    let control: Option<RawFd> = argv
+        .next()
+        .and_then(|fd| fd.to_str()?.parse().ok())
+        // SAFETY: F_GETFD only asks whether the descriptor is open.
+        .filter(|fd| unsafe { libc::fcntl(*fd, libc::F_GETFD) } >= 0);
     let (Some(control), Some(program)) = (control, argv.next()) else {
         eprintln!("fencelock: error: {GUARD_ARG} is internal to `fencelock run`");
         return Some(ExitCode::from(crate::exit::USAGE));
@@ -194,6 +198,12 @@ fn guard(control: RawFd, program: &OsStr, args: &[OsString]) -> u8 {
                 ignore as extern "C" fn(libc::c_int) as libc::sighandler_t,
             );
         }
+        // A handler, not the default (discard), so that a child's exit interrupts the poll
+        // below and is reaped at once instead of at the poll's timeout.
+        libc::signal(
+            libc::SIGCHLD,
+            ignore as extern "C" fn(libc::c_int) as libc::sighandler_t,
+        );
     }
     // SAFETY: getpid has no preconditions.
     let me = unsafe { libc::getpid() };
@@ -374,15 +384,20 @@ mod tests {
             .unwrap();
         let me = i32::try_from(std::process::id()).unwrap();
         let sh = i32::try_from(child.id()).unwrap();
+        // Other tests of this binary start processes too: look below `sh` for the sleeper.
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        let mut below = descendants(me);
-        while below.len() < 2 && std::time::Instant::now() < deadline {
+        let mut below_sh = descendants(sh);
+        while below_sh.is_empty() && std::time::Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(10));
-            below = descendants(me);
+            below_sh = descendants(sh);
         }
+        let below = descendants(me);
         assert!(below.contains(&sh), "{below:?}");
         assert_eq!(parent_of(sh).map(|(p, _)| p), Some(me));
-        let sleeper = below.iter().copied().find(|p| *p != sh).unwrap();
+        let [sleeper] = below_sh[..] else {
+            panic!("below sh: {below_sh:?}");
+        };
+        assert!(below.contains(&sleeper), "{below:?}");
         assert_eq!(parent_of(sleeper).map(|(p, _)| p), Some(sh));
         assert_eq!(kill_tree(sh, libc::SIGKILL, true), 1);
         // SAFETY: kills our own child.
