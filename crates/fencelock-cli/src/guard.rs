@@ -66,7 +66,8 @@ pub(crate) struct Guard {
 pub(crate) struct Control(OwnedFd);
 
 impl Guard {
-    /// Starts the guard, which starts `program args` with the environment of `cmd_env`.
+    /// Starts the guard, which starts `program args`; `env` sets (`Some`) or removes (`None`)
+    /// variables of the environment both inherit.
     ///
     /// # Errors
     ///
