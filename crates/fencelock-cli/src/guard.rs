@@ -5,9 +5,16 @@
 //! ```text
 //! fencelock run (supervisor: lock, keeper, deadlines)
 //!   └─ fencelock (guard: child subreaper)            <- control pipe from the supervisor
-//!        └─ COMMAND (own process group, PDEATHSIG = SIGKILL)
+//!        └─ COMMAND (PDEATHSIG = SIGKILL)
 //!             └─ ... every descendant, even one that called setsid or was orphaned
 //! ```
+//!
+//! The guard leads a process group of its own, which the command inherits: a signal to the
+//! supervisor's group (`kill -9 %1`, a job killed by its shell) reaches the supervisor, not the
+//! guard, which then sees the pipe close. Signals to the command's group reach the guard too;
+//! it catches the ones a terminal or the supervisor sends (SIGINT, SIGTERM, SIGHUP, SIGQUIT,
+//! SIGTSTP, SIGTTIN, SIGTTOU) with handlers that do nothing, so it neither dies nor stops
+//! (a stopped guard could not relay the deadline's SIGKILL).
 //!
 //! - The guard is a child subreaper (`PR_SET_CHILD_SUBREAPER`): a descendant whose parent
 //!   exits is reparented to the guard instead of init, so the guard's subtree holds every
@@ -59,7 +66,8 @@ pub(crate) struct Guard {
 pub(crate) struct Control(OwnedFd);
 
 impl Guard {
-    /// Starts the guard, which starts `program args` with the environment of `cmd_env`.
+    /// Starts the guard, which starts `program args`; `env` sets (`Some`) or removes (`None`)
+    /// variables of the environment both inherit.
     ///
     /// # Errors
     ///
@@ -86,6 +94,7 @@ impl Guard {
             .arg(read_fd.to_string())
             .arg(program)
             .args(args)
+            .process_group(0)
             .kill_on_drop(false);
         for (name, value) in env {
             match value {
@@ -149,7 +158,11 @@ pub(crate) fn main_if_guard() -> Option<ExitCode> {
     if argv.next().as_deref() != Some(OsStr::new(GUARD_ARG)) {
         return None;
     }
-    let control: Option<RawFd> = argv.next().and_then(|fd| fd.to_str()?.parse().ok());
+    let control: Option<RawFd> = argv
+        .next()
+        .and_then(|fd| fd.to_str()?.parse().ok())
+        // SAFETY: F_GETFD only asks whether the descriptor is open.
+        .filter(|fd| unsafe { libc::fcntl(*fd, libc::F_GETFD) } >= 0);
     let (Some(control), Some(program)) = (control, argv.next()) else {
         eprintln!("fencelock: error: {GUARD_ARG} is internal to `fencelock run`");
         return Some(ExitCode::from(crate::exit::USAGE));
@@ -162,6 +175,9 @@ extern "C" fn ignore(_: libc::c_int) {}
 
 fn guard(control: RawFd, program: &OsStr, args: &[OsString]) -> u8 {
     become_subreaper();
+    // Named for `ps` and `top` (the kernel's name would be "exe", from /proc/self/exe).
+    // SAFETY: PR_SET_NAME copies at most 16 bytes from a NUL-terminated string.
+    unsafe { libc::prctl(libc::PR_SET_NAME, c"fencelock-guard".as_ptr(), 0, 0, 0) };
     // SAFETY: plain descriptor flags on the inherited read end, and signal handlers that do
     // nothing. Handlers, unlike SIG_IGN, are reset by exec, so the command gets the default
     // dispositions; the guard itself must outlive a Ctrl-C or a SIGTERM sent to the
@@ -169,17 +185,32 @@ fn guard(control: RawFd, program: &OsStr, args: &[OsString]) -> u8 {
     unsafe {
         libc::fcntl(control, libc::F_SETFD, libc::FD_CLOEXEC);
         libc::fcntl(control, libc::F_SETFL, libc::O_NONBLOCK);
-        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT] {
+        for sig in [
+            libc::SIGINT,
+            libc::SIGTERM,
+            libc::SIGHUP,
+            libc::SIGQUIT,
+            libc::SIGTSTP,
+            libc::SIGTTIN,
+            libc::SIGTTOU,
+        ] {
             libc::signal(
                 sig,
                 ignore as extern "C" fn(libc::c_int) as libc::sighandler_t,
             );
         }
+        // A handler, not the default (discard), so that a child's exit interrupts the poll
+        // below and is reaped at once instead of at the poll's timeout.
+        libc::signal(
+            libc::SIGCHLD,
+            ignore as extern "C" fn(libc::c_int) as libc::sighandler_t,
+        );
     }
     // SAFETY: getpid has no preconditions.
     let me = unsafe { libc::getpid() };
     let mut cmd = std::process::Command::new(program);
-    cmd.args(args).process_group(0);
+    // The command stays in the guard's process group (see the module docs).
+    cmd.args(args);
     // SAFETY: prctl and getppid are async-signal-safe; the check closes the race in which
     // the guard died before the flag was set.
     unsafe {
@@ -201,9 +232,7 @@ fn guard(control: RawFd, program: &OsStr, args: &[OsString]) -> u8 {
             return failure.code;
         }
     };
-    let pgid = i32::try_from(child.id()).unwrap_or(0);
-    let foreground = crate::run::Foreground::hand_to(pgid);
-    let mut foreground = Some(foreground);
+    let command = i32::try_from(child.id()).unwrap_or(0);
     let mut status: Option<u8> = None;
     loop {
         // Reap first: every exited descendant, the command's own status kept.
@@ -212,13 +241,10 @@ fn guard(control: RawFd, program: &OsStr, args: &[OsString]) -> u8 {
             // SAFETY: waitpid on our own children, without blocking.
             let pid = unsafe { libc::waitpid(-1, &mut raw, libc::WNOHANG) };
             if pid > 0 {
-                if pid == pgid {
+                if pid == command {
                     status = Some(crate::run::status_code(
                         std::os::unix::process::ExitStatusExt::from_raw(raw),
                     ));
-                    if let Some(Some(fg)) = foreground.take() {
-                        fg.restore();
-                    }
                 }
                 continue;
             }
@@ -248,8 +274,8 @@ fn guard(control: RawFd, program: &OsStr, args: &[OsString]) -> u8 {
             let sig = i32::from(pair[1]);
             match pair[0] {
                 TO_GROUP => {
-                    // SAFETY: signals the command's process group, which we created.
-                    unsafe { libc::kill(-pgid, sig) };
+                    // SAFETY: signals our own process group, the command's (we ignore it).
+                    unsafe { libc::kill(-me, sig) };
                 }
                 TO_ALL => {
                     kill_tree(me, sig, sig == libc::SIGKILL);
@@ -359,15 +385,20 @@ mod tests {
             .unwrap();
         let me = i32::try_from(std::process::id()).unwrap();
         let sh = i32::try_from(child.id()).unwrap();
+        // Other tests of this binary start processes too: look below `sh` for the sleeper.
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        let mut below = descendants(me);
-        while below.len() < 2 && std::time::Instant::now() < deadline {
+        let mut below_sh = descendants(sh);
+        while below_sh.is_empty() && std::time::Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(10));
-            below = descendants(me);
+            below_sh = descendants(sh);
         }
+        let below = descendants(me);
         assert!(below.contains(&sh), "{below:?}");
         assert_eq!(parent_of(sh).map(|(p, _)| p), Some(me));
-        let sleeper = below.iter().copied().find(|p| *p != sh).unwrap();
+        let [sleeper] = below_sh[..] else {
+            panic!("below sh: {below_sh:?}");
+        };
+        assert!(below.contains(&sleeper), "{below:?}");
         assert_eq!(parent_of(sleeper).map(|(p, _)| p), Some(sh));
         assert_eq!(kill_tree(sh, libc::SIGKILL, true), 1);
         // SAFETY: kills our own child.

@@ -291,7 +291,7 @@ fn signal_group(pgid: i32, sig: i32) {
 /// The terminal handed to the command's process group, so that it can read from it and get
 /// the terminal's Ctrl-C directly; given back when the command exits.
 #[derive(Debug)]
-pub(crate) struct Foreground {
+struct Foreground {
     ours: libc::pid_t,
 }
 
@@ -306,7 +306,7 @@ fn with_ttou_ignored<T>(f: impl FnOnce() -> T) -> T {
 }
 
 impl Foreground {
-    pub(crate) fn hand_to(pgid: i32) -> Option<Foreground> {
+    fn hand_to(pgid: i32) -> Option<Foreground> {
         use std::io::IsTerminal;
         if !std::io::stdin().is_terminal() {
             return None;
@@ -323,7 +323,7 @@ impl Foreground {
         (rc == 0).then_some(Foreground { ours })
     }
 
-    pub(crate) fn restore(self) {
+    fn restore(self) {
         // SAFETY: gives the terminal back to the group that had it.
         with_ttou_ignored(|| unsafe { libc::tcsetpgrp(0, self.ours) });
     }
@@ -394,6 +394,12 @@ pub(crate) async fn run(settings: &Settings, plan: RunPlan) -> anyhow::Result<u8
             return Err(failure.into());
         }
     };
+    // The guard leads the command's process group.
+    let pgid = child
+        .id()
+        .and_then(|id| i32::try_from(id).ok())
+        .unwrap_or(0);
+    let foreground = Foreground::hand_to(pgid);
 
     let (events_tx, mut events) = mpsc::unbounded_channel();
     let stop = CancellationToken::new();
@@ -454,6 +460,9 @@ pub(crate) async fn run(settings: &Settings, plan: RunPlan) -> anyhow::Result<u8
         }
     };
     let exited_at = Instant::now();
+    if let Some(fg) = foreground {
+        fg.restore();
+    }
     // Nothing is left unless the guard was killed; then its orphans came to us.
     let leftovers = guard::kill_leftovers();
     if leftovers > 0 && lost.is_none() {

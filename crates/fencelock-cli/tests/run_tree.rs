@@ -1,7 +1,8 @@
 //! `fencelock run` and the processes its command leaves behind: background jobs and processes
 //! that left the process group keep the lock held until they exit, and none of them outlives a
-//! supervisor that was killed with SIGKILL; and the commands suggested in messages quote the
-//! resource name. The built binary against real redis-server nodes.
+//! supervisor that was killed with SIGKILL; an etcd waiter keeps its place in line across
+//! run's wait calls; and the commands suggested in messages quote the resource name. The built
+//! binary against real redis-server and etcd processes.
 
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -105,18 +106,26 @@ fn background_process_keeps_the_lock(resource: &str, script: &str) {
         .spawn()
         .unwrap();
     let bg = read_pid(&pidfile);
-    // The command's main process exits at once; the background one sleeps on.
+    let started = Instant::now();
+    // The command's main process exits at once; the background one sleeps on. Look once at
+    // once, and once more after the TTL: the lock must have been extended meanwhile.
     std::thread::sleep(Duration::from_millis(500));
-    assert!(!pid_gone(bg), "the background process ended too early");
-    assert_eq!(
-        try_run(home.path(), &urls, resource),
-        Some(75),
-        "another run got the lock while the command's background process {bg} still ran"
-    );
-    assert!(
-        !pid_gone(bg),
-        "the check came too late: the background process had already exited"
-    );
+    for ttl_passed in [false, true] {
+        if ttl_passed {
+            std::thread::sleep(Duration::from_secs(4).saturating_sub(started.elapsed()));
+        }
+        assert!(!pid_gone(bg), "the background process ended too early");
+        assert_eq!(
+            try_run(home.path(), &urls, resource),
+            Some(75),
+            "another run got the lock while the command's background process {bg} still ran \
+             (after the TTL: {ttl_passed})"
+        );
+        assert!(
+            !pid_gone(bg),
+            "the check came too late: the background process had already exited"
+        );
+    }
     assert!(
         run.try_wait().unwrap().is_none(),
         "run exited while the background process ran"
@@ -129,19 +138,21 @@ fn background_process_keeps_the_lock(resource: &str, script: &str) {
 
 #[test]
 fn a_background_job_keeps_the_lock_until_it_exits() {
-    background_process_keeps_the_lock("bg-job", "sleep 6 & echo $! > PIDFILE; exit 0");
+    background_process_keeps_the_lock("bg-job", "sleep 12 & echo $! > PIDFILE; exit 0");
 }
 
 #[test]
 fn a_process_that_left_the_session_keeps_the_lock_until_it_exits() {
     background_process_keeps_the_lock(
         "bg-setsid",
-        "setsid sh -c 'echo $$ > PIDFILE; exec sleep 6' & exit 0",
+        "setsid sh -c 'echo $$ > PIDFILE; exec sleep 12' & exit 0",
     );
 }
 
-#[test]
-fn the_commands_processes_die_with_a_killed_supervisor_before_the_lock_is_free() {
+/// Kills `fencelock run` with SIGKILL (its whole process group with `whole_job`, as a shell
+/// kills a job) while its command runs a child and a `setsid` grandchild; checks that both are
+/// dead before another client can take the lock.
+fn killed_supervisor_leaves_nothing_running(resource: &str, whole_job: bool) {
     let nodes = RedisNodes::start(3).unwrap();
     let urls = nodes.urls();
     let home = tempfile::tempdir().unwrap();
@@ -152,20 +163,24 @@ fn the_commands_processes_die_with_a_killed_supervisor_before_the_lock_is_free()
         child = child_pid.display(),
         setsid = setsid_pid.display(),
     );
-    let mut run = fencelock(home.path(), &urls)
-        .args(["--ttl", "2s", "run", "victim", "--", "sh", "-c", &script])
-        .spawn()
-        .unwrap();
+    let mut run = fencelock(home.path(), &urls);
+    run.args(["--ttl", "2s", "run", resource, "--", "sh", "-c", &script]);
+    if whole_job {
+        std::os::unix::process::CommandExt::process_group(&mut run, 0);
+    }
+    let mut run = run.spawn().unwrap();
     let pids = [read_pid(&child_pid), read_pid(&setsid_pid)];
     std::thread::sleep(Duration::from_secs(1));
-    run.kill().unwrap();
+    let target = i32::try_from(run.id()).unwrap();
+    // SAFETY: kills the process (group) this test started.
+    unsafe { libc::kill(if whole_job { -target } else { target }, libc::SIGKILL) };
     run.wait().unwrap();
     // Wait for the lock to expire; the moment another client holds it, nothing of the
     // command may be alive.
     let deadline = Instant::now() + LONG;
     loop {
         let alive: Vec<i32> = pids.iter().copied().filter(|p| !pid_gone(*p)).collect();
-        match try_run(home.path(), &urls, "victim") {
+        match try_run(home.path(), &urls, resource) {
             Some(0) => {
                 let still: Vec<i32> = pids.iter().copied().filter(|p| !pid_gone(*p)).collect();
                 assert!(
@@ -186,6 +201,16 @@ fn the_commands_processes_die_with_a_killed_supervisor_before_the_lock_is_free()
             unsafe { libc::kill(pid, libc::SIGKILL) };
         }
     }
+}
+
+#[test]
+fn the_commands_processes_die_with_a_killed_supervisor_before_the_lock_is_free() {
+    killed_supervisor_leaves_nothing_running("victim", false);
+}
+
+#[test]
+fn killing_runs_whole_job_leaves_none_of_the_commands_processes() {
+    killed_supervisor_leaves_nothing_running("victim-job", true);
 }
 
 #[test]
@@ -256,5 +281,59 @@ fn a_lost_lock_stops_the_processes_that_left_the_group_too() {
     assert!(
         gone,
         "process {escaped}, which left the command's group, survived the lost lock"
+    );
+}
+
+#[test]
+fn an_etcd_waiter_in_run_keeps_its_place_across_its_wait_calls() {
+    // `run` with no --wait waits in 2 s calls; on etcd each call used to drop the waiter's key,
+    // letting a later waiter in ahead of it.
+    let etcd = fencelock_testkit::Etcd::start().unwrap();
+    let url = etcd.endpoint().replacen("http://", "etcd://", 1);
+    let urls = vec![url.clone()];
+    let home = tempfile::tempdir().unwrap();
+    let log = home.path().join("order.log");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let client = |wait: Duration| {
+        fencelock::Client::new(
+            fencelock::Config::new([url.as_str()])
+                .with_ttl(Duration::from_secs(10))
+                .with_retry(fencelock::RetryPolicy::new().with_wait(wait)),
+        )
+        .unwrap()
+    };
+    let holder = client(LONG);
+    let held = rt.block_on(holder.acquire("line")).unwrap();
+
+    let script = format!("echo run >> {}", log.display());
+    let mut run = fencelock(home.path(), &urls)
+        .args(["--ttl", "10s", "run", "line", "--", "sh", "-c", &script])
+        .spawn()
+        .unwrap();
+    // Past the end of run's first 2 s wait call.
+    std::thread::sleep(Duration::from_secs(3));
+    let late = client(LONG);
+    let log2 = log.clone();
+    let late_wait = rt.spawn(async move {
+        let lock = late.acquire("line").await.unwrap();
+        std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(&log2)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, b"late\n"))
+            .unwrap();
+        lock.release().await.unwrap();
+    });
+    // Longer than one wait call of run's: at least one call ends and the next begins while the
+    // late waiter is in the queue.
+    std::thread::sleep(Duration::from_millis(2500));
+    rt.block_on(held.release()).unwrap();
+    let status = wait_status(&mut run, LONG);
+    assert_eq!(status.code(), Some(0));
+    rt.block_on(late_wait).unwrap();
+    let order = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(
+        order, "run\nlate\n",
+        "the waiter that came later was served first"
     );
 }

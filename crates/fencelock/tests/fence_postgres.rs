@@ -377,3 +377,27 @@ async fn a_fence_row_is_bound_to_the_lock_of_its_first_token() {
     assert!(other.write("r", etcd(99), async |_| Ok(())).await.is_err());
     assert_eq!(other.last_token("r").await.unwrap(), Some(7));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connecting_does_not_wait_for_fenced_writes_in_progress() {
+    let (pg, mut busy) = start().await;
+    busy.write("r", 1, async |_| Ok(())).await.unwrap();
+    let (inside_tx, inside) = tokio::sync::oneshot::channel();
+    let writer = tokio::spawn(async move {
+        busy.write("r", 2, async |_| {
+            let _ = inside_tx.send(());
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            Ok(())
+        })
+        .await
+    });
+    inside.await.unwrap();
+    // The setup must not take a lock that waits for the write's transaction.
+    let url = pg.url();
+    let fence = tokio::time::timeout(Duration::from_secs(3), PostgresFence::connect(&url))
+        .await
+        .expect("connecting waited for a fenced write in progress")
+        .unwrap();
+    assert_eq!(fence.last_token("r").await.unwrap(), Some(1));
+    writer.await.unwrap().unwrap();
+}

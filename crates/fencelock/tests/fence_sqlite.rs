@@ -412,3 +412,31 @@ fn a_fence_row_is_bound_to_the_lock_of_its_first_token() {
     assert!(fence.write("r", etcd(99), |_| Ok(())).is_err());
     assert_eq!(fence.last_token("r").unwrap(), Some(7));
 }
+
+#[test]
+fn processes_opening_an_old_table_at_once_add_the_issuer_column_once() {
+    for round in 0..5 {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(format!("old{round}.db"));
+        let conn = Connection::open(&path).unwrap();
+        conn.execute_batch(
+            "PRAGMA journal_mode = WAL;
+             CREATE TABLE fencelock_fence (resource TEXT PRIMARY KEY NOT NULL, token INTEGER NOT NULL);",
+        )
+        .unwrap();
+        drop(conn);
+        let barrier = Arc::new(std::sync::Barrier::new(6));
+        let openers: Vec<_> = (0..6)
+            .map(|_| {
+                let (path, barrier) = (path.clone(), barrier.clone());
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    SqliteFence::open(&path).map(|_| ())
+                })
+            })
+            .collect();
+        for opener in openers {
+            opener.join().unwrap().unwrap();
+        }
+    }
+}

@@ -144,17 +144,33 @@ impl PostgresFence {
         tx.execute("SELECT pg_advisory_xact_lock($1)", &[&advisory_key(&table)])
             .await
             .map_err(failed)?;
-        // `issuer`: the lock the row is bound to; added to a table made before rows were bound.
+        // `issuer`: the lock the row is bound to (see the module docs).
         tx.batch_execute(&format!(
             "CREATE TABLE IF NOT EXISTS {table} (
                  resource TEXT PRIMARY KEY,
                  token BIGINT NOT NULL,
                  issuer TEXT
-             );
-             ALTER TABLE {table} ADD COLUMN IF NOT EXISTS issuer TEXT"
+             )"
         ))
         .await
         .map_err(failed)?;
+        // A table made before rows were bound gets the column. Looked up first: ALTER TABLE
+        // takes an exclusive lock on the table, which would wait for every fenced write in
+        // progress, at every connect.
+        let has_issuer: bool = tx
+            .query_one(
+                "SELECT EXISTS (SELECT 1 FROM pg_attribute \
+                 WHERE attrelid = to_regclass($1) AND attname = 'issuer' AND NOT attisdropped)",
+                &[&table],
+            )
+            .await
+            .and_then(|row| row.try_get(0))
+            .map_err(failed)?;
+        if !has_issuer {
+            tx.batch_execute(&format!("ALTER TABLE {table} ADD COLUMN issuer TEXT"))
+                .await
+                .map_err(failed)?;
+        }
         tx.commit().await.map_err(failed)?;
 
         // Prepared once, so that a fenced write costs no parse round trips.

@@ -131,9 +131,12 @@ impl SqliteFence {
         ))
         .map_err(failed)?;
         // A table made before fence rows were bound to their lock gets the column; its rows
-        // are bound by their next bound token.
+        // are bound by their next bound token. Checked and added under the write lock, so that
+        // two processes opening an old table at once do not both add it.
         let (schema, name) = table.split_once('.').unwrap_or(("main", &table));
-        let has_issuer: bool = conn
+        let tx =
+            Transaction::new_unchecked(&conn, TransactionBehavior::Immediate).map_err(failed)?;
+        let has_issuer: bool = tx
             .query_row(
                 "SELECT COUNT(*) > 0 FROM pragma_table_info(?1, ?2) WHERE name = 'issuer'",
                 [name, schema],
@@ -141,9 +144,10 @@ impl SqliteFence {
             )
             .map_err(failed)?;
         if !has_issuer {
-            conn.execute_batch(&format!("ALTER TABLE {table} ADD COLUMN issuer TEXT"))
+            tx.execute_batch(&format!("ALTER TABLE {table} ADD COLUMN issuer TEXT"))
                 .map_err(failed)?;
         }
+        tx.commit().map_err(failed)?;
         Ok(SqliteFence {
             shared: Arc::new(Shared {
                 conn: Mutex::new(conn),
