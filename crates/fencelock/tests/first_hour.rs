@@ -394,11 +394,21 @@ fn a_lock_dropped_on_the_error_path_is_released_before_exit() {
         .env("FENCELOCK_NODES", nodes.urls().join(","))
         .env("FENCELOCK_QUARANTINE", "off")
         .env("FENCELOCK_NODE_TIMEOUT", "500ms")
+        // Long enough that a key gone within the wait below was released, not expired.
+        .env("FENCELOCK_TTL", "60s")
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}");
     assert!(stdout.contains("acquired dropped"), "{stdout}");
+    // The release was sent before the process exited; a loaded node may apply it a moment
+    // after the exit. A generous wait, far below the 60 s TTL.
+    let gone_by = std::time::Instant::now() + Duration::from_secs(5);
+    while nodes.iter().any(|n| n.cli(&["EXISTS", "dropped"]).unwrap() != "0")
+        && std::time::Instant::now() < gone_by
+    {
+        std::thread::sleep(Duration::from_millis(50));
+    }
     assert_no_key(&nodes, "dropped");
 }
 
