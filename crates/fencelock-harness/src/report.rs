@@ -242,7 +242,9 @@ pub fn svg(run: &ModeRun) -> String {
     for e in &run.history.events {
         let key = (e.client, e.acq);
         match &e.kind {
-            EventKind::AcquireOk { token, deadline_ns } => {
+            EventKind::AcquireOk {
+                token, deadline_ns, ..
+            } => {
                 held.insert(key, (e.mono_ns, *deadline_ns, None, *token));
             }
             EventKind::ReleaseStart => {
