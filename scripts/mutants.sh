@@ -10,12 +10,16 @@
 #   scripts/mutants.sh --tree NAME     leave a mutated copy of the tree and print its path (to run
 #                                      the harness on it, for instance)
 #
-# The copy lives in $MUTANTS_DIR (default: <target dir>/mutants-tree); builds share the target dir
-# ($CARGO_TARGET_DIR, default <repo>/target), so only fencelock is rebuilt per mutant.
+# The copy lives in $MUTANTS_DIR (default: <target dir>/mutants-tree). Builds go to
+# $MUTANTS_TARGET_DIR (default: <repo>/target/mutants), a target dir of their own: cargo names a
+# workspace member's artifacts by its path *relative to the workspace root*, so the copy and the
+# real tree would share (and overwrite) each other's builds in one target dir, and a build of the
+# real tree while the runner works could pick up a mutated library, or hand the runner an
+# unmutated one. Only fencelock is rebuilt per mutant once that dir is warm.
 # Exit status: 0 when every mutant was killed, 1 when one survived or did not apply.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
-TARGET="${CARGO_TARGET_DIR:-$ROOT/target}"
+TARGET="${MUTANTS_TARGET_DIR:-$ROOT/target/mutants}"
 export CARGO_TARGET_DIR="$TARGET"
 WORK="${MUTANTS_DIR:-$TARGET/mutants-tree}"
 
@@ -58,9 +62,9 @@ mutant round-waits-three-timeouts "a round waits three node timeouts for paused 
   crates/fencelock/src/redis/mod.rs \
   's/std::pin::pin!\(tokio::time::sleep\(node_timeout\)\)/std::pin::pin!(tokio::time::sleep(node_timeout * 3))/' \
   "-p fencelock --test redlock paused_nodes_cost_about_one_node_timeout"
-mutant extend-unbatched "auto-extension sends a pipeline per lock, not one per batch of locks due together" \
+mutant extend-unbatched "auto-extension sends one pipeline per lock, in turn, not one per batch" \
   crates/fencelock/src/redis/extender.rs \
-  's/if due <= now \+ slot\.entry\.interval \/ COALESCE_DIVISOR \{/if due <= now {/' \
+  's/let counts = be\.backend\(\)\.extend_batch\(&locks, timing\.ttl, timeout\)\.await;/let mut counts = Vec::new(); for l in &locks { counts.extend(be.backend().extend_batch(std::slice::from_ref(l), timing.ttl, timeout).await); }/' \
   "-p fencelock --test long_work one_client_extends_two_thousand_locks_in_batches"
 mutant contention-as-unavailable "a lock held by another client is reported as unavailable when a node failed" \
   crates/fencelock/src/client.rs \

@@ -228,8 +228,12 @@ pub struct Grant {
     /// Its acquisition number.
     pub acq: u64,
     /// When `acquire` returned the lock (after the quorum answered and, with fencing, after the
-    /// counters were raised on a quorum).
+    /// counters were raised on a quorum), as the client stamped it.
     pub granted_ns: u64,
+    /// The earliest the grant can have happened: the start of the granted attempt when the log
+    /// has it, else the stamp. A client paused between its grant and its log line stamps the
+    /// grant late; the attempt's start is fixed inside the library and does not move.
+    pub earliest_ns: u64,
     /// When the lock ended as far as its holder may rely on it: the earlier of the validity
     /// deadline and the start of `release` (stamped before any key is deleted).
     pub end_ns: u64,
@@ -237,19 +241,24 @@ pub struct Grant {
     pub token: Option<u64>,
 }
 
-/// The grants in `events`, ordered by grant time.
+/// The grants in `events`, ordered by their earliest grant time.
 pub fn grants(events: &[ClientEvent]) -> Vec<Grant> {
     let mut by_key: HashMap<(u32, u64), Grant> = HashMap::new();
     let mut released: HashMap<(u32, u64), u64> = HashMap::new();
     for e in events {
         match &e.kind {
-            EventKind::AcquireOk { token, deadline_ns } => {
+            EventKind::AcquireOk {
+                token,
+                deadline_ns,
+                attempt_ns,
+            } => {
                 by_key.insert(
                     (e.client, e.acq),
                     Grant {
                         client: e.client,
                         acq: e.acq,
                         granted_ns: e.mono_ns,
+                        earliest_ns: attempt_ns.map_or(e.mono_ns, |a| a.min(e.mono_ns)),
                         end_ns: *deadline_ns,
                         token: *token,
                     },
@@ -270,14 +279,15 @@ pub fn grants(events: &[ClientEvent]) -> Vec<Grant> {
             g
         })
         .collect();
-    out.sort_by_key(|g| (g.granted_ns, g.client, g.acq));
+    out.sort_by_key(|g| (g.earliest_ns, g.granted_ns, g.client, g.acq));
     out
 }
 
 /// Grants whose token is not above the token of a grant whose validity ended before they were
-/// made. This is the order the fence relies on and cannot check itself: it compares tokens with
-/// tokens, never with the order of the grants. (Grants that overlap in time are not ordered
-/// here: which of two concurrent holders is "later" is not defined by the clients' stamps.)
+/// made (before their [`Grant::earliest_ns`]). This is the order the fence relies on and cannot
+/// check itself: it compares tokens with tokens, never with the order of the grants. (Grants
+/// that overlap in time are not ordered here: which of two concurrent holders is "later" is not
+/// defined by the clients' stamps.)
 pub fn check_grant_order(grants: &[Grant]) -> Vec<Violation> {
     let mut by_end: Vec<&Grant> = grants.iter().filter(|g| g.token.is_some()).collect();
     by_end.sort_by_key(|g| g.end_ns);
@@ -287,7 +297,7 @@ pub fn check_grant_order(grants: &[Grant]) -> Vec<Violation> {
     let mut top: Option<&Grant> = None;
     for b in grants {
         let Some(tb) = b.token else { continue };
-        while ended < by_end.len() && by_end[ended].end_ns < b.granted_ns {
+        while ended < by_end.len() && by_end[ended].end_ns < b.earliest_ns {
             let a = by_end[ended];
             if top.is_none_or(|t| a.token > t.token) {
                 top = Some(a);
@@ -366,7 +376,7 @@ pub fn check_superseded(rows: &[&StorageRow], grants: &[Grant]) -> Vec<Violation
         };
         if row.op == Op::Write {
             if let Some(n) = newest {
-                if n.granted_ns > g.end_ns && (n.client, n.acq) != (g.client, g.acq) {
+                if n.earliest_ns > g.end_ns && (n.client, n.acq) != (g.client, g.acq) {
                     out.push(storage_violation(
                         ViolationKind::SupersededWrite,
                         row,
@@ -379,13 +389,13 @@ pub fn check_superseded(rows: &[&StorageRow], grants: &[Grant]) -> Vec<Violation
                             n.client,
                             n.acq,
                             fmt_token(n.token),
-                            (n.granted_ns - g.end_ns) as f64 / 1e6
+                            (n.earliest_ns - g.end_ns) as f64 / 1e6
                         ),
                     ));
                 }
             }
         }
-        if newest.is_none_or(|n| g.granted_ns > n.granted_ns) {
+        if newest.is_none_or(|n| g.earliest_ns > n.earliest_ns) {
             newest = Some(g);
         }
     }
@@ -913,6 +923,7 @@ mod tests {
         let ok = |deadline_ms: u64| EventKind::AcquireOk {
             token: None,
             deadline_ns: deadline_ms * ms,
+            attempt_ns: None,
         };
         // A granted at 0 valid until 990; paused; B granted at 1000: no overlap.
         let pause = vec![
@@ -954,6 +965,7 @@ mod tests {
                 EventKind::AcquireOk {
                     token: None,
                     deadline_ns: 0,
+                    attempt_ns: None,
                 },
             ));
         }
@@ -1029,6 +1041,7 @@ mod tests {
             EventKind::AcquireOk {
                 token: Some(token),
                 deadline_ns: (at_ms + valid_ms) * MS,
+                attempt_ns: None,
             },
         )];
         if let Some(r) = release_ms {
@@ -1136,6 +1149,37 @@ mod tests {
         assert!(check_grant_order(&grants).is_empty());
         assert!(check_duplicate_grants(&grants).is_empty());
         assert_eq!(check_validity(&events).len(), 1);
+    }
+
+    #[test]
+    fn a_grant_stamped_late_by_a_pause_is_ordered_by_its_attempt() {
+        // A's attempt started at 0 and was granted token 1, but A was paused before it logged the
+        // grant (stamped at 900 ms). B (token 2) held and released in between. By the stamps A
+        // came after B with a lower token; by the attempt's start it did not.
+        let mut events = vec![ev(
+            0,
+            1,
+            900 * MS,
+            EventKind::AcquireOk {
+                token: Some(1),
+                deadline_ns: 100 * MS,
+                attempt_ns: Some(0),
+            },
+        )];
+        events.extend(grant(1, 1, 300, 100, Some(350), 2));
+        let g = grants(&events);
+        assert_eq!(g[0].earliest_ns, 0);
+        assert!(
+            check_grant_order(&g).is_empty(),
+            "{:#?}",
+            check_grant_order(&g)
+        );
+        // Without the attempt's start the late stamp would be flagged.
+        let mut stamped = events.clone();
+        if let EventKind::AcquireOk { attempt_ns, .. } = &mut stamped[0].kind {
+            *attempt_ns = None;
+        }
+        assert_eq!(check_grant_order(&grants(&stamped)).len(), 1);
     }
 
     #[test]

@@ -13,7 +13,7 @@
 use std::fs::{self, File};
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use fencelock::{Client, Config, Error, ErrorKind, RetryPolicy};
 
@@ -187,10 +187,27 @@ async fn run_async(args: &ClientArgs) -> io::Result<()> {
                 continue;
             }
         };
-        let deadline_ns =
-            (mono::now_ns() + lock.remaining().as_nanos() as u64).saturating_sub(args.epoch_ns);
+        // From the lock's own deadline (an Instant fixed inside `acquire`), so that a pause
+        // between the grant and this line moves neither the deadline nor the attempt's start.
+        let (now, now_ns) = (Instant::now(), mono::now_ns());
+        let deadline = lock.validity_deadline();
+        let deadline_ns = if deadline >= now {
+            now_ns + (deadline - now).as_nanos() as u64
+        } else {
+            now_ns.saturating_sub((now - deadline).as_nanos() as u64)
+        }
+        .saturating_sub(args.epoch_ns);
+        let valid_for = args.ttl.saturating_sub(client.config().drift());
+        let attempt_ns = Some(deadline_ns.saturating_sub(valid_for.as_nanos() as u64));
         let token = lock.fencing_token();
-        log.event(acq, EventKind::AcquireOk { token, deadline_ns })?;
+        log.event(
+            acq,
+            EventKind::AcquireOk {
+                token,
+                deadline_ns,
+                attempt_ns,
+            },
+        )?;
         let who = Who {
             client: args.id,
             acq,

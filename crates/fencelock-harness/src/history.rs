@@ -87,6 +87,11 @@ pub enum EventKind {
         token: Option<u64>,
         /// The validity deadline, in nanoseconds since the epoch.
         deadline_ns: u64,
+        /// When the granted acquisition attempt started (`deadline - (ttl - drift)`), in
+        /// nanoseconds since the epoch: a bound on the grant taken inside the library, which a
+        /// pause between the grant and this log line does not move (the event's own stamp does).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        attempt_ns: Option<u64>,
     },
     /// `acquire` gave up.
     AcquireFail {

@@ -144,7 +144,28 @@ pub fn verdict(s: &ModeSummary) -> String {
         why.push(format!("{} update(s) lost", s.fenced_lost_updates));
     }
     if !why.is_empty() {
-        return format!("UNSAFE: {}", why.join("; "));
+        let mut out = format!("UNSAFE: {}", why.join("; "));
+        if s.grant_order > 0 {
+            // Say which of the table's cells this is, without softening the verdict: when every
+            // violation fell within an episode of a kind under which the guarantee is not
+            // claimed, name it.
+            let unclaimed = ["restart-nopersist", "clock-forward"];
+            if let Some(kind) = unclaimed
+                .iter()
+                .find(|k| s.grant_order_faults.get(**k) == Some(&(s.grant_order as u64)))
+            {
+                let _ = write!(
+                    out,
+                    " (each within a {kind} episode: docs/guarantees.md does not claim token order under a restart without persistence or a forward clock jump)"
+                );
+            }
+            if s.fenced_record_violations == 0 {
+                out.push_str(
+                    "; the fenced record itself was not harmed: the storage refused the newer holders, whose work was lost instead",
+                );
+            }
+        }
+        return out;
     }
     if !s.uncovered_faults.is_empty() {
         return format!(
@@ -242,7 +263,9 @@ pub fn svg(run: &ModeRun) -> String {
     for e in &run.history.events {
         let key = (e.client, e.acq);
         match &e.kind {
-            EventKind::AcquireOk { token, deadline_ns } => {
+            EventKind::AcquireOk {
+                token, deadline_ns, ..
+            } => {
                 held.insert(key, (e.mono_ns, *deadline_ns, None, *token));
             }
             EventKind::ReleaseStart => {

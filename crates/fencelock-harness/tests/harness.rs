@@ -1,6 +1,7 @@
-//! A short fixed-seed run of the harness on real processes: the fenced storage accepts no stale
-//! write under the full fault mix (Redlock with fencing, and etcd), and without fencing the
-//! checker finds the violations a client pause past the TTL causes.
+//! A short fixed-seed run of the harness on real processes: with fencing, tokens follow the order
+//! of the grants and the fenced storage accepts no stale write (Redlock under the faults its
+//! guarantee covers, etcd under its full fault mix), and without fencing the checker finds the
+//! violations a client pause past the TTL causes.
 
 use std::process::Command;
 
@@ -52,23 +53,35 @@ fn n(v: &Value, key: &str) -> i64 {
 
 const ALL: &str = "kill,kill-leader,restart-nopersist,restart-persist,pause-node,pause-leader,pause-client,clock-forward,clock-backward,latency";
 
-/// The fenced record of a fenced mode's run is intact.
+/// The faults under which docs/guarantees.md claims fenced Redlock safe: all but a restart
+/// without persistence while a holder holds (`restart-nopersist`: the lost counter can invert the
+/// token order) and a forward clock jump (`clock-forward`: it can expire the later holder's own
+/// key during its acquisition). Those two are in the long runs of docs/harness.md, where the
+/// checker reports what they did.
+const GUARANTEED: &str = "kill,restart-persist,pause-node,pause-client,clock-backward,latency";
+
+/// The fenced record of a fenced mode's run is intact, tokens followed the order of the grants,
+/// and the faults that make this meaningful fired.
 fn assert_fenced_data_safe(m: &Value) {
     assert!(n(m, "grants") > 0, "{m:#}");
     for key in [
         "stale_accepted",
+        "superseded_writes",
         "token_order",
+        "grant_order",
+        "duplicate_tokens",
         "fenced_interleaved",
         "fenced_lost_updates",
+        "fenced_failures",
     ] {
         assert_eq!(n(m, key), 0, "{key} in {m:#}");
     }
+    assert_eq!(m["uncovered_faults"], serde_json::json!([]), "{m:#}");
 }
 
 #[test]
 fn fenced_storage_accepts_no_stale_write_and_unfenced_modes_lose_updates() {
-    let all = ALL;
-    let fenced = run("redlock-fenced", all, "12s");
+    let fenced = run("redlock-fenced", GUARANTEED, "12s");
     let f = &fenced[0];
     assert_fenced_data_safe(f);
     assert!(f["faults"].as_object().unwrap().len() >= 3, "{f:#}");
