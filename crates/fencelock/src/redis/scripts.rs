@@ -70,6 +70,12 @@ pub(crate) static ACQUIRE_MANY: LazyLock<Script> = LazyLock::new(|| Script::new(
 const ACQUIRE_MANY_LUA: &str = concat!(
     announce_lua!(),
     r"
+if #KEYS == 1 then
+  -- One key, no wait mark: the plain SET NX PX, and the announcement when it is set.
+  if not redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 0 end
+  announce(ARGV[2])
+  return 1
+end
 local n = #KEYS
 if ARGV[3] then n = n / 2 end
 for i = 1, n do
