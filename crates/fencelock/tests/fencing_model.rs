@@ -1225,3 +1225,569 @@ fn random_walks_on_five_nodes_and_three_clients() {
         );
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Restart quarantine: mutual exclusion with clients of different TTLs
+// ---------------------------------------------------------------------------------------------
+//
+// The model above leaves time out and treats the end of a quarantine as "max-TTL passed". This
+// one models time in ticks, because the quarantine's length is the point: clients with
+// different TTLs share the nodes, every grant and extension announces its TTL on the node (the
+// `announce` function of the Lua scripts, `q_announce` below, held to the Lua by
+// `the_model_announces_as_the_lua_does`), and a client judges a restarted node from what the
+// other nodes announce, as `src/redis/quarantine.rs` does. The property is mutual exclusion:
+// no two clients hold the lock (within their validity) at the same tick. Clocks are honest: a
+// key set at tick s with TTL d lives until s + d, and its holder's validity ends at start + d.
+//
+// A client's requests land within its round (the node timeout, shorter than any TTL: one tick
+// is shorter than every TTL here), so every SET happens in the tick its attempt starts; an
+// answer after the round's deadline is not counted. The checker found what happens without the
+// confirming read below: a node restarts between a job's SET there and its SETs on the other
+// nodes; a client that read the others before those landed counts the node too early. So a
+// client counts a restarted node only on a read taken once the quarantine it computed is over
+// (by then every counted grant of an attempt that started before the restart has landed and
+// announced), and keeps counting it from then on (`Resolution::confirmed`).
+
+/// The Lua's `announce(ttl)` on a node's staircase of `(ttl, until)` entries, kept sorted by
+/// `until` (the sorted set's order). Returns the time used, as the Lua does.
+fn q_announce(stair: &mut Vec<(u64, u64)>, now: u64, ttl: u64) -> u64 {
+    let mut untl = now + ttl;
+    if let Some(top) = stair.last_mut().filter(|top| top.0 == ttl) {
+        // The Lua's common case: the latest entry has this TTL; its deadline moves.
+        top.1 = top.1.max(untl);
+        return now;
+    }
+    // zremrangebyscore -inf now
+    stair.retain(|&(_, until)| until > now);
+    while let Some(&(top_ttl, top_until)) = stair.last() {
+        if top_ttl > ttl {
+            if top_until >= untl {
+                return now;
+            }
+            break;
+        }
+        untl = untl.max(top_until);
+        stair.pop();
+    }
+    // zadd: a member already present (same TTL) was popped above, so this is an insert.
+    stair.push((ttl, untl));
+    stair.sort_by_key(|&(_, until)| until);
+    now
+}
+
+/// The longest TTL whose lock may still live, from one node's staircase (`longest_live`).
+fn q_longest_live(stair: &[(u64, u64)], now: u64) -> Option<u64> {
+    stair
+        .iter()
+        .filter(|&&(_, until)| until > now)
+        .map(|&(ttl, _)| ttl)
+        .max()
+}
+
+/// Which rules the quarantine follows.
+#[derive(Debug, Clone, Copy)]
+struct QRules {
+    quarantine: bool,
+    /// Learn the longest TTL in use from the other nodes (else: the client's own TTL, as before
+    /// issue 13).
+    announced: bool,
+    /// Count a restarted node only after `n - quorum + 1` other nodes answered.
+    witnesses: bool,
+    /// Count it only on a read taken once the quarantine is over (else: on the first read's
+    /// reckoning).
+    confirm: bool,
+}
+
+const Q_CLIENTS: usize = 2;
+const Q_NODES: usize = 3;
+
+#[derive(Debug, Clone, Copy)]
+struct QConfig {
+    rules: QRules,
+    /// Each client's TTL in ticks.
+    ttls: [u8; Q_CLIENTS],
+    attempts: u8,
+    restarts: u8,
+    /// Nodes that may become unreachable (to every client, for good).
+    outages: u8,
+    horizon: u8,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+struct QNode {
+    /// Owner and the tick its key expires.
+    lock: Option<(u8, u8)>,
+    /// The TTLs announced: `(ttl, until)` sorted by `until`, `(0, 0)` for none (an array, not
+    /// a Vec, so that states copy and hash fast; one entry per client TTL is enough).
+    stair: [(u8, u8); Q_CLIENTS],
+    restarted_at: Option<u8>,
+    down: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+enum QPhase {
+    #[default]
+    Idle,
+    Acquiring {
+        start: u8,
+        granted: u8,
+    },
+    Holding {
+        valid_until: u8,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+struct QState {
+    now: u8,
+    nodes: [QNode; Q_NODES],
+    clients: [(QPhase, u8); Q_CLIENTS],
+    /// Per client, the restarted nodes it confirmed (counts from then on).
+    confirmed: [u8; Q_CLIENTS],
+    /// Per client and node, the tick from which the client's first read lets it count the
+    /// restarted node, plus one (0: not read yet).
+    judged: [[u8; Q_NODES]; Q_CLIENTS],
+    restarts_left: u8,
+    outages_left: u8,
+}
+
+impl QState {
+    fn release(&mut self, c: usize) {
+        for node in &mut self.nodes {
+            if node.lock.is_some_and(|(o, _)| o as usize == c) {
+                node.lock = None;
+            }
+        }
+        self.clients[c].0 = QPhase::Idle;
+    }
+}
+
+/// What client `c` reads from the other nodes about restarted node `i` now: when the node may
+/// count, or `None` when too few answer (`check_quarantine`).
+fn q_read(cfg: &QConfig, s: &QState, c: usize, i: usize) -> Option<u8> {
+    let restarted = s.nodes[i].restarted_at?;
+    let now = u64::from(s.now);
+    let own = u64::from(cfg.ttls[c]);
+    let longest = if cfg.rules.announced {
+        let witnesses: Vec<&QNode> = (0..Q_NODES)
+            .filter(|&j| j != i && !s.nodes[j].down)
+            .map(|j| &s.nodes[j])
+            .collect();
+        let quorum = Q_NODES / 2 + 1;
+        if cfg.rules.witnesses && witnesses.len() < Q_NODES - quorum + 1 {
+            return None;
+        }
+        witnesses
+            .iter()
+            .flat_map(|n| n.stair.iter())
+            .filter(|&&(ttl, until)| ttl != 0 && u64::from(until) > now)
+            .map(|&(ttl, _)| u64::from(ttl))
+            .fold(own, u64::max)
+    } else {
+        own
+    };
+    Some(u8::try_from(u64::from(restarted) + longest).unwrap_or(u8::MAX))
+}
+
+/// Whether client `c` counts node `i` now: a node that never restarted, one it confirmed, or
+/// one whose quarantine (by its first read) is over and, with `confirm`, a read now confirms.
+fn q_counts(cfg: &QConfig, s: &QState, c: usize, i: usize) -> bool {
+    if s.nodes[i].restarted_at.is_none() || !cfg.rules.quarantine || s.confirmed[c] & (1 << i) != 0
+    {
+        return true;
+    }
+    let judged = s.judged[c][i];
+    if judged == 0 || s.now < judged - 1 {
+        return false;
+    }
+    !cfg.rules.confirm || q_read(cfg, s, c, i).is_some_and(|from| s.now >= from)
+}
+
+#[derive(Debug, Clone)]
+enum QEvent {
+    Tick,
+    Start(usize),
+    Judge(usize, usize),
+    Set(usize, usize),
+    Decide(usize, bool),
+    Release(usize),
+    Restart(usize),
+    Down(usize),
+}
+
+impl fmt::Display for QEvent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = |c: usize| client_name(c as u8);
+        match *self {
+            QEvent::Tick => write!(f, "time passes"),
+            QEvent::Start(c) => write!(f, "{} starts an attempt", name(c)),
+            QEvent::Judge(c, i) => write!(f, "{} reads the TTLs in use to judge n{i}", name(c)),
+            QEvent::Set(c, i) => write!(f, "{} SET NX on n{i}: granted", name(c)),
+            QEvent::Decide(c, true) => write!(f, "{} has a quorum: HOLDS the lock", name(c)),
+            QEvent::Decide(c, false) => write!(f, "{} gives up", name(c)),
+            QEvent::Release(c) => write!(f, "{} releases", name(c)),
+            QEvent::Restart(i) => write!(f, "n{i} restarts WITHOUT its data"),
+            QEvent::Down(i) => write!(f, "n{i} becomes unreachable"),
+        }
+    }
+}
+
+/// Successors of `s`, each with whether it breaks mutual exclusion.
+fn q_successors(cfg: &QConfig, s: &QState) -> Vec<(QEvent, QState, bool)> {
+    let mut out = Vec::new();
+    if s.now < cfg.horizon {
+        let mut n = s.clone();
+        n.now += 1;
+        for node in &mut n.nodes {
+            if node.lock.is_some_and(|(_, expires)| expires <= n.now) {
+                node.lock = None;
+            }
+        }
+        for client in &mut n.clients {
+            if let QPhase::Holding { valid_until } = client.0 {
+                if valid_until <= n.now {
+                    client.0 = QPhase::Idle;
+                }
+            }
+        }
+        out.push((QEvent::Tick, n, false));
+    }
+    for c in 0..Q_CLIENTS {
+        let (phase, attempts) = s.clients[c];
+        match phase {
+            QPhase::Idle if attempts > 0 => {
+                let mut n = s.clone();
+                n.clients[c] = (
+                    QPhase::Acquiring {
+                        start: s.now,
+                        granted: 0,
+                    },
+                    attempts - 1,
+                );
+                out.push((QEvent::Start(c), n, false));
+            }
+            QPhase::Idle => {}
+            QPhase::Acquiring { start, granted } => {
+                // The first round that meets a restarted node reads the others.
+                for i in 0..Q_NODES {
+                    if s.now != start
+                        || !cfg.rules.quarantine
+                        || s.nodes[i].down
+                        || s.judged[c][i] != 0
+                        || s.confirmed[c] & (1 << i) != 0
+                    {
+                        continue;
+                    }
+                    if let Some(from) = q_read(cfg, s, c, i) {
+                        let mut n = s.clone();
+                        n.judged[c][i] = from.saturating_add(1);
+                        out.push((QEvent::Judge(c, i), n, false));
+                    }
+                }
+                for i in 0..Q_NODES {
+                    let node = &s.nodes[i];
+                    if s.now != start
+                        || granted & (1 << i) != 0
+                        || node.down
+                        || node.lock.is_some()
+                        || !q_counts(cfg, s, c, i)
+                    {
+                        continue;
+                    }
+                    let mut n = s.clone();
+                    if node.restarted_at.is_some() {
+                        n.confirmed[c] |= 1 << i;
+                    }
+                    n.nodes[i].lock = Some((c as u8, s.now + cfg.ttls[c]));
+                    let mut stair: Vec<(u64, u64)> = node
+                        .stair
+                        .iter()
+                        .filter(|e| e.0 != 0)
+                        .map(|&(t, u)| (u64::from(t), u64::from(u)))
+                        .collect();
+                    q_announce(&mut stair, u64::from(s.now), u64::from(cfg.ttls[c]));
+                    let mut packed = [(0u8, 0u8); Q_CLIENTS];
+                    for (slot, (t, u)) in packed.iter_mut().zip(stair) {
+                        *slot = (t as u8, u as u8);
+                    }
+                    n.nodes[i].stair = packed;
+                    n.clients[c].0 = QPhase::Acquiring {
+                        start,
+                        granted: granted | 1 << i,
+                    };
+                    out.push((QEvent::Set(c, i), n, false));
+                }
+                let valid_until = start + cfg.ttls[c];
+                let quorum = (Q_NODES / 2 + 1) as u32;
+                let mut n = s.clone();
+                if granted.count_ones() >= quorum && s.now < valid_until {
+                    n.clients[c].0 = QPhase::Holding { valid_until };
+                    let other_holds = (0..Q_CLIENTS)
+                        .any(|o| o != c && matches!(s.clients[o].0, QPhase::Holding { .. }));
+                    out.push((QEvent::Decide(c, true), n, other_holds));
+                } else {
+                    n.release(c);
+                    out.push((QEvent::Decide(c, false), n, false));
+                }
+            }
+            QPhase::Holding { .. } => {
+                let mut n = s.clone();
+                n.release(c);
+                out.push((QEvent::Release(c), n, false));
+            }
+        }
+    }
+    for i in 0..Q_NODES {
+        if s.restarts_left > 0 && !s.nodes[i].down {
+            let mut n = s.clone();
+            n.restarts_left -= 1;
+            n.nodes[i] = QNode {
+                restarted_at: Some(s.now),
+                ..QNode::default()
+            };
+            for confirmed in &mut n.confirmed {
+                *confirmed &= !(1 << i);
+            }
+            for judged in &mut n.judged {
+                judged[i] = 0;
+            }
+            out.push((QEvent::Restart(i), n, false));
+        }
+        // An outage lasts to the end (coming back only lets more happen that the checker
+        // already covers with a node that answers throughout).
+        if !s.nodes[i].down && s.outages_left > 0 {
+            let mut n = s.clone();
+            n.outages_left -= 1;
+            n.nodes[i].down = true;
+            out.push((QEvent::Down(i), n, false));
+        }
+    }
+    out
+}
+
+struct QOutcome {
+    states: usize,
+    /// A shortest trace to two holders at once, if any.
+    violation: Option<Vec<String>>,
+}
+
+/// Breadth-first over every interleaving (no symmetry reduction: the clients differ by TTL).
+fn q_explore(cfg: &QConfig) -> QOutcome {
+    let init = QState {
+        clients: [(QPhase::Idle, cfg.attempts); Q_CLIENTS],
+        restarts_left: cfg.restarts,
+        outages_left: cfg.outages,
+        ..QState::default()
+    };
+    let mut index: FastMap<QState, u32> = FastMap::default();
+    let mut states = vec![init.clone()];
+    let mut parent: Vec<(u32, String)> = vec![(u32::MAX, String::new())];
+    index.insert(init, 0);
+    let mut head = 0;
+    while head < states.len() {
+        let s = states[head].clone();
+        for (event, next, broken) in q_successors(cfg, &s) {
+            let label = format!("t={} {event}", s.now);
+            if broken {
+                let mut steps = vec![label];
+                let mut at = head as u32;
+                while at != 0 {
+                    let (p, l) = &parent[at as usize];
+                    steps.push(l.clone());
+                    at = *p;
+                }
+                steps.reverse();
+                return QOutcome {
+                    states: states.len(),
+                    violation: Some(steps),
+                };
+            }
+            if !index.contains_key(&next) {
+                index.insert(next.clone(), states.len() as u32);
+                states.push(next);
+                parent.push((head as u32, label));
+            }
+        }
+        head += 1;
+    }
+    QOutcome {
+        states: states.len(),
+        violation: None,
+    }
+}
+
+const Q_RULES: QRules = QRules {
+    quarantine: true,
+    announced: true,
+    witnesses: true,
+    confirm: true,
+};
+
+/// A job with a longer TTL than an application client (3 and 1 ticks; 2 and 1 in debug
+/// builds, to keep them quick); one restart without data.
+fn q_config(rules: QRules, outages: u8) -> QConfig {
+    QConfig {
+        rules,
+        ttls: if FAST_BUILD { [3, 1] } else { [2, 1] },
+        attempts: if FAST_BUILD { 2 } else { 1 },
+        restarts: 1,
+        outages,
+        horizon: if FAST_BUILD { 7 } else { 3 },
+    }
+}
+
+fn q_report(name: &str, cfg: &QConfig, outcome: &QOutcome) {
+    println!(
+        "{name}: {Q_NODES} nodes, TTLs {:?} ticks, {} attempts, {} restart(s), {} outage(s), \
+         {} ticks: {} states, mutual exclusion {}",
+        cfg.ttls,
+        cfg.attempts,
+        cfg.restarts,
+        cfg.outages,
+        cfg.horizon,
+        outcome.states,
+        if outcome.violation.is_some() {
+            "VIOLATED"
+        } else {
+            "holds"
+        }
+    );
+    if let Some(steps) = &outcome.violation {
+        for (k, step) in steps.iter().enumerate() {
+            println!("  {:>2}. {step}", k + 1);
+        }
+    }
+}
+
+#[test]
+fn quarantine_by_the_longest_announced_ttl_keeps_mutual_exclusion() {
+    for outages in [0, 1] {
+        let c = q_config(Q_RULES, outages);
+        let outcome = q_explore(&c);
+        q_report("quarantine, longest announced TTL", &c, &outcome);
+        assert!(outcome.violation.is_none());
+    }
+}
+
+#[test]
+fn checker_catches_a_quarantine_sized_by_the_own_ttl() {
+    // Before issue 13: the application client waited out its own TTL only.
+    let rules = QRules {
+        announced: false,
+        ..Q_RULES
+    };
+    let c = q_config(rules, 0);
+    let outcome = q_explore(&c);
+    q_report("MUTANT: quarantine of the own TTL", &c, &outcome);
+    assert!(outcome.violation.is_some());
+}
+
+#[test]
+fn checker_catches_a_quarantine_without_the_confirming_read() {
+    // A node restarts between a job's SET there and its SETs on the others; the application's
+    // first read (in an attempt that fails) misses the job's TTL, and its next attempt counts
+    // the node on that reckoning.
+    let rules = QRules {
+        confirm: false,
+        ..Q_RULES
+    };
+    let c = QConfig {
+        attempts: 2,
+        ..q_config(rules, 0)
+    };
+    let outcome = q_explore(&c);
+    q_report("MUTANT: no confirming read", &c, &outcome);
+    assert!(outcome.violation.is_some());
+}
+
+#[test]
+fn checker_catches_a_quarantine_that_reads_too_few_nodes() {
+    // The node that still records the job's TTL is unreachable: without the witness count the
+    // application learns nothing and counts the restarted node too early.
+    let rules = QRules {
+        witnesses: false,
+        ..Q_RULES
+    };
+    let c = q_config(rules, 1);
+    let outcome = q_explore(&c);
+    q_report("MUTANT: no witness count", &c, &outcome);
+    assert!(outcome.violation.is_some());
+    let none = q_config(
+        QRules {
+            quarantine: false,
+            ..Q_RULES
+        },
+        0,
+    );
+    let outcome = q_explore(&none);
+    q_report("MUTANT: no quarantine", &none, &outcome);
+    assert!(outcome.violation.is_some());
+}
+
+#[test]
+fn the_model_staircase_keeps_one_entry_per_ttl_in_use() {
+    let mut stair = Vec::new();
+    q_announce(&mut stair, 0, 60);
+    // A shorter TTL whose lock ends before the longer one's adds nothing.
+    q_announce(&mut stair, 1, 1);
+    q_announce(&mut stair, 59, 1);
+    assert_eq!(stair, vec![(60, 60)]);
+    // Once the long one is over, the short one is recorded.
+    q_announce(&mut stair, 60, 1);
+    assert_eq!(stair, vec![(1, 61)]);
+    // A longer TTL replaces the shorter ones it outlasts; a shorter one that outlasts it stays.
+    q_announce(&mut stair, 61, 100);
+    q_announce(&mut stair, 150, 20);
+    assert_eq!(stair, vec![(100, 161), (20, 170)]);
+    assert_eq!(q_longest_live(&stair, 150), Some(100));
+    assert_eq!(q_longest_live(&stair, 161), Some(20));
+    assert_eq!(q_longest_live(&stair, 170), None);
+}
+
+/// The model's `q_announce` against the Lua on a real node: the same TTLs announced in the same
+/// order leave the same entries. Changing the Lua without the model (or the other way round)
+/// fails here.
+#[tokio::test]
+async fn the_model_announces_as_the_lua_does() {
+    use fencelock::protocol::{ANNOUNCE_FUNCTION, TTLS_KEY};
+    let node = fencelock_testkit::RedisNode::start().unwrap();
+    let script = format!("{ANNOUNCE_FUNCTION}\nreturn announce(ARGV[1])");
+    let mut rng = Rng(7);
+    let mut model: Vec<(u64, u64)> = Vec::new();
+    for step in 0..120 {
+        if rng.below(5) == 0 {
+            // Long enough for the shortest TTL to run out.
+            tokio::time::sleep(std::time::Duration::from_millis(70)).await;
+            continue;
+        }
+        let ttl = [40u64, 900, 2_000, 5_000][rng.below(4)];
+        let used: u64 = node
+            .cli(&["EVAL", &script, "0", &ttl.to_string()])
+            .unwrap()
+            .parse()
+            .unwrap();
+        q_announce(&mut model, used, ttl);
+        let lua = node
+            .cli(&["ZRANGE", TTLS_KEY, "0", "-1", "WITHSCORES"])
+            .unwrap();
+        let time = node.cli(&["TIME"]).unwrap();
+        let mut t = time.lines();
+        let now = t.next().unwrap().parse::<u64>().unwrap() * 1000
+            + t.next().unwrap().parse::<u64>().unwrap() / 1000;
+        let mut lines = lua.lines().filter(|l| !l.is_empty());
+        let mut from_lua = Vec::new();
+        while let (Some(member), Some(score)) = (lines.next(), lines.next()) {
+            from_lua.push((
+                member.parse::<u64>().unwrap(),
+                score.parse::<u64>().unwrap(),
+            ));
+        }
+        let live = |v: &[(u64, u64)]| -> Vec<(u64, u64)> {
+            v.iter()
+                .copied()
+                .filter(|&(_, until)| until > now)
+                .collect()
+        };
+        assert_eq!(live(&from_lua), live(&model), "step {step}, ttl {ttl}");
+    }
+}

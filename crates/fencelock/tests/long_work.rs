@@ -276,6 +276,17 @@ async fn one_client_extends_two_thousand_locks_in_batches() {
     // Three TTLs: every lock needs several extensions to survive.
     tokio::time::sleep(Duration::from_millis(4_500)).await;
     assert!(guards.iter().all(|g| !g.is_lost()), "a held lock was lost");
+    // The batches announce their TTL (restart quarantine): the entry the acquisitions left
+    // 4.5 s ago would have run out by now.
+    let until: f64 = nodes
+        .node(0)
+        .cli(&["ZSCORE", fencelock::protocol::TTLS_KEY, "1500"])
+        .unwrap()
+        .parse()
+        .unwrap_or(0.0);
+    let time = nodes.node(0).cli(&["TIME"]).unwrap();
+    let now_s: f64 = time.lines().next().unwrap().parse().unwrap();
+    assert!(until / 1000.0 > now_s - 1.0, "the TTL announcement ran out");
     let calls = evalsha_calls(&nodes) - calls_before;
     let reads = reads(&nodes) - reads_before;
     assert!(
@@ -342,6 +353,9 @@ async fn restart_scenario(quarantine: bool) -> Result<(), fencelock::Error> {
             .with_quarantine(false),
     )
     .unwrap();
+    // Connections first (a loaded machine may need more than a node timeout to set them up);
+    // the paused nodes' attempts stay pending, so nothing is sent to them.
+    a.connect().await;
     let lock = a.try_acquire("restart").await.unwrap();
     assert_eq!(lock.votes().granted(), 3);
     // Let A's requests to the paused nodes time out, so they never land there.
@@ -360,6 +374,7 @@ async fn restart_scenario(quarantine: bool) -> Result<(), fencelock::Error> {
             .with_quarantine(quarantine),
     )
     .unwrap();
+    b.connect().await;
     let result = b.try_acquire("restart").await.map(|l| {
         assert!(l
             .votes()

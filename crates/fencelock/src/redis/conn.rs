@@ -29,6 +29,11 @@ pub(crate) struct NodeInfo {
 struct Resolution {
     /// When the node counts again, and the longest TTL in use that decided it.
     counted_from: Option<(Instant, Duration)>,
+    /// A read of the other nodes taken once `counted_from` had passed confirmed it: the node
+    /// counts from then on. (A read taken right after the restart can miss a lock whose other
+    /// grants were still in flight; one taken a TTL later cannot: the model checker's case in
+    /// `tests/fencing_model.rs`.)
+    confirmed: bool,
     /// Whether this client already wrote (or tried to write) the clear marker.
     cleared: bool,
 }
@@ -337,23 +342,31 @@ fn info_field(text: &str, name: &str) -> Option<String> {
 impl NodeInfo {
     /// Where the node stands now.
     pub(crate) fn standing(&self) -> Standing {
+        if !matches!(self.verdict, Verdict::Suspect { .. }) {
+            return Standing::Counted;
+        }
+        let resolution = self.standing.lock().expect("standing mutex poisoned");
+        self.standing_of(&resolution, Instant::now())
+    }
+
+    fn standing_of(&self, resolution: &Resolution, now: Instant) -> Standing {
         let Verdict::Suspect { why, .. } = &self.verdict else {
             return Standing::Counted;
         };
-        let resolution = self.standing.lock().expect("standing mutex poisoned");
-        let Some((from, longest)) = resolution.counted_from else {
-            return Standing::Unknown;
-        };
-        let now = Instant::now();
-        if now >= from {
+        if resolution.confirmed {
             return Standing::Counted;
         }
-        Standing::Excluded(format!(
-            "restart quarantine: {}, and {why}; counts again in {} (longest TTL in use: {})",
-            self.restarted(now),
-            quarantine::secs(from - now),
-            quarantine::secs(longest)
-        ))
+        match resolution.counted_from {
+            // Not read yet, or over by the first read's reckoning: read (again) to confirm.
+            None => Standing::Unknown,
+            Some((from, _)) if now >= from => Standing::Unknown,
+            Some((from, longest)) => Standing::Excluded(format!(
+                "restart quarantine: {}, and {why}; counts again in {} (longest TTL in use: {})",
+                self.restarted(now),
+                quarantine::secs(from - now),
+                quarantine::secs(longest)
+            )),
+        }
     }
 
     /// "restarted 3.2s ago" (at most: uptime is reported in whole seconds).
@@ -367,16 +380,24 @@ impl NodeInfo {
         }
     }
 
-    /// Records the longest TTL in use, read from the other nodes: the node counts once it has
-    /// passed since the restart.
-    pub(crate) fn resolve(&self, longest: Duration) {
+    /// Records the longest TTL in use, just read from the other nodes: the node counts once it
+    /// has passed since the restart, and a read that finds it passed confirms the node.
+    pub(crate) fn resolve(&self, longest: Duration) -> Standing {
         let Some(from) = self.verdict.counted_from(longest) else {
-            return;
+            return Standing::Counted;
         };
         let mut resolution = self.standing.lock().expect("standing mutex poisoned");
         // Two rounds may read at once: the later end wins.
         if resolution.counted_from.is_none_or(|(f, _)| f < from) {
             resolution.counted_from = Some((from, longest));
+        }
+        let now = Instant::now();
+        if resolution.counted_from.is_some_and(|(f, _)| now >= f) {
+            resolution.confirmed = true;
+        }
+        match self.standing_of(&resolution, now) {
+            Standing::Unknown => unreachable!("a node whose quarantine is over is confirmed"),
+            standing => standing,
         }
     }
 
@@ -400,8 +421,7 @@ impl NodeInfo {
         }
         let old = self.marker.clone()?;
         let mut resolution = self.standing.lock().expect("standing mutex poisoned");
-        let (from, _) = resolution.counted_from?;
-        if resolution.cleared || Instant::now() < from {
+        if resolution.cleared || !resolution.confirmed {
             return None;
         }
         resolution.cleared = true;

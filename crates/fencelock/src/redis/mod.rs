@@ -354,13 +354,21 @@ impl RedisBackend {
         let ttl_ms = ttl_millis(ttl);
         let sha = scripts::EXTEND.get_hash().to_string();
         let mut pipe = redis::pipe();
+        // The TTL is announced once, ahead of the extensions (for the restart quarantine), and
+        // the extensions skip their own announcement. Its reply is not a lock's.
+        pipe.cmd("EVALSHA")
+            .arg(scripts::ANNOUNCE.get_hash())
+            .arg(0)
+            .arg(ttl_ms)
+            .ignore();
         for (keys, token) in locks {
             pipe.cmd("EVALSHA")
                 .arg(&sha)
                 .arg(keys.len())
                 .arg(&**keys)
                 .arg(&**token)
-                .arg(ttl_ms);
+                .arg(ttl_ms)
+                .arg("announced");
         }
         let pipe = Arc::new(pipe);
         let mut per_node: FuturesUnordered<_> = self
@@ -573,7 +581,8 @@ impl RedisBackend {
 /// Keeps a node in restart quarantine out of the round (see `quarantine.rs`). A suspect node
 /// whose quarantine length is not known yet is judged here: the longest TTL in use is read from
 /// the other nodes (within the round's deadline), and until enough of them answered the node is
-/// not counted. Once its quarantine is over, the node is marked clear for later clients.
+/// not counted. The node counts on a read taken once its quarantine is over (a second read, if
+/// the first came earlier), and is then marked clear for later clients.
 async fn check_quarantine(
     nodes: &[Arc<NodeConn>],
     i: usize,
@@ -589,12 +598,11 @@ async fn check_quarantine(
         if read < needed {
             return Err(NodeFailure::Excluded(info.unknown_why(read, needed)));
         }
-        info.resolve(longest.max(nodes[i].quarantine().own_ttl));
-    }
-    match info.standing() {
-        Standing::Counted => {}
-        Standing::Excluded(why) => return Err(NodeFailure::Excluded(why)),
-        Standing::Unknown => unreachable!("resolved above"),
+        if let Standing::Excluded(why) = info.resolve(longest.max(nodes[i].quarantine().own_ttl)) {
+            return Err(NodeFailure::Excluded(why));
+        }
+    } else if let Standing::Excluded(why) = info.standing() {
+        return Err(NodeFailure::Excluded(why));
     }
     if let Some((old, clear)) = info.take_clearing() {
         let mut conn = handle.conn.clone();
