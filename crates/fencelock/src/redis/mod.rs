@@ -23,8 +23,8 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use redis::{Cmd, RedisError, RedisResult, Script, Value};
 
 pub(crate) use self::conn::Quarantine;
-pub(crate) use self::describe::describe;
 use self::conn::{NodeConn, Standing};
+pub(crate) use self::describe::describe;
 use self::inflight::Inflight;
 use self::watch::ReleaseWatch;
 pub(crate) use self::watch::Subscription;
