@@ -196,6 +196,19 @@ fn node_checks(f: &NodeFacts, limits: Limits, checks: &mut Vec<Check>) {
         None,
     ));
 
+    if fencelock::protocol::redis_version_too_old(version) {
+        checks.push(check(
+            "version",
+            node,
+            Status::Fail,
+            format!(
+                "redis {version}: fencelock's scripts need Redis {} or newer (they read the clock before writing); clients refuse the node",
+                fencelock::protocol::MIN_REDIS_MAJOR
+            ),
+            Some("upgrade the node"),
+        ));
+    }
+
     if let Some(max) = f.rtts.iter().max() {
         let detail = format!(
             "round trip up to {} over {} PING(s); per-node timeout {}",
@@ -642,6 +655,25 @@ mod tests {
             checks.iter().all(|c| c.status == Status::Pass),
             "{checks:#?}"
         );
+    }
+
+    #[test]
+    fn redis_below_5_fails() {
+        let mut facts = three();
+        facts[2]
+            .info
+            .insert("redis_version".into(), "4.0.14".into());
+        let checks = evaluate(&facts, limits());
+        let failed: Vec<&Check> = checks.iter().filter(|c| c.check == "version").collect();
+        assert_eq!(failed.len(), 1, "{checks:#?}");
+        assert_eq!(failed[0].node.as_deref(), Some("c"));
+        assert_eq!(failed[0].status, Status::Fail);
+        assert!(failed[0]
+            .detail
+            .starts_with("redis 4.0.14: fencelock's scripts need Redis 5 or newer"));
+        assert_eq!(failed[0].hint.as_deref(), Some("upgrade the node"));
+        facts[2].info.insert("redis_version".into(), "5.0.0".into());
+        assert_eq!(worst(&evaluate(&facts, limits()), "version"), None);
     }
 
     #[test]

@@ -53,6 +53,19 @@ pub const TTLS_KEY: &str = crate::redis::quarantine::TTLS_KEY;
 /// start with and call once a key was set or extended.
 pub const ANNOUNCE_FUNCTION: &str = crate::redis::scripts::ANNOUNCE_LUA;
 
+/// The oldest Redis (major version) fencelock's scripts run on: they read the node's clock
+/// (`TIME`) before they write, which Redis allows from version 5 (it replicates scripts by their
+/// effects). A client refuses an older node when it connects (its vote says why, and it does not
+/// count); `fencelock doctor` fails it.
+pub const MIN_REDIS_MAJOR: u64 = crate::redis::version::MIN_MAJOR;
+
+/// Whether a node that reports `version` (the `redis_version` field of `INFO server`, such as
+/// "4.0.14") is too old for fencelock's scripts. A version that does not start with a number is
+/// not judged.
+pub fn redis_version_too_old(version: &str) -> bool {
+    crate::redis::version::too_old(version)
+}
+
 /// The marker that declares a node new: it never held a lock, so clients count it at once.
 /// `SET` it at [`NODE_MARKER_KEY`] right after starting the node, before any client uses it;
 /// `run_id` is the `run_id` field of the node's `INFO server`. Valid for that run only: after a

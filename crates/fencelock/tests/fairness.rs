@@ -316,3 +316,81 @@ async fn a_wait_split_over_several_calls_keeps_its_place_in_line() {
     assert_eq!(*order.lock().unwrap(), ["chunked", "long"]);
     assert_eq!(line_lengths(&nodes, "split"), [0, 0, 0]);
 }
+
+/// The TTL left on `key` of node 0, in ms (-1: none, -2: no such key).
+fn pttl(nodes: &RedisNodes, key: &str) -> i64 {
+    nodes
+        .node(0)
+        .cli(&["PTTL", key])
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// The lease deadline of the only waiter in the line of `resource` on node 0, if it has one.
+fn lease_of_the_waiter(nodes: &RedisNodes, resource: &str) -> Option<String> {
+    let leases = format!("fencelock:queue-lease:{resource}");
+    let out = nodes
+        .node(0)
+        .cli(&["ZRANGE", &leases, "0", "0", "WITHSCORES"])
+        .unwrap();
+    out.lines().nth(1).map(|s| s.trim().to_string())
+}
+
+/// Waits (generously) until the waiter renewed its registration: its lease deadline moved.
+async fn until_renewed(nodes: &RedisNodes, resource: &str) {
+    let before = lease_of_the_waiter(nodes, resource);
+    let started = Instant::now();
+    while lease_of_the_waiter(nodes, resource) == before
+        || lease_of_the_waiter(nodes, resource).is_none()
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the waiter did not renew its registration"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Every write to the line's keys (the queue, the leases, the wait mark) leaves a TTL, so that a
+/// line nobody renews goes away: also a renewal, also one that finds a line key without a TTL,
+/// and one that re-creates the leases key after it expired (issue 13, finding 9).
+#[tokio::test]
+async fn every_key_of_the_line_keeps_a_ttl() {
+    let nodes = RedisNodes::start(1).unwrap();
+    let holder = Client::new(patient(&nodes, false)).unwrap();
+    let lock = holder.try_acquire("kept").await.unwrap();
+    let waiter = polling(&nodes, 100);
+    let task = tokio::spawn(async move { waiter.acquire("kept").await.unwrap().release().await });
+    until_line_is_within(&nodes, "kept", 1, Duration::from_secs(20)).await;
+    let keys = [
+        "fencelock:queue:kept",
+        "fencelock:queue-lease:kept",
+        "fencelock:waiting:kept",
+    ];
+    let all_kept = |when: &str| {
+        for key in keys {
+            let ttl = pttl(&nodes, key);
+            assert!(ttl > 0, "{when}: {key} has PTTL {ttl}");
+        }
+    };
+    until_renewed(&nodes, "kept").await;
+    all_kept("after registration and a renewal");
+
+    // A line key without a TTL (left by an older version, or PERSIST) gets one at the next
+    // renewal.
+    nodes.node(0).cli(&["PERSIST", keys[0]]).unwrap();
+    nodes.node(0).cli(&["PERSIST", keys[1]]).unwrap();
+    until_renewed(&nodes, "kept").await;
+    all_kept("after a renewal of a line without TTL");
+
+    // The leases key expires on its own; the next renewal re-creates it, with a TTL.
+    nodes.node(0).cli(&["PEXPIRE", keys[1], "1"]).unwrap();
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    until_renewed(&nodes, "kept").await;
+    all_kept("after the leases key expired and was re-created");
+
+    lock.release().await.unwrap();
+    task.await.unwrap().unwrap();
+}

@@ -11,6 +11,7 @@ use redis::{AsyncConnectionConfig, RedisError};
 
 use super::quarantine::{self, Verdict};
 use super::scripts;
+use super::version;
 use crate::error::Error;
 use crate::node::NodeAddr;
 
@@ -252,6 +253,8 @@ impl NodeConn {
                 .arg(quarantine::MARKER_KEY);
             let (server, persistence, mut marker): (String, String, Option<String>) =
                 pipe.query_async(&mut conn).await?;
+            // A node too old for the scripts is refused before anything is written to it.
+            check_version(&server, &self.name)?;
             // CONFIG may be renamed or forbidden (managed Redis): then the policy is unknown,
             // and the node is treated as not fsyncing every write.
             let appendfsync: Option<(String, String)> = redis::cmd("CONFIG")
@@ -329,6 +332,20 @@ impl NodeConn {
             marker,
             standing: Mutex::new(Resolution::default()),
         }
+    }
+}
+
+/// Refuses a node too old for the scripts (see `version.rs`), judged by its `INFO server` reply
+/// (the one the connection set-up reads anyway). The error names the node and the way out.
+fn check_version(server: &str, node: &str) -> Result<(), RedisError> {
+    let found = info_field(server, "redis_version").unwrap_or_default();
+    match version::refusal(&found, node) {
+        None => Ok(()),
+        Some(why) => Err(RedisError::from((
+            redis::ErrorKind::Client,
+            version::UNSUPPORTED,
+            why,
+        ))),
     }
 }
 
@@ -432,4 +449,32 @@ impl NodeInfo {
 /// Whether an error means the connection is gone and must be replaced.
 pub(crate) fn is_broken(e: &RedisError) -> bool {
     e.is_connection_dropped() || e.is_io_error() || e.is_unrecoverable_error()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The start of `INFO server` as Redis 4.0.14 sends it. A mock, because no Redis 4 binary
+    /// exists on this machine (the tests run redis-server 7.0.15) and a real server cannot be
+    /// made to report another version; the text goes through the same function the connection
+    /// set-up runs on a node's reply, and the error through the same description the votes use.
+    const REDIS_4_INFO: &str = "# Server\r\nredis_version:4.0.14\r\nredis_git_sha1:00000000\r\n\
+        redis_git_dirty:0\r\nredis_build_id:b5c54d4b5a1bb9c5\r\nredis_mode:standalone\r\n\
+        os:Linux 5.15.0 x86_64\r\narch_bits:64\r\nrun_id:9d5f0b1c2e3a4b5c6d7e8f90a1b2c3d4e5f60718\r\n\
+        tcp_port:6380\r\nuptime_in_seconds:42\r\n";
+
+    #[test]
+    fn a_node_below_redis_5_is_refused_with_the_way_out() {
+        let node = "redis://127.0.0.1:6380/0";
+        let e = check_version(REDIS_4_INFO, node).unwrap_err();
+        assert_eq!(
+            super::super::describe(&e).to_string(),
+            "redis 4.0.14 on redis://127.0.0.1:6380/0: fencelock's scripts need Redis 5 or newer; upgrade the node"
+        );
+        let newer = REDIS_4_INFO.replace("redis_version:4.0.14", "redis_version:5.0.0");
+        assert!(check_version(&newer, node).is_ok());
+        // A reply without the field is not judged (the scripts' own errors then say why).
+        assert!(check_version("# Server\r\nrun_id:1\r\n", node).is_ok());
+    }
 }

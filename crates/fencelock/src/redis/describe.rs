@@ -31,6 +31,10 @@ pub(crate) fn describe(e: &RedisError) -> NodeError {
             (cause, detail) => NodeError::new(cause, detail.unwrap_or_default()),
         };
     }
+    if e.kind() == ErrorKind::Client && e.to_string().starts_with(super::version::UNSUPPORTED) {
+        // A node too old for the scripts: the detail says which version, where, and what to do.
+        return NodeError::other(e.detail().unwrap_or_default());
+    }
     if e.is_timeout() {
         // Requests have no driver timeout (the round's deadline bounds them), so this is the
         // connection set-up running out of its connect timeout.

@@ -12,6 +12,7 @@ pub(crate) mod quarantine;
 #[cfg(test)]
 mod script_checks;
 pub(crate) mod scripts;
+pub(crate) mod version;
 mod watch;
 
 use std::future::Future;

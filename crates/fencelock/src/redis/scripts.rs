@@ -227,14 +227,16 @@ const ACQUIRE_QUEUED_LUA: &str = concat!(
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lease = tonumber(ARGV[5])
-if redis.call('zadd', KEYS[2], 'NX', ARGV[4], ARGV[3]) == 1 then
-  -- A line nobody renews goes away by itself; tickets keep their order if it is rebuilt.
-  redis.call('pexpire', KEYS[2], ARGV[6])
-  redis.call('zadd', KEYS[3], now + lease, ARGV[3])
-  redis.call('pexpire', KEYS[3], ARGV[6])
-else
-  redis.call('zadd', KEYS[3], now + lease, ARGV[3])
+-- Every write to the line leaves it a TTL of at least ARGV[6] (raised, never shortened: waiters
+-- with other leases share the line), also a renewal and one that re-creates an expired key: a
+-- line nobody renews goes away by itself; tickets keep their order if it is rebuilt.
+local function keep(k)
+  if redis.call('pttl', k) < tonumber(ARGV[6]) then redis.call('pexpire', k, ARGV[6]) end
 end
+redis.call('zadd', KEYS[2], 'NX', ARGV[4], ARGV[3])
+keep(KEYS[2])
+redis.call('zadd', KEYS[3], now + lease, ARGV[3])
+keep(KEYS[3])
 redis.call('set', KEYS[4], '1', 'PX', ARGV[6])
 if redis.call('exists', KEYS[1]) == 1 then return {0, ''} end
 -- Grant only to the first waiter whose lease is still running; drop the lapsed ahead of us.
