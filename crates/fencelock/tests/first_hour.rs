@@ -404,7 +404,9 @@ fn a_lock_dropped_on_the_error_path_is_released_before_exit() {
     // The release was sent before the process exited; a loaded node may apply it a moment
     // after the exit. A generous wait, far below the 60 s TTL.
     let gone_by = std::time::Instant::now() + Duration::from_secs(5);
-    while nodes.iter().any(|n| n.cli(&["EXISTS", "dropped"]).unwrap() != "0")
+    while nodes
+        .iter()
+        .any(|n| n.cli(&["EXISTS", "dropped"]).unwrap() != "0")
         && std::time::Instant::now() < gone_by
     {
         std::thread::sleep(Duration::from_millis(50));
