@@ -78,6 +78,10 @@ mutant acquire-without-nx "acquisition sets the key whether or not another clien
   crates/fencelock/src/redis/mod.rs \
   's/cmd\.arg\(key\)\.arg\(token\)\.arg\("NX"\)\.arg\("PX"\)/cmd.arg(key).arg(token).arg("PX")/' \
   "-p fencelock-cli --test bench contended_sections_never_overlap_and_every_increment_counts"
+mutant quorum-of-one "one node's grant counts as a quorum" \
+  crates/fencelock/src/quorum.rs \
+  's/pub fn quorum\(n: usize\) -> usize \{\n    n \/ 2 \+ 1\n/pub fn quorum(_n: usize) -> usize {\n    1\n/' \
+  "-p fencelock-cli --test bench contended_sections_never_overlap_and_every_increment_counts"
 
 index_of() {
   local i

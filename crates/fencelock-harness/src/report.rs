@@ -412,3 +412,66 @@ pub fn html(runs: &[ModeRun], command: &str) -> String {
     o.push_str("</body></html>\n");
     o
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A clean fenced summary, then `patch` applied to it.
+    fn summary(patch: serde_json::Value) -> ModeSummary {
+        let mut v = serde_json::json!({
+            "mode": "redlock-fenced", "nodes": 5, "clients": 3, "fencing": true,
+            "quarantine": false, "ttl_ms": 1000, "seconds": 1.0, "faults": {},
+            "skipped_faults": {}, "attempts": 10, "grants": 10, "failures": {},
+            "latency_p50_ms": 1.0, "latency_p99_ms": 1.0, "latency_max_ms": 1.0,
+            "stale_rejected": 0, "releases_lost": 0, "fenced_writes": 10, "stale_accepted": 0,
+            "token_order": 0, "duplicate_tokens": 0, "fenced_interleaved": 0,
+            "fenced_lost_updates": 0, "counter_writes": 10, "counter_stale_reads": 0,
+            "counter_lost_updates": 0, "overlapping_validity": 0, "grant_order": 0,
+            "grant_order_faults": {}, "superseded_writes": 0, "counter_interleaved": 0,
+            "fenced_record_violations": 0, "fenced_failures": 0, "uncovered_faults": [],
+            "examples": []
+        });
+        for (k, x) in patch.as_object().unwrap() {
+            v[k] = x.clone();
+        }
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn verdicts_of_fenced_runs() {
+        assert!(verdict(&summary(serde_json::json!({}))).starts_with("SAFE"));
+        let missing = verdict(&summary(
+            serde_json::json!({"uncovered_faults": ["clock jump"]}),
+        ));
+        assert!(missing.starts_with("NOT SHOWN: no clock jump"), "{missing}");
+        // The 10,000-grant run's case: inversions only within restart-nopersist, data intact.
+        let restart = verdict(&summary(serde_json::json!({
+            "grant_order": 5, "fenced_failures": 5,
+            "grant_order_faults": {"restart-nopersist": 5, "latency": 1}
+        })));
+        assert!(
+            restart.starts_with("UNSAFE: token order: 5 grant(s)"),
+            "{restart}"
+        );
+        assert!(
+            restart.contains("within a restart-nopersist episode"),
+            "{restart}"
+        );
+        assert!(restart.contains("not harmed"), "{restart}");
+        // The mutant's case: inversions everywhere, some outside any unclaimed kind's episode.
+        let mutant = verdict(&summary(serde_json::json!({
+            "grant_order": 977, "duplicate_tokens": 11, "fenced_record_violations": 11,
+            "fenced_failures": 988,
+            "grant_order_faults": {"restart-nopersist": 800, "clock-forward": 909, "none": 6}
+        })));
+        assert!(mutant.starts_with("UNSAFE: token order: 977"), "{mutant}");
+        assert!(mutant.contains("11 duplicate token(s)"), "{mutant}");
+        assert!(!mutant.contains("episode"), "{mutant}");
+        // Harmed data is named even when tokens were in order.
+        let stale = verdict(&summary(serde_json::json!({
+            "superseded_writes": 1, "fenced_record_violations": 1, "fenced_failures": 1
+        })));
+        assert_eq!(stale, "UNSAFE: 1 superseded write(s) accepted");
+    }
+}
