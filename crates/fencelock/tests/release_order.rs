@@ -82,3 +82,46 @@ async fn a_release_does_not_overtake_a_set_held_back_on_a_node() {
         "node 2 holds the released lock's key (PTTL {left}): the release overtook the SET"
     );
 }
+
+/// Node 2 is paused before the client first uses it, so both the acquisition's `SET` and the
+/// release wait for its connection to open; it resumes before the acquisition's deadline. The
+/// acquisition decides on nodes 0 and 1 and the release goes at once; whichever request the
+/// runtime wakes first once the connection opens, the `SET` must reach node 2 first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_does_not_overtake_a_set_waiting_for_the_connection() {
+    let ttl = Duration::from_secs(5);
+    let nodes = RedisNodes::start(3).unwrap();
+    let config = Config::new(nodes.urls())
+        .with_ttl(ttl)
+        .with_node_timeout(Duration::from_millis(1_500))
+        .with_connect_timeout(Duration::from_millis(1_500))
+        .with_quarantine(false);
+    for round in 0..5 {
+        let resource = format!("paused-{round}");
+        // A new client each round: its first request to node 2 opens the connection.
+        let client = Client::new(config.clone()).unwrap();
+        nodes.node(2).pause().unwrap();
+        let acquired = Instant::now();
+        let lock = client.try_acquire(&resource).await.unwrap();
+        let release = tokio::spawn(lock.release());
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        nodes.node(2).resume().unwrap();
+        let _ = release.await.unwrap();
+        tokio::time::sleep_until((acquired + Duration::from_millis(2_000)).into()).await;
+        let left = nodes.node(2).cli(&["PTTL", &resource]).unwrap();
+        assert!(
+            acquired.elapsed() < ttl,
+            "the machine is too slow for this check: {:?}",
+            acquired.elapsed()
+        );
+        assert_eq!(
+            left, "-2",
+            "round {round}: node 2 holds the released lock's key (PTTL {left})"
+        );
+        // A fresh connection for the next round: the node drops this one.
+        nodes
+            .node(2)
+            .cli(&["CLIENT", "KILL", "TYPE", "normal"])
+            .unwrap();
+    }
+}
