@@ -46,6 +46,11 @@ impl<F: Future> Inflight<F> {
         self.left
     }
 
+    /// Whether the future at `pos` has not finished.
+    pub(crate) fn is_pending(&self, pos: usize) -> bool {
+        self.slots.get(pos).is_some_and(Option::is_some)
+    }
+
     /// Polls every unfinished future; returns the first that is ready (its position and output),
     /// `None` once all have finished.
     pub(crate) fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<(usize, F::Output)>> {

@@ -8,6 +8,7 @@ mod conn;
 mod describe;
 pub(crate) mod extender;
 mod inflight;
+mod order;
 pub(crate) mod quarantine;
 #[cfg(test)]
 mod script_checks;
@@ -27,6 +28,7 @@ pub(crate) use self::conn::Quarantine;
 use self::conn::{NodeConn, Standing};
 pub(crate) use self::describe::describe;
 use self::inflight::Inflight;
+use self::order::Stragglers;
 use self::watch::ReleaseWatch;
 pub(crate) use self::watch::Subscription;
 use crate::error::Error;
@@ -79,6 +81,9 @@ pub(crate) struct RedisBackend {
     nodes: Arc<[Arc<NodeConn>]>,
     /// Every node's index, for the rounds that go to all of them.
     all: Box<[usize]>,
+    /// Per node, the acquisition requests still in flight after their round returned, which a
+    /// release of the same token waits for (see `order.rs`).
+    stragglers: Box<[Arc<Stragglers>]>,
     quorum: usize,
     watch: Arc<ReleaseWatch>,
 }
@@ -99,6 +104,7 @@ impl RedisBackend {
         ));
         Ok(RedisBackend {
             all: (0..nodes.len()).collect(),
+            stragglers: nodes.iter().map(|_| Arc::default()).collect(),
             nodes,
             quorum,
             watch,
@@ -107,7 +113,7 @@ impl RedisBackend {
 
     /// Opens every node's connection, waiting at most `timeout`.
     pub(crate) async fn connect_all(&self, timeout: Duration) -> Votes {
-        self.round_all(&self.all, timeout, |_conn| async {
+        self.round_all(&self.all, timeout, None, |_conn| async {
             Ok(Answer::Granted(()))
         })
         .await
@@ -175,8 +181,9 @@ impl RedisBackend {
                 .arg(ticket.lease_ms())
                 .arg(ttl_millis(queue::keep(ticket.lease)));
             let cmd = Arc::new(cmd);
+            let ours = Some(token);
             return self
-                .round(&self.all, node_timeout, true, true, move |mut conn| {
+                .round(&self.all, node_timeout, true, ours, move |mut conn| {
                     let cmd = cmd.clone();
                     async move {
                         counter_answer(eval(&scripts::ACQUIRE_QUEUED, &cmd, &mut conn).await?)
@@ -221,7 +228,8 @@ impl RedisBackend {
             Arc::new(cmd),
             !fencing && (keys.len() > 1 || mark.is_some() || self.nodes.len() > 1),
         );
-        self.round(&self.all, node_timeout, true, true, move |mut conn| {
+        let ours = Some(token);
+        self.round(&self.all, node_timeout, true, ours, move |mut conn| {
             let cmd = cmd.clone();
             async move {
                 if fencing {
@@ -258,7 +266,7 @@ impl RedisBackend {
             .arg(&ticket.id)
             .ignore();
         let pipe = Arc::new(pipe);
-        self.round_all(&self.all, node_timeout, move |mut conn| {
+        self.round_all(&self.all, node_timeout, None, move |mut conn| {
             let pipe = pipe.clone();
             async move {
                 let () = pipe.query_async(&mut conn).await?;
@@ -281,7 +289,7 @@ impl RedisBackend {
         let mut cmd = evalsha(&scripts::WRITE_BACK, &with_counter_keys(keys));
         cmd.arg(token).arg(fencing_token.to_string());
         let cmd = Arc::new(cmd);
-        self.round(nodes, node_timeout, false, false, move |mut conn| {
+        self.round_unordered(nodes, node_timeout, move |mut conn| {
             let cmd = cmd.clone();
             async move { if_owned(&scripts::WRITE_BACK, &cmd, &mut conn).await }
         })
@@ -299,7 +307,7 @@ impl RedisBackend {
         let mut cmd = evalsha(&scripts::EXTEND, keys);
         cmd.arg(token).arg(ttl_millis(ttl));
         let cmd = Arc::new(cmd);
-        self.round(&self.all, node_timeout, false, false, move |mut conn| {
+        self.round_unordered(&self.all, node_timeout, move |mut conn| {
             let cmd = cmd.clone();
             async move { if_owned(&scripts::EXTEND, &cmd, &mut conn).await }
         })
@@ -324,7 +332,9 @@ impl RedisBackend {
             cmd.arg(line);
         }
         let cmd = Arc::new(cmd);
-        self.round_all(&self.all, node_timeout, move |mut conn| {
+        // Behind our acquisition's requests still in flight, on each node (see `order.rs`).
+        let after = Some(Arc::from(token));
+        self.round_all(&self.all, node_timeout, after, move |mut conn| {
             let cmd = cmd.clone();
             async move {
                 let reply: Value = eval(&scripts::RELEASE, &cmd, &mut conn).await?;
@@ -418,12 +428,16 @@ impl RedisBackend {
     /// gone, so dropping them could leave a straggler node without its SET or extension),
     /// unless the decision is a failure and `settle_on_failure` is set: then they are awaited.
     /// One deadline, the node timeout, bounds every request of the round.
+    ///
+    /// `acquiring`: the owner token of an acquisition, which respects the restart quarantine and
+    /// whose requests a release of the token must not overtake: those still in flight when the
+    /// round returns are registered until they finish (see `order.rs`).
     async fn round<T, F, Fut>(
         &self,
         nodes: &[usize],
         node_timeout: Duration,
         settle_on_failure: bool,
-        respect_quarantine: bool,
+        acquiring: Option<&str>,
         op: F,
     ) -> Round<T>
     where
@@ -434,8 +448,8 @@ impl RedisBackend {
         let need = self.quorum.min(nodes.len().max(1));
         let mut tally = Tally::new(nodes.len().max(1), need);
         let started = Instant::now();
-        let quarantine = respect_quarantine.then_some(node_timeout);
-        let mut inflight = self.launch(nodes, quarantine, op);
+        let quarantine = acquiring.is_some().then_some(node_timeout);
+        let mut inflight = self.launch(nodes, quarantine, None, op);
         let mut deadline = std::pin::pin!(tokio::time::sleep(node_timeout));
         let mut votes = self.pending_votes(nodes);
         let mut granted = Vec::new();
@@ -472,9 +486,22 @@ impl RedisBackend {
         }
         if inflight.left() > 0 && !deadline.is_elapsed() {
             let until = deadline.deadline();
+            let mut registered = match acquiring {
+                Some(token) => self.register_stragglers(nodes, &inflight, token),
+                None => Vec::new(),
+            };
             tokio::spawn(async move {
-                let rest = async { while next_answer(&mut inflight).await.is_some() {} };
+                let rest = async {
+                    while let Some((pos, _)) = next_answer(&mut inflight).await {
+                        if let Some(registration) = registered.get_mut(pos) {
+                            registration.take();
+                        }
+                    }
+                };
                 let _ = tokio::time::timeout_at(until, rest).await;
+                // The requests first: once dropped, none can reach its connection any more.
+                drop(inflight);
+                drop(registered);
             });
         }
         Round {
@@ -484,15 +511,59 @@ impl RedisBackend {
         }
     }
 
-    /// Runs `op` on `nodes` and waits for every answer (each within the node timeout).
-    async fn round_all<T, F, Fut>(&self, nodes: &[usize], node_timeout: Duration, op: F) -> Round<T>
+    /// A round that neither respects the quarantine nor orders a release behind it (a
+    /// write-back, an extension: each acts only where the key is ours).
+    async fn round_unordered<T, F, Fut>(
+        &self,
+        nodes: &[usize],
+        node_timeout: Duration,
+        op: F,
+    ) -> Round<T>
+    where
+        T: Send + 'static,
+        F: Fn(redis::aio::MultiplexedConnection) -> Fut + Clone + Send + Sync + 'static,
+        Fut: Future<Output = Result<Answer<T>, RedisError>> + Send + 'static,
+    {
+        self.round(nodes, node_timeout, false, None, op).await
+    }
+
+    /// Registers the requests of an acquisition of `token` that are still in flight, by their
+    /// position in the round (see `order.rs`).
+    fn register_stragglers<F: Future>(
+        &self,
+        nodes: &[usize],
+        inflight: &Inflight<F>,
+        token: &str,
+    ) -> Vec<Option<order::Registration>> {
+        let token: Arc<str> = Arc::from(token);
+        nodes
+            .iter()
+            .enumerate()
+            .map(|(pos, &i)| {
+                inflight
+                    .is_pending(pos)
+                    .then(|| self.stragglers[i].register(&token))
+            })
+            .collect()
+    }
+
+    /// Runs `op` on `nodes` and waits for every answer (each within the node timeout). With
+    /// `after` (a release's owner token), each request waits, on its node, for that token's
+    /// acquisition requests still in flight (see `order.rs`).
+    async fn round_all<T, F, Fut>(
+        &self,
+        nodes: &[usize],
+        node_timeout: Duration,
+        after: Option<Arc<str>>,
+        op: F,
+    ) -> Round<T>
     where
         T: Send + 'static,
         F: Fn(redis::aio::MultiplexedConnection) -> Fut + Clone + Send + Sync + 'static,
         Fut: Future<Output = Result<Answer<T>, RedisError>> + Send + 'static,
     {
         let started = Instant::now();
-        let mut inflight = self.launch(nodes, None, op);
+        let mut inflight = self.launch(nodes, None, after, op);
         let mut deadline = std::pin::pin!(tokio::time::sleep(node_timeout));
         let mut votes = self.pending_votes(nodes);
         let mut granted = Vec::new();
@@ -541,10 +612,13 @@ impl RedisBackend {
 
     /// The requests of a round, one per node of `nodes`, in flight together. With `quarantine`
     /// (the round's node timeout), nodes in restart quarantine are not asked and not counted.
+    /// With `after` (an owner token), each request first waits for that token's acquisition
+    /// requests still in flight on its node.
     fn launch<T, F, Fut>(
         &self,
         nodes: &[usize],
         quarantine: Option<Duration>,
+        after: Option<Arc<str>>,
         op: F,
     ) -> Inflight<impl Future<Output = Result<Answer<T>, NodeFailure>> + Send + 'static>
     where
@@ -556,7 +630,16 @@ impl RedisBackend {
             let node = self.nodes[i].clone();
             let all = self.nodes.clone();
             let op = op.clone();
+            let after = after
+                .clone()
+                .map(|token| (token, self.stragglers[i].clone()));
             async move {
+                if let Some((token, stragglers)) = &after {
+                    if stragglers.any() {
+                        // Rare (a release right after its acquisition returned): boxed.
+                        Box::pin(stragglers.after(token)).await;
+                    }
+                }
                 // The connection is fetched inside the round's deadline, so a node that is slow
                 // to connect costs no more than one node timeout.
                 let handle = node
@@ -839,7 +922,7 @@ mod tests {
         };
         let backend = RedisBackend::new(vec![addr], Duration::from_millis(10), quarantine).unwrap();
         let cmd = Arc::new(redis::cmd("PING"));
-        let inflight = backend.launch(&[0], None, move |mut conn| {
+        let inflight = backend.launch(&[0], None, None, move |mut conn| {
             let cmd = cmd.clone();
             async move {
                 let _: i64 = eval(&scripts::EXTEND, &cmd, &mut conn).await?;
