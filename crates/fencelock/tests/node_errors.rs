@@ -173,6 +173,7 @@ async fn an_acl_user_without_permissions_is_named_and_the_hint_fixes_it() {
         "+@read",
         "+@write",
         "+info",
+        "+time",
         "+@pubsub",
     ])
     .unwrap();
