@@ -1623,16 +1623,18 @@ const Q_RULES: QRules = QRules {
     confirm: true,
 };
 
-/// A job with a longer TTL than an application client (3 and 1 ticks; 2 and 1 in debug
-/// builds, to keep them quick); one restart without data.
+/// A job with a longer TTL than an application client (2 and 1 ticks); one restart without
+/// data. The same bounds in both builds: the larger ones once tried for the optimised build
+/// (TTLs 3 and 1, 2 attempts, 7 ticks) passed 5 GB and 3.5 CPU-minutes without finishing,
+/// beyond the suite's budget.
 fn q_config(rules: QRules, outages: u8) -> QConfig {
     QConfig {
         rules,
-        ttls: if FAST_BUILD { [3, 1] } else { [2, 1] },
-        attempts: if FAST_BUILD { 2 } else { 1 },
+        ttls: [2, 1],
+        attempts: 1,
         restarts: 1,
         outages,
-        horizon: if FAST_BUILD { 7 } else { 3 },
+        horizon: 3,
     }
 }
 
