@@ -59,7 +59,6 @@ use crate::error::{Error, Result};
 /// # }
 /// ```
 #[derive(Clone)]
-#[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub struct SqliteFence {
     shared: Arc<Shared>,
 }
