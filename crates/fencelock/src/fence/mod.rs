@@ -156,8 +156,10 @@ mod postgres;
 mod sqlite;
 
 #[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use self::postgres::PostgresFence;
 #[cfg(feature = "sqlite")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub use self::sqlite::SqliteFence;
 
 /// The error a fenced write's closure returns: any error, boxed. `?` converts into it.

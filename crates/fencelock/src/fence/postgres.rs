@@ -51,7 +51,6 @@ const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// # Ok(())
 /// # }
 /// ```
-#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub struct PostgresFence {
     client: Client,
     /// The connection target with its password redacted, for `Debug` and error messages.

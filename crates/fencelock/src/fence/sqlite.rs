@@ -62,7 +62,6 @@ use crate::IssuedToken;
 /// # }
 /// ```
 #[derive(Clone)]
-#[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub struct SqliteFence {
     shared: Arc<Shared>,
 }
