@@ -171,6 +171,8 @@ pub use crate::retry::RetryPolicy;
 pub use crate::vote::{NodeVote, VoteOutcome, Votes};
 
 #[cfg(feature = "sqlite")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub use rusqlite;
 #[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use tokio_postgres;
