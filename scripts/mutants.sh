@@ -83,6 +83,11 @@ mutant quorum-of-one "one node's grant counts as a quorum" \
   's/pub fn quorum\(n: usize\) -> usize \{\n    n \/ 2 \+ 1\n/pub fn quorum(_n: usize) -> usize {\n    1\n/' \
   "-p fencelock-cli --test bench contended_sections_never_overlap_and_every_increment_counts"
 
+mutant bench-counter-alone "the bench's sections run after the release and overlaps are not counted: only the counter can tell" \
+  crates/fencelock-cli/src/bench.rs \
+  's/if self\.inside\.fetch_add\(1, Ordering::AcqRel\) > 0 \{\n\s*self\.overlaps\.fetch_add\(1, Ordering::AcqRel\);\n\s*\}/let _ = self.inside.fetch_add(1, Ordering::AcqRel);/; s/(if !shared\.section\(number, &mut counter, &counter_key\)\.await \{\n\s*errors \+= 1;\n\s*\}\n\s*mine \+= 1;\n)(\s*)(if !contender\.give\(&key, held\)\.await \{\n\s*errors \+= 1;\n\s*\}\n)/$2$3$2$1/' \
+  "-p fencelock-cli --test bench contended_sections_never_overlap_and_every_increment_counts"
+
 index_of() {
   local i
   for i in "${!NAMES[@]}"; do [[ "${NAMES[$i]}" == "$1" ]] && { echo "$i"; return 0; }; done
