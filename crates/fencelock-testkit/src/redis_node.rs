@@ -245,6 +245,20 @@ impl RedisNode {
         resp::command(self.port, &args, CLI_TIMEOUT)?.render()
     }
 
+    /// The server's `run_id` (from `INFO server`): new at every start, so it tells one run of
+    /// the node from the next.
+    ///
+    /// # Errors
+    ///
+    /// As [`RedisNode::cli`]; [`io::ErrorKind::InvalidData`] when the reply has no `run_id`.
+    pub fn run_id(&self) -> io::Result<String> {
+        let info = self.cli(&["INFO", "server"])?;
+        info.lines()
+            .find_map(|l| l.strip_prefix("run_id:"))
+            .map(|id| id.trim().to_string())
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "INFO server has no run_id"))
+    }
+
     /// The server's log so far (all runs, lossy UTF-8).
     pub fn log(&self) -> String {
         self.process.log()

@@ -123,13 +123,7 @@ async fn quarantine_counts_an_aof_always_node_at_once_and_its_keys_survive_a_kil
     let nodes =
         RedisNodes::start_with(3, RedisOptions::new().persistence(Persistence::AofAlways)).unwrap();
     for node in nodes.iter() {
-        let info = node.cli(&["INFO", "server"]).unwrap();
-        let run_id = info
-            .lines()
-            .find_map(|l| l.strip_prefix("run_id:"))
-            .unwrap()
-            .trim();
-        let marker = fencelock::protocol::new_node_marker(run_id);
+        let marker = fencelock::protocol::new_node_marker(&node.run_id().unwrap());
         node.cli(&["SET", fencelock::protocol::NODE_MARKER_KEY, &marker])
             .unwrap();
     }

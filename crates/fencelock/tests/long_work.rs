@@ -332,13 +332,7 @@ async fn restart_scenario(quarantine: bool) -> Result<(), fencelock::Error> {
     let nodes = RedisNodes::start(5).unwrap();
     // New nodes never held a lock: marked so (as `fencelock up` does), they count at once.
     for node in nodes.iter() {
-        let info = node.cli(&["INFO", "server"]).unwrap();
-        let run_id = info
-            .lines()
-            .find_map(|l| l.strip_prefix("run_id:"))
-            .unwrap()
-            .trim();
-        let marker = fencelock::protocol::new_node_marker(run_id);
+        let marker = fencelock::protocol::new_node_marker(&node.run_id().unwrap());
         node.cli(&["SET", fencelock::protocol::NODE_MARKER_KEY, &marker])
             .unwrap();
     }

@@ -12,14 +12,8 @@ use fencelock::protocol::{new_node_marker, NODE_MARKER_KEY};
 /// Marks every node as new, as `fencelock up` does at birth: none of them ever held a lock.
 fn mark_new(nodes: &RedisNodes) {
     for node in nodes.iter() {
-        let info = node.cli(&["INFO", "server"]).unwrap();
-        let run_id = info
-            .lines()
-            .find_map(|l| l.strip_prefix("run_id:"))
-            .unwrap()
-            .trim();
-        node.cli(&["SET", NODE_MARKER_KEY, &new_node_marker(run_id)])
-            .unwrap();
+        let marker = new_node_marker(&node.run_id().unwrap());
+        node.cli(&["SET", NODE_MARKER_KEY, &marker]).unwrap();
     }
 }
 
