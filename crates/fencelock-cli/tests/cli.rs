@@ -5,43 +5,13 @@
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use fencelock_testkit::{RedisNode, RedisNodes, RedisOptions};
 
-const BIN: &str = env!("CARGO_BIN_EXE_fencelock");
-/// Per-node timeout for tests that are not about slowness: loose enough for a busy machine.
-const LOOSE_NODE_TIMEOUT: &str = "250ms";
-/// How long any `fencelock` invocation may take before the test calls it hung.
-const HUNG: Duration = Duration::from_secs(60);
-
-/// A `fencelock` command isolated from the user's files: HOME and the XDG dirs point into `home`.
-fn fencelock(home: &Path) -> Command {
-    let mut cmd = Command::new(BIN);
-    cmd.env("HOME", home)
-        .env("XDG_DATA_HOME", home.join("data"))
-        .env("XDG_CONFIG_HOME", home.join("config"))
-        .env_remove("FENCELOCK_NODES")
-        .env_remove("FENCELOCK_CONFIG")
-        .env_remove("FENCELOCK_TOKEN")
-        .env_remove("FENCELOCK_LOCK_TOKEN")
-        .stdin(Stdio::null());
-    cmd
-}
-
-/// `fencelock --nodes URLS --node-timeout ... --no-quarantine` for a node set. The testkit's
-/// nodes were just started, not restarted: they never held a lock they could have forgotten, so
-/// the restart quarantine would only make every test wait a TTL.
-fn with_nodes(home: &Path, urls: &[String]) -> Command {
-    let mut cmd = fencelock(home);
-    cmd.arg("--nodes")
-        .arg(urls.join(","))
-        .arg("--node-timeout")
-        .arg(LOOSE_NODE_TIMEOUT)
-        .arg("--no-quarantine");
-    cmd
-}
+mod common;
+use common::{fencelock, wait_status, with_nodes, HUNG, LOOSE_NODE_TIMEOUT};
 
 fn output(cmd: &mut Command) -> Output {
     let child = cmd
@@ -75,21 +45,6 @@ fn wait_output(mut child: Child, limit: Duration) -> Output {
         status,
         stdout: out.join().unwrap(),
         stderr: err.join().unwrap(),
-    }
-}
-
-fn wait_status(child: &mut Child, limit: Duration) -> ExitStatus {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(status) = child.try_wait().expect("try_wait") {
-            return status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("fencelock did not exit within {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
     }
 }
 

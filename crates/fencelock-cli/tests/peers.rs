@@ -9,25 +9,8 @@ use std::time::{Duration, Instant};
 
 use fencelock_testkit::RedisNode;
 
-const BIN: &str = env!("CARGO_BIN_EXE_fencelock");
-const HUNG: Duration = Duration::from_secs(60);
-
-/// A `fencelock` command isolated from the user's files and from every FENCELOCK_ setting of
-/// the environment the tests run in.
-fn fencelock(home: &Path) -> Command {
-    let mut cmd = Command::new(BIN);
-    cmd.env("HOME", home)
-        .env("XDG_DATA_HOME", home.join("data"))
-        .env("XDG_CONFIG_HOME", home.join("config"))
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::null());
-    for (name, _) in std::env::vars_os() {
-        if name.to_string_lossy().starts_with("FENCELOCK_") {
-            cmd.env_remove(name);
-        }
-    }
-    cmd
-}
+mod common;
+use common::{fencelock, HUNG};
 
 /// `fencelock --nodes URL --node-timeout 250ms --no-quarantine` (a fresh node never held a lock).
 fn on(home: &Path, node: &RedisNode) -> Command {

@@ -5,33 +5,22 @@
 //! binary against real redis-server and etcd processes.
 
 use std::path::Path;
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use fencelock_testkit::RedisNodes;
 
-const BIN: &str = env!("CARGO_BIN_EXE_fencelock");
+mod common;
+use common::{wait_status, BIN};
+
 /// How long any wait for liveness may take on a loaded machine before the test gives up.
 const LONG: Duration = Duration::from_secs(60);
 
 /// `fencelock --nodes URLS ... --no-quarantine` (fresh nodes never held a lock) with HOME in a
 /// temporary directory.
 fn fencelock(home: &Path, urls: &[String]) -> Command {
-    let mut cmd = Command::new(BIN);
-    cmd.env("HOME", home)
-        .env("XDG_DATA_HOME", home.join("data"))
-        .env("XDG_CONFIG_HOME", home.join("config"))
-        .env_remove("FENCELOCK_NODES")
-        .env_remove("FENCELOCK_CONFIG")
-        .env_remove("FENCELOCK_TOKEN")
-        .arg("--nodes")
-        .arg(urls.join(","))
-        .arg("--node-timeout")
-        .arg("250ms")
-        .arg("--no-quarantine")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
+    let mut cmd = common::with_nodes(home, urls);
+    cmd.stdout(Stdio::null()).stderr(Stdio::null());
     cmd
 }
 
@@ -42,21 +31,6 @@ fn try_run(home: &Path, urls: &[String], resource: &str) -> Option<i32> {
         .spawn()
         .unwrap();
     wait_status(&mut child, LONG).code()
-}
-
-fn wait_status(child: &mut Child, limit: Duration) -> ExitStatus {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(status) = child.try_wait().expect("try_wait") {
-            return status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("fencelock did not exit within {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// The PID written to `path` by the command, once it is there.
