@@ -1200,19 +1200,7 @@ mod tests {
 
     #[test]
     fn fault_classes_that_did_not_fire_are_named_unless_the_mode_cannot_take_them() {
-        let fired = |kinds: &[FaultKind]| -> Vec<FaultEvent> {
-            kinds
-                .iter()
-                .map(|&kind| FaultEvent {
-                    kind,
-                    nodes: vec![],
-                    clients: vec![],
-                    start_ns: 0,
-                    end_ns: 0,
-                    detail: String::new(),
-                })
-                .collect()
-        };
+        let fired = FaultEvent::of_kinds;
         let redis: Vec<FaultKind> = FaultKind::ALL
             .into_iter()
             .filter(|k| !matches!(k, FaultKind::KillLeader | FaultKind::PauseLeader))

@@ -160,6 +160,25 @@ pub struct FaultEvent {
     pub detail: String,
 }
 
+#[cfg(test)]
+impl FaultEvent {
+    /// One event of each kind, affecting nothing and lasting no time: for tests that only ask
+    /// which kinds fired.
+    pub(crate) fn of_kinds(kinds: &[FaultKind]) -> Vec<FaultEvent> {
+        kinds
+            .iter()
+            .map(|&kind| FaultEvent {
+                kind,
+                nodes: vec![],
+                clients: vec![],
+                start_ns: 0,
+                end_ns: 0,
+                detail: String::new(),
+            })
+            .collect()
+    }
+}
+
 /// Everything the checker reads.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct History {

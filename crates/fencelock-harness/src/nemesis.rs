@@ -653,7 +653,7 @@ mod tests {
                     .collect();
                 let first: Vec<FaultKind> = kinds[..classes].to_vec();
                 assert_eq!(
-                    crate::checker::uncovered(&plan.kinds, &fault_events(&first)),
+                    crate::checker::uncovered(&plan.kinds, &FaultEvent::of_kinds(&first)),
                     vec![],
                     "{mode} seed {seed}: {first:?}"
                 );
@@ -664,20 +664,6 @@ mod tests {
                 assert_eq!(dealt, all, "one round deals every kind once");
             }
         }
-    }
-
-    fn fault_events(kinds: &[FaultKind]) -> Vec<FaultEvent> {
-        kinds
-            .iter()
-            .map(|&kind| FaultEvent {
-                kind,
-                nodes: vec![],
-                clients: vec![],
-                start_ns: 0,
-                end_ns: 0,
-                detail: String::new(),
-            })
-            .collect()
     }
 
     #[test]
