@@ -328,6 +328,9 @@ pub struct Nemesis {
     pub offsets: Vec<i64>,
 }
 
+/// What an episode touched: node indexes, client ids, and a description for people.
+type Affected = (Vec<usize>, Vec<u32>, String);
+
 fn signal(pid: u32, sig: libc::c_int) {
     // SAFETY: kill(2) has no memory-safety preconditions; a vanished pid only returns ESRCH.
     unsafe { libc::kill(pid as libc::pid_t, sig) };
@@ -378,82 +381,20 @@ impl Nemesis {
     pub fn execute(&mut self, episode: &Episode) -> FaultEvent {
         let start_ns = self.now();
         let (nodes, clients, detail) = match episode {
-            Episode::Kill { nodes, down } => {
-                for &n in nodes {
-                    let _ = self.nodes.kill(n);
-                }
-                thread::sleep(*down);
-                self.restart(nodes);
-                (
-                    nodes.clone(),
-                    vec![],
-                    format!("kill -9, down {down:.1?}, restarted"),
-                )
-            }
+            Episode::Kill { nodes, down } => self.kill_nodes(nodes, *down),
             Episode::Restart {
                 persist,
                 cut,
                 victim,
                 client,
-            } => {
-                let (nodes, held) = self.around_hold(cut, *client, *victim, |me| {
-                    let _ = me.nodes.kill(*victim);
-                    me.restart(&[*victim]);
-                });
-                (
-                    nodes,
-                    vec![*client],
-                    format!(
-                        "node {victim} kill -9 + restart ({}) while client {client} held the lock{held}; nodes {cut:?} cut off meanwhile",
-                        if *persist { "AOF always" } else { "no persistence" },
-                    ),
-                )
-            }
-            Episode::PauseNode { nodes, pause } => {
-                for &n in nodes {
-                    let _ = self.nodes.pause(n);
-                }
-                thread::sleep(*pause);
-                for &n in nodes {
-                    let _ = self.nodes.resume(n);
-                }
-                (nodes.clone(), vec![], format!("SIGSTOP for {pause:.1?}"))
-            }
-            Episode::KillMember { leader, pick, down } => {
-                let (n, role) = self.member(*leader, *pick);
-                let _ = self.nodes.kill(n);
-                thread::sleep(*down);
-                let restarted = self.nodes.restart(n).is_ok();
-                self.nodes.settle();
-                (
-                    vec![n],
-                    vec![],
-                    format!(
-                        "kill -9 of the {role}, down {down:.1?}, {}",
-                        if restarted {
-                            "restarted with its data"
-                        } else {
-                            "restart failed"
-                        }
-                    ),
-                )
-            }
+            } => self.restart_while_held(*persist, cut, *victim, *client),
+            Episode::PauseNode { nodes, pause } => self.pause_nodes(nodes, *pause),
+            Episode::KillMember { leader, pick, down } => self.kill_member(*leader, *pick, *down),
             Episode::PauseMember {
                 leader,
                 pick,
                 pause,
-            } => {
-                let (n, role) = self.member(*leader, *pick);
-                let _ = self.nodes.pause(n);
-                thread::sleep(*pause);
-                let _ = self.nodes.resume(n);
-                self.nodes.settle();
-                (
-                    vec![n],
-                    vec![],
-                    format!("SIGSTOP of the {role} for {pause:.1?}"),
-                )
-            }
+            } => self.pause_member(*leader, *pick, *pause),
             Episode::PauseClient {
                 client,
                 after_read,
@@ -467,42 +408,13 @@ impl Nemesis {
                 node,
                 client,
                 jump,
-            } => {
-                let (nodes, held) = self.around_hold(cut, *client, *node, |me| {
-                    me.offsets[*node] += jump.as_millis() as i64;
-                    let _ = me.nodes.set_clock_offset(*node, me.offsets[*node]);
-                });
-                (
-                    nodes,
-                    vec![*client],
-                    format!(
-                        "node {node} clock +{jump:.1?} while client {client} held the lock{held}; nodes {cut:?} cut off meanwhile",
-                    ),
-                )
-            }
-            Episode::ClockBackward { node, jump } => {
-                self.offsets[*node] -= jump.as_millis() as i64;
-                let _ = self.nodes.set_clock_offset(*node, self.offsets[*node]);
-                (vec![*node], vec![], format!("clock -{jump:.1?}"))
-            }
+            } => self.clock_forward_while_held(cut, *node, *client, *jump),
+            Episode::ClockBackward { node, jump } => self.clock_backward(*node, *jump),
             Episode::Latency {
                 nodes,
                 delay,
                 lasts,
-            } => {
-                for &n in nodes {
-                    self.proxies[n].set_delay(*delay);
-                }
-                thread::sleep(*lasts);
-                for &n in nodes {
-                    self.proxies[n].set_delay(Duration::ZERO);
-                }
-                (
-                    nodes.clone(),
-                    vec![],
-                    format!("+{delay:?} per request for {lasts:.1?}"),
-                )
-            }
+            } => self.add_latency(nodes, *delay, *lasts),
         };
         FaultEvent {
             kind: episode.kind(),
@@ -512,6 +424,135 @@ impl Nemesis {
             end_ns: self.now(),
             detail,
         }
+    }
+
+    /// `kill`: kill -9 of `nodes`, restarted after `down`.
+    fn kill_nodes(&mut self, nodes: &[usize], down: Duration) -> Affected {
+        for &n in nodes {
+            let _ = self.nodes.kill(n);
+        }
+        thread::sleep(down);
+        self.restart(nodes);
+        (
+            nodes.to_vec(),
+            vec![],
+            format!("kill -9, down {down:.1?}, restarted"),
+        )
+    }
+
+    /// `restart-nopersist` / `restart-persist`: `victim` killed and restarted at once while
+    /// `client` holds the lock taken without the `cut` nodes.
+    fn restart_while_held(
+        &mut self,
+        persist: bool,
+        cut: &[usize],
+        victim: usize,
+        client: u32,
+    ) -> Affected {
+        let (nodes, held) = self.around_hold(cut, client, victim, |me| {
+            let _ = me.nodes.kill(victim);
+            me.restart(&[victim]);
+        });
+        (
+            nodes,
+            vec![client],
+            format!(
+                "node {victim} kill -9 + restart ({}) while client {client} held the lock{held}; nodes {cut:?} cut off meanwhile",
+                if persist { "AOF always" } else { "no persistence" },
+            ),
+        )
+    }
+
+    /// `pause-node`: SIGSTOP of `nodes` for `pause`.
+    fn pause_nodes(&mut self, nodes: &[usize], pause: Duration) -> Affected {
+        for &n in nodes {
+            let _ = self.nodes.pause(n);
+        }
+        thread::sleep(pause);
+        for &n in nodes {
+            let _ = self.nodes.resume(n);
+        }
+        (nodes.to_vec(), vec![], format!("SIGSTOP for {pause:.1?}"))
+    }
+
+    /// etcd `kill` / `kill-leader`: kill -9 of a member, restarted with its data after `down`.
+    fn kill_member(&mut self, leader: bool, pick: usize, down: Duration) -> Affected {
+        let (n, role) = self.member(leader, pick);
+        let _ = self.nodes.kill(n);
+        thread::sleep(down);
+        let restarted = self.nodes.restart(n).is_ok();
+        self.nodes.settle();
+        (
+            vec![n],
+            vec![],
+            format!(
+                "kill -9 of the {role}, down {down:.1?}, {}",
+                if restarted {
+                    "restarted with its data"
+                } else {
+                    "restart failed"
+                }
+            ),
+        )
+    }
+
+    /// etcd `pause-node` / `pause-leader`: SIGSTOP of a member for `pause`.
+    fn pause_member(&mut self, leader: bool, pick: usize, pause: Duration) -> Affected {
+        let (n, role) = self.member(leader, pick);
+        let _ = self.nodes.pause(n);
+        thread::sleep(pause);
+        let _ = self.nodes.resume(n);
+        self.nodes.settle();
+        (
+            vec![n],
+            vec![],
+            format!("SIGSTOP of the {role} for {pause:.1?}"),
+        )
+    }
+
+    /// `clock-forward`: `node`'s clock jumps ahead by `jump` while `client` holds the lock taken
+    /// without the `cut` nodes.
+    fn clock_forward_while_held(
+        &mut self,
+        cut: &[usize],
+        node: usize,
+        client: u32,
+        jump: Duration,
+    ) -> Affected {
+        let (nodes, held) = self.around_hold(cut, client, node, |me| {
+            me.offsets[node] += jump.as_millis() as i64;
+            let _ = me.nodes.set_clock_offset(node, me.offsets[node]);
+        });
+        (
+            nodes,
+            vec![client],
+            format!(
+                "node {node} clock +{jump:.1?} while client {client} held the lock{held}; nodes {cut:?} cut off meanwhile",
+            ),
+        )
+    }
+
+    /// `clock-backward`: `node`'s clock jumps back by `jump`.
+    fn clock_backward(&mut self, node: usize, jump: Duration) -> Affected {
+        self.offsets[node] -= jump.as_millis() as i64;
+        let _ = self.nodes.set_clock_offset(node, self.offsets[node]);
+        (vec![node], vec![], format!("clock -{jump:.1?}"))
+    }
+
+    /// `latency`: `delay` added to each chunk sent to `nodes`, for `lasts`.
+    fn add_latency(&mut self, nodes: &[usize], delay: Duration, lasts: Duration) -> Affected {
+        for &n in nodes {
+            self.proxies[n].set_delay(delay);
+        }
+        thread::sleep(lasts);
+        for &n in nodes {
+            self.proxies[n].set_delay(Duration::ZERO);
+        }
+        (
+            nodes.to_vec(),
+            vec![],
+            format!("+{delay:?} per request for {lasts:.1?}"),
+        )
     }
 
     fn restart(&self, nodes: &[usize]) {
