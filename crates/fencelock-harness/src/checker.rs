@@ -572,17 +572,21 @@ pub fn check_validity(events: &[ClientEvent]) -> Vec<Violation> {
     // The lock is held from the grant to the earlier of the deadline and the release call; the
     // grant is stamped after the quorum answered and the release before any key is deleted, so
     // an overlap here is certain, not an artefact of when the stamps were taken.
+    // A grant stamped after its own validity ended (its client stopped between the quorum's
+    // answer and the stamp) held nothing in the stamped interval: its span is empty.
     let mut spans: Vec<(u64, u64, u32, u64)> = held
         .iter()
         .map(|(&(c, a), &(start, deadline, release))| {
             (start, release.map_or(deadline, |r| r.min(deadline)), c, a)
         })
+        .filter(|(start, end, _, _)| end > start)
         .collect();
     spans.sort();
     let mut out = Vec::new();
-    let mut open: Option<(u64, u32, u64)> = None; // (end, client, acq) of the longest-running span
+    // (end, client, acq, start) of the longest-running span
+    let mut open: Option<(u64, u32, u64, u64)> = None;
     for (start, end, client, acq) in spans {
-        if let Some((open_end, oc, oa)) = open {
+        if let Some((open_end, oc, oa, ostart)) = open {
             if start < open_end && oc != client {
                 out.push(Violation {
                     kind: ViolationKind::OverlappingValidity,
@@ -594,17 +598,37 @@ pub fn check_validity(events: &[ClientEvent]) -> Vec<Violation> {
                         "client {client} (acquisition {acq}) was granted the lock {:.1} ms before client {oc}'s lock (acquisition {oa}) ended its validity",
                         (open_end - start) as f64 / 1e6
                     ),
-                    since_ns: None,
+                    since_ns: Some(ostart),
                 });
             }
             if end > open_end {
-                open = Some((end, client, acq));
+                open = Some((end, client, acq, start));
             }
         } else {
-            open = Some((end, client, acq));
+            open = Some((end, client, acq, start));
         }
     }
     out
+}
+
+/// The overlaps (from [`check_validity`]) that no clock jump explains: between the two grants,
+/// no `clock-forward` or `clock-backward` episode was in progress. Redlock's mutual exclusion
+/// rests on the nodes' clocks, so a jump can break it (docs/guarantees.md says so); a restart
+/// without persistence must not, once restart quarantine is on. A mode with quarantine fails on
+/// any of these.
+pub fn exclusion_violations(overlaps: &[Violation], faults: &[FaultEvent]) -> Vec<Violation> {
+    overlaps
+        .iter()
+        .filter(|v| {
+            let from = v.since_ns.unwrap_or(v.mono_ns);
+            !faults.iter().any(|f| {
+                FaultClass::ClockJump.kinds().contains(&f.kind)
+                    && f.start_ns <= v.mono_ns
+                    && f.end_ns >= from
+            })
+        })
+        .cloned()
+        .collect()
 }
 
 /// A class of faults without which a fenced run shows little: the cases fencing exists for.
@@ -950,6 +974,50 @@ mod tests {
             ev(1, 1, 20 * ms, EventKind::ReleaseStart),
         ];
         assert!(check_validity(&fine).is_empty());
+    }
+
+    #[test]
+    fn an_overlap_counts_against_exclusion_unless_a_clock_jump_was_in_progress() {
+        let ms = 1_000_000u64;
+        let ok = |deadline_ms: u64| EventKind::AcquireOk {
+            token: None,
+            deadline_ns: deadline_ms * ms,
+            attempt_ns: None,
+        };
+        // The job (client 1, 3 s TTL) granted at 100 ms; an application client (500 ms TTL)
+        // granted at 700 ms, inside the job's validity.
+        let events = vec![
+            ev(1, 1, 100 * ms, ok(3000)),
+            ev(0, 1, 700 * ms, ok(1190)),
+            ev(0, 1, 710 * ms, EventKind::ReleaseStart),
+            ev(1, 1, 1900 * ms, EventKind::ReleaseStart),
+        ];
+        let overlaps = check_validity(&events);
+        assert_eq!(overlaps.len(), 1, "{overlaps:#?}");
+        assert_eq!(overlaps[0].since_ns, Some(100 * ms));
+        let during = |kind, start_ms: u64, end_ms: u64| FaultEvent {
+            start_ns: start_ms * ms,
+            end_ns: end_ms * ms,
+            ..FaultEvent::of_kinds(&[kind]).remove(0)
+        };
+        // A restart without persistence between the grants: quarantine had to prevent it.
+        let restart = [during(FaultKind::RestartNopersist, 50, 2000)];
+        assert_eq!(exclusion_violations(&overlaps, &restart).len(), 1);
+        // A forward clock jump in progress explains it; one that ended before does not.
+        let jump = [during(FaultKind::ClockForward, 50, 2000)];
+        assert!(exclusion_violations(&overlaps, &jump).is_empty());
+        let earlier = [during(FaultKind::ClockForward, 0, 90)];
+        assert_eq!(exclusion_violations(&overlaps, &earlier).len(), 1);
+        // A grant stamped after its own validity ended (a pause before the stamp) holds
+        // nothing in the stamped interval: no overlap with the grant made meanwhile.
+        // Client 0 was granted at about 0 (valid until 990) and stopped before its stamp;
+        // client 1 was granted at 1000, after that validity; client 0 stamps at 1500.
+        let late_stamp = vec![
+            ev(1, 1, 1000 * ms, ok(1990)),
+            ev(0, 1, 1500 * ms, ok(990)),
+            ev(0, 1, 1510 * ms, EventKind::ReleaseStart),
+        ];
+        assert!(check_validity(&late_stamp).is_empty());
     }
 
     #[test]

@@ -65,6 +65,12 @@ struct RunArgs {
     /// Lock TTL (etcd rounds it up to whole seconds).
     #[arg(long, value_parser = humantime::parse_duration, default_value = "1s")]
     ttl: Duration,
+    /// Clients with different TTLs on one node set: the TTLs, dealt to the clients in turn
+    /// (`500ms,3s`: clients 0 and 2 get 500ms, client 1 3s). Staged restarts and clock jumps then
+    /// happen while the client with the longest TTL (the job) holds the lock. Default: every
+    /// client uses --ttl.
+    #[arg(long, value_delimiter = ',', value_parser = humantime::parse_duration)]
+    ttl_mix: Vec<Duration>,
     /// Per-node timeout.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "50ms")]
     node_timeout: Duration,
@@ -152,6 +158,9 @@ fn run_modes(args: RunArgs) -> anyhow::Result<ExitCode> {
     if args.clients < 2 {
         bail!("--clients must be at least 2: a violation needs two holders");
     }
+    if args.ttl_mix.iter().any(Duration::is_zero) || args.ttl.is_zero() {
+        bail!("--ttl and --ttl-mix take TTLs above zero, e.g. --ttl-mix 500ms,3s");
+    }
     let stop = match (args.acquisitions, args.duration) {
         (Some(n), _) => StopAt::Acquisitions(n),
         (None, Some(d)) => StopAt::Duration(d),
@@ -163,6 +172,7 @@ fn run_modes(args: RunArgs) -> anyhow::Result<ExitCode> {
         max_duration: args.max_duration,
         seed: args.seed,
         ttl: args.ttl,
+        ttl_mix: args.ttl_mix.clone(),
         node_timeout: args.node_timeout,
         window: args.window,
         faults: args.faults.clone(),

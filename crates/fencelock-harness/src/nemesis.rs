@@ -155,6 +155,10 @@ pub struct Plan {
     clients: u32,
     ttl: Duration,
     aof_node: Option<usize>,
+    /// Each client's TTL, when they differ (see [`Plan::with_client_ttls`]).
+    client_ttls: Vec<Duration>,
+    /// The client with the longest TTL (the job), when the TTLs differ.
+    job: Option<u32>,
 }
 
 impl Plan {
@@ -177,7 +181,32 @@ impl Plan {
             clients: clients.max(1),
             ttl,
             aof_node: mode.aof_node(),
+            client_ttls: Vec::new(),
+            job: None,
         }
+    }
+
+    /// Clients with different TTLs on one node set (`ttls[id]`; the plan's own TTL paces the
+    /// episodes). A client pause then lasts 2-3 of the paused client's TTLs, and the staged
+    /// restarts and clock jumps happen while the client with the longest TTL (the job) holds the
+    /// lock: the case where a restarted node must stay out for the job's TTL, not the asking
+    /// client's.
+    pub fn with_client_ttls(mut self, ttls: Vec<Duration>) -> Plan {
+        let longest = ttls.iter().copied().max();
+        self.job = longest
+            .filter(|l| ttls.iter().any(|t| t != l))
+            .and_then(|l| ttls.iter().position(|t| *t == l))
+            .and_then(|i| u32::try_from(i).ok());
+        self.client_ttls = ttls;
+        self
+    }
+
+    /// Client `client`'s TTL.
+    fn client_ttl(&self, client: u32) -> Duration {
+        self.client_ttls
+            .get(client as usize)
+            .copied()
+            .unwrap_or(self.ttl)
     }
 
     fn ttls(&mut self, lo: f64, hi: f64) -> Duration {
@@ -231,6 +260,8 @@ impl Plan {
         let gap = self.ttls(0.2, 1.0);
         let kind = self.deal();
         let client = self.rng.u32(..self.clients);
+        // The holder of a staged episode: the job, when the clients' TTLs differ.
+        let holder = self.job.unwrap_or(client);
         // Partitions are staged only with several nodes: with one, there is no "rest".
         let cut_size = if self.nodes > 1 { self.minority() } else { 0 };
         let episode = match kind {
@@ -268,7 +299,7 @@ impl Plan {
                     persist,
                     cut: self.pick(cut_size, &[victim]),
                     victim,
-                    client,
+                    client: holder,
                 }
             }
             FaultKind::PauseNode | FaultKind::PauseLeader => {
@@ -281,14 +312,15 @@ impl Plan {
             FaultKind::PauseClient => Episode::PauseClient {
                 client,
                 after_read: self.rng.u8(..3) != 0,
-                pause: self.ttls(2.0, 3.0),
+                // 2-3 of the paused client's own TTLs (as `ttls(2.0, 3.0)` with one TTL).
+                pause: self.client_ttl(client).mul_f64(2.0 + self.rng.f64()),
             },
             FaultKind::ClockForward => {
                 let node = self.rng.usize(..self.nodes);
                 Episode::ClockForward {
                     cut: self.pick(cut_size, &[node]),
                     node,
-                    client,
+                    client: holder,
                     jump: self.ttls(3.0, 10.0),
                 }
             }
@@ -320,8 +352,10 @@ pub struct Nemesis {
     pub clients: Vec<u32>,
     /// The clients' control directory.
     pub dir: PathBuf,
-    /// The lock TTL.
+    /// The lock TTL (the shortest, when the clients' TTLs differ).
     pub ttl: Duration,
+    /// Each client's TTL (empty: every client uses `ttl`).
+    pub client_ttls: Vec<Duration>,
     /// The run's epoch on `CLOCK_MONOTONIC`.
     pub epoch_ns: u64,
     /// Each node's current clock offset.
@@ -362,6 +396,14 @@ fn wait_for(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
 impl Nemesis {
     fn now(&self) -> u64 {
         mono::now_ns().saturating_sub(self.epoch_ns)
+    }
+
+    /// Client `client`'s TTL.
+    fn client_ttl(&self, client: u32) -> Duration {
+        self.client_ttls
+            .get(client as usize)
+            .copied()
+            .unwrap_or(self.ttl)
     }
 
     /// Runs episodes from `plan` until `stop` is set; each finished episode goes to `record`.
@@ -610,7 +652,9 @@ impl Nemesis {
             self.proxies[n].cut();
         }
         let _ = client::send(&self.dir, client, Request::LongHold);
-        let held = wait_for(self.ttl * 5, || client::holding(&self.dir, client));
+        let held = wait_for(self.client_ttl(client) * 5, || {
+            client::holding(&self.dir, client)
+        });
         if !held {
             // Not taken in time: withdraw it (if it was taken just now, the hold runs anyway).
             client::withdraw(&self.dir, client, Request::LongHold);
@@ -619,7 +663,9 @@ impl Nemesis {
     }
 
     fn finish_hold(&self, client: u32) {
-        wait_for(self.ttl, || !client::holding(&self.dir, client));
+        wait_for(self.client_ttl(client), || {
+            !client::holding(&self.dir, client)
+        });
     }
 
     fn pause_client(&self, client: u32, after_read: bool, pause: Duration) -> String {
@@ -628,7 +674,7 @@ impl Nemesis {
         };
         if after_read {
             let _ = client::send(&self.dir, client, Request::Pause);
-            let taken = wait_for(self.ttl * 5, || {
+            let taken = wait_for(self.client_ttl(client) * 5, || {
                 client::taken(&self.dir, client, Request::Pause)
             });
             if !taken && client::withdraw(&self.dir, client, Request::Pause) {
@@ -752,6 +798,36 @@ mod tests {
             FaultKind::ALL.len() - 2,
             "all but the leader faults"
         );
+    }
+
+    #[test]
+    fn with_mixed_ttls_the_job_holds_through_staged_faults_and_pauses_follow_each_ttl() {
+        let ms = Duration::from_millis;
+        let ttls = vec![ms(500), ms(3000), ms(500)];
+        let mut plan = Plan::new(5, &FaultKind::ALL, Mode::RedlockQuarantine, 3, ms(500))
+            .with_client_ttls(ttls.clone());
+        let mut staged = 0;
+        for _ in 0..300 {
+            match plan.next_episode().unwrap().1 {
+                Episode::Restart { client, .. } | Episode::ClockForward { client, .. } => {
+                    assert_eq!(client, 1, "the job holds");
+                    staged += 1;
+                }
+                Episode::PauseClient { client, pause, .. } => {
+                    let ttl = ttls[client as usize];
+                    assert!(pause >= ttl * 2 && pause <= ttl * 3, "{client}: {pause:?}");
+                }
+                _ => {}
+            }
+        }
+        assert!(staged > 0);
+        // One TTL for all: no job, the same schedule as without the setting.
+        let mut same = Plan::new(5, &FaultKind::ALL, Mode::RedlockQuarantine, 3, ms(500))
+            .with_client_ttls(vec![ms(500); 3]);
+        let mut plain = Plan::new(5, &FaultKind::ALL, Mode::RedlockQuarantine, 3, ms(500));
+        for _ in 0..100 {
+            assert_eq!(same.next_episode(), plain.next_episode());
+        }
     }
 
     #[test]

@@ -14,13 +14,13 @@ pub fn text(run: &ModeRun) -> String {
     let on = |b: bool| if b { "on" } else { "off" };
     let _ = writeln!(
         out,
-        "mode {}: {} node(s), {} clients, fencing {}, quarantine {}, ttl {:?}, ran {:.1} s",
+        "mode {}: {} node(s), {} clients, fencing {}, quarantine {}, {}, ran {:.1} s",
         s.mode,
         s.nodes,
         s.clients,
         on(s.fencing),
         on(s.quarantine),
-        run.ttl,
+        ttls(run),
         s.seconds
     );
     let faults: Vec<String> = s.faults.iter().map(|(k, v)| format!("{k} {v}")).collect();
@@ -78,8 +78,9 @@ pub fn text(run: &ModeRun) -> String {
     );
     let _ = writeln!(
         out,
-        "  lock: {} grant(s) inside another client's validity; {} grant(s) with a token not above an earlier, ended grant's{}",
+        "  lock: {} grant(s) inside another client's validity ({} with no clock jump in progress); {} grant(s) with a token not above an earlier, ended grant's{}",
         s.overlapping_validity,
+        s.exclusion_violations,
         s.grant_order,
         if s.grant_order_faults.is_empty() {
             String::new()
@@ -105,10 +106,43 @@ pub fn text(run: &ModeRun) -> String {
     out
 }
 
+/// `ttl 1s`, or with clients of different TTLs `ttls 500ms (clients 0, 2), 3s (client 1)`.
+fn ttls(run: &ModeRun) -> String {
+    let mut by_ttl: std::collections::BTreeMap<std::time::Duration, Vec<String>> =
+        std::collections::BTreeMap::new();
+    for (id, t) in run.client_ttls.iter().enumerate() {
+        by_ttl.entry(*t).or_default().push(id.to_string());
+    }
+    if by_ttl.len() <= 1 {
+        return format!("ttl {:?}", run.ttl);
+    }
+    let parts: Vec<String> = by_ttl
+        .iter()
+        .map(|(t, ids)| {
+            let who = if ids.len() == 1 { "client" } else { "clients" };
+            format!("{t:?} ({who} {})", ids.join(", "))
+        })
+        .collect();
+    format!("ttls {}", parts.join(", "))
+}
+
 /// The verdict line. A fenced mode passes only when its tokens followed the order of the grants,
 /// the fenced record took no stale, superseded or duplicate-token row and lost nothing, and the
 /// faults that make this meaningful fired.
 pub fn verdict(s: &ModeSummary) -> String {
+    if s.quarantine && s.exclusion_violations > 0 {
+        return format!(
+            "UNSAFE: mutual exclusion: {} grant(s) inside another client's validity with no clock jump in progress (restart quarantine must keep a restarted node out until every lock it may have forgotten has expired){}",
+            s.exclusion_violations,
+            match verdict(&ModeSummary {
+                exclusion_violations: 0,
+                ..s.clone()
+            }) {
+                rest if rest.starts_with("UNSAFE: ") => format!("; {}", &rest["UNSAFE: ".len()..]),
+                _ => String::new(),
+            }
+        );
+    }
     if !s.fencing {
         return if s.fenced_record_violations == 0 {
             "no violation found on the fenced record in this run (no fencing)".to_owned()
@@ -473,5 +507,25 @@ mod tests {
             "superseded_writes": 1, "fenced_record_violations": 1, "fenced_failures": 1
         })));
         assert_eq!(stale, "UNSAFE: 1 superseded write(s) accepted");
+    }
+
+    #[test]
+    fn a_quarantine_run_fails_on_an_overlap_no_clock_jump_explains() {
+        let overlap = verdict(&summary(serde_json::json!({
+            "quarantine": true, "overlapping_validity": 3, "exclusion_violations": 1
+        })));
+        assert!(
+            overlap.starts_with("UNSAFE: mutual exclusion: 1 grant(s)"),
+            "{overlap}"
+        );
+        // Overlaps within clock jumps alone do not fail it, nor any overlap without quarantine.
+        let jumps = verdict(&summary(serde_json::json!({
+            "quarantine": true, "overlapping_validity": 3
+        })));
+        assert!(jumps.starts_with("SAFE"), "{jumps}");
+        let fenced = verdict(&summary(serde_json::json!({
+            "overlapping_validity": 3, "exclusion_violations": 3
+        })));
+        assert!(fenced.starts_with("SAFE"), "{fenced}");
     }
 }

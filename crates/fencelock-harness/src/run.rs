@@ -44,6 +44,9 @@ pub struct RunOptions {
     pub seed: u64,
     /// Lock TTL.
     pub ttl: Duration,
+    /// Per-client TTLs on the one node set, dealt to the clients in turn (empty: every client
+    /// uses `ttl`).
+    pub ttl_mix: Vec<Duration>,
     /// Per-node timeout.
     pub node_timeout: Duration,
     /// The race window between a client's reads and writes.
@@ -67,8 +70,11 @@ pub struct ModeRun {
     pub nodes: usize,
     /// Client count.
     pub clients: u32,
-    /// TTL (as the mode ran it: whole seconds for etcd).
+    /// TTL (as the mode ran it: whole seconds for etcd); the shortest when the clients' TTLs
+    /// differ (it paces the nemesis).
     pub ttl: Duration,
+    /// Each client's TTL, as the mode ran it.
+    pub client_ttls: Vec<Duration>,
     /// Fault kinds asked for that the mode cannot take, and why.
     pub skipped: Vec<(FaultKind, &'static str)>,
     /// Wall time the workload ran.
@@ -81,6 +87,9 @@ pub struct ModeRun {
     pub findings: Findings,
     /// Fault classes the mode can take that never fired (a fenced run fails on any).
     pub uncovered: Vec<FaultClass>,
+    /// Grants inside another client's validity with no clock jump in progress (a mode with
+    /// restart quarantine fails on any).
+    pub exclusion: Vec<Violation>,
 }
 
 /// The per-mode summary (`--json`).
@@ -96,8 +105,11 @@ pub struct ModeSummary {
     pub fencing: bool,
     /// Whether quarantine was on.
     pub quarantine: bool,
-    /// The lock TTL the mode ran with, ms.
+    /// The lock TTL the mode ran with, ms (the shortest, when the clients' TTLs differ).
     pub ttl_ms: u64,
+    /// Each client's TTL, ms.
+    #[serde(default)]
+    pub client_ttls_ms: Vec<u64>,
     /// Seconds the workload ran.
     pub seconds: f64,
     /// Faults injected, by kind.
@@ -127,6 +139,10 @@ pub struct ModeSummary {
     pub counter_lost_updates: i64,
     /// Grants within another client's validity.
     pub overlapping_validity: usize,
+    /// Of those, the ones with no clock jump in progress between the two grants: what restart
+    /// quarantine must prevent (a mode with quarantine fails on any).
+    #[serde(default)]
+    pub exclusion_violations: usize,
     /// Grants whose token was not above the token of a grant that had ended before them.
     pub grant_order: usize,
     /// The fault kinds in progress around each grant-order violation, by kind.
@@ -161,6 +177,11 @@ impl ModeRun {
             fencing: self.mode.fencing(),
             quarantine: self.mode.quarantine(),
             ttl_ms: self.ttl.as_millis() as u64,
+            client_ttls_ms: self
+                .client_ttls
+                .iter()
+                .map(|t| t.as_millis() as u64)
+                .collect(),
             seconds: self.elapsed.as_secs_f64(),
             faults,
             skipped_faults: self
@@ -179,6 +200,7 @@ impl ModeRun {
             counter_stale_reads: f.counter.stale_reads.len(),
             counter_lost_updates: f.counter.lost_updates,
             overlapping_validity: f.overlapping_validity.len(),
+            exclusion_violations: self.exclusion.len(),
             grant_order: f.grant_order.len(),
             grant_order_faults: checker::inversion_suspects(&f.grant_order, &self.faults),
             superseded_writes: f.superseded_writes.len(),
@@ -192,9 +214,13 @@ impl ModeRun {
 
     /// Whether the run fails: a fenced mode whose fenced record was harmed, whose tokens broke
     /// the order of the grants or repeated, or whose faults did not include every class the
-    /// mode can take (then a clean history proves little).
+    /// mode can take (then a clean history proves little); a mode with restart quarantine whose
+    /// lock was granted inside another client's validity with no clock jump to explain it.
     pub fn failed(&self) -> bool {
-        self.mode.fencing() && (self.findings.fenced_failures() > 0 || !self.uncovered.is_empty())
+        let fenced = self.mode.fencing()
+            && (self.findings.fenced_failures() > 0 || !self.uncovered.is_empty());
+        let exclusion = self.mode.quarantine() && !self.exclusion.is_empty();
+        fenced || exclusion
     }
 }
 
@@ -329,7 +355,14 @@ pub fn run_mode(mode: Mode, opts: &RunOptions) -> io::Result<ModeRun> {
     }
     let control = nemesis::control_dir(&dir);
     fs::create_dir_all(&control)?;
-    let ttl = mode.ttl(opts.ttl);
+    let client_ttls = client_ttls(mode, opts);
+    // The shortest TTL paces the nemesis; the longest bounds every wait on a client.
+    let ttl = client_ttls
+        .iter()
+        .copied()
+        .min()
+        .unwrap_or(mode.ttl(opts.ttl));
+    let longest = client_ttls.iter().copied().max().unwrap_or(ttl);
     let skipped: Vec<(FaultKind, &'static str)> = opts
         .faults
         .iter()
@@ -351,7 +384,9 @@ pub fn run_mode(mode: Mode, opts: &RunOptions) -> io::Result<ModeRun> {
         // Restart quarantine cannot tell a node that just started from one that just restarted:
         // every fresh node is excluded until its uptime reaches the TTL. Redis reports uptime in
         // whole seconds (rounded down), so after TTL + 1 s every node reports at least the TTL.
-        thread::sleep(ttl + Duration::from_secs(1));
+        // The longest TTL: a fresh node holds no TTL record yet, so a client judges it by its
+        // own TTL, and the job's is the longest.
+        thread::sleep(longest + Duration::from_secs(1));
     }
     let epoch = mono::now_ns();
     let started = Instant::now();
@@ -360,7 +395,7 @@ pub fn run_mode(mode: Mode, opts: &RunOptions) -> io::Result<ModeRun> {
         children.push(spawn_client(
             opts,
             mode,
-            ttl,
+            client_ttls[id as usize],
             id,
             &urls.join(","),
             &db,
@@ -381,6 +416,7 @@ pub fn run_mode(mode: Mode, opts: &RunOptions) -> io::Result<ModeRun> {
             clients: children.iter().map(Child::id).collect(),
             dir: control.clone(),
             ttl,
+            client_ttls: client_ttls.clone(),
             epoch_ns: epoch,
             offsets: vec![0; nodes.len()],
         };
@@ -390,7 +426,8 @@ pub fn run_mode(mode: Mode, opts: &RunOptions) -> io::Result<ModeRun> {
             mode,
             opts.clients,
             ttl,
-        );
+        )
+        .with_client_ttls(client_ttls.clone());
         let (stop, faults) = (stop.clone(), faults.clone());
         thread::spawn(move || {
             nemesis.run(plan, &stop, |e| {
@@ -447,7 +484,7 @@ pub fn run_mode(mode: Mode, opts: &RunOptions) -> io::Result<ModeRun> {
     let elapsed = started.elapsed();
     stop.store(true, Ordering::SeqCst);
     let _ = nemesis_thread.join();
-    stop_clients(&control, &mut children, ttl);
+    stop_clients(&control, &mut children, longest);
     outcome?;
     drop(proxies);
     drop(runtime);
@@ -479,11 +516,14 @@ pub fn run_mode(mode: Mode, opts: &RunOptions) -> io::Result<ModeRun> {
         .filter(|k| mode.skips(*k).is_none())
         .collect();
     let uncovered = checker::uncovered(&can_take, &faults);
+    let exclusion = checker::exclusion_violations(&findings.overlapping_validity, &faults);
     Ok(ModeRun {
         mode,
         nodes: mode.nodes(),
         clients: opts.clients,
         ttl,
+        client_ttls,
+        exclusion,
         skipped,
         elapsed,
         faults,
@@ -491,6 +531,16 @@ pub fn run_mode(mode: Mode, opts: &RunOptions) -> io::Result<ModeRun> {
         findings,
         uncovered,
     })
+}
+
+/// Each client's TTL as `mode` runs it: `ttl_mix` dealt in turn, or `ttl` for all.
+fn client_ttls(mode: Mode, opts: &RunOptions) -> Vec<Duration> {
+    (0..opts.clients as usize)
+        .map(|id| match opts.ttl_mix.as_slice() {
+            [] => mode.ttl(opts.ttl),
+            mix => mode.ttl(mix[id % mix.len()]),
+        })
+        .collect()
 }
 
 /// Asks the clients to stop, wakes any that is stopped, waits, and kills the stragglers.
