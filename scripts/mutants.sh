@@ -83,6 +83,19 @@ mutant quorum-of-one "one node's grant counts as a quorum" \
   's/pub fn quorum\(n: usize\) -> usize \{\n    n \/ 2 \+ 1\n/pub fn quorum(_n: usize) -> usize {\n    1\n/' \
   "-p fencelock-cli --test bench contended_sections_never_overlap_and_every_increment_counts"
 
+mutant quarantine-own-ttl "restart quarantine sized by the asking client's own TTL, not the longest TTL in use (issue 13's finding 2)" \
+  crates/fencelock/src/redis/mod.rs \
+  's/info\.resolve\(longest\.max\(nodes\[i\]\.quarantine\(\)\.own_ttl\)\)/info.resolve(nodes[i].quarantine().own_ttl)/' \
+  "-p fencelock-harness --test harness clients_with_different_ttls_never_hold_at_once_across_restarts_without_persistence"
+mutant run-no-subreaper "fencelock run's guard and supervisor are not child subreapers: a background job of the command escapes them" \
+  crates/fencelock-cli/src/guard.rs \
+  's/unsafe \{ libc::prctl\(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0\) \};/\/\/ mutant: not a subreaper/' \
+  "-p fencelock-harness --test harness run_never_lets_two_holders_processes_run_at_once"
+mutant run-guard-spares-orphans "when the supervisor dies, fencelock run's guard waits for the command's processes instead of killing them" \
+  crates/fencelock-cli/src/guard.rs \
+  's/(The supervisor is gone, and with it the lock\x27s keeper: nothing may run on\.\n)(\s*)kill_tree\(me, libc::SIGKILL, true\);/$1$2\/\/ mutant: nothing killed/' \
+  "-p fencelock-harness --test harness run_never_lets_two_holders_processes_run_at_once"
+
 mutant bench-counter-alone "the bench's sections run after the release and overlaps are not counted: only the counter can tell" \
   crates/fencelock-cli/src/bench.rs \
   's/if self\.inside\.fetch_add\(1, Ordering::AcqRel\) > 0 \{\n\s*self\.overlaps\.fetch_add\(1, Ordering::AcqRel\);\n\s*\}/let _ = self.inside.fetch_add(1, Ordering::AcqRel);/; s/(if !shared\.section\(number, &mut counter, &counter_key\)\.await \{\n\s*errors \+= 1;\n\s*\}\n\s*mine \+= 1;\n)(\s*)(if !contender\.give\(&key, held\)\.await \{\n\s*errors \+= 1;\n\s*\}\n)/$2$3$2$1/' \

@@ -54,6 +54,8 @@ pub enum ViolationKind {
     GrantOrder,
     /// A fenced write committed after a row of a holder granted after the writer's validity.
     SupersededWrite,
+    /// `run` mode: a process of one holder's command alive after another holder's started.
+    ProcessOverlap,
 }
 
 /// One violation, located in the history.
@@ -132,8 +134,31 @@ pub struct Findings {
     pub grant_order: Vec<Violation>,
     /// Fenced writes accepted after a later holder's row was committed.
     pub superseded_writes: Vec<Violation>,
+    /// `run` mode: processes of two holders' commands alive at once.
+    #[serde(default)]
+    pub process_overlaps: Vec<Violation>,
+    /// `run` mode: what the commands' processes did.
+    #[serde(default)]
+    pub commands: CommandFindings,
     /// Liveness.
     pub liveness: Liveness,
+}
+
+/// `run` mode: what the commands and their processes did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommandFindings {
+    /// Commands whose processes started (holders).
+    pub holders: u64,
+    /// Processes started, by name (`main`, `bg`, `setsid`).
+    pub processes: BTreeMap<String, u64>,
+    /// Processes that stamped their start but not their end (killed).
+    pub killed: u64,
+    /// Supervisors that died of SIGKILL.
+    pub supervisors_killed: u64,
+    /// Of those, the ones whose command had started (its processes had to be killed with it).
+    pub supervisors_killed_holding: u64,
+    /// `fencelock run` exit codes, by code (`signal 9` for a SIGKILL).
+    pub exits: BTreeMap<String, u64>,
 }
 
 impl Findings {
@@ -189,6 +214,7 @@ impl Findings {
             .chain(&self.counter.interleaved)
             .chain(&self.counter.stale_reads)
             .chain(&self.overlapping_validity)
+            .chain(&self.process_overlaps)
     }
 }
 
@@ -216,8 +242,138 @@ pub fn check(history: &History) -> Findings {
         overlapping_validity: check_validity(&history.events),
         grant_order: check_grant_order(&grants),
         superseded_writes: check_superseded(&fenced_rows, &grants),
+        process_overlaps: check_processes(&history.events),
+        commands: commands(&history.events),
         liveness: liveness(&history.events),
     }
+}
+
+/// One process of a `run` command, as its own stamps show it: alive from `first` to `last`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ProcSpan {
+    first: u64,
+    last: u64,
+    client: u32,
+    acq: u64,
+    proc: String,
+    pid: u32,
+}
+
+/// The processes of the `run` mode's commands, from their stamps.
+fn proc_spans(events: &[ClientEvent]) -> Vec<ProcSpan> {
+    let mut by_proc: HashMap<(u32, u64, u32), ProcSpan> = HashMap::new();
+    for e in events {
+        let (pid, name) = match &e.kind {
+            EventKind::ProcStart { proc, pid } => (*pid, Some(proc)),
+            EventKind::ProcBeat { pid } | EventKind::ProcEnd { pid } => (*pid, None),
+            _ => continue,
+        };
+        let span = by_proc
+            .entry((e.client, e.acq, pid))
+            .or_insert_with(|| ProcSpan {
+                first: e.mono_ns,
+                last: e.mono_ns,
+                client: e.client,
+                acq: e.acq,
+                proc: String::new(),
+                pid,
+            });
+        span.first = span.first.min(e.mono_ns);
+        span.last = span.last.max(e.mono_ns);
+        if let Some(name) = name {
+            span.proc.clone_from(name);
+        }
+    }
+    let mut spans: Vec<ProcSpan> = by_proc.into_values().collect();
+    spans.sort_by_key(|s| (s.first, s.last, s.client, s.acq, s.pid));
+    spans
+}
+
+/// `run` mode: processes of two different holders (one `fencelock run` each) alive at once. A
+/// process is certainly alive between its first and last stamp, so a stamp of one holder's
+/// process after another holder's process stamped its start is two holders at once: a process
+/// still running after the lock had passed on (a background job the lock was released under, or
+/// one that outlived its killed supervisor). Reports at least one violation whenever any two
+/// holders' spans overlap.
+pub fn check_processes(events: &[ClientEvent]) -> Vec<Violation> {
+    let mut out = Vec::new();
+    // The span with the latest end so far.
+    let mut open: Option<ProcSpan> = None;
+    for s in proc_spans(events) {
+        if let Some(o) = &open {
+            if s.first < o.last && (o.client, o.acq) != (s.client, s.acq) {
+                out.push(Violation {
+                    kind: ViolationKind::ProcessOverlap,
+                    record: None,
+                    seq: None,
+                    mono_ns: s.first,
+                    clients: vec![s.client, o.client],
+                    detail: format!(
+                        "process {} (pid {}) of client {}'s command (acquisition {}) was still running at {:.3} s, {:.1} ms after process {} (pid {}) of client {}'s command (acquisition {}) had started: two holders' processes at once",
+                        o.proc,
+                        o.pid,
+                        o.client,
+                        o.acq,
+                        o.last as f64 / 1e9,
+                        (o.last - s.first) as f64 / 1e6,
+                        s.proc,
+                        s.pid,
+                        s.client,
+                        s.acq
+                    ),
+                    since_ns: Some(o.first),
+                });
+            }
+        }
+        if open.as_ref().is_none_or(|o| s.last > o.last) {
+            open = Some(s);
+        }
+    }
+    out
+}
+
+/// `run` mode: holders, processes by name, killed processes and supervisors.
+pub fn commands(events: &[ClientEvent]) -> CommandFindings {
+    let mut f = CommandFindings::default();
+    let spans = proc_spans(events);
+    let mut ended: BTreeSet<(u32, u64, u32)> = BTreeSet::new();
+    let mut holders: BTreeSet<(u32, u64)> = BTreeSet::new();
+    for e in events {
+        match &e.kind {
+            EventKind::ProcEnd { pid } => {
+                ended.insert((e.client, e.acq, *pid));
+            }
+            EventKind::RunExit { code, signal } => {
+                let key = match (code, signal) {
+                    (Some(c), _) => format!("exit {c}"),
+                    (None, Some(s)) => format!("signal {s}"),
+                    (None, None) => "unknown".to_owned(),
+                };
+                *f.exits.entry(key).or_default() += 1;
+            }
+            _ => {}
+        }
+    }
+    for s in &spans {
+        holders.insert((s.client, s.acq));
+        *f.processes.entry(s.proc.clone()).or_default() += 1;
+        if !ended.contains(&(s.client, s.acq, s.pid)) {
+            f.killed += 1;
+        }
+    }
+    f.holders = holders.len() as u64;
+    for e in events {
+        if let EventKind::RunExit {
+            signal: Some(9), ..
+        } = e.kind
+        {
+            f.supervisors_killed += 1;
+            if holders.contains(&(e.client, e.acq)) {
+                f.supervisors_killed_holding += 1;
+            }
+        }
+    }
+    f
 }
 
 /// One grant, as its client saw it.
@@ -641,14 +797,17 @@ pub enum FaultClass {
     ClockJump,
     /// A node restarted (`restart-nopersist`, `restart-persist`, `kill`, `kill-leader`).
     Restart,
+    /// A `fencelock run` supervisor killed with SIGKILL (`kill-supervisor`, the `run` mode).
+    SupervisorKill,
 }
 
 impl FaultClass {
     /// Every class.
-    pub const ALL: [FaultClass; 3] = [
+    pub const ALL: [FaultClass; 4] = [
         FaultClass::ClientPause,
         FaultClass::ClockJump,
         FaultClass::Restart,
+        FaultClass::SupervisorKill,
     ];
 
     /// The fault kinds of the class.
@@ -662,6 +821,7 @@ impl FaultClass {
                 FaultKind::Kill,
                 FaultKind::KillLeader,
             ],
+            FaultClass::SupervisorKill => &[FaultKind::KillSupervisor],
         }
     }
 
@@ -671,6 +831,7 @@ impl FaultClass {
             FaultClass::ClientPause => "client pause past the TTL",
             FaultClass::ClockJump => "clock jump",
             FaultClass::Restart => "node restart",
+            FaultClass::SupervisorKill => "supervisor kill",
         }
     }
 }
@@ -735,6 +896,18 @@ pub fn liveness(events: &[ClientEvent]) -> Liveness {
                 live.stale_rejected += 1;
             }
             EventKind::Release { ok: false, .. } => live.releases_lost += 1,
+            // `run` mode: the command's main process started, so the lock was granted.
+            EventKind::ProcStart { proc, .. } if proc == crate::runcmd::MAIN => {
+                live.grants += 1;
+                if let Some(s) = started.get(&key) {
+                    latencies.push(e.mono_ns.saturating_sub(*s));
+                }
+            }
+            EventKind::RunExit {
+                code: Some(code), ..
+            } if *code != 0 => {
+                *live.failures.entry(format!("run exit {code}")).or_default() += 1;
+            }
             _ => {}
         }
     }

@@ -10,7 +10,7 @@
 //! stop itself right after its next reads, `long-<id>` asks it to hold its next lock for most of
 //! the validity (it creates `holding-<id>` meanwhile), and `stop` ends the run.
 
-use std::fs::{self, File};
+use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -48,6 +48,8 @@ pub struct ClientArgs {
     pub window: Duration,
     /// The run's epoch on `CLOCK_MONOTONIC`, in nanoseconds.
     pub epoch_ns: u64,
+    /// The `fencelock` binary (the `run` mode drives it).
+    pub fencelock: Option<PathBuf>,
 }
 
 /// A request the nemesis leaves for a client.
@@ -85,9 +87,14 @@ pub fn taken(dir: &Path, id: u32, request: Request) -> bool {
     !request_path(dir, id, request).exists()
 }
 
+/// The file client `id` keeps while inside a long hold.
+pub fn holding_path(dir: &Path, id: u32) -> PathBuf {
+    dir.join(format!("holding-{id}"))
+}
+
 /// Whether client `id` is inside a long hold.
 pub fn holding(dir: &Path, id: u32) -> bool {
-    dir.join(format!("holding-{id}")).exists()
+    holding_path(dir, id).exists()
 }
 
 /// Asks every client to stop after its current iteration.
@@ -99,7 +106,8 @@ pub fn stop_all(dir: &Path) -> io::Result<()> {
     File::create(dir.join("stop")).map(drop)
 }
 
-fn take(dir: &Path, id: u32, request: Request) -> bool {
+/// Takes `request` if the nemesis left it (once: the file is gone afterwards).
+pub(crate) fn take(dir: &Path, id: u32, request: Request) -> bool {
     fs::remove_file(request_path(dir, id, request)).is_ok()
 }
 
@@ -120,14 +128,28 @@ pub fn cause(e: &Error) -> String {
     }
 }
 
-struct Log {
+/// A client's JSON-lines log.
+pub(crate) struct Log {
     out: BufWriter<File>,
     id: u32,
     epoch_ns: u64,
 }
 
 impl Log {
-    fn event(&mut self, acq: u64, kind: EventKind) -> io::Result<()> {
+    /// Creates the log of the client `args` describes.
+    pub(crate) fn create(args: &ClientArgs) -> io::Result<Log> {
+        // Empty, then opened to append: in the `run` mode the command's processes append their
+        // own lines to this file, which a write at our own offset would overwrite.
+        File::create(&args.log)?;
+        Ok(Log {
+            out: BufWriter::new(OpenOptions::new().append(true).open(&args.log)?),
+            id: args.id,
+            epoch_ns: args.epoch_ns,
+        })
+    }
+
+    /// Appends one event, flushed.
+    pub(crate) fn event(&mut self, acq: u64, kind: EventKind) -> io::Result<()> {
         let e = ClientEvent {
             client: self.id,
             acq,
@@ -149,6 +171,12 @@ impl Log {
 ///
 /// When the log cannot be written or the lock configuration is invalid.
 pub fn run(args: &ClientArgs) -> io::Result<()> {
+    if args.mode == Mode::Run {
+        let fencelock = args.fencelock.as_deref().ok_or_else(|| {
+            io::Error::other("the run mode needs the fencelock binary (--fencelock)")
+        })?;
+        return crate::runcmd::run(args, fencelock);
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -157,11 +185,7 @@ pub fn run(args: &ClientArgs) -> io::Result<()> {
 }
 
 async fn run_async(args: &ClientArgs) -> io::Result<()> {
-    let mut log = Log {
-        out: BufWriter::new(File::create(&args.log)?),
-        id: args.id,
-        epoch_ns: args.epoch_ns,
-    };
+    let mut log = Log::create(args)?;
     let config = Config::new(&args.nodes)
         .with_ttl(args.ttl)
         .with_node_timeout(args.node_timeout)
@@ -215,7 +239,7 @@ async fn run_async(args: &ClientArgs) -> io::Result<()> {
             epoch_ns: args.epoch_ns,
         };
         let long = take(&args.dir, args.id, Request::LongHold);
-        let holding = args.dir.join(format!("holding-{}", args.id));
+        let holding = holding_path(&args.dir, args.id);
         if long {
             File::create(&holding)?;
             log.event(acq, EventKind::LongHold)?;

@@ -141,6 +141,30 @@ pub enum EventKind {
         /// The error kind when not.
         cause: Option<String>,
     },
+    /// `run` mode: a process of the command started (stamped by the process itself).
+    ProcStart {
+        /// Which of the command's processes (`main`, `bg`, `setsid`).
+        proc: String,
+        /// Its pid.
+        pid: u32,
+    },
+    /// `run` mode: the process is still alive.
+    ProcBeat {
+        /// Its pid.
+        pid: u32,
+    },
+    /// `run` mode: the process finished its work and exits.
+    ProcEnd {
+        /// Its pid.
+        pid: u32,
+    },
+    /// `run` mode: `fencelock run` exited.
+    RunExit {
+        /// Its exit code, when it exited.
+        code: Option<i32>,
+        /// The signal that killed it, when one did (9: the nemesis's SIGKILL).
+        signal: Option<i32>,
+    },
 }
 
 /// One fault the nemesis injected.

@@ -10,6 +10,8 @@
 //! - [`nodes`]: the servers of a run (Redis nodes or an etcd cluster) behind one interface.
 //! - [`proxy`]: a TCP proxy per node that adds latency or cuts the node off.
 //! - [`client`]: the workload one client process runs (the hidden `client` subcommand).
+//! - [`runcmd`]: the `run` mode's workload: `fencelock run` with commands that leave processes
+//!   behind, and the worker processes that stamp their lives.
 //! - [`run`]: one mode end to end: nodes, proxies, clients, nemesis, check.
 //! - [`report`]: the text summary and the HTML timeline.
 //! - [`mono`]: the system-wide monotonic clock all processes stamp events with.
@@ -25,4 +27,5 @@ pub mod nodes;
 pub mod proxy;
 pub mod report;
 pub mod run;
+pub mod runcmd;
 pub mod storage;

@@ -17,6 +17,7 @@ use fencelock_harness::client::{self, ClientArgs};
 use fencelock_harness::mode::{FaultKind, Mode};
 use fencelock_harness::report;
 use fencelock_harness::run::{self, ModeRun, RunOptions, StopAt};
+use fencelock_harness::runcmd::{self, WorkerArgs};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -36,6 +37,9 @@ enum Cmd {
     /// One client process (started by `run`).
     #[command(hide = true)]
     Client(ClientCli),
+    /// One process of a `run` mode command, stamping its life (started by the command).
+    #[command(hide = true)]
+    Worker(WorkerCli),
 }
 
 #[derive(Debug, clap::Args)]
@@ -81,7 +85,7 @@ struct RunArgs {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "kill,kill-leader,restart-nopersist,restart-persist,pause-node,pause-leader,pause-client,clock-forward,clock-backward,latency"
+        default_value = "kill,kill-leader,restart-nopersist,restart-persist,pause-node,pause-leader,pause-client,clock-forward,clock-backward,latency,kill-supervisor"
     )]
     faults: Vec<FaultKind>,
     /// Write the HTML timeline here.
@@ -96,6 +100,10 @@ struct RunArgs {
     /// No progress on stderr.
     #[arg(long)]
     quiet: bool,
+    /// The fencelock binary the `run` mode drives (default: beside this executable, where
+    /// `cargo build -p fencelock-cli` puts it).
+    #[arg(long)]
+    fencelock: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -120,6 +128,28 @@ struct ClientCli {
     window_ms: u64,
     #[arg(long)]
     epoch_ns: u64,
+    #[arg(long)]
+    fencelock: Option<PathBuf>,
+}
+
+#[derive(Debug, clap::Args)]
+struct WorkerCli {
+    #[arg(long)]
+    log: PathBuf,
+    #[arg(long)]
+    client: u32,
+    #[arg(long)]
+    acq: u64,
+    #[arg(long)]
+    epoch_ns: u64,
+    #[arg(long)]
+    proc: String,
+    #[arg(long)]
+    ms: u64,
+    #[arg(long)]
+    setsid: bool,
+    #[arg(long)]
+    holding: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -146,8 +176,23 @@ fn run_cli() -> anyhow::Result<ExitCode> {
                 node_timeout: Duration::from_millis(c.node_timeout_ms),
                 window: Duration::from_millis(c.window_ms),
                 epoch_ns: c.epoch_ns,
+                fencelock: c.fencelock,
             })
             .context("client failed")?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Worker(w) => {
+            runcmd::worker(&WorkerArgs {
+                log: w.log,
+                client: w.client,
+                acq: w.acq,
+                epoch_ns: w.epoch_ns,
+                proc: w.proc,
+                work: Duration::from_millis(w.ms),
+                setsid: w.setsid,
+                holding: w.holding,
+            })
+            .context("worker failed")?;
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Run(args) => run_modes(args),
@@ -178,8 +223,12 @@ fn run_modes(args: RunArgs) -> anyhow::Result<ExitCode> {
         faults: args.faults.clone(),
         out: args.out.clone(),
         exe: std::env::current_exe().context("locating the harness executable")?,
+        fencelock: args.fencelock.clone(),
         progress: !args.quiet,
     };
+    if args.modes.contains(&Mode::Run) {
+        run::fencelock_path(&opts)?;
+    }
     let command: Vec<String> = std::env::args().collect();
     let mut runs = Vec::new();
     for mode in &args.modes {

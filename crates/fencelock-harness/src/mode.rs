@@ -20,16 +20,21 @@ pub enum Mode {
     RedlockQuarantine,
     /// A 3-member etcd cluster; the fencing token is the lock key's create revision.
     Etcd,
+    /// The real `fencelock run` binary on 5 Redis nodes (restart quarantine on, no fencing),
+    /// with commands that leave background and `setsid` processes; the check is that no two
+    /// holders' processes run at once.
+    Run,
 }
 
 impl Mode {
     /// Every mode, in the order the report lists them.
-    pub const ALL: [Mode; 5] = [
+    pub const ALL: [Mode; 6] = [
         Mode::Single,
         Mode::Redlock,
         Mode::RedlockFenced,
         Mode::RedlockQuarantine,
         Mode::Etcd,
+        Mode::Run,
     ];
 
     /// How many nodes (Redis nodes, or etcd members) the mode runs.
@@ -78,6 +83,17 @@ impl Mode {
     /// report says so).
     pub fn skips(self, kind: FaultKind) -> Option<&'static str> {
         use FaultKind as K;
+        match (self, kind) {
+            (Mode::Run, K::ClockForward) => return Some(
+                "a forward clock jump breaks Redlock's own mutual exclusion (docs/guarantees.md); the run episodes test what `run` does with the lock, under the faults the lock survives",
+            ),
+            (Mode::Run, K::PauseClient) => return Some(
+                "a stopped supervisor cannot stop its command (a lease's limit, documented for `run`); its client fault here is kill-supervisor",
+            ),
+            (Mode::Run, _) => {}
+            (_, K::KillSupervisor) => return Some("only the run mode has a `fencelock run` supervisor to kill"),
+            _ => {}
+        }
         match (self.consensus(), kind) {
             (false, K::KillLeader | K::PauseLeader) => {
                 Some("Redis nodes are independent: there is no leader")
@@ -100,7 +116,7 @@ impl Mode {
 
     /// Whether restart quarantine is on.
     pub fn quarantine(self) -> bool {
-        matches!(self, Mode::RedlockQuarantine)
+        matches!(self, Mode::RedlockQuarantine | Mode::Run)
     }
 
     /// The name used on the command line.
@@ -111,6 +127,7 @@ impl Mode {
             Mode::RedlockFenced => "redlock-fenced",
             Mode::RedlockQuarantine => "redlock-quarantine",
             Mode::Etcd => "etcd",
+            Mode::Run => "run",
         }
     }
 }
@@ -161,11 +178,13 @@ pub enum FaultKind {
     ClockBackward,
     /// Added delay on a minority of nodes' connections.
     Latency,
+    /// `run` mode only: SIGKILL of a client's `fencelock run` supervisor at a random instant.
+    KillSupervisor,
 }
 
 impl FaultKind {
     /// Every fault kind: the full mix.
-    pub const ALL: [FaultKind; 10] = [
+    pub const ALL: [FaultKind; 11] = [
         FaultKind::Kill,
         FaultKind::KillLeader,
         FaultKind::RestartNopersist,
@@ -176,6 +195,7 @@ impl FaultKind {
         FaultKind::ClockForward,
         FaultKind::ClockBackward,
         FaultKind::Latency,
+        FaultKind::KillSupervisor,
     ];
 
     /// The name used on the command line.
@@ -191,6 +211,7 @@ impl FaultKind {
             FaultKind::ClockForward => "clock-forward",
             FaultKind::ClockBackward => "clock-backward",
             FaultKind::Latency => "latency",
+            FaultKind::KillSupervisor => "kill-supervisor",
         }
     }
 }

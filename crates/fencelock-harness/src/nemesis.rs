@@ -109,6 +109,13 @@ pub enum Episode {
         /// The jump.
         jump: Duration,
     },
+    /// `run` mode: after `after`, SIGKILL of `client`'s `fencelock run` supervisor.
+    KillSupervisor {
+        /// The client.
+        client: u32,
+        /// How long after the episode starts.
+        after: Duration,
+    },
     /// Delay `nodes`' connections by `delay` for `lasts`.
     Latency {
         /// Nodes.
@@ -135,6 +142,7 @@ impl Episode {
             Episode::ClockForward { .. } => FaultKind::ClockForward,
             Episode::ClockBackward { .. } => FaultKind::ClockBackward,
             Episode::Latency { .. } => FaultKind::Latency,
+            Episode::KillSupervisor { .. } => FaultKind::KillSupervisor,
         }
     }
 }
@@ -328,6 +336,10 @@ impl Plan {
                 node: self.rng.usize(..self.nodes),
                 jump: self.ttls(1.0, 3.0),
             },
+            FaultKind::KillSupervisor => Episode::KillSupervisor {
+                client,
+                after: self.ttls(0.0, 1.5),
+            },
             FaultKind::Latency => {
                 let k = self.rng.usize(1..=self.minority());
                 Episode::Latency {
@@ -362,12 +374,22 @@ pub struct Nemesis {
     pub offsets: Vec<i64>,
 }
 
+/// The note on a staged episode whose holder never got the lock in time.
+pub const NEVER_HELD: &str = " (it never got it)";
+
 /// What an episode touched: node indexes, client ids, and a description for people.
 type Affected = (Vec<usize>, Vec<u32>, String);
 
 fn signal(pid: u32, sig: libc::c_int) {
     // SAFETY: kill(2) has no memory-safety preconditions; a vanished pid only returns ESRCH.
     unsafe { libc::kill(pid as libc::pid_t, sig) };
+}
+
+/// The parent of a process, from `/proc/<pid>/stat`.
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// Whether the process is stopped (state `T` in /proc).
@@ -457,6 +479,7 @@ impl Nemesis {
                 delay,
                 lasts,
             } => self.add_latency(nodes, *delay, *lasts),
+            Episode::KillSupervisor { client, after } => self.kill_supervisor(*client, *after),
         };
         FaultEvent {
             kind: episode.kind(),
@@ -597,6 +620,27 @@ impl Nemesis {
         )
     }
 
+    /// `kill-supervisor`: after `after`, SIGKILL of the `fencelock run` that `client` runs at
+    /// that instant (waiting for the lock, holding it with its command running, or keeping it
+    /// for the command's background processes).
+    fn kill_supervisor(&mut self, client: u32, after: Duration) -> Affected {
+        thread::sleep(after);
+        let parent = self.clients.get(client as usize).copied();
+        let pid = std::fs::read_to_string(crate::runcmd::supervisor_file(&self.dir, client))
+            .ok()
+            .and_then(|t| t.trim().parse::<u32>().ok())
+            // The client's own child, not a pid reused after it reaped its supervisor.
+            .filter(|pid| parent.is_some() && parent_of(*pid) == parent);
+        let detail = match pid {
+            Some(pid) => {
+                signal(pid, libc::SIGKILL);
+                format!("SIGKILL of client {client}'s fencelock run (pid {pid}) {after:.1?} in")
+            }
+            None => format!("client {client} ran no fencelock run {after:.1?} in"),
+        };
+        (vec![], vec![client], detail)
+    }
+
     fn restart(&self, nodes: &[usize]) {
         for &n in nodes {
             // A restart that fails leaves the node down: a longer outage, still a minority.
@@ -642,7 +686,7 @@ impl Nemesis {
         self.finish_hold(client);
         let mut nodes = vec![node];
         nodes.extend(cut);
-        (nodes, if held { "" } else { " (it never got it)" })
+        (nodes, if held { "" } else { NEVER_HELD })
     }
 
     /// Cuts `cut` off and waits until `client` holds a long lock (taken on the other nodes);
@@ -786,6 +830,7 @@ mod tests {
                 Episode::KillMember { .. } | Episode::PauseMember { .. } => {
                     panic!("a member episode on Redis nodes: {ep:?}")
                 }
+                Episode::KillSupervisor { .. } => panic!("a supervisor kill outside run: {ep:?}"),
             }
         }
         let applicable = FaultKind::ALL
@@ -795,8 +840,8 @@ mod tests {
         assert_eq!(seen.len(), applicable);
         assert_eq!(
             applicable,
-            FaultKind::ALL.len() - 2,
-            "all but the leader faults"
+            FaultKind::ALL.len() - 3,
+            "all but the leader faults and the supervisor kill"
         );
     }
 

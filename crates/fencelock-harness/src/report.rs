@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 
 use crate::history::EventKind;
-use crate::mode::FaultKind;
+use crate::mode::{FaultKind, Mode};
 use crate::run::{ModeRun, ModeSummary};
 
 /// The text summary of one mode.
@@ -33,6 +33,18 @@ pub fn text(run: &ModeRun) -> String {
             faults.join(", ")
         }
     );
+    if !s.staged_missed.is_empty() {
+        let missed: Vec<String> = s
+            .staged_missed
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect();
+        let _ = writeln!(
+            out,
+            "  staged episodes whose holder never got the lock in time (the fault still ran, unstaged): {}",
+            missed.join(", ")
+        );
+    }
     for (kind, why) in &s.skipped_faults {
         let _ = writeln!(out, "  skipped {kind}: {why}");
     }
@@ -93,6 +105,30 @@ pub fn text(run: &ModeRun) -> String {
             format!(" (faults around them: {})", around.join(", "))
         }
     );
+    if s.mode == Mode::Run {
+        let c = &s.commands;
+        let procs: Vec<String> = c
+            .processes
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect();
+        let exits: Vec<String> = c.exits.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+        let _ = writeln!(
+            out,
+            "  run: {} commands ran; processes {}, {} of them killed before their end; {} supervisor(s) killed with SIGKILL, {} while their command ran; fencelock run exits: {}",
+            c.holders,
+            procs.join(", "),
+            c.killed,
+            c.supervisors_killed,
+            c.supervisors_killed_holding,
+            exits.join(", ")
+        );
+        let _ = writeln!(
+            out,
+            "  processes of two holders at once: {}",
+            s.process_overlaps
+        );
+    }
     let _ = writeln!(out, "  verdict: {}", verdict(&s));
     for v in s.examples.iter().take(3) {
         let _ = writeln!(
@@ -130,6 +166,21 @@ fn ttls(run: &ModeRun) -> String {
 /// the fenced record took no stale, superseded or duplicate-token row and lost nothing, and the
 /// faults that make this meaningful fired.
 pub fn verdict(s: &ModeSummary) -> String {
+    if s.mode == Mode::Run {
+        return if s.process_overlaps > 0 {
+            format!(
+                "UNSAFE: {} time(s) a process of one holder's command ran after another holder's command had started",
+                s.process_overlaps
+            )
+        } else if !s.uncovered_faults.is_empty() {
+            format!(
+                "NOT SHOWN: no {} fired, so this clean history proves little (run longer or add the fault kinds)",
+                s.uncovered_faults.join(", no ")
+            )
+        } else {
+            "SAFE: no process of one holder's command (background and setsid ones included) ran once another holder's command had started".to_owned()
+        };
+    }
     if s.quarantine && s.exclusion_violations > 0 {
         return format!(
             "UNSAFE: mutual exclusion: {} grant(s) inside another client's validity with no clock jump in progress (restart quarantine must keep a restarted node out until every lock it may have forgotten has expired){}",
@@ -229,6 +280,7 @@ fn fault_color(kind: FaultKind) -> &'static str {
         FaultKind::ClockForward => "#ff7f0e",
         FaultKind::ClockBackward => "#bcbd22",
         FaultKind::Latency => "#8c564b",
+        FaultKind::KillSupervisor => "#000000",
     }
 }
 

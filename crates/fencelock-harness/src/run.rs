@@ -57,6 +57,8 @@ pub struct RunOptions {
     pub out: PathBuf,
     /// The harness executable (clients are this program's `client` subcommand).
     pub exe: PathBuf,
+    /// The `fencelock` binary the `run` mode drives (default: beside the harness executable).
+    pub fencelock: Option<PathBuf>,
     /// Show progress on stderr.
     pub progress: bool,
 }
@@ -114,6 +116,10 @@ pub struct ModeSummary {
     pub seconds: f64,
     /// Faults injected, by kind.
     pub faults: BTreeMap<String, u64>,
+    /// Staged episodes (a node restarts or its clock jumps while a client holds the lock) whose
+    /// holder never got the lock in time, by kind: those did not stage their case.
+    #[serde(default)]
+    pub staged_missed: BTreeMap<String, u64>,
     /// Fault kinds asked for that the mode cannot take, with the reason.
     pub skipped_faults: BTreeMap<String, String>,
     /// Grants, failures, latency and refused stale operations, as the checker counted them.
@@ -139,6 +145,12 @@ pub struct ModeSummary {
     pub counter_lost_updates: i64,
     /// Grants within another client's validity.
     pub overlapping_validity: usize,
+    /// `run` mode: times two holders' processes ran at once.
+    #[serde(default)]
+    pub process_overlaps: usize,
+    /// `run` mode: what the commands' processes did.
+    #[serde(default)]
+    pub commands: checker::CommandFindings,
     /// Of those, the ones with no clock jump in progress between the two grants: what restart
     /// quarantine must prevent (a mode with quarantine fails on any).
     #[serde(default)]
@@ -167,8 +179,12 @@ impl ModeRun {
     pub fn summary(&self) -> ModeSummary {
         let f = &self.findings;
         let mut faults = BTreeMap::new();
+        let mut staged_missed = BTreeMap::new();
         for e in &self.faults {
             *faults.entry(e.kind.name().to_owned()).or_insert(0) += 1;
+            if e.detail.contains(nemesis::NEVER_HELD) {
+                *staged_missed.entry(e.kind.name().to_owned()).or_insert(0) += 1;
+            }
         }
         ModeSummary {
             mode: self.mode,
@@ -184,6 +200,7 @@ impl ModeRun {
                 .collect(),
             seconds: self.elapsed.as_secs_f64(),
             faults,
+            staged_missed,
             skipped_faults: self
                 .skipped
                 .iter()
@@ -200,6 +217,8 @@ impl ModeRun {
             counter_stale_reads: f.counter.stale_reads.len(),
             counter_lost_updates: f.counter.lost_updates,
             overlapping_validity: f.overlapping_validity.len(),
+            process_overlaps: f.process_overlaps.len(),
+            commands: f.commands.clone(),
             exclusion_violations: self.exclusion.len(),
             grant_order: f.grant_order.len(),
             grant_order_faults: checker::inversion_suspects(&f.grant_order, &self.faults),
@@ -220,7 +239,9 @@ impl ModeRun {
         let fenced = self.mode.fencing()
             && (self.findings.fenced_failures() > 0 || !self.uncovered.is_empty());
         let exclusion = self.mode.quarantine() && !self.exclusion.is_empty();
-        fenced || exclusion
+        let run = self.mode == Mode::Run
+            && (!self.findings.process_overlaps.is_empty() || !self.uncovered.is_empty());
+        fenced || exclusion || run
     }
 }
 
@@ -310,36 +331,60 @@ fn spawn_client(
 ) -> io::Result<Child> {
     let log = dir.join(format!("client-{id}.jsonl"));
     let stderr = File::create(dir.join(format!("client-{id}.stderr")))?;
-    Command::new(&opts.exe)
-        .arg("client")
-        .args([
-            "--id",
-            &id.to_string(),
-            "--mode",
-            mode.name(),
-            "--nodes",
-            urls,
-        ])
-        .arg("--db")
-        .arg(db)
-        .arg("--dir")
-        .arg(nemesis::control_dir(dir))
-        .arg("--log")
-        .arg(&log)
-        .args([
-            "--ttl-ms",
-            &ttl.as_millis().to_string(),
-            "--node-timeout-ms",
-            &opts.node_timeout.as_millis().to_string(),
-            "--window-ms",
-            &opts.window.as_millis().to_string(),
-            "--epoch-ns",
-            &epoch.to_string(),
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(stderr)
-        .spawn()
+    let mut cmd = Command::new(&opts.exe);
+    cmd.arg("client");
+    if mode == Mode::Run {
+        cmd.arg("--fencelock").arg(fencelock_path(opts)?);
+    }
+    cmd.args([
+        "--id",
+        &id.to_string(),
+        "--mode",
+        mode.name(),
+        "--nodes",
+        urls,
+    ])
+    .arg("--db")
+    .arg(db)
+    .arg("--dir")
+    .arg(nemesis::control_dir(dir))
+    .arg("--log")
+    .arg(&log)
+    .args([
+        "--ttl-ms",
+        &ttl.as_millis().to_string(),
+        "--node-timeout-ms",
+        &opts.node_timeout.as_millis().to_string(),
+        "--window-ms",
+        &opts.window.as_millis().to_string(),
+        "--epoch-ns",
+        &epoch.to_string(),
+    ])
+    .stdin(Stdio::null())
+    .stdout(Stdio::null())
+    .stderr(stderr)
+    .spawn()
+}
+
+/// The `fencelock` binary for the `run` mode: `opts.fencelock`, else the one beside the harness
+/// executable (where cargo puts both, built with `cargo build -p fencelock-cli`).
+///
+/// # Errors
+///
+/// When it is not there.
+pub fn fencelock_path(opts: &RunOptions) -> io::Result<PathBuf> {
+    let path = match &opts.fencelock {
+        Some(p) => p.clone(),
+        None => opts.exe.with_file_name("fencelock"),
+    };
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(io::Error::other(format!(
+            "the run mode drives the fencelock binary, and {} is not there: build it with `cargo build -p fencelock-cli` (in the harness's profile, e.g. --release) or pass --fencelock PATH",
+            path.display()
+        )))
+    }
 }
 
 /// Runs `mode` under `opts` and checks its history.
@@ -446,11 +491,7 @@ pub fn run_mode(mode: Mode, opts: &RunOptions) -> io::Result<ModeRun> {
                 *tail = Tail::open(path).ok();
             }
             if let Some(t) = tail {
-                grants += t
-                    .lines()
-                    .iter()
-                    .filter(|l| l.contains("\"ev\":\"acquire_ok\""))
-                    .count() as u64;
+                grants += t.lines().iter().filter(|l| is_grant(l)).count() as u64;
             }
         }
         let elapsed = started.elapsed();
@@ -543,6 +584,16 @@ fn client_ttls(mode: Mode, opts: &RunOptions) -> Vec<Duration> {
         .collect()
 }
 
+/// Whether a client log line shows a grant: `acquire_ok`, or in the `run` mode the start of a
+/// command's main process.
+fn is_grant(line: &str) -> bool {
+    line.contains("\"ev\":\"acquire_ok\"")
+        || line.contains(&format!(
+            "\"ev\":\"proc_start\",\"proc\":\"{}\"",
+            crate::runcmd::MAIN
+        ))
+}
+
 /// Asks the clients to stop, wakes any that is stopped, waits, and kills the stragglers.
 fn stop_clients(control: &Path, children: &mut [Child], ttl: Duration) {
     let _ = client::stop_all(control);
@@ -561,7 +612,16 @@ fn stop_clients(control: &Path, children: &mut [Child], ttl: Duration) {
         }
         thread::sleep(Duration::from_millis(50));
     }
-    for c in children.iter_mut() {
+    for (id, c) in children.iter_mut().enumerate() {
+        // A `run` mode straggler's supervisor first: its guard then takes its command down.
+        if let Some(pid) = u32::try_from(id)
+            .ok()
+            .and_then(|id| fs::read_to_string(crate::runcmd::supervisor_file(control, id)).ok())
+            .and_then(|t| t.trim().parse::<libc::pid_t>().ok())
+        {
+            // SAFETY: kill(2) has no memory-safety preconditions.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
         let _ = c.kill();
         let _ = c.wait();
     }

@@ -1,13 +1,22 @@
 //! A short fixed-seed run of the harness on real processes: with fencing, tokens follow the order
 //! of the grants and the fenced storage accepts no stale write (Redlock under the faults its
 //! guarantee covers, etcd under its full fault mix), and without fencing the checker finds the
-//! violations a client pause past the TTL causes.
+//! violations a client pause past the TTL causes. Clients of different TTLs on one node set
+//! never hold at once across restarts without persistence (restart quarantine), and the real
+//! `fencelock run` never lets two holders' processes run at once, background and `setsid` ones
+//! included, with its supervisor killed at random.
 
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::Value;
 
 fn run(modes: &str, faults: &str, duration: &str) -> Vec<Value> {
+    run_with(modes, faults, duration, &["--ttl", "500ms"])
+}
+
+/// The harness with `extra` arguments (which must include `--ttl` or `--ttl-mix`).
+fn run_with(modes: &str, faults: &str, duration: &str, extra: &[&str]) -> Vec<Value> {
     let out_dir = tempfile::tempdir().unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_fencelock-harness"))
         .args([
@@ -20,8 +29,6 @@ fn run(modes: &str, faults: &str, duration: &str) -> Vec<Value> {
             duration,
             "--seed",
             "7",
-            "--ttl",
-            "500ms",
             "--clients",
             "3",
             "--json",
@@ -29,6 +36,7 @@ fn run(modes: &str, faults: &str, duration: &str) -> Vec<Value> {
             "--out",
         ])
         .arg(out_dir.path())
+        .args(extra)
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -115,4 +123,89 @@ fn etcd_revision_tokens_keep_the_fenced_record_safe() {
     let skipped = e["skipped_faults"].as_object().unwrap();
     assert!(skipped.contains_key("clock-forward"), "{e:#}");
     assert!(!skipped.contains_key("kill-leader"), "{e:#}");
+}
+
+/// A job with a 2 s TTL and application clients with 500 ms on one node set, restart quarantine
+/// on (the library's default), nodes restarted without persistence while the job holds the lock:
+/// no client is granted the lock inside another's validity unless a clock jump explains it. The
+/// restarted node must stay out for the job's TTL, not the asking client's: with quarantine sized
+/// by the asking client's own TTL (mutant `quarantine-own-ttl` in scripts/mutants.sh) the run
+/// fails.
+#[test]
+fn clients_with_different_ttls_never_hold_at_once_across_restarts_without_persistence() {
+    let runs = run_with(
+        "redlock-quarantine",
+        "restart-nopersist,pause-client,clock-backward",
+        "12s",
+        &["--ttl-mix", "500ms,2s"],
+    );
+    let m = &runs[0];
+    assert_fenced_data_safe(m);
+    assert_eq!(n(m, "exclusion_violations"), 0, "{m:#}");
+    assert_eq!(
+        m["client_ttls_ms"],
+        serde_json::json!([500, 2000, 500]),
+        "{m:#}"
+    );
+    assert!(
+        m["faults"]["restart-nopersist"].as_i64().unwrap_or(0) >= 1,
+        "{m:#}"
+    );
+}
+
+/// The `fencelock` binary beside the harness's, built now (cargo builds only what changed) in
+/// the same target dir and profile.
+fn build_fencelock() -> PathBuf {
+    let harness = Path::new(env!("CARGO_BIN_EXE_fencelock-harness"));
+    let profile_dir = harness.parent().unwrap();
+    let target_dir = profile_dir.parent().unwrap();
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../Cargo.toml");
+    let mut cargo = Command::new(env!("CARGO"));
+    cargo
+        .args([
+            "build",
+            "--quiet",
+            "-p",
+            "fencelock-cli",
+            "--bin",
+            "fencelock",
+        ])
+        .arg("--manifest-path")
+        .arg(&manifest)
+        .arg("--target-dir")
+        .arg(target_dir);
+    if profile_dir.file_name().is_some_and(|p| p == "release") {
+        cargo.arg("--release");
+    }
+    let status = cargo.status().expect("cannot run cargo");
+    assert!(status.success(), "building fencelock failed: {status}");
+    profile_dir.join("fencelock")
+}
+
+/// The real `fencelock run`, its commands leaving a background job and a `setsid` process that
+/// outlive the shell, its supervisor killed with SIGKILL at random instants, nodes killed and
+/// restarted empty: no process of one holder's command runs once another holder's has started.
+/// With the guard not a subreaper (mutant `run-no-subreaper`) or sparing the command's
+/// processes when the supervisor dies (`run-guard-spares-orphans`), the run fails.
+#[test]
+fn run_never_lets_two_holders_processes_run_at_once() {
+    let fencelock = build_fencelock();
+    let runs = run_with(
+        "run",
+        "kill-supervisor,kill,clock-backward",
+        "12s",
+        &["--ttl", "1s", "--fencelock", fencelock.to_str().unwrap()],
+    );
+    let m = &runs[0];
+    assert_eq!(n(m, "process_overlaps"), 0, "{m:#}");
+    assert_eq!(m["uncovered_faults"], serde_json::json!([]), "{m:#}");
+    let c = &m["commands"];
+    assert!(n(c, "holders") > 0, "{m:#}");
+    for proc in ["main", "bg", "setsid"] {
+        assert!(
+            c["processes"][proc].as_i64().unwrap_or(0) > 0,
+            "{proc}: {m:#}"
+        );
+    }
+    assert!(n(c, "supervisors_killed_holding") >= 1, "{m:#}");
 }
