@@ -928,6 +928,7 @@ pub fn liveness(events: &[ClientEvent]) -> Liveness {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::mode::Mode;
 
     fn row(
         seq: i64,
@@ -1444,11 +1445,15 @@ mod tests {
         let fired = FaultEvent::of_kinds;
         let redis: Vec<FaultKind> = FaultKind::ALL
             .into_iter()
-            .filter(|k| !matches!(k, FaultKind::KillLeader | FaultKind::PauseLeader))
+            .filter(|k| Mode::RedlockFenced.skips(*k).is_none())
             .collect();
         assert_eq!(
             uncovered(&redis, &fired(&[FaultKind::Latency, FaultKind::PauseNode])),
-            FaultClass::ALL.to_vec()
+            vec![
+                FaultClass::ClientPause,
+                FaultClass::ClockJump,
+                FaultClass::Restart
+            ]
         );
         assert_eq!(
             uncovered(
@@ -1464,7 +1469,7 @@ mod tests {
         // etcd cannot take clock faults: a run without one is not short of anything.
         let etcd: Vec<FaultKind> = FaultKind::ALL
             .into_iter()
-            .filter(|k| !matches!(k, FaultKind::ClockForward | FaultKind::ClockBackward))
+            .filter(|k| Mode::Etcd.skips(*k).is_none())
             .collect();
         assert_eq!(
             uncovered(&etcd, &fired(&[FaultKind::PauseClient])),
@@ -1477,6 +1482,81 @@ mod tests {
             ),
             vec![]
         );
+    }
+
+    #[test]
+    fn processes_of_two_holders_at_once_are_flagged_and_a_holders_own_are_not() {
+        let ms = 1_000_000u64;
+        let start = |c, a, t, name: &str, pid| {
+            ev(
+                c,
+                a,
+                t * ms,
+                EventKind::ProcStart {
+                    proc: name.into(),
+                    pid,
+                },
+            )
+        };
+        let beat = |c, a, t, pid| ev(c, a, t * ms, EventKind::ProcBeat { pid });
+        let end = |c, a, t, pid| ev(c, a, t * ms, EventKind::ProcEnd { pid });
+        // Holder (0, 1): main 0-100, a background job 10-900 (it outlives main; run keeps the
+        // lock). Holder (1, 1) starts at 950: clean. Its own processes overlap each other.
+        let mut events = vec![
+            start(0, 1, 0, "main", 10),
+            end(0, 1, 100, 10),
+            start(0, 1, 10, "bg", 11),
+            beat(0, 1, 500, 11),
+            end(0, 1, 900, 11),
+            start(1, 1, 950, "main", 20),
+            start(1, 1, 951, "setsid", 21),
+            end(1, 1, 990, 20),
+            end(1, 1, 1200, 21),
+            ev(
+                1,
+                1,
+                1300 * ms,
+                EventKind::RunExit {
+                    code: Some(0),
+                    signal: None,
+                },
+            ),
+        ];
+        assert!(
+            check_processes(&events).is_empty(),
+            "{:#?}",
+            check_processes(&events)
+        );
+        // Holder (0, 2)'s supervisor is killed; its setsid process is not, and beats at 2100
+        // after holder (1, 2)'s command started at 2000.
+        events.extend([
+            start(0, 2, 1400, "main", 30),
+            start(0, 2, 1401, "setsid", 31),
+            ev(
+                0,
+                2,
+                1450 * ms,
+                EventKind::RunExit {
+                    code: None,
+                    signal: Some(9),
+                },
+            ),
+            start(1, 2, 2000, "main", 40),
+            beat(0, 2, 2100, 31),
+            end(1, 2, 2050, 40),
+        ]);
+        let v = check_processes(&events);
+        assert_eq!(v.len(), 1, "{v:#?}");
+        assert_eq!(v[0].kind, ViolationKind::ProcessOverlap);
+        assert_eq!(v[0].clients, vec![1, 0]);
+        assert_eq!(v[0].mono_ns, 2000 * ms);
+        let c = commands(&events);
+        assert_eq!(c.holders, 4);
+        assert_eq!(c.processes.get("setsid"), Some(&2));
+        // pid 30 and 31 never stamped their end.
+        assert_eq!(c.killed, 2);
+        assert_eq!((c.supervisors_killed, c.supervisors_killed_holding), (1, 1));
+        assert_eq!(liveness(&events).grants, 4);
     }
 
     #[test]
