@@ -109,11 +109,14 @@ pub enum Episode {
         /// The jump.
         jump: Duration,
     },
-    /// `run` mode: after `after`, SIGKILL of `client`'s `fencelock run` supervisor.
+    /// `run` mode: SIGKILL of `client`'s `fencelock run` supervisor, `after` into a long hold
+    /// (staged: its command and the processes it leaves are running) or into the episode.
     KillSupervisor {
         /// The client.
         client: u32,
-        /// How long after the episode starts.
+        /// Wait for the client's next command to run (a long hold) before `after` starts.
+        staged: bool,
+        /// How long after the hold (or the episode) starts.
         after: Duration,
     },
     /// Delay `nodes`' connections by `delay` for `lasts`.
@@ -336,10 +339,21 @@ impl Plan {
                 node: self.rng.usize(..self.nodes),
                 jump: self.ttls(1.0, 3.0),
             },
-            FaultKind::KillSupervisor => Episode::KillSupervisor {
-                client,
-                after: self.ttls(0.0, 1.5),
-            },
+            FaultKind::KillSupervisor => {
+                // Two times in three while the command and its leftovers run (what the guard
+                // must take down), else at any instant (waiting, running, or extending for the
+                // leftovers).
+                let staged = self.rng.u8(..3) != 0;
+                Episode::KillSupervisor {
+                    client,
+                    staged,
+                    after: if staged {
+                        self.ttls(0.0, 0.5)
+                    } else {
+                        self.ttls(0.0, 1.5)
+                    },
+                }
+            }
             FaultKind::Latency => {
                 let k = self.rng.usize(1..=self.minority());
                 Episode::Latency {
@@ -479,7 +493,11 @@ impl Nemesis {
                 delay,
                 lasts,
             } => self.add_latency(nodes, *delay, *lasts),
-            Episode::KillSupervisor { client, after } => self.kill_supervisor(*client, *after),
+            Episode::KillSupervisor {
+                client,
+                staged,
+                after,
+            } => self.kill_supervisor(*client, *staged, *after),
         };
         FaultEvent {
             kind: episode.kind(),
@@ -622,8 +640,22 @@ impl Nemesis {
 
     /// `kill-supervisor`: after `after`, SIGKILL of the `fencelock run` that `client` runs at
     /// that instant (waiting for the lock, holding it with its command running, or keeping it
-    /// for the command's background processes).
-    fn kill_supervisor(&mut self, client: u32, after: Duration) -> Affected {
+    /// for the command's background processes). Staged: `after` counts from the start of the
+    /// client's next command, a long hold whose leftover processes outlive the TTL.
+    fn kill_supervisor(&mut self, client: u32, staged: bool, after: Duration) -> Affected {
+        let mut when = "into the episode";
+        if staged {
+            let _ = client::send(&self.dir, client, Request::LongHold);
+            let held = wait_for(self.client_ttl(client) * 5, || {
+                client::holding(&self.dir, client)
+            });
+            if held {
+                when = "into its command's run";
+            } else {
+                client::withdraw(&self.dir, client, Request::LongHold);
+                when = "into the episode (its command never started)";
+            }
+        }
         thread::sleep(after);
         let parent = self.clients.get(client as usize).copied();
         let pid = std::fs::read_to_string(crate::runcmd::supervisor_file(&self.dir, client))
@@ -634,9 +666,9 @@ impl Nemesis {
         let detail = match pid {
             Some(pid) => {
                 signal(pid, libc::SIGKILL);
-                format!("SIGKILL of client {client}'s fencelock run (pid {pid}) {after:.1?} in")
+                format!("SIGKILL of client {client}'s fencelock run (pid {pid}) {after:.1?} {when}")
             }
-            None => format!("client {client} ran no fencelock run {after:.1?} in"),
+            None => format!("client {client} ran no fencelock run {after:.1?} {when}"),
         };
         (vec![], vec![client], detail)
     }

@@ -20,8 +20,8 @@
 //! at random instants (`kill-supervisor`).
 //!
 //! The foreground worker runs for up to 0.3 TTL (0.6 in a staged long hold), the background ones
-//! for up to 0.4 TTL, and one in four for 0.5-1.5 TTLs: `run` must extend the lock while only
-//! they are left.
+//! for up to 0.4 TTL, and one in four for 0.5-1.5 TTLs (1.5-2.5 in a staged hold): `run` must
+//! extend the lock while only they are left.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
@@ -157,7 +157,11 @@ pub fn run(args: &ClientArgs, fencelock: &Path) -> io::Result<()> {
         // One command in four leaves a process that outlives the TTL: `run` must extend the
         // lock while only it is left. The others are short, so that a run makes progress.
         let mut leftover = || {
-            if rng.u8(..4) == 0 {
+            if long {
+                // A staged hold: the supervisor may be killed meanwhile, and these must die
+                // with it, not run on past the lock.
+                args.ttl.mul_f64(1.5 + rng.f64())
+            } else if rng.u8(..4) == 0 {
                 args.ttl.mul_f64(0.5 + rng.f64())
             } else {
                 args.ttl.mul_f64(0.4 * rng.f64())
@@ -210,6 +214,8 @@ pub fn run(args: &ClientArgs, fencelock: &Path) -> io::Result<()> {
         fs::write(supervisor_file(&args.dir, args.id), child.id().to_string())?;
         let status = child.wait()?;
         let _ = fs::remove_file(supervisor_file(&args.dir, args.id));
+        // A main worker killed with its supervisor left it behind.
+        let _ = fs::remove_file(client::holding_path(&args.dir, args.id));
         log.event(
             acq,
             EventKind::RunExit {
