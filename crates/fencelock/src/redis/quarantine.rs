@@ -43,7 +43,8 @@ pub(crate) fn clear_marker(run_id: &str) -> String {
 pub(crate) struct Report<'a> {
     /// `run_id` from `INFO server` (new at every start of the process).
     pub(crate) run_id: Option<&'a str>,
-    /// `uptime_in_seconds` from `INFO server` (whole seconds, rounded down).
+    /// `uptime_in_seconds` from `INFO server`: whole seconds, its whole-second clock minus its
+    /// whole-second start time, so up to a second more than the true age.
     pub(crate) uptime: Option<Duration>,
     /// AOF on with `appendfsync always` (false when unknown).
     pub(crate) fsync_always: bool,
@@ -69,10 +70,12 @@ pub(crate) enum Verdict {
 /// an unknown uptime means it may have restarted just now, an unknown run id or marker means it
 /// may have lost its data.
 pub(crate) fn judge(report: &Report<'_>, now: Instant) -> Verdict {
-    // Uptime is rounded down, so `now - uptime` is no earlier than the restart: the quarantine
-    // ends no sooner than it must.
+    // Redis computes the uptime as its cached whole-second clock minus its whole-second start
+    // time, so it may exceed the true age by up to a second (a node started at 10.95 s reports
+    // 1 at 11.05 s). One second off makes `now - age` no later than the restart: the
+    // quarantine ends no sooner than it must.
     let (age, unknown_age) = match report.uptime {
-        Some(uptime) => (uptime, ""),
+        Some(uptime) => (uptime.saturating_sub(Duration::from_secs(1)), ""),
         None => (Duration::ZERO, " (its uptime is unknown: counted from now)"),
     };
     let suspect = |why: &str| Verdict::Suspect {
@@ -176,6 +179,20 @@ mod tests {
     }
 
     #[test]
+    fn an_uptime_of_one_second_may_be_a_few_milliseconds() {
+        // Redis reports `uptime_in_seconds` as its cached whole-second clock minus its whole-
+        // second start time: a node started at 10.95 s reports 1 at 11.05 s. Taken at its word,
+        // a node restarted 0.1 s ago counted at once for a TTL of 500 ms (seen in the harness's
+        // run mode: a second holder while the first was valid, 0.1 s after the restart).
+        let now = Instant::now();
+        let v = judge(&report(Some(1), false, None), now);
+        assert_eq!(
+            v.counted_from(Duration::from_millis(500)),
+            Some(now + Duration::from_millis(500))
+        );
+    }
+
+    #[test]
     fn an_unknown_run_id_is_a_possible_restart() {
         let r = Report {
             run_id: None,
@@ -189,9 +206,10 @@ mod tests {
         let now = Instant::now();
         let v = judge(&report(Some(3), true, None), now);
         assert!(suspect(&v), "{v:?}");
+        // Up to 3 s old by its uptime, at least 2 s.
         assert_eq!(
             v.counted_from(Duration::from_secs(10)),
-            Some(now + Duration::from_secs(7))
+            Some(now + Duration::from_secs(8))
         );
         // Older than the longest TTL: counted from the start.
         assert!(v.counted_from(Duration::from_secs(2)).unwrap() <= now);
