@@ -646,7 +646,9 @@ impl Nemesis {
         let mut when = "into the episode";
         if staged {
             let _ = client::send(&self.dir, client, Request::LongHold);
-            let held = wait_for(self.client_ttl(client) * 5, || {
+            // Patient: `fencelock run` starts a process and a client per command, which a
+            // loaded machine makes slow.
+            let held = wait_for(self.client_ttl(client) * 10, || {
                 client::holding(&self.dir, client)
             });
             if held {

@@ -428,10 +428,11 @@ pub fn run_mode(mode: Mode, opts: &RunOptions) -> io::Result<ModeRun> {
     if mode.quarantine() {
         // Restart quarantine cannot tell a node that just started from one that just restarted:
         // every fresh node is excluded until its uptime reaches the TTL. Redis reports uptime in
-        // whole seconds (rounded down), so after TTL + 1 s every node reports at least the TTL.
-        // The longest TTL: a fresh node holds no TTL record yet, so a client judges it by its
-        // own TTL, and the job's is the longest.
-        thread::sleep(longest + Duration::from_secs(1));
+        // whole seconds, up to one more than the true age, which the library takes off; after
+        // TTL + 2 s every node's uptime less that second is at least the TTL. The longest TTL:
+        // a fresh node holds no TTL record yet, so a client judges it by its own TTL, and the
+        // job's is the longest.
+        thread::sleep(longest + Duration::from_secs(2));
     }
     let epoch = mono::now_ns();
     let started = Instant::now();

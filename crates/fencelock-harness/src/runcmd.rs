@@ -149,10 +149,13 @@ pub fn run(args: &ClientArgs, fencelock: &Path) -> io::Result<()> {
     let mut rng = fastrand::Rng::with_seed(u64::from(args.id) ^ args.epoch_ns);
     let ms = |d: Duration| format!("{}ms", d.as_millis().max(1));
     let mut acq = 0u64;
+    // A long hold asked for stays asked for until a command ran it (not one that never got the
+    // lock).
+    let mut long_pending = false;
     while !stop.exists() {
         acq += 1;
         log.event(acq, EventKind::AcquireStart)?;
-        let long = client::take(&args.dir, args.id, Request::LongHold);
+        let long = long_pending || client::take(&args.dir, args.id, Request::LongHold);
         let main = args.ttl.mul_f64(if long { 0.6 } else { 0.3 * rng.f64() });
         // One command in four leaves a process that outlives the TTL: `run` must extend the
         // lock while only it is left. The others are short, so that a run makes progress.
@@ -213,6 +216,8 @@ pub fn run(args: &ClientArgs, fencelock: &Path) -> io::Result<()> {
         let mut child = cmd.spawn()?;
         fs::write(supervisor_file(&args.dir, args.id), child.id().to_string())?;
         let status = child.wait()?;
+        // 75: not acquired; 69: the nodes were unavailable. The command did not run.
+        long_pending = long && matches!(status.code(), Some(75 | 69));
         let _ = fs::remove_file(supervisor_file(&args.dir, args.id));
         // A main worker killed with its supervisor left it behind.
         let _ = fs::remove_file(client::holding_path(&args.dir, args.id));

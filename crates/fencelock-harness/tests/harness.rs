@@ -136,7 +136,7 @@ fn clients_with_different_ttls_never_hold_at_once_across_restarts_without_persis
     let runs = run_with(
         "redlock-quarantine",
         "restart-nopersist,pause-client,clock-backward",
-        "12s",
+        "10s",
         &["--ttl-mix", "500ms,2s"],
     );
     let m = &runs[0];
