@@ -111,6 +111,17 @@
 //!   locks with fencelock.
 //! - Every error is an [`Error`]; lock errors carry the per-node [`Votes`] that explain them.
 //!
+//! # Reentrancy
+//!
+//! Locks are not reentrant. Reentrancy is per thread in Redisson and Hazelcast, but an async
+//! task has no thread of its own and a [`Lock`] moves between tasks, and a second handle on the
+//! same lock would hand out its fencing token twice with no say in when protection ends. Pass
+//! the held [`Lock`] (or its [`LockContext`]) to the code that needs it. A task that asks again,
+//! through the same client, for a resource it holds gets [`Error::AlreadyHeld`] at once, instead
+//! of waiting on itself for its whole wait budget; other tasks wait as for any holder. The
+//! task recorded is the one that acquired (a lock moved to another task still counts as the
+//! acquirer's). Tested on real nodes: `tests/reentrancy.rs`.
+//!
 //! How the crate is built inside (the round, the scripts, the waiting line, the extender):
 //! `docs/architecture.md` in the repository.
 //!
@@ -152,6 +163,7 @@ mod queue;
 #[doc(hidden)]
 pub mod quorum;
 mod redis;
+mod reentry;
 mod retry;
 mod scoped;
 mod token;
