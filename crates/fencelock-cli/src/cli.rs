@@ -150,6 +150,10 @@ pub(crate) struct RunArgs {
     /// TTL/4). SIGKILL is sent before the validity runs out, so SIGTERM comes that much earlier.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub(crate) grace: Option<Duration>,
+    /// Run under one of N permits of the semaphore RESOURCE (at most N commands at once,
+    /// across every client that uses the same N), instead of the exclusive lock. 1 to 256.
+    #[arg(long, value_name = "N")]
+    pub(crate) permits: Option<u32>,
     /// The lock's name.
     pub(crate) resource: String,
     /// The command and its arguments (after `--`).

@@ -79,6 +79,7 @@ mod logging;
 mod manual;
 mod node;
 mod nodes_cmd;
+mod permits;
 mod run;
 mod settings;
 mod shell;
@@ -195,6 +196,7 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
                 wait,
                 fencing: args.fencing,
                 grace: args.grace,
+                permits: args.permits,
             };
             run::run(&settings, plan)
                 .await

@@ -54,6 +54,8 @@ pub(crate) struct RunPlan {
     pub(crate) wait: WaitMode,
     pub(crate) fencing: bool,
     pub(crate) grace: Option<Duration>,
+    /// `--permits N`: one of N permits of a semaphore instead of the mutex.
+    pub(crate) permits: Option<u32>,
 }
 
 /// The default grace: the smaller of 5 s and TTL/4.
@@ -372,7 +374,12 @@ pub(crate) async fn run(settings: &Settings, plan: RunPlan) -> anyhow::Result<u8
     // Orphans of the command's processes come to us if the guard itself is killed.
     guard::become_subreaper();
     let client = settings.client(plan.fencing).await?;
-    let lock = wait_for_lock(&client, settings, resource, plan.wait).await?;
+    let lock = match plan.permits {
+        Some(n) => {
+            crate::permits::wait_for_permit(&client, settings, resource, n, plan.wait).await?
+        }
+        None => wait_for_lock(&client, settings, resource, plan.wait).await?,
+    };
 
     let env = [
         ("FENCELOCK_RESOURCE", Some(OsString::from(resource))),

@@ -411,7 +411,7 @@ impl Client {
         map.insert(resource.to_string(), now + ttl);
     }
 
-    async fn attempt(&self, keys: &Arc<[String]>, wait: Wait<'_>) -> Result<Lock> {
+    pub(crate) async fn attempt(&self, keys: &Arc<[String]>, wait: Wait<'_>) -> Result<Lock> {
         let inner = &self.inner;
         let config = &inner.config;
         // With the `etcd` feature this match has two arms.

@@ -106,6 +106,8 @@
 //!   lock and hand it a [`LockContext`] (resource, fencing token, deadline, lost signal).
 //! - [`Client::close`] waits for the background release of locks dropped without
 //!   [`Lock::release`]; call it before `main` returns.
+//! - [`Client::semaphore`] makes a [`Semaphore`] of N permits (N independent slots, each a
+//!   Redlock mutex: a permit is a [`Lock`] on its slot).
 //! - [`fence`]: fenced storage (SQLite, PostgreSQL) that refuses a stale holder's write.
 //! - [`protocol`]: the keys and the release script, for tools and other clients that share
 //!   locks with fencelock.
@@ -166,6 +168,7 @@ mod redis;
 mod reentry;
 mod retry;
 mod scoped;
+mod semaphore;
 mod token;
 mod validity;
 mod vote;
@@ -180,6 +183,7 @@ pub use crate::lock::Lock;
 pub use crate::node::{NodeAddr, Scheme};
 pub use crate::node_error::{FailureCause, NodeError};
 pub use crate::retry::RetryPolicy;
+pub use crate::semaphore::{Semaphore, MAX_PERMITS};
 pub use crate::vote::{NodeVote, VoteOutcome, Votes};
 
 #[cfg(feature = "sqlite")]
