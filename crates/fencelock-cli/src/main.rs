@@ -71,6 +71,7 @@ mod cli;
 mod demo;
 mod devset;
 mod doctor;
+mod elect;
 mod exit;
 mod guard;
 mod inspect;
@@ -177,6 +178,10 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
             )
             .await
         }
+        Command::Elect(args) => {
+            let settings = settings::resolve(global)?;
+            elect::elect(&settings, args, global.json).await
+        }
         Command::Run(args) => {
             let settings = settings::resolve(global)?;
             // FENCELOCK_WAIT is read here, not by clap, so that --no-wait overrides it instead
@@ -197,6 +202,7 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
                 fencing: args.fencing,
                 grace: args.grace,
                 permits: args.permits,
+                elect: None,
             };
             run::run(&settings, plan)
                 .await

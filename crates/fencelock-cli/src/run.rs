@@ -56,6 +56,8 @@ pub(crate) struct RunPlan {
     pub(crate) grace: Option<Duration>,
     /// `--permits N`: one of N permits of a semaphore instead of the mutex.
     pub(crate) permits: Option<u32>,
+    /// `fencelock elect`: campaign with this leader value instead of taking the mutex.
+    pub(crate) elect: Option<String>,
 }
 
 /// The default grace: the smaller of 5 s and TTL/4.
@@ -374,11 +376,14 @@ pub(crate) async fn run(settings: &Settings, plan: RunPlan) -> anyhow::Result<u8
     // Orphans of the command's processes come to us if the guard itself is killed.
     guard::become_subreaper();
     let client = settings.client(plan.fencing).await?;
-    let lock = match plan.permits {
-        Some(n) => {
+    let lock = match (&plan.elect, plan.permits) {
+        (Some(value), _) => {
+            crate::elect::campaign(&client, settings, resource, value, plan.wait).await?
+        }
+        (None, Some(n)) => {
             crate::permits::wait_for_permit(&client, settings, resource, n, plan.wait).await?
         }
-        None => wait_for_lock(&client, settings, resource, plan.wait).await?,
+        (None, None) => wait_for_lock(&client, settings, resource, plan.wait).await?,
     };
 
     let env = [

@@ -108,6 +108,8 @@
 //!   [`Lock::release`]; call it before `main` returns.
 //! - [`Client::semaphore`] makes a [`Semaphore`] of N permits (N independent slots, each a
 //!   Redlock mutex: a permit is a [`Lock`] on its slot).
+//! - [`Client::election`] makes an [`Election`]: [`Election::campaign`] holds leadership
+//!   (the term is the fencing token), [`Election::observe`] reports each new leader in order.
 //! - [`fence`]: fenced storage (SQLite, PostgreSQL) that refuses a stale holder's write.
 //! - [`protocol`]: the keys and the release script, for tools and other clients that share
 //!   locks with fencelock.
@@ -144,6 +146,7 @@
 mod client;
 mod config;
 mod context;
+mod election;
 mod env;
 mod error;
 #[cfg(feature = "etcd")]
@@ -176,6 +179,7 @@ mod vote;
 pub use crate::client::Client;
 pub use crate::config::Config;
 pub use crate::context::LockContext;
+pub use crate::election::{Election, Leader, Leadership, Observer};
 pub use crate::error::{Error, ErrorKind, LostCause, Result};
 pub use crate::issued::IssuedToken;
 pub use crate::keepalive::{AutoExtend, LockGuard, LostSignal};
