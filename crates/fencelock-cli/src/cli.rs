@@ -78,6 +78,11 @@ pub(crate) enum Command {
     /// extension succeeds, the group gets SIGTERM, then SIGKILL after --grace, before the keys can
     /// expire on a majority; fencelock then exits with 76.
     Run(RunArgs),
+    /// Run a command while leader of the election NAME (like `etcdctl elect`): campaign, run
+    /// the command as leader (FENCELOCK_TOKEN holds the term), resign when it exits; stopped
+    /// as `run` stops it if leadership is lost. With --observe, print each new leader instead,
+    /// one line each (JSON with --json), until interrupted.
+    Elect(ElectArgs),
     /// Acquire the lock and print its token (for scripts that cannot wrap a command).
     ///
     /// Human form: the token alone on stdout, details on stderr, so that
@@ -150,11 +155,44 @@ pub(crate) struct RunArgs {
     /// TTL/4). SIGKILL is sent before the validity runs out, so SIGTERM comes that much earlier.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub(crate) grace: Option<Duration>,
+    /// Run under one of N permits of the semaphore RESOURCE (at most N commands at once,
+    /// across every client that uses the same N), instead of the exclusive lock. 1 to 256.
+    #[arg(long, value_name = "N")]
+    pub(crate) permits: Option<u32>,
     /// The lock's name.
     pub(crate) resource: String,
     /// The command and its arguments (after `--`).
     #[arg(
         required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "COMMAND"
+    )]
+    pub(crate) command: Vec<OsString>,
+}
+
+/// `elect`.
+#[derive(Debug, Args)]
+pub(crate) struct ElectArgs {
+    /// Print leader changes instead of campaigning.
+    #[arg(long, conflicts_with_all = ["value", "wait", "no_wait"])]
+    pub(crate) observe: bool,
+    /// The leader value observers see (default: host name and process id).
+    #[arg(long, value_name = "VALUE")]
+    pub(crate) value: Option<String>,
+    /// Wait at most this long to become leader (default: as long as another leads).
+    #[arg(long, short = 'w', value_name = "DURATION", value_parser = parse_duration, conflicts_with = "no_wait")]
+    pub(crate) wait: Option<Duration>,
+    /// Fail at once (exit 75) if another candidate leads.
+    #[arg(long, short = 'n')]
+    pub(crate) no_wait: bool,
+    /// Time between SIGTERM and SIGKILL when leadership is lost (as `run --grace`).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub(crate) grace: Option<Duration>,
+    /// The election's name.
+    pub(crate) name: String,
+    /// The command and its arguments (after `--`); not with --observe.
+    #[arg(
         trailing_var_arg = true,
         allow_hyphen_values = true,
         value_name = "COMMAND"

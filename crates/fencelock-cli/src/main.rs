@@ -71,6 +71,7 @@ mod cli;
 mod demo;
 mod devset;
 mod doctor;
+mod elect;
 mod exit;
 mod guard;
 mod inspect;
@@ -79,6 +80,7 @@ mod logging;
 mod manual;
 mod node;
 mod nodes_cmd;
+mod permits;
 mod run;
 mod settings;
 mod shell;
@@ -176,6 +178,10 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
             )
             .await
         }
+        Command::Elect(args) => {
+            let settings = settings::resolve(global)?;
+            elect::elect(&settings, args, global.json).await
+        }
         Command::Run(args) => {
             let settings = settings::resolve(global)?;
             // FENCELOCK_WAIT is read here, not by clap, so that --no-wait overrides it instead
@@ -195,6 +201,8 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
                 wait,
                 fencing: args.fencing,
                 grace: args.grace,
+                permits: args.permits,
+                elect: None,
             };
             run::run(&settings, plan)
                 .await

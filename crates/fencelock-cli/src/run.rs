@@ -54,6 +54,10 @@ pub(crate) struct RunPlan {
     pub(crate) wait: WaitMode,
     pub(crate) fencing: bool,
     pub(crate) grace: Option<Duration>,
+    /// `--permits N`: one of N permits of a semaphore instead of the mutex.
+    pub(crate) permits: Option<u32>,
+    /// `fencelock elect`: campaign with this leader value instead of taking the mutex.
+    pub(crate) elect: Option<String>,
 }
 
 /// The default grace: the smaller of 5 s and TTL/4.
@@ -372,7 +376,15 @@ pub(crate) async fn run(settings: &Settings, plan: RunPlan) -> anyhow::Result<u8
     // Orphans of the command's processes come to us if the guard itself is killed.
     guard::become_subreaper();
     let client = settings.client(plan.fencing).await?;
-    let lock = wait_for_lock(&client, settings, resource, plan.wait).await?;
+    let lock = match (&plan.elect, plan.permits) {
+        (Some(value), _) => {
+            crate::elect::campaign(&client, settings, resource, value, plan.wait).await?
+        }
+        (None, Some(n)) => {
+            crate::permits::wait_for_permit(&client, settings, resource, n, plan.wait).await?
+        }
+        (None, None) => wait_for_lock(&client, settings, resource, plan.wait).await?,
+    };
 
     let env = [
         ("FENCELOCK_RESOURCE", Some(OsString::from(resource))),

@@ -56,6 +56,8 @@ pub(crate) struct Inner {
     /// Resources this client released while others waited for them, until when: asking for
     /// one of them again within that time joins the end of the line (see `queue.rs`).
     waited_for: Mutex<HashMap<String, Instant>>,
+    /// The locks held, by task, to refuse a task that asks again (see `reentry.rs`).
+    pub(crate) holdings: Arc<crate::reentry::Holdings>,
 }
 
 /// The servers behind a client.
@@ -125,6 +127,7 @@ impl Client {
                 extender: OnceLock::new(),
                 next_guard: AtomicU64::new(0),
                 waited_for: Mutex::default(),
+                holdings: Arc::default(),
             }),
         })
     }
@@ -186,7 +189,8 @@ impl Client {
     ///
     /// [`Error::Contention`] when another owner holds it, [`Error::Unavailable`] when too many
     /// nodes failed, [`Error::TooSlow`] when no validity was left, [`Error::InvalidConfig`] for an
-    /// empty resource name. Whatever the error, release has been sent to every node.
+    /// empty resource name, [`Error::AlreadyHeld`] (before any I/O) when the calling task holds
+    /// it already through this client. Whatever the error, release has been sent to every node.
     ///
     /// # Cancel safety
     ///
@@ -210,6 +214,7 @@ impl Client {
     /// Not cancel-safe: see [`Client::try_acquire`].
     pub async fn try_acquire_many<S: AsRef<str>>(&self, resources: &[S]) -> Result<Lock> {
         let keys = check_resources(resources)?;
+        self.inner.holdings.check(&keys)?;
         let span = tracing::debug_span!("acquire", resource = %keys[0], attempt = 1u32);
         self.attempt(&keys, Wait::No).instrument(span).await
     }
@@ -231,7 +236,8 @@ impl Client {
     /// # Errors
     ///
     /// [`Error::Timeout`] (holding the last attempt's error) when the wait or the attempt count
-    /// ran out; the last attempt's error directly when it is not worth retrying.
+    /// ran out; the last attempt's error directly when it is not worth retrying;
+    /// [`Error::AlreadyHeld`] at once when the calling task holds it already through this client.
     ///
     /// # Cancel safety
     ///
@@ -272,6 +278,7 @@ impl Client {
         policy: &RetryPolicy,
     ) -> Result<Lock> {
         let keys = check_resources(resources)?;
+        self.inner.holdings.check(&keys)?;
         #[cfg(feature = "etcd")]
         if let Backend::Etcd(e) = &self.inner.backend {
             let resume = policy.in_line_since().is_some();
@@ -404,7 +411,7 @@ impl Client {
         map.insert(resource.to_string(), now + ttl);
     }
 
-    async fn attempt(&self, keys: &Arc<[String]>, wait: Wait<'_>) -> Result<Lock> {
+    pub(crate) async fn attempt(&self, keys: &Arc<[String]>, wait: Wait<'_>) -> Result<Lock> {
         let inner = &self.inner;
         let config = &inner.config;
         // With the `etcd` feature this match has two arms.

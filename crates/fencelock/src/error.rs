@@ -26,6 +26,8 @@ pub enum ErrorKind {
     Storage,
     /// Waiting for the lock ran past its deadline or retry count.
     Timeout,
+    /// The calling task already holds the lock through this client (locks are not reentrant).
+    AlreadyHeld,
 }
 
 /// Why a lock was lost (see [`Error::Lost`]).
@@ -122,6 +124,13 @@ pub enum Error {
         /// The last attempt's error.
         last: Box<Error>,
     },
+    /// The calling task already holds a lock on `resource` through this client: fencelock's
+    /// locks are not reentrant (see `reentry.rs` in the crate: why, and what counts as the same
+    /// task), so the request is refused at once, before any I/O, instead of waiting on itself.
+    AlreadyHeld {
+        /// The resource already held.
+        resource: String,
+    },
     /// An invalid configuration or argument, found before any I/O.
     InvalidConfig {
         /// Which setting or argument.
@@ -156,6 +165,7 @@ impl Error {
             Error::TooSlow { .. } => ErrorKind::TooSlow,
             Error::Lost { .. } => ErrorKind::Lost,
             Error::Timeout { .. } => ErrorKind::Timeout,
+            Error::AlreadyHeld { .. } => ErrorKind::AlreadyHeld,
             Error::InvalidConfig { .. } => ErrorKind::InvalidConfig,
             Error::StaleToken { .. } => ErrorKind::StaleToken,
             Error::Storage { .. } => ErrorKind::Storage,
@@ -281,6 +291,10 @@ impl fmt::Display for Error {
             } => write!(
                 f,
                 "gave up waiting for lock {resource:?} after {attempts} attempt(s); last attempt: {last}"
+            ),
+            Error::AlreadyHeld { resource } => write!(
+                f,
+                "lock {resource:?} is already held by this task through this client, and fencelock's locks are not reentrant; pass the held Lock (or its LockContext) to the code that needs it, or release it before asking again"
             ),
             Error::InvalidConfig { what, message } => write!(f, "invalid {what}: {message}"),
             Error::StaleToken {

@@ -106,10 +106,25 @@
 //!   lock and hand it a [`LockContext`] (resource, fencing token, deadline, lost signal).
 //! - [`Client::close`] waits for the background release of locks dropped without
 //!   [`Lock::release`]; call it before `main` returns.
+//! - [`Client::semaphore`] makes a [`Semaphore`] of N permits (N independent slots, each a
+//!   Redlock mutex: a permit is a [`Lock`] on its slot).
+//! - [`Client::election`] makes an [`Election`]: [`Election::campaign`] holds leadership
+//!   (the term is the fencing token), [`Election::observe`] reports each new leader in order.
 //! - [`fence`]: fenced storage (SQLite, PostgreSQL) that refuses a stale holder's write.
 //! - [`protocol`]: the keys and the release script, for tools and other clients that share
 //!   locks with fencelock.
 //! - Every error is an [`Error`]; lock errors carry the per-node [`Votes`] that explain them.
+//!
+//! # Reentrancy
+//!
+//! Locks are not reentrant. Reentrancy is per thread in Redisson and Hazelcast, but an async
+//! task has no thread of its own and a [`Lock`] moves between tasks, and a second handle on the
+//! same lock would hand out its fencing token twice with no say in when protection ends. Pass
+//! the held [`Lock`] (or its [`LockContext`]) to the code that needs it. A task that asks again,
+//! through the same client, for a resource it holds gets [`Error::AlreadyHeld`] at once, instead
+//! of waiting on itself for its whole wait budget; other tasks wait as for any holder. The
+//! task recorded is the one that acquired (a lock moved to another task still counts as the
+//! acquirer's). Tested on real nodes: `tests/reentrancy.rs`.
 //!
 //! How the crate is built inside (the round, the scripts, the waiting line, the extender):
 //! `docs/architecture.md` in the repository.
@@ -131,6 +146,7 @@
 mod client;
 mod config;
 mod context;
+mod election;
 mod env;
 mod error;
 #[cfg(feature = "etcd")]
@@ -152,8 +168,10 @@ mod queue;
 #[doc(hidden)]
 pub mod quorum;
 mod redis;
+mod reentry;
 mod retry;
 mod scoped;
+mod semaphore;
 mod token;
 mod validity;
 mod vote;
@@ -161,6 +179,7 @@ mod vote;
 pub use crate::client::Client;
 pub use crate::config::Config;
 pub use crate::context::LockContext;
+pub use crate::election::{Election, Leader, Leadership, Observer};
 pub use crate::error::{Error, ErrorKind, LostCause, Result};
 pub use crate::issued::IssuedToken;
 pub use crate::keepalive::{AutoExtend, LockGuard, LostSignal};
@@ -168,6 +187,7 @@ pub use crate::lock::Lock;
 pub use crate::node::{NodeAddr, Scheme};
 pub use crate::node_error::{FailureCause, NodeError};
 pub use crate::retry::RetryPolicy;
+pub use crate::semaphore::{Semaphore, MAX_PERMITS};
 pub use crate::vote::{NodeVote, VoteOutcome, Votes};
 
 #[cfg(feature = "sqlite")]

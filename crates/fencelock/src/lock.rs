@@ -29,6 +29,8 @@ pub struct Lock {
     deadline: Instant,
     votes: Votes,
     released: bool,
+    /// The entry in the client's holdings, removed when the lock is dropped (see `reentry.rs`).
+    _holding: crate::reentry::Registration,
 }
 
 impl std::fmt::Debug for Lock {
@@ -53,6 +55,7 @@ impl Lock {
         votes: Votes,
     ) -> Lock {
         Lock {
+            _holding: client.inner().holdings.register(&keys),
             client,
             keys,
             held,
@@ -70,6 +73,7 @@ impl Lock {
         held: crate::etcd::EtcdHeld,
     ) -> Lock {
         Lock {
+            _holding: client.inner().holdings.register(&keys),
             client,
             keys,
             fencing_token: Some(held.revision),

@@ -28,7 +28,20 @@
 //!   judging a restarted node reads it from the other nodes. A client in another language that
 //!   shares the nodes and uses a longer TTL than fencelock's clients should announce it too.
 
+//!
+//! Semaphores ([`crate::Semaphore`]): slot `i` of the semaphore `resource` is the ordinary lock
+//! key [`permit_key`] (`<resource>:permit:<i>`, i from 0 to N-1), with its own fence counter and
+//! waiting keys as above. A holder of a permit holds one slot's key on a quorum.
+
+//!
+//! Elections ([`crate::Election`]): leadership is the ordinary lock key [`election_key`]
+//! (`election:<name>`) in fencing mode, the term its fencing token; the log [`leaders_key`]
+//! (`fencelock:leaders:<name>`) is a sorted set, member `<term> <value>`, score the term, to
+//! which a new leader adds its entry where it still owns the lock key (the last 64 are kept).
+
+pub use crate::election::{election_key, leaders_key};
 pub use crate::fencing::counter_key;
+pub use crate::semaphore::permit_key;
 
 /// The prefix of every key and channel fencelock keeps beside the lock keys on Redis
 /// (`fencelock:fence:<resource>`, `fencelock:queue:<resource>`, ...). A resource name that

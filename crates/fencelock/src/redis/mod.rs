@@ -138,6 +138,11 @@ impl RedisBackend {
         self.watch.waiter_id(wait)
     }
 
+    /// Every node's client, in node order, for a primitive's own commands (`election.rs`).
+    pub(crate) fn node_clients(&self) -> Vec<redis::Client> {
+        self.nodes.iter().map(|n| n.client().clone()).collect()
+    }
+
     pub(crate) fn quorum(&self) -> usize {
         self.quorum
     }

@@ -1,0 +1,125 @@
+//! `fencelock elect`: run a command while leader of an election, or observe its leaders.
+
+use std::time::{Duration, Instant};
+
+use fencelock::{Client, ErrorKind, Lock, RetryPolicy};
+
+use crate::exit::{self, Failure};
+use crate::lockcmds::lock_failure;
+use crate::run::{RunPlan, WaitMode};
+use crate::settings::Settings;
+
+/// With no `--wait`, how long each campaign call may wait before we look again.
+const WAIT_CHUNK: Duration = Duration::from_secs(60);
+
+/// `fencelock elect`.
+pub(crate) async fn elect(
+    settings: &Settings,
+    args: crate::cli::ElectArgs,
+    json: bool,
+) -> anyhow::Result<u8> {
+    if args.observe {
+        if !args.command.is_empty() {
+            return Err(Failure::usage(
+                "`elect --observe` prints leader changes and runs no command; drop the command or --observe",
+            )
+            .into());
+        }
+        return observe(settings, &args.name, json).await;
+    }
+    let wait = match (args.no_wait, args.wait) {
+        (true, _) => WaitMode::NoWait,
+        (false, Some(w)) => WaitMode::Wait(w),
+        (false, None) => WaitMode::Forever,
+    };
+    let value = args.value.unwrap_or_else(default_value);
+    let plan = RunPlan {
+        resource: args.name,
+        command: args.command,
+        wait,
+        // The term is the fencing token.
+        fencing: true,
+        grace: args.grace,
+        permits: None,
+        elect: Some(value),
+    };
+    crate::run::run(settings, plan).await
+}
+
+/// The host name and the process id.
+fn default_value() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "unknown-host".to_string());
+    format!("{host}:{}", std::process::id())
+}
+
+/// Campaigns per the wait mode; the lock is the leadership, its fencing token the term.
+pub(crate) async fn campaign(
+    client: &Client,
+    settings: &Settings,
+    name: &str,
+    value: &str,
+    mode: WaitMode,
+) -> Result<Lock, Failure> {
+    let usage = |e: fencelock::Error| Failure::usage(format!("election {name:?}: {e}"));
+    let started = Instant::now();
+    let result = loop {
+        let policy = match mode {
+            WaitMode::NoWait => RetryPolicy::once(),
+            WaitMode::Wait(total) => RetryPolicy::new().with_wait(total),
+            WaitMode::Forever => RetryPolicy::new().with_wait(WAIT_CHUNK),
+        };
+        let client = Client::new(client.config().clone().with_retry(policy)).map_err(usage)?;
+        let election = client.election(name).map_err(usage)?;
+        match election.campaign_lock(value).await {
+            Err(e)
+                if mode == WaitMode::Forever
+                    && e.kind() == ErrorKind::Timeout
+                    && exit::code_for(&e) == exit::NOT_ACQUIRED => {}
+            other => break other,
+        }
+    };
+    match result {
+        Ok(lock) => Ok(lock),
+        Err(err) => {
+            let held = exit::code_for(&err) == exit::NOT_ACQUIRED;
+            let mut failure = lock_failure(settings, name, err).await;
+            if held {
+                failure.message = format!(
+                    "election {name:?} has another leader{}; the command was not run. Wait with --wait 1m, or watch it with `fencelock elect --observe {}`",
+                    match mode {
+                        WaitMode::NoWait => String::new(),
+                        _ => format!(" after waiting {:.1}s", started.elapsed().as_secs_f64()),
+                    },
+                    crate::shell::quote(name)
+                );
+            }
+            Err(failure)
+        }
+    }
+}
+
+/// Prints each new leader, one line each, until interrupted.
+async fn observe(settings: &Settings, name: &str, json: bool) -> anyhow::Result<u8> {
+    let client = settings.client(true).await?;
+    let election = client
+        .election(name)
+        .map_err(|e| Failure::usage(format!("election {name:?}: {e}")))?;
+    let mut observer = election.observe();
+    loop {
+        let leader = observer.next().await;
+        if json {
+            println!(
+                "{}",
+                serde_json::json!({
+                    "election": name,
+                    "term": leader.term(),
+                    "value": leader.value(),
+                })
+            );
+        } else {
+            println!("{name}: term {} led by {}", leader.term(), leader.value());
+        }
+    }
+}

@@ -1,0 +1,61 @@
+//! `fencelock run --permits N`: the command runs under one of N permits of a semaphore
+//! (`fencelock::Semaphore`) instead of the mutex. The permit is a lock on its slot, so `run`
+//! keeps, extends and releases it as it does the mutex.
+
+use std::time::{Duration, Instant};
+
+use fencelock::{Client, ErrorKind, Lock, RetryPolicy};
+
+use crate::exit::{self, Failure};
+use crate::lockcmds::lock_failure;
+use crate::run::WaitMode;
+use crate::settings::Settings;
+
+/// With no `--wait`, how long each library call may wait before we look again.
+const WAIT_CHUNK: Duration = Duration::from_secs(60);
+
+/// Takes a permit of the semaphore `resource` of `permits` permits, per the wait mode.
+pub(crate) async fn wait_for_permit(
+    client: &Client,
+    settings: &Settings,
+    resource: &str,
+    permits: u32,
+    mode: WaitMode,
+) -> Result<Lock, Failure> {
+    let sem = client
+        .semaphore(resource, permits)
+        .map_err(|e| Failure::usage(format!("--permits {permits}: {e}")))?;
+    let started = Instant::now();
+    let result = match mode {
+        WaitMode::NoWait => sem.try_acquire().await,
+        WaitMode::Wait(total) => sem.acquire_with(&RetryPolicy::new().with_wait(total)).await,
+        WaitMode::Forever => loop {
+            match sem
+                .acquire_with(&RetryPolicy::new().with_wait(WAIT_CHUNK))
+                .await
+            {
+                Err(e)
+                    if e.kind() == ErrorKind::Timeout
+                        && exit::code_for(&e) == exit::NOT_ACQUIRED => {}
+                other => break other,
+            }
+        },
+    };
+    match result {
+        Ok(lock) => Ok(lock),
+        Err(err) => {
+            let held = exit::code_for(&err) == exit::NOT_ACQUIRED;
+            let mut failure = lock_failure(settings, resource, err).await;
+            if held {
+                failure.message = format!(
+                    "all {permits} permits of {resource:?} are held by other clients{}; the command was not run. Wait with --wait 1m",
+                    match mode {
+                        WaitMode::NoWait => String::new(),
+                        _ => format!(" after waiting {:.1}s", started.elapsed().as_secs_f64()),
+                    }
+                );
+            }
+            Err(failure)
+        }
+    }
+}
