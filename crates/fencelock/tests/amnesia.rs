@@ -223,3 +223,83 @@ async fn after_every_node_lost_its_data_the_storage_accepts_the_next_holder() {
         .expect("the storage accepts the new epoch's holder");
     lock.release().await.unwrap();
 }
+
+/// Two nodes restarted empty, the third (which kept the counter) paused: the two grants have no
+/// counter, yet this is no new epoch (the third may hold the largest token). The attempt fails
+/// closed. With the third back it still does: one counter is not a quorum of them (the largest
+/// token may have been on the two lost ones only); the way back is `fencelock reseed`.
+#[tokio::test]
+async fn no_epoch_starts_while_a_node_with_the_counter_does_not_grant() {
+    let nodes = RedisNodes::start(3).unwrap();
+    let client = fenced(&nodes);
+    let lock = client.acquire("E").await.unwrap();
+    let before = lock.fencing_token().unwrap();
+    lock.release().await.unwrap();
+    restart_empty(nodes.node(0));
+    restart_empty(nodes.node(1));
+    nodes.node(2).pause().unwrap();
+    let attempt = client.try_acquire("E").await;
+    nodes.node(2).resume().unwrap();
+    match attempt {
+        Ok(lock) => panic!(
+            "issued {:?} from two nodes without a counter",
+            lock.fencing_token()
+        ),
+        Err(e) => assert_eq!(e.kind(), fencelock::ErrorKind::Unavailable, "{e}"),
+    }
+    wait_free(nodes.node(2), "E").await;
+    let e = client.try_acquire("E").await.unwrap_err();
+    assert_eq!(e.kind(), fencelock::ErrorKind::Unavailable, "{e}");
+    assert_eq!(e.to_string().matches("no fence counter").count(), 2, "{e}");
+    assert!(before > 0);
+}
+
+/// Seeding only after issue: an attempt whose write-back a quorum refuses (an ACL on n1 and n2
+/// forbids the write-back script) seeds nothing, so the node that lost its counter stays
+/// without one.
+#[tokio::test]
+async fn a_failed_attempt_seeds_no_node() {
+    let nodes = RedisNodes::start(3).unwrap();
+    let client = fenced(&nodes);
+    client.acquire("S").await.unwrap().release().await.unwrap();
+    restart_empty(nodes.node(0));
+    let mut urls = vec![nodes.node(0).url()];
+    for i in 1..3 {
+        let node = nodes.node(i);
+        // Every script this client runs but the write-back, by hash (published sources).
+        let mut rule: Vec<String> = ["ACL", "SETUSER", "nowb", "on", ">pw", "~*", "&*"]
+            .iter()
+            .chain(&["+@all", "-evalsha", "-eval"])
+            .map(|s| s.to_string())
+            .collect();
+        for src in [
+            fencelock::protocol::ACQUIRE_FENCED_SCRIPT,
+            fencelock::protocol::RELEASE_SCRIPT,
+        ] {
+            let sha = node.cli(&["SCRIPT", "LOAD", src]).unwrap();
+            rule.push(format!("+evalsha|{sha}"));
+        }
+        let rule: Vec<&str> = rule.iter().map(String::as_str).collect();
+        node.cli(&rule).unwrap();
+        urls.push(format!("redis://nowb:pw@127.0.0.1:{}", node.port()));
+    }
+    let refused = Client::new(
+        Config::new(&urls)
+            .with_fencing(true)
+            .with_quarantine(false)
+            .with_node_timeout(Duration::from_millis(500)),
+    )
+    .unwrap();
+    // n0 is among the granting nodes of most attempts (the round returns at two grants only if
+    // both have a counter); twenty attempts, and none may seed it.
+    for _ in 0..20 {
+        let err = refused.try_acquire("S").await.unwrap_err();
+        assert_eq!(err.kind(), fencelock::ErrorKind::Unavailable, "{err}");
+        // The failed attempt's release is done when try_acquire returns.
+        assert_eq!(
+            get(nodes.node(0), COUNTER),
+            None,
+            "n0 was seeded by a failed attempt"
+        );
+    }
+}
