@@ -237,6 +237,9 @@ async fn no_epoch_starts_while_a_node_with_the_counter_does_not_grant() {
     lock.release().await.unwrap();
     restart_empty(nodes.node(0));
     restart_empty(nodes.node(1));
+    // A new client: the first one's connections to the restarted nodes are gone.
+    let client = fenced(&nodes);
+    client.connect().await;
     nodes.node(2).pause().unwrap();
     let attempt = client.try_acquire("E").await;
     nodes.node(2).resume().unwrap();
