@@ -1317,19 +1317,22 @@ fn clock_jump_breaks_order_but_not_uniqueness() {
 
 #[test]
 fn the_guard_survives_restarts_without_persistence() {
-    for (name, f) in [
-        ("guard, one restart without persistence", faults(0, 1, 0, 0)),
+    for (name, c) in [
+        (
+            "guard, one restart without persistence",
+            small(3, GUARDED, faults(0, 1, 0, 0)),
+        ),
         (
             "guard, two restarts without persistence",
-            faults(0, 2, 0, 0),
+            small(3, GUARDED, faults(0, 2, 0, 0)),
         ),
         // One restart leaves a node with the counter: no epoch starts, whatever the clock.
+        // (One attempt per client in both builds: the suite's time goes to the cases above.)
         (
             "guard, one restart, client clock behind",
-            behind(faults(0, 1, 0, 0)),
+            cfg(3, 2, 1, GUARDED, behind(faults(0, 1, 0, 0))),
         ),
     ] {
-        let c = small(3, GUARDED, f);
         let outcome = explore(&c);
         report(name, &c, &outcome);
         assert_holds(&outcome, &ALL);
@@ -1352,7 +1355,8 @@ fn after_a_total_loss_the_order_rests_on_the_clock() {
 
 #[test]
 fn the_guard_with_a_restart_and_a_clock_jump() {
-    let c = small(3, GUARDED, faults(1, 1, 0, 0));
+    // One attempt per client in both builds (the suite's budget).
+    let c = cfg(3, 2, 1, GUARDED, faults(1, 1, 0, 0));
     let outcome = explore(&c);
     report("guard, restart + clock jump", &c, &outcome);
     for cx in &outcome.found {
