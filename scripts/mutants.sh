@@ -35,7 +35,7 @@ mutant() {
 
 mutant writeback-no-raise "the write-back does not raise the counters" \
   crates/fencelock/src/redis/scripts.rs \
-  's/(WRITE_BACK_LUA: &str = r".*?)redis\.call\(\x27set\x27, KEYS\[n \+ i\], ARGV\[2\]\)/$1-- mutant: counter not raised/s' \
+  's/(WRITE_BACK_LUA: &str = r".*?)if best ~= c then redis\.call\(\x27set\x27, KEYS\[n \+ 1\], best\) end/$1-- mutant: counter not raised/s' \
   "-p fencelock --lib redis::script_checks::the_write_back_raises_the_counter" \
   "-p fencelock --test fencing tokens_increase_across_1000"
 mutant writeback-no-owner-check "the write-back raises counters where another client owns the key" \
@@ -43,7 +43,7 @@ mutant writeback-no-owner-check "the write-back raises counters where another cl
   's/(WRITE_BACK_LUA: &str = r".*?)if redis\.call\(\x27get\x27, KEYS\[i\]\) ~= ARGV\[1\] then return 0 end/$1-- mutant: no ownership check/s' \
   "-p fencelock --lib redis::script_checks::a_write_back_on_a_key_another_client_owns"
 mutant writeback-quorum-unchecked "the client accepts a write-back that no quorum took" \
-  crates/fencelock/src/client.rs \
+  crates/fencelock/src/redis/guard.rs \
   's/if wb\.decision != Decision::Reached \{/if false && wb.decision != Decision::Reached {/' \
   "-p fencelock --lib redis::script_checks::an_acquisition_whose_write_back_a_majority_refuses"
 mutant release-no-compare "the release deletes the key without comparing the owner token" \
@@ -51,8 +51,8 @@ mutant release-no-compare "the release deletes the key without comparing the own
   's/if v\[1\] ~= ARGV\[1\] then\n(\s*-- MGET)/if false then\n$1/; s/if v\[1\] == ARGV\[1\] then/if true then/' \
   "-p fencelock --test redlock release_with_a_wrong_token_leaves_the_key"
 mutant writeback-off-by-one "the write-back stores token - 1, a value no holder got" \
-  crates/fencelock/src/client.rs \
-  's/\.write_back\(&granted, keys, token\.as_str\(\), t, /.write_back(&granted, keys, token.as_str(), t - 1, /' \
+  crates/fencelock/src/redis/guard.rs \
+  's/\.write_back\(&targets, keys, owner, token, node_timeout\)/.write_back(&targets, keys, owner, token - 1, node_timeout)/' \
   "-p fencelock --test fencing tokens_increase_across_1000"
 mutant validity-ignores-elapsed "validity counted from the reply, not from before the request" \
   crates/fencelock/src/validity.rs \
@@ -78,6 +78,19 @@ mutant acquire-without-nx "acquisition sets the key whether or not another clien
   crates/fencelock/src/redis/mod.rs \
   's/cmd\.arg\(key\)\.arg\(token\)\.arg\("NX"\)\.arg\("PX"\)/cmd.arg(key).arg(token).arg("PX")/' \
   "-p fencelock-cli --test bench contended_sections_never_overlap_and_every_increment_counts"
+mutant guard-seed-before-issue "the amnesia guard seeds the nodes without a counter before the token is issued" \
+  crates/fencelock/src/redis/guard.rs \
+  's/\n(\s*)let wb = self\n/\n$1self.seed(&Fenced { token, seeds: seeds.clone() }, keys, owner, node_timeout).await;\n$1let wb = self\n/' \
+  "-p fencelock --test amnesia a_failed_attempt_seeds_no_node"
+mutant guard-untrusted-counted "the amnesia guard counts a read from a node without a counter as trusted (0)" \
+  crates/fencelock/src/redis/mod.rs \
+  's/exists: exists == 1,/exists: true,/' \
+  "-p fencelock --test amnesia a_node_restarted_without_its_counter_never_yields_a_smaller_token"
+mutant guard-epoch-on-quorum "a new epoch starts when a quorum (not every node) granted without a counter" \
+  crates/fencelock/src/fencing.rs \
+  's/granting >= nodes && nodes > 0/granting > nodes \/ 2 && nodes > 0/' \
+  "-p fencelock --lib fencing::tests::an_epoch_starts_only_when_every_node_granted" \
+  "-p fencelock --test amnesia no_epoch_starts_while_a_node_with_the_counter_does_not_grant"
 mutant quorum-of-one "one node's grant counts as a quorum" \
   crates/fencelock/src/quorum.rs \
   's/pub fn quorum\(n: usize\) -> usize \{\n    n \/ 2 \+ 1\n/pub fn quorum(_n: usize) -> usize {\n    1\n/' \

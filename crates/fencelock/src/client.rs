@@ -10,7 +10,6 @@ use tracing::Instrument;
 
 use crate::config::Config;
 use crate::error::{Error, LostCause, Result};
-use crate::fencing;
 use crate::lock::Lock;
 use crate::node::NodeAddr;
 use crate::queue::{self, Ticket};
@@ -451,40 +450,19 @@ impl Client {
             self.release_quietly(keys, &token, None).await;
             return Err(classify(resource, votes, backend.quorum()));
         }
-        let mut fencing_token = None;
+        let mut fenced = None;
         if config.fencing() {
-            let granted: Vec<usize> = round.granted.iter().map(|(i, _)| *i).collect();
-            let salt = fastrand::u16(..);
-            let counters = round.granted.iter().map(|(_, c)| *c);
-            let Some(t) = fencing::next_unique_token(counters, salt) else {
-                self.release_quietly(keys, &token, None).await;
-                return Err(Error::config(
-                    "fence counter",
-                    format!(
-                        "the fence counter of {resource:?} is at u64::MAX; no larger token exists"
-                    ),
-                ));
-            };
-            let wb = backend
-                .write_back(&granted, keys, token.as_str(), t, config.node_timeout())
-                .await;
-            if wb.decision != Decision::Reached {
-                self.release_quietly(keys, &token, None).await;
-                let resource = resource.to_string();
-                return Err(if wb.votes.failed() > 0 {
-                    Error::Unavailable {
-                        resource,
-                        votes: wb.votes,
-                    }
-                } else {
-                    // Our keys vanished between the two rounds: the TTL ran out or a node lost them.
-                    Error::TooSlow {
-                        resource,
-                        votes: wb.votes,
-                    }
-                });
+            let (granted, timeout) = (&round.granted, config.node_timeout());
+            match backend
+                .fence(granted, &votes, keys, token.as_str(), timeout)
+                .await
+            {
+                Ok(f) => fenced = Some(f),
+                Err(e) => {
+                    self.release_quietly(keys, &token, None).await;
+                    return Err(e);
+                }
             }
-            fencing_token = Some(t);
         }
         let elapsed = started.elapsed();
         let Some(valid_for) = validity::validity(config.ttl(), elapsed, inner.drift) else {
@@ -495,6 +473,13 @@ impl Client {
             });
         };
         let deadline = started + (elapsed + valid_for);
+        // Issued: only now are the granting nodes without a counter seeded (`redis/guard.rs`).
+        if let Some(f) = &fenced {
+            backend
+                .seed(f, keys, token.as_str(), config.node_timeout())
+                .await;
+        }
+        let fencing_token = fenced.map(|f| f.token);
         tracing::debug!(resource, ?elapsed, validity = ?valid_for, fencing_token, "acquired");
         Ok(Lock::new(
             self.clone(),

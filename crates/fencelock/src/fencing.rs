@@ -1,22 +1,39 @@
-//! Fencing-token derivation: pure arithmetic, no I/O.
+//! Fencing-token derivation and the amnesia guard's trust rule: pure arithmetic, no I/O.
 //!
-//! In fencing mode each node keeps a per-resource counter beside the lock key. The script that
-//! sets the lock key (`SET NX`) returns the node's counter in the same atomic step. The client
-//! derives the token from the counters its granting quorum returned, then writes it back to those
-//! nodes; the token counts only once a quorum took the write-back. `docs/fencing.md` holds the
-//! argument for why this makes tokens strictly increase from one holder to the next, and the
-//! conditions under which they do (counters kept, no clock jump).
+//! In fencing mode each node keeps one counter, [`FENCE_COUNTER_KEY`] (no TTL), shared by every
+//! resource. The script that sets the lock keys (`SET NX`) returns the node's counter, and
+//! whether it exists, in the same atomic step. The client derives the token from the counters
+//! its granting quorum returned ([`derive`]), writes it back to those nodes, and the token
+//! counts only once a quorum took the write-back. `docs/fencing.md` holds the argument for why
+//! this makes tokens strictly increase from one holder to the next, and the conditions under
+//! which they do.
+//!
+//! **The trust rule** (the amnesia guard, for clients in other languages too): a node that
+//! restarted without its data (or had its counter evicted) comes back without the counter, and
+//! a missing counter there is not a true 0: the node may have forgotten the largest token. So a
+//! read is [`CounterRead::Trusted`] only if the node has the counter (or, while migrating from
+//! per-resource counters, the resource's legacy key [`counter_key`]). An attempt needs at
+//! least a quorum of trusted reads among its granting nodes; the token is the largest trusted
+//! read + 1; it is written back to the trusted granting nodes only, and a quorum of them must
+//! acknowledge; only once the token is issued are the untrusted granting nodes seeded with it
+//! (the same ownership-checked write-back, best effort). When every node of the set granted the
+//! attempt and none has a counter ([`is_epoch_start`]: a fresh set, or every node lost its
+//! data), it starts a new epoch: every granting node counts as a trusted 0 and the token is
+//! [`epoch_floor`] of the client's clock.
 
-/// The key that holds the fencing counter of `resource` on each node.
+use std::time::{SystemTime, UNIX_EPOCH};
+
+pub use crate::protocol::FENCE_COUNTER_KEY;
+
+/// The legacy per-resource counter key of `resource` (before one counter per node). The
+/// acquisition scripts still read it, so that a node upgraded with per-resource counters never
+/// issues below them, and the write-back deletes it once the node counter is above it.
 pub fn counter_key(resource: &str) -> String {
-    format!("fencelock:fence:{resource}")
+    format!("{FENCE_COUNTER_KEY}:{resource}")
 }
 
-/// The token a client takes from the counters that its granting nodes returned: one more than
-/// the largest. Returns `None` if no counter was seen or the largest is `u64::MAX`.
-///
-/// This is the order argument in its plainest form; the client uses [`next_unique_token`],
-/// which keeps the same order and also separates two grants that saw the same largest counter.
+/// One more than the largest counter. Returns `None` if no counter was given or the largest
+/// is `u64::MAX`.
 pub fn next_token<I>(counters: I) -> Option<u64>
 where
     I: IntoIterator<Item = u64>,
@@ -24,49 +41,30 @@ where
     counters.into_iter().max()?.checked_add(1)
 }
 
-/// How many low bits of a token are a per-grant random salt.
-pub const SALT_BITS: u32 = 16;
-
-/// The token the client issues: greater than every counter seen (so the order argument of
-/// [`next_token`] holds unchanged), with the low [`SALT_BITS`] bits taken from `salt`.
-///
-/// Two grants derive from the same largest counter only when a node lost its counter (a restart
-/// without persistence, an eviction) and the later grant's quorum missed every node that kept
-/// the earlier token. Plain `max + 1` then hands both the same token, and a fence that admits
-/// equal tokens (the same holder writing again) would let them interleave. With a salt they
-/// differ unless both draw the same 16 bits (probability 2^-16), and the fence orders them.
-/// Returns `None` when the counters are too close to `u64::MAX`.
-pub fn next_unique_token<I>(counters: I, salt: u16) -> Option<u64>
-where
-    I: IntoIterator<Item = u64>,
-{
-    let prefix = (counters.into_iter().max()? >> SALT_BITS).checked_add(1)?;
-    let base = prefix.checked_mul(1 << SALT_BITS)?;
-    Some(base | u64::from(salt))
-}
-
-/// What one granting node's counter read is worth under the amnesia guard (`docs/fencing.md`).
-///
-/// A node that restarted without persistence forgot its counters, and a missing counter looks
-/// the same as a resource never locked before. The guard tells them apart with a genesis marker
-/// key (no TTL) written on every node when the cluster is set up: a missing counter on a node
-/// that still has its marker is a true 0; on a node without the marker it is unknown.
+/// What one granting node's counter read is worth under the amnesia guard.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CounterRead {
-    /// The node has its genesis marker, or a counter for the resource (missing reads as 0).
+    /// The node has its fence counter (or the resource's legacy counter): the value is a true
+    /// lower bound of every token it took.
     Trusted(u64),
-    /// The node lost its data (no genesis marker) and has no counter for the resource.
+    /// The node has no counter: it may have lost its data and forgotten the largest token.
     Untrusted,
 }
 
-/// The largest counter under the amnesia guard: the largest trusted read, and only if at least
-/// `quorum` reads are trusted. Returns `None` otherwise. Feed it to [`next_unique_token`] (an
-/// `Option` is an iterator of zero or one counter).
-///
-/// The write-back then goes to the trusted nodes only and needs `quorum` acknowledgements; the
-/// untrusted granting nodes are seeded with the token only after it was issued. The model in
-/// `tests/fencing_model.rs` shows that seeding earlier (from an attempt that may still fail)
-/// lets a forgotten counter come back too low.
+impl CounterRead {
+    /// The read of a node that answered `value` (the largest of its counters, 0 if none) and
+    /// whether any counter exists there.
+    pub fn from_node(value: u64, exists: bool) -> Self {
+        if exists {
+            CounterRead::Trusted(value)
+        } else {
+            CounterRead::Untrusted
+        }
+    }
+}
+
+/// The largest trusted read, and only if at least `quorum` reads are trusted. Returns `None`
+/// otherwise.
 pub fn trusted_max<I>(reads: I, quorum: usize) -> Option<u64>
 where
     I: IntoIterator<Item = CounterRead>,
@@ -85,9 +83,86 @@ where
     max
 }
 
+/// Whether an attempt starts a new epoch: all `nodes` nodes of the set granted it (one
+/// `has_counter` per granting node) and none of them has a counter. Fewer is never enough: a
+/// node that did not grant may be the one that kept the largest token, or may be held by a
+/// client whose write-back is about to land there (a refusal that says "no counter" can be stale
+/// by the time the token is issued; the model checker found that trace).
+pub fn is_epoch_start<I>(has_counter: I, nodes: usize) -> bool
+where
+    I: IntoIterator<Item = bool>,
+{
+    let mut granting = 0usize;
+    for has in has_counter {
+        if has {
+            return false;
+        }
+        granting += 1;
+    }
+    granting >= nodes && nodes > 0
+}
+
+/// The first token of a new epoch: the time `now` in microseconds since the Unix epoch, at
+/// least 1. Order across a total counter loss rests on this clock reading: the new epoch's
+/// first token is above every earlier token if the earlier epoch issued fewer than one token
+/// per microsecond on average since it began and the issuing client's clock is not behind the
+/// earlier issuers' by more than that slack (`docs/fencing.md`).
+pub fn epoch_floor(now: SystemTime) -> u64 {
+    let micros = now
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
+    micros.max(1)
+}
+
+/// What an attempt does with the reads of its granting nodes (see the module's trust rule).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Derivation {
+    /// At least a quorum of trusted reads: the token is the largest trusted read + 1; write it
+    /// back to the trusted granting nodes, seed the untrusted ones once it is issued.
+    Token(u64),
+    /// No node of the set has a counter: a new epoch. The token is [`epoch_floor`] of the
+    /// client's clock; every granting node counts as a trusted 0 (the write-back goes to all).
+    EpochStart,
+    /// Fewer than a quorum of trusted reads, and not an epoch start: fail closed.
+    TooFewTrusted {
+        /// How many granting nodes had their counter.
+        trusted: usize,
+    },
+    /// The largest trusted counter is `u64::MAX`: no larger token exists.
+    Exhausted,
+}
+
+/// Derives the token from the reads of the granting nodes. `epoch_start`: the result of
+/// [`is_epoch_start`] over the granting nodes (it is ignored when a read is trusted).
+pub fn derive<I>(reads: I, quorum: usize, epoch_start: bool) -> Derivation
+where
+    I: IntoIterator<Item = CounterRead>,
+{
+    let mut trusted = 0usize;
+    let mut max = 0u64;
+    for read in reads {
+        if let CounterRead::Trusted(v) = read {
+            trusted += 1;
+            max = max.max(v);
+        }
+    }
+    if trusted == 0 && epoch_start {
+        return Derivation::EpochStart;
+    }
+    if trusted < quorum || trusted == 0 {
+        return Derivation::TooFewTrusted { trusted };
+    }
+    match max.checked_add(1) {
+        Some(t) => Derivation::Token(t),
+        None => Derivation::Exhausted,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
+    use CounterRead::{Trusted, Untrusted};
 
     #[test]
     fn next_token_is_one_past_the_largest_counter() {
@@ -98,36 +173,76 @@ mod tests {
     }
 
     #[test]
-    fn unique_tokens_are_above_every_counter_and_keep_the_salt() {
-        for max in [0u64, 1, 65_535, 65_536, 1 << 40, (1 << 40) + 12_345] {
-            for salt in [0u16, 1, 777, u16::MAX] {
-                let t = next_unique_token([max / 2, max], salt).unwrap();
-                assert!(t > max, "{t} <= {max}");
-                assert_eq!(t & 0xffff, u64::from(salt));
-                // A later grant that saw this token goes above it, whatever its salt.
-                let later = next_unique_token([t], 0).unwrap();
-                assert!(later > t);
-            }
-        }
-        assert_eq!(next_unique_token(Vec::<u64>::new(), 1), None);
-        assert_eq!(next_unique_token([u64::MAX], 1), None);
-        assert_eq!(next_unique_token([0], 5), Some(65_536 + 5));
-    }
-
-    #[test]
     fn guarded_max_needs_a_quorum_of_trusted_reads() {
-        use CounterRead::{Trusted, Untrusted};
         assert_eq!(trusted_max([Trusted(3), Untrusted, Trusted(5)], 2), Some(5));
         // An untrusted node may have forgotten a larger counter: it never counts.
         assert_eq!(trusted_max([Trusted(3), Untrusted, Untrusted], 2), None);
         assert_eq!(trusted_max([Trusted(0), Trusted(0)], 2), Some(0));
         assert_eq!(trusted_max([], 0), None);
-        let max = trusted_max([Trusted(70_000), Trusted(1)], 2);
-        assert!(next_unique_token(max, 9).unwrap() > 70_000);
     }
 
     #[test]
-    fn counter_key_sits_beside_the_resource() {
+    fn a_read_is_trusted_only_where_the_counter_exists() {
+        assert_eq!(CounterRead::from_node(7, true), Trusted(7));
+        assert_eq!(CounterRead::from_node(0, true), Trusted(0));
+        assert_eq!(CounterRead::from_node(0, false), Untrusted);
+    }
+
+    #[test]
+    fn derive_takes_the_largest_trusted_read_plus_one() {
+        assert_eq!(
+            derive([Trusted(3), Untrusted, Trusted(5)], 2, false),
+            Derivation::Token(6)
+        );
+        // An untrusted node's value is unknown, whatever it says; a quorum of trusted is needed.
+        assert_eq!(
+            derive([Trusted(9), Untrusted, Untrusted], 2, false),
+            Derivation::TooFewTrusted { trusted: 1 }
+        );
+        assert_eq!(
+            derive([Untrusted, Untrusted], 2, false),
+            Derivation::TooFewTrusted { trusted: 0 }
+        );
+        assert_eq!(
+            derive([Trusted(u64::MAX), Trusted(1)], 2, false),
+            Derivation::Exhausted
+        );
+        // No salt: consecutive grants are consecutive integers.
+        assert_eq!(
+            derive([Trusted(0), Trusted(0)], 2, false),
+            Derivation::Token(1)
+        );
+    }
+
+    #[test]
+    fn an_epoch_starts_only_when_every_node_granted_without_a_counter() {
+        assert!(is_epoch_start([false, false, false], 3));
+        // One node did not grant: it may have the largest token.
+        assert!(!is_epoch_start([false, false], 3));
+        assert!(!is_epoch_start([false, true, false], 3));
+        assert!(!is_epoch_start(Vec::<bool>::new(), 0));
+        assert_eq!(
+            derive([Untrusted, Untrusted], 2, true),
+            Derivation::EpochStart
+        );
+        // A trusted read means some node has a counter: never an epoch start.
+        assert_eq!(
+            derive([Trusted(4), Untrusted], 2, true),
+            Derivation::TooFewTrusted { trusted: 1 }
+        );
+    }
+
+    #[test]
+    fn the_epoch_floor_is_the_clock_in_microseconds() {
+        let t = UNIX_EPOCH + Duration::from_micros(1_764_556_800_123_456);
+        assert_eq!(epoch_floor(t), 1_764_556_800_123_456);
+        assert_eq!(epoch_floor(UNIX_EPOCH), 1);
+        assert_eq!(epoch_floor(UNIX_EPOCH - Duration::from_secs(5)), 1);
+    }
+
+    #[test]
+    fn counter_key_is_the_legacy_key_beside_the_node_counter() {
         assert_eq!(counter_key("order:42"), "fencelock:fence:order:42");
+        assert_eq!(FENCE_COUNTER_KEY, "fencelock:fence");
     }
 }

@@ -160,11 +160,18 @@ pub(crate) fn misconfigured(votes: &Votes) -> usize {
 /// the general one.
 pub(crate) fn advice(votes: &Votes) -> String {
     let mut hints: Vec<&'static str> = Vec::new();
+    let lost_counter = |why: &str| why.starts_with(crate::redis::guard::LOST_COUNTER);
     if votes
         .iter()
-        .any(|v| matches!(v.outcome, VoteOutcome::Excluded(_)))
+        .any(|v| matches!(&v.outcome, VoteOutcome::Excluded(why) if !lost_counter(why)))
     {
         hints.push("a node in restart quarantine counts again once the longest TTL in use has passed since its restart (each says when); fresh nodes that never held a lock can be counted at once with with_quarantine(false)");
+    }
+    if votes
+        .iter()
+        .any(|v| matches!(&v.outcome, VoteOutcome::Excluded(why) if lost_counter(why)))
+    {
+        hints.push("fencing needs a quorum of granting nodes that kept their fence counter: retry once the nodes that still have it answer (a later grant then seeds the others), or, if those nodes are gone for good, run `fencelock reseed --above <the fenced storage's last token>`");
     }
     for vote in votes.iter() {
         if let VoteOutcome::Failed(e) = &vote.outcome {

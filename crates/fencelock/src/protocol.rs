@@ -43,6 +43,12 @@ pub use crate::election::{election_key, leaders_key};
 pub use crate::fencing::counter_key;
 pub use crate::semaphore::permit_key;
 
+/// The key of a node's fence counter (a decimal integer, no TTL), one per node, shared by every
+/// resource. The trust rule that makes it survive a node that lost its data (a read is trusted
+/// only where this key exists; a quorum of trusted reads; seeding after issue; a new epoch only
+/// when every node was heard without it) is stated in [`crate::fencing`].
+pub const FENCE_COUNTER_KEY: &str = "fencelock:fence";
+
 /// The prefix of every key and channel fencelock keeps beside the lock keys on Redis
 /// (`fencelock:fence:<resource>`, `fencelock:queue:<resource>`, ...). A resource name that
 /// starts with it is refused before any I/O with [`crate::Error::InvalidConfig`]: a lock on
@@ -54,6 +60,20 @@ pub use crate::queue::{lease_key, queue_key, waiting_key};
 /// when the key's wait mark is set. KEYS: the lock keys, their queues, their lease sets, their
 /// wait marks (n of each); ARGV: the owner token[, the holder's own waiter id].
 pub const RELEASE_SCRIPT: &str = crate::redis::scripts::RELEASE_LUA;
+
+/// The fencing-mode acquisition script (Lua), for clients in other languages that take fenced
+/// locks on the same nodes. KEYS: n lock keys, [`FENCE_COUNTER_KEY`], the n legacy counters
+/// ([`counter_key`] of each resource). ARGV: owner token, TTL in ms. Sets every lock key or none
+/// and replies `{granted (1 or 0), largest counter (decimal string), exists (1 or 0)}`, on a
+/// refusal too. Derive the token as [`crate::fencing`] states (trust rule, epoch start), then
+/// write it back with [`WRITE_BACK_SCRIPT`].
+pub const ACQUIRE_FENCED_SCRIPT: &str = crate::redis::scripts::ACQUIRE_FENCED_LUA;
+
+/// The fencing-mode write-back script (Lua): KEYS as [`ACQUIRE_FENCED_SCRIPT`]'s; ARGV: owner
+/// token, fencing token (decimal). Raises the node counter to at least the token and deletes the
+/// legacy counters, only if every lock key still holds the owner token; replies 1, else 0 (and
+/// writes nothing). Used to seed a node that lost its counter too, once the token was issued.
+pub const WRITE_BACK_SCRIPT: &str = crate::redis::scripts::WRITE_BACK_LUA;
 
 /// The key of a node's marker (no TTL).
 pub const NODE_MARKER_KEY: &str = crate::redis::quarantine::MARKER_KEY;

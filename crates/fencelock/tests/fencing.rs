@@ -39,7 +39,7 @@ async fn tokens_increase_across_1000_acquisitions_with_a_node_restarted_empty() 
             assert_eq!(
                 nodes
                     .node(2)
-                    .cli(&["GET", &fencing::counter_key("mono")])
+                    .cli(&["GET", fencing::FENCE_COUNTER_KEY])
                     .unwrap(),
                 "(nil)"
             );
@@ -51,12 +51,11 @@ async fn tokens_increase_across_1000_acquisitions_with_a_node_restarted_empty() 
         tokens.push(t);
         lock.release().await.unwrap();
     }
-    // The restarted node was written back to after it came back: its counter is exactly a
-    // token a holder got after the restart (not merely some large number: every salted token
-    // is above 65,535).
+    // The restarted node was seeded (or written back to) after it came back: its counter is
+    // exactly a token a holder got after the restart.
     let c: u64 = nodes
         .node(2)
-        .cli(&["GET", &fencing::counter_key("mono")])
+        .cli(&["GET", fencing::FENCE_COUNTER_KEY])
         .unwrap()
         .parse()
         .unwrap();
@@ -67,7 +66,7 @@ async fn tokens_increase_across_1000_acquisitions_with_a_node_restarted_empty() 
     // And every node's counter is the last token of a grant it took part in: none is ahead.
     for n in nodes.iter() {
         let c: u64 = n
-            .cli(&["GET", &fencing::counter_key("mono")])
+            .cli(&["GET", fencing::FENCE_COUNTER_KEY])
             .unwrap()
             .parse()
             .unwrap();
@@ -112,7 +111,7 @@ async fn efficiency_locks_carry_no_token_and_touch_no_counter() {
     assert_eq!(
         nodes
             .node(0)
-            .cli(&["EXISTS", &fencing::counter_key("plain")])
+            .cli(&["EXISTS", fencing::FENCE_COUNTER_KEY])
             .unwrap(),
         "0"
     );

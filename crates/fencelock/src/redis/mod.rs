@@ -7,6 +7,7 @@
 mod conn;
 mod describe;
 pub(crate) mod extender;
+pub(crate) mod guard;
 mod inflight;
 mod order;
 pub(crate) mod quarantine;
@@ -27,6 +28,7 @@ use redis::{Cmd, RedisError, RedisResult, Script, Value};
 pub(crate) use self::conn::Quarantine;
 use self::conn::{NodeConn, Standing};
 pub(crate) use self::describe::describe;
+pub(crate) use self::guard::FenceRead;
 use self::inflight::Inflight;
 use self::order::Stragglers;
 use self::watch::ReleaseWatch;
@@ -46,6 +48,18 @@ pub(crate) enum Answer<T> {
     HeldByOther,
     NotHeld,
 }
+
+/// Whether a round that reached its quorum waits for the answers still in flight (each within
+/// the round's deadline): a fenced acquisition does while its grants hold fewer than a quorum of
+/// fence counters (`guard.rs`); every other round returns at once.
+pub(crate) trait WantsMore: Sized {
+    fn wants_more(_granted: &[(usize, Self)], _quorum: usize) -> bool {
+        false
+    }
+}
+
+impl WantsMore for () {}
+impl WantsMore for u64 {}
 
 /// Why a node gave no answer (a timeout is the round's deadline, not a node's answer).
 #[derive(Debug)]
@@ -166,7 +180,7 @@ impl RedisBackend {
         fencing: bool,
         wait: Wait<'_>,
         node_timeout: Duration,
-    ) -> Round<u64> {
+    ) -> Round<FenceRead> {
         let ttl_ms = ttl_millis(ttl);
         if let (Wait::InLine(ticket), [key]) = (wait, keys) {
             let mut queued = vec![
@@ -176,6 +190,7 @@ impl RedisBackend {
                 queue::waiting_key(key),
             ];
             if fencing {
+                queued.push(fencing::FENCE_COUNTER_KEY.to_string());
                 queued.push(fencing::counter_key(key));
             }
             let mut cmd = evalsha(&scripts::ACQUIRE_QUEUED, &queued);
@@ -242,7 +257,7 @@ impl RedisBackend {
                 } else if script {
                     let set: i64 = eval(&scripts::ACQUIRE_MANY, &cmd, &mut conn).await?;
                     Ok(if set == 1 {
-                        Answer::Granted(0)
+                        Answer::Granted(FenceRead::default())
                     } else {
                         Answer::HeldByOther
                     })
@@ -250,7 +265,7 @@ impl RedisBackend {
                     let reply: Value = cmd.query_async(&mut conn).await?;
                     Ok(match reply {
                         Value::Nil => Answer::HeldByOther,
-                        _ => Answer::Granted(0),
+                        _ => Answer::Granted(FenceRead::default()),
                     })
                 }
             }
@@ -446,7 +461,7 @@ impl RedisBackend {
         op: F,
     ) -> Round<T>
     where
-        T: Send + 'static,
+        T: Send + 'static + WantsMore,
         F: Fn(redis::aio::MultiplexedConnection) -> Fut + Clone + Send + Sync + 'static,
         Fut: Future<Output = Result<Answer<T>, RedisError>> + Send + 'static,
     {
@@ -465,7 +480,10 @@ impl RedisBackend {
         };
         loop {
             let waiting = decision == Decision::Pending
-                || (decision == Decision::Impossible && settle_on_failure && inflight.left() > 0);
+                || (decision == Decision::Impossible && settle_on_failure && inflight.left() > 0)
+                || (decision == Decision::Reached
+                    && inflight.left() > 0
+                    && T::wants_more(&granted, self.quorum));
             if !waiting {
                 break;
             }
@@ -525,7 +543,7 @@ impl RedisBackend {
         op: F,
     ) -> Round<T>
     where
-        T: Send + 'static,
+        T: Send + 'static + WantsMore,
         F: Fn(redis::aio::MultiplexedConnection) -> Fut + Clone + Send + Sync + 'static,
         Fut: Future<Output = Result<Answer<T>, RedisError>> + Send + 'static,
     {
@@ -833,19 +851,20 @@ fn release_keys(keys: &[String]) -> Vec<String> {
         .collect()
 }
 
-/// The lock keys followed by their fence counters, as the fencing scripts take them.
+/// The lock keys, the node's fence counter and the keys' legacy counters, as the fencing
+/// scripts take them.
 fn with_counter_keys(keys: &[String]) -> Vec<String> {
     keys.iter()
         .cloned()
+        .chain(std::iter::once(fencing::FENCE_COUNTER_KEY.to_string()))
         .chain(keys.iter().map(|k| fencing::counter_key(k)))
         .collect()
 }
 
-/// The answer of an acquisition script that returns `{1, counter}` or `{0, ''}`.
-fn counter_answer((set, counter): (i64, String)) -> Result<Answer<u64>, RedisError> {
-    if set != 1 {
-        return Ok(Answer::HeldByOther);
-    }
+/// The answer of an acquisition script that returns `{granted, largest counter, exists}`.
+fn counter_answer(
+    (set, counter, exists): (i64, String, i64),
+) -> Result<Answer<FenceRead>, RedisError> {
     let value = counter.parse::<u64>().map_err(|_| {
         RedisError::from((
             redis::ErrorKind::Parse,
@@ -853,7 +872,17 @@ fn counter_answer((set, counter): (i64, String)) -> Result<Answer<u64>, RedisErr
             counter,
         ))
     })?;
-    Ok(Answer::Granted(value))
+    let read = FenceRead {
+        value,
+        exists: exists == 1,
+    };
+    // A refusal reports the counter too (for other clients and tools); this client's epoch
+    // rule needs every node to grant, so it does not use it (`guard.rs`).
+    Ok(if set == 1 {
+        Answer::Granted(read)
+    } else {
+        Answer::HeldByOther
+    })
 }
 
 /// An EVALSHA of `script` over `keys`; the caller adds the arguments. Built once per round and

@@ -22,6 +22,7 @@ async fn connect(node: &RedisNode) -> MultiplexedConnection {
 async fn write_back(conn: &mut MultiplexedConnection, owner: &str, token: u64) -> i64 {
     scripts::WRITE_BACK
         .key("wb")
+        .key(fencing::FENCE_COUNTER_KEY)
         .key(fencing::counter_key("wb"))
         .arg(owner)
         .arg(token.to_string())
@@ -31,7 +32,7 @@ async fn write_back(conn: &mut MultiplexedConnection, owner: &str, token: u64) -
 }
 
 fn counter(node: &RedisNode) -> String {
-    node.cli(&["GET", &fencing::counter_key("wb")]).unwrap()
+    node.cli(&["GET", fencing::FENCE_COUNTER_KEY]).unwrap()
 }
 
 #[tokio::test]
@@ -52,8 +53,7 @@ async fn the_write_back_raises_the_counter_to_the_token_and_never_lowers_it() {
 async fn a_write_back_on_a_key_another_client_owns_returns_0_and_leaves_the_counter() {
     let node = RedisNode::start().unwrap();
     let mut conn = connect(&node).await;
-    node.cli(&["SET", &fencing::counter_key("wb"), "5"])
-        .unwrap();
+    node.cli(&["SET", fencing::FENCE_COUNTER_KEY, "5"]).unwrap();
     // Our key expired and another client took the lock: our late write-back must not count.
     node.cli(&["SET", "wb", "someone-else", "PX", "60000"])
         .unwrap();

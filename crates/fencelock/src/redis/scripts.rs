@@ -95,53 +95,73 @@ return 1
 );
 
 /// Fencing-mode acquisition: set every lock key (all or none) and, in the same atomic step,
-/// return the largest fence counter among the keys' counters. KEYS: n locks, then their n
-/// counters (then their n wait marks, with ARGV[3]). ARGV: owner token, ttl in ms[, wait mark
-/// ms]. Returns `{1, max counter}` or `{0, ''}` when any lock key is held (marking the keys as
-/// waited for, with ARGV[3]). Counters compare as decimal strings: exact over the u64 range.
+/// read the node's fence counter (`fencelock:fence`, shared by every resource) and the legacy
+/// per-resource counters of the keys (`fencelock:fence:<resource>`, from before one counter per
+/// node: read so that an upgraded node never issues below them). KEYS: n locks, the node
+/// counter, n legacy counters (then n wait marks, with ARGV[3]). ARGV: owner token, ttl in
+/// ms[, wait mark ms]. Returns `{1, largest counter, exists}` when every key was set,
+/// `{0, largest counter, exists}` when any lock key is held (marking the keys as waited for,
+/// with ARGV[3]): the counter is reported on a refusal too, so that a client that heard every
+/// node knows whether any still has one (the amnesia guard, `fencing.rs`). `exists` is 1 when the
+/// node counter or a legacy counter of the keys exists (the read is trusted), else 0; the
+/// largest counter is '0' then. Counters compare as decimal strings: exact over the u64 range.
 /// A grant announces its TTL.
 pub(crate) static ACQUIRE_FENCED: LazyLock<Script> =
     LazyLock::new(|| Script::new(ACQUIRE_FENCED_LUA));
-const ACQUIRE_FENCED_LUA: &str = concat!(
+pub(crate) const ACQUIRE_FENCED_LUA: &str = concat!(
     announce_lua!(),
     r"
-local n = #KEYS / 2
-if ARGV[3] then n = #KEYS / 3 end
+local n = (#KEYS - 1) / 2
+if ARGV[3] then n = (#KEYS - 1) / 3 end
+local best, exists = '0', 0
+local c = redis.call('get', KEYS[n + 1])
+if c then best, exists = c, 1 end
+for i = 1, n do
+  local l = redis.call('get', KEYS[n + 1 + i])
+  if l then
+    exists = 1
+    if #l > #best or (#l == #best and l > best) then best = l end
+  end
+end
 for i = 1, n do
   if redis.call('exists', KEYS[i]) == 1 then
     if ARGV[3] then
-      for j = 1, n do redis.call('set', KEYS[2 * n + j], '1', 'PX', ARGV[3]) end
+      for j = 1, n do redis.call('set', KEYS[2 * n + 1 + j], '1', 'PX', ARGV[3]) end
     end
-    return {0, ''}
+    return {0, best, exists}
   end
 end
-local best = '0'
 for i = 1, n do
   redis.call('set', KEYS[i], ARGV[1], 'PX', ARGV[2])
-  local c = redis.call('get', KEYS[n + i])
-  if c and (#c > #best or (#c == #best and c > best)) then best = c end
 end
 announce(ARGV[2])
-return {1, best}
+return {1, best, exists}
 "
 );
 
-/// Fencing-mode write-back: raise every counter to the token, only while we still own every
-/// lock key on this node. KEYS: n locks, then their n counters. ARGV: owner token, fencing
-/// token (decimal, no leading zeros). Returns 1 when the counters are now at least the token,
-/// 0 when some key is not ours (nothing written then).
+/// Fencing-mode write-back (and the seeding of a node that lost its counter, after issue):
+/// only while we still own every lock key on this node, raise the node counter to the largest
+/// of itself, the token and the keys' legacy counters, and delete those legacy counters (the
+/// node counter is then at least each of them). KEYS: n locks, the node counter, n legacy
+/// counters. ARGV: owner token, fencing token (decimal, no leading zeros). Returns 1 when the
+/// node counter is now at least the token, 0 when some key is not ours (nothing written then).
 pub(crate) static WRITE_BACK: LazyLock<Script> = LazyLock::new(|| Script::new(WRITE_BACK_LUA));
-const WRITE_BACK_LUA: &str = r"
-local n = #KEYS / 2
+pub(crate) const WRITE_BACK_LUA: &str = r"
+local n = (#KEYS - 1) / 2
 for i = 1, n do
   if redis.call('get', KEYS[i]) ~= ARGV[1] then return 0 end
 end
+local c = redis.call('get', KEYS[n + 1])
+local best = ARGV[2]
+if c and (#c > #best or (#c == #best and c > best)) then best = c end
 for i = 1, n do
-  local c = redis.call('get', KEYS[n + i])
-  if not c or #c < #ARGV[2] or (#c == #ARGV[2] and c < ARGV[2]) then
-    redis.call('set', KEYS[n + i], ARGV[2])
+  local l = redis.call('get', KEYS[n + 1 + i])
+  if l then
+    if #l > #best or (#l == #best and l > best) then best = l end
+    redis.call('del', KEYS[n + 1 + i])
   end
 end
+if best ~= c then redis.call('set', KEYS[n + 1], best) end
 return 1
 ";
 
@@ -214,11 +234,12 @@ return {deleted, heard}
 /// this waiter is first in line. The granted waiter stays first in line until its release (or
 /// its lease runs out), so that a grant on too few nodes does not hand its place to the next
 /// waiter on some nodes only: it retries first everywhere. In fencing mode it also returns the
-/// fence counter, as [`ACQUIRE_FENCED`] does.
+/// node's fence counter and whether it exists, also on a refusal, as [`ACQUIRE_FENCED`] does.
 /// It also renews the key's wait mark, which tells a release that someone waits.
-/// KEYS: lock, queue, leases, wait mark[, counter]. ARGV: owner token, ttl ms, waiter id, ticket,
-/// lease ms, how long the line and the mark outlive the last registration (ms).
-/// Returns `{1, counter}` (counter '0' without fencing) or `{0, ''}`. A grant announces its TTL.
+/// KEYS: lock, queue, leases, wait mark[, node counter, legacy counter]. ARGV: owner token, ttl
+/// ms, waiter id, ticket, lease ms, how long the line and the mark outlive the last registration
+/// (ms). Returns `{granted (1 or 0), largest counter, exists}` (`'0', 0` without fencing). A
+/// grant announces its TTL.
 pub(crate) static ACQUIRE_QUEUED: LazyLock<Script> =
     LazyLock::new(|| Script::new(ACQUIRE_QUEUED_LUA));
 const ACQUIRE_QUEUED_LUA: &str = concat!(
@@ -227,6 +248,16 @@ const ACQUIRE_QUEUED_LUA: &str = concat!(
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lease = tonumber(ARGV[5])
+local best, exists = '0', 0
+if #KEYS == 6 then
+  for i = 5, 6 do
+    local c = redis.call('get', KEYS[i])
+    if c then
+      exists = 1
+      if #c > #best or (#c == #best and c > best) then best = c end
+    end
+  end
+end
 -- Every write to the line leaves it a TTL of at least ARGV[6] (raised, never shortened: waiters
 -- with other leases share the line), also a renewal and one that re-creates an expired key: a
 -- line nobody renews goes away by itself; tickets keep their order if it is rebuilt.
@@ -238,21 +269,19 @@ keep(KEYS[2])
 redis.call('zadd', KEYS[3], now + lease, ARGV[3])
 keep(KEYS[3])
 redis.call('set', KEYS[4], '1', 'PX', ARGV[6])
-if redis.call('exists', KEYS[1]) == 1 then return {0, ''} end
+if redis.call('exists', KEYS[1]) == 1 then return {0, best, exists} end
 -- Grant only to the first waiter whose lease is still running; drop the lapsed ahead of us.
 while true do
   local first = redis.call('zrange', KEYS[2], 0, 0)[1]
   if first == ARGV[3] then break end
   local until_ms = tonumber(redis.call('zscore', KEYS[3], first))
-  if until_ms and until_ms > now then return {0, ''} end
+  if until_ms and until_ms > now then return {0, best, exists} end
   redis.call('zrem', KEYS[2], first)
   redis.call('zrem', KEYS[3], first)
 end
 redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
-local c = '0'
-if #KEYS == 5 then c = redis.call('get', KEYS[5]) or '0' end
 announce(ARGV[2])
-return {1, c}
+return {1, best, exists}
 "
 );
 

@@ -1,0 +1,154 @@
+//! The amnesia guard's I/O in fencing mode (the rules themselves are pure, in
+//! [`crate::fencing`]; the argument and its model check are in `docs/fencing.md`).
+//!
+//! The acquisition round waits for more grants while its grants hold fewer than a quorum of
+//! counters ([`WantsMore`]). Then: classify the granting nodes' reads (trusted iff the node has
+//! its fence counter), start a new epoch only if every node of the set granted and none has a
+//! counter, derive the token, write it back to the trusted granting nodes (a quorum must
+//! acknowledge), and, only once the token is issued, seed the untrusted granting nodes with it.
+//!
+//! Why every node must *grant* for an epoch start (not merely answer, as a refusal that reports
+//! the counter would): the model checker (`tests/fencing_model.rs`) found that a refusal from a
+//! node held by another client can say "no counter" just before that client's write-back lands
+//! there, and with one node restarted and a clock behind, two epochs then issued the same token.
+//! A node we hold the key of takes no other client's write-back while we hold it, so reads from
+//! all N granting nodes show that no counter exists anywhere at the last grant.
+
+use std::time::{Duration, SystemTime};
+
+use super::{Decision, RedisBackend, WantsMore};
+use crate::error::Error;
+use crate::fencing::{self, CounterRead, Derivation};
+use crate::vote::{VoteOutcome, Votes};
+
+/// What a fenced acquisition script read on one node: the largest of its counters (the node
+/// counter and the keys' legacy ones, 0 if none) and whether any exists.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct FenceRead {
+    pub(crate) value: u64,
+    pub(crate) exists: bool,
+}
+
+impl WantsMore for FenceRead {
+    fn wants_more(granted: &[(usize, Self)], quorum: usize) -> bool {
+        granted.iter().filter(|(_, r)| r.exists).count() < quorum
+    }
+}
+
+/// How a vote names a granting node whose counter is gone (see `node_error::advice`).
+pub(crate) const LOST_COUNTER: &str = "granted, but it has no fence counter";
+
+/// A token ready to be issued, and the granting nodes to seed once it is.
+#[derive(Debug)]
+pub(crate) struct Fenced {
+    pub(crate) token: u64,
+    seeds: Vec<usize>,
+}
+
+impl RedisBackend {
+    /// Steps 2 and 3 of a fenced acquisition: the token from the reads of the round's granting
+    /// nodes, written back to the trusted ones. The caller checks the validity, then calls
+    /// [`RedisBackend::seed`]; on an error it releases the keys.
+    pub(crate) async fn fence(
+        &self,
+        granted: &[(usize, FenceRead)],
+        votes: &Votes,
+        keys: &[String],
+        owner: &str,
+        node_timeout: Duration,
+    ) -> Result<Fenced, Error> {
+        let resource = keys[0].clone();
+        let reads = || {
+            granted
+                .iter()
+                .map(|(_, r)| CounterRead::from_node(r.value, r.exists))
+        };
+        let epoch =
+            fencing::is_epoch_start(granted.iter().map(|(_, r)| r.exists), self.nodes.len());
+        let (token, targets, seeds) = match fencing::derive(reads(), self.quorum, epoch) {
+            Derivation::Token(t) => {
+                let (trusted, untrusted): (Vec<_>, Vec<_>) =
+                    granted.iter().partition(|(_, r)| r.exists);
+                (
+                    t,
+                    trusted.iter().map(|(i, _)| *i).collect::<Vec<_>>(),
+                    untrusted.iter().map(|(i, _)| *i).collect(),
+                )
+            }
+            Derivation::EpochStart => (
+                fencing::epoch_floor(SystemTime::now()),
+                granted.iter().map(|(i, _)| *i).collect(),
+                Vec::new(),
+            ),
+            Derivation::TooFewTrusted { .. } => {
+                return Err(self.too_few_trusted(resource, granted, votes));
+            }
+            Derivation::Exhausted => {
+                return Err(Error::config(
+                    "fence counter",
+                    format!(
+                        "the fence counter of the nodes granting {resource:?} is at u64::MAX; no larger token exists"
+                    ),
+                ));
+            }
+        };
+        let wb = self
+            .write_back(&targets, keys, owner, token, node_timeout)
+            .await;
+        if wb.decision != Decision::Reached {
+            return Err(if wb.votes.failed() > 0 {
+                Error::Unavailable {
+                    resource,
+                    votes: wb.votes,
+                }
+            } else {
+                // Our keys vanished between the two rounds: the TTL ran out or a node lost them.
+                Error::TooSlow {
+                    resource,
+                    votes: wb.votes,
+                }
+            });
+        }
+        Ok(Fenced { token, seeds })
+    }
+
+    /// Seeds the granting nodes that had no counter with the issued token (the same
+    /// ownership-checked write-back; best effort, one round bounded by the node timeout), so
+    /// that their later reads are trusted.
+    pub(crate) async fn seed(
+        &self,
+        fenced: &Fenced,
+        keys: &[String],
+        owner: &str,
+        node_timeout: Duration,
+    ) {
+        if fenced.seeds.is_empty() {
+            return;
+        }
+        let round = self
+            .write_back(&fenced.seeds, keys, owner, fenced.token, node_timeout)
+            .await;
+        tracing::debug!(resource = %keys[0], votes = %round.votes, "seeded nodes without a fence counter");
+    }
+
+    /// The error of an attempt whose granting nodes hold too few counters: the votes name the
+    /// granting nodes that lost theirs.
+    fn too_few_trusted(
+        &self,
+        resource: String,
+        granted: &[(usize, FenceRead)],
+        votes: &Votes,
+    ) -> Error {
+        let mut votes = votes.clone();
+        for (i, read) in granted {
+            if !read.exists {
+                if let Some(vote) = votes.0.get_mut(*i) {
+                    vote.outcome = VoteOutcome::Excluded(format!(
+                        "{LOST_COUNTER} (it restarted without its data, or the counter was evicted), so its read cannot count"
+                    ));
+                }
+            }
+        }
+        Error::Unavailable { resource, votes }
+    }
+}
