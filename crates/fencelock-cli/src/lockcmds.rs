@@ -89,7 +89,7 @@ pub(crate) async fn acquire(
             "validity_ms": u64::try_from(remaining.as_millis()).unwrap_or(u64::MAX),
             "ttl_ms": u64::try_from(settings.ttl.as_millis()).unwrap_or(u64::MAX),
             "granted": lock.votes().granted(),
-            "nodes": lock.votes().0.len(),
+            "nodes": lock.votes().len(),
             "votes": votes_json(lock.votes()),
         });
         println!("{value}");
@@ -103,7 +103,7 @@ pub(crate) async fn acquire(
         eprintln!(
             "fencelock: acquired {resource:?} on {} of {} node(s){fencing}, valid for {}; extend it with `fencelock extend {quoted} --token TOKEN` before then, release it with `fencelock release {quoted} --token TOKEN`",
             lock.votes().granted(),
-            lock.votes().0.len(),
+            lock.votes().len(),
             fmt_duration(remaining),
         );
     }
@@ -151,7 +151,7 @@ pub(crate) async fn with_token(
                 (fencelock::Error::Lost { votes, .. }, exit::LOST) => format!(
                     "cannot {verb} {resource:?}: this token does not hold the lock on a quorum ({} of {} node(s) granted, {} needed): the token is wrong, or the lock expired; nothing was changed. Check the token, or run `fencelock inspect {quoted}`; acquire the lock again if it expired ({votes})",
                     votes.granted(),
-                    votes.0.len(),
+                    votes.len(),
                     client.quorum(),
                 ),
                 _ => return Err(lock_failure(settings, resource, err).await.into()),
@@ -164,7 +164,7 @@ pub(crate) async fn with_token(
             "resource": resource,
             "operation": verb,
             "granted": votes.granted(),
-            "nodes": votes.0.len(),
+            "nodes": votes.len(),
             "votes": votes_json(&votes),
         });
         if op == TokenOp::Extend {
@@ -178,7 +178,7 @@ pub(crate) async fn with_token(
             TokenOp::Extend => println!(
                 "extended {resource:?} on {} of {} node(s) to a TTL of {} (valid for {}: TTL - elapsed - drift)",
                 votes.granted(),
-                votes.0.len(),
+                votes.len(),
                 fmt_duration(settings.ttl),
                 fmt_duration(
                     settings
@@ -189,7 +189,7 @@ pub(crate) async fn with_token(
             TokenOp::Release => println!(
                 "released {resource:?} on {} of {} node(s)",
                 votes.granted(),
-                votes.0.len()
+                votes.len()
             ),
         }
     }

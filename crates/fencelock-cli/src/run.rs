@@ -165,7 +165,7 @@ fn not_acquired(
         (ErrorKind::Contention, None) => Some(format!(
             "lock {resource:?} is held by another client (on {} of {} node(s)); the command was not run. Wait for it with --wait 1m, or see who holds it with `fencelock inspect {quoted}`",
             votes.held_by_other(),
-            votes.0.len()
+            votes.len()
         )),
         (ErrorKind::Timeout, Some(waited)) if exit::code_for(err) == exit::NOT_ACQUIRED => Some(format!(
             "lock {resource:?} was still held by another client after waiting {}; the command was not run. Wait longer with --wait, or see who holds it with `fencelock inspect {quoted}`",

@@ -10,17 +10,17 @@ use tracing::Instrument;
 
 use crate::config::Config;
 use crate::error::{Error, LostCause, Result};
-use crate::fencing;
 use crate::lock::Lock;
 use crate::node::NodeAddr;
-use crate::queue::{self, Ticket};
-use crate::quorum::Decision;
+use crate::pure::fencing;
+use crate::pure::queue::{self, Ticket};
+use crate::pure::quorum::Decision;
+use crate::pure::retry::RetryPolicy;
+use crate::pure::token::OwnerToken;
+use crate::pure::validity;
+use crate::pure::vote::{VoteOutcome, Votes};
 use crate::redis::extender::{self, AsBackend, Msg};
 use crate::redis::{Quarantine, RedisBackend, Wait};
-use crate::retry::RetryPolicy;
-use crate::token::OwnerToken;
-use crate::validity;
-use crate::vote::{VoteOutcome, Votes};
 
 /// Takes locks on one Redis node (an efficiency lock), on a majority of N independent nodes
 /// (Redlock), or on an etcd cluster. Cheap to clone: clones share connections.
@@ -46,6 +46,8 @@ pub struct Client {
 
 pub(crate) struct Inner {
     pub(crate) config: Config,
+    /// The nodes, in configured order.
+    nodes: Box<[NodeAddr]>,
     pub(crate) backend: Backend,
     drift: Duration,
     reaper: OnceLock<mpsc::UnboundedSender<(Arc<[String]>, Held)>>,
@@ -102,6 +104,7 @@ impl Client {
     /// parse, the same host:port listed twice, a TTL that leaves no validity after drift.
     pub fn new(config: Config) -> Result<Client> {
         let addrs = config.validate()?;
+        let nodes = addrs.clone().into_boxed_slice();
         let backend = if addrs[0].scheme().is_redis() {
             let quarantine = Quarantine {
                 enabled: config.quarantine(),
@@ -119,6 +122,7 @@ impl Client {
             inner: Arc::new(Inner {
                 drift: config.drift(),
                 config,
+                nodes,
                 backend,
                 reaper: OnceLock::new(),
                 pending_releases: tokio::sync::watch::Sender::new(0),
@@ -135,12 +139,8 @@ impl Client {
     }
 
     /// The nodes, in configured order (display them: passwords are redacted).
-    pub fn nodes(&self) -> Vec<NodeAddr> {
-        match &self.inner.backend {
-            Backend::Redis(r) => r.addrs().cloned().collect(),
-            #[cfg(feature = "etcd")]
-            Backend::Etcd(e) => e.addrs().cloned().collect(),
-        }
+    pub fn nodes(&self) -> &[NodeAddr] {
+        &self.inner.nodes
     }
 
     /// How many nodes must grant: N/2+1 (1 for etcd, whose cluster decides by itself).
@@ -606,7 +606,7 @@ impl Client {
         if decision == Decision::Reached && !expired {
             return Ok(votes);
         }
-        let n = votes.0.len();
+        let n = votes.len();
         let q = self.quorum();
         let refused = votes
             .iter()
@@ -796,7 +796,7 @@ pub(crate) fn check_resources<S: AsRef<str>>(resources: &[S]) -> Result<Arc<[Str
 
 /// Contention when the nodes held by others alone rule out a quorum; otherwise the failures did.
 fn classify(resource: &str, votes: Votes, quorum: usize) -> Error {
-    let n = votes.0.len();
+    let n = votes.len();
     let resource = resource.to_string();
     if votes.held_by_other() > n.saturating_sub(quorum) || votes.failed() == 0 {
         Error::Contention { resource, votes }

@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 use crate::context::LockContext;
 use crate::error::{Error, LostCause, Result};
 use crate::lock::Lock;
-use crate::vote::Votes;
+use crate::pure::vote::Votes;
 
 /// Auto-extension settings for [`Lock::auto_extend`].
 ///

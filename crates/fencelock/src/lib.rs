@@ -137,26 +137,19 @@ mod error;
 mod etcd;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub mod fence;
-// Public for the benches, the model checker and the CLI only: not part of the API. The key
-// names that other clients need are in `protocol`.
-#[doc(hidden)]
-pub mod fencing;
 mod issued;
 mod keepalive;
 mod lock;
 mod node;
-mod node_error;
 pub mod protocol;
-mod queue;
-// Public for the benches only: not part of the API.
-#[doc(hidden)]
-pub mod quorum;
+mod pure;
 mod redis;
-mod retry;
 mod scoped;
-mod token;
-mod validity;
-mod vote;
+
+// Public for the benches, the model checker and the CLI only: not part of the API. The key
+// names that other clients need are in `protocol`.
+#[doc(hidden)]
+pub use crate::pure::{fencing, quorum};
 
 pub use crate::client::Client;
 pub use crate::config::Config;
@@ -166,9 +159,9 @@ pub use crate::issued::IssuedToken;
 pub use crate::keepalive::{AutoExtend, LockGuard, LostSignal};
 pub use crate::lock::Lock;
 pub use crate::node::{NodeAddr, Scheme};
-pub use crate::node_error::{FailureCause, NodeError};
-pub use crate::retry::RetryPolicy;
-pub use crate::vote::{NodeVote, VoteOutcome, Votes};
+pub use crate::pure::node_error::{FailureCause, NodeError};
+pub use crate::pure::retry::RetryPolicy;
+pub use crate::pure::vote::{NodeVote, VoteOutcome, Votes};
 
 #[cfg(feature = "sqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]

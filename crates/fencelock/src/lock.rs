@@ -8,7 +8,7 @@ use tracing::Instrument;
 use crate::client::{Client, Held};
 use crate::error::{Error, LostCause, Result};
 use crate::keepalive::{AutoExtend, GuardState, LockGuard, Stop};
-use crate::vote::Votes;
+use crate::pure::vote::Votes;
 
 /// A held lock. Release it with [`Lock::release`].
 ///

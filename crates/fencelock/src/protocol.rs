@@ -28,14 +28,17 @@
 //!   judging a restarted node reads it from the other nodes. A client in another language that
 //!   shares the nodes and uses a longer TTL than fencelock's clients should announce it too.
 
-pub use crate::fencing::counter_key;
+/// The key that holds the fencing counter of `resource` on each node.
+pub fn counter_key(resource: &str) -> String {
+    crate::pure::fencing::counter_key(resource)
+}
 
 /// The prefix of every key and channel fencelock keeps beside the lock keys on Redis
 /// (`fencelock:fence:<resource>`, `fencelock:queue:<resource>`, ...). A resource name that
 /// starts with it is refused before any I/O with [`crate::Error::InvalidConfig`]: a lock on
 /// `fencelock:fence:X` would overwrite the fence counter of `X`.
 pub const RESERVED_PREFIX: &str = "fencelock:";
-pub use crate::queue::{lease_key, queue_key, waiting_key};
+pub use crate::pure::queue::{lease_key, queue_key, waiting_key};
 
 /// The release script (Lua): compare-and-delete, and the wake-up of the next waiter in line
 /// when the key's wait mark is set. KEYS: the lock keys, their queues, their lease sets, their

@@ -4,7 +4,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use fencelock::{fencing, Client, Config, RetryPolicy};
+use fencelock::{protocol, Client, Config, RetryPolicy};
 use fencelock_testkit::RedisNodes;
 
 fn fenced(nodes: &RedisNodes) -> Client {
@@ -39,7 +39,7 @@ async fn tokens_increase_across_1000_acquisitions_with_a_node_restarted_empty() 
             assert_eq!(
                 nodes
                     .node(2)
-                    .cli(&["GET", &fencing::counter_key("mono")])
+                    .cli(&["GET", &protocol::counter_key("mono")])
                     .unwrap(),
                 "(nil)"
             );
@@ -56,7 +56,7 @@ async fn tokens_increase_across_1000_acquisitions_with_a_node_restarted_empty() 
     // is above 65,535).
     let c: u64 = nodes
         .node(2)
-        .cli(&["GET", &fencing::counter_key("mono")])
+        .cli(&["GET", &protocol::counter_key("mono")])
         .unwrap()
         .parse()
         .unwrap();
@@ -67,7 +67,7 @@ async fn tokens_increase_across_1000_acquisitions_with_a_node_restarted_empty() 
     // And every node's counter is the last token of a grant it took part in: none is ahead.
     for n in nodes.iter() {
         let c: u64 = n
-            .cli(&["GET", &fencing::counter_key("mono")])
+            .cli(&["GET", &protocol::counter_key("mono")])
             .unwrap()
             .parse()
             .unwrap();
@@ -112,7 +112,7 @@ async fn efficiency_locks_carry_no_token_and_touch_no_counter() {
     assert_eq!(
         nodes
             .node(0)
-            .cli(&["EXISTS", &fencing::counter_key("plain")])
+            .cli(&["EXISTS", &protocol::counter_key("plain")])
             .unwrap(),
         "0"
     );

@@ -133,12 +133,8 @@ mod tests {
 
     #[test]
     fn votes_are_one_word_per_node_in_order() {
-        let vote = |outcome| NodeVote {
-            node: "redis://127.0.0.1:1".into(),
-            outcome,
-            latency: Duration::ZERO,
-        };
-        let votes = Votes(vec![
+        let vote = |outcome| NodeVote::new("redis://127.0.0.1:1", outcome, Duration::ZERO);
+        let votes = Votes::from(vec![
             vote(VoteOutcome::Granted),
             vote(VoteOutcome::HeldByOther),
             vote(VoteOutcome::Failed("refused".into())),

@@ -68,7 +68,7 @@ use tokio::sync::OnceCell;
 use crate::config::Config;
 use crate::error::{Error, LostCause, Result};
 use crate::node::NodeAddr;
-use crate::vote::{NodeVote, VoteOutcome, Votes};
+use crate::pure::vote::{NodeVote, VoteOutcome, Votes};
 
 use self::endpoints::Endpoints;
 
@@ -144,7 +144,7 @@ struct Fail {
 impl Fail {
     fn failed(why: impl Into<String>) -> Fail {
         Fail {
-            outcome: VoteOutcome::Failed(crate::node_error::NodeError::other(why)),
+            outcome: VoteOutcome::Failed(crate::pure::node_error::NodeError::other(why)),
             lease_gone: false,
         }
     }
@@ -220,11 +220,6 @@ impl EtcdBackend {
 }
 
 impl Cluster {
-    /// The members, in configured order.
-    pub(crate) fn addrs(&self) -> impl Iterator<Item = &NodeAddr> {
-        self.addrs.iter()
-    }
-
     /// One attempt: joins the queues of `resources` and keeps the place only if it is the
     /// first in all of them.
     ///
@@ -891,7 +886,7 @@ impl Cluster {
     }
 
     fn votes(&self, outcome: VoteOutcome, latency: Duration) -> Votes {
-        Votes(vec![NodeVote {
+        Votes::from(vec![NodeVote {
             node: self.label.as_str().into(),
             outcome,
             latency,

@@ -3,7 +3,7 @@
 
 use redis::{ErrorKind, RedisError};
 
-use crate::node_error::{FailureCause, NodeError};
+use crate::pure::node_error::{FailureCause, NodeError};
 
 /// Describes `e` without anything secret (the driver never echoes passwords in command errors,
 /// but connection errors may quote the address: only kinds, codes and server details are kept).

@@ -133,7 +133,7 @@ fn apply(slots: &mut HashMap<u64, Slot>, done: Done, t: Timing) {
         };
         let state = &slot.entry.state;
         let new_deadline =
-            crate::validity::validity(t.ttl, now - done.started, t.drift).map(|v| now + v);
+            crate::pure::validity::validity(t.ttl, now - done.started, t.drift).map(|v| now + v);
         match new_deadline {
             // Once the signal has fired (or its time has come) it stays fired: a late success
             // must not revive a lock the holder was told it lost.

@@ -32,12 +32,12 @@ use self::order::Stragglers;
 use self::watch::ReleaseWatch;
 pub(crate) use self::watch::Subscription;
 use crate::error::Error;
-use crate::fencing;
 use crate::node::NodeAddr;
-use crate::node_error::NodeError;
-use crate::queue::{self, Ticket};
-use crate::quorum::{Decision, Tally};
-use crate::vote::{NodeVote, VoteOutcome, Votes};
+use crate::pure::fencing;
+use crate::pure::node_error::NodeError;
+use crate::pure::queue::{self, Ticket};
+use crate::pure::quorum::{Decision, Tally};
+use crate::pure::vote::{NodeVote, VoteOutcome, Votes};
 
 /// One node's answer to one request, before it becomes a vote.
 #[derive(Debug)]
@@ -94,7 +94,7 @@ impl RedisBackend {
         connect_timeout: Duration,
         quarantine: Quarantine,
     ) -> Result<Self, Error> {
-        let quorum = crate::quorum::quorum(addrs.len());
+        let quorum = crate::pure::quorum::quorum(addrs.len());
         let nodes = addrs
             .into_iter()
             .map(|a| NodeConn::new(a, connect_timeout, quarantine).map(Arc::new))
@@ -140,10 +140,6 @@ impl RedisBackend {
 
     pub(crate) fn quorum(&self) -> usize {
         self.quorum
-    }
-
-    pub(crate) fn addrs(&self) -> impl Iterator<Item = &NodeAddr> {
-        self.nodes.iter().map(|n| n.addr())
     }
 
     /// Round 1 of an acquisition: `SET key token NX PX ttl` on every node for one key; for
@@ -505,7 +501,7 @@ impl RedisBackend {
             });
         }
         Round {
-            votes: Votes(votes),
+            votes: Votes::from(votes),
             granted,
             decision,
         }
@@ -592,7 +588,7 @@ impl RedisBackend {
             Decision::Impossible
         };
         Round {
-            votes: Votes(votes),
+            votes: Votes::from(votes),
             granted,
             decision,
         }

@@ -7,8 +7,9 @@
 //! argument for why this makes tokens strictly increase from one holder to the next, and the
 //! conditions under which they do (counters kept, no clock jump).
 
-/// The key that holds the fencing counter of `resource` on each node.
-pub fn counter_key(resource: &str) -> String {
+/// The key that holds the fencing counter of `resource` on each node (public as
+/// [`crate::protocol::counter_key`]).
+pub(crate) fn counter_key(resource: &str) -> String {
     format!("fencelock:fence:{resource}")
 }
 
