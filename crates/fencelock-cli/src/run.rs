@@ -214,7 +214,11 @@ async fn wait_for_lock(
             err.votes().map_or(0, |v| v.failed())
         ),
     };
-    let in_line_since = std::time::SystemTime::now();
+    // The wait's place in line dates from the first refusal; every chunk takes it back.
+    let mut waiter = match client.waiter(&[resource]) {
+        Ok(waiter) => waiter,
+        Err(err) => return Err(acquire_failure(settings, resource, err, None).await),
+    };
     let spinner = Spinner::start(format!("waiting for lock {resource:?}: {}", reason(&first)));
     let mut unavailable_since = (!matches!(first.kind(), ErrorKind::Contention)).then_some(started);
     let result = loop {
@@ -228,11 +232,7 @@ async fn wait_for_lock(
             }
             _ => WAIT_CHUNK,
         };
-        // Each chunk takes back our place in the waiting line: it dates from the first refusal.
-        let policy = RetryPolicy::new()
-            .with_wait(chunk)
-            .with_in_line_since(in_line_since);
-        match client.acquire_with(resource, &policy).await {
+        match waiter.acquire(&RetryPolicy::new().with_wait(chunk)).await {
             Ok(lock) => break Ok(lock),
             Err(err) if mode != WaitMode::Forever => break Err(err),
             Err(err) => {

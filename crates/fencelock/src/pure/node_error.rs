@@ -89,19 +89,6 @@ impl NodeError {
             }
         }
     }
-
-    /// Describes an error of a node's driver in the words fencelock's votes use: for a
-    /// `redis::RedisError` (of the `redis` version fencelock depends on), its cause; for any
-    /// other error, its text.
-    ///
-    /// For tools that talk to the nodes directly (the `fencelock` CLI's `doctor`) and should
-    /// say what the lock calls say.
-    pub fn from_driver_error(err: &(dyn std::error::Error + 'static)) -> NodeError {
-        match err.downcast_ref::<::redis::RedisError>() {
-            Some(e) => crate::redis::describe(e),
-            None => NodeError::other(err.to_string()),
-        }
-    }
 }
 
 impl fmt::Display for NodeError {

@@ -469,7 +469,7 @@ mod tests {
         let node = "redis://127.0.0.1:6380/0";
         let e = check_version(REDIS_4_INFO, node).unwrap_err();
         assert_eq!(
-            super::super::describe(&e).to_string(),
+            super::super::describe::describe(&e).to_string(),
             "redis 4.0.14 on redis://127.0.0.1:6380/0: fencelock's scripts need Redis 5 or newer; upgrade the node"
         );
         let newer = REDIS_4_INFO.replace("redis_version:4.0.14", "redis_version:5.0.0");
