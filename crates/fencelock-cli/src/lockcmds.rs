@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use fencelock::{ErrorKind, RetryPolicy, VoteOutcome, Votes};
 
+use crate::cli::human;
 use crate::exit::{self, Failure};
 use crate::inspect;
 use crate::settings::Settings;
@@ -21,10 +22,6 @@ pub(crate) fn votes_json(votes: &Votes) -> serde_json::Value {
             })
         })
         .collect()
-}
-
-pub(crate) fn fmt_duration(d: Duration) -> String {
-    format!("{:.1}s", d.as_secs_f64())
 }
 
 /// The failure for a lock error, with the explanation of a key of the wrong type when that is
@@ -104,7 +101,7 @@ pub(crate) async fn acquire(
             "fencelock: acquired {resource:?} on {} of {} node(s){fencing}, valid for {}; extend it with `fencelock extend {quoted} --token TOKEN` before then, release it with `fencelock release {quoted} --token TOKEN`",
             lock.votes().granted(),
             lock.votes().len(),
-            fmt_duration(remaining),
+            human(remaining),
         );
     }
     // The lock outlives this process on purpose: dropping it would release it in the background.
@@ -179,8 +176,8 @@ pub(crate) async fn with_token(
                 "extended {resource:?} on {} of {} node(s) to a TTL of {} (valid for {}: TTL - elapsed - drift)",
                 votes.granted(),
                 votes.len(),
-                fmt_duration(settings.ttl),
-                fmt_duration(
+                human(settings.ttl),
+                human(
                     settings
                         .ttl
                         .saturating_sub(started.elapsed() + client.config().drift())

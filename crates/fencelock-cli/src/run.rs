@@ -21,9 +21,10 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::cli::human;
 use crate::exit::{self, Failure};
 use crate::guard::{self, Guard};
-use crate::lockcmds::{fmt_duration, lock_failure};
+use crate::lockcmds::lock_failure;
 use crate::settings::Settings;
 use crate::spinner::Spinner;
 
@@ -344,6 +345,25 @@ pub(crate) fn spawn_failure(program: &OsString, err: &std::io::Error) -> Failure
     }
 }
 
+/// Starts the command under its guard, with the lock's resource (and fencing token) in its
+/// environment.
+fn start_command(
+    program: &OsString,
+    args: &[OsString],
+    resource: &str,
+    lock: &Lock,
+) -> std::io::Result<Guard> {
+    let env = [
+        ("FENCELOCK_RESOURCE", Some(OsString::from(resource))),
+        // An outer `fencelock run --fencing` must not leak its token into this command.
+        (
+            "FENCELOCK_TOKEN",
+            lock.fencing_token().map(|t| OsString::from(t.to_string())),
+        ),
+    ];
+    Guard::spawn(program, args, &env)
+}
+
 /// `fencelock run`.
 ///
 /// # Errors
@@ -374,18 +394,10 @@ pub(crate) async fn run(settings: &Settings, plan: RunPlan) -> anyhow::Result<u8
     let client = settings.client(plan.fencing).await?;
     let lock = wait_for_lock(&client, settings, resource, plan.wait).await?;
 
-    let env = [
-        ("FENCELOCK_RESOURCE", Some(OsString::from(resource))),
-        // An outer `fencelock run --fencing` must not leak its token into this command.
-        (
-            "FENCELOCK_TOKEN",
-            lock.fencing_token().map(|t| OsString::from(t.to_string())),
-        ),
-    ];
     let Guard {
         mut child,
         control: guard,
-    } = match Guard::spawn(program, args, &env) {
+    } = match start_command(program, args, resource, &lock) {
         Ok(guard) => guard,
         Err(err) => {
             let failure =
@@ -437,7 +449,7 @@ pub(crate) async fn run(settings: &Settings, plan: RunPlan) -> anyhow::Result<u8
                     if !warned && lost.is_none() {
                         eprintln!(
                             "fencelock: extending {resource:?} failed, retrying for {} before the command is stopped: {why}",
-                            fmt_duration(term_at.saturating_duration_since(Instant::now()))
+                            human(term_at.saturating_duration_since(Instant::now()))
                         );
                         warned = true;
                     }
@@ -482,26 +494,41 @@ pub(crate) async fn run(settings: &Settings, plan: RunPlan) -> anyhow::Result<u8
         if let Ok(lock) = lock {
             let _ = lock.release().await;
         }
-        let how = match (term_sent, kill_sent) {
-            (true, true) => format!(
-                "it was stopped with SIGTERM, then SIGKILL after {}",
-                fmt_duration(grace)
-            ),
-            (true, false) => "it was stopped with SIGTERM".to_owned(),
-            _ => "it had already exited".to_owned(),
-        };
-        return Err(Failure::new(
-            exit::LOST,
-            format!(
-                "lock {resource:?} was lost while the command ran: {why}; {how}. Its work may overlap with the next holder's: check the nodes (`fencelock doctor`), or raise --ttl"
-            ),
-        )
-        .into());
+        return Err(lost_failure(resource, &why, (term_sent, kill_sent), grace).into());
     }
 
     let status =
         status.map_err(|e| Failure::internal(format!("waiting for the command failed: {e}")))?;
-    let code = status_code(status);
+    Ok(release_after_exit(lock, resource, status_code(status), ttl).await)
+}
+
+/// The failure of a `run` whose lock was lost while the command ran: why, and how the command
+/// was stopped (`signals`: SIGTERM sent, SIGKILL sent).
+fn lost_failure(resource: &str, why: &str, signals: (bool, bool), grace: Duration) -> Failure {
+    let how = match signals {
+        (true, true) => format!(
+            "it was stopped with SIGTERM, then SIGKILL after {}",
+            human(grace)
+        ),
+        (true, false) => "it was stopped with SIGTERM".to_owned(),
+        _ => "it had already exited".to_owned(),
+    };
+    Failure::new(
+        exit::LOST,
+        format!(
+            "lock {resource:?} was lost while the command ran: {why}; {how}. Its work may overlap with the next holder's: check the nodes (`fencelock doctor`), or raise --ttl"
+        ),
+    )
+}
+
+/// Releases the lock after the command exited with `code`; returns the exit code of `run`
+/// (76 if the lock was no longer held).
+async fn release_after_exit(
+    lock: Result<Lock, tokio::task::JoinError>,
+    resource: &str,
+    code: u8,
+    ttl: Duration,
+) -> u8 {
     match lock {
         Ok(lock) => match lock.release().await {
             Ok(_) => {}
@@ -509,19 +536,19 @@ pub(crate) async fn run(settings: &Settings, plan: RunPlan) -> anyhow::Result<u8
                 eprintln!(
                     "fencelock: error: lock {resource:?} was no longer held when the command exited (the command's status was {code}): {err}"
                 );
-                return Ok(exit::LOST);
+                return exit::LOST;
             }
             Err(err) => eprintln!(
                 "fencelock: warning: releasing {resource:?} failed; its keys expire by themselves within {}: {err}",
-                fmt_duration(ttl)
+                human(ttl)
             ),
         },
         Err(_) => eprintln!(
             "fencelock: warning: the lock keeper stopped unexpectedly; {resource:?} expires by itself within {}",
-            fmt_duration(ttl)
+            human(ttl)
         ),
     }
-    Ok(code)
+    code
 }
 
 #[cfg(test)]

@@ -413,7 +413,9 @@ impl NodeInfo {
             resolution.confirmed = true;
         }
         match self.standing_of(&resolution, now) {
-            Standing::Unknown => unreachable!("a node whose quarantine is over is confirmed"),
+            // Unknown means "over by the reckoning, read again to confirm", and the read just
+            // recorded is that confirmation (`confirmed` was set above when it is over).
+            Standing::Unknown => Standing::Counted,
             standing => standing,
         }
     }
