@@ -8,6 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 
+use crate::cli::human;
 use crate::exit;
 use crate::node::{parse_info, Node};
 use crate::settings::Settings;
@@ -88,14 +89,6 @@ fn check(
         status,
         detail: detail.into(),
         hint: hint.map(str::to_owned),
-    }
-}
-
-fn fmt_duration(d: Duration) -> String {
-    if d >= Duration::from_secs(1) {
-        format!("{:.1}s", d.as_secs_f64())
-    } else {
-        format!("{:.1}ms", d.as_secs_f64() * 1000.0)
     }
 }
 
@@ -212,9 +205,9 @@ fn node_checks(f: &NodeFacts, limits: Limits, checks: &mut Vec<Check>) {
     if let Some(max) = f.rtts.iter().max() {
         let detail = format!(
             "round trip up to {} over {} PING(s); per-node timeout {}",
-            fmt_duration(*max),
+            human(*max),
             f.rtts.len(),
-            fmt_duration(limits.node_timeout)
+            human(limits.node_timeout)
         );
         let status = if *max >= limits.node_timeout {
             Status::Fail
@@ -292,9 +285,9 @@ fn node_checks(f: &NodeFacts, limits: Limits, checks: &mut Vec<Check>) {
             status,
             format!(
                 "node clock {} {} the local clock (±{})",
-                fmt_duration(Duration::from_micros(offset.unsigned_abs())),
+                human(Duration::from_micros(offset.unsigned_abs())),
                 if offset >= 0 { "ahead of" } else { "behind" },
-                fmt_duration(uncertainty)
+                human(uncertainty)
             ),
             hint,
         ));
@@ -366,7 +359,7 @@ fn config_checks(
                 format!(
                     "up for {}, less than the TTL {}: it may have forgotten a lock granted before it restarted",
                     humantime::format_duration(uptime),
-                    fmt_duration(limits.ttl)
+                    human(limits.ttl)
                 ),
                 Some("a restarted node should stay out of the set for at least the TTL; wait, or make restarts delay that long"),
             ));
@@ -442,8 +435,8 @@ fn skew_between_nodes(reachable: &[&NodeFacts]) -> Option<Check> {
         status,
         format!(
             "node clocks differ by up to {} (±{})",
-            fmt_duration(spread),
-            fmt_duration(uncertainty)
+            human(spread),
+            human(uncertainty)
         ),
         hint,
     ))
@@ -555,8 +548,8 @@ pub(crate) async fn doctor(settings: &Settings, json: bool) -> anyhow::Result<u8
             count(Status::Pass),
             count(Status::Warn),
             count(Status::Fail),
-            fmt_duration(settings.ttl),
-            fmt_duration(settings.node_timeout),
+            human(settings.ttl),
+            human(settings.node_timeout),
             settings.source
         );
     }

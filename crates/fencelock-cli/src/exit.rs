@@ -11,43 +11,87 @@ use std::process::ExitCode;
 pub(crate) const OK: u8 = 0;
 /// `doctor` found at least one failing check.
 pub(crate) const CHECK_FAILED: u8 = 1;
-/// Bad usage: an invalid argument, node URL or config file, no nodes at all, or a resource name
-/// whose key holds other data (clap uses 2 too).
+/// Bad usage (clap uses 2 too).
 pub(crate) const USAGE: u8 = 2;
-/// Too many nodes failed, timed out or answered too slowly for a quorum (`EX_UNAVAILABLE`).
+/// Too many nodes failed for a quorum (`EX_UNAVAILABLE`).
 pub(crate) const UNAVAILABLE: u8 = 69;
-/// Any other error of fencelock itself: I/O, a node's unexpected answer (`EX_SOFTWARE`).
+/// Any other error of fencelock itself (`EX_SOFTWARE`).
 pub(crate) const INTERNAL: u8 = 70;
-/// The lock is held by another client: `--no-wait`, or `--wait` ran out (`EX_TEMPFAIL`).
+/// The lock is held by another client (`EX_TEMPFAIL`).
 pub(crate) const NOT_ACQUIRED: u8 = 75;
-/// The lock was lost while `run`'s command ran (the command was stopped), or `extend`/`release`
-/// was given a token that does not hold the lock (wrong token, or it expired).
+/// The lock was lost, or a token does not hold it.
 pub(crate) const LOST: u8 = 76;
-/// The nodes refuse this configuration: a wrong or missing password in the node URLs, or an ACL
-/// user without the permissions fencelock needs (`EX_CONFIG`). Retrying cannot help.
+/// The nodes refuse this configuration (`EX_CONFIG`). Retrying cannot help.
 pub(crate) const CONFIG: u8 = 78;
 /// `run`: the command was found but could not be executed.
 pub(crate) const CANNOT_EXECUTE: u8 = 126;
 /// `run`: the command was not found.
 pub(crate) const NOT_FOUND: u8 = 127;
 
-/// The exit-code table shown at the end of `fencelock --help`.
-pub(crate) const HELP_TABLE: &str = "\
-Exit codes:
-    0    success (run: the command's own exit status is returned instead)
-    1    doctor: at least one check failed
-    2    usage: a bad argument, node URL or config file, no nodes configured, or the
-         resource's key holds data that is not a lock (a list, a hash...)
-    69   nodes unavailable: too many nodes failed or timed out for a quorum
-    70   internal error of fencelock (I/O, an unexpected answer from a node)
-    75   not acquired: the lock is held by another client (--no-wait, or --wait ran out);
-         run -E N exits with N instead
-    76   lock lost (run stopped the command), or extend/release with a token that does not hold the lock
-    78   configuration: the nodes refuse the URL's password (wrong or missing), or its ACL user
-         lacks permissions; retrying cannot help
-    126  run: the command could not be executed
-    127  run: the command was not found
-    128+N run: the command was killed by signal N; demo: interrupted by signal N";
+/// The exit-code table, written once: `fencelock --help` shows it ([`help_table`]). Each row:
+/// the code (`None`: 128+N, a signal), and its meaning in lines of the help's width.
+const TABLE: &[(Option<u8>, &[&str])] = &[
+    (
+        Some(OK),
+        &["success (run: the command's own exit status is returned instead)"],
+    ),
+    (Some(CHECK_FAILED), &["doctor: at least one check failed"]),
+    (
+        Some(USAGE),
+        &[
+            "usage: a bad argument, node URL or config file, no nodes configured, or the",
+            "resource's key holds data that is not a lock (a list, a hash...)",
+        ],
+    ),
+    (
+        Some(UNAVAILABLE),
+        &["nodes unavailable: too many nodes failed or timed out for a quorum"],
+    ),
+    (
+        Some(INTERNAL),
+        &["internal error of fencelock (I/O, an unexpected answer from a node)"],
+    ),
+    (
+        Some(NOT_ACQUIRED),
+        &[
+            "not acquired: the lock is held by another client (--no-wait, or --wait ran out);",
+            "run -E N exits with N instead",
+        ],
+    ),
+    (
+        Some(LOST),
+        &["lock lost (run stopped the command), or extend/release with a token that does not hold the lock"],
+    ),
+    (
+        Some(CONFIG),
+        &[
+            "configuration: the nodes refuse the URL's password (wrong or missing), or its ACL user",
+            "lacks permissions; retrying cannot help",
+        ],
+    ),
+    (
+        Some(CANNOT_EXECUTE),
+        &["run: the command could not be executed"],
+    ),
+    (Some(NOT_FOUND), &["run: the command was not found"]),
+    (
+        None,
+        &["run: the command was killed by signal N; demo: interrupted by signal N"],
+    ),
+];
+
+/// The exit-code table shown at the end of `fencelock --help`, generated from [`TABLE`].
+pub(crate) fn help_table() -> String {
+    let mut out = String::from("Exit codes:");
+    for (code, lines) in TABLE {
+        let label = code.map_or_else(|| "128+N".to_owned(), |c| c.to_string());
+        for (i, line) in lines.iter().enumerate() {
+            let label = if i == 0 { label.as_str() } else { "" };
+            out.push_str(&format!("\n    {label:<4} {line}"));
+        }
+    }
+    out
+}
 
 /// A failure with the exit code it ends the process with.
 #[derive(Debug)]
@@ -126,5 +170,31 @@ pub(crate) fn finish(result: anyhow::Result<u8>) -> ExitCode {
             eprintln!("fencelock: error: {err:#}");
             ExitCode::from(code)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_help_table_is_generated_from_the_table_as_it_was_written_by_hand() {
+        let before = "\
+Exit codes:
+    0    success (run: the command's own exit status is returned instead)
+    1    doctor: at least one check failed
+    2    usage: a bad argument, node URL or config file, no nodes configured, or the
+         resource's key holds data that is not a lock (a list, a hash...)
+    69   nodes unavailable: too many nodes failed or timed out for a quorum
+    70   internal error of fencelock (I/O, an unexpected answer from a node)
+    75   not acquired: the lock is held by another client (--no-wait, or --wait ran out);
+         run -E N exits with N instead
+    76   lock lost (run stopped the command), or extend/release with a token that does not hold the lock
+    78   configuration: the nodes refuse the URL's password (wrong or missing), or its ACL user
+         lacks permissions; retrying cannot help
+    126  run: the command could not be executed
+    127  run: the command was not found
+    128+N run: the command was killed by signal N; demo: interrupted by signal N";
+        assert_eq!(help_table(), before);
     }
 }

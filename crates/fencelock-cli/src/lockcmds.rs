@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use fencelock::{ErrorKind, RetryPolicy, VoteOutcome, Votes};
 
+use crate::cli::human;
 use crate::exit::{self, Failure};
 use crate::inspect;
 use crate::settings::Settings;
@@ -21,10 +22,6 @@ pub(crate) fn votes_json(votes: &Votes) -> serde_json::Value {
             })
         })
         .collect()
-}
-
-pub(crate) fn fmt_duration(d: Duration) -> String {
-    format!("{:.1}s", d.as_secs_f64())
 }
 
 /// The failure for a lock error, with the explanation of a key of the wrong type when that is
@@ -89,7 +86,7 @@ pub(crate) async fn acquire(
             "validity_ms": u64::try_from(remaining.as_millis()).unwrap_or(u64::MAX),
             "ttl_ms": u64::try_from(settings.ttl.as_millis()).unwrap_or(u64::MAX),
             "granted": lock.votes().granted(),
-            "nodes": lock.votes().0.len(),
+            "nodes": lock.votes().len(),
             "votes": votes_json(lock.votes()),
         });
         println!("{value}");
@@ -103,8 +100,8 @@ pub(crate) async fn acquire(
         eprintln!(
             "fencelock: acquired {resource:?} on {} of {} node(s){fencing}, valid for {}; extend it with `fencelock extend {quoted} --token TOKEN` before then, release it with `fencelock release {quoted} --token TOKEN`",
             lock.votes().granted(),
-            lock.votes().0.len(),
-            fmt_duration(remaining),
+            lock.votes().len(),
+            human(remaining),
         );
     }
     // The lock outlives this process on purpose: dropping it would release it in the background.
@@ -151,7 +148,7 @@ pub(crate) async fn with_token(
                 (fencelock::Error::Lost { votes, .. }, exit::LOST) => format!(
                     "cannot {verb} {resource:?}: this token does not hold the lock on a quorum ({} of {} node(s) granted, {} needed): the token is wrong, or the lock expired; nothing was changed. Check the token, or run `fencelock inspect {quoted}`; acquire the lock again if it expired ({votes})",
                     votes.granted(),
-                    votes.0.len(),
+                    votes.len(),
                     client.quorum(),
                 ),
                 _ => return Err(lock_failure(settings, resource, err).await.into()),
@@ -164,7 +161,7 @@ pub(crate) async fn with_token(
             "resource": resource,
             "operation": verb,
             "granted": votes.granted(),
-            "nodes": votes.0.len(),
+            "nodes": votes.len(),
             "votes": votes_json(&votes),
         });
         if op == TokenOp::Extend {
@@ -178,9 +175,9 @@ pub(crate) async fn with_token(
             TokenOp::Extend => println!(
                 "extended {resource:?} on {} of {} node(s) to a TTL of {} (valid for {}: TTL - elapsed - drift)",
                 votes.granted(),
-                votes.0.len(),
-                fmt_duration(settings.ttl),
-                fmt_duration(
+                votes.len(),
+                human(settings.ttl),
+                human(
                     settings
                         .ttl
                         .saturating_sub(started.elapsed() + client.config().drift())
@@ -189,7 +186,7 @@ pub(crate) async fn with_token(
             TokenOp::Release => println!(
                 "released {resource:?} on {} of {} node(s)",
                 votes.granted(),
-                votes.0.len()
+                votes.len()
             ),
         }
     }

@@ -21,19 +21,10 @@
 //!
 //! # Exit codes
 //!
-//! | code | meaning |
-//! | --- | --- |
-//! | 0 | success (`run`: the command's own status is returned instead) |
-//! | 1 | `doctor`: at least one check failed |
-//! | 2 | usage: a bad argument, node URL or config file, no nodes configured, or the resource's key holds data that is not a lock |
-//! | 69 | nodes unavailable: too many nodes failed or timed out for a quorum |
-//! | 70 | internal error of fencelock (I/O, an unexpected answer from a node) |
-//! | 75 | not acquired: the lock is held by another client (`--no-wait`, or `--wait` ran out); `run -E N` makes it N |
-//! | 76 | lock lost (`run` stopped the command), or `extend`/`release` with a token that does not hold the lock |
-//! | 78 | configuration: the nodes refuse the URL's password (wrong or missing) or its ACL user lacks permissions |
-//! | 126 | `run`: the command could not be executed |
-//! | 127 | `run`: the command was not found |
-//! | 128+N | `run`: the command was killed by signal N; `demo`: interrupted by signal N |
+//! `exit.rs` holds the table, once: its constants name the codes, and `fencelock --help` prints
+//! it (`exit::help_table`). In short: 0 success, 1 `doctor` failed a check, 2 usage, 69 nodes
+//! unavailable, 70 internal, 75 not acquired, 76 lock lost, 78 configuration, 126/127 `run`
+//! could not execute or find the command, 128+N killed by signal N.
 //!
 //! Errors are printed as one line on stderr, `fencelock: error: ...`, naming the node or
 //! argument, what happened and what to try.

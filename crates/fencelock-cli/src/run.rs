@@ -21,9 +21,10 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::cli::human;
 use crate::exit::{self, Failure};
 use crate::guard::{self, Guard};
-use crate::lockcmds::{fmt_duration, lock_failure};
+use crate::lockcmds::lock_failure;
 use crate::settings::Settings;
 use crate::spinner::Spinner;
 
@@ -169,7 +170,7 @@ fn not_acquired(
         (ErrorKind::Contention, None) => Some(format!(
             "lock {resource:?} is held by another client (on {} of {} node(s)); the command was not run. Wait for it with --wait 1m, or see who holds it with `fencelock inspect {quoted}`",
             votes.held_by_other(),
-            votes.0.len()
+            votes.len()
         )),
         (ErrorKind::Timeout, Some(waited)) if exit::code_for(err) == exit::NOT_ACQUIRED => Some(format!(
             "lock {resource:?} was still held by another client after waiting {}; the command was not run. Wait longer with --wait, or see who holds it with `fencelock inspect {quoted}`",
@@ -218,7 +219,11 @@ async fn wait_for_lock(
             err.votes().map_or(0, |v| v.failed())
         ),
     };
-    let in_line_since = std::time::SystemTime::now();
+    // The wait's place in line dates from the first refusal; every chunk takes it back.
+    let mut waiter = match client.waiter(&[resource]) {
+        Ok(waiter) => waiter,
+        Err(err) => return Err(acquire_failure(settings, resource, err, None).await),
+    };
     let spinner = Spinner::start(format!("waiting for lock {resource:?}: {}", reason(&first)));
     let mut unavailable_since = (!matches!(first.kind(), ErrorKind::Contention)).then_some(started);
     let result = loop {
@@ -232,11 +237,7 @@ async fn wait_for_lock(
             }
             _ => WAIT_CHUNK,
         };
-        // Each chunk takes back our place in the waiting line: it dates from the first refusal.
-        let policy = RetryPolicy::new()
-            .with_wait(chunk)
-            .with_in_line_since(in_line_since);
-        match client.acquire_with(resource, &policy).await {
+        match waiter.acquire(&RetryPolicy::new().with_wait(chunk)).await {
             Ok(lock) => break Ok(lock),
             Err(err) if mode != WaitMode::Forever => break Err(err),
             Err(err) => {
@@ -348,6 +349,25 @@ pub(crate) fn spawn_failure(program: &OsString, err: &std::io::Error) -> Failure
     }
 }
 
+/// Starts the command under its guard, with the lock's resource (and fencing token) in its
+/// environment.
+fn start_command(
+    program: &OsString,
+    args: &[OsString],
+    resource: &str,
+    lock: &Lock,
+) -> std::io::Result<Guard> {
+    let env = [
+        ("FENCELOCK_RESOURCE", Some(OsString::from(resource))),
+        // An outer `fencelock run --fencing` must not leak its token into this command.
+        (
+            "FENCELOCK_TOKEN",
+            lock.fencing_token().map(|t| OsString::from(t.to_string())),
+        ),
+    ];
+    Guard::spawn(program, args, &env)
+}
+
 /// `fencelock run`.
 ///
 /// # Errors
@@ -386,18 +406,10 @@ pub(crate) async fn run(settings: &Settings, plan: RunPlan) -> anyhow::Result<u8
         (None, None) => wait_for_lock(&client, settings, resource, plan.wait).await?,
     };
 
-    let env = [
-        ("FENCELOCK_RESOURCE", Some(OsString::from(resource))),
-        // An outer `fencelock run --fencing` must not leak its token into this command.
-        (
-            "FENCELOCK_TOKEN",
-            lock.fencing_token().map(|t| OsString::from(t.to_string())),
-        ),
-    ];
     let Guard {
         mut child,
         control: guard,
-    } = match Guard::spawn(program, args, &env) {
+    } = match start_command(program, args, resource, &lock) {
         Ok(guard) => guard,
         Err(err) => {
             let failure =
@@ -449,7 +461,7 @@ pub(crate) async fn run(settings: &Settings, plan: RunPlan) -> anyhow::Result<u8
                     if !warned && lost.is_none() {
                         eprintln!(
                             "fencelock: extending {resource:?} failed, retrying for {} before the command is stopped: {why}",
-                            fmt_duration(term_at.saturating_duration_since(Instant::now()))
+                            human(term_at.saturating_duration_since(Instant::now()))
                         );
                         warned = true;
                     }
@@ -494,26 +506,41 @@ pub(crate) async fn run(settings: &Settings, plan: RunPlan) -> anyhow::Result<u8
         if let Ok(lock) = lock {
             let _ = lock.release().await;
         }
-        let how = match (term_sent, kill_sent) {
-            (true, true) => format!(
-                "it was stopped with SIGTERM, then SIGKILL after {}",
-                fmt_duration(grace)
-            ),
-            (true, false) => "it was stopped with SIGTERM".to_owned(),
-            _ => "it had already exited".to_owned(),
-        };
-        return Err(Failure::new(
-            exit::LOST,
-            format!(
-                "lock {resource:?} was lost while the command ran: {why}; {how}. Its work may overlap with the next holder's: check the nodes (`fencelock doctor`), or raise --ttl"
-            ),
-        )
-        .into());
+        return Err(lost_failure(resource, &why, (term_sent, kill_sent), grace).into());
     }
 
     let status =
         status.map_err(|e| Failure::internal(format!("waiting for the command failed: {e}")))?;
-    let code = status_code(status);
+    Ok(release_after_exit(lock, resource, status_code(status), ttl).await)
+}
+
+/// The failure of a `run` whose lock was lost while the command ran: why, and how the command
+/// was stopped (`signals`: SIGTERM sent, SIGKILL sent).
+fn lost_failure(resource: &str, why: &str, signals: (bool, bool), grace: Duration) -> Failure {
+    let how = match signals {
+        (true, true) => format!(
+            "it was stopped with SIGTERM, then SIGKILL after {}",
+            human(grace)
+        ),
+        (true, false) => "it was stopped with SIGTERM".to_owned(),
+        _ => "it had already exited".to_owned(),
+    };
+    Failure::new(
+        exit::LOST,
+        format!(
+            "lock {resource:?} was lost while the command ran: {why}; {how}. Its work may overlap with the next holder's: check the nodes (`fencelock doctor`), or raise --ttl"
+        ),
+    )
+}
+
+/// Releases the lock after the command exited with `code`; returns the exit code of `run`
+/// (76 if the lock was no longer held).
+async fn release_after_exit(
+    lock: Result<Lock, tokio::task::JoinError>,
+    resource: &str,
+    code: u8,
+    ttl: Duration,
+) -> u8 {
     match lock {
         Ok(lock) => match lock.release().await {
             Ok(_) => {}
@@ -521,19 +548,19 @@ pub(crate) async fn run(settings: &Settings, plan: RunPlan) -> anyhow::Result<u8
                 eprintln!(
                     "fencelock: error: lock {resource:?} was no longer held when the command exited (the command's status was {code}): {err}"
                 );
-                return Ok(exit::LOST);
+                return exit::LOST;
             }
             Err(err) => eprintln!(
                 "fencelock: warning: releasing {resource:?} failed; its keys expire by themselves within {}: {err}",
-                fmt_duration(ttl)
+                human(ttl)
             ),
         },
         Err(_) => eprintln!(
             "fencelock: warning: the lock keeper stopped unexpectedly; {resource:?} expires by itself within {}",
-            fmt_duration(ttl)
+            human(ttl)
         ),
     }
-    Ok(code)
+    code
 }
 
 #[cfg(test)]

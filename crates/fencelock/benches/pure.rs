@@ -23,7 +23,7 @@ fn pure(c: &mut Criterion) {
         b.iter(|| fencing::next_token(black_box(counters)))
     });
     c.bench_function("fencing::counter_key", |b| {
-        b.iter(|| fencing::counter_key(black_box("lock:sku:42")))
+        b.iter(|| fencelock::protocol::counter_key(black_box("lock:sku:42")))
     });
     c.bench_function("Config::drift", |b| {
         let config =

@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use crate::error::Error;
 use crate::node::NodeAddr;
-use crate::retry::RetryPolicy;
-use crate::validity;
+use crate::pure::retry::RetryPolicy;
+use crate::pure::validity;
 
 /// How a [`Client`](crate::Client) takes locks.
 ///

@@ -26,9 +26,10 @@ use tokio::sync::Mutex;
 use crate::client::Client;
 use crate::context::LockContext;
 use crate::error::{Error, Result};
-use crate::keepalive::{AutoExtend, LockGuard, LostSignal};
+use crate::guard::LockGuard;
+use crate::keepalive::{AutoExtend, LostSignal};
 use crate::lock::Lock;
-use crate::vote::Votes;
+use crate::pure::vote::Votes;
 
 /// How many entries each node keeps in an election's log.
 const LOG_LENGTH: i64 = 64;
@@ -110,7 +111,7 @@ impl Client {
                 "an election's term is the fencing token: build the client with Config::with_fencing(true)",
             ));
         }
-        let Ok(backend) = self.redis("an election") else {
+        let Ok(backend) = self.backend().redis("an election") else {
             return Err(Error::config(
                 "backend",
                 "elections work on Redis nodes only; on etcd they are not built yet",

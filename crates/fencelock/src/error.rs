@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use crate::vote::Votes;
+use crate::pure::vote::Votes;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
@@ -97,6 +97,7 @@ pub enum Error {
         votes: Votes,
     },
     /// A quorum granted, but the time it took left no validity (ttl - elapsed - drift <= 0).
+    #[non_exhaustive]
     TooSlow {
         /// The resource.
         resource: String,
@@ -106,6 +107,7 @@ pub enum Error {
     /// The lock is no longer ours; `cause` says how that was found out: its validity ran out,
     /// its keys are gone or held by another owner on a quorum, or too many nodes failed to
     /// answer an extension in time.
+    #[non_exhaustive]
     Lost {
         /// The resource.
         resource: String,
@@ -189,8 +191,9 @@ impl Error {
         match self {
             Error::InvalidConfig { .. } => true,
             Error::Unavailable { votes, .. } => {
-                let n = votes.0.len();
-                n > 0 && n - crate::node_error::misconfigured(votes) < crate::quorum::quorum(n)
+                let n = votes.len();
+                n > 0
+                    && n - crate::pure::vote::misconfigured(votes) < crate::pure::quorum::quorum(n)
             }
             Error::Timeout { last, .. } => last.needs_config_change(),
             _ => false,
@@ -243,9 +246,9 @@ impl fmt::Display for Error {
             ),
             Error::Unavailable { resource, votes } => {
                 // One line for the same failure on every node, rather than one per node.
-                if let Some(same) = crate::node_error::all_same(votes) {
+                if let Some(same) = crate::pure::vote::all_same(votes) {
                     let hint = same.hint();
-                    return match votes.0.as_slice() {
+                    return match votes.as_slice() {
                         [one] => write!(f, "lock {resource:?}: {same} on {}; {hint}", one.node),
                         all => write!(
                             f,
@@ -258,8 +261,8 @@ impl fmt::Display for Error {
                     f,
                     "lock {resource:?}: {} of {} node(s) failed, timed out or are excluded, too many for a quorum ({votes}); {}",
                     votes.failed(),
-                    votes.0.len(),
-                    crate::node_error::advice(votes)
+                    votes.len(),
+                    crate::pure::vote::advice(votes)
                 )
             }
             Error::TooSlow { resource, votes } => write!(
@@ -270,7 +273,7 @@ impl fmt::Display for Error {
                 resource,
                 votes,
                 cause,
-            } if votes.0.is_empty() => write!(
+            } if votes.is_empty() => write!(
                 f,
                 "lock {resource:?} was lost: {cause}; {}",
                 cause.hint()

@@ -1,5 +1,7 @@
-//! Holding a lock for long work: auto-extension in the background, and a lost signal that fires
-//! before the lock can have expired on a majority.
+//! The extension engine: auto-extension settings, the state a guard shares with whatever
+//! extends it (deadline, lost flag and its cause), the lost signal that fires before the lock can
+//! have expired on a majority, and the keeper task that extends one lock (etcd; the Redis
+//! backend batches its locks in `redis/extender.rs` under the same rule).
 
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -7,10 +9,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::context::LockContext;
-use crate::error::{Error, LostCause, Result};
-use crate::lock::Lock;
-use crate::vote::Votes;
+use crate::error::{Error, LostCause};
 
 /// Auto-extension settings for [`Lock::auto_extend`].
 ///
@@ -133,6 +132,10 @@ pub struct LostSignal {
 }
 
 impl LostSignal {
+    pub(crate) fn new(state: Arc<GuardState>) -> LostSignal {
+        LostSignal { state }
+    }
+
     /// Whether the signal has fired (or its time has come).
     pub fn is_fired(&self) -> bool {
         self.state.is_lost()
@@ -178,149 +181,61 @@ impl LostSignal {
     }
 }
 
-/// How a guard stops its extension.
-#[derive(Debug)]
-pub(crate) enum Stop {
-    Extender {
-        id: u64,
-        tx: tokio::sync::mpsc::UnboundedSender<crate::redis::extender::Msg>,
-    },
-    #[cfg(feature = "etcd")]
-    Task(tokio::task::AbortHandle),
-}
+/// How a guard stops whatever extends its lock (a registration with the Redis batch extender,
+/// a keeper task): the backend hands it over with the extension it started.
+pub(crate) struct Stop(Box<dyn Fn() + Send + Sync>);
 
 impl Stop {
-    fn stop(&self) {
-        match self {
-            Stop::Extender { id, tx } => {
-                let _ = tx.send(crate::redis::extender::Msg::Unregister(*id));
-            }
-            #[cfg(feature = "etcd")]
-            Stop::Task(handle) => handle.abort(),
-        }
+    pub(crate) fn new(stop: impl Fn() + Send + Sync + 'static) -> Stop {
+        Stop(Box::new(stop))
+    }
+
+    pub(crate) fn stop(&self) {
+        (self.0)();
     }
 }
 
-/// A lock kept alive in the background. Made by [`Lock::auto_extend`].
-///
-/// Extension stops on [`LockGuard::release`] or drop (drop releases in the background, like
-/// [`Lock`]). Watch [`LockGuard::lost`] to learn at once when the lock is lost.
-#[must_use = "the lock is released when the guard is dropped"]
-#[derive(Debug)]
-pub struct LockGuard {
-    lock: Option<Lock>,
+impl std::fmt::Debug for Stop {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Stop")
+    }
+}
+
+/// Keeps one lock extended: every `interval`, `extend` is called with the validity left; its
+/// new deadline moves the guard's. The first error fires the lost signal with its cause (a
+/// backend's `extend` retries within the validity left before it gives up), and so does the
+/// deadline minus the margin, through the signal itself. Stops after `until`.
+// Only the etcd backend keeps one lock alone: a build without it has no caller.
+#[allow(dead_code)]
+pub(crate) fn spawn_keeper<F, Fut>(
     state: Arc<GuardState>,
-    stop: Stop,
-}
-
-impl LockGuard {
-    pub(crate) fn new(lock: Lock, state: Arc<GuardState>, stop: Stop) -> LockGuard {
-        LockGuard {
-            lock: Some(lock),
-            state,
-            stop,
-        }
-    }
-
-    fn lock(&self) -> &Lock {
-        self.lock
-            .as_ref()
-            .expect("a guard holds its lock until release")
-    }
-
-    /// The (first) resource.
-    pub fn resource(&self) -> &str {
-        self.lock().resource()
-    }
-
-    /// The owner token (see [`Lock::token`]).
-    pub fn token(&self) -> &str {
-        self.lock().token()
-    }
-
-    /// The fencing token, in fencing mode (see [`Lock::fencing_token`]).
-    pub fn fencing_token(&self) -> Option<u64> {
-        self.lock().fencing_token()
-    }
-
-    /// The fencing token with its issuer (see [`Lock::issued_token`]).
-    pub fn issued_token(&self) -> Option<crate::IssuedToken> {
-        self.lock().issued_token()
-    }
-
-    /// The current validity deadline; it moves forward with each successful extension.
-    pub fn validity_deadline(&self) -> Instant {
-        self.state.deadline()
-    }
-
-    /// The time left until the validity deadline.
-    pub fn remaining(&self) -> Duration {
-        self.state
-            .deadline()
-            .saturating_duration_since(Instant::now())
-    }
-
-    /// The lost signal.
-    pub fn lost(&self) -> LostSignal {
-        LostSignal {
-            state: self.state.clone(),
-        }
-    }
-
-    /// Whether the lock is lost (see [`LostSignal::is_fired`]).
-    pub fn is_lost(&self) -> bool {
-        self.state.is_lost()
-    }
-
-    /// What work under this lock needs to know about it, to move into other tasks.
-    pub fn context(&self) -> LockContext {
-        let lock = self.lock();
-        LockContext::new(lock.keys().clone(), lock.fencing_token(), self.lost())
-    }
-
-    /// Why the lock is lost, if it is.
-    pub(crate) fn lost_cause(&self) -> Option<LostCause> {
-        self.state.lost_cause()
-    }
-
-    /// Stops extending and releases the lock on every node.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Lost`] when the lock had been lost (the release is still sent; it deletes only
-    /// keys that hold our token); otherwise as [`Lock::release`].
-    ///
-    /// # Cancel safety
-    ///
-    /// Not cancel-safe: see [`Lock::release`].
-    pub async fn release(mut self) -> Result<Votes> {
-        self.stop.stop();
-        let lock = self
-            .lock
-            .take()
-            .expect("a guard holds its lock until release");
-        let lost = self.state.lost_cause();
-        let resource = lock.resource().to_string();
-        let result = lock.release().await;
-        match (lost, result) {
-            // The release round's votes say nothing about a validity that ran out.
-            (Some(LostCause::Expired), _) => {
-                Err(Error::lost(resource, Votes::default(), LostCause::Expired))
+    interval: Duration,
+    until: Option<Instant>,
+    extend: F,
+) -> Stop
+where
+    F: Fn(Duration) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = crate::Result<Instant>> + Send,
+{
+    let task = tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(interval).await;
+            if until.is_some_and(|u| Instant::now() >= u) {
+                return;
             }
-            (Some(cause), Ok(votes)) => Err(Error::lost(resource, votes, cause)),
-            (Some(cause), Err(e)) => Err(Error::lost(
-                resource,
-                e.votes().cloned().unwrap_or_default(),
-                cause,
-            )),
-            (None, other) => other,
+            let budget = state.deadline().saturating_duration_since(Instant::now());
+            match extend(budget).await {
+                Ok(deadline) => state.set_deadline(deadline),
+                Err(e) => {
+                    state.fire_because(match e {
+                        Error::Lost { cause, .. } => cause,
+                        _ => LostCause::Unreachable,
+                    });
+                    return;
+                }
+            }
         }
-    }
-}
-
-impl Drop for LockGuard {
-    fn drop(&mut self) {
-        self.stop.stop();
-        // The lock's own Drop hands it to the client's background release.
-    }
+    });
+    let handle = task.abort_handle();
+    Stop::new(move || handle.abort())
 }

@@ -98,7 +98,7 @@
 //! ```
 //!
 //! - [`Client`] takes locks: [`Client::acquire`] waits in line, [`Client::try_acquire`] makes
-//!   one attempt. [`Config`] and [`RetryPolicy`] are plain values, checked before any I/O;
+//!   one attempt, a [`Waiter`] waits in slices and keeps its place in line between them. [`Config`] and [`RetryPolicy`] are plain values, checked before any I/O;
 //!   [`Config::from_env`] reads the `FENCELOCK_*` variables the command reads too.
 //! - [`Lock`] is the handle: release it, extend it, or [`Lock::auto_extend`] it into a
 //!   [`LockGuard`] whose [`LostSignal`] fires before the lock can have expired.
@@ -126,8 +126,22 @@
 //! task recorded is the one that acquired (a lock moved to another task still counts as the
 //! acquirer's). Tested on real nodes: `tests/reentrancy.rs`.
 //!
-//! How the crate is built inside (the round, the scripts, the waiting line, the extender):
-//! `docs/architecture.md` in the repository.
+//! # Layout
+//!
+//! The source is layered; each layer uses only those below it.
+//!
+//! - `pure/`: the rules without I/O (quorum, validity, retry delays, fencing tokens, the
+//!   waiting line's order, votes).
+//! - `keepalive.rs`: the extension engine's shared state and the [`LostSignal`].
+//! - `redis/` and `etcd/`: the backends, each self-contained (`redis/round.rs` owns the round,
+//!   `redis/redlock.rs` an attempt and the fencing write-back, `redis/line.rs` the waiting
+//!   line, `redis/extender.rs` batched extension, `redis/scripts.rs` the Lua scripts).
+//! - `backend.rs`: the one place that dispatches to a backend.
+//! - `client.rs`, `lock.rs`, `acquire.rs`, `waiter.rs`, `guard.rs`, `scoped.rs`: the public
+//!   handles, which call `backend.rs` and never match on a backend.
+//!
+//! `docs/architecture.md` in the repository is the contributor's map: which file a change goes
+//! to.
 //!
 //! # Feature flags
 //!
@@ -143,6 +157,8 @@
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod acquire;
+mod backend;
 mod client;
 mod config;
 mod context;
@@ -153,42 +169,39 @@ mod error;
 mod etcd;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub mod fence;
-// Public for the benches, the model checker and the CLI only: not part of the API. The key
-// names that other clients need are in `protocol`.
-#[doc(hidden)]
-pub mod fencing;
+mod guard;
 mod issued;
 mod keepalive;
 mod lock;
 mod node;
-mod node_error;
 pub mod protocol;
-mod queue;
-// Public for the benches only: not part of the API.
-#[doc(hidden)]
-pub mod quorum;
+mod pure;
 mod redis;
 mod reentry;
-mod retry;
 mod scoped;
 mod semaphore;
-mod token;
-mod validity;
-mod vote;
+mod waiter;
+
+// Public for the benches, the model checker and the CLI only: not part of the API. The key
+// names that other clients need are in `protocol`.
+#[doc(hidden)]
+pub use crate::pure::{fencing, quorum};
 
 pub use crate::client::Client;
 pub use crate::config::Config;
 pub use crate::context::LockContext;
 pub use crate::election::{Election, Leader, Leadership, Observer};
 pub use crate::error::{Error, ErrorKind, LostCause, Result};
+pub use crate::guard::LockGuard;
 pub use crate::issued::IssuedToken;
-pub use crate::keepalive::{AutoExtend, LockGuard, LostSignal};
+pub use crate::keepalive::{AutoExtend, LostSignal};
 pub use crate::lock::Lock;
 pub use crate::node::{NodeAddr, Scheme};
-pub use crate::node_error::{FailureCause, NodeError};
-pub use crate::retry::RetryPolicy;
+pub use crate::pure::node_error::{FailureCause, NodeError};
+pub use crate::pure::retry::RetryPolicy;
+pub use crate::pure::vote::{NodeVote, VoteOutcome, Votes};
 pub use crate::semaphore::{Semaphore, MAX_PERMITS};
-pub use crate::vote::{NodeVote, VoteOutcome, Votes};
+pub use crate::waiter::Waiter;
 
 #[cfg(feature = "sqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]

@@ -5,10 +5,10 @@ use std::time::{Duration, Instant};
 
 use tracing::Instrument;
 
-use crate::client::{Client, Held};
+use crate::backend::{Grant, Held};
+use crate::client::Client;
 use crate::error::{Error, LostCause, Result};
-use crate::keepalive::{AutoExtend, GuardState, LockGuard, Stop};
-use crate::vote::Votes;
+use crate::pure::vote::Votes;
 
 /// A held lock. Release it with [`Lock::release`].
 ///
@@ -46,42 +46,21 @@ impl std::fmt::Debug for Lock {
 }
 
 impl Lock {
-    pub(crate) fn new(
-        client: Client,
-        keys: Arc<[String]>,
-        held: Held,
-        fencing_token: Option<u64>,
-        deadline: Instant,
-        votes: Votes,
-    ) -> Lock {
+    pub(crate) fn new(client: Client, keys: Arc<[String]>, grant: Grant) -> Lock {
         Lock {
-            _holding: client.inner().holdings.register(&keys),
+            _holding: client.holdings().register(&keys),
             client,
             keys,
-            held,
-            fencing_token,
-            deadline,
-            votes,
+            held: grant.held,
+            fencing_token: grant.fencing_token,
+            deadline: grant.deadline,
+            votes: grant.votes,
             released: false,
         }
     }
 
-    #[cfg(feature = "etcd")]
-    pub(crate) fn from_etcd(
-        client: Client,
-        keys: Arc<[String]>,
-        held: crate::etcd::EtcdHeld,
-    ) -> Lock {
-        Lock {
-            _holding: client.inner().holdings.register(&keys),
-            client,
-            keys,
-            fencing_token: Some(held.revision),
-            deadline: held.deadline,
-            votes: held.votes.clone(),
-            held: Held::Etcd(held),
-            released: false,
-        }
+    pub(crate) fn held(&self) -> &Held {
+        &self.held
     }
 
     /// The resource name (the key on every node); the first one for a multi-resource lock.
@@ -101,11 +80,7 @@ impl Lock {
     /// The random value that owns the key (128 bits, hex; with etcd, the lock key's name).
     /// Whoever knows it can release or extend the lock: treat it as a secret.
     pub fn token(&self) -> &str {
-        match &self.held {
-            Held::Redis(token, _) => token.as_str(),
-            #[cfg(feature = "etcd")]
-            Held::Etcd(h) => &h.key,
-        }
+        self.held.token()
     }
 
     /// The fencing token, in fencing mode (always, with etcd). Pass it to the storage with every
@@ -128,12 +103,7 @@ impl Lock {
     /// ([`crate::fence`]), which then binds the fence row to this lock and refuses tokens of
     /// another.
     pub fn issued_token(&self) -> Option<crate::IssuedToken> {
-        let backend = match &self.held {
-            Held::Redis(..) => "redis",
-            #[cfg(feature = "etcd")]
-            Held::Etcd(_) => "etcd",
-        };
-        let issuer = crate::IssuedToken::issuer_name(backend, &self.keys);
+        let issuer = crate::IssuedToken::issuer_name(self.held.backend_name(), &self.keys);
         self.fencing_token
             .map(|t| crate::IssuedToken::new(t, issuer))
     }
@@ -188,73 +158,13 @@ impl Lock {
             ));
         };
         let (deadline, votes) = self
-            .client
-            .extend_held(&self.keys, &self.held, budget)
+            .held
+            .extend(&self.keys, budget)
             .instrument(span)
             .await?;
         self.deadline = deadline;
         self.votes = votes;
         Ok(())
-    }
-
-    /// Keeps the lock extended in the background until the guard is released or dropped.
-    ///
-    /// Locks of one Redis client are extended together: one task per client sends the due
-    /// extensions as one pipeline per node, so ten thousand locks cost a few round trips per
-    /// interval, not ten thousand. The guard's [`LostSignal`](crate::LostSignal) fires when an
-    /// extension fails to reach a quorum, or when the validity deadline minus the safety margin
-    /// comes without a successful extension.
-    ///
-    /// Must be called within a tokio runtime.
-    pub fn auto_extend(self, settings: AutoExtend) -> LockGuard {
-        let ttl = self.client.config().ttl();
-        let interval = settings.interval(ttl);
-        let state = Arc::new(GuardState::new(self.deadline, settings.margin(ttl)));
-        let until = settings.max_hold().map(|m| Instant::now() + m);
-        let stop = match &self.held {
-            Held::Redis(token, _) => {
-                let (id, tx) = self.client.extender();
-                let entry = crate::redis::extender::Entry {
-                    keys: self.keys.clone(),
-                    token: Arc::from(token.as_str()),
-                    state: state.clone(),
-                    interval,
-                    until,
-                };
-                let _ = tx.send(crate::redis::extender::Msg::Register(id, entry));
-                Stop::Extender { id, tx }
-            }
-            #[cfg(feature = "etcd")]
-            Held::Etcd(_) => {
-                let (client, keys, held, state) = (
-                    self.client.clone(),
-                    self.keys.clone(),
-                    self.held.clone(),
-                    state.clone(),
-                );
-                let task = tokio::spawn(async move {
-                    loop {
-                        tokio::time::sleep(interval).await;
-                        if until.is_some_and(|u| Instant::now() >= u) {
-                            return;
-                        }
-                        let budget = state.deadline().saturating_duration_since(Instant::now());
-                        match client.extend_held(&keys, &held, budget).await {
-                            Ok((deadline, _)) => state.set_deadline(deadline),
-                            Err(e) => {
-                                state.fire_because(match e {
-                                    Error::Lost { cause, .. } => cause,
-                                    _ => LostCause::Unreachable,
-                                });
-                                return;
-                            }
-                        }
-                    }
-                });
-                Stop::Task(task.abort_handle())
-            }
-        };
-        LockGuard::new(self, state, stop)
     }
 
     /// Releases the lock on every node (compare-and-delete: a key that now holds another token is
@@ -272,28 +182,7 @@ impl Lock {
     pub async fn release(mut self) -> Result<Votes> {
         self.released = true;
         let span = tracing::debug_span!("release", resource = %self.keys[0]);
-        let (token, line) = match &self.held {
-            Held::Redis(token, line) => (token.as_str(), line.as_deref()),
-            #[cfg(feature = "etcd")]
-            Held::Etcd(h) => {
-                let crate::client::Backend::Etcd(e) = &self.client.inner().backend else {
-                    unreachable!("an etcd lock comes from an etcd client")
-                };
-                e.release(h).instrument(span).await?;
-                return Ok(Votes::default());
-            }
-        };
-        let round = self
-            .client
-            .redis("release")?
-            .release(&self.keys, token, line, self.client.config().node_timeout())
-            .instrument(span)
-            .await;
-        if round.granted.iter().any(|(_, heard)| *heard > 0) {
-            self.client.note_waiters(&self.keys[0]);
-        }
-        self.client
-            .settle(&self.keys[0], round.decision, round.votes, false)
+        self.held.release(&self.keys).instrument(span).await
     }
 }
 

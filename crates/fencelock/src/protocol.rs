@@ -40,7 +40,6 @@
 //! which a new leader adds its entry where it still owns the lock key (the last 64 are kept).
 
 pub use crate::election::{election_key, leaders_key};
-pub use crate::fencing::counter_key;
 pub use crate::semaphore::permit_key;
 
 /// The key of a node's fence counter (a decimal integer, no TTL), one per node, shared by every
@@ -49,12 +48,18 @@ pub use crate::semaphore::permit_key;
 /// when every node was heard without it) is stated in [`crate::fencing`].
 pub const FENCE_COUNTER_KEY: &str = "fencelock:fence";
 
+/// The legacy per-resource fence counter key of `resource` (`fencelock:fence:<resource>`), from
+/// before one counter per node: scripts still read it and the write-back deletes it.
+pub fn counter_key(resource: &str) -> String {
+    crate::pure::fencing::counter_key(resource)
+}
+
 /// The prefix of every key and channel fencelock keeps beside the lock keys on Redis
 /// (`fencelock:fence:<resource>`, `fencelock:queue:<resource>`, ...). A resource name that
 /// starts with it is refused before any I/O with [`crate::Error::InvalidConfig`]: a lock on
 /// `fencelock:fence:X` would overwrite the fence counter of `X`.
 pub const RESERVED_PREFIX: &str = "fencelock:";
-pub use crate::queue::{lease_key, queue_key, waiting_key};
+pub use crate::pure::queue::{lease_key, queue_key, waiting_key};
 
 /// The release script (Lua): compare-and-delete, and the wake-up of the next waiter in line
 /// when the key's wait mark is set. KEYS: the lock keys, their queues, their lease sets, their

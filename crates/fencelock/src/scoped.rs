@@ -4,7 +4,7 @@ use crate::client::Client;
 use crate::context::LockContext;
 use crate::error::{Error, LostCause, Result};
 use crate::keepalive::AutoExtend;
-use crate::vote::Votes;
+use crate::pure::vote::Votes;
 
 /// How scoped work ended.
 enum Scoped<O> {

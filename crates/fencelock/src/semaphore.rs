@@ -26,9 +26,9 @@ use crate::context::LockContext;
 use crate::error::{Error, LostCause, Result};
 use crate::keepalive::AutoExtend;
 use crate::lock::Lock;
+use crate::pure::retry::RetryPolicy;
+use crate::pure::vote::Votes;
 use crate::redis::Wait;
-use crate::retry::RetryPolicy;
-use crate::vote::Votes;
 
 /// The most permits a semaphore may have: a full pass over the slots takes one round per slot
 /// while they are all taken.
@@ -67,7 +67,7 @@ impl Client {
                 format!("{permits} permits: a semaphore has 1 to {MAX_PERMITS} permits"),
             ));
         }
-        if self.redis("a semaphore").is_err() {
+        if self.backend().redis("a semaphore").is_err() {
             return Err(Error::config(
                 "backend",
                 "semaphores work on Redis nodes only; on etcd they are not built yet (use Redis nodes, or a mutex)",
@@ -135,7 +135,7 @@ impl Semaphore {
     /// Not cancel-safe: see [`Semaphore::try_acquire`].
     pub async fn acquire_with(&self, policy: &RetryPolicy) -> Result<Lock> {
         let config = self.client.config();
-        let lease = crate::queue::lease(policy.max_delay(), config.node_timeout());
+        let lease = crate::pure::queue::lease(policy.max_delay(), config.node_timeout());
         let started = Instant::now();
         let mut attempts = 0u32;
         let mut subscription = None;
@@ -162,7 +162,7 @@ impl Semaphore {
             if subscription.is_none() {
                 // From now on the release of any slot wakes us; try once more at once, marked,
                 // since a slot may have been freed while we subscribed.
-                let backend = self.client.redis("a semaphore")?;
+                let backend = self.client.backend().redis("a semaphore")?;
                 subscription = Some(
                     backend
                         .watch_release(&self.keys, config.node_timeout())
@@ -182,7 +182,7 @@ impl Semaphore {
     /// One try of every slot.
     async fn pass(&self, wait: Wait<'_>) -> Result<Lock> {
         let n = self.keys.len();
-        let holdings = &self.client.inner().holdings;
+        let holdings = self.client.holdings();
         let mut mine = 0;
         let mut last: Option<Error> = None;
         let offset = fastrand::usize(..n);
@@ -194,8 +194,12 @@ impl Semaphore {
                 mine += 1;
                 continue;
             }
-            match self.client.attempt(&slot, wait).await {
-                Ok(lock) => return Ok(lock),
+            let attempt = self
+                .client
+                .backend()
+                .redis_attempt("a semaphore", &slot, wait);
+            match attempt.await {
+                Ok(grant) => return Ok(Lock::new(self.client.clone(), slot, grant)),
                 Err(e) if !e.is_retryable() => return Err(e),
                 // Unavailability says more than a busy slot: keep it.
                 Err(e) => match &last {

@@ -554,11 +554,9 @@ async fn a_wait_split_over_calls_keeps_its_place_in_line() {
     let late = client(&eps, Duration::from_secs(10));
     let held = holder.acquire("line").await.unwrap();
 
-    let since = std::time::SystemTime::now();
-    let chunk = RetryPolicy::new()
-        .with_wait(Duration::from_millis(300))
-        .with_in_line_since(since);
-    let err = early.acquire_with("line", &chunk).await.unwrap_err();
+    let mut waiter = early.waiter(&["line"]).unwrap();
+    let chunk = RetryPolicy::new().with_wait(Duration::from_millis(300));
+    let err = waiter.acquire(&chunk).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
     // Between two calls the early waiter keeps its key in the queue...
     assert_eq!(queue_len(&eps, "line").await, 2);
@@ -569,9 +567,9 @@ async fn a_wait_split_over_calls_keeps_its_place_in_line() {
         Instant::now()
     });
     wait_queue_len(&eps, "line", 3).await;
-    let again = RetryPolicy::new().with_wait(LONG).with_in_line_since(since);
+    let again = RetryPolicy::new().with_wait(LONG);
     let early_wait = tokio::spawn(async move {
-        let lock = early.acquire_with("line", &again).await.unwrap();
+        let lock = waiter.acquire(&again).await.unwrap();
         let at = Instant::now();
         tokio::time::sleep(Duration::from_millis(200)).await;
         lock.release().await.unwrap();

@@ -272,18 +272,17 @@ async fn a_wait_split_over_several_calls_keeps_its_place_in_line() {
     // The first waiter waits in short calls, as a command that reports progress between them
     // does; each call resumes the wait that began here.
     let first = Client::new(patient(&nodes, false)).unwrap();
-    let since = std::time::SystemTime::now();
+    let mut waiter = first.waiter(&["split"]).unwrap();
     let first_order = order.clone();
     let chunked = tokio::spawn(async move {
         let policy = RetryPolicy::new()
             .with_wait(Duration::from_millis(300))
             .with_base_delay(Duration::from_millis(50))
-            .with_max_delay(Duration::from_millis(100))
-            .with_in_line_since(since);
+            .with_max_delay(Duration::from_millis(100));
         let mut calls = 0;
         let l = loop {
             calls += 1;
-            match first.acquire_with("split", &policy).await {
+            match waiter.acquire(&policy).await {
                 Ok(l) => break l,
                 Err(e) => assert_eq!(e.kind(), fencelock::ErrorKind::Timeout, "{e}"),
             }

@@ -4,7 +4,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use fencelock::{fencing, Client, Config, RetryPolicy};
+use fencelock::{protocol, Client, Config, RetryPolicy};
 use fencelock_testkit::RedisNodes;
 
 fn fenced(nodes: &RedisNodes) -> Client {
@@ -39,7 +39,7 @@ async fn tokens_increase_across_1000_acquisitions_with_a_node_restarted_empty() 
             assert_eq!(
                 nodes
                     .node(2)
-                    .cli(&["GET", fencing::FENCE_COUNTER_KEY])
+                    .cli(&["GET", protocol::FENCE_COUNTER_KEY])
                     .unwrap(),
                 "(nil)"
             );
@@ -55,7 +55,7 @@ async fn tokens_increase_across_1000_acquisitions_with_a_node_restarted_empty() 
     // exactly a token a holder got after the restart.
     let c: u64 = nodes
         .node(2)
-        .cli(&["GET", fencing::FENCE_COUNTER_KEY])
+        .cli(&["GET", protocol::FENCE_COUNTER_KEY])
         .unwrap()
         .parse()
         .unwrap();
@@ -66,7 +66,7 @@ async fn tokens_increase_across_1000_acquisitions_with_a_node_restarted_empty() 
     // And every node's counter is the last token of a grant it took part in: none is ahead.
     for n in nodes.iter() {
         let c: u64 = n
-            .cli(&["GET", fencing::FENCE_COUNTER_KEY])
+            .cli(&["GET", protocol::FENCE_COUNTER_KEY])
             .unwrap()
             .parse()
             .unwrap();
@@ -111,7 +111,7 @@ async fn efficiency_locks_carry_no_token_and_touch_no_counter() {
     assert_eq!(
         nodes
             .node(0)
-            .cli(&["EXISTS", fencing::FENCE_COUNTER_KEY])
+            .cli(&["EXISTS", protocol::FENCE_COUNTER_KEY])
             .unwrap(),
         "0"
     );

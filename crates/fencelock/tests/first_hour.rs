@@ -302,11 +302,11 @@ async fn a_lock_lost_to_dead_nodes_says_they_did_not_answer() {
 
 #[test]
 fn a_vote_the_round_did_not_wait_for_shows_no_duration() {
-    let vote = NodeVote {
-        node: "redis://127.0.0.1:7001".into(),
-        outcome: VoteOutcome::Pending,
-        latency: Duration::ZERO,
-    };
+    let vote = NodeVote::new(
+        "redis://127.0.0.1:7001",
+        VoteOutcome::Pending,
+        Duration::ZERO,
+    );
     let text = vote.to_string();
     assert!(
         text.contains("no answer needed: the round had decided"),
@@ -414,7 +414,8 @@ fn a_lock_dropped_on_the_error_path_is_released_before_exit() {
     assert_no_key(&nodes, "dropped");
 }
 
-/// Scoped work and `close` can run in spawned tasks; the context moves into them.
+/// Scoped work, `close` and releases can run in spawned tasks; locks, guards and the context
+/// move into them.
 #[test]
 fn scoped_futures_and_the_context_are_send() {
     fn is_send<T: Send>(_: &T) {}
@@ -425,4 +426,13 @@ fn scoped_futures_and_the_context_are_send() {
     is_send(&c.with_lock("r", async |lock| lock.fencing_token()));
     is_send(&c.try_with_lock("r", async |_lock| Ok::<_, fencelock::Error>(1)));
     is_send(&c.close());
+    // A guard moves into a task, and so do the futures of releasing and of scoped work.
+    is_send_sync_static::<fencelock::Lock>();
+    is_send_sync_static::<fencelock::LockGuard>();
+    is_send(&c.with_lock("r", async |_lock| ()));
+    #[allow(dead_code)]
+    fn releases_are_send(lock: fencelock::Lock, guard: fencelock::LockGuard) {
+        is_send(&lock.release());
+        is_send(&guard.release());
+    }
 }

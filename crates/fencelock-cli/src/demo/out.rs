@@ -113,17 +113,8 @@ fn vote_word(outcome: &VoteOutcome) -> (&'static str, Tone) {
     }
 }
 
-/// A duration in the unit a reader takes in at a glance: `0.4 ms`, `12 ms`, `1.02 s`.
-pub(crate) fn human(d: std::time::Duration) -> String {
-    let ms = d.as_secs_f64() * 1000.0;
-    if ms < 10.0 {
-        format!("{ms:.1} ms")
-    } else if ms < 1000.0 {
-        format!("{ms:.0} ms")
-    } else {
-        format!("{:.2} s", d.as_secs_f64())
-    }
-}
+/// Durations are written the one way the whole command writes them.
+pub(crate) use crate::cli::human;
 
 #[cfg(test)]
 mod tests {
@@ -133,12 +124,8 @@ mod tests {
 
     #[test]
     fn votes_are_one_word_per_node_in_order() {
-        let vote = |outcome| NodeVote {
-            node: "redis://127.0.0.1:1".into(),
-            outcome,
-            latency: Duration::ZERO,
-        };
-        let votes = Votes(vec![
+        let vote = |outcome| NodeVote::new("redis://127.0.0.1:1", outcome, Duration::ZERO);
+        let votes = Votes::from(vec![
             vote(VoteOutcome::Granted),
             vote(VoteOutcome::HeldByOther),
             vote(VoteOutcome::Failed("refused".into())),

@@ -33,7 +33,7 @@
 //!
 //! The lease is the lock's lifetime: revoking it (release) or letting it expire deletes the
 //! keys and wakes the next waiters. While waiting, the lease is renewed every third of its TTL.
-//! A wait split over several calls ([`crate::RetryPolicy::with_in_line_since`]) keeps its keys
+//! A wait split over several calls ([`crate::Waiter`]) keeps its keys
 //! between the calls, so it keeps its place in line; if no call comes back, the lease expires
 //! after the TTL.
 //!
@@ -68,7 +68,7 @@ use tokio::sync::OnceCell;
 use crate::config::Config;
 use crate::error::{Error, LostCause, Result};
 use crate::node::NodeAddr;
-use crate::vote::{NodeVote, VoteOutcome, Votes};
+use crate::pure::vote::{NodeVote, VoteOutcome, Votes};
 
 use self::endpoints::Endpoints;
 
@@ -144,7 +144,7 @@ struct Fail {
 impl Fail {
     fn failed(why: impl Into<String>) -> Fail {
         Fail {
-            outcome: VoteOutcome::Failed(crate::node_error::NodeError::other(why)),
+            outcome: VoteOutcome::Failed(crate::pure::node_error::NodeError::other(why)),
             lease_gone: false,
         }
     }
@@ -167,6 +167,38 @@ struct Entry {
     ttl: Duration,
     /// When the request that last granted or renewed the lease was sent.
     renewed: Instant,
+}
+
+/// The state of one `acquire` that outlives its timeout (see [`Cluster::wait_for_turn`]).
+#[derive(Debug, Default)]
+struct WaitState {
+    /// The lease to revoke if the wait ends without the lock.
+    pending: PendingLease,
+    /// Our place in the queues, if any.
+    place: Option<Entry>,
+    /// Looks at the queues.
+    attempts: u32,
+    /// The latest obstacle.
+    last: Option<Error>,
+}
+
+/// Where a join (or a place taken back) left us.
+enum Place {
+    /// First in every queue: the lock.
+    Held(EtcdHeld),
+    /// In line behind others.
+    Waiting(Entry),
+    /// Not in line (the cluster failed, or the lock came too late): try again.
+    Retry,
+}
+
+/// What a renewal of our place's lease found.
+enum Renewal {
+    Renewed,
+    /// The lease expired: our place is gone.
+    Gone,
+    /// The cluster did not answer; the failure is the latest obstacle.
+    Failed,
 }
 
 /// What a look at the queue found.
@@ -220,11 +252,6 @@ impl EtcdBackend {
 }
 
 impl Cluster {
-    /// The members, in configured order.
-    pub(crate) fn addrs(&self) -> impl Iterator<Item = &NodeAddr> {
-        self.addrs.iter()
-    }
-
     /// One attempt: joins the queues of `resources` and keeps the place only if it is the
     /// first in all of them.
     ///
@@ -252,7 +279,7 @@ impl Cluster {
     /// Waits up to `wait` for the lock on `resources`, in queue (creation) order.
     ///
     /// `resume`: the wait is one call of several (see
-    /// [`crate::RetryPolicy::with_in_line_since`]): it takes back the place a previous call
+    /// [`crate::Waiter`]): it takes back the place a previous call
     /// for the same resources left, and if `wait` runs out it leaves its keys in the queues
     /// for the next call (their lease expires after the TTL if none comes).
     ///
@@ -274,29 +301,19 @@ impl Cluster {
         check_count(resources)?;
         let resource = resources[0].as_str();
         let started = Instant::now();
-        let mut pending = PendingLease::default();
-        let mut attempts = 0u32;
-        let mut last: Option<Error> = None;
-        let mut place = if resume { self.unpark(resources) } else { None };
-        let outcome = tokio::time::timeout(
-            wait,
-            self.wait_for_turn(
-                resources,
-                &mut pending,
-                &mut place,
-                &mut attempts,
-                &mut last,
-            ),
-        )
-        .await;
-        match (&outcome, place) {
+        let mut w = WaitState {
+            place: if resume { self.unpark(resources) } else { None },
+            ..WaitState::default()
+        };
+        let outcome = tokio::time::timeout(wait, self.wait_for_turn(resources, &mut w)).await;
+        match (&outcome, w.place.take()) {
             (Err(_elapsed), Some(entry)) if resume => {
                 // Keep the lease (and the keys) for the next call instead of revoking it.
-                pending.lease = None;
+                w.pending.lease = None;
                 self.park(resources, entry);
             }
             _ => {
-                self.settle_pending(&mut pending, matches!(outcome, Ok(Ok(_))))
+                self.settle_pending(&mut w.pending, matches!(outcome, Ok(Ok(_))))
                     .await;
             }
         }
@@ -304,8 +321,8 @@ impl Cluster {
             Ok(result) => result,
             Err(_elapsed) => Err(Error::Timeout {
                 resource: resource.to_string(),
-                attempts: attempts.max(1),
-                last: Box::new(last.unwrap_or_else(|| {
+                attempts: w.attempts.max(1),
+                last: Box::new(w.last.unwrap_or_else(|| {
                     self.error_for(
                         resource,
                         Fail::failed("no answer from the cluster"),
@@ -447,145 +464,165 @@ impl Cluster {
     }
 
     /// The queue loop of `acquire`; only returns when the lock is ours or on an error that
-    /// waiting will not fix. `place` is our entry in the queues, if any (kept up to date, so
-    /// that a timed-out call can leave it to the next); `attempts` counts looks at the queues,
-    /// `last` keeps the latest obstacle for the timeout error.
-    async fn wait_for_turn(
+    /// waiting will not fix. `w` outlives the call when `acquire`'s timeout cancels it: our
+    /// place (kept up to date, so that a timed-out call can leave it to the next), the count of
+    /// looks at the queues and the latest obstacle, for the timeout error.
+    async fn wait_for_turn(&self, resources: &[String], w: &mut WaitState) -> Result<EtcdHeld> {
+        let started = Instant::now();
+        loop {
+            w.attempts += 1;
+            let entry = match self.take_place(resources, w, started).await {
+                Place::Held(held) => return Ok(held),
+                Place::Waiting(entry) => entry,
+                Place::Retry => continue,
+            };
+            if let Some(held) = self.wait_in_line(resources, w, entry, started).await {
+                return Ok(held);
+            }
+            // Our place is gone: join the queues again.
+        }
+    }
+
+    /// Takes back the place a previous call left, or joins the queues; the lock, if our place
+    /// is first at once.
+    async fn take_place(&self, resources: &[String], w: &mut WaitState, started: Instant) -> Place {
+        let resource = resources[0].as_str();
+        if let Some(entry) = w.place.take() {
+            return match self.client().await {
+                Ok(client) => {
+                    w.pending.arm(client, entry.lease, self.request_timeout);
+                    // A place taken back: look at the queues before anything else.
+                    Place::Waiting(entry)
+                }
+                Err(fail) => {
+                    w.place = Some(entry);
+                    w.last = Some(self.error_for(resource, fail, started));
+                    tokio::time::sleep(timing::RETRY_DELAY).await;
+                    Place::Retry
+                }
+            };
+        }
+        let (entry, head) = match self.enqueue(resources, &mut w.pending).await {
+            Ok(joined) => joined,
+            Err(fail) => {
+                w.last = Some(self.error_for(resource, fail, started));
+                // A failed join may still have written our keys: drop them with their lease.
+                self.settle_pending(&mut w.pending, false).await;
+                tokio::time::sleep(timing::RETRY_DELAY).await;
+                return Place::Retry;
+            }
+        };
+        if head {
+            return match self.held(resource, &entry, started) {
+                Ok(held) => Place::Held(held),
+                Err(e) => {
+                    w.last = Some(e);
+                    self.settle_pending(&mut w.pending, false).await;
+                    Place::Retry
+                }
+            };
+        }
+        w.last = Some(self.contention(resource, started));
+        Place::Waiting(entry)
+    }
+
+    /// Waits in line from `entry` on: renews the lease when due, looks at the queues, and
+    /// watches the key just ahead until it goes. The lock once our key is the oldest; `None`
+    /// once our place is gone (the lease expired while we could not renew it).
+    async fn wait_in_line(
         &self,
         resources: &[String],
-        pending: &mut PendingLease,
-        place: &mut Option<Entry>,
-        attempts: &mut u32,
-        last: &mut Option<Error>,
-    ) -> Result<EtcdHeld> {
+        w: &mut WaitState,
+        mut entry: Entry,
+        started: Instant,
+    ) -> Option<EtcdHeld> {
         let resource = resources[0].as_str();
-        let started = Instant::now();
-        'enqueue: loop {
-            *attempts += 1;
-            let resumed = match place.take() {
-                Some(entry) => match self.client().await {
-                    Ok(client) => {
-                        pending.arm(client, entry.lease, self.request_timeout);
-                        Some(entry)
+        w.place = Some(entry.clone());
+        let renew_every = timing::renew_interval(entry.ttl);
+        loop {
+            if entry.renewed.elapsed() >= renew_every {
+                match self.renew_place(w, &mut entry, resource, started).await {
+                    Renewal::Renewed => {}
+                    Renewal::Gone => {
+                        tracing::debug!(key = %entry.keys[0], "lease expired while waiting; joining the queue again");
+                        return None;
                     }
-                    Err(fail) => {
-                        *place = Some(entry);
-                        *last = Some(self.error_for(resource, fail, started));
-                        tokio::time::sleep(timing::RETRY_DELAY).await;
-                        continue 'enqueue;
-                    }
-                },
-                None => None,
-            };
-            let mut entry = match resumed {
-                // A place taken back: look at the queues before anything else.
-                Some(entry) => entry,
-                None => {
-                    let (entry, head) = match self.enqueue(resources, pending).await {
-                        Ok(joined) => joined,
-                        Err(fail) => {
-                            *last = Some(self.error_for(resource, fail, started));
-                            // A failed join may still have written our keys: drop them with
-                            // their lease.
-                            self.settle_pending(pending, false).await;
-                            tokio::time::sleep(timing::RETRY_DELAY).await;
-                            continue 'enqueue;
-                        }
-                    };
-                    if head {
-                        match self.held(resource, &entry, started) {
-                            Ok(held) => return Ok(held),
-                            Err(e) => {
-                                *last = Some(e);
-                                self.settle_pending(pending, false).await;
-                                continue 'enqueue;
-                            }
-                        }
-                    }
-                    *last = Some(Error::Contention {
-                        resource: resource.to_string(),
-                        votes: self.votes(VoteOutcome::HeldByOther, started.elapsed()),
-                    });
-                    entry
+                    Renewal::Failed => continue,
+                }
+            }
+            w.attempts += 1;
+            let turn = match self.look(resources, &entry).await {
+                Ok(turn) => turn,
+                Err(fail) => {
+                    w.last = Some(self.error_for(resource, fail, started));
+                    tokio::time::sleep(timing::RETRY_DELAY).await;
+                    continue;
                 }
             };
-            *place = Some(entry.clone());
-            let renew_every = timing::renew_interval(entry.ttl);
-            loop {
-                if entry.renewed.elapsed() >= renew_every {
-                    match self.keep_alive(entry.lease, self.request_timeout).await {
-                        Ok(sent) => {
-                            entry.renewed = sent;
-                            *place = Some(entry.clone());
-                        }
-                        Err(fail) if fail.lease_gone => {
-                            tracing::debug!(key = %entry.keys[0], "lease expired while waiting; joining the queue again");
-                            *place = None;
-                            self.settle_pending(pending, false).await;
-                            continue 'enqueue;
-                        }
-                        Err(fail) => {
-                            *last = Some(self.error_for(resource, fail, started));
-                            tokio::time::sleep(timing::RETRY_DELAY).await;
-                            continue;
-                        }
+            match turn {
+                Turn::Head => {
+                    // Renew now so that the lock starts with a full TTL, not what is left of
+                    // the lease since the last renewal.
+                    match self.renew_place(w, &mut entry, resource, started).await {
+                        Renewal::Renewed => {}
+                        Renewal::Gone => return None,
+                        Renewal::Failed => continue,
+                    }
+                    match self.held(resource, &entry, started) {
+                        Ok(held) => return Some(held),
+                        Err(e) => w.last = Some(e),
                     }
                 }
-                *attempts += 1;
-                let turn = match self.look(resources, &entry).await {
-                    Ok(turn) => turn,
-                    Err(fail) => {
-                        *last = Some(self.error_for(resource, fail, started));
+                Turn::Gone => {
+                    w.place = None;
+                    self.settle_pending(&mut w.pending, false).await;
+                    return None;
+                }
+                Turn::Behind { key, revision } => {
+                    w.last = Some(self.contention(resource, started));
+                    let wake = entry.renewed + renew_every;
+                    if let Err(fail) = self.wait_delete(&key, revision, wake).await {
+                        w.last = Some(self.error_for(resource, fail, started));
                         tokio::time::sleep(timing::RETRY_DELAY).await;
-                        continue;
-                    }
-                };
-                match turn {
-                    Turn::Head => {
-                        // Renew now so that the lock starts with a full TTL, not what is left
-                        // of the lease since the last renewal.
-                        match self.keep_alive(entry.lease, self.request_timeout).await {
-                            Ok(sent) => {
-                                entry.renewed = sent;
-                                *place = Some(entry.clone());
-                            }
-                            Err(fail) if fail.lease_gone => {
-                                *place = None;
-                                self.settle_pending(pending, false).await;
-                                continue 'enqueue;
-                            }
-                            Err(fail) => {
-                                *last = Some(self.error_for(resource, fail, started));
-                                tokio::time::sleep(timing::RETRY_DELAY).await;
-                                continue;
-                            }
-                        }
-                        match self.held(resource, &entry, started) {
-                            Ok(held) => return Ok(held),
-                            Err(e) => {
-                                *last = Some(e);
-                                continue;
-                            }
-                        }
-                    }
-                    Turn::Gone => {
-                        *place = None;
-                        self.settle_pending(pending, false).await;
-                        continue 'enqueue;
-                    }
-                    Turn::Behind { key, revision } => {
-                        *last = Some(Error::Contention {
-                            resource: resource.to_string(),
-                            votes: self.votes(VoteOutcome::HeldByOther, started.elapsed()),
-                        });
-                        let wake = entry.renewed + renew_every;
-                        if let Err(fail) = self.wait_delete(&key, revision, wake).await {
-                            *last = Some(self.error_for(resource, fail, started));
-                            tokio::time::sleep(timing::RETRY_DELAY).await;
-                        }
                     }
                 }
             }
+        }
+    }
+
+    /// Renews the lease of our place in line. A lease that is gone drops the place (with its
+    /// keys); a failure is kept as the latest obstacle, after the retry delay.
+    async fn renew_place(
+        &self,
+        w: &mut WaitState,
+        entry: &mut Entry,
+        resource: &str,
+        started: Instant,
+    ) -> Renewal {
+        match self.keep_alive(entry.lease, self.request_timeout).await {
+            Ok(sent) => {
+                entry.renewed = sent;
+                w.place = Some(entry.clone());
+                Renewal::Renewed
+            }
+            Err(fail) if fail.lease_gone => {
+                w.place = None;
+                self.settle_pending(&mut w.pending, false).await;
+                Renewal::Gone
+            }
+            Err(fail) => {
+                w.last = Some(self.error_for(resource, fail, started));
+                tokio::time::sleep(timing::RETRY_DELAY).await;
+                Renewal::Failed
+            }
+        }
+    }
+
+    /// Contention: another owner holds a resource or waits ahead of us.
+    fn contention(&self, resource: &str, started: Instant) -> Error {
+        Error::Contention {
+            resource: resource.to_string(),
+            votes: self.votes(VoteOutcome::HeldByOther, started.elapsed()),
         }
     }
 
@@ -891,7 +928,7 @@ impl Cluster {
     }
 
     fn votes(&self, outcome: VoteOutcome, latency: Duration) -> Votes {
-        Votes(vec![NodeVote {
+        Votes::from(vec![NodeVote {
             node: self.label.as_str().into(),
             outcome,
             latency,

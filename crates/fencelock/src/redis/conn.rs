@@ -413,7 +413,9 @@ impl NodeInfo {
             resolution.confirmed = true;
         }
         match self.standing_of(&resolution, now) {
-            Standing::Unknown => unreachable!("a node whose quarantine is over is confirmed"),
+            // Unknown means "over by the reckoning, read again to confirm", and the read just
+            // recorded is that confirmation (`confirmed` was set above when it is over).
+            Standing::Unknown => Standing::Counted,
             standing => standing,
         }
     }
@@ -469,7 +471,7 @@ mod tests {
         let node = "redis://127.0.0.1:6380/0";
         let e = check_version(REDIS_4_INFO, node).unwrap_err();
         assert_eq!(
-            super::super::describe(&e).to_string(),
+            super::super::describe::describe(&e).to_string(),
             "redis 4.0.14 on redis://127.0.0.1:6380/0: fencelock's scripts need Redis 5 or newer; upgrade the node"
         );
         let newer = REDIS_4_INFO.replace("redis_version:4.0.14", "redis_version:5.0.0");

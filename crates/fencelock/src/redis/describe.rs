@@ -3,7 +3,7 @@
 
 use redis::{ErrorKind, RedisError};
 
-use crate::node_error::{FailureCause, NodeError};
+use crate::pure::node_error::{FailureCause, NodeError};
 
 /// Describes `e` without anything secret (the driver never echoes passwords in command errors,
 /// but connection errors may quote the address: only kinds, codes and server details are kept).
@@ -65,6 +65,23 @@ fn server_error(e: &RedisError) -> Option<(String, Option<String>)> {
     }
     e.code()
         .map(|code| (code.to_owned(), e.detail().map(str::to_owned)))
+}
+
+// The driver's error is the Redis backend's business: the conversion lives beside `describe`,
+// so that `NodeError` itself (in `pure/`) knows nothing of the driver.
+impl NodeError {
+    /// Describes an error of a node's driver in the words fencelock's votes use: for a
+    /// `redis::RedisError` (of the `redis` version fencelock depends on), its cause; for any
+    /// other error, its text.
+    ///
+    /// For tools that talk to the nodes directly (the `fencelock` CLI's `doctor`) and should
+    /// say what the lock calls say.
+    pub fn from_driver_error(err: &(dyn std::error::Error + 'static)) -> NodeError {
+        match err.downcast_ref::<::redis::RedisError>() {
+            Some(e) => describe(e),
+            None => NodeError::other(err.to_string()),
+        }
+    }
 }
 
 #[cfg(test)]

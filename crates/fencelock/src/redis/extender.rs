@@ -3,29 +3,69 @@
 //! number of locks.
 
 use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 
-use super::RedisBackend;
+use super::{RedisBackend, RedisHeld};
 use crate::error::LostCause;
-use crate::keepalive::GuardState;
+use crate::keepalive::{GuardState, Stop};
+
+impl RedisBackend {
+    /// Registers a lock with the client's batch extender (spawned on first use); the returned
+    /// [`Stop`] takes it out.
+    pub(crate) fn keep_alive(
+        self: &Arc<Self>,
+        keys: Arc<[String]>,
+        held: &RedisHeld,
+        state: Arc<GuardState>,
+        interval: Duration,
+        until: Option<Instant>,
+    ) -> Stop {
+        let tx = self.extender.get_or_init(|| {
+            let (tx, rx) = mpsc::unbounded_channel();
+            let timing = Timing {
+                ttl: self.settings.ttl,
+                drift: self.settings.drift,
+                node_timeout: self.settings.node_timeout,
+                quorum: self.quorum,
+                nodes: self.nodes.len(),
+            };
+            tokio::spawn(run(rx, Arc::downgrade(self), timing));
+            tx
+        });
+        let id = self.next_guard.fetch_add(1, Ordering::Relaxed);
+        let entry = Entry {
+            keys,
+            token: Arc::from(held.token()),
+            state,
+            interval,
+            until,
+        };
+        let _ = tx.send(Msg::Register(id, entry));
+        let tx = tx.clone();
+        Stop::new(move || {
+            let _ = tx.send(Msg::Unregister(id));
+        })
+    }
+}
 
 /// How close together due times must be to share a batch, as a fraction of the interval.
 const COALESCE_DIVISOR: u32 = 4;
 
 /// A lock under auto-extension.
-pub(crate) struct Entry {
-    pub(crate) keys: Arc<[String]>,
-    pub(crate) token: Arc<str>,
-    pub(crate) state: Arc<GuardState>,
-    pub(crate) interval: Duration,
+pub(super) struct Entry {
+    keys: Arc<[String]>,
+    token: Arc<str>,
+    state: Arc<GuardState>,
+    interval: Duration,
     /// Extensions stop after this instant (the optional cap on holding).
-    pub(crate) until: Option<Instant>,
+    until: Option<Instant>,
 }
 
-pub(crate) enum Msg {
+pub(super) enum Msg {
     Register(u64, Entry),
     Unregister(u64),
 }
@@ -51,23 +91,19 @@ pub(crate) struct Count {
     pub(crate) not_held: usize,
 }
 
-/// Settings the extender task needs from the client.
+/// Settings the extender task needs from the backend.
 #[derive(Clone, Copy)]
-pub(crate) struct Timing {
-    pub(crate) ttl: Duration,
-    pub(crate) drift: Duration,
-    pub(crate) node_timeout: Duration,
-    pub(crate) quorum: usize,
-    pub(crate) nodes: usize,
+struct Timing {
+    ttl: Duration,
+    drift: Duration,
+    node_timeout: Duration,
+    quorum: usize,
+    nodes: usize,
 }
 
 /// Runs until every sender is gone. `backend` is a weak handle so that the task does not keep a
 /// dropped client alive.
-pub(crate) async fn run(
-    mut rx: mpsc::UnboundedReceiver<Msg>,
-    backend: Weak<dyn AsBackend>,
-    timing: Timing,
-) {
+async fn run(mut rx: mpsc::UnboundedReceiver<Msg>, backend: Weak<RedisBackend>, timing: Timing) {
     let mut slots: HashMap<u64, Slot> = HashMap::new();
     let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Done>();
     loop {
@@ -116,7 +152,7 @@ pub(crate) async fn run(
                 tokio::spawn(async move {
                     let started = Instant::now();
                     let timeout = budget.max(timing.node_timeout);
-                    let counts = be.backend().extend_batch(&locks, timing.ttl, timeout).await;
+                    let counts = be.extend_batch(&locks, timeout).await;
                     tracing::debug!(locks = ids.len(), took = ?started.elapsed(), "batch extended");
                     let _ = done_tx.send(Done { started, ids, counts });
                 });
@@ -133,7 +169,7 @@ fn apply(slots: &mut HashMap<u64, Slot>, done: Done, t: Timing) {
         };
         let state = &slot.entry.state;
         let new_deadline =
-            crate::validity::validity(t.ttl, now - done.started, t.drift).map(|v| now + v);
+            crate::pure::validity::validity(t.ttl, now - done.started, t.drift).map(|v| now + v);
         match new_deadline {
             // Once the signal has fired (or its time has come) it stays fired: a late success
             // must not revive a lock the holder was told it lost.
@@ -166,9 +202,4 @@ fn apply(slots: &mut HashMap<u64, Slot>, done: Done, t: Timing) {
             }
         }
     }
-}
-
-/// Access to the backend from the extender task.
-pub(crate) trait AsBackend: Send + Sync {
-    fn backend(&self) -> &RedisBackend;
 }

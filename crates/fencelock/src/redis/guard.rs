@@ -1,5 +1,5 @@
 //! The amnesia guard's I/O in fencing mode (the rules themselves are pure, in
-//! [`crate::fencing`]; the argument and its model check are in `docs/fencing.md`).
+//! [`crate::pure::fencing`]; the argument and its model check are in `docs/fencing.md`).
 //!
 //! The acquisition round waits for more grants while its grants hold fewer than a quorum of
 //! counters ([`WantsMore`]). Then: classify the granting nodes' reads (trusted iff the node has
@@ -14,12 +14,14 @@
 //! A node we hold the key of takes no other client's write-back while we hold it, so reads from
 //! all N granting nodes show that no counter exists anywhere at the last grant.
 
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
-use super::{Decision, RedisBackend, WantsMore};
+use super::round::WantsMore;
+use super::RedisBackend;
 use crate::error::Error;
-use crate::fencing::{self, CounterRead, Derivation};
-use crate::vote::{VoteOutcome, Votes};
+use crate::pure::fencing::{self, CounterRead, Derivation};
+use crate::pure::quorum::Decision;
+use crate::pure::vote::{VoteOutcome, Votes};
 
 /// What a fenced acquisition script read on one node: the largest of its counters (the node
 /// counter and the keys' legacy ones, 0 if none) and whether any exists.
@@ -35,8 +37,7 @@ impl WantsMore for FenceRead {
     }
 }
 
-/// How a vote names a granting node whose counter is gone (see `node_error::advice`).
-pub(crate) const LOST_COUNTER: &str = "granted, but it has no fence counter";
+pub(crate) use crate::pure::fencing::LOST_COUNTER;
 
 /// A token ready to be issued, and the granting nodes to seed once it is.
 #[derive(Debug)]
@@ -55,7 +56,6 @@ impl RedisBackend {
         votes: &Votes,
         keys: &[String],
         owner: &str,
-        node_timeout: Duration,
     ) -> Result<Fenced, Error> {
         let resource = keys[0].clone();
         let reads = || {
@@ -92,9 +92,7 @@ impl RedisBackend {
                 ));
             }
         };
-        let wb = self
-            .write_back(&targets, keys, owner, token, node_timeout)
-            .await;
+        let wb = self.write_back(&targets, keys, owner, token).await;
         if wb.decision != Decision::Reached {
             return Err(if wb.votes.failed() > 0 {
                 Error::Unavailable {
@@ -115,18 +113,12 @@ impl RedisBackend {
     /// Seeds the granting nodes that had no counter with the issued token (the same
     /// ownership-checked write-back; best effort, one round bounded by the node timeout), so
     /// that their later reads are trusted.
-    pub(crate) async fn seed(
-        &self,
-        fenced: &Fenced,
-        keys: &[String],
-        owner: &str,
-        node_timeout: Duration,
-    ) {
+    pub(crate) async fn seed(&self, fenced: &Fenced, keys: &[String], owner: &str) {
         if fenced.seeds.is_empty() {
             return;
         }
         let round = self
-            .write_back(&fenced.seeds, keys, owner, fenced.token, node_timeout)
+            .write_back(&fenced.seeds, keys, owner, fenced.token)
             .await;
         tracing::debug!(resource = %keys[0], votes = %round.votes, "seeded nodes without a fence counter");
     }
@@ -139,16 +131,20 @@ impl RedisBackend {
         granted: &[(usize, FenceRead)],
         votes: &Votes,
     ) -> Error {
-        let mut votes = votes.clone();
-        for (i, read) in granted {
-            if !read.exists {
-                if let Some(vote) = votes.0.get_mut(*i) {
+        let lost = |i: usize| granted.iter().any(|(j, read)| *j == i && !read.exists);
+        let votes: Votes = votes
+            .iter()
+            .enumerate()
+            .map(|(i, vote)| {
+                let mut vote = vote.clone();
+                if lost(i) {
                     vote.outcome = VoteOutcome::Excluded(format!(
                         "{LOST_COUNTER} (it restarted without its data, or the counter was evicted), so its read cannot count"
                     ));
                 }
-            }
-        }
+                vote
+            })
+            .collect();
         Error::Unavailable { resource, votes }
     }
 }

@@ -120,7 +120,7 @@ impl Verdict {
 /// the node forgot was granted by a quorum, so it is still recorded on at least `quorum - 1` of
 /// the others; any `n - quorum + 1` of the others include one of those.
 pub(crate) fn witnesses_needed(nodes: usize) -> usize {
-    let quorum = crate::quorum::quorum(nodes);
+    let quorum = crate::pure::quorum::quorum(nodes);
     (nodes - quorum + 1).min(nodes - 1)
 }
 
@@ -257,7 +257,7 @@ mod tests {
         // Brute force for small sets: every set of `needed` others meets every set of
         // `quorum - 1` others (the nodes still recording a forgotten lock).
         for n in 2..=7usize {
-            let q = crate::quorum::quorum(n);
+            let q = crate::pure::quorum::quorum(n);
             let others = n - 1;
             let needed = witnesses_needed(n);
             for a in 0u32..(1 << others) {

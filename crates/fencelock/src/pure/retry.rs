@@ -1,6 +1,6 @@
 //! How long to wait between attempts: pure logic, no I/O.
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 /// Retry settings for [`Client::acquire`](crate::Client::acquire).
 ///
@@ -12,7 +12,6 @@ pub struct RetryPolicy {
     wait: Duration,
     base_delay: Duration,
     max_delay: Duration,
-    in_line_since: Option<SystemTime>,
 }
 
 impl RetryPolicy {
@@ -30,7 +29,6 @@ impl RetryPolicy {
             wait: Self::DEFAULT_WAIT,
             base_delay: Self::DEFAULT_BASE_DELAY,
             max_delay: Self::DEFAULT_MAX_DELAY,
-            in_line_since: None,
         }
     }
 
@@ -62,22 +60,6 @@ impl RetryPolicy {
     pub fn with_max_delay(mut self, delay: Duration) -> RetryPolicy {
         self.max_delay = delay.max(self.base_delay);
         self
-    }
-
-    /// For a wait split over several calls (a loop that reports progress between calls, or
-    /// checks for Ctrl-C): when the whole wait began. The waiting line orders waiters by when
-    /// their wait began, so each call takes back the caller's place instead of the end of the
-    /// line, and a call that times out keeps the place for the next one (for at most a lease,
-    /// about three retry delays, if none comes). Without it, each call's wait begins when the
-    /// call does, and a call that times out leaves the line.
-    pub fn with_in_line_since(mut self, since: SystemTime) -> RetryPolicy {
-        self.in_line_since = Some(since);
-        self
-    }
-
-    /// When the wait began, if set with [`RetryPolicy::with_in_line_since`].
-    pub fn in_line_since(&self) -> Option<SystemTime> {
-        self.in_line_since
     }
 
     /// The attempt cap, if any.

@@ -3,8 +3,6 @@
 
 use std::fmt;
 
-use crate::vote::{VoteOutcome, Votes};
-
 /// The cause of a [`NodeError`], for callers (and summaries) that branch on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -91,19 +89,6 @@ impl NodeError {
             }
         }
     }
-
-    /// Describes an error of a node's driver in the words fencelock's votes use: for a
-    /// `redis::RedisError` (of the `redis` version fencelock depends on), its cause; for any
-    /// other error, its text.
-    ///
-    /// For tools that talk to the nodes directly (the `fencelock` CLI's `doctor`) and should
-    /// say what the lock calls say.
-    pub fn from_driver_error(err: &(dyn std::error::Error + 'static)) -> NodeError {
-        match err.downcast_ref::<::redis::RedisError>() {
-            Some(e) => crate::redis::describe(e),
-            None => NodeError::other(err.to_string()),
-        }
-    }
 }
 
 impl fmt::Display for NodeError {
@@ -138,128 +123,14 @@ impl From<&str> for NodeError {
     }
 }
 
-/// The failure every node of the round reported, if they all reported the same one.
-pub(crate) fn all_same(votes: &Votes) -> Option<&NodeError> {
-    let mut errors = votes.iter().map(|v| match &v.outcome {
-        VoteOutcome::Failed(e) => Some(e),
-        _ => None,
-    });
-    let first = errors.next()??;
-    errors.all(|e| e == Some(first)).then_some(first)
-}
-
-/// How many nodes of the round failed for a reason only a configuration change fixes.
-pub(crate) fn misconfigured(votes: &Votes) -> usize {
-    votes
-        .iter()
-        .filter(|v| matches!(&v.outcome, VoteOutcome::Failed(e) if e.needs_config_change()))
-        .count()
-}
-
-/// What to try for a round that failed: the hint of each cause seen, most specific first, or
-/// the general one.
-pub(crate) fn advice(votes: &Votes) -> String {
-    let mut hints: Vec<&'static str> = Vec::new();
-    let lost_counter = |why: &str| why.starts_with(crate::redis::guard::LOST_COUNTER);
-    if votes
-        .iter()
-        .any(|v| matches!(&v.outcome, VoteOutcome::Excluded(why) if !lost_counter(why)))
-    {
-        hints.push("a node in restart quarantine counts again once the longest TTL in use has passed since its restart (each says when); fresh nodes that never held a lock can be counted at once with with_quarantine(false)");
-    }
-    if votes
-        .iter()
-        .any(|v| matches!(&v.outcome, VoteOutcome::Excluded(why) if lost_counter(why)))
-    {
-        hints.push("fencing needs a quorum of granting nodes that kept their fence counter: retry once the nodes that still have it answer (a later grant then seeds the others), or, if those nodes are gone for good, run `fencelock reseed --above <the fenced storage's last token>`");
-    }
-    for vote in votes.iter() {
-        if let VoteOutcome::Failed(e) = &vote.outcome {
-            if e.cause != FailureCause::Other
-                && e.cause != FailureCause::Refused
-                && !hints.contains(&e.hint())
-            {
-                hints.push(e.hint());
-            }
-        }
-    }
-    if hints.is_empty() || votes.iter().any(|v| general(&v.outcome)) {
-        hints.push(NodeError::other("").hint());
-    }
-    hints.join("; ")
-}
-
-/// Whether an outcome calls for the general advice (the node is down, slow or unreachable).
-fn general(outcome: &VoteOutcome) -> bool {
-    match outcome {
-        VoteOutcome::TimedOut => true,
-        VoteOutcome::Failed(e) => matches!(e.cause, FailureCause::Other | FailureCause::Refused),
-        _ => false,
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-    use std::time::Duration;
-
     use super::*;
-    use crate::vote::NodeVote;
-
-    fn votes(outcomes: &[VoteOutcome]) -> Votes {
-        Votes(
-            outcomes
-                .iter()
-                .enumerate()
-                .map(|(i, outcome)| NodeVote {
-                    node: Arc::from(format!("redis://:***@127.0.0.1:{}/0", 7000 + i)),
-                    outcome: outcome.clone(),
-                    latency: Duration::from_millis(1),
-                })
-                .collect(),
-        )
-    }
-
-    fn failed(cause: FailureCause) -> VoteOutcome {
-        VoteOutcome::Failed(NodeError::new(cause, "x"))
-    }
-
-    #[test]
-    fn the_same_failure_everywhere_is_found() {
-        let auth = failed(FailureCause::Auth);
-        assert!(all_same(&votes(&[auth.clone(), auth.clone(), auth.clone()])).is_some());
-        assert!(all_same(&votes(&[auth.clone(), auth.clone(), VoteOutcome::TimedOut])).is_none());
-        assert!(all_same(&votes(&[auth.clone(), failed(FailureCause::Loading)])).is_none());
-        assert!(all_same(&votes(&[])).is_none());
-    }
-
-    #[test]
-    fn advice_follows_the_causes_seen() {
-        let auth = failed(FailureCause::Auth);
-        let advice_for = |o: &[VoteOutcome]| advice(&votes(o));
-        let alone = advice_for(std::slice::from_ref(&auth));
-        assert!(alone.starts_with("put the node's password"), "{alone}");
-        assert!(!alone.contains("reachable"), "{alone}");
-        let mixed = advice_for(&[auth, VoteOutcome::TimedOut]);
-        assert!(
-            mixed.contains("password") && mixed.contains("reachable"),
-            "{mixed}"
-        );
-        assert!(advice_for(&[VoteOutcome::TimedOut]).contains("reachable"));
-    }
 
     #[test]
     fn only_auth_and_acl_need_a_config_change() {
         let needs = |c| NodeError::new(c, "").needs_config_change();
         assert!(needs(FailureCause::Auth) && needs(FailureCause::NoPermission));
         assert!(!needs(FailureCause::Loading) && !needs(FailureCause::ReadOnly));
-        assert_eq!(
-            misconfigured(&votes(&[
-                failed(FailureCause::Auth),
-                failed(FailureCause::NoPermission),
-                VoteOutcome::TimedOut
-            ])),
-            2
-        );
     }
 }

@@ -25,10 +25,15 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 pub use crate::protocol::FENCE_COUNTER_KEY;
 
-/// The legacy per-resource counter key of `resource` (before one counter per node). The
-/// acquisition scripts still read it, so that a node upgraded with per-resource counters never
-/// issues below them, and the write-back deletes it once the node counter is above it.
-pub fn counter_key(resource: &str) -> String {
+/// How a vote names a granting node whose counter is gone (`vote::advice` tells it from a node
+/// in restart quarantine by this prefix).
+pub(crate) const LOST_COUNTER: &str = "granted, but it has no fence counter";
+
+/// The legacy per-resource counter key of `resource` (before one counter per node; public as
+/// [`crate::protocol::counter_key`]). The acquisition scripts still read it, so that a node
+/// upgraded with per-resource counters never issues below them, and the write-back deletes it
+/// once the node counter is above it.
+pub(crate) fn counter_key(resource: &str) -> String {
     format!("{FENCE_COUNTER_KEY}:{resource}")
 }
 

@@ -1,0 +1,113 @@
+//! Taking locks: the `Client` methods that make a [`Lock`]. They live here, above `lock.rs`,
+//! so that `client.rs` does not depend on the lock handle (which holds a `Client`): the import
+//! graph has no cycle.
+
+use tracing::Instrument;
+
+use crate::client::{check_resources, Client};
+use crate::error::Result;
+use crate::lock::Lock;
+use crate::pure::retry::RetryPolicy;
+
+impl Client {
+    /// Makes one attempt to take the lock on `resource`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Contention`] when another owner holds it, [`Error::Unavailable`] when too many
+    /// nodes failed, [`Error::TooSlow`] when no validity was left, [`Error::InvalidConfig`] for an
+    /// empty resource name, [`Error::AlreadyHeld`] (before any I/O) when the calling task holds
+    /// it already through this client. Whatever the error, release has been sent to every node.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel-safe: a cancelled attempt may leave keys that expire after the TTL.
+    pub async fn try_acquire(&self, resource: &str) -> Result<Lock> {
+        self.try_acquire_many(&[resource]).await
+    }
+
+    /// Makes one attempt to take all of `resources` at once: on each node one script sets all
+    /// the keys or none (on etcd, one transaction joins every resource's queue, and the lock is
+    /// granted only if it is first in all of them), so two requests with overlapping sets are
+    /// never both granted. They are released (and extended) together.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::try_acquire`]; [`Error::InvalidConfig`] when the list is empty or names a
+    /// resource twice, or, on etcd, names more than 63 resources (one transaction's worth).
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel-safe: see [`Client::try_acquire`].
+    pub async fn try_acquire_many<S: AsRef<str>>(&self, resources: &[S]) -> Result<Lock> {
+        let keys = check_resources(resources)?;
+        self.holdings().check(&keys)?;
+        let span = tracing::debug_span!("acquire", resource = %keys[0], attempt = 1u32);
+        let grant = self.backend().try_acquire(&keys).instrument(span).await?;
+        Ok(Lock::new(self.clone(), keys, grant))
+    }
+
+    /// Takes the lock on `resource`, waiting per the configured [`RetryPolicy`].
+    ///
+    /// After a first refusal the call waits in line: waiters of one resource are served in the
+    /// order they started waiting (on every node the first live waiter is the only one granted),
+    /// each woken by its turn, which the release of the previous holder announces. A client that
+    /// asks again right after releasing a lock others wait for goes to the end of the line.
+    /// Jittered retries (the policy's delays) renew the place in line and cover lost wake-ups.
+    /// The line only orders fencelock's waiters; other Redlock clients and
+    /// [`Client::try_acquire`] can still take a free key ahead of it. On Redis, several
+    /// resources at once ([`Client::acquire_many`]) do not queue: those waiters are woken by
+    /// every release. On etcd every wait queues, several resources included: a waiter's keys
+    /// are created in one transaction, so waiters for overlapping sets are served in one order
+    /// and never wait for each other in a cycle.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Timeout`] (holding the last attempt's error) when the wait or the attempt count
+    /// ran out; the last attempt's error directly when it is not worth retrying;
+    /// [`Error::AlreadyHeld`] at once when the calling task holds it already through this client.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel-safe: see [`Client::try_acquire`]. Dropping the future between attempts is
+    /// harmless: the waiter leaves the line in the background.
+    pub async fn acquire(&self, resource: &str) -> Result<Lock> {
+        let policy = self.config().retry().clone();
+        self.acquire_with(resource, &policy).await
+    }
+
+    /// Like [`Client::acquire`], with a retry policy for this call only.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::acquire`].
+    pub async fn acquire_with(&self, resource: &str, policy: &RetryPolicy) -> Result<Lock> {
+        self.acquire_many_with(&[resource], policy).await
+    }
+
+    /// [`Client::try_acquire_many`], waiting like [`Client::acquire`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::acquire`] and [`Client::try_acquire_many`].
+    pub async fn acquire_many<S: AsRef<str>>(&self, resources: &[S]) -> Result<Lock> {
+        let policy = self.config().retry().clone();
+        self.acquire_many_with(resources, &policy).await
+    }
+
+    /// [`Client::acquire_many`] with a retry policy for this call only.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::acquire`] and [`Client::try_acquire_many`].
+    pub async fn acquire_many_with<S: AsRef<str>>(
+        &self,
+        resources: &[S],
+        policy: &RetryPolicy,
+    ) -> Result<Lock> {
+        let keys = check_resources(resources)?;
+        self.holdings().check(&keys)?;
+        let grant = self.backend().acquire(&keys, policy, None).await?;
+        Ok(Lock::new(self.clone(), keys, grant))
+    }
+}

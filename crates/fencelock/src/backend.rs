@@ -1,0 +1,274 @@
+//! The one place that dispatches on the backend (and, with `etcd/` and `lib.rs`, the only one
+//! that names the `etcd` feature). Both backends offer the same crate-private operations: try
+//! acquire, acquire with a policy, extend, release, keep alive. `Client` and `Lock` call these
+//! and never match on a backend themselves.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::keepalive::{GuardState, Stop};
+use crate::node::NodeAddr;
+use crate::pure::retry::RetryPolicy;
+use crate::pure::vote::Votes;
+use crate::redis::{RedisBackend, RedisHeld};
+
+/// The servers behind a client.
+#[derive(Debug)]
+pub(crate) enum Backend {
+    Redis(Arc<RedisBackend>),
+    #[cfg(feature = "etcd")]
+    Etcd(Arc<crate::etcd::EtcdBackend>),
+}
+
+/// What a lock holds, with the backend that holds it: a lock can only be released, extended or
+/// kept alive where it was taken, and that is true by construction.
+#[derive(Clone)]
+pub(crate) enum Held {
+    Redis(Arc<RedisBackend>, RedisHeld),
+    #[cfg(feature = "etcd")]
+    Etcd(Arc<crate::etcd::EtcdBackend>, crate::etcd::EtcdHeld),
+}
+
+impl std::fmt::Debug for Held {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Held::Redis(_, h) => f.debug_tuple("Redis").field(h).finish(),
+            #[cfg(feature = "etcd")]
+            Held::Etcd(_, h) => f.debug_tuple("Etcd").field(h).finish(),
+        }
+    }
+}
+
+/// A lock just taken, before it becomes a [`crate::Lock`].
+#[derive(Debug)]
+pub(crate) struct Grant {
+    pub(crate) held: Held,
+    pub(crate) fencing_token: Option<u64>,
+    pub(crate) deadline: Instant,
+    pub(crate) votes: Votes,
+}
+
+impl Backend {
+    /// The backend the URLs' scheme names. No I/O.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] as the backend's own constructor, or for `etcd://` URLs in a
+    /// build without the `etcd` feature.
+    pub(crate) fn new(addrs: Vec<NodeAddr>, config: &Config) -> Result<Backend> {
+        if addrs[0].scheme().is_redis() {
+            return Ok(Backend::Redis(Arc::new(RedisBackend::new(addrs, config)?)));
+        }
+        #[cfg(feature = "etcd")]
+        {
+            Ok(Backend::Etcd(Arc::new(crate::etcd::EtcdBackend::new(
+                addrs, config,
+            )?)))
+        }
+        #[cfg(not(feature = "etcd"))]
+        {
+            Err(Error::config(
+                "nodes",
+                "etcd:// URLs need fencelock's `etcd` feature, which this build does not include",
+            ))
+        }
+    }
+
+    /// How many nodes must grant: N/2+1 (1 for etcd, whose cluster decides by itself).
+    pub(crate) fn quorum(&self) -> usize {
+        match self {
+            Backend::Redis(r) => r.quorum(),
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(_) => 1,
+        }
+    }
+
+    /// Opens every node's connection now (Redis); etcd connects on first use.
+    pub(crate) async fn connect(&self) -> Votes {
+        match self {
+            Backend::Redis(r) => r.connect_all().await,
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(_) => Votes::default(),
+        }
+    }
+
+    /// One attempt to take `keys`.
+    ///
+    /// # Errors
+    ///
+    /// As `Client::try_acquire_many`.
+    pub(crate) async fn try_acquire(&self, keys: &Arc<[String]>) -> Result<Grant> {
+        match self {
+            Backend::Redis(r) => {
+                let grant = r.attempt(keys, crate::redis::Wait::No).await?;
+                Ok(redis_grant(r, grant))
+            }
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(e) => Ok(etcd_grant(e, e.try_acquire(keys).await?)),
+        }
+    }
+
+    /// Takes `keys`, waiting as `policy` allows. `resumed`: when a wait split over several
+    /// calls began (each call takes back the same place in line).
+    ///
+    /// # Errors
+    ///
+    /// As `Client::acquire_many_with`.
+    pub(crate) async fn acquire(
+        &self,
+        keys: &Arc<[String]>,
+        policy: &RetryPolicy,
+        resumed: Option<SystemTime>,
+    ) -> Result<Grant> {
+        match self {
+            Backend::Redis(r) => {
+                let grant = r.acquire_waiting(keys, policy, resumed).await?;
+                Ok(redis_grant(r, grant))
+            }
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(e) => {
+                let held = e.acquire(keys, policy.wait(), resumed.is_some()).await?;
+                Ok(etcd_grant(e, held))
+            }
+        }
+    }
+
+    /// The Redis nodes, or an error naming the operation for other backends (the operations on
+    /// a bare token exist on Redis only).
+    #[cfg_attr(not(feature = "etcd"), allow(unused_variables))]
+    pub(crate) fn redis(&self, what: &str) -> Result<&RedisBackend> {
+        match self {
+            Backend::Redis(r) => Ok(r),
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(_) => Err(Error::config(
+                "backend",
+                format!("{what} works on Redis nodes only; with etcd, hold the Lock and call its methods"),
+            )),
+        }
+    }
+
+    /// One Redis attempt that waits as `wait` says (a semaphore marks its slots as waited for
+    /// with it), or an error naming `what` on other backends.
+    ///
+    /// # Errors
+    ///
+    /// As `Client::try_acquire_many`, and [`Error::InvalidConfig`] on etcd.
+    pub(crate) async fn redis_attempt(
+        &self,
+        what: &str,
+        keys: &Arc<[String]>,
+        wait: crate::redis::Wait<'_>,
+    ) -> Result<Grant> {
+        match self {
+            Backend::Redis(r) => Ok(redis_grant(r, r.attempt(keys, wait).await?)),
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(_) => Err(self.redis(what).err().unwrap_or_else(|| {
+                Error::config("backend", format!("{what} works on Redis nodes only"))
+            })),
+        }
+    }
+}
+
+impl Held {
+    /// The owner token (Redis) or the lock key's name (etcd).
+    pub(crate) fn token(&self) -> &str {
+        match self {
+            Held::Redis(_, h) => h.token(),
+            #[cfg(feature = "etcd")]
+            Held::Etcd(_, h) => &h.key,
+        }
+    }
+
+    /// The backend's name, which issued tokens carry.
+    pub(crate) fn backend_name(&self) -> &'static str {
+        match self {
+            Held::Redis(..) => "redis",
+            #[cfg(feature = "etcd")]
+            Held::Etcd(..) => "etcd",
+        }
+    }
+
+    /// Extends the lock within `budget` (the validity left); returns the new deadline.
+    ///
+    /// # Errors
+    ///
+    /// As `Lock::extend`.
+    pub(crate) async fn extend(
+        &self,
+        keys: &[String],
+        budget: Duration,
+    ) -> Result<(Instant, Votes)> {
+        match self {
+            Held::Redis(r, h) => r.extend_held(keys, h, budget).await,
+            #[cfg(feature = "etcd")]
+            Held::Etcd(e, h) => Ok((e.extend(h, budget).await?, Votes::default())),
+        }
+    }
+
+    /// Releases the lock on every node.
+    ///
+    /// # Errors
+    ///
+    /// As `Lock::release`.
+    pub(crate) async fn release(&self, keys: &[String]) -> Result<Votes> {
+        match self {
+            Held::Redis(r, h) => r.release_held(keys, h).await,
+            #[cfg(feature = "etcd")]
+            Held::Etcd(e, h) => e.release(h).await.map(|()| Votes::default()),
+        }
+    }
+
+    /// Releases the lock, ignoring the outcome (a dropped lock).
+    pub(crate) async fn release_quietly(&self, keys: &[String]) {
+        match self {
+            Held::Redis(r, h) => r.release_held_quietly(keys, h).await,
+            #[cfg(feature = "etcd")]
+            Held::Etcd(e, h) => {
+                let _ = e.release(h).await;
+            }
+        }
+    }
+
+    /// Starts keeping the lock alive: Redis locks join the client's batch extender, an etcd
+    /// lock gets a keeper task. The returned [`Stop`] ends it.
+    pub(crate) fn keep_alive(
+        &self,
+        keys: Arc<[String]>,
+        state: Arc<GuardState>,
+        interval: Duration,
+        until: Option<Instant>,
+    ) -> Stop {
+        match self {
+            Held::Redis(r, h) => r.keep_alive(keys, h, state, interval, until),
+            #[cfg(feature = "etcd")]
+            Held::Etcd(e, h) => {
+                let (e, h) = (e.clone(), h.clone());
+                crate::keepalive::spawn_keeper(state, interval, until, move |budget| {
+                    let (e, h) = (e.clone(), h.clone());
+                    async move { e.extend(&h, budget).await }
+                })
+            }
+        }
+    }
+}
+
+fn redis_grant(backend: &Arc<RedisBackend>, grant: crate::redis::Grant) -> Grant {
+    Grant {
+        held: Held::Redis(backend.clone(), grant.held),
+        fencing_token: grant.fencing_token,
+        deadline: grant.deadline,
+        votes: grant.votes,
+    }
+}
+
+#[cfg(feature = "etcd")]
+fn etcd_grant(backend: &Arc<crate::etcd::EtcdBackend>, held: crate::etcd::EtcdHeld) -> Grant {
+    Grant {
+        fencing_token: Some(held.revision),
+        deadline: held.deadline,
+        votes: held.votes.clone(),
+        held: Held::Etcd(backend.clone(), held),
+    }
+}

@@ -1,0 +1,159 @@
+//! The guard of a lock kept alive in the background: [`Lock::auto_extend`] makes it.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::context::LockContext;
+use crate::error::{Error, LostCause, Result};
+use crate::keepalive::{AutoExtend, GuardState, LostSignal, Stop};
+use crate::lock::Lock;
+use crate::pure::vote::Votes;
+
+// `auto_extend` lives here, beside the guard it makes, so that `lock.rs` does not depend on
+// this file (no cycle between the two handles).
+impl Lock {
+    /// Keeps the lock extended in the background until the guard is released or dropped.
+    ///
+    /// Locks of one Redis client are extended together: one task per client sends the due
+    /// extensions as one pipeline per node, so ten thousand locks cost a few round trips per
+    /// interval, not ten thousand. The guard's [`LostSignal`](crate::LostSignal) fires when an
+    /// extension fails to reach a quorum, or when the validity deadline minus the safety margin
+    /// comes without a successful extension.
+    ///
+    /// Must be called within a tokio runtime.
+    pub fn auto_extend(self, settings: AutoExtend) -> LockGuard {
+        let ttl = self.client().config().ttl();
+        let interval = settings.interval(ttl);
+        let state = Arc::new(GuardState::new(
+            self.validity_deadline(),
+            settings.margin(ttl),
+        ));
+        let until = settings.max_hold().map(|m| Instant::now() + m);
+        let stop = self
+            .held()
+            .keep_alive(self.keys().clone(), state.clone(), interval, until);
+        LockGuard::new(self, state, stop)
+    }
+}
+
+/// A lock kept alive in the background. Made by [`Lock::auto_extend`].
+///
+/// Extension stops on [`LockGuard::release`] or drop (drop releases in the background, like
+/// [`Lock`]). Watch [`LockGuard::lost`] to learn at once when the lock is lost.
+#[must_use = "the lock is released when the guard is dropped"]
+#[derive(Debug)]
+pub struct LockGuard {
+    lock: Option<Lock>,
+    state: Arc<GuardState>,
+    stop: Stop,
+}
+
+impl LockGuard {
+    pub(crate) fn new(lock: Lock, state: Arc<GuardState>, stop: Stop) -> LockGuard {
+        LockGuard {
+            lock: Some(lock),
+            state,
+            stop,
+        }
+    }
+
+    fn lock(&self) -> &Lock {
+        self.lock
+            .as_ref()
+            .expect("a guard holds its lock until release")
+    }
+
+    /// The (first) resource.
+    pub fn resource(&self) -> &str {
+        self.lock().resource()
+    }
+
+    /// The owner token (see [`Lock::token`]).
+    pub fn token(&self) -> &str {
+        self.lock().token()
+    }
+
+    /// The fencing token, in fencing mode (see [`Lock::fencing_token`]).
+    pub fn fencing_token(&self) -> Option<u64> {
+        self.lock().fencing_token()
+    }
+
+    /// The fencing token with its issuer (see [`Lock::issued_token`]).
+    pub fn issued_token(&self) -> Option<crate::IssuedToken> {
+        self.lock().issued_token()
+    }
+
+    /// The current validity deadline; it moves forward with each successful extension.
+    pub fn validity_deadline(&self) -> Instant {
+        self.state.deadline()
+    }
+
+    /// The time left until the validity deadline.
+    pub fn remaining(&self) -> Duration {
+        self.state
+            .deadline()
+            .saturating_duration_since(Instant::now())
+    }
+
+    /// The lost signal.
+    pub fn lost(&self) -> LostSignal {
+        LostSignal::new(self.state.clone())
+    }
+
+    /// Whether the lock is lost (see [`LostSignal::is_fired`]).
+    pub fn is_lost(&self) -> bool {
+        self.state.is_lost()
+    }
+
+    /// What work under this lock needs to know about it, to move into other tasks.
+    pub fn context(&self) -> LockContext {
+        let lock = self.lock();
+        LockContext::new(lock.keys().clone(), lock.fencing_token(), self.lost())
+    }
+
+    /// Why the lock is lost, if it is.
+    pub(crate) fn lost_cause(&self) -> Option<LostCause> {
+        self.state.lost_cause()
+    }
+
+    /// Stops extending and releases the lock on every node.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Lost`] when the lock had been lost (the release is still sent; it deletes only
+    /// keys that hold our token); otherwise as [`Lock::release`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel-safe: see [`Lock::release`].
+    pub async fn release(mut self) -> Result<Votes> {
+        self.stop.stop();
+        let lock = self
+            .lock
+            .take()
+            .expect("a guard holds its lock until release");
+        let lost = self.state.lost_cause();
+        let resource = lock.resource().to_string();
+        let result = lock.release().await;
+        match (lost, result) {
+            // The release round's votes say nothing about a validity that ran out.
+            (Some(LostCause::Expired), _) => {
+                Err(Error::lost(resource, Votes::default(), LostCause::Expired))
+            }
+            (Some(cause), Ok(votes)) => Err(Error::lost(resource, votes, cause)),
+            (Some(cause), Err(e)) => Err(Error::lost(
+                resource,
+                e.votes().cloned().unwrap_or_default(),
+                cause,
+            )),
+            (None, other) => other,
+        }
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        self.stop.stop();
+        // The lock's own Drop hands it to the client's background release.
+    }
+}

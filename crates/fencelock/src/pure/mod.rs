@@ -1,0 +1,23 @@
+//! The pure logic: no I/O, no clock of its own, unit-tested beside the code. Every rule that a
+//! round, a wait or an extension applies is decided here, and the backends only carry it out.
+//!
+//! - `quorum`: the majority and the early decision of a round (`Tally`).
+//! - `validity`: drift and validity (`ttl - elapsed - drift`).
+//! - `retry`: the retry policy and its jittered delays.
+//! - `fencing`: token derivation (one past the largest counter, with a salt).
+//! - `queue`: the waiting line's tickets and leases.
+//! - `token`: the owner token.
+//! - `vote`, `node_error`: per-node votes and what a node's failure means.
+//!
+//! `fencing` and `quorum` are re-exported at the crate root with `#[doc(hidden)]`: the benches,
+//! the model checker (`tests/fencing_model.rs`) and the CLI use them; they are not part of the
+//! API. The public types (`Votes`, `RetryPolicy`, ...) are re-exported by `lib.rs`.
+
+pub mod fencing;
+pub(crate) mod node_error;
+pub(crate) mod queue;
+pub mod quorum;
+pub(crate) mod retry;
+pub(crate) mod token;
+pub(crate) mod validity;
+pub(crate) mod vote;

@@ -1,0 +1,166 @@
+//! Waiting for a Redis lock: the retry loop, the waiting line of one key (see `pure/queue.rs`),
+//! and the wake-ups that end a wait early (see `watch.rs`).
+
+use std::sync::Arc;
+use std::time::{Instant, SystemTime};
+
+use tracing::Instrument;
+
+use super::ops::Wait;
+use super::watch::Subscription;
+use super::{Grant, RedisBackend};
+use crate::error::{Error, Result};
+use crate::pure::queue::{self, Ticket};
+use crate::pure::retry::RetryPolicy;
+
+impl RedisBackend {
+    /// Takes `keys`, retrying as `policy` allows. One key waits in line: it takes its place
+    /// after its first refusal, or at once if this client just released the key while others
+    /// waited; its ticket dates from the start of the wait either way. `resumed`: when a wait
+    /// split over several calls began (every call of it takes the same place in line).
+    ///
+    /// # Errors
+    ///
+    /// As `Client::acquire`.
+    pub(crate) async fn acquire_waiting(
+        self: &Arc<Self>,
+        keys: &Arc<[String]>,
+        policy: &RetryPolicy,
+        resumed: Option<SystemTime>,
+    ) -> Result<Grant> {
+        let started = Instant::now();
+        let mut attempts = 0u32;
+        let mut subscription = None;
+        let single = keys.len() == 1;
+        let wall_start = resumed.unwrap_or_else(SystemTime::now);
+        let lease = queue::lease(policy.max_delay(), self.settings.node_timeout);
+        // A wait split over several calls keeps one name in line: derived from when it began.
+        let new_ticket = || {
+            let wait = resumed.map_or_else(
+                || fastrand::u64(..),
+                |t| {
+                    t.duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.as_nanos() as u64)
+                },
+            );
+            Ticket::new(wall_start, self.watch.waiter_id(wait), lease)
+        };
+        // In line from the first attempt when resuming a wait, or right after our own release
+        // reached waiters.
+        let in_line_now = single && (resumed.is_some() || self.others_waited(&keys[0]));
+        let mut ticket = in_line_now.then(new_ticket);
+        // However this call ends (an error, a timeout, the future dropped), a waiter that did not
+        // get the lock leaves the line; one that did leaves it with its release.
+        let mut line = LeaveLine {
+            backend: self,
+            key: &keys[0],
+            ticket: None,
+        };
+        line.ticket.clone_from(&ticket);
+        if ticket.is_some() {
+            // Straight to the end of the line: listen for our turn before taking a place.
+            subscription = Some(self.listen(keys, ticket.as_ref()).await);
+        }
+        loop {
+            attempts += 1;
+            let span = tracing::debug_span!("acquire", resource = %keys[0], attempt = attempts);
+            let wait = match (&ticket, &subscription) {
+                (Some(t), _) => Wait::InLine(t),
+                // Several keys: no line, but the keys are marked as waited for.
+                (None, Some(_)) => Wait::Marked(lease),
+                (None, None) => Wait::No,
+            };
+            let err = match self.attempt(keys, wait).instrument(span).await {
+                Ok(grant) => {
+                    line.ticket = None;
+                    return Ok(grant);
+                }
+                Err(e) if !e.is_retryable() => return Err(e),
+                Err(e) => e,
+            };
+            let elapsed = started.elapsed();
+            if !policy.may_retry(attempts, elapsed) {
+                if resumed.is_some() {
+                    // The caller resumes this wait with its next call: keep the place (for at
+                    // most a lease if it does not come back).
+                    line.ticket = None;
+                }
+                return Err(Error::Timeout {
+                    resource: keys[0].clone(),
+                    attempts,
+                    last: Box::new(err),
+                });
+            }
+            if err.kind() == crate::ErrorKind::Contention && subscription.is_none() {
+                // From now on a release (or our turn in line) wakes us. Subscribing took a
+                // round trip, during which the holder may have released: try again at once,
+                // in line.
+                if single {
+                    ticket = Some(new_ticket());
+                    line.ticket.clone_from(&ticket);
+                }
+                subscription = Some(self.listen(keys, ticket.as_ref()).await);
+                continue;
+            }
+            let delay = policy
+                .delay(attempts, fastrand::f64())
+                .min(policy.wait().saturating_sub(elapsed));
+            tracing::debug!(resource = %keys[0], attempts, ?delay, error = %err, "waiting");
+            match &subscription {
+                Some(s) => s.wait(delay).await,
+                None => tokio::time::sleep(delay).await,
+            }
+        }
+    }
+
+    /// Subscribes to the wake-ups of a waiter: its turn in line, or any release of `keys`.
+    async fn listen(&self, keys: &[String], ticket: Option<&Ticket>) -> Subscription {
+        let timeout = self.settings.node_timeout;
+        match ticket {
+            Some(t) => self.watch.await_turn(&t.id, timeout).await,
+            None => self.watch.subscribe(keys, timeout).await,
+        }
+    }
+
+    /// Whether this client recently released `resource` while others waited for it (and
+    /// forgets it: the hint serves one acquisition).
+    fn others_waited(&self, resource: &str) -> bool {
+        let mut map = self.waited_for.lock().expect("hint mutex poisoned");
+        map.remove(resource)
+            .is_some_and(|until| Instant::now() < until)
+    }
+
+    /// Notes that a release of `resource` reached waiters.
+    pub(super) fn note_waiters(&self, resource: &str) {
+        let ttl = self.settings.ttl;
+        let now = Instant::now();
+        let mut map = self.waited_for.lock().expect("hint mutex poisoned");
+        if map.len() >= 1024 {
+            map.retain(|_, until| now < *until);
+        }
+        map.insert(resource.to_string(), now + ttl);
+    }
+}
+
+/// Takes a waiter that did not get the lock out of the line when dropped (in the background:
+/// `Drop` does no I/O; a registration left behind anyway only lasts its lease).
+struct LeaveLine<'a> {
+    backend: &'a Arc<RedisBackend>,
+    key: &'a str,
+    ticket: Option<Ticket>,
+}
+
+impl Drop for LeaveLine<'_> {
+    fn drop(&mut self) {
+        let Some(ticket) = self.ticket.take() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (backend, key) = (self.backend.clone(), self.key.to_string());
+        runtime.spawn(async move {
+            backend.leave_queue(&key, &ticket).await;
+        });
+    }
+}

@@ -1,0 +1,433 @@
+//! What each round sends, and how a node's reply becomes an [`Answer`]: acquire (round 1),
+//! the fencing write-back, extend, release, leaving the line, and the batched extension.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use redis::{Cmd, RedisError, RedisResult, Script, Value};
+
+use super::conn;
+use super::describe::describe;
+use super::extender;
+use super::guard::FenceRead;
+use super::round::{Answer, Mode, Round};
+use super::{scripts, RedisBackend};
+use crate::pure::fencing;
+use crate::pure::queue::{self, Ticket};
+use crate::pure::vote::Votes;
+
+/// How an acquisition attempt waits, if it does.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Wait<'a> {
+    /// A single attempt, or a waiter's first: nothing to mark.
+    No,
+    /// A waiter that does not queue (several keys): marks the keys as waited for, for four times
+    /// this lease, so that their release wakes it.
+    Marked(Duration),
+    /// A waiter in the line of one key, with its ticket (which marks the key too).
+    InLine(&'a Ticket),
+}
+
+impl RedisBackend {
+    /// Opens every node's connection, waiting at most the connect timeout.
+    pub(crate) async fn connect_all(&self) -> Votes {
+        let all = Mode::All { after: None };
+        self.round(
+            all,
+            &self.all,
+            self.settings.connect_timeout,
+            |_conn| async { Ok(Answer::Granted(())) },
+        )
+        .await
+        .votes
+    }
+
+    /// Round 1 of an acquisition: `SET key token NX PX ttl` on every node for one key; for
+    /// several keys or in fencing mode, the script that sets all or none (and returns the
+    /// largest fence counter); with a `ticket` (a waiter of one key), the queued script that
+    /// grants only the first in line. Nodes in restart quarantine are not asked and not counted.
+    ///
+    /// On failure it waits for every request still in flight before returning, so that the
+    /// caller's release reaches each node after its SET.
+    pub(crate) async fn acquire(
+        &self,
+        keys: &[String],
+        token: &str,
+        wait: Wait<'_>,
+    ) -> Round<FenceRead> {
+        let (fencing, node_timeout) = (self.settings.fencing, self.settings.node_timeout);
+        let ttl_ms = ttl_millis(self.settings.ttl);
+        if let (Wait::InLine(ticket), [key]) = (wait, keys) {
+            let mut queued = vec![
+                key.clone(),
+                queue::queue_key(key),
+                queue::lease_key(key),
+                queue::waiting_key(key),
+            ];
+            if fencing {
+                queued.push(fencing::FENCE_COUNTER_KEY.to_string());
+                queued.push(fencing::counter_key(key));
+            }
+            let mut cmd = evalsha(&scripts::ACQUIRE_QUEUED, &queued);
+            cmd.arg(token)
+                .arg(ttl_ms)
+                .arg(&ticket.id)
+                .arg(ticket.order)
+                .arg(ticket.lease_ms())
+                .arg(ttl_millis(queue::keep(ticket.lease)));
+            let cmd = Arc::new(cmd);
+            let mode = Mode::Acquire { token };
+            return self
+                .round(mode, &self.all, node_timeout, move |mut conn| {
+                    let cmd = cmd.clone();
+                    async move {
+                        counter_answer(eval(&scripts::ACQUIRE_QUEUED, &cmd, &mut conn).await?)
+                    }
+                })
+                .await;
+        }
+        // A waiter that does not queue (several keys) marks the keys as waited for.
+        let mark = match wait {
+            Wait::Marked(lease) => Some(queue::keep(lease)),
+            _ => None,
+        };
+        let with_marks = |mut keys: Vec<String>, locks: &[String]| {
+            if mark.is_some() {
+                keys.extend(locks.iter().map(|k| queue::waiting_key(k)));
+            }
+            keys
+        };
+        // One command for the whole round, sent to every node.
+        let cmd = if fencing {
+            let all_keys = with_marks(with_counter_keys(keys), keys);
+            let mut cmd = evalsha(&scripts::ACQUIRE_FENCED, &all_keys);
+            cmd.arg(token).arg(ttl_ms);
+            if let Some(mark) = mark {
+                cmd.arg(ttl_millis(mark));
+            }
+            cmd
+        } else if let ([key], None, 1) = (keys, mark, self.nodes.len()) {
+            let mut cmd = redis::cmd("SET");
+            cmd.arg(key).arg(token).arg("NX").arg("PX").arg(ttl_ms);
+            cmd
+        } else {
+            let all_keys = with_marks(keys.to_vec(), keys);
+            let mut cmd = evalsha(&scripts::ACQUIRE_MANY, &all_keys);
+            cmd.arg(token).arg(ttl_ms);
+            if let Some(mark) = mark {
+                cmd.arg(ttl_millis(mark));
+            }
+            cmd
+        };
+        let (cmd, script) = (
+            Arc::new(cmd),
+            !fencing && (keys.len() > 1 || mark.is_some() || self.nodes.len() > 1),
+        );
+        let mode = Mode::Acquire { token };
+        self.round(mode, &self.all, node_timeout, move |mut conn| {
+            let cmd = cmd.clone();
+            async move {
+                if fencing {
+                    counter_answer(eval(&scripts::ACQUIRE_FENCED, &cmd, &mut conn).await?)
+                } else if script {
+                    let set: i64 = eval(&scripts::ACQUIRE_MANY, &cmd, &mut conn).await?;
+                    Ok(if set == 1 {
+                        Answer::Granted(FenceRead::default())
+                    } else {
+                        Answer::HeldByOther
+                    })
+                } else {
+                    let reply: Value = cmd.query_async(&mut conn).await?;
+                    Ok(match reply {
+                        Value::Nil => Answer::HeldByOther,
+                        _ => Answer::Granted(FenceRead::default()),
+                    })
+                }
+            }
+        })
+        .await
+    }
+
+    /// Takes a waiter that gave up out of the line of `key` on every node. Waits for the
+    /// answers, each within the node timeout.
+    pub(crate) async fn leave_queue(&self, key: &str, ticket: &Ticket) {
+        let mut pipe = redis::pipe();
+        pipe.cmd("ZREM")
+            .arg(queue::queue_key(key))
+            .arg(&ticket.id)
+            .ignore()
+            .cmd("ZREM")
+            .arg(queue::lease_key(key))
+            .arg(&ticket.id)
+            .ignore();
+        let pipe = Arc::new(pipe);
+        let all = Mode::All { after: None };
+        self.round(
+            all,
+            &self.all,
+            self.settings.node_timeout,
+            move |mut conn| {
+                let pipe = pipe.clone();
+                async move {
+                    let () = pipe.query_async(&mut conn).await?;
+                    Ok(Answer::Granted(()))
+                }
+            },
+        )
+        .await;
+    }
+
+    /// Round 2 of a fencing acquisition: raise the counters to `fencing_token` on `nodes`, where
+    /// we still own the keys.
+    pub(crate) async fn write_back(
+        &self,
+        nodes: &[usize],
+        keys: &[String],
+        token: &str,
+        fencing_token: u64,
+    ) -> Round<()> {
+        let mut cmd = evalsha(&scripts::WRITE_BACK, &with_counter_keys(keys));
+        cmd.arg(token).arg(fencing_token.to_string());
+        let cmd = Arc::new(cmd);
+        let limit = self.settings.node_timeout;
+        self.round(Mode::UntilQuorum, nodes, limit, move |mut conn| {
+            let cmd = cmd.clone();
+            async move { if_owned(&scripts::WRITE_BACK, &cmd, &mut conn).await }
+        })
+        .await
+    }
+
+    /// Sets the keys' TTL anew on every node where we still own them all, each request within
+    /// `limit`.
+    pub(crate) async fn extend(&self, keys: &[String], token: &str, limit: Duration) -> Round<()> {
+        let mut cmd = evalsha(&scripts::EXTEND, keys);
+        cmd.arg(token).arg(ttl_millis(self.settings.ttl));
+        let cmd = Arc::new(cmd);
+        self.round(Mode::UntilQuorum, &self.all, limit, move |mut conn| {
+            let cmd = cmd.clone();
+            async move { if_owned(&scripts::EXTEND, &cmd, &mut conn).await }
+        })
+        .await
+    }
+
+    /// Compare-and-delete on every node, waiting for every answer (bounded by the node timeout).
+    /// `line`: the holder's waiter id, if it queued for the lock: it leaves the line. Each
+    /// granted vote carries how many waiters the release messages reached on that node.
+    pub(crate) async fn release(
+        &self,
+        keys: &[String],
+        token: &str,
+        line: Option<&str>,
+    ) -> Round<u64> {
+        let locks = keys.len();
+        let all_keys = release_keys(keys);
+        let mut cmd = evalsha(&scripts::RELEASE, &all_keys);
+        cmd.arg(token);
+        if let Some(line) = line {
+            cmd.arg(line);
+        }
+        let cmd = Arc::new(cmd);
+        // Behind our acquisition's requests still in flight, on each node (see `order.rs`).
+        let all = Mode::All {
+            after: Some(Arc::from(token)),
+        };
+        self.round(
+            all,
+            &self.all,
+            self.settings.node_timeout,
+            move |mut conn| {
+                let cmd = cmd.clone();
+                async move {
+                    let reply: Value = eval(&scripts::RELEASE, &cmd, &mut conn).await?;
+                    let (deleted, heard): (usize, u64) = match reply {
+                        Value::Int(deleted) => (usize::try_from(deleted).unwrap_or(0), 0),
+                        other => redis::from_redis_value(other)?,
+                    };
+                    Ok(if deleted == locks {
+                        Answer::Granted(heard)
+                    } else {
+                        Answer::NotHeld
+                    })
+                }
+            },
+        )
+        .await
+    }
+
+    /// Extends many locks at once: one pipeline per node (EVALSHA of the extend script for each
+    /// lock), all nodes in parallel. Returns, per lock, how many nodes extended it and how many
+    /// answered that they do not hold it. Returns as soon as every lock has a quorum, or every
+    /// node answered, or `timeout` passed.
+    pub(crate) async fn extend_batch(
+        &self,
+        locks: &[(Arc<[String]>, Arc<str>)],
+        timeout: Duration,
+    ) -> Vec<extender::Count> {
+        let ttl_ms = ttl_millis(self.settings.ttl);
+        let sha = scripts::EXTEND.get_hash().to_string();
+        let mut pipe = redis::pipe();
+        // The TTL is announced once, ahead of the extensions (for the restart quarantine), and
+        // the extensions skip their own announcement. Its reply is not a lock's.
+        pipe.cmd("EVALSHA")
+            .arg(scripts::ANNOUNCE.get_hash())
+            .arg(0)
+            .arg(ttl_ms)
+            .ignore();
+        for (keys, token) in locks {
+            pipe.cmd("EVALSHA")
+                .arg(&sha)
+                .arg(keys.len())
+                .arg(&**keys)
+                .arg(&**token)
+                .arg(ttl_ms)
+                .arg("announced");
+        }
+        let pipe = Arc::new(pipe);
+        let mut per_node: FuturesUnordered<_> = self
+            .nodes
+            .iter()
+            .map(|node| {
+                let node = node.clone();
+                let pipe = pipe.clone();
+                async move {
+                    let mut h = node.get().await?;
+                    let r: RedisResult<Vec<Value>> = pipe.query_async(&mut h.conn).await;
+                    if let Err(e) = &r {
+                        if conn::is_broken(e) {
+                            node.discard(&h);
+                        }
+                        tracing::debug!(node = %node.addr(), error = %describe(e), "batch extend failed");
+                    }
+                    r
+                }
+            })
+            .collect();
+        let mut counts = vec![extender::Count::default(); locks.len()];
+        let collect = async {
+            while let Some(result) = per_node.next().await {
+                let Ok(replies) = result else { continue };
+                for (count, reply) in counts.iter_mut().zip(replies) {
+                    match reply {
+                        Value::Int(1) => count.extended += 1,
+                        Value::Int(0) => count.not_held += 1,
+                        _ => {}
+                    }
+                }
+                if counts.iter().all(|c| c.extended >= self.quorum) {
+                    break;
+                }
+            }
+        };
+        if tokio::time::timeout(timeout, collect).await.is_err() {
+            tracing::debug!(?timeout, "batch extend: some nodes did not answer in time");
+        }
+        counts
+    }
+}
+
+/// The keys the release script takes: the locks, their queues, their lease sets, their wait
+/// marks (for one resource: `crate::protocol::release_keys`).
+fn release_keys(keys: &[String]) -> Vec<String> {
+    keys.iter()
+        .cloned()
+        .chain(keys.iter().map(|k| queue::queue_key(k)))
+        .chain(keys.iter().map(|k| queue::lease_key(k)))
+        .chain(keys.iter().map(|k| queue::waiting_key(k)))
+        .collect()
+}
+
+/// The lock keys, the node's fence counter and the keys' legacy counters, as the fencing
+/// scripts take them.
+fn with_counter_keys(keys: &[String]) -> Vec<String> {
+    keys.iter()
+        .cloned()
+        .chain(std::iter::once(fencing::FENCE_COUNTER_KEY.to_string()))
+        .chain(keys.iter().map(|k| fencing::counter_key(k)))
+        .collect()
+}
+
+/// The answer of an acquisition script that returns `{granted, largest counter, exists}`.
+fn counter_answer(
+    (set, counter, exists): (i64, String, i64),
+) -> Result<Answer<FenceRead>, RedisError> {
+    let value = counter.parse::<u64>().map_err(|_| {
+        RedisError::from((
+            redis::ErrorKind::Parse,
+            "a fence counter is not a u64",
+            counter,
+        ))
+    })?;
+    let read = FenceRead {
+        value,
+        exists: exists == 1,
+    };
+    // A refusal reports the counter too (for other clients and tools); this client's epoch
+    // rule needs every node to grant, so it does not use it (`guard.rs`).
+    Ok(if set == 1 {
+        Answer::Granted(read)
+    } else {
+        Answer::HeldByOther
+    })
+}
+
+/// An EVALSHA of `script` over `keys`; the caller adds the arguments. Built once per round and
+/// sent to every node (building it per node showed in the profile: a few allocations per key
+/// and argument, times the nodes).
+pub(super) fn evalsha(script: &Script, keys: &[String]) -> Cmd {
+    // Sized for the keys and a few arguments, so that writing them does not grow the buffer
+    // step by step (the reallocations showed in the profile).
+    let bytes: usize = keys.iter().map(|k| k.len() + 16).sum::<usize>() + 160;
+    let mut cmd = Cmd::with_capacity(keys.len() + 8, bytes);
+    cmd.arg("EVALSHA");
+    cmd.arg(script.get_hash()).arg(keys.len()).arg(keys);
+    cmd
+}
+
+/// Sends `cmd`, an EVALSHA of `script`, on `conn`. A node that answers NOSCRIPT (it restarted
+/// with an empty script cache since the connection loaded the scripts) gets the script loaded
+/// and the call once more.
+pub(super) async fn eval<T: redis::FromRedisValue>(
+    script: &Script,
+    cmd: &Cmd,
+    conn: &mut redis::aio::MultiplexedConnection,
+) -> RedisResult<T> {
+    match cmd.query_async(conn).await {
+        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+            // Rare: boxed, so that its state does not weigh on every request's future.
+            Box::pin(script.load_async(conn)).await?;
+            cmd.query_async(conn).await
+        }
+        other => other,
+    }
+}
+
+/// Runs a script that acts only if every key holds our token: its reply is 1 (done) or 0 (some
+/// key is not ours, nothing done).
+async fn if_owned(
+    script: &Script,
+    cmd: &Cmd,
+    conn: &mut redis::aio::MultiplexedConnection,
+) -> Result<Answer<()>, RedisError> {
+    let done: i64 = eval(script, cmd, conn).await?;
+    Ok(if done == 1 {
+        Answer::Granted(())
+    } else {
+        Answer::NotHeld
+    })
+}
+
+fn ttl_millis(ttl: Duration) -> u64 {
+    u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_published_release_keys_are_the_ones_the_client_sends() {
+        let one = release_keys(&["order:7".to_string()]);
+        assert_eq!(one, crate::protocol::release_keys("order:7"));
+    }
+}

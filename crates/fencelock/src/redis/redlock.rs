@@ -1,0 +1,201 @@
+//! One attempt of the Redlock algorithm, and the settling of every round into a result.
+//!
+//! An attempt: round 1 sets the keys on every node (until a quorum is decided); in fencing mode
+//! [`RedisBackend::fence`] (`guard.rs`) derives the token from the counters the granting
+//! nodes returned and writes it back, and once the token is issued [`RedisBackend::seed`] seeds
+//! the granting nodes that had no counter; the validity left decides whether the lock is worth
+//! having. Whatever fails, the keys are released on every node before the error returns.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::ops::Wait;
+use super::{Grant, RedisBackend, RedisHeld};
+use crate::error::{Error, LostCause, Result};
+use crate::pure::quorum::Decision;
+use crate::pure::token::OwnerToken;
+use crate::pure::validity;
+use crate::pure::vote::{VoteOutcome, Votes};
+
+impl RedisBackend {
+    /// One attempt to take `keys`: see the module docs.
+    ///
+    /// # Errors
+    ///
+    /// As `Client::try_acquire`; whatever the error, release has been sent to every node.
+    pub(crate) async fn attempt(&self, keys: &Arc<[String]>, wait: Wait<'_>) -> Result<Grant> {
+        let resource = keys[0].as_str();
+        let line = match wait {
+            Wait::InLine(ticket) => Some(ticket),
+            _ => None,
+        };
+        let token = OwnerToken::generate().map_err(|e| {
+            Error::config(
+                "random source",
+                format!("the OS random number generator failed: {e}"),
+            )
+        })?;
+        let started = Instant::now();
+        let round = self.acquire(keys, token.as_str(), wait).await;
+        if round.decision != Decision::Reached {
+            self.release_quietly(keys, token.as_str(), None).await;
+            return Err(classify(resource, round.votes, self.quorum));
+        }
+        let fenced = if self.settings.fencing {
+            match self
+                .fence(&round.granted, &round.votes, keys, token.as_str())
+                .await
+            {
+                Ok(f) => Some(f),
+                Err(e) => {
+                    self.release_quietly(keys, token.as_str(), None).await;
+                    return Err(e);
+                }
+            }
+        } else {
+            None
+        };
+        let votes = round.votes;
+        let elapsed = started.elapsed();
+        let Some(valid_for) = validity::validity(self.settings.ttl, elapsed, self.settings.drift)
+        else {
+            self.release_quietly(keys, token.as_str(), None).await;
+            return Err(Error::TooSlow {
+                resource: resource.to_string(),
+                votes,
+            });
+        };
+        let deadline = started + (elapsed + valid_for);
+        // Issued: only now are the granting nodes without a counter seeded (`guard.rs`).
+        if let Some(f) = &fenced {
+            self.seed(f, keys, token.as_str()).await;
+        }
+        let fencing_token = fenced.map(|f| f.token);
+        tracing::debug!(resource, ?elapsed, validity = ?valid_for, fencing_token, "acquired");
+        Ok(Grant {
+            // A lock taken in line leaves the line with its release.
+            held: RedisHeld {
+                token,
+                line: line.map(|t| Arc::from(t.id.as_str())),
+            },
+            fencing_token,
+            deadline,
+            votes,
+        })
+    }
+
+    /// Releases, ignoring the outcome. `line`: the waiter id to take out of the line (after a
+    /// failed attempt the waiter keeps its place: `None`).
+    pub(crate) async fn release_quietly(&self, keys: &[String], token: &str, line: Option<&str>) {
+        let round = self.release(keys, token, line).await;
+        tracing::debug!(resource = %keys[0], votes = %round.votes, "released");
+    }
+
+    /// Releases what a lock holds, ignoring the outcome (after failures and on drop).
+    pub(crate) async fn release_held_quietly(&self, keys: &[String], held: &RedisHeld) {
+        self.release_quietly(keys, held.token(), held.line.as_deref())
+            .await;
+    }
+
+    /// Releases what a lock holds on every node.
+    ///
+    /// # Errors
+    ///
+    /// As `Lock::release`.
+    pub(crate) async fn release_held(&self, keys: &[String], held: &RedisHeld) -> Result<Votes> {
+        let round = self.release(keys, held.token(), held.line.as_deref()).await;
+        if round.granted.iter().any(|(_, heard)| *heard > 0) {
+            self.note_waiters(&keys[0]);
+        }
+        self.settle(&keys[0], round.decision, round.votes, false)
+    }
+
+    /// Releases `keys` if `token` still owns them (a token handed between processes).
+    ///
+    /// # Errors
+    ///
+    /// As `Client::release_token`.
+    pub(crate) async fn release_token(&self, keys: &[String], token: &str) -> Result<Votes> {
+        let round = self.release(keys, token, None).await;
+        self.settle(&keys[0], round.decision, round.votes, false)
+    }
+
+    /// Extends `keys` to a fresh TTL if `token` still owns them on a quorum.
+    ///
+    /// # Errors
+    ///
+    /// As `Client::extend_token`.
+    pub(crate) async fn extend_token(&self, keys: &[String], token: &str) -> Result<Votes> {
+        let round = self.extend(keys, token, self.settings.node_timeout).await;
+        self.settle(&keys[0], round.decision, round.votes, false)
+    }
+
+    /// Extends what a lock holds, within `budget` (the validity left). Returns the new deadline.
+    ///
+    /// # Errors
+    ///
+    /// As `Lock::extend`.
+    pub(crate) async fn extend_held(
+        &self,
+        keys: &[String],
+        held: &RedisHeld,
+        budget: Duration,
+    ) -> Result<(Instant, Votes)> {
+        // Every time-based judgement below comes from one reading of the clock after the
+        // round, `now`: two readings could judge "not expired" at the first and compute the
+        // deadline from a later second one.
+        let started = Instant::now();
+        // A quorum may answer any time before the validity runs out; the round returns as soon
+        // as it does, so a long bound costs nothing when the nodes are healthy.
+        let round = self
+            .extend(keys, held.token(), budget.max(Duration::from_millis(1)))
+            .await;
+        let now = Instant::now();
+        let elapsed = now.saturating_duration_since(started);
+        let expired = elapsed >= budget;
+        let votes = self.settle(&keys[0], round.decision, round.votes, expired)?;
+        let valid_for = validity::validity(self.settings.ttl, elapsed, self.settings.drift)
+            .ok_or_else(|| Error::lost(keys[0].clone(), Votes::default(), LostCause::Expired))?;
+        Ok((now + valid_for, votes))
+    }
+
+    /// The result of a release or extend round.
+    fn settle(
+        &self,
+        resource: &str,
+        decision: Decision,
+        votes: Votes,
+        expired: bool,
+    ) -> Result<Votes> {
+        if decision == Decision::Reached && !expired {
+            return Ok(votes);
+        }
+        let n = votes.len();
+        let q = self.quorum;
+        let refused = votes
+            .iter()
+            .filter(|v| matches!(v.outcome, VoteOutcome::NotHeld | VoteOutcome::HeldByOther))
+            .count();
+        if refused > n.saturating_sub(q) || (!expired && votes.failed() == 0) {
+            Err(Error::lost(resource, votes, LostCause::NotHeld))
+        } else if expired {
+            Err(Error::lost(resource, votes, LostCause::Expired))
+        } else {
+            Err(Error::Unavailable {
+                resource: resource.to_string(),
+                votes,
+            })
+        }
+    }
+}
+
+/// Contention when the nodes held by others alone rule out a quorum; otherwise the failures did.
+fn classify(resource: &str, votes: Votes, quorum: usize) -> Error {
+    let n = votes.len();
+    let resource = resource.to_string();
+    if votes.held_by_other() > n.saturating_sub(quorum) || votes.failed() == 0 {
+        Error::Contention { resource, votes }
+    } else {
+        Error::Unavailable { resource, votes }
+    }
+}

@@ -1,0 +1,433 @@
+//! The round engine: one request per node, all in flight together, under one per-node deadline.
+//!
+//! Every Redis operation is a round in one of three [`Mode`]s, which say when the round returns
+//! and what happens to the requests still in flight. The deadline, the votes, the early quorum
+//! decision, the restart quarantine and the stragglers are handled here and nowhere else.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis::RedisError;
+
+use super::conn::{self, NodeConn, Standing};
+use super::describe::describe;
+use super::inflight::Inflight;
+use super::{order, quarantine, scripts, RedisBackend};
+use crate::pure::node_error::NodeError;
+use crate::pure::quorum::{Decision, Tally};
+use crate::pure::vote::{NodeVote, VoteOutcome, Votes};
+
+/// One node's answer to one request, before it becomes a vote.
+#[derive(Debug)]
+pub(crate) enum Answer<T> {
+    Granted(T),
+    HeldByOther,
+    NotHeld,
+}
+
+/// Why a node gave no answer (a timeout is the round's deadline, not a node's answer).
+#[derive(Debug)]
+pub(crate) enum NodeFailure {
+    Failed(NodeError),
+    Excluded(String),
+}
+
+/// The outcome of a round: the votes in node order and the values of the nodes that granted.
+#[derive(Debug)]
+pub(crate) struct Round<T> {
+    pub(crate) votes: Votes,
+    pub(crate) granted: Vec<(usize, T)>,
+    pub(crate) decision: Decision,
+}
+
+/// When a round returns, and what it does with the requests still in flight.
+#[derive(Debug, Clone)]
+pub(crate) enum Mode<'a> {
+    /// An acquisition of the owner token `token`. Nodes in restart quarantine are not asked and
+    /// not counted. Returns at the quorum decision; on a failure it first waits for every
+    /// request in flight, so that the release that follows reaches each node after its SET. A
+    /// request still in flight after a success is registered, so that a release of the token
+    /// waits for it on its node (see `order.rs`).
+    Acquire { token: &'a str },
+    /// Returns at the quorum decision; the rest finish in the background (a write-back, an
+    /// extension: each acts only where the key is ours).
+    UntilQuorum,
+    /// Waits for every answer (a release, leaving the line, connecting). With `after` (a
+    /// release's owner token), each request first waits, on its node, for that token's
+    /// acquisition requests still in flight (see `order.rs`).
+    All { after: Option<Arc<str>> },
+}
+
+/// Whether a round that reached its quorum waits for the answers still in flight (each within
+/// the round's deadline): a fenced acquisition does while its grants hold fewer than a quorum of
+/// fence counters (`guard.rs`); every other round returns at once.
+pub(crate) trait WantsMore: Sized {
+    fn wants_more(_granted: &[(usize, Self)], _quorum: usize) -> bool {
+        false
+    }
+}
+
+impl WantsMore for () {}
+impl WantsMore for u64 {}
+
+impl RedisBackend {
+    /// Runs `op` on `nodes` in `mode`; `limit` bounds every request of the round (the node
+    /// timeout, or for an extension the validity left). Requests still in flight when the round
+    /// returns finish in a background task (the driver skips a request whose caller is gone, so
+    /// dropping them could leave a straggler node without its SET or extension).
+    pub(super) async fn round<T, F, Fut>(
+        &self,
+        mode: Mode<'_>,
+        nodes: &[usize],
+        limit: Duration,
+        op: F,
+    ) -> Round<T>
+    where
+        T: Send + 'static + WantsMore,
+        F: Fn(redis::aio::MultiplexedConnection) -> Fut + Clone + Send + Sync + 'static,
+        Fut: Future<Output = Result<Answer<T>, RedisError>> + Send + 'static,
+    {
+        let need = self.quorum.min(nodes.len().max(1));
+        let mut tally = Tally::new(nodes.len().max(1), need);
+        let started = Instant::now();
+        let (quarantine, after, acquiring) = match &mode {
+            Mode::Acquire { token } => (Some(limit), None, Some(*token)),
+            Mode::UntilQuorum => (None, None, None),
+            Mode::All { after } => (None, after.clone(), None),
+        };
+        let every_answer = matches!(mode, Mode::All { .. });
+        let mut inflight = self.launch(nodes, quarantine, after, op);
+        let mut deadline = std::pin::pin!(tokio::time::sleep(limit));
+        let mut votes = self.pending_votes(nodes);
+        let mut granted = Vec::new();
+        let mut decision = if nodes.is_empty() {
+            Decision::Impossible
+        } else {
+            Decision::Pending
+        };
+        loop {
+            let waiting = every_answer
+                || decision == Decision::Pending
+                || (decision == Decision::Impossible && acquiring.is_some() && inflight.left() > 0)
+                || (decision == Decision::Reached
+                    && inflight.left() > 0
+                    && T::wants_more(&granted, self.quorum));
+            if !waiting {
+                break;
+            }
+            match next(&mut inflight, deadline.as_mut()).await {
+                Next::Answer(pos, result) => {
+                    let latency = started.elapsed();
+                    let grant = absorb(nodes, pos, result, latency, &mut votes, &mut granted);
+                    if decision == Decision::Pending {
+                        decision = tally.record(grant);
+                    }
+                }
+                Next::AllDone => break,
+                Next::Deadline => {
+                    if decision == Decision::Pending {
+                        for _ in 0..inflight.left() {
+                            decision = tally.record(false);
+                        }
+                    }
+                    time_out(&mut votes, limit);
+                    break;
+                }
+            }
+        }
+        if inflight.left() > 0 && !deadline.is_elapsed() {
+            let until = deadline.deadline();
+            let mut registered = match acquiring {
+                Some(token) => self.register_stragglers(nodes, &inflight, token),
+                None => Vec::new(),
+            };
+            tokio::spawn(async move {
+                let rest = async {
+                    while let Some((pos, _)) = next_answer(&mut inflight).await {
+                        if let Some(registration) = registered.get_mut(pos) {
+                            registration.take();
+                        }
+                    }
+                };
+                let _ = tokio::time::timeout_at(until, rest).await;
+                // The requests first: once dropped, none can reach its connection any more.
+                drop(inflight);
+                drop(registered);
+            });
+        }
+        Round {
+            votes: Votes::from(votes),
+            granted,
+            decision,
+        }
+    }
+
+    /// Registers the requests of an acquisition of `token` that are still in flight, by their
+    /// position in the round (see `order.rs`).
+    fn register_stragglers<F: Future>(
+        &self,
+        nodes: &[usize],
+        inflight: &Inflight<F>,
+        token: &str,
+    ) -> Vec<Option<order::Registration>> {
+        let token: Arc<str> = Arc::from(token);
+        nodes
+            .iter()
+            .enumerate()
+            .map(|(pos, &i)| {
+                inflight
+                    .is_pending(pos)
+                    .then(|| self.stragglers[i].register(&token))
+            })
+            .collect()
+    }
+
+    /// A `Pending` vote for each node of the round, in round order.
+    fn pending_votes(&self, nodes: &[usize]) -> Vec<NodeVote> {
+        nodes
+            .iter()
+            .map(|&i| NodeVote {
+                node: self.nodes[i].name().clone(),
+                outcome: VoteOutcome::Pending,
+                latency: Duration::ZERO,
+            })
+            .collect()
+    }
+
+    /// The requests of a round, one per node of `nodes`, in flight together. With `quarantine`
+    /// (the round's node timeout), nodes in restart quarantine are not asked and not counted.
+    /// With `after` (an owner token), each request first waits for that token's acquisition
+    /// requests still in flight on its node.
+    pub(super) fn launch<T, F, Fut>(
+        &self,
+        nodes: &[usize],
+        quarantine: Option<Duration>,
+        after: Option<Arc<str>>,
+        op: F,
+    ) -> Inflight<impl Future<Output = Result<Answer<T>, NodeFailure>> + Send + 'static>
+    where
+        T: Send + 'static,
+        F: Fn(redis::aio::MultiplexedConnection) -> Fut + Clone + Send + Sync + 'static,
+        Fut: Future<Output = Result<Answer<T>, RedisError>> + Send + 'static,
+    {
+        Inflight::new(nodes.iter().map(move |&i| {
+            let node = self.nodes[i].clone();
+            let all = self.nodes.clone();
+            let op = op.clone();
+            let after = after
+                .clone()
+                .map(|token| (token, self.stragglers[i].clone()));
+            async move {
+                if let Some((token, stragglers)) = &after {
+                    if stragglers.any() {
+                        // Rare (a release right after its acquisition returned): boxed.
+                        Box::pin(stragglers.after(token)).await;
+                    }
+                }
+                // The connection is fetched inside the round's deadline, so a node that is slow
+                // to connect costs no more than one node timeout.
+                let handle = node
+                    .get()
+                    .await
+                    .map_err(|e| NodeFailure::Failed(describe(&e)))?;
+                if let Some(node_timeout) = quarantine {
+                    // Rare (a restarted node): boxed, so that it does not weigh on every
+                    // request's future.
+                    Box::pin(check_quarantine(&all, i, &handle, node_timeout)).await?;
+                }
+                op(handle.conn.clone()).await.map_err(|e| {
+                    if conn::is_broken(&e) {
+                        node.discard(&handle);
+                    }
+                    NodeFailure::Failed(describe(&e))
+                })
+            }
+        }))
+    }
+}
+
+/// Keeps a node in restart quarantine out of the round (see `quarantine.rs`). A suspect node
+/// whose quarantine length is not known yet is judged here: the longest TTL in use is read from
+/// the other nodes (within the round's deadline), and until enough of them answered the node is
+/// not counted. The node counts on a read taken once its quarantine is over (a second read, if
+/// the first came earlier), and is then marked clear for later clients.
+async fn check_quarantine(
+    nodes: &[Arc<NodeConn>],
+    i: usize,
+    handle: &conn::Handle,
+    node_timeout: Duration,
+) -> Result<(), NodeFailure> {
+    let info = &handle.info;
+    if let Standing::Unknown = info.standing() {
+        let needed = quarantine::witnesses_needed(nodes.len());
+        // Half the node timeout, so that a node that does not answer leaves time to say why
+        // this one is not counted before the round's deadline.
+        let (read, longest) = longest_ttl_in_use(nodes, i, node_timeout / 2).await;
+        if read < needed {
+            return Err(NodeFailure::Excluded(info.unknown_why(read, needed)));
+        }
+        if let Standing::Excluded(why) = info.resolve(longest.max(nodes[i].quarantine().own_ttl)) {
+            return Err(NodeFailure::Excluded(why));
+        }
+    } else if let Standing::Excluded(why) = info.standing() {
+        return Err(NodeFailure::Excluded(why));
+    }
+    if let Some((old, clear)) = info.take_clearing() {
+        let mut conn = handle.conn.clone();
+        let node = nodes[i].clone();
+        tokio::spawn(async move {
+            let mut cmd = scripts::MARK.prepare_invoke();
+            cmd.key(quarantine::MARKER_KEY).arg(&old).arg(&clear);
+            if let Err(e) = cmd.invoke_async::<i64>(&mut conn).await {
+                tracing::debug!(node = %node.addr(), error = %describe(&e), "could not mark the node clear");
+            }
+        });
+    }
+    Ok(())
+}
+
+/// Reads the TTLs in use from every node but `skip`, each within `timeout`: how many answered,
+/// and the longest TTL whose lock may still live on any of them.
+async fn longest_ttl_in_use(
+    nodes: &[Arc<NodeConn>],
+    skip: usize,
+    timeout: Duration,
+) -> (usize, Duration) {
+    let reads = nodes
+        .iter()
+        .enumerate()
+        .filter(|(j, _)| *j != skip)
+        .map(|(_, node)| async move {
+            let handle = node.get().await?;
+            let mut conn = handle.conn.clone();
+            let mut pipe = redis::pipe();
+            pipe.cmd("TIME")
+                .cmd("ZRANGE")
+                .arg(quarantine::TTLS_KEY)
+                .arg(0)
+                .arg(-1)
+                .arg("WITHSCORES");
+            let (time, entries): (Vec<String>, Vec<(String, f64)>) =
+                pipe.query_async(&mut conn).await.inspect_err(|e| {
+                    if conn::is_broken(e) {
+                        node.discard(&handle);
+                    }
+                })?;
+            Ok::<_, RedisError>(quarantine::longest_live(&time, &entries))
+        })
+        .map(|read| async move {
+            tokio::time::timeout(timeout, read)
+                .await
+                .map_err(|_| ())?
+                .map_err(|_| ())
+        });
+    let answers = futures_util::future::join_all(reads).await;
+    let read = answers.iter().filter(|a| a.is_ok()).count();
+    let longest = answers
+        .into_iter()
+        .filter_map(|a| a.ok().flatten())
+        .max()
+        .unwrap_or(Duration::ZERO);
+    (read, longest)
+}
+
+/// What happened next in a round.
+enum Next<T> {
+    /// The request at this position of the round answered (or failed).
+    Answer(usize, T),
+    /// Every request has answered.
+    AllDone,
+    /// The node timeout passed with requests still in flight.
+    Deadline,
+}
+
+/// Waits for the next answer of a round (`None` when all have answered).
+async fn next_answer<F: Future>(inflight: &mut Inflight<F>) -> Option<(usize, F::Output)> {
+    std::future::poll_fn(|cx| inflight.poll_next(cx)).await
+}
+
+/// Waits for the next answer of the round, or its deadline.
+async fn next<F: Future>(
+    inflight: &mut Inflight<F>,
+    mut deadline: Pin<&mut tokio::time::Sleep>,
+) -> Next<F::Output> {
+    std::future::poll_fn(|cx| {
+        if let std::task::Poll::Ready(item) = inflight.poll_next(cx) {
+            return std::task::Poll::Ready(match item {
+                Some((pos, out)) => Next::Answer(pos, out),
+                None => Next::AllDone,
+            });
+        }
+        deadline.as_mut().poll(cx).map(|()| Next::Deadline)
+    })
+    .await
+}
+
+/// Turns the answer at position `pos` of the round into its vote; returns whether it granted.
+fn absorb<T>(
+    nodes: &[usize],
+    pos: usize,
+    result: Result<Answer<T>, NodeFailure>,
+    latency: Duration,
+    votes: &mut [NodeVote],
+    granted: &mut Vec<(usize, T)>,
+) -> bool {
+    let outcome = match result {
+        Ok(Answer::Granted(v)) => {
+            granted.push((nodes[pos], v));
+            VoteOutcome::Granted
+        }
+        Ok(Answer::HeldByOther) => VoteOutcome::HeldByOther,
+        Ok(Answer::NotHeld) => VoteOutcome::NotHeld,
+        Err(NodeFailure::Failed(why)) => VoteOutcome::Failed(why),
+        Err(NodeFailure::Excluded(why)) => VoteOutcome::Excluded(why),
+    };
+    let vote = &mut votes[pos];
+    tracing::debug!(node = %vote.node, outcome = %outcome, ?latency, "node answered");
+    let is_grant = outcome.is_granted();
+    vote.outcome = outcome;
+    vote.latency = latency;
+    is_grant
+}
+
+/// Marks the requests still in flight at the deadline as timed out.
+fn time_out(votes: &mut [NodeVote], node_timeout: Duration) {
+    for vote in votes
+        .iter_mut()
+        .filter(|v| v.outcome == VoteOutcome::Pending)
+    {
+        vote.outcome = VoteOutcome::TimedOut;
+        vote.latency = node_timeout;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::node::NodeAddr;
+
+    #[tokio::test]
+    async fn a_round_keeps_small_futures() {
+        // Printed for the performance notes; the bound guards against a cold path (connection
+        // set-up, script loading) creeping back inline into every request's future.
+        let addr = NodeAddr::parse("redis://127.0.0.1:1/0").unwrap();
+        let config = Config::new(["redis://127.0.0.1:1/0"])
+            .with_connect_timeout(Duration::from_millis(10))
+            .with_quarantine(false);
+        let backend = RedisBackend::new(vec![addr], &config).unwrap();
+        let cmd = Arc::new(redis::cmd("PING"));
+        let inflight = backend.launch(&[0], None, None, move |mut conn| {
+            let cmd = cmd.clone();
+            async move {
+                let _: i64 = super::super::ops::eval(&scripts::EXTEND, &cmd, &mut conn).await?;
+                Ok(Answer::Granted(()))
+            }
+        });
+        let size = inflight.future_size();
+        eprintln!("one request's future: {size} bytes");
+        assert!(size < 2048, "{size} bytes");
+    }
+}
