@@ -152,6 +152,7 @@ mod queue;
 #[doc(hidden)]
 pub mod quorum;
 mod redis;
+mod reseed;
 mod retry;
 mod scoped;
 mod token;

@@ -84,3 +84,8 @@ pub fn release_keys(resource: &str) -> [String; 4] {
         waiting_key(resource),
     ]
 }
+
+/// The node's fence counter (fencing mode): one per node, shared by every resource, a plain
+/// integer string without a TTL. `Client::reseed_fence` (and `fencelock reseed --above TOKEN`)
+/// raise it on every node after a total counter loss.
+pub const FENCE_COUNTER_KEY: &str = "fencelock:fence";

@@ -314,13 +314,29 @@ pub(crate) fn admit(resource: &str, presented: &IssuedToken, current: Option<&Ro
         }
     }
     if presented.value() < row.token {
-        return Err(Error::StaleToken {
-            resource: resource.to_owned(),
-            presented: presented.value(),
-            current: row.token,
-        });
+        return Err(refused(resource, presented, row.token));
     }
     Ok(())
+}
+
+/// The error for a token below the row's last: a stale holder, unless the token knows that its
+/// lock is still valid, which only a counter reset explains. The lock's state is read here
+/// only, on the refusal path.
+fn refused(resource: &str, presented: &IssuedToken, current: u64) -> Error {
+    if presented.lock_still_valid() == Some(true) {
+        Error::CounterReset {
+            resource: resource.to_owned(),
+            presented: presented.value(),
+            current,
+            issuer: presented.issuer().map(str::to_owned),
+        }
+    } else {
+        Error::StaleToken {
+            resource: resource.to_owned(),
+            presented: presented.value(),
+            current,
+        }
+    }
 }
 
 /// Whether an admitted write must update the row: a newer token, or the first issuer of a row
@@ -402,6 +418,41 @@ mod tests {
         assert!(!must_record(&a(10), Some(&bound)));
         assert!(must_record(&a(11), Some(&bound)));
         assert!(must_record(&a(1), None));
+    }
+
+    #[test]
+    fn a_live_lock_below_the_row_is_a_reset_and_an_expired_or_unknown_one_is_stale() {
+        use std::time::{Duration, Instant};
+        let bound = row(900, Some("redis:a"));
+        let live = IssuedToken::new(5, "redis:a")
+            .with_valid_until(Instant::now() + Duration::from_secs(3600));
+        let err = admit("r", &live, Some(&bound)).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::CounterReset, "{err}");
+        assert!(!err.is_retryable());
+        let shown = err.to_string();
+        assert!(shown.contains("fencelock reseed --above 900"), "{shown}");
+        assert!(!shown.contains('\n'), "{shown}");
+        // The lock is over: a stale holder, whatever its token.
+        let over = IssuedToken::new(5, "redis:a").with_valid_until(Instant::now());
+        assert_eq!(
+            admit("r", &over, Some(&bound)).unwrap_err().kind(),
+            ErrorKind::StaleToken
+        );
+        // A token that does not know its lock: stale, as before.
+        assert_eq!(
+            admit("r", &IssuedToken::new(5, "redis:a"), Some(&bound))
+                .unwrap_err()
+                .kind(),
+            ErrorKind::StaleToken
+        );
+        // etcd revisions cannot be reseeded: the message says so instead.
+        let etcd = IssuedToken::new(5, "etcd:a")
+            .with_valid_until(Instant::now() + Duration::from_secs(3600));
+        let err = admit("r", &etcd, Some(&row(900, Some("etcd:a")))).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::CounterReset);
+        assert!(!err.to_string().contains("reseed --above"), "{err}");
+        // Admitted tokens never look at the lock.
+        assert!(admit("r", &live, Some(&row(5, Some("redis:a")))).is_ok());
     }
 
     #[test]

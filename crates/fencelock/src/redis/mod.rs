@@ -10,6 +10,7 @@ pub(crate) mod extender;
 mod inflight;
 mod order;
 pub(crate) mod quarantine;
+mod reseed;
 #[cfg(test)]
 mod script_checks;
 pub(crate) mod scripts;
