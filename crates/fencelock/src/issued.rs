@@ -36,8 +36,13 @@ pub struct IssuedToken {
     holder: Holder,
 }
 
-/// What a token knows of its lock's validity, for telling a stale holder from a reset.
+/// What a token knows of its lock's validity, for telling a stale holder from a reset. Read
+/// only by the fences, which are behind features.
 #[derive(Debug, Clone)]
+#[cfg_attr(
+    not(any(feature = "sqlite", feature = "postgres", feature = "sqlx-postgres")),
+    allow(dead_code)
+)]
 enum Holder {
     /// Nothing: a bare number, or a token built by hand without a deadline.
     Unknown,
@@ -93,6 +98,10 @@ impl IssuedToken {
 
     /// Whether the issuing lock is known to be still valid right now: `None` if the token does
     /// not know its lock. Read only when a fenced storage refuses the token.
+    #[cfg_attr(
+        not(any(feature = "sqlite", feature = "postgres", feature = "sqlx-postgres")),
+        allow(dead_code)
+    )]
     pub(crate) fn lock_still_valid(&self) -> Option<bool> {
         match &self.holder {
             Holder::Unknown => None,

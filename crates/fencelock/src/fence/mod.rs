@@ -37,6 +37,13 @@
 //! check the token, hand the open transaction to the closure `f` so that it can run **any**
 //! statements of its own, record the token and commit. The closure's `Ok` value is returned.
 //!
+//! With sqlx (feature `sqlx-postgres`), [`SqlxPostgresFence`] does the same check inside the
+//! caller's own transaction instead: `fence.admit(&mut tx, resource, token)` locks the fence
+//! row, checks and records the token, and the caller's `commit` applies it together with its
+//! statements (a rollback drops both; a refusal aborts the transaction so that no `commit` can
+//! apply them). The caller keeps its pool. The check itself is written once, in `logic.rs`,
+//! behind a small trait (lock the row, record the token) that each adapter implements.
+//!
 //! The closure returns `Result<T, `[`BoxError`]`>`, so `?` works on the backend's errors and on
 //! the caller's own error types alike. If it returns `Err`, the transaction is rolled back (the
 //! token is not recorded either) and `write` returns [`Error::Storage`] whose
@@ -143,17 +150,26 @@
 //!
 //! [`SqliteFence`]: crate::fence::SqliteFence
 //! [`PostgresFence`]: crate::fence::PostgresFence
-#![cfg_attr(docsrs, doc(cfg(any(feature = "sqlite", feature = "postgres"))))]
+//! [`SqlxPostgresFence`]: crate::fence::SqlxPostgresFence
+#![cfg_attr(
+    docsrs,
+    doc(cfg(any(feature = "sqlite", feature = "postgres", feature = "sqlx-postgres")))
+)]
 
 use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::IssuedToken;
 
+mod logic;
+#[cfg(any(feature = "postgres", feature = "sqlx-postgres"))]
+mod pg_sql;
 #[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(feature = "sqlite")]
 mod sqlite;
+#[cfg(feature = "sqlx-postgres")]
+mod sqlx_postgres;
 
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
@@ -161,6 +177,9 @@ pub use self::postgres::PostgresFence;
 #[cfg(feature = "sqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub use self::sqlite::SqliteFence;
+#[cfg(feature = "sqlx-postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlx-postgres")))]
+pub use self::sqlx_postgres::SqlxPostgresFence;
 
 /// The error a fenced write's closure returns: any error, boxed. `?` converts into it.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
@@ -348,6 +367,7 @@ pub(crate) fn must_record(presented: &IssuedToken, current: Option<&Row>) -> boo
 }
 
 /// The error `write` returns when the caller's closure failed (the transaction is rolled back).
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) fn closure_failed(resource: &str, error: BoxError) -> Error {
     // A fencelock error from a nested call already says what happened; wrapping it again
     // would only hide its kind from `Error::kind()`.
@@ -497,6 +517,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
     fn closure_errors_are_wrapped_unless_they_are_fencelock_errors() {
         let err = closure_failed("r", "out of stock".into());
         assert_eq!(err.kind(), ErrorKind::Storage);
