@@ -98,6 +98,19 @@ pub(crate) enum Command {
     /// Check the node set against the known Redlock mistakes (replicas, eviction, persistence,
     /// restarts, clock skew, slow nodes); exit 1 if a check fails.
     Doctor,
+    /// Raise the fence counter of every node to at least TOKEN, so that the next fencing token
+    /// is above it.
+    ///
+    /// Use it when every node lost its fence counter (all nodes redeployed or restarted without
+    /// persistence) and the clocks cannot be trusted to start the new tokens above the old ones,
+    /// or when fencelock told you to: a fenced write of a lock that is still valid was refused
+    /// because its token is below the storage's last accepted token, and the error names that
+    /// token (`fencelock reseed --above TOKEN`). It never lowers a counter and is safe to run
+    /// again. It succeeds once a quorum of the nodes answered (exit 69 names the nodes that did
+    /// not; run it again once they are back). Prints, per node, the counter it holds now.
+    /// Redis only: on etcd the tokens are revisions, which etcd keeps and nothing can raise
+    /// (exit 2).
+    Reseed(ReseedArgs),
     /// Start a local set of redis-server nodes in the background: the dev set.
     Up(UpArgs),
     /// Stop the dev set started by `fencelock up`.
@@ -233,6 +246,16 @@ pub(crate) struct TokenArgs {
 pub(crate) struct InspectArgs {
     /// The lock's name.
     pub(crate) resource: String,
+}
+
+/// `reseed`.
+#[derive(Debug, Args)]
+pub(crate) struct ReseedArgs {
+    /// Raise every node's fence counter to at least this token: the storage's last accepted
+    /// token, as the fenced write's error names it (below 9223372036854775807, the largest
+    /// token a fence table stores).
+    #[arg(long, value_name = "TOKEN")]
+    pub(crate) above: u64,
 }
 
 /// `up`.

@@ -10,7 +10,8 @@
 //!   lost; `guard`: the process between it and the command, which keeps every process the
 //!   command starts in its subtree and kills them all if the supervisor dies.
 //! - `lockcmds`: `acquire`, `extend`, `release`.
-//! - `inspect`, `doctor`: read-only views of the nodes.
+//! - `inspect`, `doctor`: read-only views of the nodes; `reseed`: the way back after every node
+//!   lost its fence counter.
 //! - `devset`: `up` and `down`; `nodes_cmd`: `nodes`, the URLs for other programs; `demo`: the article's story on nodes of its own.
 //! - `bench`: throughput and latency beside a raw redis-rs baseline.
 //! - `node`: bounded connections to single nodes; `spinner`; `exit`: exit codes; `shell`:
@@ -72,6 +73,7 @@ mod manual;
 mod node;
 mod nodes_cmd;
 mod permits;
+mod reseed;
 mod run;
 mod settings;
 mod shell;
@@ -135,6 +137,10 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Inspect(args) => {
             let settings = settings::resolve(global)?;
             inspect::inspect(&settings, &args.resource, global.json).await
+        }
+        Command::Reseed(args) => {
+            let settings = settings::resolve(global)?;
+            reseed::reseed(&settings, args.above, global.json).await
         }
         Command::Acquire(args) => {
             let settings = settings::resolve(global)?;

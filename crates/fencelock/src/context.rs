@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::error::LostCause;
+use crate::issued::IssuedToken;
 use crate::keepalive::LostSignal;
 
 /// The lock that work run by [`Client::with_lock`](crate::Client::with_lock) holds: its
@@ -14,17 +15,13 @@ use crate::keepalive::LostSignal;
 #[derive(Debug, Clone)]
 pub struct LockContext {
     keys: Arc<[String]>,
-    fencing_token: Option<u64>,
+    issued: Option<IssuedToken>,
     lost: LostSignal,
 }
 
 impl LockContext {
-    pub(crate) fn new(keys: Arc<[String]>, fencing_token: Option<u64>, lost: LostSignal) -> Self {
-        LockContext {
-            keys,
-            fencing_token,
-            lost,
-        }
+    pub(crate) fn new(keys: Arc<[String]>, issued: Option<IssuedToken>, lost: LostSignal) -> Self {
+        LockContext { keys, issued, lost }
     }
 
     /// The resource (the first one of a multi-resource lock).
@@ -40,7 +37,14 @@ impl LockContext {
     /// The fencing token, in fencing mode: pass it to the storage with every write (see
     /// [`Lock::fencing_token`](crate::Lock::fencing_token)).
     pub fn fencing_token(&self) -> Option<u64> {
-        self.fencing_token
+        self.issued.as_ref().map(IssuedToken::value)
+    }
+
+    /// The fencing token with the lock that issued it and the lock's live state, in fencing
+    /// mode: what to pass to the fenced storage (see
+    /// [`LockGuard::issued_token`](crate::LockGuard::issued_token)).
+    pub fn issued_token(&self) -> Option<IssuedToken> {
+        self.issued.clone()
     }
 
     /// The current validity deadline, on this process's monotonic clock; it moves forward with

@@ -22,6 +22,9 @@ pub enum ErrorKind {
     InvalidConfig,
     /// A fenced write carried a token older than the one the storage already accepted.
     StaleToken,
+    /// A fenced write of a lock that is still valid carried a token below the storage's last
+    /// accepted one: the lock's fence counters were reset (see [`Error::CounterReset`]).
+    CounterReset,
     /// The fenced storage failed (I/O, SQL error).
     Storage,
     /// Waiting for the lock ran past its deadline or retry count.
@@ -149,6 +152,30 @@ pub enum Error {
         /// The newest token the storage has accepted for the resource.
         current: u64,
     },
+    /// A fenced write was refused although the lock that issued its token is still valid: its
+    /// token is below the storage's last accepted one. A holder whose lock is over gets
+    /// [`Error::StaleToken`]; a live holder below the storage's last means the fencing tokens
+    /// started again below it: every node lost its fence counter (a redeploy without
+    /// persistence) and the new epoch's clock was behind, or a restart the amnesia guard did
+    /// not cover. Nothing was written. The way back, on Redis: `fencelock reseed --above
+    /// <current>` (or [`Client::reseed_fence`](crate::Client::reseed_fence)), then take the
+    /// lock again; retrying the write with this token cannot succeed
+    /// ([`is_retryable`](Error::is_retryable) is `false`). Only tokens that know their lock
+    /// ([`Lock::issued_token`](crate::Lock::issued_token),
+    /// [`LockGuard::issued_token`](crate::LockGuard::issued_token),
+    /// [`IssuedToken::with_valid_until`](crate::IssuedToken::with_valid_until)) can be told
+    /// apart: a bare `u64` below the storage's last is always [`Error::StaleToken`].
+    CounterReset {
+        /// The fenced resource.
+        resource: String,
+        /// The token the write carried.
+        presented: u64,
+        /// The newest token the storage has accepted for the resource: reseed above it.
+        current: u64,
+        /// The lock that issued the token, as [`IssuedToken::issuer`](crate::IssuedToken::issuer)
+        /// prints it (`redis:...` or `etcd:...`).
+        issuer: Option<String>,
+    },
     /// The fenced storage failed.
     Storage {
         /// What was being done.
@@ -170,6 +197,7 @@ impl Error {
             Error::AlreadyHeld { .. } => ErrorKind::AlreadyHeld,
             Error::InvalidConfig { .. } => ErrorKind::InvalidConfig,
             Error::StaleToken { .. } => ErrorKind::StaleToken,
+            Error::CounterReset { .. } => ErrorKind::CounterReset,
             Error::Storage { .. } => ErrorKind::Storage,
         }
     }
@@ -308,6 +336,28 @@ impl fmt::Display for Error {
                 f,
                 "stale write on {resource:?} refused: it carries fencing token {presented}, but the storage already accepted token {current}; the lock was lost, do not retry this write"
             ),
+            Error::CounterReset {
+                resource,
+                presented,
+                current,
+                issuer,
+            } => {
+                write!(
+                    f,
+                    "fenced write on {resource:?} refused although its lock is still valid: its fencing token {presented} is below the storage's last accepted token {current}, so the lock's fencing tokens started again below it (every node lost its fence counter); this is a reset, not a stale holder: "
+                )?;
+                if issuer.as_deref().is_some_and(|i| i.starts_with("etcd:")) {
+                    write!(
+                        f,
+                        "etcd's revisions restarted, which only a loss of the etcd cluster's data does, and no client can raise them; once no holder from before the loss can write, delete the fence row of {resource:?}"
+                    )
+                } else {
+                    write!(
+                        f,
+                        "run `fencelock reseed --above {current}` against the lock's nodes, then take the lock again"
+                    )
+                }
+            }
             Error::Storage { context, source } => write!(f, "storage error while {context}: {source}"),
         }
     }

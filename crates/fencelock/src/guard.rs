@@ -78,9 +78,13 @@ impl LockGuard {
         self.lock().fencing_token()
     }
 
-    /// The fencing token with its issuer (see [`Lock::issued_token`]).
+    /// The fencing token with its issuer (see [`Lock::issued_token`]), and the guard's live
+    /// state: a fenced storage that refuses it while the lost signal has not fired reports
+    /// [`Error::CounterReset`](crate::Error::CounterReset), after it [`Error::StaleToken`](crate::Error::StaleToken).
     pub fn issued_token(&self) -> Option<crate::IssuedToken> {
-        self.lock().issued_token()
+        self.lock()
+            .issued_token()
+            .map(|t| t.with_guard(self.state.clone()))
     }
 
     /// The current validity deadline; it moves forward with each successful extension.
@@ -107,8 +111,7 @@ impl LockGuard {
 
     /// What work under this lock needs to know about it, to move into other tasks.
     pub fn context(&self) -> LockContext {
-        let lock = self.lock();
-        LockContext::new(lock.keys().clone(), lock.fencing_token(), self.lost())
+        LockContext::new(self.lock().keys().clone(), self.issued_token(), self.lost())
     }
 
     /// Why the lock is lost, if it is.

@@ -2,6 +2,9 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Instant;
+
+use crate::keepalive::GuardState;
 
 /// A fencing token and the lock that issued it, for the fenced storage
 /// ([`crate::fence`]): tokens are ordered only among the holders of one lock, so a fence row
@@ -16,11 +19,46 @@ use std::sync::Arc;
 /// The issuer is the backend and the lock's resource names, e.g. `redis:order:42` or
 /// `etcd:a,b`. It does not name the node set: two Redis node sets whose locks share a name are
 /// not told apart.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// A token from [`Lock::issued_token`](crate::Lock::issued_token) or
+/// [`LockGuard::issued_token`](crate::LockGuard::issued_token) also knows whether its lock is
+/// still valid, which lets a fenced storage that refuses it tell a stale holder (the lock is
+/// over: [`Error::StaleToken`](crate::Error::StaleToken)) from a live holder whose token is
+/// below the storage's last because the lock's fence counters were reset
+/// ([`Error::CounterReset`](crate::Error::CounterReset)). From a `Lock`, that is its validity
+/// deadline when `issued_token` was called (call it again after [`Lock::extend`](crate::Lock::extend));
+/// from a `LockGuard`, the guard's live state (its lost signal and its deadline as extensions
+/// move it). Equality compares the value and the issuer only.
+#[derive(Debug, Clone)]
 pub struct IssuedToken {
     value: u64,
     issuer: Option<Arc<str>>,
+    holder: Holder,
 }
+
+/// What a token knows of its lock's validity, for telling a stale holder from a reset. Read
+/// only by the fences, which are behind features.
+#[derive(Debug, Clone)]
+#[cfg_attr(
+    not(any(feature = "sqlite", feature = "postgres", feature = "sqlx-postgres")),
+    allow(dead_code)
+)]
+enum Holder {
+    /// Nothing: a bare number, or a token built by hand without a deadline.
+    Unknown,
+    /// Valid until this instant (a `Lock`'s deadline when the token was taken from it).
+    Until(Instant),
+    /// A guard's live state: valid while its lost signal has not fired.
+    Guard(Arc<GuardState>),
+}
+
+impl PartialEq for IssuedToken {
+    fn eq(&self, other: &IssuedToken) -> bool {
+        self.value == other.value && self.issuer == other.issuer
+    }
+}
+
+impl Eq for IssuedToken {}
 
 impl IssuedToken {
     /// A token issued by `issuer` (as [`IssuedToken::issuer`] prints it).
@@ -28,6 +66,7 @@ impl IssuedToken {
         IssuedToken {
             value,
             issuer: Some(issuer.into()),
+            holder: Holder::Unknown,
         }
     }
 
@@ -36,6 +75,38 @@ impl IssuedToken {
         IssuedToken {
             value,
             issuer: None,
+            holder: Holder::Unknown,
+        }
+    }
+
+    /// Says that the lock that issued this token is valid until `deadline` (on this process's
+    /// monotonic clock, as [`Lock::validity_deadline`](crate::Lock::validity_deadline)), for a
+    /// token that travelled without its lock. A fenced storage that refuses the token before
+    /// `deadline` reports [`Error::CounterReset`](crate::Error::CounterReset) instead of
+    /// [`Error::StaleToken`](crate::Error::StaleToken). Pass only a deadline the lock really has:
+    /// a later one turns a stale holder's refusal into advice to reseed.
+    pub fn with_valid_until(mut self, deadline: Instant) -> IssuedToken {
+        self.holder = Holder::Until(deadline);
+        self
+    }
+
+    /// The token of a lock kept by a guard whose state is `state`.
+    pub(crate) fn with_guard(mut self, state: Arc<GuardState>) -> IssuedToken {
+        self.holder = Holder::Guard(state);
+        self
+    }
+
+    /// Whether the issuing lock is known to be still valid right now: `None` if the token does
+    /// not know its lock. Read only when a fenced storage refuses the token.
+    #[cfg_attr(
+        not(any(feature = "sqlite", feature = "postgres", feature = "sqlx-postgres")),
+        allow(dead_code)
+    )]
+    pub(crate) fn lock_still_valid(&self) -> Option<bool> {
+        match &self.holder {
+            Holder::Unknown => None,
+            Holder::Until(deadline) => Some(Instant::now() < *deadline),
+            Holder::Guard(state) => Some(!state.is_lost()),
         }
     }
 

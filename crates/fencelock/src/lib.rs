@@ -151,6 +151,10 @@
 //!   you, so that your build links one SQLite).
 //! - `postgres`: `fence::PostgresFence` over tokio-postgres 0.7 (re-exported as
 //!   `fencelock::tokio_postgres`).
+//! - `sqlx-postgres`: `fence::SqlxPostgresFence`, the fence check inside your own sqlx 0.8
+//!   transaction on PostgreSQL (re-exported as `fencelock::sqlx`). No sqlx SQLite: sqlx 0.8's
+//!   SQLite driver links another libsqlite3-sys than rusqlite 0.43, and one build cannot hold
+//!   both.
 //! - `etcd`: `etcd://` node URLs, locks on an etcd cluster whose revisions are the fencing
 //!   tokens.
 //! - `tls`: `rediss://` node URLs.
@@ -167,7 +171,7 @@ mod env;
 mod error;
 #[cfg(feature = "etcd")]
 mod etcd;
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "sqlx-postgres"))]
 pub mod fence;
 mod guard;
 mod issued;
@@ -178,6 +182,7 @@ pub mod protocol;
 mod pure;
 mod redis;
 mod reentry;
+mod reseed;
 mod scoped;
 mod semaphore;
 mod waiter;
@@ -206,6 +211,9 @@ pub use crate::waiter::Waiter;
 #[cfg(feature = "sqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub use rusqlite;
+#[cfg(feature = "sqlx-postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlx-postgres")))]
+pub use sqlx;
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use tokio_postgres;

@@ -101,11 +101,13 @@ impl Lock {
 
     /// The fencing token with the lock that issued it: what to pass to the fenced storage
     /// ([`crate::fence`]), which then binds the fence row to this lock and refuses tokens of
-    /// another.
+    /// another. It carries the lock's validity deadline as of this call, so that a storage that
+    /// refuses it can tell a stale holder ([`Error::StaleToken`]) from a counter reset
+    /// ([`Error::CounterReset`]); after [`Lock::extend`], take it again.
     pub fn issued_token(&self) -> Option<crate::IssuedToken> {
         let issuer = crate::IssuedToken::issuer_name(self.held.backend_name(), &self.keys);
         self.fencing_token
-            .map(|t| crate::IssuedToken::new(t, issuer))
+            .map(|t| crate::IssuedToken::new(t, issuer).with_valid_until(self.deadline))
     }
 
     /// The instant, on this process's monotonic clock, until which the lock may be considered

@@ -45,7 +45,9 @@ pub use crate::semaphore::permit_key;
 /// The key of a node's fence counter (a decimal integer, no TTL), one per node, shared by every
 /// resource. The trust rule that makes it survive a node that lost its data (a read is trusted
 /// only where this key exists; a quorum of trusted reads; seeding after issue; a new epoch only
-/// when every node was heard without it) is stated in [`crate::fencing`].
+/// when every node of the set granted without it) is stated in [`crate::fencing`].
+/// [`crate::Client::reseed_fence`] (and `fencelock reseed --above TOKEN`) raise it on every
+/// node after a total counter loss.
 pub const FENCE_COUNTER_KEY: &str = "fencelock:fence";
 
 /// The legacy per-resource fence counter key of `resource` (`fencelock:fence:<resource>`), from

@@ -401,3 +401,104 @@ async fn connecting_does_not_wait_for_fenced_writes_in_progress() {
     assert_eq!(fence.last_token("r").await.unwrap(), Some(1));
     writer.await.unwrap().unwrap();
 }
+
+/// [`record`] with a token that knows its lock.
+async fn record_issued(
+    fence: &mut PostgresFence,
+    resource: &str,
+    token: fencelock::IssuedToken,
+) -> fencelock::Result<()> {
+    let value = i64::try_from(token.value()).unwrap();
+    fence
+        .write(resource, token, async |tx| {
+            tx.execute(
+                "INSERT INTO events (resource, token) VALUES ($1, $2)",
+                &[&resource, &value],
+            )
+            .await?;
+            Ok(())
+        })
+        .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_holder_is_stale_but_a_live_holder_below_the_row_is_a_reset() {
+    let nodes = fencelock_testkit::RedisNodes::start(3).unwrap();
+    let client = fencelock::Client::new(
+        fencelock::Config::new(nodes.urls())
+            .with_fencing(true)
+            .with_quarantine(false)
+            .with_ttl(Duration::from_millis(800))
+            .with_node_timeout(Duration::from_millis(500)),
+    )
+    .unwrap();
+    let (_pg, mut fence) = start().await;
+
+    // A holder takes its token, then pauses past its validity; another holder writes.
+    let paused = client.try_acquire("r").await.unwrap();
+    let paused_token = paused.issued_token().unwrap();
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    assert!(!paused.is_valid());
+    let next = client.acquire("r").await.unwrap();
+    let next_token = next.fencing_token().unwrap();
+    record_issued(&mut fence, "r", next.issued_token().unwrap())
+        .await
+        .unwrap();
+    let err = record_issued(&mut fence, "r", paused_token)
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::StaleToken, "{err}");
+    assert!(err.to_string().contains("the lock was lost"), "{err}");
+    assert_eq!(events(&fence, "r").await, [next_token]);
+    drop(paused);
+
+    // The storage's last is above the live holder's token, as tokens that started again below
+    // it leave it: a reset, whose message says how to get back.
+    let current = next_token + 1_000_000;
+    let changed = fence
+        .client()
+        .execute(
+            "UPDATE fencelock_fence SET token = $2 WHERE resource = $1",
+            &[&"r", &i64::try_from(current).unwrap()],
+        )
+        .await
+        .unwrap();
+    assert_eq!(changed, 1);
+    assert!(next.is_valid());
+    let err = record_issued(&mut fence, "r", next.issued_token().unwrap())
+        .await
+        .unwrap_err();
+    let shown = err.to_string();
+    assert!(
+        shown.contains(&format!("run `fencelock reseed --above {current}`")),
+        "{shown}"
+    );
+    match &err {
+        Error::CounterReset {
+            resource,
+            presented,
+            current: last,
+            issuer,
+        } => {
+            assert_eq!(
+                (resource.as_str(), *presented, *last),
+                ("r", next_token, current)
+            );
+            assert_eq!(issuer.as_deref(), Some("redis:r"));
+        }
+        other => panic!("expected CounterReset, got {other:?}"),
+    }
+    assert!(!err.is_retryable());
+    let guard = next.auto_extend(fencelock::AutoExtend::new());
+    let err = record_issued(&mut fence, "r", guard.issued_token().unwrap())
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::CounterReset, "{err}");
+    guard.release().await.unwrap();
+    assert_eq!(
+        events(&fence, "r").await,
+        [next_token],
+        "a refused write changed data"
+    );
+    assert_eq!(fence.last_token("r").await.unwrap(), Some(current));
+}

@@ -440,3 +440,136 @@ fn processes_opening_an_old_table_at_once_add_the_issuer_column_once() {
         }
     }
 }
+
+/// A fencing client on `nodes` with a short TTL, so that a holder can outlive its lock.
+fn fenced_client(nodes: &fencelock_testkit::RedisNodes, ttl: Duration) -> fencelock::Client {
+    fencelock::Client::new(
+        fencelock::Config::new(nodes.urls())
+            .with_fencing(true)
+            .with_quarantine(false)
+            .with_ttl(ttl)
+            .with_node_timeout(Duration::from_millis(500)),
+    )
+    .unwrap()
+}
+
+/// Sets the fence row of `resource` to `token` by hand: the storage's last token, as a lock
+/// whose tokens started again below it (every node lost its counter) leaves it.
+fn set_row(path: &Path, resource: &str, token: u64) {
+    let conn = Connection::open(path).unwrap();
+    let changed = conn
+        .execute(
+            "UPDATE fencelock_fence SET token = ?2 WHERE resource = ?1",
+            rusqlite::params![resource, i64::try_from(token).unwrap()],
+        )
+        .unwrap();
+    assert_eq!(changed, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_holder_is_stale_but_a_live_holder_below_the_row_is_a_reset() {
+    let nodes = fencelock_testkit::RedisNodes::start(3).unwrap();
+    let client = fenced_client(&nodes, Duration::from_millis(800));
+    let db = Db::new();
+    let fence = db.fence();
+
+    // A holder takes its token, then pauses past its validity; another holder writes.
+    let paused = client.try_acquire("r").await.unwrap();
+    let paused_token = paused.issued_token().unwrap();
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    assert!(!paused.is_valid());
+    let next = client.acquire("r").await.unwrap();
+    let next_token = next.fencing_token().unwrap();
+    record_issued(&fence, "r", next.issued_token().unwrap()).unwrap();
+    // The paused holder wakes up: stale, with the message that says not to retry.
+    let err = record_issued(&fence, "r", paused_token).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::StaleToken, "{err}");
+    assert!(err.to_string().contains("the lock was lost"), "{err}");
+    assert_eq!(db.events("r"), [next_token]);
+    drop(paused);
+
+    // The live holder's token is below the row's last: the storage's last came from tokens that
+    // started again below it. A reset, not a stale holder: the message says how to get back.
+    let current = next_token + 1_000_000;
+    set_row(&db.path, "r", current);
+    assert!(next.is_valid());
+    let err = record_issued(&fence, "r", next.issued_token().unwrap()).unwrap_err();
+    let shown = err.to_string();
+    assert!(
+        shown.contains(&format!("run `fencelock reseed --above {current}`")),
+        "{shown}"
+    );
+    match &err {
+        Error::CounterReset {
+            resource,
+            presented,
+            current: last,
+            issuer,
+        } => {
+            assert_eq!(
+                (resource.as_str(), *presented, *last),
+                ("r", next_token, current)
+            );
+            assert_eq!(issuer.as_deref(), Some("redis:r"));
+        }
+        other => panic!("expected CounterReset, got {other:?}"),
+    }
+    assert!(!err.is_retryable());
+    assert_eq!(db.events("r"), [next_token], "a refused write changed data");
+
+    // The same through a guard, whose token follows the guard's live state.
+    let guard = next.auto_extend(fencelock::AutoExtend::new());
+    let err = record_issued(&fence, "r", guard.issued_token().unwrap()).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::CounterReset, "{err}");
+    // A token that does not know its lock's state: stale, as before.
+    let err = record_issued(
+        &fence,
+        "r",
+        fencelock::IssuedToken::new(next_token, "redis:r"),
+    )
+    .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::StaleToken, "{err}");
+    guard.release().await.unwrap();
+    assert_eq!(db.events("r"), [next_token]);
+}
+
+/// The way back after the reset: reseed above the storage's last, take the lock again, write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_reset_reseeding_above_the_storages_last_lets_the_next_holder_write() {
+    let nodes = fencelock_testkit::RedisNodes::start(3).unwrap();
+    let client = fenced_client(&nodes, Duration::from_secs(10));
+    let db = Db::new();
+    let fence = db.fence();
+    let lock = client.acquire("r").await.unwrap();
+    let token = lock.fencing_token().unwrap();
+    record_issued(&fence, "r", lock.issued_token().unwrap()).unwrap();
+    let current = token + 1_000_000;
+    set_row(&db.path, "r", current);
+    let err = record_issued(&fence, "r", lock.issued_token().unwrap()).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::CounterReset, "{err}");
+    lock.release().await.unwrap();
+
+    let votes = client.reseed_fence(current).await.unwrap();
+    assert_eq!(votes.granted(), 3, "{votes}");
+    let lock = client.acquire("r").await.unwrap();
+    assert!(lock.fencing_token().unwrap() > current);
+    record_issued(&fence, "r", lock.issued_token().unwrap()).unwrap();
+    assert_eq!(db.events("r"), [token, lock.fencing_token().unwrap()]);
+    lock.release().await.unwrap();
+}
+
+/// [`record`] with a token that knows its lock.
+fn record_issued(
+    fence: &SqliteFence,
+    resource: &str,
+    token: fencelock::IssuedToken,
+) -> fencelock::Result<()> {
+    let value = i64::try_from(token.value()).unwrap();
+    fence.write(resource, token, |tx| {
+        tx.execute(
+            "INSERT INTO events (resource, token) VALUES (?1, ?2)",
+            rusqlite::params![resource, value],
+        )?;
+        Ok(())
+    })
+}

@@ -37,6 +37,13 @@
 //! check the token, hand the open transaction to the closure `f` so that it can run **any**
 //! statements of its own, record the token and commit. The closure's `Ok` value is returned.
 //!
+//! With sqlx (feature `sqlx-postgres`), [`SqlxPostgresFence`] does the same check inside the
+//! caller's own transaction instead: `fence.admit(&mut tx, resource, token)` locks the fence
+//! row, checks and records the token, and the caller's `commit` applies it together with its
+//! statements (a rollback drops both; a refusal aborts the transaction so that no `commit` can
+//! apply them). The caller keeps its pool. The check itself is written once, in `logic.rs`,
+//! behind a small trait (lock the row, record the token) that each adapter implements.
+//!
 //! The closure returns `Result<T, `[`BoxError`]`>`, so `?` works on the backend's errors and on
 //! the caller's own error types alike. If it returns `Err`, the transaction is rolled back (the
 //! token is not recorded either) and `write` returns [`Error::Storage`] whose
@@ -143,17 +150,26 @@
 //!
 //! [`SqliteFence`]: crate::fence::SqliteFence
 //! [`PostgresFence`]: crate::fence::PostgresFence
-#![cfg_attr(docsrs, doc(cfg(any(feature = "sqlite", feature = "postgres"))))]
+//! [`SqlxPostgresFence`]: crate::fence::SqlxPostgresFence
+#![cfg_attr(
+    docsrs,
+    doc(cfg(any(feature = "sqlite", feature = "postgres", feature = "sqlx-postgres")))
+)]
 
 use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::IssuedToken;
 
+mod logic;
+#[cfg(any(feature = "postgres", feature = "sqlx-postgres"))]
+mod pg_sql;
 #[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(feature = "sqlite")]
 mod sqlite;
+#[cfg(feature = "sqlx-postgres")]
+mod sqlx_postgres;
 
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
@@ -161,6 +177,9 @@ pub use self::postgres::PostgresFence;
 #[cfg(feature = "sqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub use self::sqlite::SqliteFence;
+#[cfg(feature = "sqlx-postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlx-postgres")))]
+pub use self::sqlx_postgres::SqlxPostgresFence;
 
 /// The error a fenced write's closure returns: any error, boxed. `?` converts into it.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
@@ -314,13 +333,29 @@ pub(crate) fn admit(resource: &str, presented: &IssuedToken, current: Option<&Ro
         }
     }
     if presented.value() < row.token {
-        return Err(Error::StaleToken {
-            resource: resource.to_owned(),
-            presented: presented.value(),
-            current: row.token,
-        });
+        return Err(refused(resource, presented, row.token));
     }
     Ok(())
+}
+
+/// The error for a token below the row's last: a stale holder, unless the token knows that its
+/// lock is still valid, which only a counter reset explains. The lock's state is read here
+/// only, on the refusal path.
+fn refused(resource: &str, presented: &IssuedToken, current: u64) -> Error {
+    if presented.lock_still_valid() == Some(true) {
+        Error::CounterReset {
+            resource: resource.to_owned(),
+            presented: presented.value(),
+            current,
+            issuer: presented.issuer().map(str::to_owned),
+        }
+    } else {
+        Error::StaleToken {
+            resource: resource.to_owned(),
+            presented: presented.value(),
+            current,
+        }
+    }
 }
 
 /// Whether an admitted write must update the row: a newer token, or the first issuer of a row
@@ -332,6 +367,7 @@ pub(crate) fn must_record(presented: &IssuedToken, current: Option<&Row>) -> boo
 }
 
 /// The error `write` returns when the caller's closure failed (the transaction is rolled back).
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) fn closure_failed(resource: &str, error: BoxError) -> Error {
     // A fencelock error from a nested call already says what happened; wrapping it again
     // would only hide its kind from `Error::kind()`.
@@ -405,6 +441,41 @@ mod tests {
     }
 
     #[test]
+    fn a_live_lock_below_the_row_is_a_reset_and_an_expired_or_unknown_one_is_stale() {
+        use std::time::{Duration, Instant};
+        let bound = row(900, Some("redis:a"));
+        let live = IssuedToken::new(5, "redis:a")
+            .with_valid_until(Instant::now() + Duration::from_secs(3600));
+        let err = admit("r", &live, Some(&bound)).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::CounterReset, "{err}");
+        assert!(!err.is_retryable());
+        let shown = err.to_string();
+        assert!(shown.contains("fencelock reseed --above 900"), "{shown}");
+        assert!(!shown.contains('\n'), "{shown}");
+        // The lock is over: a stale holder, whatever its token.
+        let over = IssuedToken::new(5, "redis:a").with_valid_until(Instant::now());
+        assert_eq!(
+            admit("r", &over, Some(&bound)).unwrap_err().kind(),
+            ErrorKind::StaleToken
+        );
+        // A token that does not know its lock: stale, as before.
+        assert_eq!(
+            admit("r", &IssuedToken::new(5, "redis:a"), Some(&bound))
+                .unwrap_err()
+                .kind(),
+            ErrorKind::StaleToken
+        );
+        // etcd revisions cannot be reseeded: the message says so instead.
+        let etcd = IssuedToken::new(5, "etcd:a")
+            .with_valid_until(Instant::now() + Duration::from_secs(3600));
+        let err = admit("r", &etcd, Some(&row(900, Some("etcd:a")))).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::CounterReset);
+        assert!(!err.to_string().contains("reseed --above"), "{err}");
+        // Admitted tokens never look at the lock.
+        assert!(admit("r", &live, Some(&row(5, Some("redis:a")))).is_ok());
+    }
+
+    #[test]
     fn tokens_above_i64_max_are_refused_not_wrapped() {
         assert_eq!(token_to_sql("r", 0).unwrap(), 0);
         assert_eq!(token_to_sql("r", i64::MAX as u64).unwrap(), i64::MAX);
@@ -446,6 +517,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
     fn closure_errors_are_wrapped_unless_they_are_fencelock_errors() {
         let err = closure_failed("r", "out of stock".into());
         assert_eq!(err.kind(), ErrorKind::Storage);

@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use tokio_postgres::{Client, Config, NoTls, Statement, Transaction};
 
-use super::{
-    admit, closure_failed, must_record, token_from_sql, token_to_sql, BoxError, FenceOptions, Row,
-};
+use super::logic::{self, FenceRow, Presented};
+use super::pg_sql::{advisory_key, PgSql};
+use super::{closure_failed, token_from_sql, BoxError, FenceOptions, Row};
 use crate::error::{Error, Result};
 use crate::IssuedToken;
 
@@ -139,63 +139,30 @@ impl PostgresFence {
         // `CREATE TABLE IF NOT EXISTS` races with itself: two sessions can both find the table
         // missing and one then fails on the catalog's unique index. Workers that start together
         // do exactly that, so creators take turns on an advisory lock.
+        let sql = PgSql::new(&table);
         let tx = client.transaction().await.map_err(failed)?;
-        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&advisory_key(&table)])
+        tx.execute(sql.advisory_lock, &[&advisory_key(&table)])
             .await
             .map_err(failed)?;
-        // `issuer`: the lock the row is bound to (see the module docs).
-        tx.batch_execute(&format!(
-            "CREATE TABLE IF NOT EXISTS {table} (
-                 resource TEXT PRIMARY KEY,
-                 token BIGINT NOT NULL,
-                 issuer TEXT
-             )"
-        ))
-        .await
-        .map_err(failed)?;
+        tx.batch_execute(&sql.create_table).await.map_err(failed)?;
         // A table made before rows were bound gets the column. Looked up first: ALTER TABLE
         // takes an exclusive lock on the table, which would wait for every fenced write in
         // progress, at every connect.
         let has_issuer: bool = tx
-            .query_one(
-                "SELECT EXISTS (SELECT 1 FROM pg_attribute \
-                 WHERE attrelid = to_regclass($1) AND attname = 'issuer' AND NOT attisdropped)",
-                &[&table],
-            )
+            .query_one(sql.has_issuer, &[&table])
             .await
             .and_then(|row| row.try_get(0))
             .map_err(failed)?;
         if !has_issuer {
-            tx.batch_execute(&format!("ALTER TABLE {table} ADD COLUMN issuer TEXT"))
-                .await
-                .map_err(failed)?;
+            tx.batch_execute(&sql.add_issuer).await.map_err(failed)?;
         }
         tx.commit().await.map_err(failed)?;
 
         // Prepared once, so that a fenced write costs no parse round trips.
-        let insert_row = client
-            .prepare(&format!(
-                "INSERT INTO {table} (resource, token, issuer) VALUES ($1, $2, $3) \
-                 ON CONFLICT (resource) DO NOTHING"
-            ))
-            .await
-            .map_err(failed)?;
-        let lock_row = client
-            .prepare(&format!(
-                "SELECT token, issuer FROM {table} WHERE resource = $1 FOR UPDATE"
-            ))
-            .await
-            .map_err(failed)?;
-        let update_token = client
-            .prepare(&format!(
-                "UPDATE {table} SET token = $2, issuer = COALESCE(issuer, $3) WHERE resource = $1"
-            ))
-            .await
-            .map_err(failed)?;
-        let select_token = client
-            .prepare(&format!("SELECT token FROM {table} WHERE resource = $1"))
-            .await
-            .map_err(failed)?;
+        let insert_row = client.prepare(&sql.insert_row).await.map_err(failed)?;
+        let lock_row = client.prepare(&sql.lock_row).await.map_err(failed)?;
+        let update_token = client.prepare(&sql.update_token).await.map_err(failed)?;
+        let select_token = client.prepare(&sql.select_token).await.map_err(failed)?;
         Ok(PostgresFence {
             client,
             target,
@@ -262,37 +229,31 @@ impl PostgresFence {
         F: AsyncFnOnce(&Transaction<'_>) -> std::result::Result<T, BoxError>,
     {
         let token: IssuedToken = token.into();
-        let stored = token_to_sql(resource, token.value())?;
-        let target = &self.target;
-        let failed = |step: &str, e| {
-            Error::storage(
-                format!("{step} of the fenced write on {resource:?} at {target}"),
-                e,
-            )
+        let presented = Presented::new(resource, &token)?;
+        let statements = Statements {
+            target: &self.target,
+            table: &self.table,
+            insert_row: &self.insert_row,
+            lock_row: &self.lock_row,
+            update_token: &self.update_token,
         };
         let tx = self
             .client
             .transaction()
             .await
-            .map_err(|e| failed("BEGIN", e))?;
-        let issuer = token.issuer();
-        tx.execute(&self.insert_row, &[&resource, &stored, &issuer])
-            .await
-            .map_err(|e| failed("creating the fence row", e))?;
-        let (current, bound): (i64, Option<String>) = tx
-            .query_one(&self.lock_row, &[&resource])
-            .await
-            .and_then(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
-            .map_err(|e| failed("locking the fence row", e))?;
-        let current = Row {
-            token: token_from_sql(&self.table, resource, current)?,
-            issuer: bound,
+            .map_err(|e| statements.failed(resource, "BEGIN", e))?;
+        let mut rows = PostgresRows {
+            statements: &statements,
+            tx: &tx,
         };
-        if let Err(stale) = admit(resource, &token, Some(&current)) {
-            // Nothing was written but the fence row, which rolls back with the transaction.
-            let _ = tx.rollback().await;
-            return Err(stale);
-        }
+        let admitted = match logic::check(&mut rows, resource, &presented).await {
+            Ok(admitted) => admitted,
+            Err(refused) => {
+                // Nothing was written but the fence row, which rolls back with the transaction.
+                let _ = tx.rollback().await;
+                return Err(refused);
+            }
+        };
         let value = match f(&tx).await {
             Ok(value) => value,
             Err(error) => {
@@ -302,12 +263,10 @@ impl PostgresFence {
                 return Err(closure_failed(resource, error));
             }
         };
-        if must_record(&token, Some(&current)) {
-            tx.execute(&self.update_token, &[&resource, &stored, &issuer])
-                .await
-                .map_err(|e| failed("recording the token", e))?;
-        }
-        tx.commit().await.map_err(|e| failed("COMMIT", e))?;
+        logic::finish(&mut rows, resource, &presented, admitted).await?;
+        tx.commit()
+            .await
+            .map_err(|e| statements.failed(resource, "COMMIT", e))?;
         Ok(value)
     }
 
@@ -339,6 +298,64 @@ impl PostgresFence {
     }
 }
 
+/// The prepared statements of a fence, borrowed for one write.
+struct Statements<'a> {
+    target: &'a str,
+    table: &'a str,
+    insert_row: &'a Statement,
+    lock_row: &'a Statement,
+    update_token: &'a Statement,
+}
+
+impl Statements<'_> {
+    fn failed(&self, resource: &str, step: &str, e: tokio_postgres::Error) -> Error {
+        Error::storage(
+            format!(
+                "{step} of the fenced write on {resource:?} at {}",
+                self.target
+            ),
+            e,
+        )
+    }
+}
+
+/// The tokio-postgres adapter of the fence logic.
+struct PostgresRows<'a> {
+    statements: &'a Statements<'a>,
+    tx: &'a Transaction<'a>,
+}
+
+impl FenceRow for PostgresRows<'_> {
+    async fn lock_row(&mut self, resource: &str, presented: &Presented<'_>) -> Result<Option<Row>> {
+        let s = self.statements;
+        let issuer = presented.token.issuer();
+        self.tx
+            .execute(s.insert_row, &[&resource, &presented.stored, &issuer])
+            .await
+            .map_err(|e| s.failed(resource, "creating the fence row", e))?;
+        let (current, bound): (i64, Option<String>) = self
+            .tx
+            .query_one(s.lock_row, &[&resource])
+            .await
+            .and_then(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
+            .map_err(|e| s.failed(resource, "locking the fence row", e))?;
+        Ok(Some(Row {
+            token: token_from_sql(s.table, resource, current)?,
+            issuer: bound,
+        }))
+    }
+
+    async fn record(&mut self, resource: &str, presented: &Presented<'_>) -> Result<()> {
+        let s = self.statements;
+        let issuer = presented.token.issuer();
+        self.tx
+            .execute(s.update_token, &[&resource, &presented.stored, &issuer])
+            .await
+            .map(drop)
+            .map_err(|e| s.failed(resource, "recording the token", e))
+    }
+}
+
 impl fmt::Debug for PostgresFence {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PostgresFence")
@@ -346,17 +363,6 @@ impl fmt::Debug for PostgresFence {
             .field("table", &self.table)
             .finish_non_exhaustive()
     }
-}
-
-/// The advisory-lock key that serializes the creation of `table`: FNV-1a of its name, so every
-/// process derives the same key without a shared registry.
-fn advisory_key(table: &str) -> i64 {
-    let hash = format!("fencelock:{table}")
-        .bytes()
-        .fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
-            (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3)
-        });
-    i64::from_ne_bytes(hash.to_ne_bytes())
 }
 
 /// A PostgreSQL connection string with its passwords hidden, for errors and logs. Handles both
@@ -486,14 +492,5 @@ mod tests {
         assert_eq!(redact(""), "");
         assert_eq!(redact("   "), "");
         assert_eq!(redact("garbage"), "garbage");
-    }
-
-    #[test]
-    fn advisory_keys_are_stable_and_differ_per_table() {
-        assert_eq!(
-            advisory_key("fencelock_fence"),
-            advisory_key("fencelock_fence")
-        );
-        assert_ne!(advisory_key("fencelock_fence"), advisory_key("other_fence"));
     }
 }

@@ -6,9 +6,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior};
 
-use super::{
-    admit, closure_failed, must_record, token_from_sql, token_to_sql, BoxError, FenceOptions, Row,
-};
+use super::logic::{self, ready, FenceRow, Presented};
+use super::{closure_failed, token_from_sql, BoxError, FenceOptions, Row};
 use crate::error::{Error, Result};
 use crate::IssuedToken;
 
@@ -200,7 +199,7 @@ impl SqliteFence {
         F: FnOnce(&Transaction<'_>) -> std::result::Result<T, BoxError>,
     {
         let token: IssuedToken = token.into();
-        let stored = token_to_sql(resource, token.value())?;
+        let presented = Presented::new(resource, &token)?;
         let mut conn = self.lock();
         let failed = |step: &str, e| {
             Error::storage(format!("{step} of the fenced write on {resource:?}"), e)
@@ -208,9 +207,12 @@ impl SqliteFence {
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(|e| failed("BEGIN IMMEDIATE", e))?;
-        let current = self.read_row(&tx, resource)?;
+        let mut rows = SqliteRows {
+            fence: self,
+            tx: &tx,
+        };
         // An early return drops `tx`, which rolls the transaction back.
-        admit(resource, &token, current.as_ref())?;
+        let admitted = ready(logic::check(&mut rows, resource, &presented))?;
         let value = match f(&tx) {
             Ok(value) => value,
             Err(error) => {
@@ -220,13 +222,7 @@ impl SqliteFence {
                 return Err(closure_failed(resource, error));
             }
         };
-        if must_record(&token, current.as_ref()) {
-            tx.prepare_cached(&self.shared.upsert_token)
-                .and_then(|mut stmt| {
-                    stmt.execute(rusqlite::params![resource, stored, token.issuer()])
-                })
-                .map_err(|e| failed("recording the token", e))?;
-        }
+        ready(logic::finish(&mut rows, resource, &presented, admitted))?;
         tx.commit().map_err(|e| failed("COMMIT", e))?;
         Ok(value)
     }
@@ -312,6 +308,38 @@ impl SqliteFence {
             .conn
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The rusqlite adapter of the fence logic: its statements run at once, so its futures never
+/// wait. The database's write lock, taken by `BEGIN IMMEDIATE`, keeps other writers out.
+struct SqliteRows<'a> {
+    fence: &'a SqliteFence,
+    tx: &'a Transaction<'a>,
+}
+
+impl FenceRow for SqliteRows<'_> {
+    async fn lock_row(&mut self, resource: &str, _: &Presented<'_>) -> Result<Option<Row>> {
+        self.fence.read_row(self.tx, resource)
+    }
+
+    async fn record(&mut self, resource: &str, presented: &Presented<'_>) -> Result<()> {
+        self.tx
+            .prepare_cached(&self.fence.shared.upsert_token)
+            .and_then(|mut stmt| {
+                stmt.execute(rusqlite::params![
+                    resource,
+                    presented.stored,
+                    presented.token.issuer()
+                ])
+            })
+            .map(drop)
+            .map_err(|e| {
+                Error::storage(
+                    format!("recording the token of the fenced write on {resource:?}"),
+                    e,
+                )
+            })
     }
 }
 

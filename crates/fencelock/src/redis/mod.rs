@@ -28,6 +28,7 @@ mod ops;
 mod order;
 pub(crate) mod quarantine;
 mod redlock;
+mod reseed;
 mod round;
 #[cfg(test)]
 mod script_checks;

@@ -1,0 +1,101 @@
+//! The fence logic, written once: lock and read the resource's fence row in the write's own
+//! transaction, admit or refuse the token ([`super::admit`]), and record it. Each database
+//! adapter (rusqlite, tokio-postgres, sqlx) implements [`FenceRow`], the two statements that
+//! differ between drivers; everything that decides is here.
+
+use std::future::Future;
+
+use super::{admit, must_record, token_to_sql, Row};
+use crate::error::Result;
+use crate::IssuedToken;
+
+/// A token on its way into a fence row: the token and the signed value the column stores,
+/// checked before any I/O.
+#[derive(Debug)]
+pub(crate) struct Presented<'a> {
+    pub(crate) token: &'a IssuedToken,
+    pub(crate) stored: i64,
+}
+
+impl<'a> Presented<'a> {
+    /// # Errors
+    ///
+    /// [`crate::Error::InvalidConfig`] for a token above `i64::MAX`.
+    pub(crate) fn new(resource: &str, token: &'a IssuedToken) -> Result<Presented<'a>> {
+        Ok(Presented {
+            token,
+            stored: token_to_sql(resource, token.value())?,
+        })
+    }
+}
+
+/// The two statements an adapter runs inside the caller's (or its own) open transaction.
+pub(crate) trait FenceRow {
+    /// Reads the fence row of `resource` and keeps other fenced writers of it out until the
+    /// transaction ends (SQLite: the database's write lock, taken by `BEGIN IMMEDIATE`;
+    /// PostgreSQL: the row's lock, `SELECT ... FOR UPDATE`, after creating the row with
+    /// `presented` if it is missing, so that there is a row to lock). `None`: no row.
+    fn lock_row(
+        &mut self,
+        resource: &str,
+        presented: &Presented<'_>,
+    ) -> impl Future<Output = Result<Option<Row>>>;
+
+    /// Sets the row's token to `presented`, and its issuer if it had none.
+    fn record(
+        &mut self,
+        resource: &str,
+        presented: &Presented<'_>,
+    ) -> impl Future<Output = Result<()>>;
+}
+
+/// What [`check`] decided for an admitted token.
+#[derive(Debug, Clone, Copy)]
+#[must_use = "an admitted token must be recorded with `finish` before the commit"]
+pub(crate) struct Admitted {
+    record: bool,
+}
+
+/// Locks and reads the row, then admits `presented` or refuses it
+/// ([`crate::Error::StaleToken`], [`crate::Error::CounterReset`], or
+/// [`crate::Error::InvalidConfig`] for a token of another lock). Nothing is written on a refusal
+/// but a row [`FenceRow::lock_row`] created, which the caller's rollback removes.
+pub(crate) async fn check<R: FenceRow>(
+    rows: &mut R,
+    resource: &str,
+    presented: &Presented<'_>,
+) -> Result<Admitted> {
+    let current = rows.lock_row(resource, presented).await?;
+    admit(resource, presented.token, current.as_ref())?;
+    Ok(Admitted {
+        record: must_record(presented.token, current.as_ref()),
+    })
+}
+
+/// Records an admitted token (if the row does not hold it already), in the same transaction.
+pub(crate) async fn finish<R: FenceRow>(
+    rows: &mut R,
+    resource: &str,
+    presented: &Presented<'_>,
+    admitted: Admitted,
+) -> Result<()> {
+    if admitted.record {
+        rows.record(resource, presented).await?;
+    }
+    Ok(())
+}
+
+#[cfg(feature = "sqlite")]
+/// The output of a future that never waits: a synchronous adapter's (rusqlite's), whose
+/// statements run inside `poll`.
+pub(crate) fn ready<F: Future>(future: F) -> F::Output {
+    use std::task::{Context, Poll, Waker};
+    let mut future = std::pin::pin!(future);
+    match future
+        .as_mut()
+        .poll(&mut Context::from_waker(Waker::noop()))
+    {
+        Poll::Ready(output) => output,
+        Poll::Pending => unreachable!("a synchronous fence adapter's future waited"),
+    }
+}

@@ -1,0 +1,136 @@
+//! The operator's way back after a total fence-counter loss: raise the node counter
+//! ([`crate::protocol::FENCE_COUNTER_KEY`]) on every node to at least a given token.
+//!
+//! Every node lost its counter (a redeploy of all nodes without persistence) and the clocks
+//! that start a new epoch cannot be trusted, so new tokens may start below the token a fenced
+//! storage accepted last: the storage then refuses every write of a live holder with
+//! [`crate::Error::CounterReset`], which names that token. Raising the counters above it on a
+//! quorum puts the next grant's token above it, since every later quorum meets this one.
+
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use redis::{RedisError, Script};
+
+use super::ops::{eval, evalsha};
+use super::round::{Answer, Mode, Round};
+use super::RedisBackend;
+use crate::protocol::FENCE_COUNTER_KEY;
+
+/// Sets `KEYS[1]` (the node counter) to `max(current, ARGV[1])`. Both are compared as decimal
+/// digit strings, not as Lua numbers: those are doubles, exact only below 2^53, and a token may
+/// be as large as `i64::MAX`. A counter that is not a decimal integer is an error, left as it
+/// is. Replies `{1, previous}` when it raised the counter (`previous` is `''` if there was
+/// none), `{0, current}` when the counter already was at least `ARGV[1]`.
+pub(crate) const RESEED_LUA: &str = r"
+local want = ARGV[1]
+local cur = redis.call('get', KEYS[1])
+if cur then
+  if not string.match(cur, '^%d+$') then
+    return redis.error_reply('fencelock: ' .. KEYS[1] .. ' is not a counter: ' .. cur)
+  end
+  cur = (string.gsub(cur, '^0+(%d)', '%1'))
+  if #cur > #want or (#cur == #want and cur >= want) then
+    return {0, cur}
+  end
+end
+redis.call('set', KEYS[1], want)
+return {1, cur or ''}
+";
+
+/// [`RESEED_LUA`], hashed once.
+pub(crate) static RESEED: LazyLock<Script> = LazyLock::new(|| Script::new(RESEED_LUA));
+
+impl RedisBackend {
+    /// Raises the node counter to at least `above` on every node (no quarantine: raising a
+    /// counter is safe on any node), waiting for every answer within the node timeout. A
+    /// granted vote's value is the counter the node holds now.
+    pub(crate) async fn reseed(&self, above: u64, node_timeout: Duration) -> Round<u64> {
+        let mut cmd = evalsha(&RESEED, &[FENCE_COUNTER_KEY.to_owned()]);
+        cmd.arg(above.to_string());
+        let cmd = Arc::new(cmd);
+        let all = Mode::All { after: None };
+        self.round(all, &self.all, node_timeout, move |mut conn| {
+            let cmd = cmd.clone();
+            async move {
+                let (raised, counter): (i64, String) = eval(&RESEED, &cmd, &mut conn).await?;
+                let now = if raised == 1 {
+                    above
+                } else {
+                    counter.parse::<u64>().map_err(|_| {
+                        RedisError::from((
+                            redis::ErrorKind::Parse,
+                            "the fence counter is not a u64",
+                            counter,
+                        ))
+                    })?
+                };
+                Ok(Answer::Granted(now))
+            }
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use fencelock_testkit::RedisNode;
+
+    use super::*;
+
+    async fn reseed(node: &RedisNode, above: &str) -> (i64, String) {
+        let mut conn = redis::Client::open(node.url())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        RESEED
+            .key(FENCE_COUNTER_KEY)
+            .arg(above)
+            .invoke_async(&mut conn)
+            .await
+            .unwrap()
+    }
+
+    fn counter(node: &RedisNode) -> String {
+        node.cli(&["GET", FENCE_COUNTER_KEY]).unwrap()
+    }
+
+    #[tokio::test]
+    async fn the_reseed_script_raises_the_counter_exactly_and_never_lowers_it() {
+        let node = RedisNode::start().unwrap();
+        assert_eq!(reseed(&node, "70000").await, (1, String::new()));
+        assert_eq!(counter(&node), "70000");
+        // Compared as numbers: "9" < "70000" although "9" > "7" as text.
+        assert_eq!(reseed(&node, "9").await, (0, "70000".to_owned()));
+        assert_eq!(counter(&node), "70000");
+        assert_eq!(reseed(&node, "70000").await, (0, "70000".to_owned()));
+        // Beyond 2^53, where Lua's doubles would round: one more must still raise it.
+        let big = (i64::MAX - 1).to_string();
+        let below = (i64::MAX - 2).to_string();
+        assert_eq!(reseed(&node, &below).await, (1, "70000".to_owned()));
+        assert_eq!(reseed(&node, &big).await, (1, below.clone()));
+        assert_eq!(counter(&node), big);
+        assert_eq!(reseed(&node, &below).await, (0, big.clone()));
+        assert_eq!(counter(&node), big);
+    }
+
+    #[tokio::test]
+    async fn the_reseed_script_leaves_a_counter_that_is_not_a_number() {
+        let node = RedisNode::start().unwrap();
+        node.cli(&["SET", FENCE_COUNTER_KEY, "garbage"]).unwrap();
+        let mut conn = redis::Client::open(node.url())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        let err = RESEED
+            .key(FENCE_COUNTER_KEY)
+            .arg("5")
+            .invoke_async::<(i64, String)>(&mut conn)
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("not a counter"), "{err}");
+        assert_eq!(counter(&node), "garbage");
+    }
+}
