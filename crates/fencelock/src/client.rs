@@ -107,10 +107,12 @@ impl Client {
                 enabled: config.quarantine(),
                 own_ttl: config.ttl(),
             };
+            let tls = config.tls().load()?;
             Backend::Redis(RedisBackend::new(
                 addrs,
                 config.connect_timeout(),
                 quarantine,
+                Some(&tls),
             )?)
         } else {
             etcd_backend(addrs, &config)?

@@ -124,7 +124,8 @@
 //!   `fencelock::tokio_postgres`).
 //! - `etcd`: `etcd://` node URLs, locks on an etcd cluster whose revisions are the fencing
 //!   tokens.
-//! - `tls`: `rediss://` node URLs.
+//! - `tls`: `rediss://` node URLs, and `etcds://` with `etcd` (rustls with the ring provider);
+//!   [`TlsConfig`] sets a CA and a client certificate.
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -154,6 +155,7 @@ pub mod quorum;
 mod redis;
 mod retry;
 mod scoped;
+mod tls;
 mod token;
 mod validity;
 mod vote;
@@ -168,6 +170,7 @@ pub use crate::lock::Lock;
 pub use crate::node::{NodeAddr, Scheme};
 pub use crate::node_error::{FailureCause, NodeError};
 pub use crate::retry::RetryPolicy;
+pub use crate::tls::TlsConfig;
 pub use crate::vote::{NodeVote, VoteOutcome, Votes};
 
 #[cfg(feature = "sqlite")]

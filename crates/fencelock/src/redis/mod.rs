@@ -13,6 +13,7 @@ pub(crate) mod quarantine;
 #[cfg(test)]
 mod script_checks;
 pub(crate) mod scripts;
+mod tls;
 pub(crate) mod version;
 mod watch;
 
@@ -37,6 +38,7 @@ use crate::node::NodeAddr;
 use crate::node_error::NodeError;
 use crate::queue::{self, Ticket};
 use crate::quorum::{Decision, Tally};
+use crate::tls::TlsMaterial;
 use crate::vote::{NodeVote, VoteOutcome, Votes};
 
 /// One node's answer to one request, before it becomes a vote.
@@ -93,11 +95,12 @@ impl RedisBackend {
         addrs: Vec<NodeAddr>,
         connect_timeout: Duration,
         quarantine: Quarantine,
+        tls: Option<&TlsMaterial>,
     ) -> Result<Self, Error> {
         let quorum = crate::quorum::quorum(addrs.len());
         let nodes = addrs
             .into_iter()
-            .map(|a| NodeConn::new(a, connect_timeout, quarantine).map(Arc::new))
+            .map(|a| NodeConn::new(a, connect_timeout, quarantine, tls).map(Arc::new))
             .collect::<Result<Arc<[_]>, _>>()?;
         let watch = Arc::new(ReleaseWatch::new(
             nodes.iter().map(|n| n.client().clone()).collect(),
@@ -920,7 +923,8 @@ mod tests {
             enabled: false,
             own_ttl: Duration::from_secs(1),
         };
-        let backend = RedisBackend::new(vec![addr], Duration::from_millis(10), quarantine).unwrap();
+        let backend =
+            RedisBackend::new(vec![addr], Duration::from_millis(10), quarantine, None).unwrap();
         let cmd = Arc::new(redis::cmd("PING"));
         let inflight = backend.launch(&[0], None, None, move |mut conn| {
             let cmd = cmd.clone();
