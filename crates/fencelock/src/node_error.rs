@@ -83,7 +83,7 @@ impl NodeError {
                 "put the node's password in its URL: redis://:PASSWORD@host:port, or redis://USER:PASSWORD@host:port for an ACL user"
             }
             FailureCause::NoPermission => {
-                "let the URL's user run fencelock's scripts and the commands they call on the lock keys, e.g. ACL SETUSER NAME +@scripting +@read +@write +info +time +@pubsub ~* &*"
+                "let the URL's user run fencelock's scripts and the commands they call on the lock keys, e.g. ACL SETUSER NAME +@scripting +@read +@write +info +time +@pubsub ~LOCK-KEY-PATTERN ~fencelock:* &fencelock:*"
             }
             FailureCause::ReadOnly => {
                 "list primaries, not replicas: Redlock needs independent primaries (`fencelock doctor` names replicas)"
