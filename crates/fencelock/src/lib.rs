@@ -126,9 +126,14 @@
 //!   tokens.
 //! - `tls`: `rediss://` node URLs, and `etcds://` with `etcd` (rustls with the ring provider);
 //!   [`TlsConfig`] sets a CA and a client certificate.
+//! - `blocking`: `fencelock::blocking`, the same client, lock, guard and lost signal with
+//!   blocking calls, on a runtime thread of its own.
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+#[cfg(feature = "blocking")]
+#[cfg_attr(docsrs, doc(cfg(feature = "blocking")))]
+pub mod blocking;
 mod client;
 mod config;
 mod context;
