@@ -143,6 +143,8 @@ pub(crate) async fn bench(global: &Global, args: BenchArgs) -> anyhow::Result<u8
             // Fresh nodes never granted a lock they could have forgotten.
             quarantine: Some(false),
             long_ttl: global.allow_long_ttl,
+            connect_timeout: global.connect_timeout,
+            tls: Default::default(),
         },
         None => settings::resolve(global)?,
     };

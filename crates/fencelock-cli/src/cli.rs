@@ -27,7 +27,8 @@ pub(crate) struct Global {
     #[arg(long, global = true, value_name = "URL,URL,...", value_delimiter = ',')]
     pub(crate) nodes: Vec<String>,
 
-    /// A TOML config file (keys: nodes, ttl, node_timeout, drift_factor, fencing, quarantine).
+    /// A TOML config file (keys: nodes, ttl, node_timeout, connect_timeout, drift_factor,
+    /// fencing, quarantine, tls_ca, tls_cert, tls_key).
     /// Default: $FENCELOCK_CONFIG, else $XDG_CONFIG_HOME/fencelock/config.toml if it exists.
     /// Each setting comes from its flag, else its environment variable, else this file, else
     /// the default.
@@ -48,6 +49,24 @@ pub(crate) struct Global {
     /// the TTL so that a dead node cannot eat the validity.
     #[arg(long, global = true, env = "FENCELOCK_NODE_TIMEOUT", value_name = "DURATION", value_parser = parse_duration)]
     pub(crate) node_timeout: Option<Duration>,
+
+    /// Time to establish a connection to a node, TLS handshake included (default 1s, or the
+    /// config file's).
+    #[arg(long, global = true, env = "FENCELOCK_CONNECT_TIMEOUT", value_name = "DURATION", value_parser = parse_duration)]
+    pub(crate) connect_timeout: Option<Duration>,
+
+    /// For rediss:// and etcds:// nodes: trust only the CA certificate(s) in this PEM file
+    /// (default: the public roots, or the config file's tls_ca).
+    #[arg(long, global = true, env = "FENCELOCK_TLS_CA", value_name = "FILE")]
+    pub(crate) tls_ca: Option<PathBuf>,
+
+    /// For nodes that require a client certificate: the certificate (PEM file); needs --tls-key.
+    #[arg(long, global = true, env = "FENCELOCK_TLS_CERT", value_name = "FILE")]
+    pub(crate) tls_cert: Option<PathBuf>,
+
+    /// The client certificate's private key (PEM file). Its path is never printed.
+    #[arg(long, global = true, env = "FENCELOCK_TLS_KEY", value_name = "FILE")]
+    pub(crate) tls_key: Option<PathBuf>,
 
     /// Count nodes that restarted less than a TTL ago toward the quorum at once. By default
     /// (for several nodes) such a node is left out for a TTL, because it may have forgotten a

@@ -522,7 +522,7 @@ async fn gather(node: &Node) -> NodeFacts {
 ///
 /// A usage failure for a bad node URL; unreachable nodes are a failing check, not an error.
 pub(crate) async fn doctor(settings: &Settings, json: bool) -> anyhow::Result<u8> {
-    let nodes = Node::parse_all(&settings.nodes)?;
+    let nodes = Node::parse_all(&settings.nodes, &settings.tls)?;
     let facts = futures_util::future::join_all(nodes.iter().map(gather)).await;
     let limits = Limits {
         ttl: settings.ttl,

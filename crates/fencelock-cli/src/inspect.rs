@@ -161,7 +161,7 @@ pub(crate) fn summarize(states: &[NodeState]) -> Summary {
 /// If the resource's key is not a lock key on some node, a sentence saying so, for errors of
 /// the lock commands (a list at the resource name looks like "held by another owner" to SET NX).
 pub(crate) async fn explain_wrong_type(settings: &Settings, resource: &str) -> Option<String> {
-    let nodes = Node::parse_all(&settings.nodes).ok()?;
+    let nodes = Node::parse_all(&settings.nodes, &settings.tls).ok()?;
     let states = probe(&nodes, resource, PROBE_TIMEOUT).await;
     let summary = summarize(&states);
     if summary.wrong_type.is_empty() {
@@ -298,7 +298,7 @@ pub(crate) async fn inspect(settings: &Settings, resource: &str, json: bool) -> 
         )
         .into());
     }
-    let nodes = Node::parse_all(&settings.nodes)?;
+    let nodes = Node::parse_all(&settings.nodes, &settings.tls)?;
     let timeout = PROBE_TIMEOUT.max(settings.node_timeout);
     let states = probe(&nodes, resource, timeout).await;
     let summary = summarize(&states);

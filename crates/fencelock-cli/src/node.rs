@@ -7,6 +7,49 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, FromRedisValue};
 
 use crate::exit::Failure;
+use crate::settings::TlsFiles;
+
+/// The TLS files read, in the driver's form; `None` when none is given.
+fn tls_material(tls: &TlsFiles) -> Result<Option<redis::TlsCertificates>, Failure> {
+    if tls.ca.is_none() && tls.cert.is_none() && tls.key.is_none() {
+        return Ok(None);
+    }
+    // The key's path is never shown: `what` names the flag only.
+    let read = |path: &std::path::Path, what: &str, show: bool| {
+        std::fs::read(path).map_err(|e| {
+            let shown = if show {
+                format!(" {}", path.display())
+            } else {
+                String::new()
+            };
+            Failure::usage(format!(
+                "{what}{shown}: cannot read it ({:?}); check the path and its permissions",
+                e.kind()
+            ))
+        })
+    };
+    let root_cert = tls
+        .ca
+        .as_deref()
+        .map(|p| read(p, "--tls-ca", true))
+        .transpose()?;
+    let client_tls = match (&tls.cert, &tls.key) {
+        (Some(cert), Some(key)) => Some(redis::ClientTlsConfig {
+            client_cert: read(cert, "--tls-cert", true)?,
+            client_key: read(key, "--tls-key", false)?,
+        }),
+        (None, None) => None,
+        _ => {
+            return Err(Failure::usage(
+                "--tls-cert and --tls-key go together: give the client certificate and its key",
+            ))
+        }
+    };
+    Ok(Some(redis::TlsCertificates {
+        client_tls,
+        root_cert,
+    }))
+}
 
 /// One node: its URL, the redacted form, and a client that has not connected yet.
 #[derive(Debug, Clone)]
@@ -47,11 +90,33 @@ impl Node {
     /// # Errors
     ///
     /// The first entry that does not parse.
-    pub(crate) fn parse_all(urls: &[String]) -> Result<Vec<Node>, Failure> {
+    pub(crate) fn parse_all(urls: &[String], tls: &TlsFiles) -> Result<Vec<Node>, Failure> {
+        let material = tls_material(tls)?;
         urls.iter()
             .enumerate()
-            .map(|(i, url)| Node::parse(url, i))
+            .map(|(i, url)| {
+                let node = Node::parse(url, i)?;
+                match (
+                    &material,
+                    url.trim().to_ascii_lowercase().starts_with("rediss://"),
+                ) {
+                    (Some(m), true) => node.with_tls(url.trim(), m.clone()),
+                    _ => Ok(node),
+                }
+            })
             .collect()
+    }
+
+    /// The same node over TLS with a CA and client certificate of the command line's.
+    fn with_tls(self, url: &str, certificates: redis::TlsCertificates) -> Result<Node, Failure> {
+        let client = redis::Client::build_with_tls(url, certificates).map_err(|e| {
+            Failure::usage(format!(
+                "node {}: the TLS settings were refused: {}; check --tls-ca, --tls-cert and --tls-key",
+                self.name,
+                e.category()
+            ))
+        })?;
+        Ok(Node { client, ..self })
     }
 
     /// Connects, with `timeout` bounding the connection and every later request.

@@ -102,7 +102,7 @@ fn not_answered(votes: &Votes) -> String {
 /// Each node's counter as it is now (it may already have been above `above`), read with a
 /// plain `GET`; an error for a node that did not answer.
 async fn read_back(settings: &Settings, votes: &Votes) -> Vec<Result<String, String>> {
-    let Ok(nodes) = Node::parse_all(&settings.nodes) else {
+    let Ok(nodes) = Node::parse_all(&settings.nodes, &settings.tls) else {
         return votes
             .iter()
             .map(|_| Err("not a Redis URL".to_owned()))

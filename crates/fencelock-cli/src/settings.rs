@@ -52,6 +52,45 @@ pub(crate) struct Settings {
     pub(crate) quarantine: Option<bool>,
     /// `--allow-long-ttl`: a TTL above a day was asked for explicitly.
     pub(crate) long_ttl: bool,
+    /// `--connect-timeout`; `None` leaves the library's default.
+    pub(crate) connect_timeout: Option<Duration>,
+    /// The TLS files (`--tls-ca`, `--tls-cert`, `--tls-key`).
+    pub(crate) tls: TlsFiles,
+}
+
+/// The TLS files of the command line or config file. `Debug` never shows the key's path.
+#[derive(Clone, Default)]
+pub(crate) struct TlsFiles {
+    pub(crate) ca: Option<PathBuf>,
+    pub(crate) cert: Option<PathBuf>,
+    pub(crate) key: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for TlsFiles {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsFiles")
+            .field("ca", &self.ca)
+            .field("cert", &self.cert)
+            .field("key", &self.key.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+impl TlsFiles {
+    /// The library's TLS settings for these files.
+    pub(crate) fn config(&self) -> fencelock::TlsConfig {
+        let mut tls = fencelock::TlsConfig::new();
+        if let Some(ca) = &self.ca {
+            tls = tls.with_ca_file(ca);
+        }
+        if let Some(cert) = &self.cert {
+            tls = tls.with_client_cert_file(cert);
+        }
+        if let Some(key) = &self.key {
+            tls = tls.with_client_key_file(key);
+        }
+        tls
+    }
 }
 
 impl Settings {
@@ -61,7 +100,11 @@ impl Settings {
             .with_ttl(self.ttl)
             .with_node_timeout(self.node_timeout)
             .with_fencing(fencing || self.fencing)
-            .with_long_ttl(self.long_ttl);
+            .with_long_ttl(self.long_ttl)
+            .with_tls(self.tls.config());
+        if let Some(timeout) = self.connect_timeout {
+            config = config.with_connect_timeout(timeout);
+        }
         if let Some(drift) = self.drift_factor {
             config = config.with_drift_factor(drift);
         }
@@ -117,9 +160,13 @@ struct FileConfig {
     nodes: Option<Vec<String>>,
     ttl: Option<String>,
     node_timeout: Option<String>,
+    connect_timeout: Option<String>,
     drift_factor: Option<f64>,
     fencing: Option<bool>,
     quarantine: Option<bool>,
+    tls_ca: Option<PathBuf>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
 }
 
 /// Resolves the settings from the global options, the environment and the files.
@@ -153,6 +200,16 @@ pub(crate) fn resolve(global: &Global) -> Result<Settings, Failure> {
         Some(t) => t,
         None => duration("node_timeout", &file.node_timeout, &file_path)?
             .unwrap_or(DEFAULT_NODE_TIMEOUT),
+    };
+    let connect_timeout = match global.connect_timeout {
+        Some(t) => Some(t),
+        None => duration("connect_timeout", &file.connect_timeout, &file_path)?,
+    };
+    // Relative paths in the file are taken from the working directory, as on the command line.
+    let tls = TlsFiles {
+        ca: global.tls_ca.clone().or(file.tls_ca.clone()),
+        cert: global.tls_cert.clone().or(file.tls_cert.clone()),
+        key: global.tls_key.clone().or(file.tls_key.clone()),
     };
 
     let (nodes, source) = if !global.nodes.is_empty() {
@@ -203,6 +260,8 @@ pub(crate) fn resolve(global: &Global) -> Result<Settings, Failure> {
         fencing: file.fencing.unwrap_or(false),
         quarantine,
         long_ttl: global.allow_long_ttl,
+        connect_timeout,
+        tls,
     })
 }
 
@@ -281,7 +340,7 @@ fn load_config_file(flag: Option<&Path>) -> Result<(FileConfig, Option<PathBuf>)
     })?;
     let file: FileConfig = toml::from_str(&text).map_err(|e| {
         Failure::usage(format!(
-            "config file {} is not valid: {}; expected keys: nodes = [\"redis://...\"], ttl = \"30s\", node_timeout = \"50ms\", drift_factor = 0.01, fencing = false, quarantine = true",
+            "config file {} is not valid: {}; expected keys: nodes = [\"redis://...\"], ttl = \"30s\", node_timeout = \"50ms\", connect_timeout = \"1s\", drift_factor = 0.01, fencing = false, quarantine = true, tls_ca = \"ca.pem\", tls_cert = \"client.pem\", tls_key = \"client.key\"",
             path.display(),
             e.message()
         ))
@@ -300,6 +359,12 @@ mod tests {
         assert_eq!(file.nodes.unwrap(), ["redis://a:1"]);
         assert_eq!(file.ttl.as_deref(), Some("10s"));
         assert_eq!(file.fencing, Some(true));
+        let file: FileConfig = toml::from_str(
+            "connect_timeout = \"2s\"\ntls_ca = \"ca.pem\"\ntls_cert = \"c.pem\"\ntls_key = \"c.key\"\n",
+        )
+        .unwrap();
+        assert_eq!(file.connect_timeout.as_deref(), Some("2s"));
+        assert_eq!(file.tls_key, Some(PathBuf::from("c.key")));
         assert!(toml::from_str::<FileConfig>("nodez = []").is_err());
     }
 

@@ -57,10 +57,23 @@ impl EtcdCluster {
                 "an etcd cluster needs at least one member",
             ));
         }
-        retry_addr_in_use(START_TRIES, || EtcdCluster::start_once(n))
+        retry_addr_in_use(START_TRIES, || EtcdCluster::start_once(n, &|_| None))
     }
 
-    fn start_once(n: usize) -> io::Result<EtcdCluster> {
+    /// Starts one member that also serves TLS on a port of its own (see `etcd_tls.rs`).
+    pub(crate) fn start_tls(flags: Vec<String>) -> io::Result<(EtcdCluster, u16)> {
+        retry_addr_in_use(START_TRIES, || {
+            let port = free_port()?;
+            let cluster = EtcdCluster::start_once(1, &|_| Some((port, flags.clone())))?;
+            Ok((cluster, port))
+        })
+    }
+
+    /// `tls(i)`: the TLS port and flags of member `i`, if it serves TLS.
+    fn start_once(
+        n: usize,
+        tls: &dyn Fn(usize) -> Option<(u16, Vec<String>)>,
+    ) -> io::Result<EtcdCluster> {
         static CLUSTERS: AtomicU64 = AtomicU64::new(0);
         let dir = tempfile::Builder::new()
             .prefix("fencelock-etcd-")
@@ -83,15 +96,20 @@ impl EtcdCluster {
         );
         let members = ports
             .into_iter()
-            .map(|(name, client, peer)| {
-                EtcdMember::new(
+            .enumerate()
+            .map(|(i, (name, client, peer))| {
+                let member = EtcdMember::new(
                     name,
                     client,
                     peer,
                     initial_cluster.clone(),
                     token.clone(),
                     dir.path(),
-                )
+                );
+                match tls(i) {
+                    Some((port, flags)) => member.with_tls(port, flags),
+                    None => member,
+                }
             })
             .collect();
         let cluster = EtcdCluster { members, _dir: dir };

@@ -37,6 +37,8 @@ pub struct EtcdMember {
     /// from the member itself; stable across restarts.
     member_id: Mutex<Option<String>>,
     process: ServerProcess,
+    /// A second client port serving TLS, and the TLS flags (see `etcd_tls.rs`).
+    tls: Option<(u16, Vec<String>)>,
 }
 
 impl EtcdMember {
@@ -58,7 +60,14 @@ impl EtcdMember {
             initial_cluster,
             token,
             member_id: Mutex::new(None),
+            tls: None,
         }
+    }
+
+    /// Also serves clients over TLS on `port`, with these etcd flags (certificate files).
+    pub(crate) fn with_tls(mut self, port: u16, flags: Vec<String>) -> EtcdMember {
+        self.tls = Some((port, flags));
+        self
     }
 
     /// `name=http://127.0.0.1:<peer port>`, this member's part of
@@ -70,13 +79,18 @@ impl EtcdMember {
     /// Spawns the process without waiting for it.
     pub(crate) fn spawn(&self) -> io::Result<()> {
         let client = format!("http://127.0.0.1:{}", self.client_port);
+        // With TLS, the plain port stays for the kit's health probes (loopback only).
+        let listen = match &self.tls {
+            Some((port, _)) => format!("{client},https://127.0.0.1:{port}"),
+            None => client.clone(),
+        };
         let peer = format!("http://127.0.0.1:{}", self.peer_port);
         let mut cmd = Command::new("etcd");
         cmd.arg("--name")
             .arg(&self.name)
             .arg("--data-dir")
             .arg(&self.data_dir)
-            .args(["--listen-client-urls", &client])
+            .args(["--listen-client-urls", &listen])
             .args(["--advertise-client-urls", &client])
             .args(["--listen-peer-urls", &peer])
             .args(["--initial-advertise-peer-urls", &peer])
@@ -86,6 +100,9 @@ impl EtcdMember {
             .args(["--heartbeat-interval", HEARTBEAT_MS])
             .args(["--election-timeout", ELECTION_TIMEOUT_MS])
             .args(["--logger", "zap", "--log-outputs", "stderr"]);
+        if let Some((_, flags)) = &self.tls {
+            cmd.args(flags);
+        }
         // Settings from the environment (ETCD_*) would override the flags.
         for (key, _) in std::env::vars_os() {
             if key.to_string_lossy().starts_with("ETCD_") {

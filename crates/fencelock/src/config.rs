@@ -6,6 +6,7 @@ use crate::error::Error;
 use crate::node::NodeAddr;
 use crate::pure::retry::RetryPolicy;
 use crate::pure::validity;
+use crate::tls::TlsConfig;
 
 /// How a [`Client`](crate::Client) takes locks.
 ///
@@ -34,6 +35,7 @@ pub struct Config {
     fencing: bool,
     quarantine: Option<bool>,
     long_ttl: bool,
+    tls: TlsConfig,
 }
 
 impl Config {
@@ -74,6 +76,7 @@ impl Config {
             fencing: false,
             quarantine: None,
             long_ttl: false,
+            tls: TlsConfig::new(),
         }
     }
 
@@ -137,6 +140,18 @@ impl Config {
     pub fn with_long_ttl(mut self, allow: bool) -> Config {
         self.long_ttl = allow;
         self
+    }
+
+    /// TLS for `rediss://` and `etcds://` nodes: the CA to trust and the client certificate to
+    /// present (see [`TlsConfig`]). Default: the public roots, no client certificate.
+    pub fn with_tls(mut self, tls: TlsConfig) -> Config {
+        self.tls = tls;
+        self
+    }
+
+    /// The TLS settings.
+    pub fn tls(&self) -> &TlsConfig {
+        &self.tls
     }
 
     /// The node URLs as given (with secrets: do not log them; use [`NodeAddr`] to display).
@@ -212,6 +227,7 @@ impl Config {
                 }
             }
         }
+        self.tls.check(&nodes)?;
         if !(0.0..1.0).contains(&self.drift_factor) || self.drift_factor.is_nan() {
             return Err(Error::config(
                 "drift factor",
@@ -296,6 +312,7 @@ impl std::fmt::Debug for Config {
             .field("fencing", &self.fencing)
             .field("quarantine", &self.quarantine())
             .field("long_ttl", &self.long_ttl)
+            .field("tls", &self.tls)
             .finish()
     }
 }

@@ -12,6 +12,12 @@ const NODES: &str = "FENCELOCK_NODES";
 const TTL: &str = "FENCELOCK_TTL";
 /// The per-node timeout, with a unit.
 const NODE_TIMEOUT: &str = "FENCELOCK_NODE_TIMEOUT";
+/// The connect timeout, with a unit.
+const CONNECT_TIMEOUT: &str = "FENCELOCK_CONNECT_TIMEOUT";
+/// TLS files (PEM): the CA, the client certificate, its key.
+const TLS_CA: &str = "FENCELOCK_TLS_CA";
+const TLS_CERT: &str = "FENCELOCK_TLS_CERT";
+const TLS_KEY: &str = "FENCELOCK_TLS_KEY";
 /// Restart quarantine: `on` or `off` (also `true`/`false`, `1`/`0`).
 const QUARANTINE: &str = "FENCELOCK_QUARANTINE";
 
@@ -24,6 +30,9 @@ impl Config {
     ///   `eval "$(fencelock nodes --export)"` sets it.
     /// - `FENCELOCK_TTL`, `FENCELOCK_NODE_TIMEOUT` (optional): durations with a unit (`ms`,
     ///   `s`, `m`, `h`), e.g. `10s`, `50ms`.
+    /// - `FENCELOCK_CONNECT_TIMEOUT` (optional): a duration, [`Config::with_connect_timeout`].
+    /// - `FENCELOCK_TLS_CA`, `FENCELOCK_TLS_CERT`, `FENCELOCK_TLS_KEY` (optional): PEM files
+    ///   for `rediss://` and `etcds://` nodes ([`Config::with_tls`]), as the command reads them.
     /// - `FENCELOCK_QUARANTINE` (optional): `on` or `off`, the restart quarantine
     ///   ([`Config::with_quarantine`]).
     ///
@@ -59,6 +68,21 @@ impl Config {
         if let Some(timeout) = duration(&var, NODE_TIMEOUT)? {
             config = config.with_node_timeout(timeout);
         }
+        if let Some(timeout) = duration(&var, CONNECT_TIMEOUT)? {
+            config = config.with_connect_timeout(timeout);
+        }
+        let path = |name| var(name).filter(|v| !v.trim().is_empty());
+        let mut tls = crate::TlsConfig::new();
+        if let Some(ca) = path(TLS_CA) {
+            tls = tls.with_ca_file(ca);
+        }
+        if let Some(cert) = path(TLS_CERT) {
+            tls = tls.with_client_cert_file(cert);
+        }
+        if let Some(key) = path(TLS_KEY) {
+            tls = tls.with_client_key_file(key);
+        }
+        config = config.with_tls(tls);
         if let Some(text) = var(QUARANTINE).filter(|v| !v.trim().is_empty()) {
             let on = match text.trim().to_ascii_lowercase().as_str() {
                 "on" | "true" | "1" | "yes" => true,
@@ -125,8 +149,12 @@ mod tests {
             (TTL, "2s"),
             (NODE_TIMEOUT, "250ms"),
             (QUARANTINE, "off"),
+            (CONNECT_TIMEOUT, "3s"),
+            (TLS_CA, "/etc/ca.pem"),
         ])
         .unwrap();
+        assert_eq!(c.connect_timeout(), Duration::from_secs(3));
+        assert!(c.tls().has_ca() && !c.tls().has_client_cert());
         assert_eq!(
             c.nodes(),
             [

@@ -157,12 +157,18 @@
 //!   both.
 //! - `etcd`: `etcd://` node URLs, locks on an etcd cluster whose revisions are the fencing
 //!   tokens.
-//! - `tls`: `rediss://` node URLs.
+//! - `tls`: `rediss://` node URLs, and `etcds://` with `etcd` (rustls with the ring provider);
+//!   [`TlsConfig`] sets a CA and a client certificate.
+//! - `blocking`: `fencelock::blocking`, the same client, lock, guard and lost signal with
+//!   blocking calls, on a runtime thread of its own.
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod acquire;
 mod backend;
+#[cfg(feature = "blocking")]
+#[cfg_attr(docsrs, doc(cfg(feature = "blocking")))]
+pub mod blocking;
 mod client;
 mod config;
 mod context;
@@ -185,6 +191,7 @@ mod reentry;
 mod reseed;
 mod scoped;
 mod semaphore;
+mod tls;
 mod waiter;
 
 // Public for the benches, the model checker and the CLI only: not part of the API. The key
@@ -206,6 +213,7 @@ pub use crate::pure::node_error::{FailureCause, NodeError};
 pub use crate::pure::retry::RetryPolicy;
 pub use crate::pure::vote::{NodeVote, VoteOutcome, Votes};
 pub use crate::semaphore::{Semaphore, MAX_PERMITS};
+pub use crate::tls::TlsConfig;
 pub use crate::waiter::Waiter;
 
 #[cfg(feature = "sqlite")]

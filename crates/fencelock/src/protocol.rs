@@ -27,6 +27,12 @@
 //!   there in the same script ([`ANNOUNCE_FUNCTION`], called as `announce(ttl_ms)`); a client
 //!   judging a restarted node reads it from the other nodes. A client in another language that
 //!   shares the nodes and uses a longer TTL than fencelock's clients should announce it too.
+//!
+//! Every key and pub/sub channel fencelock uses besides the lock keys starts with
+//! [`RESERVED_PREFIX`]. An ACL user limited to the lock keys' pattern, `~fencelock:*` and
+//! `&fencelock:*` (with `+@scripting +@read +@write +info +time +@pubsub`) can do everything
+//! fencelock does: `tests/connection.rs` runs fencing, the waiting line, extension,
+//! auto-extension and scoped work as such a user, and sees no key or channel refused.
 
 //!
 //! Semaphores ([`crate::Semaphore`]): slot `i` of the semaphore `resource` is the ordinary lock

@@ -3,8 +3,8 @@
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::protocol::FENCE_COUNTER_KEY;
+use crate::pure::quorum::Decision;
 use crate::pure::vote::Votes;
-use crate::quorum::Decision;
 
 impl Client {
     /// Raises the fence counter of every node ([`FENCE_COUNTER_KEY`]) to at least `above`

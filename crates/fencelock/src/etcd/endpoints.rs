@@ -8,7 +8,7 @@ use crate::node::{NodeAddr, Scheme};
 /// The members of one etcd cluster, as gRPC endpoints, and the credentials to log in with.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Endpoints {
-    /// `http://host:port` per member, in configured order.
+    /// `http://host:port` (`https://` for `etcds://`) per member, in configured order.
     pub(crate) urls: Vec<String>,
     /// The user and password from the URLs (`etcd://user:password@host:port`), if any.
     pub(crate) credentials: Option<Credentials>,
@@ -32,16 +32,22 @@ impl Endpoints {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidConfig`] for `etcds://` (this build has no TLS for etcd), a URL with a
-    /// path (fencelock chooses its own keys), or members given different credentials.
+    /// [`Error::InvalidConfig`] for `etcds://` in a build without the `tls` feature, members
+    /// reached partly with and partly without TLS, a URL with a path (fencelock chooses its own keys), or members given different credentials.
     pub(crate) fn parse(addrs: &[NodeAddr]) -> Result<Endpoints> {
         let mut urls = Vec::with_capacity(addrs.len());
         let mut credentials: Option<Credentials> = None;
         for addr in addrs {
-            if addr.scheme() == Scheme::EtcdTls {
+            if addr.scheme() == Scheme::EtcdTls && !cfg!(feature = "tls") {
                 return Err(Error::config(
                     format!("node URL {addr}"),
-                    "etcds:// (TLS) is not supported: fencelock's etcd client is built without TLS, to keep its dependencies small; reach etcd over etcd:// on a trusted network (or through a local TLS proxy)",
+                    "etcds:// (TLS) needs fencelock's `tls` feature (cargo add fencelock --features etcd,tls)",
+                ));
+            }
+            if (addr.scheme() == Scheme::EtcdTls) != (addrs[0].scheme() == Scheme::EtcdTls) {
+                return Err(Error::config(
+                    "nodes",
+                    format!("{addr} and {} mix etcd:// and etcds://; the members of one cluster are reached one way", addrs[0]),
                 ));
             }
             let (userinfo, path) = split_url(addr.secret_url());
@@ -72,7 +78,12 @@ impl Endpoints {
                     ))
                 }
             }
-            urls.push(format!("http://{}", addr.host_port()));
+            let scheme = if addr.scheme() == Scheme::EtcdTls {
+                "https"
+            } else {
+                "http"
+            };
+            urls.push(format!("{scheme}://{}", addr.host_port()));
         }
         Ok(Endpoints { urls, credentials })
     }
@@ -128,9 +139,17 @@ mod tests {
     }
 
     #[test]
-    fn tls_and_paths_are_refused_with_the_reason() {
-        let err = parse(&["etcds://h:1"]).unwrap_err().to_string();
-        assert!(err.contains("TLS"), "{err}");
+    fn tls_mixes_and_paths_are_refused_with_the_reason() {
+        if cfg!(feature = "tls") {
+            assert_eq!(parse(&["etcds://h:1"]).unwrap().urls, ["https://h:1"]);
+        } else {
+            let err = parse(&["etcds://h:1"]).unwrap_err().to_string();
+            assert!(err.contains("`tls` feature"), "{err}");
+        }
+        let err = parse(&["etcd://h:1", "etcds://h:2"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("mix"), "{err}");
         let err = parse(&["etcd://u:hunter2@h:1/prefix"])
             .unwrap_err()
             .to_string();

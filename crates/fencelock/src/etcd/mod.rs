@@ -44,8 +44,9 @@
 //! refuses instead of answering from stale state.
 //!
 //! URLs: `etcd://[user:password@]host:port` (the login, if given, is shared by all members).
-//! `etcds://` is refused with [`Error::InvalidConfig`]: the etcd client is built without TLS,
-//! which would need etcd-client's `tls` feature (rustls and ring).
+//! `etcds://` takes TLS (with the `tls` feature: etcd-client's rustls and ring) and the CA and
+//! client certificate of [`crate::TlsConfig`]; without the feature it is refused with
+//! [`Error::InvalidConfig`].
 //!
 //! Cancellation: a cancelled acquisition revokes its lease from a background task when a tokio
 //! runtime is running; otherwise its keys stay in the queues, delaying the waiters behind them,
@@ -54,6 +55,8 @@
 mod endpoints;
 mod keys;
 mod timing;
+#[cfg(feature = "tls")]
+mod tls;
 
 use std::fmt;
 use std::future::Future;
@@ -97,6 +100,8 @@ pub(crate) struct Cluster {
     lease_secs: i64,
     drift: Duration,
     client: OnceCell<EtcdClient>,
+    /// The CA and client certificate for `etcds://` members.
+    tls: Option<crate::tls::TlsMaterial>,
     /// Places in line kept between the calls of a wait split over several calls: the
     /// resources and the entry. Their leases are not renewed here; an abandoned one expires.
     parked: std::sync::Mutex<Vec<(Vec<String>, Entry)>>,
@@ -143,8 +148,11 @@ struct Fail {
 
 impl Fail {
     fn failed(why: impl Into<String>) -> Fail {
+        let why = why.into();
+        let error = crate::tls::handshake_failure(&why)
+            .unwrap_or_else(|| crate::pure::node_error::NodeError::other(why));
         Fail {
-            outcome: VoteOutcome::Failed(crate::pure::node_error::NodeError::other(why)),
+            outcome: VoteOutcome::Failed(error),
             lease_gone: false,
         }
     }
@@ -236,7 +244,16 @@ impl EtcdBackend {
             .map(NodeAddr::redacted)
             .collect::<Vec<_>>()
             .join(",");
+        let tls = if addrs
+            .iter()
+            .any(|a| a.scheme() == crate::node::Scheme::EtcdTls)
+        {
+            Some(config.tls().load()?)
+        } else {
+            None
+        };
         Ok(EtcdBackend(Box::new(Cluster {
+            tls,
             addrs,
             endpoints,
             label,
@@ -895,6 +912,10 @@ impl Cluster {
                         .with_user(c.user.clone(), c.password.clone())
                         .with_auto_token_refresh(true);
                 }
+                #[cfg(feature = "tls")]
+                if let Some(tls) = &self.tls {
+                    options = options.with_tls(tls::options(tls));
+                }
                 let limit = self.connect_timeout.max(self.request_timeout);
                 let connect = EtcdClient::connect(&self.endpoints.urls, Some(options));
                 match tokio::time::timeout(limit, connect).await {
@@ -919,11 +940,25 @@ impl Cluster {
         match tokio::time::timeout(limit, request).await {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(e)) if lease_not_found(&e) => Err(Fail::lease_gone()),
-            Ok(Err(e)) => Err(Fail::failed(describe(&e))),
+            Ok(Err(e)) => Err(Fail::failed(self.closed_for_tls(describe(&e)))),
             Err(_) => Err(Fail {
                 outcome: VoteOutcome::TimedOut,
                 lease_gone: false,
             }),
+        }
+    }
+
+    /// Under TLS 1.3 a member that requires a client certificate refuses one's absence after
+    /// the handshake, and the client may see only the closed connection: say what it likely is.
+    fn closed_for_tls(&self, text: String) -> String {
+        let anonymous = self.tls.as_ref().is_some_and(|t| t.identity.is_none());
+        let closed = ["connection closed", "broken pipe", "reset by peer"]
+            .iter()
+            .any(|m| text.contains(m));
+        if anonymous && closed {
+            format!("{text} (over TLS without a client certificate: a member that requires one closes the connection; give one with TlsConfig::with_client_cert_file and with_client_key_file, --tls-cert and --tls-key)")
+        } else {
+            text
         }
     }
 

@@ -22,6 +22,9 @@ pub enum FailureCause {
     OutOfMemory,
     /// The node is still loading its dataset into memory (`LOADING`); it answers once loaded.
     Loading,
+    /// The TLS handshake failed: the node's certificate is not trusted or does not name the
+    /// host of its URL, or the node refused this client's certificate (or its absence).
+    Tls,
     /// Anything else: a lost connection, an I/O error, an unexpected reply.
     Other,
 }
@@ -65,7 +68,10 @@ impl NodeError {
     /// Whether only a change of configuration fixes it (the password, the ACL user): retrying
     /// cannot help.
     pub fn needs_config_change(&self) -> bool {
-        matches!(self.cause, FailureCause::Auth | FailureCause::NoPermission)
+        matches!(
+            self.cause,
+            FailureCause::Auth | FailureCause::NoPermission | FailureCause::Tls
+        )
     }
 
     /// What to try, in a few words.
@@ -75,7 +81,7 @@ impl NodeError {
                 "put the node's password in its URL: redis://:PASSWORD@host:port, or redis://USER:PASSWORD@host:port for an ACL user"
             }
             FailureCause::NoPermission => {
-                "let the URL's user run fencelock's scripts and the commands they call on the lock keys, e.g. ACL SETUSER NAME +@scripting +@read +@write +info +time +@pubsub ~* &*"
+                "let the URL's user run fencelock's scripts and the commands they call on the lock keys, e.g. ACL SETUSER NAME +@scripting +@read +@write +info +time +@pubsub ~LOCK-KEY-PATTERN ~fencelock:* &fencelock:*"
             }
             FailureCause::ReadOnly => {
                 "list primaries, not replicas: Redlock needs independent primaries (`fencelock doctor` names replicas)"
@@ -84,6 +90,9 @@ impl NodeError {
                 "free memory on the node or raise its maxmemory (an evicting policy is no fix: it can drop lock keys)"
             }
             FailureCause::Loading => "retry once the node has loaded its data",
+            FailureCause::Tls => {
+                "check the TLS settings: the CA that signed the node's certificate (TlsConfig::with_ca_file, --tls-ca), a URL host that the certificate names, and a client certificate where the node requires one (--tls-cert, --tls-key)"
+            }
             FailureCause::Refused | FailureCause::Other => {
                 "check that the nodes are up and reachable, or raise the per-node timeout"
             }
@@ -106,6 +115,7 @@ impl fmt::Display for NodeError {
             FailureCause::Loading => {
                 f.write_str("the node is still loading its dataset into memory (LOADING)")
             }
+            FailureCause::Tls => write!(f, "TLS handshake failed: {}", self.detail),
             FailureCause::Other => f.write_str(&self.detail),
         }
     }
@@ -131,6 +141,7 @@ mod tests {
     fn only_auth_and_acl_need_a_config_change() {
         let needs = |c| NodeError::new(c, "").needs_config_change();
         assert!(needs(FailureCause::Auth) && needs(FailureCause::NoPermission));
+        assert!(needs(FailureCause::Tls));
         assert!(!needs(FailureCause::Loading) && !needs(FailureCause::ReadOnly));
     }
 }

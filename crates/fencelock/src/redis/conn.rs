@@ -14,6 +14,7 @@ use super::scripts;
 use super::version;
 use crate::error::Error;
 use crate::node::NodeAddr;
+use crate::tls::TlsMaterial;
 
 /// What a node told us when we connected, and where it stands in the restart quarantine.
 #[derive(Debug)]
@@ -114,19 +115,9 @@ impl NodeConn {
         addr: NodeAddr,
         connect_timeout: Duration,
         quarantine: Quarantine,
+        tls: Option<&TlsMaterial>,
     ) -> Result<NodeConn, Error> {
-        let client = redis::Client::open(addr.secret_url()).map_err(|e| {
-            let hint = if addr.scheme() == crate::node::Scheme::RedisTls {
-                "rediss:// needs fencelock's `tls` feature"
-            } else {
-                "check the URL"
-            };
-            // The driver's message may quote the URL; keep only its kind.
-            Error::config(
-                format!("node URL {addr}"),
-                format!("the Redis driver rejected it ({:?}); {hint}", e.kind()),
-            )
-        })?;
+        let client = super::tls::open(&addr, tls)?;
         Ok(NodeConn {
             name: addr.redacted().into(),
             addr,

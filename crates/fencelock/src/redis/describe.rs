@@ -47,7 +47,11 @@ pub(crate) fn describe(e: &RedisError) -> NodeError {
         return NodeError::other("connection lost");
     }
     if e.is_io_error() {
-        return NodeError::other(format!("I/O error: {e}"));
+        let text = e.to_string();
+        if let Some(tls) = crate::tls::handshake_failure(&text) {
+            return tls;
+        }
+        return NodeError::other(format!("I/O error: {text}"));
     }
     NodeError::other(match e.detail() {
         Some(detail) => format!("{} ({:?}): {detail}", e.category(), e.kind()),

@@ -33,6 +33,7 @@ mod round;
 #[cfg(test)]
 mod script_checks;
 pub(crate) mod scripts;
+mod tls;
 pub(crate) mod version;
 mod watch;
 
@@ -119,10 +120,13 @@ impl RedisBackend {
             enabled: config.quarantine(),
             own_ttl: config.ttl(),
         };
+        let tls = config.tls().load()?;
         let quorum = crate::pure::quorum::quorum(addrs.len());
         let nodes = addrs
             .into_iter()
-            .map(|a| NodeConn::new(a, config.connect_timeout(), quarantine).map(Arc::new))
+            .map(|a| {
+                NodeConn::new(a, config.connect_timeout(), quarantine, Some(&tls)).map(Arc::new)
+            })
             .collect::<Result<Arc<[_]>, _>>()?;
         let watch = Arc::new(ReleaseWatch::new(
             nodes.iter().map(|n| n.client().clone()).collect(),

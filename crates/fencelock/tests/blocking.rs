@@ -1,0 +1,138 @@
+//! `fencelock::blocking` from plain `std::thread`s (no tokio in the test's code) against real
+//! redis-server nodes: mutual exclusion among threads, the lost signal, the release of a dropped
+//! lock by the background task, and a clear refusal inside an async runtime.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use fencelock::blocking::Client;
+use fencelock::{AutoExtend, Config, ErrorKind, LostCause, RetryPolicy};
+use fencelock_testkit::{RedisNode, RedisNodes};
+
+const NODE_TIMEOUT: Duration = Duration::from_millis(500);
+
+fn config(urls: Vec<String>) -> Config {
+    Config::new(urls)
+        .with_quarantine(false)
+        .with_node_timeout(NODE_TIMEOUT)
+        .with_retry(RetryPolicy::new().with_wait(Duration::from_secs(60)))
+}
+
+#[test]
+fn threads_exclude_each_other() {
+    let nodes = RedisNodes::start(3).unwrap();
+    let client = Client::new(config(nodes.urls()).with_fencing(true)).unwrap();
+    let inside = Arc::new(AtomicU32::new(0));
+    let tokens = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let (client, inside, tokens) = (client.clone(), inside.clone(), tokens.clone());
+            thread::spawn(move || {
+                for _ in 0..5 {
+                    client
+                        .with_lock("blocking-counter", |ctx| {
+                            assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders");
+                            tokens.lock().unwrap().push(ctx.fencing_token().unwrap());
+                            thread::sleep(Duration::from_millis(5));
+                            inside.fetch_sub(1, Ordering::SeqCst);
+                        })
+                        .unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let tokens = tokens.lock().unwrap();
+    assert_eq!(tokens.len(), 20);
+    // Each holder's fencing token is above the one before it.
+    assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
+    client.close();
+}
+
+#[test]
+fn the_lost_signal_fires_on_a_plain_thread() {
+    let node = RedisNode::start().unwrap();
+    let client = Client::new(config(vec![node.url()]).with_ttl(Duration::from_secs(2))).unwrap();
+    let guard = client
+        .try_acquire("blocking-lost")
+        .unwrap()
+        .auto_extend(AutoExtend::new());
+    let lost = guard.lost();
+    assert!(!lost.wait_timeout(Duration::from_millis(100)));
+    // Someone deletes the key: the next extension finds it gone.
+    node.cli(&["DEL", "blocking-lost"]).unwrap();
+    let waiter = thread::spawn(move || {
+        lost.wait();
+        lost.cause()
+    });
+    assert_eq!(waiter.join().unwrap(), Some(LostCause::NotHeld));
+    assert!(guard.is_lost());
+    assert_eq!(guard.release().unwrap_err().kind(), ErrorKind::Lost);
+}
+
+#[test]
+fn a_dropped_lock_is_released_by_the_background_task() {
+    let node = RedisNode::start().unwrap();
+    // A TTL far longer than the test waits: only a release frees the resource in time.
+    let ttl = Duration::from_secs(60);
+    let a = Client::new(config(vec![node.url()]).with_ttl(ttl)).unwrap();
+    let b = Client::new(config(vec![node.url()]).with_ttl(ttl)).unwrap();
+    let lock = a.try_acquire("blocking-drop").unwrap();
+    assert_eq!(
+        b.try_acquire("blocking-drop").unwrap_err().kind(),
+        ErrorKind::Contention
+    );
+    let started = Instant::now();
+    drop(lock);
+    let lock = b
+        .acquire_with(
+            "blocking-drop",
+            &RetryPolicy::new().with_wait(Duration::from_secs(30)),
+        )
+        .unwrap();
+    assert!(started.elapsed() < ttl / 2, "{:?}", started.elapsed());
+    lock.release().unwrap();
+    a.close();
+    b.close();
+}
+
+#[test]
+fn inside_an_async_runtime_it_refuses_instead_of_blocking_it() {
+    let node = RedisNode::start().unwrap();
+    let client = Client::new(config(vec![node.url()])).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let err = rt.block_on(async { client.try_acquire("blocking-inside").unwrap_err() });
+    assert_eq!(err.kind(), ErrorKind::InvalidConfig);
+    assert!(err.to_string().contains("spawn_blocking"), "{err}");
+    // Outside, the same client works.
+    client
+        .try_acquire("blocking-inside")
+        .unwrap()
+        .release()
+        .unwrap();
+}
+
+#[test]
+fn with_lock_keeps_the_lock_while_the_calling_thread_blocks() {
+    let node = RedisNode::start().unwrap();
+    let ttl = Duration::from_secs(2);
+    let client = Client::new(config(vec![node.url()]).with_ttl(ttl)).unwrap();
+    let other = Client::new(config(vec![node.url()]).with_ttl(ttl)).unwrap();
+    // The work blocks its thread for more than two TTLs: only the runtime thread's extensions
+    // keep the lock meanwhile.
+    let held_throughout = client
+        .with_lock("blocking-long", |ctx| {
+            thread::sleep(ttl * 5 / 2);
+            let contended = other.try_acquire("blocking-long").unwrap_err().kind();
+            (ctx.is_lost(), contended)
+        })
+        .unwrap();
+    assert_eq!(held_throughout, (false, ErrorKind::Contention));
+}
