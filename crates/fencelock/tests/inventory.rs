@@ -212,7 +212,18 @@ fn pause_scenario_without_fencing_overwrites_the_stock() {
 /// Kleppmann's clock scenario on 5 nodes: A holds nodes 1-3; node 3's clock jumps forward and
 /// A's key there expires; B takes nodes 3-5. Both hold a quorum at once.
 fn clock_jump_scenario(fencing: bool) -> (i32, String, i64) {
-    let nodes = RedisNodes::start_with(5, RedisOptions::new().clock_shift(true)).unwrap();
+    // With persistence: the scenario is about the clock jump, not about lost counters (a node
+    // restarted without its counter would not count for the token: the amnesia guard).
+    let options = RedisOptions::new()
+        .clock_shift(true)
+        .persistence(fencelock_testkit::Persistence::AofAlways);
+    let nodes = RedisNodes::start_with(5, options).unwrap();
+    // The set's first fenced grant starts its epoch and needs every node; A acquires with two
+    // nodes down, so the epoch began before (as `fencelock reseed --above 0` would do).
+    for n in nodes.iter() {
+        n.cli(&["SET", fencelock::protocol::FENCE_COUNTER_KEY, "1"])
+            .unwrap();
+    }
     let dir = tempfile::tempdir().unwrap();
     let db = sqlite_db(&dir);
     run(&["setup", "--db", &db, "--stock", "10"]);

@@ -29,11 +29,14 @@ use crate::pure::vote::{VoteOutcome, Votes};
 pub(crate) struct FenceRead {
     pub(crate) value: u64,
     pub(crate) exists: bool,
+    /// A fencing-mode read (else the grant of a plain acquisition, which reads no counter).
+    pub(crate) fenced: bool,
 }
 
 impl WantsMore for FenceRead {
     fn wants_more(granted: &[(usize, Self)], quorum: usize) -> bool {
-        granted.iter().filter(|(_, r)| r.exists).count() < quorum
+        granted.first().is_some_and(|(_, r)| r.fenced)
+            && granted.iter().filter(|(_, r)| r.exists).count() < quorum
     }
 }
 

@@ -82,7 +82,8 @@ impl RedisBackend {
                 .round(mode, &self.all, node_timeout, move |mut conn| {
                     let cmd = cmd.clone();
                     async move {
-                        counter_answer(eval(&scripts::ACQUIRE_QUEUED, &cmd, &mut conn).await?)
+                        let reply = eval(&scripts::ACQUIRE_QUEUED, &cmd, &mut conn).await?;
+                        counter_answer(reply, fencing)
                     }
                 })
                 .await;
@@ -129,7 +130,7 @@ impl RedisBackend {
             let cmd = cmd.clone();
             async move {
                 if fencing {
-                    counter_answer(eval(&scripts::ACQUIRE_FENCED, &cmd, &mut conn).await?)
+                    counter_answer(eval(&scripts::ACQUIRE_FENCED, &cmd, &mut conn).await?, true)
                 } else if script {
                     let set: i64 = eval(&scripts::ACQUIRE_MANY, &cmd, &mut conn).await?;
                     Ok(if set == 1 {
@@ -350,6 +351,7 @@ fn with_counter_keys(keys: &[String]) -> Vec<String> {
 /// The answer of an acquisition script that returns `{granted, largest counter, exists}`.
 fn counter_answer(
     (set, counter, exists): (i64, String, i64),
+    fenced: bool,
 ) -> Result<Answer<FenceRead>, RedisError> {
     let value = counter.parse::<u64>().map_err(|_| {
         RedisError::from((
@@ -361,6 +363,7 @@ fn counter_answer(
     let read = FenceRead {
         value,
         exists: exists == 1,
+        fenced,
     };
     // A refusal reports the counter too (for other clients and tools); this client's epoch
     // rule needs every node to grant, so it does not use it (`guard.rs`).
