@@ -94,13 +94,23 @@ async fn probe_node(node: &Node, resource: &str, timeout: Duration) -> NodeState
             Err(why) => state.error = Some(format!("GET failed: {why}")),
         }
     }
-    let counter_key = fencelock::protocol::counter_key(resource);
+    // The node's fence counter (one per node); a legacy per-resource counter left by an older
+    // version counts too until the resource's next fenced grant deletes it.
+    let keys = [
+        fencelock::protocol::FENCE_COUNTER_KEY.to_string(),
+        fencelock::protocol::counter_key(resource),
+    ];
     match conn
-        .query::<Option<String>>(redis::cmd("GET").arg(&counter_key))
+        .query::<Vec<Option<String>>>(redis::cmd("MGET").arg(&keys[..]))
         .await
     {
-        Ok(counter) => state.fence_counter = counter,
-        Err(why) => state.error = Some(format!("GET {counter_key} failed: {why}")),
+        Ok(counters) => {
+            state.fence_counter = counters
+                .into_iter()
+                .flatten()
+                .max_by_key(|c| c.parse::<u64>().unwrap_or(0));
+        }
+        Err(why) => state.error = Some(format!("MGET {} failed: {why}", keys.join(" "))),
     }
     let line_key = fencelock::protocol::queue_key(resource);
     match conn.query::<u64>(redis::cmd("ZCARD").arg(&line_key)).await {
@@ -305,7 +315,7 @@ pub(crate) async fn inspect(settings: &Settings, resource: &str, json: bool) -> 
     if json {
         let value = serde_json::json!({
             "resource": resource,
-            "fence_counter_key": fencelock::protocol::counter_key(resource),
+            "fence_counter_key": fencelock::protocol::FENCE_COUNTER_KEY,
             "line_key": fencelock::protocol::queue_key(resource),
             "nodes": states,
             "summary": summary,

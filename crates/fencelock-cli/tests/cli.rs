@@ -238,6 +238,10 @@ fn run_passes_the_environment_and_the_exit_status() {
     let out = output(with_nodes(home.path(), &nodes.urls()).args(["--json", "inspect", "env-job"]));
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(json["summary"]["holder"].is_null(), "{json}");
+    // The nodes' fence counter (one per node) is the token the fenced run got: only that run
+    // was fenced.
+    assert_eq!(json["fence_counter_key"], "fencelock:fence", "{json}");
+    assert_eq!(json["summary"]["max_fence_counter"], token, "{json}");
 }
 
 #[test]

@@ -424,14 +424,19 @@ async fn record_issued(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_holder_is_stale_but_a_live_holder_below_the_row_is_a_reset() {
     let nodes = fencelock_testkit::RedisNodes::start(3).unwrap();
-    let client = fencelock::Client::new(
-        fencelock::Config::new(nodes.urls())
-            .with_fencing(true)
-            .with_quarantine(false)
-            .with_ttl(Duration::from_millis(800))
-            .with_node_timeout(Duration::from_millis(500)),
-    )
-    .unwrap();
+    let new_client = || {
+        fencelock::Client::new(
+            fencelock::Config::new(nodes.urls())
+                .with_fencing(true)
+                .with_quarantine(false)
+                .with_ttl(Duration::from_millis(800))
+                .with_node_timeout(Duration::from_millis(500)),
+        )
+        .unwrap()
+    };
+    // Two clients (two processes): a task that still has its paused lock's handle may not ask
+    // its own client for the same lock again (`Error::AlreadyHeld`, tests/reentrancy.rs).
+    let (client, other) = (new_client(), new_client());
     let (_pg, mut fence) = start().await;
 
     // A holder takes its token, then pauses past its validity; another holder writes.
@@ -439,7 +444,7 @@ async fn a_paused_holder_is_stale_but_a_live_holder_below_the_row_is_a_reset() {
     let paused_token = paused.issued_token().unwrap();
     tokio::time::sleep(Duration::from_millis(1_000)).await;
     assert!(!paused.is_valid());
-    let next = client.acquire("r").await.unwrap();
+    let next = other.acquire("r").await.unwrap();
     let next_token = next.fencing_token().unwrap();
     record_issued(&mut fence, "r", next.issued_token().unwrap())
         .await

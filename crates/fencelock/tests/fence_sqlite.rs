@@ -469,7 +469,10 @@ fn set_row(path: &Path, resource: &str, token: u64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_holder_is_stale_but_a_live_holder_below_the_row_is_a_reset() {
     let nodes = fencelock_testkit::RedisNodes::start(3).unwrap();
+    // Two clients (two processes): a task that still has its paused lock's handle may not ask
+    // its own client for the same lock again (`Error::AlreadyHeld`, tests/reentrancy.rs).
     let client = fenced_client(&nodes, Duration::from_millis(800));
+    let other = fenced_client(&nodes, Duration::from_millis(800));
     let db = Db::new();
     let fence = db.fence();
 
@@ -478,7 +481,7 @@ async fn a_paused_holder_is_stale_but_a_live_holder_below_the_row_is_a_reset() {
     let paused_token = paused.issued_token().unwrap();
     tokio::time::sleep(Duration::from_millis(1_000)).await;
     assert!(!paused.is_valid());
-    let next = client.acquire("r").await.unwrap();
+    let next = other.acquire("r").await.unwrap();
     let next_token = next.fencing_token().unwrap();
     record_issued(&fence, "r", next.issued_token().unwrap()).unwrap();
     // The paused holder wakes up: stale, with the message that says not to retry.

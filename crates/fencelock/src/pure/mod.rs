@@ -4,7 +4,7 @@
 //! - `quorum`: the majority and the early decision of a round (`Tally`).
 //! - `validity`: drift and validity (`ttl - elapsed - drift`).
 //! - `retry`: the retry policy and its jittered delays.
-//! - `fencing`: token derivation (one past the largest counter, with a salt).
+//! - `fencing`: token derivation (one past the largest trusted counter) and the amnesia guard's trust rule.
 //! - `queue`: the waiting line's tickets and leases.
 //! - `token`: the owner token.
 //! - `vote`, `node_error`: per-node votes and what a node's failure means.
