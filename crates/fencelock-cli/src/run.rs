@@ -521,6 +521,8 @@ pub(crate) async fn run(settings: &Settings, plan: RunPlan) -> anyhow::Result<u8
             fmt_duration(ttl)
         ),
     }
+    // The release returned at a quorum: let it reach the other nodes before the process ends.
+    client.close().await;
     Ok(code)
 }
 

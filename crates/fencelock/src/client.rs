@@ -512,7 +512,13 @@ impl Client {
             return;
         };
         let round = backend
-            .release(keys, token.as_str(), line, self.inner.config.node_timeout())
+            .release(
+                keys,
+                token.as_str(),
+                line,
+                self.inner.config.node_timeout(),
+                false,
+            )
             .await;
         tracing::debug!(resource = %keys[0], votes = %round.votes, "released");
     }
@@ -529,7 +535,7 @@ impl Client {
         let keys = check_resources(&[resource])?;
         let round = self
             .redis("release by token")?
-            .release(&keys, token, None, self.inner.config.node_timeout())
+            .release(&keys, token, None, self.inner.config.node_timeout(), false)
             .await;
         self.settle(resource, round.decision, round.votes, false)
     }
@@ -684,7 +690,8 @@ impl Client {
 
     /// Waits until the locks dropped without [`Lock::release`] (by a `?` or a panic between
     /// acquire and release, or a [`LockGuard`](crate::LockGuard) dropped) have been released,
-    /// for at most twice the node timeout. Call it before `main` returns: the release of a
+    /// and until the releases that returned at a quorum have reached their other nodes, for at
+    /// most twice the node timeout. Call it before `main` returns: the release of a
     /// dropped lock runs in a background task, which a runtime that shuts down never runs, and
     /// the lock then stays taken until its TTL runs out.
     ///
@@ -705,7 +712,13 @@ impl Client {
     pub async fn close(&self) {
         let bound = 2 * self.inner.config.node_timeout();
         let mut pending = self.inner.pending_releases.subscribe();
-        if tokio::time::timeout(bound, pending.wait_for(|n| *n == 0))
+        // The releases that returned at a quorum: their other nodes' requests.
+        let started = Instant::now();
+        if let Backend::Redis(r) = &self.inner.backend {
+            r.settle(bound).await;
+        }
+        let left = bound.saturating_sub(started.elapsed());
+        if tokio::time::timeout(left, pending.wait_for(|n| *n == 0))
             .await
             .is_err()
         {

@@ -66,6 +66,19 @@ pub(crate) enum Wait<'a> {
     InLine(&'a Ticket),
 }
 
+/// How a round is ordered against the others of the same owner token (see `order.rs`).
+#[derive(Debug, Clone, Copy)]
+enum Order<'a> {
+    /// A write-back, an extension: each acts only where the key is ours.
+    None,
+    /// An acquisition of this token: respects the restart quarantine, and a release of the
+    /// token must not overtake its requests.
+    Acquire(&'a str),
+    /// A release of this token that returns at a quorum: each request goes behind the
+    /// token's acquisition requests not yet handed to their connection.
+    Release(&'a str),
+}
+
 /// The outcome of a round: the votes in node order and the values of the nodes that granted.
 #[derive(Debug)]
 pub(crate) struct Round<T> {
@@ -84,6 +97,8 @@ pub(crate) struct RedisBackend {
     /// Per node, the acquisition requests still in flight after their round returned, which a
     /// release of the same token waits for (see `order.rs`).
     stragglers: Box<[Arc<Stragglers>]>,
+    /// How many releases that returned at a quorum still have requests in flight.
+    background: Arc<tokio::sync::watch::Sender<usize>>,
     quorum: usize,
     watch: Arc<ReleaseWatch>,
 }
@@ -105,6 +120,7 @@ impl RedisBackend {
         Ok(RedisBackend {
             all: (0..nodes.len()).collect(),
             stragglers: nodes.iter().map(|_| Arc::default()).collect(),
+            background: Arc::new(tokio::sync::watch::Sender::new(0)),
             nodes,
             quorum,
             watch,
@@ -113,7 +129,7 @@ impl RedisBackend {
 
     /// Opens every node's connection, waiting at most `timeout`.
     pub(crate) async fn connect_all(&self, timeout: Duration) -> Votes {
-        self.round_all(&self.all, timeout, None, |_conn| async {
+        self.round_all(&self.all, timeout, None, |_conn, _| async {
             Ok(Answer::Granted(()))
         })
         .await
@@ -181,14 +197,23 @@ impl RedisBackend {
                 .arg(ticket.lease_ms())
                 .arg(ttl_millis(queue::keep(ticket.lease)));
             let cmd = Arc::new(cmd);
-            let ours = Some(token);
+            let ours = Order::Acquire(token);
             return self
-                .round(&self.all, node_timeout, true, ours, move |mut conn| {
-                    let cmd = cmd.clone();
-                    async move {
-                        counter_answer(eval(&scripts::ACQUIRE_QUEUED, &cmd, &mut conn).await?)
-                    }
-                })
+                .round(
+                    &self.all,
+                    node_timeout,
+                    true,
+                    ours,
+                    move |mut conn, slot| {
+                        let cmd = cmd.clone();
+                        async move {
+                            counter_answer(
+                                eval_ordered(&scripts::ACQUIRE_QUEUED, &cmd, &mut conn, &slot)
+                                    .await?,
+                            )
+                        }
+                    },
+                )
                 .await;
         }
         // A waiter that does not queue (several keys) marks the keys as waited for.
@@ -228,28 +253,37 @@ impl RedisBackend {
             Arc::new(cmd),
             !fencing && (keys.len() > 1 || mark.is_some() || self.nodes.len() > 1),
         );
-        let ours = Some(token);
-        self.round(&self.all, node_timeout, true, ours, move |mut conn| {
-            let cmd = cmd.clone();
-            async move {
-                if fencing {
-                    counter_answer(eval(&scripts::ACQUIRE_FENCED, &cmd, &mut conn).await?)
-                } else if script {
-                    let set: i64 = eval(&scripts::ACQUIRE_MANY, &cmd, &mut conn).await?;
-                    Ok(if set == 1 {
-                        Answer::Granted(0)
+        let ours = Order::Acquire(token);
+        self.round(
+            &self.all,
+            node_timeout,
+            true,
+            ours,
+            move |mut conn, slot| {
+                let cmd = cmd.clone();
+                async move {
+                    if fencing {
+                        counter_answer(
+                            eval_ordered(&scripts::ACQUIRE_FENCED, &cmd, &mut conn, &slot).await?,
+                        )
+                    } else if script {
+                        let set: i64 =
+                            eval_ordered(&scripts::ACQUIRE_MANY, &cmd, &mut conn, &slot).await?;
+                        Ok(if set == 1 {
+                            Answer::Granted(0)
+                        } else {
+                            Answer::HeldByOther
+                        })
                     } else {
-                        Answer::HeldByOther
-                    })
-                } else {
-                    let reply: Value = cmd.query_async(&mut conn).await?;
-                    Ok(match reply {
-                        Value::Nil => Answer::HeldByOther,
-                        _ => Answer::Granted(0),
-                    })
+                        let reply: Value = cmd.query_async(&mut conn).await?;
+                        Ok(match reply {
+                            Value::Nil => Answer::HeldByOther,
+                            _ => Answer::Granted(0),
+                        })
+                    }
                 }
-            }
-        })
+            },
+        )
         .await
     }
 
@@ -266,7 +300,7 @@ impl RedisBackend {
             .arg(&ticket.id)
             .ignore();
         let pipe = Arc::new(pipe);
-        self.round_all(&self.all, node_timeout, None, move |mut conn| {
+        self.round_all(&self.all, node_timeout, None, move |mut conn, _| {
             let pipe = pipe.clone();
             async move {
                 let () = pipe.query_async(&mut conn).await?;
@@ -289,7 +323,7 @@ impl RedisBackend {
         let mut cmd = evalsha(&scripts::WRITE_BACK, &with_counter_keys(keys));
         cmd.arg(token).arg(fencing_token.to_string());
         let cmd = Arc::new(cmd);
-        self.round_unordered(nodes, node_timeout, move |mut conn| {
+        self.round_unordered(nodes, node_timeout, move |mut conn, _| {
             let cmd = cmd.clone();
             async move { if_owned(&scripts::WRITE_BACK, &cmd, &mut conn).await }
         })
@@ -307,22 +341,26 @@ impl RedisBackend {
         let mut cmd = evalsha(&scripts::EXTEND, keys);
         cmd.arg(token).arg(ttl_millis(ttl));
         let cmd = Arc::new(cmd);
-        self.round_unordered(&self.all, node_timeout, move |mut conn| {
+        self.round_unordered(&self.all, node_timeout, move |mut conn, _| {
             let cmd = cmd.clone();
             async move { if_owned(&scripts::EXTEND, &cmd, &mut conn).await }
         })
         .await
     }
 
-    /// Compare-and-delete on every node, waiting for every answer (bounded by the node timeout).
-    /// `line`: the holder's waiter id, if it queued for the lock: it leaves the line. Each
-    /// granted vote carries how many waiters the release messages reached on that node.
+    /// Compare-and-delete on every node (bounded by the node timeout). With `at_quorum`, it
+    /// returns once a quorum deleted (the other nodes' requests finish in the background, each
+    /// behind our earlier commands on its connection; [`RedisBackend::settle`] waits for them);
+    /// otherwise, and whenever no quorum deleted, it waits for every answer. `line`: the
+    /// holder's waiter id, if it queued for the lock: it leaves the line. Each granted vote
+    /// carries how many waiters the release messages reached on that node.
     pub(crate) async fn release(
         &self,
         keys: &[String],
         token: &str,
         line: Option<&str>,
         node_timeout: Duration,
+        at_quorum: bool,
     ) -> Round<u64> {
         let locks = keys.len();
         let all_keys = release_keys(keys);
@@ -332,9 +370,7 @@ impl RedisBackend {
             cmd.arg(line);
         }
         let cmd = Arc::new(cmd);
-        // Behind our acquisition's requests still in flight, on each node (see `order.rs`).
-        let after = Some(Arc::from(token));
-        self.round_all(&self.all, node_timeout, after, move |mut conn| {
+        let op = move |mut conn, _| {
             let cmd = cmd.clone();
             async move {
                 let reply: Value = eval(&scripts::RELEASE, &cmd, &mut conn).await?;
@@ -348,8 +384,24 @@ impl RedisBackend {
                     Answer::NotHeld
                 })
             }
-        })
-        .await
+        };
+        if at_quorum {
+            let order = Order::Release(token);
+            return self.round(&self.all, node_timeout, true, order, op).await;
+        }
+        // Behind our acquisition's requests still in flight, on each node (see `order.rs`).
+        let after = Some(Arc::from(token));
+        self.round_all(&self.all, node_timeout, after, op).await
+    }
+
+    /// Waits, at most `bound`, until the requests of the releases that returned at a quorum
+    /// have finished on every node.
+    pub(crate) async fn settle(&self, bound: Duration) -> bool {
+        let mut pending = self.background.subscribe();
+        let settled = tokio::time::timeout(bound, pending.wait_for(|n| *n == 0))
+            .await
+            .is_ok();
+        settled
     }
 
     /// Extends many locks at once: one pipeline per node (EVALSHA of the extend script for each
@@ -429,27 +481,40 @@ impl RedisBackend {
     /// unless the decision is a failure and `settle_on_failure` is set: then they are awaited.
     /// One deadline, the node timeout, bounds every request of the round.
     ///
-    /// `acquiring`: the owner token of an acquisition, which respects the restart quarantine and
-    /// whose requests a release of the token must not overtake: those still in flight when the
-    /// round returns are registered until they finish (see `order.rs`).
+    /// `order`: for an acquisition, which respects the restart quarantine and whose requests a
+    /// release of the token must not overtake, those still in flight when the round returns
+    /// are registered until they finish; a release goes behind them (see `order.rs`), and its
+    /// own requests still in flight are counted until they finish ([`RedisBackend::settle`]).
     async fn round<T, F, Fut>(
         &self,
         nodes: &[usize],
         node_timeout: Duration,
         settle_on_failure: bool,
-        acquiring: Option<&str>,
+        order: Order<'_>,
         op: F,
     ) -> Round<T>
     where
         T: Send + 'static,
-        F: Fn(redis::aio::MultiplexedConnection) -> Fut + Clone + Send + Sync + 'static,
+        F: Fn(redis::aio::MultiplexedConnection, order::Slot) -> Fut
+            + Clone
+            + Send
+            + Sync
+            + 'static,
         Fut: Future<Output = Result<Answer<T>, RedisError>> + Send + 'static,
     {
         let need = self.quorum.min(nodes.len().max(1));
         let mut tally = Tally::new(nodes.len().max(1), need);
         let started = Instant::now();
-        let quarantine = acquiring.is_some().then_some(node_timeout);
-        let mut inflight = self.launch(nodes, quarantine, None, op);
+        let (quarantine, sent, after) = match order {
+            Order::None => (None, None, None),
+            Order::Acquire(_) => (
+                Some(node_timeout),
+                Some(order::Sent::new(nodes.len())),
+                None,
+            ),
+            Order::Release(token) => (None, None, Some(Arc::from(token))),
+        };
+        let mut inflight = self.launch(nodes, quarantine, sent.as_ref(), after, op);
         let mut deadline = std::pin::pin!(tokio::time::sleep(node_timeout));
         let mut votes = self.pending_votes(nodes);
         let mut granted = Vec::new();
@@ -486,10 +551,16 @@ impl RedisBackend {
         }
         if inflight.left() > 0 && !deadline.is_elapsed() {
             let until = deadline.deadline();
-            let mut registered = match acquiring {
-                Some(token) => self.register_stragglers(nodes, &inflight, token),
-                None => Vec::new(),
+            let mut registered = match (order, &sent) {
+                (Order::Acquire(token), Some(sent)) => {
+                    self.register_stragglers(nodes, &inflight, token, sent)
+                }
+                _ => Vec::new(),
             };
+            let counted = matches!(order, Order::Release(_)).then(|| {
+                self.background.send_modify(|n| *n += 1);
+                Background(self.background.clone())
+            });
             tokio::spawn(async move {
                 let rest = async {
                     while let Some((pos, _)) = next_answer(&mut inflight).await {
@@ -502,6 +573,7 @@ impl RedisBackend {
                 // The requests first: once dropped, none can reach its connection any more.
                 drop(inflight);
                 drop(registered);
+                drop(counted);
             });
         }
         Round {
@@ -521,10 +593,15 @@ impl RedisBackend {
     ) -> Round<T>
     where
         T: Send + 'static,
-        F: Fn(redis::aio::MultiplexedConnection) -> Fut + Clone + Send + Sync + 'static,
+        F: Fn(redis::aio::MultiplexedConnection, order::Slot) -> Fut
+            + Clone
+            + Send
+            + Sync
+            + 'static,
         Fut: Future<Output = Result<Answer<T>, RedisError>> + Send + 'static,
     {
-        self.round(nodes, node_timeout, false, None, op).await
+        self.round(nodes, node_timeout, false, Order::None, op)
+            .await
     }
 
     /// Registers the requests of an acquisition of `token` that are still in flight, by their
@@ -534,6 +611,7 @@ impl RedisBackend {
         nodes: &[usize],
         inflight: &Inflight<F>,
         token: &str,
+        sent: &Arc<order::Sent>,
     ) -> Vec<Option<order::Registration>> {
         let token: Arc<str> = Arc::from(token);
         nodes
@@ -542,7 +620,7 @@ impl RedisBackend {
             .map(|(pos, &i)| {
                 inflight
                     .is_pending(pos)
-                    .then(|| self.stragglers[i].register(&token))
+                    .then(|| self.stragglers[i].register(&token, order::Slot::new(sent, pos)))
             })
             .collect()
     }
@@ -559,11 +637,15 @@ impl RedisBackend {
     ) -> Round<T>
     where
         T: Send + 'static,
-        F: Fn(redis::aio::MultiplexedConnection) -> Fut + Clone + Send + Sync + 'static,
+        F: Fn(redis::aio::MultiplexedConnection, order::Slot) -> Fut
+            + Clone
+            + Send
+            + Sync
+            + 'static,
         Fut: Future<Output = Result<Answer<T>, RedisError>> + Send + 'static,
     {
         let started = Instant::now();
-        let mut inflight = self.launch(nodes, None, after, op);
+        let mut inflight = self.launch(nodes, None, None, after, op);
         let mut deadline = std::pin::pin!(tokio::time::sleep(node_timeout));
         let mut votes = self.pending_votes(nodes);
         let mut granted = Vec::new();
@@ -612,27 +694,34 @@ impl RedisBackend {
 
     /// The requests of a round, one per node of `nodes`, in flight together. With `quarantine`
     /// (the round's node timeout), nodes in restart quarantine are not asked and not counted.
-    /// With `after` (an owner token), each request first waits for that token's acquisition
-    /// requests still in flight on its node.
+    /// With `sent` (an acquisition), each request records when its command is handed to its
+    /// connection. With `after` (an owner token), each request first waits for that token's
+    /// acquisition requests not yet handed to their connection on its node.
     fn launch<T, F, Fut>(
         &self,
         nodes: &[usize],
         quarantine: Option<Duration>,
+        sent: Option<&Arc<order::Sent>>,
         after: Option<Arc<str>>,
         op: F,
     ) -> Inflight<impl Future<Output = Result<Answer<T>, NodeFailure>> + Send + 'static>
     where
         T: Send + 'static,
-        F: Fn(redis::aio::MultiplexedConnection) -> Fut + Clone + Send + Sync + 'static,
+        F: Fn(redis::aio::MultiplexedConnection, order::Slot) -> Fut
+            + Clone
+            + Send
+            + Sync
+            + 'static,
         Fut: Future<Output = Result<Answer<T>, RedisError>> + Send + 'static,
     {
-        Inflight::new(nodes.iter().map(move |&i| {
+        Inflight::new(nodes.iter().enumerate().map(move |(pos, &i)| {
             let node = self.nodes[i].clone();
             let all = self.nodes.clone();
             let op = op.clone();
             let after = after
                 .clone()
                 .map(|token| (token, self.stragglers[i].clone()));
+            let slot = sent.map(|sent| (order::Slot::new(sent, pos), self.stragglers[i].clone()));
             async move {
                 if let Some((token, stragglers)) = &after {
                     if stragglers.any() {
@@ -651,7 +740,27 @@ impl RedisBackend {
                     // request's future.
                     Box::pin(check_quarantine(&all, i, &handle, node_timeout)).await?;
                 }
-                op(handle.conn.clone()).await.map_err(|e| {
+                let answer = match slot {
+                    None => op(handle.conn.clone(), order::Slot::default()).await,
+                    Some((slot, stragglers)) => {
+                        let mut request = std::pin::pin!(op(handle.conn.clone(), slot.clone()));
+                        // Its first poll hands the command to the connection's queue (the
+                        // multiplexed connection's channel, which serves senders in order): a
+                        // release handed over afterwards runs after it on the node.
+                        let first = std::future::poll_fn(|cx| {
+                            std::task::Poll::Ready(request.as_mut().poll(cx))
+                        })
+                        .await;
+                        if slot.handed() {
+                            stragglers.handed();
+                        }
+                        match first {
+                            std::task::Poll::Ready(answer) => answer,
+                            std::task::Poll::Pending => request.await,
+                        }
+                    }
+                };
+                answer.map_err(|e| {
                     if conn::is_broken(&e) {
                         node.discard(&handle);
                     }
@@ -872,13 +981,40 @@ async fn eval<T: redis::FromRedisValue>(
     cmd: &Cmd,
     conn: &mut redis::aio::MultiplexedConnection,
 ) -> RedisResult<T> {
+    eval_ordered(script, cmd, conn, &order::Slot::default()).await
+}
+
+/// As [`eval`], for a request of an acquisition (`slot`, see `order.rs`): after NOSCRIPT it
+/// sends nothing more if a release of its token already followed it on the connection (its
+/// first call did nothing, and a second would land after the release).
+async fn eval_ordered<T: redis::FromRedisValue>(
+    script: &Script,
+    cmd: &Cmd,
+    conn: &mut redis::aio::MultiplexedConnection,
+    slot: &order::Slot,
+) -> RedisResult<T> {
     match cmd.query_async(conn).await {
         Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+            if slot.resend().is_err() {
+                return Err(RedisError::from((
+                    redis::ErrorKind::Client,
+                    "not sent again after NOSCRIPT: the lock is being released",
+                )));
+            }
             // Rare: boxed, so that its state does not weigh on every request's future.
             Box::pin(script.load_async(conn)).await?;
             cmd.query_async(conn).await
         }
         other => other,
+    }
+}
+
+/// Counts a release's requests in flight after it returned, until dropped.
+struct Background(Arc<tokio::sync::watch::Sender<usize>>);
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n = n.saturating_sub(1));
     }
 }
 
@@ -922,7 +1058,7 @@ mod tests {
         };
         let backend = RedisBackend::new(vec![addr], Duration::from_millis(10), quarantine).unwrap();
         let cmd = Arc::new(redis::cmd("PING"));
-        let inflight = backend.launch(&[0], None, None, move |mut conn| {
+        let inflight = backend.launch(&[0], None, None, None, move |mut conn, _| {
             let cmd = cmd.clone();
             async move {
                 let _: i64 = eval(&scripts::EXTEND, &cmd, &mut conn).await?;
