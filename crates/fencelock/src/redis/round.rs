@@ -130,6 +130,9 @@ impl RedisBackend {
                     && inflight.left() > 0)
                 || (decision == Decision::Reached
                     && inflight.left() > 0
+                    // Only a fenced acquisition reads counters: an unfenced one's grants carry
+                    // none, and would otherwise wait for every node.
+                    && self.settings.fencing
                     && T::wants_more(&granted, self.quorum));
             if !waiting {
                 break;
