@@ -16,9 +16,12 @@
 //! contended workers runs on the CLI's single-threaded runtime, the library and the baseline
 //! alike.
 
+mod baseline;
 mod local;
 mod plot;
+mod proxy;
 mod raw;
+mod raw_etcd;
 mod stats;
 
 use std::cell::Cell;
@@ -33,6 +36,7 @@ use clap::{Args, ValueEnum};
 use futures_util::future::join_all;
 use serde_json::{json, Map, Value};
 
+use self::baseline::{Baseline, Counter};
 use self::raw::Raw;
 use self::stats::{human, micros, round2, Summary};
 use crate::cli::{parse_duration, Global};
@@ -73,6 +77,16 @@ pub(crate) struct BenchArgs {
     /// (drawn from [D/2, 3D/2)).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "50ms")]
     pub(crate) poll_delay: Duration,
+    /// Put K of the nodes (the last K) behind a proxy on 127.0.0.1 that delays them by
+    /// --delay: nodes at different distances, for the library and the baselines alike.
+    #[arg(long, value_name = "K", requires = "delay")]
+    pub(crate) delay_nodes: Option<usize>,
+    /// How long the proxy of --delay-nodes holds back each reply (see --delay-on).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, requires = "delay_nodes")]
+    pub(crate) delay: Option<Duration>,
+    /// What the proxy of --delay-nodes delays: the nodes' replies, the requests, or both.
+    #[arg(long, value_enum, default_value = "replies", requires = "delay_nodes")]
+    pub(crate) delay_on: proxy::DelayOn,
 }
 
 /// The workloads.
@@ -120,6 +134,47 @@ struct Series {
 /// A usage failure for conflicting options or no nodes; an internal failure when the nodes
 /// cannot be reached or the plot cannot be written.
 pub(crate) async fn bench(global: &Global, args: BenchArgs) -> anyhow::Result<u8> {
+    // Both live until the end of the run: the local nodes and the delaying proxies.
+    let (_local, settings) = node_settings(global, &args).await?;
+    let (settings, _proxies) = delayed(settings, &args).await?;
+    let plan = Plan::new(&args, &settings);
+    let baseline = Baseline::connect(&settings.nodes, settings.ttl).await?;
+    if !global.json {
+        plan.announce(&settings, &args);
+    }
+    let series = match plan.workload {
+        Workload::Seq | Workload::Par => run_cycles(&plan, &settings, &baseline, &args).await?,
+        Workload::Contended => run_contended(&plan, &settings, &baseline, &args).await?,
+        Workload::Held => run_held(&plan, &settings, &baseline, &args).await?,
+    };
+    let report = Report {
+        workload: plan.workload,
+        nodes: settings.nodes.len(),
+        ttl: settings.ttl,
+        concurrency: plan.concurrency,
+        fencing: plan.fencing,
+        series,
+    };
+    if let Some(path) = &args.plot {
+        report.plot(path)?;
+    }
+    if global.json {
+        println!("{}", report.json());
+    } else {
+        report.print();
+    }
+    Ok(if report.safety_violated() {
+        exit::CHECK_FAILED
+    } else {
+        exit::OK
+    })
+}
+
+/// The nodes of the run: started here with `--local`, else resolved as for every command.
+async fn node_settings(
+    global: &Global,
+    args: &BenchArgs,
+) -> anyhow::Result<(Option<local::LocalNodes>, Settings)> {
     let local = match args.local {
         Some(_) if !global.nodes.is_empty() => {
             return Err(Failure::usage(
@@ -148,102 +203,173 @@ pub(crate) async fn bench(global: &Global, args: BenchArgs) -> anyhow::Result<u8
         },
         None => settings::resolve(global)?,
     };
-    let w = args.workload;
-    let cycles = args.cycles.unwrap_or(match w {
-        Workload::Seq => 2_000,
-        Workload::Par => 10_000,
-        Workload::Contended => 200,
-        Workload::Held => 0,
-    });
-    let concurrency = args
-        .concurrency
-        .unwrap_or(match w {
-            Workload::Seq => 1,
-            Workload::Par => 64,
-            Workload::Contended => 8,
-            Workload::Held => 10_000,
-        })
-        .max(1);
-    let fencing = args.fencing || settings.fencing;
-    let raw = Raw::connect(&settings.nodes, settings.ttl).await?;
-    // Not "fencelock:...": names in that key space are refused as lock names.
-    let prefix = format!("fencelock-bench:{:08x}", fastrand::u32(..));
-    if !global.json {
-        eprintln!(
-            "fencelock bench: workload {}, {} node(s), ttl {:?}, node timeout {:?}{}",
-            w.name(),
-            settings.nodes.len(),
-            settings.ttl,
-            settings.node_timeout,
-            if fencing { ", fencing" } else { "" }
-        );
+    Ok((local, settings))
+}
+
+/// With `--delay-nodes K --delay D`: the same settings with the last K nodes behind a
+/// delaying proxy of our own.
+async fn delayed(
+    mut settings: Settings,
+    args: &BenchArgs,
+) -> anyhow::Result<(Settings, Option<proxy::Proxies>)> {
+    let (Some(count), Some(delay)) = (args.delay_nodes, args.delay) else {
+        return Ok((settings, None));
+    };
+    let (urls, proxies) = proxy::delay_nodes(&settings.nodes, count, delay, args.delay_on)
+        .await
+        .map_err(|e| Failure::usage(format!("{e:#}")))?;
+    settings.nodes = urls;
+    Ok((settings, Some(proxies)))
+}
+
+/// What one run does: the workload and its sizes.
+#[derive(Debug)]
+struct Plan {
+    workload: Workload,
+    cycles: usize,
+    concurrency: usize,
+    fencing: bool,
+    /// Not "fencelock:...": names in that key space are refused as lock names.
+    prefix: String,
+}
+
+impl Plan {
+    fn new(args: &BenchArgs, settings: &Settings) -> Plan {
+        let w = args.workload;
+        let cycles = args.cycles.unwrap_or(match w {
+            Workload::Seq => 2_000,
+            Workload::Par => 10_000,
+            Workload::Contended => 200,
+            Workload::Held => 0,
+        });
+        let concurrency = args
+            .concurrency
+            .unwrap_or(match w {
+                Workload::Seq => 1,
+                Workload::Par => 64,
+                Workload::Contended => 8,
+                Workload::Held => 10_000,
+            })
+            .max(1);
+        Plan {
+            workload: w,
+            cycles,
+            concurrency,
+            fencing: args.fencing || settings.fencing,
+            prefix: format!("fencelock-bench:{:08x}", fastrand::u32(..)),
+        }
     }
 
-    let mut series = Vec::new();
-    match w {
-        Workload::Seq | Workload::Par => {
-            let c = if w == Workload::Seq { 1 } else { concurrency };
-            let client = client(&settings, fencing).await?;
-            let base = args.raw.then_some(&raw);
-            series.extend(cycles_both(&client, base, cycles, c, &prefix).await);
-        }
-        Workload::Contended => {
-            let rtt = round_trip(&raw).await;
-            let both = (cycles, concurrency);
-            let lib_settings = settings.clone();
-            let mut lib = contended("fencelock", &settings, &raw, both, &prefix, move || {
+    fn announce(&self, settings: &Settings, args: &BenchArgs) {
+        let delay = match (args.delay_nodes, args.delay) {
+            (Some(k), Some(d)) => format!(
+                ", {k} node(s) delayed by {d:?} ({})",
+                match args.delay_on {
+                    proxy::DelayOn::Replies => "replies",
+                    proxy::DelayOn::Requests => "requests",
+                    proxy::DelayOn::Both => "both ways",
+                }
+            ),
+            _ => String::new(),
+        };
+        eprintln!(
+            "fencelock bench: workload {}, {} node(s){}, ttl {:?}, node timeout {:?}{delay}{}",
+            self.workload.name(),
+            settings.nodes.len(),
+            if baseline::is_etcd(&settings.nodes) {
+                " (etcd)"
+            } else {
+                ""
+            },
+            settings.ttl,
+            settings.node_timeout,
+            if self.fencing { ", fencing" } else { "" }
+        );
+    }
+}
+
+/// `seq` and `par`: the library and (with `--raw`) the baseline, in alternating blocks.
+async fn run_cycles(
+    plan: &Plan,
+    settings: &Settings,
+    baseline: &Baseline,
+    args: &BenchArgs,
+) -> anyhow::Result<Vec<Series>> {
+    let c = if plan.workload == Workload::Seq {
+        1
+    } else {
+        plan.concurrency
+    };
+    let client = client(settings, plan.fencing).await?;
+    let base = args.raw.then_some(baseline);
+    Ok(cycles_both(&client, base, plan.cycles, c, &plan.prefix).await)
+}
+
+/// `contended`: the library's workers, then (with `--raw`) the polling and the barging
+/// baselines' workers.
+async fn run_contended(
+    plan: &Plan,
+    settings: &Settings,
+    baseline: &Baseline,
+    args: &BenchArgs,
+) -> anyhow::Result<Vec<Series>> {
+    let rtt = round_trip(baseline).await;
+    let both = (plan.cycles, plan.concurrency);
+    let fencing = plan.fencing;
+    let lib_settings = settings.clone();
+    let mut out = vec![
+        contended(
+            "fencelock",
+            settings,
+            baseline,
+            both,
+            &plan.prefix,
+            move || {
                 let settings = lib_settings.clone();
                 async move { Ok(LibContender(client(&settings, fencing).await?)) }
-            })
-            .await?;
-            lib.extra.insert("round_trip_us".into(), micros(rtt).into());
-            series.push(lib);
-            if args.raw {
-                let (nodes, ttl, poll_delay) =
-                    (settings.nodes.clone(), settings.ttl, args.poll_delay);
-                let mut r = contended("raw", &settings, &raw, both, &prefix, move || {
+            },
+        )
+        .await?,
+    ];
+    if args.raw {
+        for (name, poll_delay) in [("raw", args.poll_delay), ("raw-barging", Duration::ZERO)] {
+            let (nodes, ttl) = (settings.nodes.clone(), settings.ttl);
+            out.push(
+                contended(name, settings, baseline, both, &plan.prefix, move || {
                     let nodes = nodes.clone();
                     async move {
-                        let raw = Raw::connect(&nodes, ttl).await?;
+                        let raw = Baseline::for_worker(&nodes, ttl).await?;
                         Ok(RawContender { raw, poll_delay })
                     }
                 })
-                .await?;
-                r.extra.insert("round_trip_us".into(), micros(rtt).into());
-                series.push(r);
-            }
-        }
-        Workload::Held => {
-            let hold = args.hold.unwrap_or(settings.ttl);
-            let client = client(&settings, fencing).await?;
-            series.push(held_lib(&client, &raw, concurrency, hold, &prefix).await);
-            if args.raw {
-                series.push(held_raw(&raw, concurrency, hold, settings.ttl, &prefix).await);
-            }
+                .await?,
+            );
         }
     }
+    for s in &mut out {
+        s.extra.insert("round_trip_us".into(), micros(rtt).into());
+    }
+    Ok(out)
+}
 
-    let report = Report {
-        workload: w,
-        nodes: settings.nodes.len(),
-        ttl: settings.ttl,
-        concurrency,
-        fencing,
-        series,
-    };
-    if let Some(path) = &args.plot {
-        report.plot(path)?;
+/// `held`: the library's locks under auto-extension, then (with `--raw`) the baseline's.
+async fn run_held(
+    plan: &Plan,
+    settings: &Settings,
+    baseline: &Baseline,
+    args: &BenchArgs,
+) -> anyhow::Result<Vec<Series>> {
+    let hold = args.hold.unwrap_or(settings.ttl);
+    let client = client(settings, plan.fencing).await?;
+    let (n, prefix) = (plan.concurrency, &plan.prefix);
+    let mut out = vec![held_lib(&client, baseline, n, hold, prefix).await];
+    if args.raw {
+        out.push(match baseline {
+            Baseline::Redis(raw) => held_raw(raw, n, hold, settings.ttl, prefix).await,
+            Baseline::Etcd(raw) => held_raw_etcd(raw, n, hold, settings.ttl, prefix).await?,
+        });
     }
-    if global.json {
-        println!("{}", report.json());
-    } else {
-        report.print();
-    }
-    Ok(if report.safety_violated() {
-        exit::CHECK_FAILED
-    } else {
-        exit::OK
-    })
+    Ok(out)
 }
 
 async fn client(settings: &Settings, fencing: bool) -> Result<fencelock::Client, Failure> {
@@ -264,10 +390,10 @@ async fn client(settings: &Settings, fencing: bool) -> Result<fencelock::Client,
 }
 
 /// The median of a few parallel PINGs to every node: one round trip of the node set.
-async fn round_trip(raw: &Raw) -> Duration {
+async fn round_trip(raw: &Baseline) -> Duration {
     let mut samples = Vec::new();
     for _ in 0..21 {
-        samples.push(raw.ping_all().await);
+        samples.push(raw.ping().await);
     }
     samples.sort_unstable();
     samples[samples.len() / 2]
@@ -359,7 +485,7 @@ const BLOCKS: usize = 10;
 
 async fn cycles_both(
     client: &fencelock::Client,
-    raw: Option<&Raw>,
+    raw: Option<&Baseline>,
     n: usize,
     c: usize,
     prefix: &str,
@@ -387,7 +513,7 @@ async fn cycles_both(
                 let Some(raw) = raw else { return false };
                 let key = format!("{prefix}:raw:{i}");
                 let token = Raw::token();
-                raw.acquire(&key, &token).await && raw.release(&key, &token).await >= 1
+                raw.acquire(&key, &token).await && raw.release(&key, &token).await
             }
         }
     };
@@ -472,28 +598,11 @@ impl Contention {
 
     /// The critical section `number`: the overlap check around a read-modify-write of the
     /// counter on the first node.
-    async fn section(
-        &self,
-        number: usize,
-        counter: &mut redis::aio::MultiplexedConnection,
-        key: &str,
-    ) -> bool {
+    async fn section(&self, number: usize, counter: &mut Counter, key: &str) -> bool {
         if self.inside.fetch_add(1, Ordering::AcqRel) > 0 {
             self.overlaps.fetch_add(1, Ordering::AcqRel);
         }
-        // A read-modify-write, not an INCR: an atomic INCR cannot lose an update whatever the
-        // lock does, so its count would prove nothing; two holders at once here lose one, and
-        // the final counter falls short of the sections.
-        let ok = async {
-            let value: Option<i64> = redis::cmd("GET").arg(key).query_async(counter).await?;
-            redis::cmd("SET")
-                .arg(key)
-                .arg(value.unwrap_or(0) + 1)
-                .query_async::<()>(counter)
-                .await
-        }
-        .await
-        .is_ok();
+        let ok = counter.increment(key).await;
         self.inside.fetch_sub(1, Ordering::AcqRel);
         let now = Instant::now();
         self.record(number, |t| t.ended = Some(now));
@@ -522,20 +631,12 @@ impl Contention {
     async fn finish(
         self,
         name: &'static str,
-        raw: &Raw,
+        raw: &Baseline,
         counter_key: &str,
         per_worker: Vec<WorkerRun>,
         (elapsed, cpu): (Duration, Duration),
     ) -> anyhow::Result<Series> {
-        let counter: Option<i64> = redis::cmd("GET")
-            .arg(counter_key)
-            .query_async(&mut raw.first())
-            .await
-            .context("reading the contended counter")?;
-        let _: redis::RedisResult<i64> = redis::cmd("DEL")
-            .arg(counter_key)
-            .query_async(&mut raw.first())
-            .await;
+        let counter = raw.take_counter(counter_key).await?;
         let sections: Vec<usize> = per_worker.iter().map(|(_, _, s)| *s).collect();
         let total: usize = sections.iter().sum();
         let mut run = Run {
@@ -555,7 +656,7 @@ impl Contention {
         let busiest = sections.iter().copied().max().unwrap_or(0);
         let e = &mut out.extra;
         e.insert("overlaps".into(), self.overlaps.into_inner().into());
-        e.insert("counter".into(), counter.unwrap_or(0).into());
+        e.insert("counter".into(), counter.into());
         e.insert("sections".into(), total.into());
         e.insert("sections_per_worker".into(), json!(sections));
         e.insert("busiest_worker_sections".into(), busiest.into());
@@ -671,10 +772,11 @@ impl Contender for LibContender {
     }
 }
 
-/// The baseline: a polling client, as simple lock clients are: on a refusal, retry after a
-/// random delay around `poll_delay` (default 50 ms).
+/// The baselines: a polling client, as simple lock clients are (on a refusal, retry after a
+/// random delay around `poll_delay`, 50 ms by default), or, with a zero `poll_delay`, a barging
+/// one that retries at once.
 struct RawContender {
-    raw: Raw,
+    raw: Baseline,
     poll_delay: Duration,
 }
 
@@ -690,6 +792,9 @@ impl Contender for RawContender {
             if started.elapsed() > CONTENDED_WAIT {
                 return Taken::GaveUp;
             }
+            if self.poll_delay.is_zero() {
+                continue;
+            }
             let delay = self.poll_delay / 2 + self.poll_delay.mul_f64(fastrand::f64());
             tokio::time::sleep(delay).await;
         }
@@ -697,7 +802,7 @@ impl Contender for RawContender {
     }
 
     async fn give(&self, key: &str, token: String) -> bool {
-        self.raw.release(key, &token).await > 0
+        self.raw.release(key, &token).await
     }
 }
 
@@ -706,7 +811,7 @@ impl Contender for RawContender {
 async fn contended<C, F, Fut>(
     name: &'static str,
     settings: &Settings,
-    raw: &Raw,
+    raw: &Baseline,
     (n, workers): (usize, usize),
     prefix: &str,
     make: F,
@@ -718,26 +823,23 @@ where
 {
     let key = Arc::new(format!("{prefix}:contended:{name}"));
     let counter_key = Arc::new(format!("{prefix}:counter:{name}"));
-    let counter_node = settings.nodes[0].clone();
+    let (nodes, ttl) = (Arc::new(settings.nodes.clone()), settings.ttl);
     let shared = Arc::new(Contention::default());
     let (shared_, counter_key_) = (shared.clone(), counter_key.clone());
     let make = Arc::new(make);
     let (per_worker, times) = on_threads(workers, move |_, start| {
-        let (make, shared, key, counter_key, counter_node) = (
+        let (make, shared, key, counter_key, nodes) = (
             make.clone(),
             shared_.clone(),
             key.clone(),
             counter_key_.clone(),
-            counter_node.clone(),
+            nodes.clone(),
         );
         async move {
             // Set-up fails fast: the others would wait at the barrier for ever.
             let setup = async {
                 let contender = make().await?;
-                let counter = redis::Client::open(counter_node.as_str())?
-                    .get_multiplexed_async_connection()
-                    .await
-                    .context("connecting the contended counter to the first node")?;
+                let counter = Counter::connect(&nodes, ttl).await?;
                 anyhow::Ok((contender, counter))
             };
             let setup = setup.await;
@@ -808,8 +910,12 @@ struct NodeCounters {
     reads: u64,
 }
 
-async fn node_counters(raw: &Raw) -> Vec<NodeCounters> {
+/// Per node, for Redis nodes (an etcd cluster has no such counters: none).
+async fn node_counters(raw: &Baseline) -> Vec<NodeCounters> {
     let mut out = Vec::new();
+    let Baseline::Redis(raw) = raw else {
+        return out;
+    };
     for conn in raw.conns() {
         let text: String = redis::cmd("INFO")
             .arg("stats")
@@ -839,7 +945,7 @@ async fn node_counters(raw: &Raw) -> Vec<NodeCounters> {
 
 /// Measures CPU and node traffic over `hold`, and reports them into `extra`.
 async fn measure_hold(
-    raw: &Raw,
+    raw: &Baseline,
     locks: usize,
     during: impl Future<Output = ()>,
 ) -> Map<String, Value> {
@@ -875,7 +981,7 @@ async fn measure_hold(
 
 async fn held_lib(
     client: &fencelock::Client,
-    raw: &Raw,
+    raw: &Baseline,
     locks: usize,
     hold: Duration,
     prefix: &str,
@@ -961,7 +1067,7 @@ async fn held_raw(raw: &Raw, locks: usize, hold: Duration, ttl: Duration, prefix
             lost.set(held.len() - ok);
         }
     };
-    let mut extra = measure_hold(raw, locks, extend).await;
+    let mut extra = measure_hold(&Baseline::Redis(raw.clone()), locks, extend).await;
     extra.insert("lost".into(), lost.get().into());
     out.extra.extend(extra);
     let release = {
@@ -977,6 +1083,42 @@ async fn held_raw(raw: &Raw, locks: usize, hold: Duration, ttl: Duration, prefix
     let n = out.summary.count;
     let _ = drive(0, n, HELD_ACQUIRE_CONCURRENCY, release).await;
     out
+}
+
+/// `held` on etcd, as etcd's own clients hold locks: one session lease for all of them (as
+/// `concurrency.NewSession` makes), kept alive every TTL/3, each lock a key attached to it.
+async fn held_raw_etcd(
+    raw: &raw_etcd::RawEtcd,
+    locks: usize,
+    hold: Duration,
+    ttl: Duration,
+    prefix: &str,
+) -> anyhow::Result<Series> {
+    let session = raw.with_session().await?;
+    let keeper = session.keep_session_alive(ttl / 3).await?;
+    let acquire = {
+        let session = session.clone();
+        let prefix: Arc<str> = format!("{prefix}:held:raw").into();
+        move |i: usize| {
+            let (session, prefix) = (session.clone(), prefix.clone());
+            async move { session.acquire(&format!("{prefix}:{i}"), "held").await }
+        }
+    };
+    let run = drive(0, locks, HELD_ACQUIRE_CONCURRENCY, acquire).await;
+    let mut out = series("raw", run);
+    let baseline = Baseline::Etcd(Box::new(raw.clone()));
+    let mut extra = measure_hold(&baseline, locks, tokio::time::sleep(hold)).await;
+    keeper.abort();
+    // Lost: keys gone before the end of the hold (their lease expired).
+    let mut lost = 0usize;
+    for i in 0..out.summary.count {
+        if !session.release(&format!("{prefix}:held:raw:{i}")).await {
+            lost += 1;
+        }
+    }
+    extra.insert("lost".into(), lost.into());
+    out.extra.extend(extra);
+    Ok(out)
 }
 
 /// Everything one run measured.
@@ -995,14 +1137,24 @@ impl Report {
         &self.series[0]
     }
 
+    /// A baseline's series by name: `raw` (for `contended`, the poller) or `raw-barging`.
+    fn named(&self, name: &str) -> Option<&Series> {
+        self.series.iter().skip(1).find(|s| s.name == name)
+    }
+
     fn raw(&self) -> Option<&Series> {
-        self.series.get(1)
+        self.named("raw")
+    }
+
+    /// Library cycles/s over the named baseline's.
+    fn ratio_to(&self, name: &str) -> Option<f64> {
+        let raw = self.named(name)?.summary.per_sec();
+        (raw > 0.0).then(|| self.lib().summary.per_sec() / raw)
     }
 
     /// Library cycles/s over the baseline's.
     fn ratio(&self) -> Option<f64> {
-        let raw = self.raw()?.summary.per_sec();
-        (raw > 0.0).then(|| self.lib().summary.per_sec() / raw)
+        self.ratio_to("raw")
     }
 
     /// Whether a contended run saw two holders at once or lost an increment.
@@ -1040,18 +1192,29 @@ impl Report {
             "ratio".into(),
             self.ratio().map_or(Value::Null, |r| round2(r).into()),
         );
+        if let Some(barging) = self.named("raw-barging") {
+            top.insert(
+                "raw_barging".into(),
+                Value::Object(Self::series_json(barging)),
+            );
+            top.insert(
+                "ratio_barging".into(),
+                self.ratio_to("raw-barging")
+                    .map_or(Value::Null, |r| round2(r).into()),
+            );
+        }
         Value::Object(top)
     }
 
     fn print(&self) {
         println!(
-            "{:<10} {:>10} {:>9} {:>9} {:>9} {:>7} {:>10}",
+            "{:<11} {:>10} {:>9} {:>9} {:>9} {:>7} {:>10}",
             "series", "cycles/s", "p50", "p99", "max", "errors", "cpu/cycle"
         );
         for s in &self.series {
             let m = &s.summary;
             println!(
-                "{:<10} {:>10.0} {:>9} {:>9} {:>9} {:>7} {:>10}",
+                "{:<11} {:>10.0} {:>9} {:>9} {:>9} {:>7} {:>10}",
                 s.name,
                 m.per_sec(),
                 human(m.p50),
@@ -1065,7 +1228,15 @@ impl Report {
             );
         }
         if let Some(r) = self.ratio() {
-            println!("ratio fencelock/raw (cycles/s): {r:.2}x");
+            let what = if self.workload == Workload::Contended {
+                "raw (polling)"
+            } else {
+                "raw"
+            };
+            println!("ratio fencelock/{what} (cycles/s): {r:.2}x");
+        }
+        if let Some(r) = self.ratio_to("raw-barging") {
+            println!("ratio fencelock/raw-barging (cycles/s): {r:.2}x");
         }
         for s in &self.series {
             let e = &s.extra;

@@ -506,12 +506,16 @@ pub(crate) async fn run(settings: &Settings, plan: RunPlan) -> anyhow::Result<u8
         if let Ok(lock) = lock {
             let _ = lock.release().await;
         }
+        client.close().await;
         return Err(lost_failure(resource, &why, (term_sent, kill_sent), grace).into());
     }
 
     let status =
         status.map_err(|e| Failure::internal(format!("waiting for the command failed: {e}")))?;
-    Ok(release_after_exit(lock, resource, status_code(status), ttl).await)
+    let code = release_after_exit(lock, resource, status_code(status), ttl).await;
+    // The release returned at a quorum: let it reach the other nodes before the process ends.
+    client.close().await;
+    Ok(code)
 }
 
 /// The failure of a `run` whose lock was lost while the command ran: why, and how the command

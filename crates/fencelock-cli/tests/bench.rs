@@ -4,7 +4,7 @@
 
 use std::process::{Command, Output, Stdio};
 
-use fencelock_testkit::RedisNodes;
+use fencelock_testkit::{Etcd, RedisNodes};
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_fencelock");
@@ -118,7 +118,8 @@ fn contended_sections_never_overlap_and_every_increment_counts() {
             "--raw",
         ],
     );
-    for s in [&v, &v["fencelock"], &v["raw"]] {
+    assert!(v["ratio_barging"].as_f64().is_some(), "{v}");
+    for s in [&v, &v["fencelock"], &v["raw"], &v["raw_barging"]] {
         // The counter first: a read-modify-write per section, so two holders at once lose an
         // increment, which this sees even where the overlap check (one process) could not.
         assert_eq!(s["counter"], s["sections"], "{s}");
@@ -210,4 +211,99 @@ fn local_nodes_are_started_and_conflict_with_nodes() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn delayed_nodes_are_measured_through_the_proxy() {
+    let nodes = RedisNodes::start(3).unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let v = bench(
+        home.path(),
+        &nodes.urls(),
+        &[
+            "--workload",
+            "seq",
+            "--cycles",
+            "20",
+            "--raw",
+            "--delay-nodes",
+            "1",
+            "--delay",
+            "5ms",
+        ],
+    );
+    assert_series(&v["fencelock"], 20);
+    assert_series(&v["raw"], 20);
+    // The raw baseline waits for every node, the delayed one included, on each of its two
+    // rounds: the proxy's delay is in its latency (a lower bound, not a speed figure).
+    assert!(v["raw"]["p50_us"].as_u64().unwrap() >= 10_000, "{v}");
+
+    let out = Command::new(BIN)
+        .env("HOME", home.path())
+        .args(["--nodes", &nodes.urls().join(","), "bench"])
+        .args(["--workload", "seq", "--delay-nodes", "4", "--delay", "5ms"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--delay-nodes 4"),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn etcd_runs_every_workload_beside_its_raw_baseline() {
+    let etcd = Etcd::start().unwrap();
+    let url = vec![etcd.endpoint().replacen("http://", "etcd://", 1)];
+    let home = tempfile::tempdir().unwrap();
+    let v = bench(
+        home.path(),
+        &url,
+        &["--workload", "seq", "--cycles", "20", "--raw"],
+    );
+    assert_series(&v["fencelock"], 20);
+    assert_series(&v["raw"], 20);
+    let v = bench(
+        home.path(),
+        &url,
+        &["--workload", "par", "--cycles", "20", "--concurrency", "4"],
+    );
+    assert_series(&v, 20);
+    let v = bench(
+        home.path(),
+        &url,
+        &[
+            "--workload",
+            "contended",
+            "--cycles",
+            "12",
+            "--concurrency",
+            "3",
+            "--raw",
+        ],
+    );
+    for s in [&v["fencelock"], &v["raw"], &v["raw_barging"]] {
+        assert_eq!(s["counter"], s["sections"], "{s}");
+        assert_eq!(s["overlaps"], 0, "{s}");
+        assert_eq!(s["sections"], 12, "{s}");
+    }
+    let v = bench(
+        home.path(),
+        &url,
+        &[
+            "--ttl",
+            "3s",
+            "--workload",
+            "held",
+            "--concurrency",
+            "10",
+            "--hold",
+            "2s",
+            "--raw",
+        ],
+    );
+    for s in [&v, &v["raw"]] {
+        assert_eq!(s["locks"], 10, "{s}");
+        assert_eq!(s["lost"], 0, "{s}");
+    }
 }

@@ -85,6 +85,16 @@ impl Backend {
         }
     }
 
+    /// Waits, at most `bound`, until the releases that returned at a quorum (Redis) have reached
+    /// their other nodes. Returns whether they did; etcd has nothing to wait for.
+    pub(crate) async fn settle_releases(&self, bound: Duration) -> bool {
+        match self {
+            Backend::Redis(r) => r.settle_releases(bound).await,
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(_) => true,
+        }
+    }
+
     /// Opens every node's connection now (Redis); etcd connects on first use.
     pub(crate) async fn connect(&self) -> Votes {
         match self {

@@ -3,6 +3,7 @@
 //! locks are in `acquire.rs`, and everything a backend does is in `redis/` or `etcd/`.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use tokio::sync::mpsc;
 
@@ -179,7 +180,8 @@ impl Client {
 
     /// Waits until the locks dropped without [`Lock::release`] (by a `?` or a panic between
     /// acquire and release, or a [`LockGuard`](crate::LockGuard) dropped) have been released,
-    /// for at most twice the node timeout. Call it before `main` returns: the release of a
+    /// and until the releases that returned at a quorum have reached their other nodes, for at
+    /// most twice the node timeout. Call it before `main` returns: the release of a
     /// dropped lock runs in a background task, which a runtime that shuts down never runs, and
     /// the lock then stays taken until its TTL runs out.
     ///
@@ -200,7 +202,16 @@ impl Client {
     pub async fn close(&self) {
         let bound = 2 * self.inner.config.node_timeout();
         let mut pending = self.inner.pending_releases.subscribe();
-        if tokio::time::timeout(bound, pending.wait_for(|n| *n == 0))
+        // The releases that returned at a quorum: their other nodes' requests.
+        let started = Instant::now();
+        if !self.inner.backend.settle_releases(bound).await {
+            tracing::warn!(
+                ?bound,
+                "close: releases still reaching their other nodes; their keys there expire by TTL"
+            );
+        }
+        let left = bound.saturating_sub(started.elapsed());
+        if tokio::time::timeout(left, pending.wait_for(|n| *n == 0))
             .await
             .is_err()
         {

@@ -170,7 +170,12 @@ impl Lock {
     }
 
     /// Releases the lock on every node (compare-and-delete: a key that now holds another token is
-    /// left alone).
+    /// left alone). Returns once a quorum deleted its key, as acquisition returns at a quorum:
+    /// the other nodes' requests finish in the background, each behind this lock's earlier
+    /// commands on its node's connection, and [`Client::close`](crate::Client::close) waits
+    /// for them. When no quorum deleted, it waits for every node's answer (within the node
+    /// timeout) before it reports why. The returned votes of the nodes still answering are
+    /// `Pending`.
     ///
     /// # Errors
     ///

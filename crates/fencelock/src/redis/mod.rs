@@ -6,7 +6,7 @@
 //!
 //! - `round.rs`: the round engine. One request per node, all in flight at once, under one
 //!   per-node deadline; a round returns as soon as its outcome is known (a quorum granted, or too
-//!   many refused for one), in one of three named modes ([`round::Mode`]); the requests still in
+//!   many refused for one), in one of four named modes ([`round::Mode`]); the requests still in
 //!   flight finish in a background task. Restart quarantine is judged here.
 //! - `ops.rs`: what each round sends (acquire, write-back, extend, release, leave the line,
 //!   the batched extension) and how a node's reply becomes an answer.
@@ -15,7 +15,8 @@
 //! - `line.rs`: waiting: the retry loop, the waiting line of one key, the wake-ups.
 //! - `extender.rs`: one task per client extends every auto-extended lock in batches.
 //! - `scripts.rs`: the Lua scripts; `conn.rs`: one connection per node; `watch.rs`: pub/sub
-//!   wake-ups; `order.rs`: a release waits for its acquisition's stragglers; `quarantine.rs`:
+//!   wake-ups; `order.rs`: a release waits for its acquisition's requests not yet handed to
+//!   their connection; `quarantine.rs`:
 //!   restarted nodes; `describe.rs`: a driver error in words.
 
 mod conn;
@@ -64,6 +65,9 @@ pub(crate) struct RedisBackend {
     /// Per node, the acquisition requests still in flight after their round returned, which a
     /// release of the same token waits for (see `order.rs`).
     stragglers: Box<[Arc<Stragglers>]>,
+    /// How many releases that returned at a quorum still have requests in flight (see
+    /// `round.rs`, `Mode::Release`).
+    background: Arc<tokio::sync::watch::Sender<usize>>,
     quorum: usize,
     watch: Arc<ReleaseWatch>,
     settings: Settings,
@@ -134,6 +138,7 @@ impl RedisBackend {
         Ok(RedisBackend {
             all: (0..nodes.len()).collect(),
             stragglers: nodes.iter().map(|_| Arc::default()).collect(),
+            background: Arc::new(tokio::sync::watch::Sender::new(0)),
             nodes,
             quorum,
             watch,

@@ -11,6 +11,7 @@ use super::conn;
 use super::describe::describe;
 use super::extender;
 use super::guard::FenceRead;
+use super::order::Slot;
 use super::round::{Answer, Mode, Round};
 use super::{scripts, RedisBackend};
 use crate::pure::fencing;
@@ -37,7 +38,7 @@ impl RedisBackend {
             all,
             &self.all,
             self.settings.connect_timeout,
-            |_conn| async { Ok(Answer::Granted(())) },
+            |_conn, _| async { Ok(Answer::Granted(())) },
         )
         .await
         .votes
@@ -79,10 +80,11 @@ impl RedisBackend {
             let cmd = Arc::new(cmd);
             let mode = Mode::Acquire { token };
             return self
-                .round(mode, &self.all, node_timeout, move |mut conn| {
+                .round(mode, &self.all, node_timeout, move |mut conn, slot| {
                     let cmd = cmd.clone();
                     async move {
-                        let reply = eval(&scripts::ACQUIRE_QUEUED, &cmd, &mut conn).await?;
+                        let reply =
+                            eval_ordered(&scripts::ACQUIRE_QUEUED, &cmd, &mut conn, &slot).await?;
                         counter_answer(reply, fencing)
                     }
                 })
@@ -126,13 +128,16 @@ impl RedisBackend {
             !fencing && (keys.len() > 1 || mark.is_some() || self.nodes.len() > 1),
         );
         let mode = Mode::Acquire { token };
-        self.round(mode, &self.all, node_timeout, move |mut conn| {
+        self.round(mode, &self.all, node_timeout, move |mut conn, slot| {
             let cmd = cmd.clone();
             async move {
                 if fencing {
-                    counter_answer(eval(&scripts::ACQUIRE_FENCED, &cmd, &mut conn).await?, true)
+                    let reply =
+                        eval_ordered(&scripts::ACQUIRE_FENCED, &cmd, &mut conn, &slot).await?;
+                    counter_answer(reply, true)
                 } else if script {
-                    let set: i64 = eval(&scripts::ACQUIRE_MANY, &cmd, &mut conn).await?;
+                    let set: i64 =
+                        eval_ordered(&scripts::ACQUIRE_MANY, &cmd, &mut conn, &slot).await?;
                     Ok(if set == 1 {
                         Answer::Granted(FenceRead::default())
                     } else {
@@ -168,7 +173,7 @@ impl RedisBackend {
             all,
             &self.all,
             self.settings.node_timeout,
-            move |mut conn| {
+            move |mut conn, _| {
                 let pipe = pipe.clone();
                 async move {
                     let () = pipe.query_async(&mut conn).await?;
@@ -192,7 +197,7 @@ impl RedisBackend {
         cmd.arg(token).arg(fencing_token.to_string());
         let cmd = Arc::new(cmd);
         let limit = self.settings.node_timeout;
-        self.round(Mode::UntilQuorum, nodes, limit, move |mut conn| {
+        self.round(Mode::UntilQuorum, nodes, limit, move |mut conn, _| {
             let cmd = cmd.clone();
             async move { if_owned(&scripts::WRITE_BACK, &cmd, &mut conn).await }
         })
@@ -205,21 +210,26 @@ impl RedisBackend {
         let mut cmd = evalsha(&scripts::EXTEND, keys);
         cmd.arg(token).arg(ttl_millis(self.settings.ttl));
         let cmd = Arc::new(cmd);
-        self.round(Mode::UntilQuorum, &self.all, limit, move |mut conn| {
+        self.round(Mode::UntilQuorum, &self.all, limit, move |mut conn, _| {
             let cmd = cmd.clone();
             async move { if_owned(&scripts::EXTEND, &cmd, &mut conn).await }
         })
         .await
     }
 
-    /// Compare-and-delete on every node, waiting for every answer (bounded by the node timeout).
-    /// `line`: the holder's waiter id, if it queued for the lock: it leaves the line. Each
-    /// granted vote carries how many waiters the release messages reached on that node.
+    /// Compare-and-delete on every node (bounded by the node timeout), each request behind our
+    /// acquisition's requests on its node (see `order.rs`). With `at_quorum`, it returns once a
+    /// quorum deleted (`Mode::Release`: the other nodes' requests finish in the background and
+    /// [`RedisBackend::settle_releases`] waits for them); otherwise, and whenever no quorum
+    /// deleted, it waits for every answer. `line`: the holder's waiter id, if it queued for the
+    /// lock: it leaves the line. Each granted vote carries how many waiters the release messages
+    /// reached on that node.
     pub(crate) async fn release(
         &self,
         keys: &[String],
         token: &str,
         line: Option<&str>,
+        at_quorum: bool,
     ) -> Round<u64> {
         let locks = keys.len();
         let all_keys = release_keys(keys);
@@ -229,15 +239,19 @@ impl RedisBackend {
             cmd.arg(line);
         }
         let cmd = Arc::new(cmd);
-        // Behind our acquisition's requests still in flight, on each node (see `order.rs`).
-        let all = Mode::All {
-            after: Some(Arc::from(token)),
+        // Behind our acquisition's requests not yet handed to their connection, on each node
+        // (see `order.rs`).
+        let after = Arc::from(token);
+        let mode = if at_quorum {
+            Mode::Release { after }
+        } else {
+            Mode::All { after: Some(after) }
         };
         self.round(
-            all,
+            mode,
             &self.all,
             self.settings.node_timeout,
-            move |mut conn| {
+            move |mut conn, _| {
                 let cmd = cmd.clone();
                 async move {
                     let reply: Value = eval(&scripts::RELEASE, &cmd, &mut conn).await?;
@@ -395,8 +409,26 @@ pub(super) async fn eval<T: redis::FromRedisValue>(
     cmd: &Cmd,
     conn: &mut redis::aio::MultiplexedConnection,
 ) -> RedisResult<T> {
+    eval_ordered(script, cmd, conn, &Slot::default()).await
+}
+
+/// As [`eval`], for a request of an acquisition (`slot`, see `order.rs`): after NOSCRIPT it
+/// sends nothing more if a release of its token already followed it on the connection (its
+/// first call did nothing, and a second would land after the release).
+async fn eval_ordered<T: redis::FromRedisValue>(
+    script: &Script,
+    cmd: &Cmd,
+    conn: &mut redis::aio::MultiplexedConnection,
+    slot: &Slot,
+) -> RedisResult<T> {
     match cmd.query_async(conn).await {
         Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+            if slot.resend().is_err() {
+                return Err(RedisError::from((
+                    redis::ErrorKind::Client,
+                    "not sent again after NOSCRIPT: the lock is being released",
+                )));
+            }
             // Rare: boxed, so that its state does not weigh on every request's future.
             Box::pin(script.load_async(conn)).await?;
             cmd.query_async(conn).await

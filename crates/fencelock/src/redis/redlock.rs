@@ -87,7 +87,7 @@ impl RedisBackend {
     /// Releases, ignoring the outcome. `line`: the waiter id to take out of the line (after a
     /// failed attempt the waiter keeps its place: `None`).
     pub(crate) async fn release_quietly(&self, keys: &[String], token: &str, line: Option<&str>) {
-        let round = self.release(keys, token, line).await;
+        let round = self.release(keys, token, line, false).await;
         tracing::debug!(resource = %keys[0], votes = %round.votes, "released");
     }
 
@@ -97,13 +97,16 @@ impl RedisBackend {
             .await;
     }
 
-    /// Releases what a lock holds on every node.
+    /// Releases what a lock holds on every node; returns once a quorum deleted (the other
+    /// nodes' requests finish in the background, see `round.rs`'s `Mode::Release`).
     ///
     /// # Errors
     ///
     /// As `Lock::release`.
     pub(crate) async fn release_held(&self, keys: &[String], held: &RedisHeld) -> Result<Votes> {
-        let round = self.release(keys, held.token(), held.line.as_deref()).await;
+        let round = self
+            .release(keys, held.token(), held.line.as_deref(), true)
+            .await;
         if round.granted.iter().any(|(_, heard)| *heard > 0) {
             self.note_waiters(&keys[0]);
         }
@@ -116,7 +119,7 @@ impl RedisBackend {
     ///
     /// As `Client::release_token`.
     pub(crate) async fn release_token(&self, keys: &[String], token: &str) -> Result<Votes> {
-        let round = self.release(keys, token, None).await;
+        let round = self.release(keys, token, None, false).await;
         self.settle(&keys[0], round.decision, round.votes, false)
     }
 

@@ -50,7 +50,7 @@ impl RedisBackend {
         cmd.arg(above.to_string());
         let cmd = Arc::new(cmd);
         let all = Mode::All { after: None };
-        self.round(all, &self.all, node_timeout, move |mut conn| {
+        self.round(all, &self.all, node_timeout, move |mut conn, _| {
             let cmd = cmd.clone();
             async move {
                 let (raised, counter): (i64, String) = eval(&RESEED, &cmd, &mut conn).await?;

@@ -1,6 +1,6 @@
 //! The round engine: one request per node, all in flight together, under one per-node deadline.
 //!
-//! Every Redis operation is a round in one of three [`Mode`]s, which say when the round returns
+//! Every Redis operation is a round in one of four [`Mode`]s, which say when the round returns
 //! and what happens to the requests still in flight. The deadline, the votes, the early quorum
 //! decision, the restart quarantine and the stragglers are handled here and nowhere else.
 
@@ -54,10 +54,17 @@ pub(crate) enum Mode<'a> {
     /// Returns at the quorum decision; the rest finish in the background (a write-back, an
     /// extension: each acts only where the key is ours).
     UntilQuorum,
-    /// Waits for every answer (a release, leaving the line, connecting). With `after` (a
-    /// release's owner token), each request first waits, on its node, for that token's
-    /// acquisition requests still in flight (see `order.rs`).
+    /// Waits for every answer (a release after a failed attempt or of a dropped lock, leaving
+    /// the line, connecting). With `after` (a release's owner token), each request first waits,
+    /// on its node, for that token's acquisition requests not yet handed to its connection (see
+    /// `order.rs`).
     All { after: Option<Arc<str>> },
+    /// A release of the owner token `after` that returns once a quorum deleted, as an
+    /// acquisition returns once a quorum granted; on a failure it waits for every answer. Each
+    /// request first waits, on its node, as in `All`; the requests still in flight when the
+    /// round returns are already behind our earlier commands on their connections and finish in
+    /// the background, counted until they do ([`RedisBackend::settle_releases`]).
+    Release { after: Arc<str> },
 }
 
 /// Whether a round that reached its quorum waits for the answers still in flight (each within
@@ -86,7 +93,11 @@ impl RedisBackend {
     ) -> Round<T>
     where
         T: Send + 'static + WantsMore,
-        F: Fn(redis::aio::MultiplexedConnection) -> Fut + Clone + Send + Sync + 'static,
+        F: Fn(redis::aio::MultiplexedConnection, order::Slot) -> Fut
+            + Clone
+            + Send
+            + Sync
+            + 'static,
         Fut: Future<Output = Result<Answer<T>, RedisError>> + Send + 'static,
     {
         let need = self.quorum.min(nodes.len().max(1));
@@ -96,9 +107,13 @@ impl RedisBackend {
             Mode::Acquire { token } => (Some(limit), None, Some(*token)),
             Mode::UntilQuorum => (None, None, None),
             Mode::All { after } => (None, after.clone(), None),
+            Mode::Release { after } => (None, Some(after.clone()), None),
         };
         let every_answer = matches!(mode, Mode::All { .. });
-        let mut inflight = self.launch(nodes, quarantine, after, op);
+        let releasing = matches!(mode, Mode::Release { .. });
+        // Where each request of an acquisition stands, for a release of its token (`order.rs`).
+        let sent = acquiring.map(|_| order::Sent::new(nodes.len()));
+        let mut inflight = self.launch(nodes, quarantine, sent.as_ref(), after, op);
         let mut deadline = std::pin::pin!(tokio::time::sleep(limit));
         let mut votes = self.pending_votes(nodes);
         let mut granted = Vec::new();
@@ -110,9 +125,14 @@ impl RedisBackend {
         loop {
             let waiting = every_answer
                 || decision == Decision::Pending
-                || (decision == Decision::Impossible && acquiring.is_some() && inflight.left() > 0)
+                || (decision == Decision::Impossible
+                    && (acquiring.is_some() || releasing)
+                    && inflight.left() > 0)
                 || (decision == Decision::Reached
                     && inflight.left() > 0
+                    // Only a fenced acquisition reads counters: an unfenced one's grants carry
+                    // none, and would otherwise wait for every node.
+                    && self.settings.fencing
                     && T::wants_more(&granted, self.quorum));
             if !waiting {
                 break;
@@ -139,10 +159,13 @@ impl RedisBackend {
         }
         if inflight.left() > 0 && !deadline.is_elapsed() {
             let until = deadline.deadline();
-            let mut registered = match acquiring {
-                Some(token) => self.register_stragglers(nodes, &inflight, token),
-                None => Vec::new(),
+            let mut registered = match (acquiring, &sent) {
+                (Some(token), Some(sent)) => {
+                    self.register_stragglers(nodes, &inflight, token, sent)
+                }
+                _ => Vec::new(),
             };
+            let counted = releasing.then(|| Background::count(&self.background));
             tokio::spawn(async move {
                 let rest = async {
                     while let Some((pos, _)) = next_answer(&mut inflight).await {
@@ -155,6 +178,7 @@ impl RedisBackend {
                 // The requests first: once dropped, none can reach its connection any more.
                 drop(inflight);
                 drop(registered);
+                drop(counted);
             });
         }
         Round {
@@ -171,6 +195,7 @@ impl RedisBackend {
         nodes: &[usize],
         inflight: &Inflight<F>,
         token: &str,
+        sent: &Arc<order::Sent>,
     ) -> Vec<Option<order::Registration>> {
         let token: Arc<str> = Arc::from(token);
         nodes
@@ -179,7 +204,7 @@ impl RedisBackend {
             .map(|(pos, &i)| {
                 inflight
                     .is_pending(pos)
-                    .then(|| self.stragglers[i].register(&token))
+                    .then(|| self.stragglers[i].register(&token, order::Slot::new(sent, pos)))
             })
             .collect()
     }
@@ -198,27 +223,34 @@ impl RedisBackend {
 
     /// The requests of a round, one per node of `nodes`, in flight together. With `quarantine`
     /// (the round's node timeout), nodes in restart quarantine are not asked and not counted.
-    /// With `after` (an owner token), each request first waits for that token's acquisition
-    /// requests still in flight on its node.
+    /// With `sent` (an acquisition), each request records when its command is handed to its
+    /// connection. With `after` (an owner token), each request first waits for that token's
+    /// acquisition requests not yet handed to their connection on its node.
     pub(super) fn launch<T, F, Fut>(
         &self,
         nodes: &[usize],
         quarantine: Option<Duration>,
+        sent: Option<&Arc<order::Sent>>,
         after: Option<Arc<str>>,
         op: F,
     ) -> Inflight<impl Future<Output = Result<Answer<T>, NodeFailure>> + Send + 'static>
     where
         T: Send + 'static,
-        F: Fn(redis::aio::MultiplexedConnection) -> Fut + Clone + Send + Sync + 'static,
+        F: Fn(redis::aio::MultiplexedConnection, order::Slot) -> Fut
+            + Clone
+            + Send
+            + Sync
+            + 'static,
         Fut: Future<Output = Result<Answer<T>, RedisError>> + Send + 'static,
     {
-        Inflight::new(nodes.iter().map(move |&i| {
+        Inflight::new(nodes.iter().enumerate().map(move |(pos, &i)| {
             let node = self.nodes[i].clone();
             let all = self.nodes.clone();
             let op = op.clone();
             let after = after
                 .clone()
                 .map(|token| (token, self.stragglers[i].clone()));
+            let slot = sent.map(|sent| (order::Slot::new(sent, pos), self.stragglers[i].clone()));
             async move {
                 if let Some((token, stragglers)) = &after {
                     if stragglers.any() {
@@ -237,7 +269,27 @@ impl RedisBackend {
                     // request's future.
                     Box::pin(check_quarantine(&all, i, &handle, node_timeout)).await?;
                 }
-                op(handle.conn.clone()).await.map_err(|e| {
+                let answer = match slot {
+                    None => op(handle.conn.clone(), order::Slot::default()).await,
+                    Some((slot, stragglers)) => {
+                        let mut request = std::pin::pin!(op(handle.conn.clone(), slot.clone()));
+                        // Its first poll hands the command to the connection's queue (the
+                        // multiplexed connection's channel, which serves senders in order): a
+                        // release handed over afterwards runs after it on the node.
+                        let first = std::future::poll_fn(|cx| {
+                            std::task::Poll::Ready(request.as_mut().poll(cx))
+                        })
+                        .await;
+                        if slot.handed() {
+                            stragglers.handed();
+                        }
+                        match first {
+                            std::task::Poll::Ready(answer) => answer,
+                            std::task::Poll::Pending => request.await,
+                        }
+                    }
+                };
+                answer.map_err(|e| {
                     if conn::is_broken(&e) {
                         node.discard(&handle);
                     }
@@ -333,6 +385,38 @@ async fn longest_ttl_in_use(
     (read, longest)
 }
 
+/// Counts a release's requests still in flight after its round returned, until dropped.
+struct Background(Arc<tokio::sync::watch::Sender<usize>>);
+
+impl Background {
+    fn count(counter: &Arc<tokio::sync::watch::Sender<usize>>) -> Background {
+        counter.send_modify(|n| *n += 1);
+        Background(counter.clone())
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n = n.saturating_sub(1));
+    }
+}
+
+impl RedisBackend {
+    /// Waits, at most `bound`, until the requests of the releases that returned at a quorum
+    /// have finished on every node (`Client::close`). Returns whether they did.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: it only watches the count.
+    pub(crate) async fn settle_releases(&self, bound: Duration) -> bool {
+        let mut pending = self.background.subscribe();
+        let settled = tokio::time::timeout(bound, pending.wait_for(|n| *n == 0))
+            .await
+            .is_ok();
+        settled
+    }
+}
+
 /// What happened next in a round.
 enum Next<T> {
     /// The request at this position of the round answered (or failed).
@@ -419,7 +503,7 @@ mod tests {
             .with_quarantine(false);
         let backend = RedisBackend::new(vec![addr], &config).unwrap();
         let cmd = Arc::new(redis::cmd("PING"));
-        let inflight = backend.launch(&[0], None, None, move |mut conn| {
+        let inflight = backend.launch(&[0], None, None, None, move |mut conn, _| {
             let cmd = cmd.clone();
             async move {
                 let _: i64 = super::super::ops::eval(&scripts::EXTEND, &cmd, &mut conn).await?;

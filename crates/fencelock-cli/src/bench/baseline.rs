@@ -1,0 +1,154 @@
+//! The baseline of a run, by backend: the hand-written redis-rs fan-out ([`Raw`]) for Redis
+//! nodes, the hand-written etcd-client mutex ([`RawEtcd`]) for an etcd cluster. Also what every
+//! workload needs of the nodes besides the lock: a round trip, and the `contended` counter.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use redis::aio::MultiplexedConnection;
+
+use super::raw::Raw;
+use super::raw_etcd::RawEtcd;
+
+/// The baseline client of one run.
+#[derive(Debug, Clone)]
+pub(crate) enum Baseline {
+    Redis(Raw),
+    Etcd(Box<RawEtcd>),
+}
+
+impl Baseline {
+    /// Connects to `urls`: an etcd cluster when every URL is `etcd://`, Redis nodes otherwise.
+    ///
+    /// # Errors
+    ///
+    /// When a node cannot be reached, or the URLs mix backends.
+    pub(crate) async fn connect(urls: &[String], ttl: Duration) -> anyhow::Result<Baseline> {
+        if is_etcd(urls) {
+            Ok(Baseline::Etcd(Box::new(RawEtcd::connect(urls, ttl).await?)))
+        } else {
+            Ok(Baseline::Redis(Raw::connect(urls, ttl).await?))
+        }
+    }
+
+    /// A client of its own for a contended worker (each runs on a runtime of its own); on
+    /// etcd with a session lease, as `concurrency.NewSession` gives each client one.
+    ///
+    /// # Errors
+    ///
+    /// As [`Baseline::connect`].
+    pub(crate) async fn for_worker(urls: &[String], ttl: Duration) -> anyhow::Result<Baseline> {
+        Ok(match Self::connect(urls, ttl).await? {
+            Baseline::Etcd(e) => Baseline::Etcd(Box::new(e.with_session().await?)),
+            redis => redis,
+        })
+    }
+
+    /// Takes `key` for `token`: true when granted (by a majority of Redis nodes).
+    pub(crate) async fn acquire(&self, key: &str, token: &str) -> bool {
+        match self {
+            Baseline::Redis(r) => r.acquire(key, token).await,
+            Baseline::Etcd(e) => e.acquire(key, token).await,
+        }
+    }
+
+    /// Releases `key`: true when it was released (somewhere, on Redis).
+    pub(crate) async fn release(&self, key: &str, token: &str) -> bool {
+        match self {
+            Baseline::Redis(r) => r.release(key, token).await > 0,
+            Baseline::Etcd(e) => e.release(key).await,
+        }
+    }
+
+    /// One round trip of the node set (PING to every node, waiting for all), or of the cluster.
+    pub(crate) async fn ping(&self) -> Duration {
+        match self {
+            Baseline::Redis(r) => r.ping_all().await,
+            Baseline::Etcd(e) => e.ping().await,
+        }
+    }
+
+    /// Reads the counter `key` and deletes it.
+    ///
+    /// # Errors
+    ///
+    /// When it cannot be read.
+    pub(crate) async fn take_counter(&self, key: &str) -> anyhow::Result<i64> {
+        match self {
+            Baseline::Redis(r) => {
+                let value: Option<i64> = redis::cmd("GET")
+                    .arg(key)
+                    .query_async(&mut r.first())
+                    .await
+                    .context("reading the contended counter")?;
+                let _: redis::RedisResult<i64> =
+                    redis::cmd("DEL").arg(key).query_async(&mut r.first()).await;
+                Ok(value.unwrap_or(0))
+            }
+            Baseline::Etcd(e) => {
+                let value = e
+                    .read_counter(key)
+                    .await
+                    .context("reading the contended counter")?;
+                e.delete(key).await;
+                Ok(value)
+            }
+        }
+    }
+}
+
+/// Whether `urls` name an etcd cluster.
+pub(crate) fn is_etcd(urls: &[String]) -> bool {
+    !urls.is_empty() && urls.iter().all(|u| u.starts_with("etcd://"))
+}
+
+/// The `contended` counter, read and written back by each critical section.
+pub(crate) enum Counter {
+    Redis(MultiplexedConnection),
+    Etcd(Box<RawEtcd>),
+}
+
+impl Counter {
+    /// A connection of its own (each contended worker runs on a runtime of its own): the first
+    /// Redis node, or the etcd cluster.
+    ///
+    /// # Errors
+    ///
+    /// When it cannot connect.
+    pub(crate) async fn connect(urls: &[String], ttl: Duration) -> anyhow::Result<Counter> {
+        if is_etcd(urls) {
+            return Ok(Counter::Etcd(Box::new(RawEtcd::connect(urls, ttl).await?)));
+        }
+        let first = urls.first().context("no nodes")?;
+        Ok(Counter::Redis(
+            redis::Client::open(first.as_str())?
+                .get_multiplexed_async_connection()
+                .await
+                .context("connecting the contended counter to the first node")?,
+        ))
+    }
+
+    /// A read-modify-write (GET, then SET one more), not an atomic increment: an atomic one
+    /// cannot lose an update whatever the lock does, so its count would prove nothing; two
+    /// holders at once here lose one, and the final counter falls short of the sections.
+    pub(crate) async fn increment(&mut self, key: &str) -> bool {
+        match self {
+            Counter::Redis(conn) => async {
+                let value: Option<i64> = redis::cmd("GET").arg(key).query_async(conn).await?;
+                redis::cmd("SET")
+                    .arg(key)
+                    .arg(value.unwrap_or(0) + 1)
+                    .query_async::<()>(conn)
+                    .await
+            }
+            .await
+            .is_ok(),
+            Counter::Etcd(e) => async {
+                let value = e.read_counter(key).await?;
+                e.write_counter(key, value + 1).await
+            }
+            .await
+            .is_ok(),
+        }
+    }
+}
