@@ -52,22 +52,22 @@ mutant release-no-compare "the release deletes the key without comparing the own
   "-p fencelock --test redlock release_with_a_wrong_token_leaves_the_key"
 mutant writeback-off-by-one "the write-back stores token - 1, a value no holder got" \
   crates/fencelock/src/redis/guard.rs \
-  's/\.write_back\(&targets, keys, owner, token, node_timeout\)/.write_back(&targets, keys, owner, token - 1, node_timeout)/' \
+  's/self\.write_back\(&targets, keys, owner, token\)/self.write_back(&targets, keys, owner, token - 1)/' \
   "-p fencelock --test fencing tokens_increase_across_1000"
 mutant validity-ignores-elapsed "validity counted from the reply, not from before the request" \
-  crates/fencelock/src/validity.rs \
+  crates/fencelock/src/pure/validity.rs \
   's/ttl\.checked_sub\(elapsed\)\?/ttl.checked_sub(elapsed * 0)?/' \
   "-p fencelock --test redlock validity_is_below_the_ttl_and_shrinks"
 mutant round-waits-three-timeouts "a round waits three node timeouts for paused nodes" \
-  crates/fencelock/src/redis/mod.rs \
-  's/std::pin::pin!\(tokio::time::sleep\(node_timeout\)\)/std::pin::pin!(tokio::time::sleep(node_timeout * 3))/' \
+  crates/fencelock/src/redis/round.rs \
+  's/std::pin::pin!\(tokio::time::sleep\(limit\)\)/std::pin::pin!(tokio::time::sleep(limit * 3))/' \
   "-p fencelock --test redlock paused_nodes_cost_about_one_node_timeout"
 mutant extend-unbatched "auto-extension sends one pipeline per lock, in turn, not one per batch" \
   crates/fencelock/src/redis/extender.rs \
-  's/let counts = be\.backend\(\)\.extend_batch\(&locks, timing\.ttl, timeout\)\.await;/let mut counts = Vec::new(); for l in &locks { counts.extend(be.backend().extend_batch(std::slice::from_ref(l), timing.ttl, timeout).await); }/' \
+  's/let counts = be\.extend_batch\(&locks, timeout\)\.await;/let mut counts = Vec::new(); for l in &locks { counts.extend(be.extend_batch(std::slice::from_ref(l), timeout).await); }/' \
   "-p fencelock --test long_work one_client_extends_two_thousand_locks_in_batches"
 mutant contention-as-unavailable "a lock held by another client is reported as unavailable when a node failed" \
-  crates/fencelock/src/client.rs \
+  crates/fencelock/src/redis/redlock.rs \
   's/if votes\.held_by_other\(\) > n\.saturating_sub\(quorum\) \|\| votes\.failed\(\) == 0 \{/if votes.failed() == 0 {/' \
   "-p fencelock --test long_work a_job_of_ten_ttls_keeps_its_lock_while_a_minority_dies"
 mutant etcd-validity-outlasts-lease "etcd: the validity deadline runs half a TTL past the lease" \
@@ -75,29 +75,29 @@ mutant etcd-validity-outlasts-lease "etcd: the validity deadline runs half a TTL
   's/    sent\.checked_add\(valid\)\n/    sent.checked_add(valid + granted \/ 2)\n/' \
   "-p fencelock --test etcd extend_keeps_the_lease_and_reports_it_lost_once_expired"
 mutant acquire-without-nx "acquisition sets the key whether or not another client holds it" \
-  crates/fencelock/src/redis/mod.rs \
+  crates/fencelock/src/redis/ops.rs \
   's/cmd\.arg\(key\)\.arg\(token\)\.arg\("NX"\)\.arg\("PX"\)/cmd.arg(key).arg(token).arg("PX")/' \
   "-p fencelock-cli --test bench contended_sections_never_overlap_and_every_increment_counts"
 mutant guard-seed-before-issue "the amnesia guard seeds the nodes without a counter before the token is issued" \
   crates/fencelock/src/redis/guard.rs \
-  's/\n(\s*)let wb = self\n/\n$1self.seed(&Fenced { token, seeds: seeds.clone() }, keys, owner, node_timeout).await;\n$1let wb = self\n/' \
+  's/\n(\s*)let wb = self\.write_back\(/\n$1self.seed(&Fenced { token, seeds: seeds.clone() }, keys, owner).await;\n$1let wb = self.write_back(/' \
   "-p fencelock --test amnesia a_failed_attempt_seeds_no_node"
 mutant guard-untrusted-counted "the amnesia guard counts a read from a node without a counter as trusted (0)" \
-  crates/fencelock/src/redis/mod.rs \
+  crates/fencelock/src/redis/ops.rs \
   's/exists: exists == 1,/exists: true,/' \
   "-p fencelock --test amnesia a_node_restarted_without_its_counter_never_yields_a_smaller_token"
 mutant guard-epoch-on-quorum "a new epoch starts when a quorum (not every node) granted without a counter" \
-  crates/fencelock/src/fencing.rs \
+  crates/fencelock/src/pure/fencing.rs \
   's/granting >= nodes && nodes > 0/granting > nodes \/ 2 && nodes > 0/' \
   "-p fencelock --lib fencing::tests::an_epoch_starts_only_when_every_node_granted" \
   "-p fencelock --test amnesia no_epoch_starts_while_a_node_with_the_counter_does_not_grant"
 mutant quorum-of-one "one node's grant counts as a quorum" \
-  crates/fencelock/src/quorum.rs \
+  crates/fencelock/src/pure/quorum.rs \
   's/pub fn quorum\(n: usize\) -> usize \{\n    n \/ 2 \+ 1\n/pub fn quorum(_n: usize) -> usize {\n    1\n/' \
   "-p fencelock-cli --test bench contended_sections_never_overlap_and_every_increment_counts"
 
 mutant quarantine-own-ttl "restart quarantine sized by the asking client's own TTL, not the longest TTL in use (issue 13's finding 2)" \
-  crates/fencelock/src/redis/mod.rs \
+  crates/fencelock/src/redis/round.rs \
   's/info\.resolve\(longest\.max\(nodes\[i\]\.quarantine\(\)\.own_ttl\)\)/info.resolve(nodes[i].quarantine().own_ttl)/' \
   "-p fencelock-harness --test harness clients_with_different_ttls_never_hold_at_once_across_restarts_without_persistence"
 mutant run-no-subreaper "fencelock run's guard and supervisor are not child subreapers: a background job of the command escapes them" \
