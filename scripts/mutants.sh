@@ -77,7 +77,7 @@ mutant etcd-validity-outlasts-lease "etcd: the validity deadline runs half a TTL
 mutant acquire-without-nx "acquisition sets the key whether or not another client holds it" \
   crates/fencelock/src/redis/ops.rs \
   's/cmd\.arg\(key\)\.arg\(token\)\.arg\("NX"\)\.arg\("PX"\)/cmd.arg(key).arg(token).arg("PX")/' \
-  "-p fencelock-cli --test bench contended_sections_never_overlap_and_every_increment_counts"
+  "-p fencelock --test redlock on_one_node_a_second_client_cannot_acquire_while_the_first_holds"
 mutant guard-seed-before-issue "the amnesia guard seeds the nodes without a counter before the token is issued" \
   crates/fencelock/src/redis/guard.rs \
   's/\n(\s*)let wb = self\.write_back\(/\n$1self.seed(&Fenced { token, seeds: seeds.clone() }, keys, owner).await;\n$1let wb = self.write_back(/' \

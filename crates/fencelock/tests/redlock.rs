@@ -42,6 +42,27 @@ async fn second_client_cannot_acquire_while_first_holds_then_can_after_release()
     lock_b.release().await.unwrap();
 }
 
+/// The same on one node (an efficiency lock): that path is a bare `SET NX PX`, not a script, so
+/// it needs its own test (the `acquire-without-nx` mutant of scripts/mutants.sh survives every
+/// test on three nodes).
+#[tokio::test]
+async fn on_one_node_a_second_client_cannot_acquire_while_the_first_holds() {
+    let nodes = RedisNodes::start(1).unwrap();
+    let a = client(&nodes);
+    let b = client(&nodes);
+    let lock = a.try_acquire("lock:single").await.unwrap();
+    let err = b.try_acquire("lock:single").await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Contention, "{err}");
+    assert_eq!(get(nodes.node(0), "lock:single"), lock.token());
+    lock.release().await.unwrap();
+    b.try_acquire("lock:single")
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}
+
 #[tokio::test]
 async fn still_acquires_with_one_of_three_nodes_stopped() {
     let nodes = RedisNodes::start(3).unwrap();
