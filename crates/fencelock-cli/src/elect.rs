@@ -64,14 +64,15 @@ pub(crate) async fn campaign(
 ) -> Result<Lock, Failure> {
     let usage = |e: fencelock::Error| Failure::usage(format!("election {name:?}: {e}"));
     let started = Instant::now();
+    let policy = match mode {
+        WaitMode::NoWait => RetryPolicy::once(),
+        WaitMode::Wait(total) => RetryPolicy::new().with_wait(total),
+        WaitMode::Forever => RetryPolicy::new().with_wait(WAIT_CHUNK),
+    };
+    // One client for the whole wait: its connections serve every chunk.
+    let client = Client::new(client.config().clone().with_retry(policy)).map_err(usage)?;
+    let election = client.election(name).map_err(usage)?;
     let result = loop {
-        let policy = match mode {
-            WaitMode::NoWait => RetryPolicy::once(),
-            WaitMode::Wait(total) => RetryPolicy::new().with_wait(total),
-            WaitMode::Forever => RetryPolicy::new().with_wait(WAIT_CHUNK),
-        };
-        let client = Client::new(client.config().clone().with_retry(policy)).map_err(usage)?;
-        let election = client.election(name).map_err(usage)?;
         match election.campaign_lock(value).await {
             Err(e)
                 if mode == WaitMode::Forever
@@ -88,10 +89,7 @@ pub(crate) async fn campaign(
             if held {
                 failure.message = format!(
                     "election {name:?} has another leader{}; the command was not run. Wait with --wait 1m, or watch it with `fencelock elect --observe {}`",
-                    match mode {
-                        WaitMode::NoWait => String::new(),
-                        _ => format!(" after waiting {:.1}s", started.elapsed().as_secs_f64()),
-                    },
+                    crate::permits::waited(mode, started),
                     crate::shell::quote(name)
                 );
             }

@@ -49,13 +49,19 @@ pub(crate) async fn wait_for_permit(
             if held {
                 failure.message = format!(
                     "all {permits} permits of {resource:?} are held by other clients{}; the command was not run. Wait with --wait 1m",
-                    match mode {
-                        WaitMode::NoWait => String::new(),
-                        _ => format!(" after waiting {:.1}s", started.elapsed().as_secs_f64()),
-                    }
+                    waited(mode, started)
                 );
             }
             Err(failure)
         }
+    }
+}
+
+/// " after waiting 2.5s" for a wait that waited, nothing for `--no-wait`: the tail of the
+/// messages of `run --permits` and `elect` when someone else holds.
+pub(crate) fn waited(mode: WaitMode, started: Instant) -> String {
+    match mode {
+        WaitMode::NoWait => String::new(),
+        _ => format!(" after waiting {:.1}s", started.elapsed().as_secs_f64()),
     }
 }
