@@ -152,10 +152,7 @@ impl Backend {
         match self {
             Backend::Redis(r) => Ok(r),
             #[cfg(feature = "etcd")]
-            Backend::Etcd(_) => Err(Error::config(
-                "backend",
-                format!("{what} works on Redis nodes only; with etcd, hold the Lock and call its methods"),
-            )),
+            Backend::Etcd(_) => Err(redis_only(what)),
         }
     }
 
@@ -165,6 +162,7 @@ impl Backend {
     /// # Errors
     ///
     /// As `Client::try_acquire_many`, and [`Error::InvalidConfig`] on etcd.
+    #[cfg_attr(not(feature = "etcd"), allow(unused_variables))]
     pub(crate) async fn redis_attempt(
         &self,
         what: &str,
@@ -174,9 +172,7 @@ impl Backend {
         match self {
             Backend::Redis(r) => Ok(redis_grant(r, r.attempt(keys, wait).await?)),
             #[cfg(feature = "etcd")]
-            Backend::Etcd(_) => Err(self.redis(what).err().unwrap_or_else(|| {
-                Error::config("backend", format!("{what} works on Redis nodes only"))
-            })),
+            Backend::Etcd(_) => Err(redis_only(what)),
         }
     }
 }
@@ -262,6 +258,15 @@ impl Held {
             }
         }
     }
+}
+
+/// The refusal of an operation that exists on Redis only, on an etcd client.
+#[cfg(feature = "etcd")]
+fn redis_only(what: &str) -> Error {
+    Error::config(
+        "backend",
+        format!("{what} works on Redis nodes only; with etcd, hold the Lock and call its methods"),
+    )
 }
 
 fn redis_grant(backend: &Arc<RedisBackend>, grant: crate::redis::Grant) -> Grant {
