@@ -76,10 +76,13 @@ pub const RELEASE_SCRIPT: &str = crate::redis::scripts::RELEASE_LUA;
 
 /// The fencing-mode acquisition script (Lua), for clients in other languages that take fenced
 /// locks on the same nodes. KEYS: n lock keys, [`FENCE_COUNTER_KEY`], the n legacy counters
-/// ([`counter_key`] of each resource). ARGV: owner token, TTL in ms. Sets every lock key or none
-/// and replies `{granted (1 or 0), largest counter (decimal string), exists (1 or 0)}`, on a
-/// refusal too. Derive the token as [`crate::fencing`] states (trust rule, epoch start), then
-/// write it back with [`WRITE_BACK_SCRIPT`].
+/// ([`counter_key`] of each resource). ARGV: owner token, TTL in ms[, a proposed token (decimal,
+/// no leading zeros, below 10^19; `0` for none)]. Sets every lock key or none and replies
+/// `{granted (1 or 0), largest counter (decimal string), exists (1 or 0), accepted (1 or 0)}`, on
+/// a refusal too. When a quorum of granting nodes accepted the proposal, it is the token
+/// ([`crate::fencing::one_round`]): each of them raised its counter to it with the grant.
+/// Otherwise derive the token as [`crate::fencing`] states (trust rule, epoch start; the
+/// counter replied is the one after the call), then write it back with [`WRITE_BACK_SCRIPT`].
 pub const ACQUIRE_FENCED_SCRIPT: &str = crate::redis::scripts::ACQUIRE_FENCED_LUA;
 
 /// The fencing-mode write-back script (Lua): KEYS as [`ACQUIRE_FENCED_SCRIPT`]'s; ARGV: owner

@@ -297,7 +297,13 @@ async fn a_failed_attempt_seeds_no_node() {
     .unwrap();
     // n0 is among the granting nodes of most attempts (the round returns at two grants only if
     // both have a counter); twenty attempts, and none may seed it.
-    for _ in 0..20 {
+    for i in 0..20u64 {
+        // Counters above every token the client proposed so far (it proposes one above the
+        // largest it saw), so that no proposal is taken and each attempt needs the write-back.
+        for k in 1..3 {
+            let high = (9_000_000_000_000_000_000 + i * 10).to_string();
+            nodes.node(k).cli(&["SET", COUNTER, &high]).unwrap();
+        }
         let err = refused.try_acquire("S").await.unwrap_err();
         assert_eq!(err.kind(), fencelock::ErrorKind::Unavailable, "{err}");
         // The failed attempt's release is done when try_acquire returns.
@@ -306,5 +312,55 @@ async fn a_failed_attempt_seeds_no_node() {
             None,
             "n0 was seeded by a failed attempt"
         );
+    }
+}
+
+/// The one-round path (issue 18): on nodes that have their counters, a fenced acquisition whose
+/// proposal a quorum took is issued without the write-back. A user that may run every script but
+/// the write-back still gets tokens, each above the last; before the one-round path every such
+/// acquisition failed (the write-back is refused on every node).
+#[tokio::test]
+async fn on_warm_nodes_a_fenced_acquisition_needs_no_write_back() {
+    let nodes = RedisNodes::start(3).unwrap();
+    // Warm up: the first grant on fresh nodes starts an epoch, which needs the write-back.
+    let warm = fenced(&nodes).acquire("W").await.unwrap();
+    let mut last = warm.fencing_token().unwrap();
+    warm.release().await.unwrap();
+    let mut urls = Vec::new();
+    for node in nodes.iter() {
+        let mut rule: Vec<String> = ["ACL", "SETUSER", "nowb", "on", ">pw", "~*", "&*"]
+            .iter()
+            .chain(&["+@all", "-evalsha", "-eval"])
+            .map(|s| s.to_string())
+            .collect();
+        for src in [
+            fencelock::protocol::ACQUIRE_FENCED_SCRIPT,
+            fencelock::protocol::RELEASE_SCRIPT,
+        ] {
+            let sha = node.cli(&["SCRIPT", "LOAD", src]).unwrap();
+            rule.push(format!("+evalsha|{sha}"));
+        }
+        let rule: Vec<&str> = rule.iter().map(String::as_str).collect();
+        node.cli(&rule).unwrap();
+        urls.push(format!("redis://nowb:pw@127.0.0.1:{}", node.port()));
+    }
+    let client = Client::new(
+        Config::new(&urls)
+            .with_fencing(true)
+            .with_quarantine(false)
+            .with_node_timeout(Duration::from_millis(500)),
+    )
+    .unwrap();
+    for _ in 0..20 {
+        let lock = client.try_acquire("W").await.unwrap();
+        let token = lock.fencing_token().unwrap();
+        assert!(token > last, "token {token} after {last}");
+        last = token;
+        lock.release().await.unwrap();
+    }
+    // Every node took the last proposal (the third with its request after the round returned).
+    client.close().await;
+    for node in nodes.iter() {
+        assert_eq!(get(node, COUNTER), Some(last.to_string()));
     }
 }

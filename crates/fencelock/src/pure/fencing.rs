@@ -119,6 +119,26 @@ pub fn epoch_floor(now: SystemTime) -> u64 {
     micros.max(1)
 }
 
+/// The token an attempt proposes (the one-round path): one above `last`, the largest token this
+/// client has proposed or seen, or the clock `now` in microseconds ([`epoch_floor`]) if that is
+/// larger. A node accepts the proposal only if it granted, has its counter and the proposal is
+/// above the counter ([`one_round`] then says whether it is issued); any other value only
+/// makes the one-round path miss, never unsafe. The clock term makes a client that has not
+/// seen the latest tokens (another process took the lock in between) still propose above them:
+/// counters then follow the clocks of the issuing clients, as an epoch's first token does.
+pub fn propose(last: u64, now: SystemTime) -> u64 {
+    last.saturating_add(1).max(epoch_floor(now))
+}
+
+/// The token issued in one round: the proposal, if at least `quorum` granting nodes accepted
+/// it (each raised its counter to the proposal atomically with setting the key, which is the
+/// write-back of the two-round path done in the same step). `None`: fall back to [`derive`]
+/// over the reads (which then include the accepted proposal as those nodes' counter) and the
+/// write-back.
+pub fn one_round(proposal: u64, accepted: usize, quorum: usize) -> Option<u64> {
+    (proposal > 0 && quorum > 0 && accepted >= quorum).then_some(proposal)
+}
+
 /// What an attempt does with the reads of its granting nodes (see the module's trust rule).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Derivation {
@@ -235,6 +255,17 @@ mod tests {
             derive([Trusted(4), Untrusted], 2, true),
             Derivation::TooFewTrusted { trusted: 1 }
         );
+    }
+
+    #[test]
+    fn a_proposal_is_above_the_last_token_and_the_clock() {
+        let t = UNIX_EPOCH + Duration::from_micros(1_764_556_800_123_456);
+        assert_eq!(propose(5, t), 1_764_556_800_123_456);
+        assert_eq!(propose(1_764_556_800_123_456, t), 1_764_556_800_123_457);
+        assert_eq!(propose(u64::MAX, t), u64::MAX);
+        assert_eq!(one_round(9, 2, 2), Some(9));
+        assert_eq!(one_round(9, 1, 2), None);
+        assert_eq!(one_round(0, 3, 2), None);
     }
 
     #[test]

@@ -14,6 +14,7 @@
 //! A node we hold the key of takes no other client's write-back while we hold it, so reads from
 //! all N granting nodes show that no counter exists anywhere at the last grant.
 
+use std::sync::atomic::Ordering;
 use std::time::SystemTime;
 
 use super::round::WantsMore;
@@ -27,8 +28,11 @@ use crate::pure::vote::{VoteOutcome, Votes};
 /// counter and the keys' legacy ones, 0 if none) and whether any exists.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct FenceRead {
+    /// The largest counter after the script (the proposal, where the node accepted it).
     pub(crate) value: u64,
     pub(crate) exists: bool,
+    /// The node took the attempt's proposed token (the one-round path).
+    pub(crate) accepted: bool,
     /// A fencing-mode read (else the grant of a plain acquisition, which reads no counter).
     pub(crate) fenced: bool,
 }
@@ -50,8 +54,29 @@ pub(crate) struct Fenced {
 }
 
 impl RedisBackend {
-    /// Steps 2 and 3 of a fenced acquisition: the token from the reads of the round's granting
-    /// nodes, written back to the trusted ones. The caller checks the validity, then calls
+    /// The token the next fenced attempt proposes (`fencing::propose`): above every token this
+    /// client proposed or saw, and at least its clock in microseconds. Concurrent attempts of
+    /// one client propose distinct tokens.
+    pub(crate) fn next_proposal(&self) -> u64 {
+        let now = SystemTime::now();
+        let mut last = self.last_token.load(Ordering::Relaxed);
+        loop {
+            let proposal = fencing::propose(last, now);
+            match self.last_token.compare_exchange_weak(
+                last,
+                proposal,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return proposal,
+                Err(seen) => last = seen,
+            }
+        }
+    }
+
+    /// Steps 2 and 3 of a fenced acquisition: the proposal `proposal` if a quorum of the round's
+    /// granting nodes accepted it (one round: no write-back), else the token from their reads,
+    /// written back to the trusted ones. The caller checks the validity, then calls
     /// [`RedisBackend::seed`]; on an error it releases the keys.
     pub(crate) async fn fence(
         &self,
@@ -59,8 +84,30 @@ impl RedisBackend {
         votes: &Votes,
         keys: &[String],
         owner: &str,
+        proposal: u64,
     ) -> Result<Fenced, Error> {
         let resource = keys[0].clone();
+        // Whatever comes next, the next proposal starts above the counters seen here.
+        if let Some(seen) = granted
+            .iter()
+            .filter(|(_, r)| r.exists)
+            .map(|(_, r)| r.value)
+            .max()
+        {
+            self.last_token.fetch_max(seen, Ordering::Relaxed);
+        }
+        let accepted = granted.iter().filter(|(_, r)| r.accepted).count();
+        if let Some(token) = fencing::one_round(proposal, accepted, self.quorum) {
+            // Each accepting node raised its counter to the token with the grant, which is the
+            // write-back done in the same atomic step; the nodes without a counter are seeded
+            // once it is issued, as after two rounds.
+            let seeds = granted
+                .iter()
+                .filter(|(_, r)| !r.exists)
+                .map(|(i, _)| *i)
+                .collect();
+            return Ok(Fenced { token, seeds });
+        }
         let reads = || {
             granted
                 .iter()
@@ -96,6 +143,7 @@ impl RedisBackend {
             }
         };
         let wb = self.write_back(&targets, keys, owner, token).await;
+        self.last_token.fetch_max(token, Ordering::Relaxed);
         if wb.decision != Decision::Reached {
             return Err(if wb.votes.failed() > 0 {
                 Error::Unavailable {

@@ -74,6 +74,9 @@ pub(crate) struct RedisBackend {
     /// The batch extender (`extender.rs`), spawned on first use, and the next registration id.
     extender: OnceLock<mpsc::UnboundedSender<extender::Msg>>,
     next_guard: AtomicU64,
+    /// The largest fencing token this client proposed or saw: the next proposal starts above it
+    /// (`guard.rs`).
+    last_token: AtomicU64,
     /// Resources this client released while others waited for them, until when: asking for
     /// one of them again within that time joins the end of the line (see `line.rs`).
     waited_for: Mutex<HashMap<String, Instant>>,
@@ -151,6 +154,7 @@ impl RedisBackend {
             },
             extender: OnceLock::new(),
             next_guard: AtomicU64::new(0),
+            last_token: AtomicU64::new(0),
             waited_for: Mutex::default(),
         })
     }

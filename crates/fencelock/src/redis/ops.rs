@@ -49,6 +49,9 @@ impl RedisBackend {
     /// largest fence counter); with a `ticket` (a waiter of one key), the queued script that
     /// grants only the first in line. Nodes in restart quarantine are not asked and not counted.
     ///
+    /// In fencing mode the scripts also judge `proposal`, the token proposed for the one-round
+    /// path (`guard.rs`).
+    ///
     /// On failure it waits for every request still in flight before returning, so that the
     /// caller's release reaches each node after its SET.
     pub(crate) async fn acquire(
@@ -56,6 +59,7 @@ impl RedisBackend {
         keys: &[String],
         token: &str,
         wait: Wait<'_>,
+        proposal: u64,
     ) -> Round<FenceRead> {
         let (fencing, node_timeout) = (self.settings.fencing, self.settings.node_timeout);
         let ttl_ms = ttl_millis(self.settings.ttl);
@@ -77,6 +81,9 @@ impl RedisBackend {
                 .arg(ticket.order)
                 .arg(ticket.lease_ms())
                 .arg(ttl_millis(queue::keep(ticket.lease)));
+            if fencing {
+                cmd.arg(proposal);
+            }
             let cmd = Arc::new(cmd);
             let mode = Mode::Acquire { token };
             return self
@@ -105,7 +112,7 @@ impl RedisBackend {
         let cmd = if fencing {
             let all_keys = with_marks(with_counter_keys(keys), keys);
             let mut cmd = evalsha(&scripts::ACQUIRE_FENCED, &all_keys);
-            cmd.arg(token).arg(ttl_ms);
+            cmd.arg(token).arg(ttl_ms).arg(proposal);
             if let Some(mark) = mark {
                 cmd.arg(ttl_millis(mark));
             }
@@ -362,9 +369,10 @@ fn with_counter_keys(keys: &[String]) -> Vec<String> {
         .collect()
 }
 
-/// The answer of an acquisition script that returns `{granted, largest counter, exists}`.
+/// The answer of an acquisition script that returns `{granted, largest counter, exists,
+/// accepted}`.
 fn counter_answer(
-    (set, counter, exists): (i64, String, i64),
+    (set, counter, exists, accepted): (i64, String, i64, i64),
     fenced: bool,
 ) -> Result<Answer<FenceRead>, RedisError> {
     let value = counter.parse::<u64>().map_err(|_| {
@@ -377,6 +385,7 @@ fn counter_answer(
     let read = FenceRead {
         value,
         exists: exists == 1,
+        accepted: accepted == 1,
         fenced,
     };
     // A refusal reports the counter too (for other clients and tools); this client's epoch

@@ -35,15 +35,20 @@ impl RedisBackend {
                 format!("the OS random number generator failed: {e}"),
             )
         })?;
+        let proposal = if self.settings.fencing {
+            self.next_proposal()
+        } else {
+            0
+        };
         let started = Instant::now();
-        let round = self.acquire(keys, token.as_str(), wait).await;
+        let round = self.acquire(keys, token.as_str(), wait, proposal).await;
         if round.decision != Decision::Reached {
             self.release_quietly(keys, token.as_str(), None).await;
             return Err(classify(resource, round.votes, self.quorum));
         }
         let fenced = if self.settings.fencing {
             match self
-                .fence(&round.granted, &round.votes, keys, token.as_str())
+                .fence(&round.granted, &round.votes, keys, token.as_str(), proposal)
                 .await
             {
                 Ok(f) => Some(f),

@@ -116,3 +116,77 @@ async fn an_acquisition_whose_write_back_a_majority_refuses_fails_and_keeps_no_k
     }
     panic!("a failed acquisition left its key behind");
 }
+
+/// One fenced acquisition of the key `p` with `proposal`: the script's reply
+/// `(granted, counter, exists, accepted)`.
+async fn acquire_proposing(
+    conn: &mut MultiplexedConnection,
+    owner: &str,
+    proposal: &str,
+) -> redis::RedisResult<(i64, String, i64, i64)> {
+    scripts::ACQUIRE_FENCED
+        .key("p")
+        .key(fencing::FENCE_COUNTER_KEY)
+        .key(fencing::counter_key("p"))
+        .arg(owner)
+        .arg(60_000)
+        .arg(proposal)
+        .invoke_async(conn)
+        .await
+}
+
+#[tokio::test]
+async fn a_proposal_is_taken_with_the_grant_only_above_an_existing_counter() {
+    let node = RedisNode::start().unwrap();
+    let mut conn = connect(&node).await;
+    // No counter (a fresh node, or one that lost it): the read is untrusted, nothing taken.
+    let reply = acquire_proposing(&mut conn, "a", "50").await.unwrap();
+    assert_eq!(reply, (1, "0".into(), 0, 0));
+    assert_eq!(counter(&node), "(nil)");
+    node.cli(&["DEL", "p"]).unwrap();
+    node.cli(&["SET", fencing::FENCE_COUNTER_KEY, "70000"])
+        .unwrap();
+    // Equal to the counter, or below it (compared as numbers, not as text): refused.
+    for low in ["70000", "9", "69999"] {
+        let reply = acquire_proposing(&mut conn, "a", low).await.unwrap();
+        assert_eq!(reply, (1, "70000".into(), 1, 0), "proposal {low}");
+        node.cli(&["DEL", "p"]).unwrap();
+    }
+    // Above it: the counter takes the proposal with the grant, and the reply says so.
+    let reply = acquire_proposing(&mut conn, "a", "70001").await.unwrap();
+    assert_eq!(reply, (1, "70001".into(), 1, 1));
+    assert_eq!(counter(&node), "70001");
+    // A refused grant (the key is held) takes no proposal.
+    let reply = acquire_proposing(&mut conn, "b", "99999").await.unwrap();
+    assert_eq!(reply, (0, "70001".into(), 1, 0));
+    assert_eq!(counter(&node), "70001");
+    // A legacy per-resource counter counts, and goes once the proposal is taken.
+    node.cli(&["DEL", "p"]).unwrap();
+    node.cli(&["SET", &fencing::counter_key("p"), "80000"])
+        .unwrap();
+    let reply = acquire_proposing(&mut conn, "a", "75000").await.unwrap();
+    assert_eq!(reply, (1, "80000".into(), 1, 0));
+    node.cli(&["DEL", "p"]).unwrap();
+    let reply = acquire_proposing(&mut conn, "a", "80001").await.unwrap();
+    assert_eq!(reply, (1, "80001".into(), 1, 1));
+    assert_eq!(
+        node.cli(&["EXISTS", &fencing::counter_key("p")]).unwrap(),
+        "0"
+    );
+}
+
+#[tokio::test]
+async fn a_malformed_proposal_is_an_error_and_writes_nothing() {
+    let node = RedisNode::start().unwrap();
+    let mut conn = connect(&node).await;
+    node.cli(&["SET", fencing::FENCE_COUNTER_KEY, "5"]).unwrap();
+    for bad in ["007", "-3", "1e9", "", "12345678901234567890"] {
+        let err = acquire_proposing(&mut conn, "a", bad).await.unwrap_err();
+        assert!(
+            err.to_string().contains("proposed fencing token"),
+            "{bad:?}: {err}"
+        );
+        assert_eq!(node.cli(&["EXISTS", "p"]).unwrap(), "0", "{bad:?}");
+        assert_eq!(counter(&node), "5", "{bad:?}");
+    }
+}

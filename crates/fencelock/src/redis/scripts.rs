@@ -45,20 +45,27 @@ const ACQUIRE_MANY_LUA: &str = lua!("announce", "keys", "wait_marks", "acquire_m
 /// Fencing-mode acquisition: set every lock key (all or none) and, in the same atomic step,
 /// read the node's fence counter (`fencelock:fence`, shared by every resource) and the legacy
 /// per-resource counters of the keys (`fencelock:fence:<resource>`, from before one counter per
-/// node: read so that an upgraded node never issues below them). KEYS: n locks, the node
-/// counter, n legacy counters (then n wait marks, with ARGV[3]). ARGV: owner token, ttl in
-/// ms[, wait mark ms]. Returns `{1, largest counter, exists}` when every key was set,
-/// `{0, largest counter, exists}` when any lock key is held (marking the keys as waited for,
-/// with ARGV[3]): the counter is reported on a refusal too, so that a client that heard every
-/// node knows whether any still has one (the amnesia guard, `fencing.rs`). `exists` is 1 when the
-/// node counter or a legacy counter of the keys exists (the read is trusted), else 0; the
-/// largest counter is '0' then. Counters compare as decimal strings: exact over the u64 range.
-/// A grant announces its TTL.
+/// node: read so that an upgraded node never issues below them), and judge the attempt's
+/// proposed token (the one-round path, `fencing::propose`): when the keys were set, a counter
+/// exists and the proposal is above the largest counter, the node counter becomes the proposal
+/// (and the legacy counters go), so that a quorum of acceptances needs no write-back.
+/// KEYS: n locks, the node counter, n legacy counters (then n wait marks, with ARGV[4]). ARGV:
+/// owner token, ttl in ms[, proposed token (decimal, no leading zeros, below 10^19; '0' or
+/// absent: none)[, wait mark ms]]. Returns `{1, largest counter, exists, accepted}` when every
+/// key was set, `{0, largest counter, exists, 0}` when any lock key is held (marking the keys as
+/// waited for, with ARGV[4]): the counter is reported on a refusal too, so that a client that
+/// heard every node knows whether any still has one (the amnesia guard, `fencing.rs`). The
+/// largest counter is the one after the call (the proposal when accepted); `exists` is 1 when
+/// the node counter or a legacy counter of the keys exists (the read is trusted), else 0, and
+/// the largest counter is '0' then. Counters compare as decimal strings: exact over the u64
+/// range. A malformed proposal is an error, before anything is written. A grant announces its
+/// TTL.
 pub(crate) static ACQUIRE_FENCED: LazyLock<Script> =
     LazyLock::new(|| Script::new(ACQUIRE_FENCED_LUA));
 pub(crate) const ACQUIRE_FENCED_LUA: &str = lua!(
     "announce",
     "counters",
+    "fence",
     "keys",
     "wait_marks",
     "acquire_fenced"
@@ -71,7 +78,7 @@ pub(crate) const ACQUIRE_FENCED_LUA: &str = lua!(
 /// counters. ARGV: owner token, fencing token (decimal, no leading zeros). Returns 1 when the
 /// node counter is now at least the token, 0 when some key is not ours (nothing written then).
 pub(crate) static WRITE_BACK: LazyLock<Script> = LazyLock::new(|| Script::new(WRITE_BACK_LUA));
-pub(crate) const WRITE_BACK_LUA: &str = lua!("counters", "keys", "write_back");
+pub(crate) const WRITE_BACK_LUA: &str = lua!("counters", "fence", "keys", "write_back");
 
 /// Compare-and-delete of every key that holds our token. When the key's wait mark says someone
 /// waits, the deletion publishes on the key's release channel, so that waiters wake at once, and,
@@ -95,11 +102,11 @@ pub(crate) const RELEASE_LUA: &str = lua!("line", "release");
 /// It also renews the key's wait mark, which tells a release that someone waits.
 /// KEYS: lock, queue, leases, wait mark[, node counter, legacy counter]. ARGV: owner token, ttl
 /// ms, waiter id, ticket, lease ms, how long the line and the mark outlive the last registration
-/// (ms). Returns `{granted (1 or 0), largest counter, exists}` (`'0', 0` without fencing). A
-/// grant announces its TTL.
+/// (ms)[, proposed token, as [`ACQUIRE_FENCED`]'s]. Returns `{granted (1 or 0), largest counter,
+/// exists, accepted}` (`'0', 0, 0` without fencing). A grant announces its TTL.
 pub(crate) static ACQUIRE_QUEUED: LazyLock<Script> =
     LazyLock::new(|| Script::new(ACQUIRE_QUEUED_LUA));
-const ACQUIRE_QUEUED_LUA: &str = lua!("announce", "counters", "line", "acquire_queued");
+const ACQUIRE_QUEUED_LUA: &str = lua!("announce", "counters", "fence", "line", "acquire_queued");
 
 /// Compare-and-extend: renew every key's TTL if all still hold our token. Never creates a key:
 /// an expired lock stays expired. KEYS: locks. ARGV: owner token, new ttl in ms. Returns 1 when
@@ -203,6 +210,10 @@ mod tests {
                 "bigger",
                 "node_ms",
                 "first_live",
+                "read_counters",
+                "settle_counters",
+                "proposal",
+                "accept",
             ] {
                 let called = script
                     .lines()
