@@ -4,22 +4,23 @@
 //! process the command starts in its subtree (background jobs, daemons that call setsid) and
 //! exits when the last of them has exited: the lock is held, extended, until then, as flock(1)
 //! holds its lock while any process that inherited it runs. A lock that is lost while a
-//! grandchild keeps working protects nothing. A keeper task extends the lock every TTL/3; the
-//! supervisor loop here owns the clock. It sends SIGTERM to every process of the command at
-//! `validity deadline - margin - grace` unless an extension moved the deadline, and SIGKILL at
-//! `validity deadline - margin`, so they are dead before the keys can expire on a majority. The
-//! supervisor never waits on a node: the keeper does, so a hung extension cannot delay the
-//! kill. If the supervisor itself dies, the guard kills them all at once.
+//! grandchild keeps working protects nothing. The lock is a library `LockGuard`: the library's
+//! extension engine extends it every TTL/3 and retries failed extensions within the validity
+//! left, by the same rule as every auto-extended lock. The supervisor loop here owns the kill
+//! clock: it sends SIGTERM to every process of the command at `validity deadline - margin -
+//! grace` unless an extension moved the deadline, and SIGKILL at `validity deadline - margin`,
+//! so they are dead before the keys can expire on a majority; the guard's lost signal (no
+//! quorum holds the lock any more) sends SIGTERM at once. The supervisor never waits on a node:
+//! the engine does, so a hung extension cannot delay the kill. If the supervisor itself dies,
+//! the guard kills them all at once.
 
 use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
-use fencelock::{Client, ErrorKind, Lock, RetryPolicy};
+use fencelock::{AutoExtend, Client, ErrorKind, Lock, LockGuard, LostCause, RetryPolicy};
 use tokio::signal::unix::{signal, SignalKind};
-use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
 
 use crate::cli::human;
 use crate::exit::{self, Failure};
@@ -111,51 +112,6 @@ pub(crate) fn status_code(status: ExitStatus) -> u8 {
         128u8.saturating_add(u8::try_from(sig).unwrap_or(127))
     } else {
         exit::INTERNAL
-    }
-}
-
-/// What the keeper tells the supervisor.
-#[derive(Debug)]
-enum KeeperEvent {
-    Extended(Instant),
-    Failing(String),
-    Lost(String),
-}
-
-/// Extends the lock every TTL/3 until stopped; gives the lock back for the release.
-async fn keep(
-    mut lock: Lock,
-    ttl: Duration,
-    events: mpsc::UnboundedSender<KeeperEvent>,
-    stop: CancellationToken,
-) -> Lock {
-    let interval = ttl / 3;
-    let retry = (ttl / 10).clamp(Duration::from_millis(20), Duration::from_secs(1));
-    let mut next = Instant::now() + interval;
-    loop {
-        tokio::select! {
-            () = stop.cancelled() => return lock,
-            () = tokio::time::sleep_until(next.into()) => {}
-        }
-        let result = tokio::select! {
-            () = stop.cancelled() => None,
-            r = lock.extend() => Some(r),
-        };
-        let Some(result) = result else { return lock };
-        match result {
-            Ok(()) => {
-                let _ = events.send(KeeperEvent::Extended(lock.validity_deadline()));
-                next = Instant::now() + interval;
-            }
-            Err(err) if err.kind() == ErrorKind::Lost => {
-                let _ = events.send(KeeperEvent::Lost(err.to_string()));
-                return lock;
-            }
-            Err(err) => {
-                let _ = events.send(KeeperEvent::Failing(err.to_string()));
-                next = Instant::now() + retry;
-            }
-        }
     }
 }
 
@@ -355,14 +311,14 @@ fn start_command(
     program: &OsString,
     args: &[OsString],
     resource: &str,
-    lock: &Lock,
+    fencing_token: Option<u64>,
 ) -> std::io::Result<Guard> {
     let env = [
         ("FENCELOCK_RESOURCE", Some(OsString::from(resource))),
         // An outer `fencelock run --fencing` must not leak its token into this command.
         (
             "FENCELOCK_TOKEN",
-            lock.fencing_token().map(|t| OsString::from(t.to_string())),
+            fencing_token.map(|t| OsString::from(t.to_string())),
         ),
     ];
     Guard::spawn(program, args, &env)
@@ -406,15 +362,23 @@ pub(crate) async fn run(settings: &Settings, plan: RunPlan) -> anyhow::Result<u8
         (None, None) => wait_for_lock(&client, settings, resource, plan.wait).await?,
     };
 
+    // The library's extension engine keeps the lock from here on; its lost signal fires at
+    // the kill time (the margin), or at once when no quorum holds the lock any more.
+    let lock = lock.auto_extend(
+        AutoExtend::new()
+            .with_interval(ttl / 3)
+            .with_safety_margin(margin),
+    );
     let Guard {
         mut child,
         control: guard,
-    } = match start_command(program, args, resource, &lock) {
+    } = match start_command(program, args, resource, lock.fencing_token()) {
         Ok(guard) => guard,
         Err(err) => {
             let failure =
                 Failure::internal(format!("cannot start the guard of the command: {err}"));
             let _ = lock.release().await;
+            client.close().await;
             return Err(failure.into());
         }
     };
@@ -425,57 +389,46 @@ pub(crate) async fn run(settings: &Settings, plan: RunPlan) -> anyhow::Result<u8
         .unwrap_or(0);
     let foreground = Foreground::hand_to(pgid);
 
-    let (events_tx, mut events) = mpsc::unbounded_channel();
-    let stop = CancellationToken::new();
-    let (mut term_at, mut kill_at) = stop_schedule(lock.validity_deadline(), grace, margin);
-    let mut deadline = lock.validity_deadline();
-    let keeper = tokio::spawn(keep(lock, ttl, events_tx, stop.clone()));
-
-    let mut lost: Option<String> = None;
-    let mut term_sent = false;
-    let mut kill_sent = false;
-    let mut warned = false;
+    let mut supervisor = Supervisor::new(lock.validity_deadline(), grace, margin);
+    let mut extensions = lock.extensions();
+    let lost_signal = lock.lost();
     let status = loop {
         tokio::select! {
             // Timers first: after a suspension of this process, stopping the command wins
             // over noticing that it exited.
             biased;
-            () = tokio::time::sleep_until(term_at.into()), if !term_sent => {
-                lost.get_or_insert_with(|| "its validity would run out before an extension succeeded".to_owned());
-                stop.cancel();
+            () = tokio::time::sleep_until(supervisor.term_at.into()), if !supervisor.term_sent => {
+                supervisor.lose("its validity would run out before an extension succeeded".to_owned());
                 guard.signal_all(libc::SIGTERM);
-                term_sent = true;
+                supervisor.term_sent = true;
             }
-            () = tokio::time::sleep_until(kill_at.into()), if term_sent && !kill_sent => {
+            () = tokio::time::sleep_until(supervisor.kill_at.into()), if supervisor.term_sent && !supervisor.kill_sent => {
                 guard.signal_all(libc::SIGKILL);
-                kill_sent = true;
+                supervisor.kill_sent = true;
             }
-            Some(event) = events.recv() => match event {
-                KeeperEvent::Extended(new_deadline) if lost.is_none() => {
-                    deadline = new_deadline;
-                    (term_at, kill_at) = stop_schedule(deadline, grace, margin);
-                    warned = false;
-                }
-                KeeperEvent::Extended(_) => {}
-                KeeperEvent::Failing(why) => {
-                    if !warned && lost.is_none() {
+            () = lost_signal.fired(), if supervisor.lost.is_none() => {
+                let cause = lost_signal.cause().unwrap_or(LostCause::Expired);
+                supervisor.lose(match extensions.latest().failing() {
+                    Some(why) => format!("{cause} ({why})"),
+                    None => cause.to_string(),
+                });
+                guard.signal_all(libc::SIGTERM);
+                supervisor.term_sent = true;
+                supervisor.kill_at = supervisor.kill_at.min(Instant::now() + grace);
+            }
+            Some(state) = extensions.changed(), if supervisor.lost.is_none() => {
+                match state.failing() {
+                    None => supervisor.extended(state.validity_deadline()),
+                    Some(why) if !supervisor.warned => {
                         eprintln!(
                             "fencelock: extending {resource:?} failed, retrying for {} before the command is stopped: {why}",
-                            human(term_at.saturating_duration_since(Instant::now()))
+                            human(supervisor.term_at.saturating_duration_since(Instant::now()))
                         );
-                        warned = true;
+                        supervisor.warned = true;
                     }
+                    Some(_) => {}
                 }
-                KeeperEvent::Lost(why) => {
-                    if lost.is_none() {
-                        lost = Some(why);
-                        stop.cancel();
-                        guard.signal_all(libc::SIGTERM);
-                        term_sent = true;
-                        kill_at = kill_at.min(Instant::now() + grace);
-                    }
-                }
-            },
+            }
             // The guard exits once every process of the command has exited.
             status = child.wait() => break status,
             _ = sigint.recv() => guard.signal_group(libc::SIGINT),
@@ -489,25 +442,21 @@ pub(crate) async fn run(settings: &Settings, plan: RunPlan) -> anyhow::Result<u8
     }
     // Nothing is left unless the guard was killed; then its orphans came to us.
     let leftovers = guard::kill_leftovers();
-    if leftovers > 0 && lost.is_none() {
-        lost = Some(format!(
+    if leftovers > 0 {
+        supervisor.lose(format!(
             "the guard of the command was killed and {leftovers} process(es) of the command had to be killed"
         ));
     }
-    stop.cancel();
-    let lock = keeper.await;
-
-    if lost.is_none() && exited_at >= deadline {
-        lost = Some(
+    if exited_at >= supervisor.deadline {
+        supervisor.lose(
             "its validity ran out before the command exited (was fencelock suspended?)".to_owned(),
         );
     }
-    if let Some(why) = lost {
-        if let Ok(lock) = lock {
-            let _ = lock.release().await;
-        }
+    if let Some(why) = supervisor.lost.take() {
+        let _ = lock.release().await;
         client.close().await;
-        return Err(lost_failure(resource, &why, (term_sent, kill_sent), grace).into());
+        let signals = (supervisor.term_sent, supervisor.kill_sent);
+        return Err(lost_failure(resource, &why, signals, grace).into());
     }
 
     let status =
@@ -516,6 +465,54 @@ pub(crate) async fn run(settings: &Settings, plan: RunPlan) -> anyhow::Result<u8
     // The release returned at a quorum: let it reach the other nodes before the process ends.
     client.close().await;
     Ok(code)
+}
+
+/// The supervisor's kill clock: when SIGTERM and SIGKILL are due for the current validity
+/// deadline, what was sent, and why the lock counts as lost once it does.
+#[derive(Debug)]
+struct Supervisor {
+    deadline: Instant,
+    term_at: Instant,
+    kill_at: Instant,
+    grace: Duration,
+    margin: Duration,
+    term_sent: bool,
+    kill_sent: bool,
+    /// A warning about failing extensions was printed since the last success.
+    warned: bool,
+    lost: Option<String>,
+}
+
+impl Supervisor {
+    fn new(deadline: Instant, grace: Duration, margin: Duration) -> Supervisor {
+        let (term_at, kill_at) = stop_schedule(deadline, grace, margin);
+        Supervisor {
+            deadline,
+            term_at,
+            kill_at,
+            grace,
+            margin,
+            term_sent: false,
+            kill_sent: false,
+            warned: false,
+            lost: None,
+        }
+    }
+
+    /// An extension moved the deadline: the stop moves with it, unless it has begun.
+    fn extended(&mut self, deadline: Instant) {
+        if self.lost.is_some() || self.term_sent {
+            return;
+        }
+        self.deadline = deadline;
+        (self.term_at, self.kill_at) = stop_schedule(deadline, self.grace, self.margin);
+        self.warned = false;
+    }
+
+    /// The first reason given is the one reported.
+    fn lose(&mut self, why: String) {
+        self.lost.get_or_insert(why);
+    }
 }
 
 /// The failure of a `run` whose lock was lost while the command ran: why, and how the command
@@ -539,28 +536,17 @@ fn lost_failure(resource: &str, why: &str, signals: (bool, bool), grace: Duratio
 
 /// Releases the lock after the command exited with `code`; returns the exit code of `run`
 /// (76 if the lock was no longer held).
-async fn release_after_exit(
-    lock: Result<Lock, tokio::task::JoinError>,
-    resource: &str,
-    code: u8,
-    ttl: Duration,
-) -> u8 {
-    match lock {
-        Ok(lock) => match lock.release().await {
-            Ok(_) => {}
-            Err(err) if err.kind() == ErrorKind::Lost => {
-                eprintln!(
-                    "fencelock: error: lock {resource:?} was no longer held when the command exited (the command's status was {code}): {err}"
-                );
-                return exit::LOST;
-            }
-            Err(err) => eprintln!(
-                "fencelock: warning: releasing {resource:?} failed; its keys expire by themselves within {}: {err}",
-                human(ttl)
-            ),
-        },
-        Err(_) => eprintln!(
-            "fencelock: warning: the lock keeper stopped unexpectedly; {resource:?} expires by itself within {}",
+async fn release_after_exit(lock: LockGuard, resource: &str, code: u8, ttl: Duration) -> u8 {
+    match lock.release().await {
+        Ok(_) => {}
+        Err(err) if err.kind() == ErrorKind::Lost => {
+            eprintln!(
+                "fencelock: error: lock {resource:?} was no longer held when the command exited (the command's status was {code}): {err}"
+            );
+            return exit::LOST;
+        }
+        Err(err) => eprintln!(
+            "fencelock: warning: releasing {resource:?} failed; its keys expire by themselves within {}: {err}",
             human(ttl)
         ),
     }

@@ -206,7 +206,7 @@ pub use crate::election::{Election, Leader, Leadership, Observer};
 pub use crate::error::{Error, ErrorKind, LostCause, Result};
 pub use crate::guard::LockGuard;
 pub use crate::issued::IssuedToken;
-pub use crate::keepalive::{AutoExtend, LostSignal};
+pub use crate::keepalive::{AutoExtend, ExtensionState, Extensions, LostSignal};
 pub use crate::lock::Lock;
 pub use crate::node::{NodeAddr, Scheme};
 pub use crate::pure::node_error::{FailureCause, NodeError};
