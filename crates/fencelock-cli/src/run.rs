@@ -27,6 +27,7 @@ use crate::exit::{self, Failure};
 use crate::guard::{self, Guard};
 use crate::lockcmds::lock_failure;
 use crate::settings::Settings;
+pub(crate) use crate::settings::WaitMode;
 use crate::spinner::Spinner;
 
 /// Largest default grace between SIGTERM and SIGKILL.
@@ -36,17 +37,6 @@ const MAX_DEFAULT_GRACE: Duration = Duration::from_secs(5);
 const UNAVAILABLE_PATIENCE: Duration = Duration::from_secs(10);
 /// With no `--wait`, how long each library `acquire` call may retry before we look again.
 const WAIT_CHUNK: Duration = Duration::from_secs(2);
-
-/// How long to wait for the lock.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum WaitMode {
-    /// One attempt.
-    NoWait,
-    /// Retry until this much time has passed.
-    Wait(Duration),
-    /// Retry as long as another client holds the lock.
-    Forever,
-}
 
 /// What `run` was asked to do.
 #[derive(Debug)]
@@ -128,10 +118,14 @@ fn not_acquired(
             votes.held_by_other(),
             votes.len()
         )),
-        (ErrorKind::Timeout, Some(waited)) if exit::code_for(err) == exit::NOT_ACQUIRED => Some(format!(
+        (ErrorKind::Timeout | ErrorKind::Contention, Some(waited))
+            if exit::code_for(err) == exit::NOT_ACQUIRED =>
+        {
+            Some(format!(
             "lock {resource:?} was still held by another client after waiting {}; the command was not run. Wait longer with --wait, or see who holds it with `fencelock inspect {quoted}`",
             humantime::format_duration(Duration::from_millis(u64::try_from(waited.as_millis()).unwrap_or(u64::MAX)))
-        )),
+        ))
+        }
         _ => None,
     }
 }
@@ -187,7 +181,8 @@ async fn wait_for_lock(
             WaitMode::Wait(total) => {
                 let left = total.saturating_sub(started.elapsed());
                 if left.is_zero() {
-                    break Err(first_or_timeout(resource, &first));
+                    // The first attempt alone took the whole wait: its answer is the reason.
+                    break Err(first);
                 }
                 left
             }
@@ -216,28 +211,6 @@ async fn wait_for_lock(
     match result {
         Ok(lock) => Ok(lock),
         Err(err) => Err(acquire_failure(settings, resource, err, Some(started.elapsed())).await),
-    }
-}
-
-fn first_or_timeout(resource: &str, first: &fencelock::Error) -> fencelock::Error {
-    // The wait ran out before a retry: report it as a timeout around the first answer.
-    fencelock::Error::Timeout {
-        resource: resource.to_owned(),
-        attempts: 1,
-        last: Box::new(match first.votes() {
-            Some(votes) if first.kind() == ErrorKind::Contention => fencelock::Error::Contention {
-                resource: resource.to_owned(),
-                votes: votes.clone(),
-            },
-            Some(votes) => fencelock::Error::Unavailable {
-                resource: resource.to_owned(),
-                votes: votes.clone(),
-            },
-            None => fencelock::Error::Unavailable {
-                resource: resource.to_owned(),
-                votes: fencelock::Votes::default(),
-            },
-        }),
     }
 }
 
@@ -345,9 +318,7 @@ pub(crate) async fn run(settings: &Settings, plan: RunPlan) -> anyhow::Result<u8
 
     // Install the handlers before taking the lock, so that a signal in between is not lost to
     // the default action (which would leave the keys to the TTL).
-    let mut sigint = signal(SignalKind::interrupt())?;
-    let mut sigterm = signal(SignalKind::terminate())?;
-    let mut sighup = signal(SignalKind::hangup())?;
+    let mut signals = Signals::install()?;
 
     // Orphans of the command's processes come to us if the guard itself is killed.
     guard::become_subreaper();
@@ -390,52 +361,9 @@ pub(crate) async fn run(settings: &Settings, plan: RunPlan) -> anyhow::Result<u8
     let foreground = Foreground::hand_to(pgid);
 
     let mut supervisor = Supervisor::new(lock.validity_deadline(), grace, margin);
-    let mut extensions = lock.extensions();
-    let lost_signal = lock.lost();
-    let status = loop {
-        tokio::select! {
-            // Timers first: after a suspension of this process, stopping the command wins
-            // over noticing that it exited.
-            biased;
-            () = tokio::time::sleep_until(supervisor.term_at.into()), if !supervisor.term_sent => {
-                supervisor.lose("its validity would run out before an extension succeeded".to_owned());
-                guard.signal_all(libc::SIGTERM);
-                supervisor.term_sent = true;
-            }
-            () = tokio::time::sleep_until(supervisor.kill_at.into()), if supervisor.term_sent && !supervisor.kill_sent => {
-                guard.signal_all(libc::SIGKILL);
-                supervisor.kill_sent = true;
-            }
-            () = lost_signal.fired(), if supervisor.lost.is_none() => {
-                let cause = lost_signal.cause().unwrap_or(LostCause::Expired);
-                supervisor.lose(match extensions.latest().failing() {
-                    Some(why) => format!("{cause} ({why})"),
-                    None => cause.to_string(),
-                });
-                guard.signal_all(libc::SIGTERM);
-                supervisor.term_sent = true;
-                supervisor.kill_at = supervisor.kill_at.min(Instant::now() + grace);
-            }
-            Some(state) = extensions.changed(), if supervisor.lost.is_none() => {
-                match state.failing() {
-                    None => supervisor.extended(state.validity_deadline()),
-                    Some(why) if !supervisor.warned => {
-                        eprintln!(
-                            "fencelock: extending {resource:?} failed, retrying for {} before the command is stopped: {why}",
-                            human(supervisor.term_at.saturating_duration_since(Instant::now()))
-                        );
-                        supervisor.warned = true;
-                    }
-                    Some(_) => {}
-                }
-            }
-            // The guard exits once every process of the command has exited.
-            status = child.wait() => break status,
-            _ = sigint.recv() => guard.signal_group(libc::SIGINT),
-            _ = sigterm.recv() => guard.signal_group(libc::SIGTERM),
-            _ = sighup.recv() => guard.signal_group(libc::SIGHUP),
-        }
-    };
+    let status = supervisor
+        .watch(&mut child, &guard, &lock, &mut signals, resource)
+        .await;
     let exited_at = Instant::now();
     if let Some(fg) = foreground {
         fg.restore();
@@ -465,6 +393,23 @@ pub(crate) async fn run(settings: &Settings, plan: RunPlan) -> anyhow::Result<u8
     // The release returned at a quorum: let it reach the other nodes before the process ends.
     client.close().await;
     Ok(code)
+}
+
+/// The signals `run` passes on to its command.
+struct Signals {
+    int: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> std::io::Result<Signals> {
+        Ok(Signals {
+            int: signal(SignalKind::interrupt())?,
+            term: signal(SignalKind::terminate())?,
+            hup: signal(SignalKind::hangup())?,
+        })
+    }
 }
 
 /// The supervisor's kill clock: when SIGTERM and SIGKILL are due for the current validity
@@ -507,6 +452,65 @@ impl Supervisor {
         self.deadline = deadline;
         (self.term_at, self.kill_at) = stop_schedule(deadline, self.grace, self.margin);
         self.warned = false;
+    }
+
+    /// Runs the kill clock until the command's guard exits: SIGTERM and SIGKILL when they are
+    /// due, at once when the lock is lost, rescheduled by each extension; the signals run
+    /// receives go to the command.
+    async fn watch(
+        &mut self,
+        child: &mut tokio::process::Child,
+        guard: &guard::Control,
+        lock: &LockGuard,
+        signals: &mut Signals,
+        resource: &str,
+    ) -> std::io::Result<std::process::ExitStatus> {
+        let mut extensions = lock.extensions();
+        let lost_signal = lock.lost();
+        loop {
+            tokio::select! {
+                // Timers first: after a suspension of this process, stopping the command wins
+                // over noticing that it exited.
+                biased;
+                () = tokio::time::sleep_until(self.term_at.into()), if !self.term_sent => {
+                    self.lose("its validity would run out before an extension succeeded".to_owned());
+                    guard.signal_all(libc::SIGTERM);
+                    self.term_sent = true;
+                }
+                () = tokio::time::sleep_until(self.kill_at.into()), if self.term_sent && !self.kill_sent => {
+                    guard.signal_all(libc::SIGKILL);
+                    self.kill_sent = true;
+                }
+                () = lost_signal.fired(), if self.lost.is_none() => {
+                    let cause = lost_signal.cause().unwrap_or(LostCause::Expired);
+                    self.lose(match extensions.latest().failing() {
+                        Some(why) => format!("{cause} ({why})"),
+                        None => cause.to_string(),
+                    });
+                    guard.signal_all(libc::SIGTERM);
+                    self.term_sent = true;
+                    self.kill_at = self.kill_at.min(Instant::now() + self.grace);
+                }
+                Some(state) = extensions.changed(), if self.lost.is_none() => {
+                    match state.failing() {
+                        None => self.extended(state.validity_deadline()),
+                        Some(why) if !self.warned => {
+                            eprintln!(
+                                "fencelock: extending {resource:?} failed, retrying for {} before the command is stopped: {why}",
+                                human(self.term_at.saturating_duration_since(Instant::now()))
+                            );
+                            self.warned = true;
+                        }
+                        Some(_) => {}
+                    }
+                }
+                // The guard exits once every process of the command has exited.
+                status = child.wait() => return status,
+                _ = signals.int.recv() => guard.signal_group(libc::SIGINT),
+                _ = signals.term.recv() => guard.signal_group(libc::SIGTERM),
+                _ = signals.hup.recv() => guard.signal_group(libc::SIGHUP),
+            }
+        }
     }
 
     /// The first reason given is the one reported.
