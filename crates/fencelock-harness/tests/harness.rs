@@ -167,7 +167,13 @@ fn build_fencelock() -> PathBuf {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../Cargo.toml");
     let mut cargo = Command::new(env!("CARGO"));
     cargo
-        .args(["test", "--quiet", "--no-run", "--workspace", "--all-features"])
+        .args([
+            "test",
+            "--quiet",
+            "--no-run",
+            "--workspace",
+            "--all-features",
+        ])
         .arg("--manifest-path")
         .arg(&manifest)
         .arg("--target-dir")
