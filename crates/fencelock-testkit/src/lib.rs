@@ -65,6 +65,7 @@ mod redis_options;
 mod redis_tls;
 mod resp;
 mod tls_server;
+mod workspace_build;
 
 pub use clock_offset::ClockOffset;
 pub use clock_shim::clock_shim_path;
@@ -80,3 +81,4 @@ pub use redis_nodes::RedisNodes;
 pub use redis_options::RedisOptions;
 pub use redis_tls::TlsRedisNode;
 pub use tls_server::TlsServer;
+pub use workspace_build::workspace_build;

@@ -178,7 +178,18 @@ impl GuardState {
     pub(crate) fn lost_cause(&self) -> Option<LostCause> {
         match self.cause.get() {
             Some(cause) if self.lost.is_cancelled() => Some(*cause),
-            _ => self.is_lost().then_some(LostCause::Expired),
+            _ => self.is_lost().then(|| self.clock_cause()),
+        }
+    }
+
+    /// The cause of a loss found by the clock (the deadline minus the margin came): the nodes'
+    /// doing when the latest extension attempt had failed (the engine was retrying), else
+    /// the validity simply ran out.
+    pub(crate) fn clock_cause(&self) -> LostCause {
+        if self.health.borrow().failing.is_some() {
+            LostCause::Unreachable
+        } else {
+            LostCause::Expired
         }
     }
 
@@ -238,7 +249,7 @@ impl LostSignal {
                 () = self.state.lost.cancelled() => return,
                 () = tokio::time::sleep_until(at.into()) => {
                     if self.state.deadline() == deadline {
-                        self.state.fire_because(LostCause::Expired);
+                        self.state.fire_because(self.state.clock_cause());
                         return;
                     }
                 }
@@ -246,7 +257,7 @@ impl LostSignal {
                     if changed.is_err() {
                         // The guard is gone: nothing extends any more.
                         tokio::time::sleep_until(at.into()).await;
-                        self.state.fire_because(LostCause::Expired);
+                        self.state.fire_because(self.state.clock_cause());
                         return;
                     }
                 }
