@@ -70,6 +70,7 @@ mod inspect;
 mod lockcmds;
 mod logging;
 mod manual;
+mod metrics;
 mod node;
 mod nodes_cmd;
 mod permits;

@@ -36,6 +36,7 @@ pub struct Config {
     quarantine: Option<bool>,
     long_ttl: bool,
     tls: TlsConfig,
+    metrics_resource_label: bool,
 }
 
 impl Config {
@@ -77,6 +78,7 @@ impl Config {
             quarantine: None,
             long_ttl: false,
             tls: TlsConfig::new(),
+            metrics_resource_label: false,
         }
     }
 
@@ -147,6 +149,19 @@ impl Config {
     pub fn with_tls(mut self, tls: TlsConfig) -> Config {
         self.tls = tls;
         self
+    }
+
+    /// Adds a `resource` label (the resource name) to the lock metrics (feature `metrics`; see
+    /// [`crate::telemetry`]). Default: off, since resource names can be unbounded and each one
+    /// makes new series; turn it on when the client locks a small fixed set of resources.
+    pub fn with_metrics_resource_label(mut self, on: bool) -> Config {
+        self.metrics_resource_label = on;
+        self
+    }
+
+    /// Whether the lock metrics carry the resource name.
+    pub fn metrics_resource_label(&self) -> bool {
+        self.metrics_resource_label
     }
 
     /// The TLS settings.
@@ -313,6 +328,7 @@ impl std::fmt::Debug for Config {
             .field("quarantine", &self.quarantine())
             .field("long_ttl", &self.long_ttl)
             .field("tls", &self.tls)
+            .field("metrics_resource_label", &self.metrics_resource_label)
             .finish()
     }
 }

@@ -24,10 +24,11 @@ impl Lock {
     pub fn auto_extend(self, settings: AutoExtend) -> LockGuard {
         let ttl = self.client().config().ttl();
         let interval = settings.interval(ttl);
-        let state = Arc::new(GuardState::new(
-            self.validity_deadline(),
-            settings.margin(ttl),
-        ));
+        let label = self.client().telemetry().label(self.resource());
+        let state = Arc::new(
+            GuardState::new(self.validity_deadline(), settings.margin(ttl))
+                .about(self.resource(), label),
+        );
         let until = settings.max_hold().map(|m| Instant::now() + m);
         let stop = self
             .held()
@@ -136,6 +137,7 @@ impl LockGuard {
             .take()
             .expect("a guard holds its lock until release");
         let lost = self.state.lost_cause();
+        self.state.end();
         let resource = lock.resource().to_string();
         let result = lock.release().await;
         match (lost, result) {
@@ -157,6 +159,7 @@ impl LockGuard {
 impl Drop for LockGuard {
     fn drop(&mut self) {
         self.stop.stop();
+        self.state.end();
         // The lock's own Drop hands it to the client's background release.
     }
 }

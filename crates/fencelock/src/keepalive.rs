@@ -3,6 +3,7 @@
 //! have expired on a majority, and the keeper task that extends one lock (etcd; the Redis
 //! backend batches its locks in `redis/extender.rs` under the same rule).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -10,6 +11,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{Error, LostCause};
+use crate::telemetry::{self, ResourceLabel};
 
 /// Auto-extension settings for [`Lock::auto_extend`].
 ///
@@ -73,6 +75,11 @@ pub(crate) struct GuardState {
     /// Why the signal fired, set once by whoever fired it first.
     cause: OnceLock<LostCause>,
     margin: Duration,
+    /// The lock's resource and its metrics label, for the lost event (`telemetry.rs`).
+    resource: Arc<str>,
+    label: ResourceLabel,
+    /// Released (or dropped): a signal that fires afterwards reports nothing.
+    ended: AtomicBool,
 }
 
 impl GuardState {
@@ -82,6 +89,39 @@ impl GuardState {
             lost: CancellationToken::new(),
             cause: OnceLock::new(),
             margin,
+            resource: Arc::from(""),
+            label: ResourceLabel::default(),
+            ended: AtomicBool::new(false),
+        }
+    }
+
+    /// Names the lock's resource for the lost event and its metric.
+    pub(crate) fn about(mut self, resource: &str, label: ResourceLabel) -> GuardState {
+        self.resource = Arc::from(resource);
+        self.label = label;
+        self
+    }
+
+    /// A successful extension: the new deadline.
+    pub(crate) fn extended(&self, deadline: Instant) {
+        telemetry::extension(&self.label, true, "auto");
+        self.set_deadline(deadline);
+    }
+
+    /// An extension that failed for `cause`: the signal fires.
+    pub(crate) fn extension_failed(&self, cause: LostCause) {
+        telemetry::extension(&self.label, false, "auto");
+        self.fire_because(cause);
+    }
+
+    /// The guard was released or dropped. A lock whose validity ran out with nobody awake to
+    /// fire the signal is reported lost now.
+    pub(crate) fn end(&self) {
+        if self.ended.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        if self.is_lost() && self.cause.set(LostCause::Expired).is_ok() {
+            telemetry::lost(&self.resource, &self.label, LostCause::Expired);
         }
     }
 
@@ -95,8 +135,11 @@ impl GuardState {
 
     /// Fires the signal; the first cause given is the one reported.
     pub(crate) fn fire_because(&self, cause: LostCause) {
-        let _ = self.cause.set(cause);
+        let first = self.cause.set(cause).is_ok();
         self.lost.cancel();
+        if first && !self.ended.load(Ordering::Acquire) {
+            telemetry::lost(&self.resource, &self.label, cause);
+        }
     }
 
     /// Why the lock is lost, if it is: the recorded cause, else (lost by the clock alone, with
@@ -225,9 +268,9 @@ where
             }
             let budget = state.deadline().saturating_duration_since(Instant::now());
             match extend(budget).await {
-                Ok(deadline) => state.set_deadline(deadline),
+                Ok(deadline) => state.extended(deadline),
                 Err(e) => {
-                    state.fire_because(match e {
+                    state.extension_failed(match e {
                         Error::Lost { cause, .. } => cause,
                         _ => LostCause::Unreachable,
                     });

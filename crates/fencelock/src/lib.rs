@@ -191,6 +191,7 @@ mod reentry;
 mod reseed;
 mod scoped;
 mod semaphore;
+pub mod telemetry;
 mod tls;
 mod waiter;
 

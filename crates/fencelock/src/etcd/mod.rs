@@ -72,6 +72,7 @@ use crate::config::Config;
 use crate::error::{Error, LostCause, Result};
 use crate::node::NodeAddr;
 use crate::pure::vote::{NodeVote, VoteOutcome, Votes};
+use crate::telemetry::{self, ResourceLabel};
 
 use self::endpoints::Endpoints;
 
@@ -105,6 +106,8 @@ pub(crate) struct Cluster {
     /// Places in line kept between the calls of a wait split over several calls: the
     /// resources and the entry. Their leases are not renewed here; an abandoned one expires.
     parked: std::sync::Mutex<Vec<(Vec<String>, Entry)>>,
+    /// Whether metrics carry the resource (`telemetry.rs`).
+    resource_label: bool,
 }
 
 impl fmt::Debug for Cluster {
@@ -188,6 +191,10 @@ struct WaitState {
     attempts: u32,
     /// The latest obstacle.
     last: Option<Error>,
+    /// Whether we stood in line behind another key (the wait metric).
+    waited: bool,
+    /// When the key ahead of ours went, for the hand-over metric.
+    woken: Option<Instant>,
 }
 
 /// Where a join (or a place taken back) left us.
@@ -264,6 +271,7 @@ impl EtcdBackend {
             drift: config.drift(),
             client: OnceCell::new(),
             parked: std::sync::Mutex::default(),
+            resource_label: config.metrics_resource_label(),
         })))
     }
 }
@@ -332,6 +340,18 @@ impl Cluster {
             _ => {
                 self.settle_pending(&mut w.pending, matches!(outcome, Ok(Ok(_))))
                     .await;
+            }
+        }
+        if w.waited {
+            let label = ResourceLabel::of(self.resource_label, resource);
+            let what = match &outcome {
+                Ok(Ok(_)) => "granted",
+                Ok(Err(_)) => "error",
+                Err(_) => "timeout",
+            };
+            telemetry::waited(&label, started.elapsed(), what);
+            if let (Ok(Ok(_)), Some(at)) = (&outcome, w.woken) {
+                telemetry::handed_over(&label, at.elapsed());
             }
         }
         match outcome {
@@ -540,6 +560,7 @@ impl Cluster {
             };
         }
         w.last = Some(self.contention(resource, started));
+        w.waited = true;
         Place::Waiting(entry)
     }
 
@@ -598,9 +619,14 @@ impl Cluster {
                 Turn::Behind { key, revision } => {
                     w.last = Some(self.contention(resource, started));
                     let wake = entry.renewed + renew_every;
-                    if let Err(fail) = self.wait_delete(&key, revision, wake).await {
-                        w.last = Some(self.error_for(resource, fail, started));
-                        tokio::time::sleep(timing::RETRY_DELAY).await;
+                    w.woken = None;
+                    w.waited = true;
+                    match self.wait_delete(&key, revision, wake).await {
+                        Ok(deleted) => w.woken = deleted.then(Instant::now),
+                        Err(fail) => {
+                            w.last = Some(self.error_for(resource, fail, started));
+                            tokio::time::sleep(timing::RETRY_DELAY).await;
+                        }
                     }
                 }
             }
@@ -797,8 +823,9 @@ impl Cluster {
     }
 
     /// Waits until `key` is deleted after `revision`, or until `wake` (time to renew the lease
-    /// and look again: a watch on a member that hangs would otherwise wait forever).
-    async fn wait_delete(&self, key: &str, revision: i64, wake: Instant) -> Result<(), Fail> {
+    /// and look again: a watch on a member that hangs would otherwise wait forever). Returns
+    /// whether the key was seen deleted (a wake-up, not a time to look again).
+    async fn wait_delete(&self, key: &str, revision: i64, wake: Instant) -> Result<bool, Fail> {
         let client = self.client().await?;
         let options = WatchOptions::new()
             .with_start_revision(revision + 1)
@@ -807,13 +834,13 @@ impl Cluster {
         let mut watcher = client.watch_client();
         let watch = watcher.watch(key, Some(options));
         let Ok(watch) = tokio::time::timeout_at(wake, watch).await else {
-            return Ok(());
+            return Ok(false);
         };
         let mut stream = watch.map_err(|e| Fail::failed(describe(&e)))?;
         loop {
             let message = tokio::select! {
                 message = stream.message() => message,
-                () = tokio::time::sleep_until(wake) => return Ok(()),
+                () = tokio::time::sleep_until(wake) => return Ok(false),
             };
             match message {
                 Ok(Some(resp)) => {
@@ -823,10 +850,10 @@ impl Cluster {
                         .any(|e| e.event_type() == EventType::Delete);
                     // A cancelled watch (compaction, lost leader) also means: look again.
                     if deleted || resp.canceled() {
-                        return Ok(());
+                        return Ok(deleted);
                     }
                 }
-                Ok(None) => return Ok(()),
+                Ok(None) => return Ok(false),
                 Err(e) => return Err(Fail::failed(describe(&e))),
             }
         }

@@ -174,7 +174,7 @@ fn apply(slots: &mut HashMap<u64, Slot>, done: Done, t: Timing) {
             // Once the signal has fired (or its time has come) it stays fired: a late success
             // must not revive a lock the holder was told it lost.
             Some(deadline) if count.extended >= t.quorum && !state.is_lost() => {
-                state.set_deadline(deadline);
+                state.extended(deadline);
                 let next = done.started + slot.entry.interval;
                 slot.next_due = match slot.entry.until {
                     Some(until) if next >= until => None,
@@ -189,7 +189,7 @@ fn apply(slots: &mut HashMap<u64, Slot>, done: Done, t: Timing) {
                 } else {
                     LostCause::Unreachable
                 };
-                tracing::warn!(
+                tracing::debug!(
                     keys = ?slot.entry.keys,
                     extended_on = count.extended,
                     not_held_on = count.not_held,
@@ -197,7 +197,7 @@ fn apply(slots: &mut HashMap<u64, Slot>, done: Done, t: Timing) {
                     %cause,
                     "auto-extension failed: lock lost"
                 );
-                state.fire_because(cause);
+                state.extension_failed(cause);
                 slots.remove(&id);
             }
         }

@@ -1,0 +1,403 @@
+//! Metrics and the events an operator acts on.
+//!
+//! With the `metrics` feature, fencelock records through the [`metrics`](https://docs.rs/metrics)
+//! facade: it installs no exporter and no recorder, so the application picks one
+//! (`metrics-exporter-prometheus`, StatsD, ...) and installs it before it takes locks; without a
+//! recorder every call is a no-op. The names below are the ones recorded; the README's "In
+//! production" section holds the table of their kinds, units, labels and meaning
+//! (`tests/metrics.rs` checks that the table lists every one of them, and reads the values a
+//! real client records against real nodes).
+//!
+//! Labels are few and bounded by default: an outcome or a cause (a handful of fixed words), the
+//! operation, and for per-node metrics the node's redacted address. A `resource` label is added
+//! only when asked with [`Config::with_metrics_resource_label`](crate::Config::with_metrics_resource_label):
+//! resource names can be unbounded (one per order, per user), and each distinct value is a new
+//! series in the monitoring system.
+//!
+//! Without the feature nothing is recorded and nothing is linked. The warnings are emitted in
+//! every build, through `tracing` at `warn`: a lock lost (with its cause and what to do), a node
+//! that stops answering and the one that answers again (at `info`), a node in restart
+//! quarantine.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::error::{Error, ErrorKind, LostCause};
+use crate::pure::vote::{VoteOutcome, Votes};
+
+/// Histogram, seconds: one per acquisition call (`try_acquire*`, `acquire*`, a waiter's call, a
+/// semaphore's or an election's attempt), from the call to its result. Labels `outcome`
+/// (`granted`, `contention`, `unavailable`, `too_slow`, `timeout`, `error`) and `mode` (`try`
+/// or `wait`).
+pub const ACQUIRE_SECONDS: &str = "fencelock_acquire_seconds";
+/// Histogram, seconds: the acquisitions that waited (their first attempt was refused), from the
+/// call to the grant or to giving up. Label `outcome` (`granted`, `timeout`, `error`).
+pub const WAIT_SECONDS: &str = "fencelock_wait_seconds";
+/// Histogram, seconds: a hand-over in the waiting line, from the wake-up (the release message,
+/// the turn message, etcd's delete event of the key ahead) to the grant that followed it.
+pub const HANDOVER_SECONDS: &str = "fencelock_handover_seconds";
+/// Counter: extensions, label `outcome` (`extended`, `failed`) and `how` (`auto`, `manual`).
+pub const EXTENSIONS_TOTAL: &str = "fencelock_extensions_total";
+/// Counter: auto-extended locks whose lost signal fired, label `cause` (`expired`, `not_held`,
+/// `unreachable`).
+pub const LOCKS_LOST_TOTAL: &str = "fencelock_locks_lost_total";
+/// Counter: releases, label `outcome` (`released`, `lost`, `unavailable`, `error`, and
+/// `dropped` for a lock dropped without release, which a background task releases).
+pub const RELEASES_TOTAL: &str = "fencelock_releases_total";
+/// Counter: per-node votes, labels `node`, `op` (`acquire`, `extend`, `release`) and `outcome`
+/// (`granted`, `held_by_other`, `not_held`, `timed_out`, `failed`, `excluded`: a node in restart
+/// quarantine, not counted). A node whose answer was not awaited is not counted.
+pub const NODE_VOTES_TOTAL: &str = "fencelock_node_votes_total";
+/// Histogram, seconds: per-node answer latency (votes that answered: not timed out, excluded or
+/// not awaited), labels `node`, `op`.
+pub const NODE_VOTE_SECONDS: &str = "fencelock_node_vote_seconds";
+/// Counter: fenced writes judged by a storage fence, label `outcome` (`accepted`, `stale`,
+/// `reset`, `refused`: a token of another lock or out of range) and `storage` (`sqlite`,
+/// `postgres`, `sqlx-postgres`, `sqlx-sqlite`, `sqlx-mysql`).
+pub const FENCED_WRITES_TOTAL: &str = "fencelock_fenced_writes_total";
+
+/// Every metric name fencelock records.
+pub const ALL: [&str; 9] = [
+    ACQUIRE_SECONDS,
+    WAIT_SECONDS,
+    HANDOVER_SECONDS,
+    EXTENSIONS_TOTAL,
+    LOCKS_LOST_TOTAL,
+    RELEASES_TOTAL,
+    NODE_VOTES_TOTAL,
+    NODE_VOTE_SECONDS,
+    FENCED_WRITES_TOTAL,
+];
+
+/// What one client records: whether metrics carry the resource.
+#[derive(Debug)]
+pub(crate) struct Telemetry {
+    resource_label: bool,
+}
+
+/// Which nodes failed to answer last time, so that a node that stops answering is reported
+/// once, not on every round, and its return too. The Redis round engine feeds it every answer,
+/// also those that arrive after the round returned (`round.rs`); etcd's votes feed it the
+/// member that answered.
+#[derive(Debug)]
+pub(crate) struct NodeHealth {
+    /// Per node in configured order: whether its last answer was a failure or a timeout.
+    down: Box<[AtomicBool]>,
+    quorum: usize,
+}
+
+impl NodeHealth {
+    pub(crate) fn new(nodes: usize, quorum: usize) -> NodeHealth {
+        NodeHealth {
+            down: (0..nodes).map(|_| AtomicBool::new(false)).collect(),
+            quorum,
+        }
+    }
+
+    /// Node `i` voted `vote` (a vote that is pending or excluded judges nothing).
+    pub(crate) fn observe_vote(&self, i: usize, vote: &crate::pure::vote::NodeVote) {
+        let answered = match vote.outcome {
+            VoteOutcome::Pending | VoteOutcome::Excluded(_) => None,
+            VoteOutcome::TimedOut | VoteOutcome::Failed(_) => Some(false),
+            _ => Some(true),
+        };
+        self.observe(i, &vote.node, answered, &vote.outcome);
+    }
+
+    /// Node `i` (named `node`) answered (`Some(true)`), failed or timed out (`Some(false)`
+    /// with `why`), or was not judged (`None`: excluded, not awaited).
+    pub(crate) fn observe(
+        &self,
+        i: usize,
+        node: &str,
+        answered: Option<bool>,
+        why: &dyn std::fmt::Display,
+    ) {
+        let Some(answered) = answered else { return };
+        let Some(flag) = self.down.get(i) else { return };
+        let down = !answered;
+        if flag.load(Ordering::Relaxed) == down || flag.swap(down, Ordering::Relaxed) == down {
+            return;
+        }
+        if down {
+            let up = self
+                .down
+                .iter()
+                .filter(|d| !d.load(Ordering::Relaxed))
+                .count();
+            tracing::warn!(
+                node,
+                "node {node} did not answer ({why}); {up} of {} node(s) answer, a lock needs {}: check that the node runs and that its address is right (`fencelock doctor`), or replace it in the node list",
+                self.down.len(),
+                self.quorum,
+            );
+        } else {
+            tracing::info!(node, "node {node} answers again");
+        }
+    }
+}
+
+/// The resource label of one lock, when the client was asked for it.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ResourceLabel(Option<Arc<str>>);
+
+impl ResourceLabel {
+    /// `resource` as a label if `on`, else no label.
+    pub(crate) fn of(on: bool, resource: &str) -> ResourceLabel {
+        ResourceLabel(on.then(|| Arc::from(resource)))
+    }
+}
+
+impl Telemetry {
+    pub(crate) fn new(resource_label: bool) -> Telemetry {
+        Telemetry { resource_label }
+    }
+
+    /// The label to record `resource` under (none unless asked).
+    pub(crate) fn label(&self, resource: &str) -> ResourceLabel {
+        ResourceLabel::of(self.resource_label, resource)
+    }
+
+    /// An acquisition call ended after `elapsed`; `waited` when it was a waiting call whose
+    /// first attempt was refused. Also records the votes of the grant or error.
+    pub(crate) fn acquired<T>(
+        &self,
+        resource: &ResourceLabel,
+        wait: bool,
+        elapsed: Duration,
+        result: &Result<T, Error>,
+        votes: Option<&Votes>,
+    ) {
+        if let Some(votes) = votes.or_else(|| result.as_ref().err().and_then(Error::votes)) {
+            self.votes("acquire", votes);
+        }
+        let outcome = match result {
+            Ok(_) => "granted",
+            Err(e) => acquire_outcome(e),
+        };
+        record::histogram(
+            ACQUIRE_SECONDS,
+            &[
+                ("outcome", outcome),
+                ("mode", if wait { "wait" } else { "try" }),
+            ],
+            resource,
+            elapsed,
+        );
+    }
+
+    /// A release (`Lock::release`, or a release by token) ended.
+    pub(crate) fn released<T>(
+        &self,
+        resource: &ResourceLabel,
+        result: &Result<T, Error>,
+        votes: Option<&Votes>,
+    ) {
+        if let Some(votes) = votes.or_else(|| result.as_ref().err().and_then(Error::votes)) {
+            self.votes("release", votes);
+        }
+        let outcome = match result {
+            Ok(_) => "released",
+            Err(e) => match e.kind() {
+                ErrorKind::Lost => "lost",
+                ErrorKind::Unavailable => "unavailable",
+                _ => "error",
+            },
+        };
+        record::counter(RELEASES_TOTAL, &[("outcome", outcome)], resource);
+    }
+
+    /// A manual extension (`Lock::extend`, or by token) ended.
+    pub(crate) fn extended<T>(
+        &self,
+        resource: &ResourceLabel,
+        result: &Result<T, Error>,
+        votes: Option<&Votes>,
+    ) {
+        if let Some(votes) = votes.or_else(|| result.as_ref().err().and_then(Error::votes)) {
+            self.votes("extend", votes);
+        }
+        extension(resource, result.is_ok(), "manual");
+    }
+
+    /// The per-node votes of one round of `op`.
+    pub(crate) fn votes(&self, op: &'static str, votes: &Votes) {
+        for vote in votes.iter() {
+            let outcome = match &vote.outcome {
+                VoteOutcome::Pending => continue,
+                VoteOutcome::Granted => "granted",
+                VoteOutcome::HeldByOther => "held_by_other",
+                VoteOutcome::NotHeld => "not_held",
+                VoteOutcome::TimedOut => "timed_out",
+                VoteOutcome::Failed(_) => "failed",
+                VoteOutcome::Excluded(_) => "excluded",
+            };
+            record::node_vote(&vote.node, op, outcome, vote);
+        }
+    }
+}
+
+/// The outcome label of a failed acquisition.
+fn acquire_outcome(e: &Error) -> &'static str {
+    match e.kind() {
+        ErrorKind::Contention => "contention",
+        ErrorKind::Unavailable => "unavailable",
+        ErrorKind::TooSlow => "too_slow",
+        ErrorKind::Timeout => "timeout",
+        _ => "error",
+    }
+}
+
+/// An extension of an auto-extended lock (`how` = `auto`) or a manual one.
+pub(crate) fn extension(resource: &ResourceLabel, ok: bool, how: &'static str) {
+    let outcome = if ok { "extended" } else { "failed" };
+    record::counter(
+        EXTENSIONS_TOTAL,
+        &[("outcome", outcome), ("how", how)],
+        resource,
+    );
+}
+
+/// An auto-extended lock was lost: the metric, and the warning with what to do.
+pub(crate) fn lost(resource_name: &str, resource: &ResourceLabel, cause: LostCause) {
+    let label = match cause {
+        LostCause::Expired => "expired",
+        LostCause::NotHeld => "not_held",
+        LostCause::Unreachable => "unreachable",
+    };
+    record::counter(LOCKS_LOST_TOTAL, &[("cause", label)], resource);
+    let todo = match cause {
+        LostCause::Expired => "the extensions came too late: raise the TTL, or keep the work from blocking the runtime's threads",
+        LostCause::NotHeld => "the key is gone or held by another owner on a majority (expired, deleted, or lost in a node restart)",
+        LostCause::Unreachable => "too many nodes did not answer the extension: check the nodes (`fencelock doctor`)",
+    };
+    tracing::warn!(
+        resource = resource_name,
+        %cause,
+        "lock {resource_name:?} lost ({cause}): stop the work it protects now, another client may take it; {todo}. Writes through a fenced storage are refused from now on"
+    );
+}
+
+/// A lock dropped without release (a background task releases it).
+pub(crate) fn dropped(resource: &ResourceLabel) {
+    record::counter(RELEASES_TOTAL, &[("outcome", "dropped")], resource);
+}
+
+/// The end of a wait in line (a waiting acquisition whose first attempt was refused).
+pub(crate) fn waited(resource: &ResourceLabel, elapsed: Duration, outcome: &'static str) {
+    record::histogram(WAIT_SECONDS, &[("outcome", outcome)], resource, elapsed);
+}
+
+/// A grant that followed a wake-up `since` ago.
+pub(crate) fn handed_over(resource: &ResourceLabel, since: Duration) {
+    record::histogram(HANDOVER_SECONDS, &[], resource, since);
+}
+
+/// A fence's verdict on a write; `result` is the check's.
+#[cfg_attr(
+    not(any(feature = "sqlite", feature = "postgres", feature = "sqlx-postgres")),
+    allow(dead_code)
+)]
+pub(crate) fn fenced_write<T>(storage: &'static str, result: &Result<T, Error>) {
+    let outcome = match result {
+        Ok(_) => "accepted",
+        Err(e) => match e.kind() {
+            ErrorKind::StaleToken => "stale",
+            ErrorKind::CounterReset => "reset",
+            ErrorKind::InvalidConfig => "refused",
+            // The storage failed before judging: not a verdict.
+            _ => return,
+        },
+    };
+    record::counter(
+        FENCED_WRITES_TOTAL,
+        &[("outcome", outcome), ("storage", storage)],
+        &ResourceLabel::default(),
+    );
+}
+
+/// Where the `metrics` calls are, or are not.
+#[cfg(feature = "metrics")]
+mod record {
+    use std::time::Duration;
+
+    use metrics::Label;
+
+    use super::ResourceLabel;
+    use crate::pure::vote::NodeVote;
+
+    fn labels(fixed: &[(&'static str, &'static str)], resource: &ResourceLabel) -> Vec<Label> {
+        let mut labels: Vec<Label> = fixed
+            .iter()
+            .map(|(k, v)| Label::from_static_parts(k, v))
+            .collect();
+        if let Some(r) = &resource.0 {
+            labels.push(Label::new("resource", r.to_string()));
+        }
+        labels
+    }
+
+    pub(super) fn counter(
+        name: &'static str,
+        fixed: &[(&'static str, &'static str)],
+        resource: &ResourceLabel,
+    ) {
+        metrics::counter!(name, labels(fixed, resource)).increment(1);
+    }
+
+    pub(super) fn histogram(
+        name: &'static str,
+        fixed: &[(&'static str, &'static str)],
+        resource: &ResourceLabel,
+        value: Duration,
+    ) {
+        metrics::histogram!(name, labels(fixed, resource)).record(value.as_secs_f64());
+    }
+
+    pub(super) fn node_vote(
+        node: &std::sync::Arc<str>,
+        op: &'static str,
+        outcome: &'static str,
+        vote: &NodeVote,
+    ) {
+        let node = metrics::SharedString::from(node.clone());
+        metrics::counter!(
+            super::NODE_VOTES_TOTAL,
+            "node" => node.clone(),
+            "op" => op,
+            "outcome" => outcome
+        )
+        .increment(1);
+        if !vote.outcome.is_failure() {
+            metrics::histogram!(super::NODE_VOTE_SECONDS, "node" => node, "op" => op)
+                .record(vote.latency.as_secs_f64());
+        }
+    }
+}
+
+#[cfg(not(feature = "metrics"))]
+mod record {
+    use std::time::Duration;
+
+    use super::ResourceLabel;
+    use crate::pure::vote::NodeVote;
+
+    pub(super) fn counter(_: &'static str, _: &[(&'static str, &'static str)], _: &ResourceLabel) {}
+
+    pub(super) fn histogram(
+        _: &'static str,
+        _: &[(&'static str, &'static str)],
+        _: &ResourceLabel,
+        _: Duration,
+    ) {
+    }
+
+    pub(super) fn node_vote(
+        _: &std::sync::Arc<str>,
+        _: &'static str,
+        _: &'static str,
+        _: &NodeVote,
+    ) {
+    }
+}
