@@ -217,6 +217,7 @@ async fn node_settings(
             long_ttl: global.allow_long_ttl,
             connect_timeout: global.connect_timeout,
             tls: Default::default(),
+            holder: settings::holder(global),
         },
         None => settings::resolve(global)?,
     };

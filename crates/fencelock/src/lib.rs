@@ -180,6 +180,7 @@ mod etcd;
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "sqlx-postgres"))]
 pub mod fence;
 mod guard;
+mod holder;
 mod issued;
 mod keepalive;
 mod lock;
@@ -206,6 +207,7 @@ pub use crate::context::LockContext;
 pub use crate::election::{Election, Leader, Leadership, Observer};
 pub use crate::error::{Error, ErrorKind, LostCause, Result};
 pub use crate::guard::LockGuard;
+pub use crate::holder::{Holder, MAX_LABEL_LEN};
 pub use crate::issued::IssuedToken;
 pub use crate::keepalive::{AutoExtend, LostSignal};
 pub use crate::lock::Lock;

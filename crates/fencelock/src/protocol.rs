@@ -8,7 +8,13 @@
 //! - [`counter_key`]: the fence counter (fencing mode; `docs/fencing.md` holds the argument);
 //! - [`queue_key`] and [`lease_key`]: the waiting line (sorted sets of waiter ids by ticket and
 //!   by lease deadline);
-//! - [`waiting_key`]: the mark that someone waits, renewed by waiters.
+//! - [`waiting_key`]: the mark that someone waits, renewed by waiters;
+//! - [`holder_key`]: who holds the lock (a [`crate::Holder`] as text, `host=<host> pid=<pid>[
+//!   label=<label>]`), when the client was given one ([`crate::Config::with_holder`]; the
+//!   command always gives one): set with the lock's TTL by the script that grants the lock,
+//!   extended by the extension script and deleted by [`RELEASE_SCRIPT`] with the lock key. The
+//!   scripts build its name from the lock key's (it is not among their KEYS), so calls of them
+//!   from other clients stay as they were.
 //!
 //! A client that releases with a bare compare-and-delete is safe with fencelock, but does not
 //! wake fencelock's waiters (they fall back to their retry delays). To wake them, release with
@@ -87,6 +93,14 @@ pub const ACQUIRE_FENCED_SCRIPT: &str = crate::redis::scripts::ACQUIRE_FENCED_LU
 /// legacy counters, only if every lock key still holds the owner token; replies 1, else 0 (and
 /// writes nothing). Used to seed a node that lost its counter too, once the token was issued.
 pub const WRITE_BACK_SCRIPT: &str = crate::redis::scripts::WRITE_BACK_LUA;
+
+/// The prefix of the holder side keys; the key of `resource` is prefix + resource.
+pub const HOLDER_PREFIX: &str = crate::holder::HOLDER_PREFIX;
+
+/// The holder side key of `resource`: `fencelock:holder:<resource>`.
+pub fn holder_key(resource: &str) -> String {
+    crate::holder::holder_key(resource)
+}
 
 /// The key of a node's marker (no TTL).
 pub const NODE_MARKER_KEY: &str = crate::redis::quarantine::MARKER_KEY;

@@ -140,6 +140,7 @@ impl NodeHealth {
 
 /// The resource label of one lock, when the client was asked for it.
 #[derive(Debug, Clone, Default)]
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
 pub(crate) struct ResourceLabel(Option<Arc<str>>);
 
 impl ResourceLabel {

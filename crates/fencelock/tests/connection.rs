@@ -15,7 +15,9 @@ const PASSWORD: &str = "acl-pw-31337";
 const RESOURCES: &str = "app:lock:*";
 
 fn config(url: String) -> Config {
+    // With a holder label: its side key is one of the documented keys the ACL must allow.
     Config::new([url])
+        .with_holder(fencelock::Holder::this_process().with_label("acl test"))
         .with_quarantine(false)
         .with_node_timeout(NODE_TIMEOUT)
         .with_connect_timeout(Duration::from_secs(5))

@@ -108,6 +108,8 @@ pub(crate) struct Cluster {
     parked: std::sync::Mutex<Vec<(Vec<String>, Entry)>>,
     /// Whether metrics carry the resource (`telemetry.rs`).
     resource_label: bool,
+    /// The value of our keys: the holder label as text, or empty (`holder.rs`).
+    holder: Vec<u8>,
 }
 
 impl fmt::Debug for Cluster {
@@ -272,6 +274,10 @@ impl EtcdBackend {
             client: OnceCell::new(),
             parked: std::sync::Mutex::default(),
             resource_label: config.metrics_resource_label(),
+            holder: config
+                .holder()
+                .map(|h| h.to_string().into_bytes())
+                .unwrap_or_default(),
         })))
     }
 }
@@ -725,7 +731,7 @@ impl Cluster {
                     .map(|k| {
                         TxnOp::put(
                             k.clone(),
-                            Vec::<u8>::new(),
+                            self.holder.clone(),
                             Some(PutOptions::new().with_lease(grant.id())),
                         )
                     })

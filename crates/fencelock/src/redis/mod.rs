@@ -79,6 +79,8 @@ pub(crate) struct RedisBackend {
     waited_for: Mutex<HashMap<String, Instant>>,
     /// Which nodes answer, for the warning when one stops (`telemetry.rs`).
     health: Arc<crate::telemetry::NodeHealth>,
+    /// The holder label every acquisition stores beside its keys, as text (`holder.rs`).
+    holder: Option<Box<str>>,
 }
 
 /// The client's settings that every round reads.
@@ -159,6 +161,7 @@ impl RedisBackend {
             next_guard: AtomicU64::new(0),
             waited_for: Mutex::default(),
             health: Arc::new(crate::telemetry::NodeHealth::new(n, quorum)),
+            holder: config.holder().map(|h| h.to_string().into_boxed_str()),
         })
     }
 

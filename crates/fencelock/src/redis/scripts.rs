@@ -57,11 +57,28 @@ end
     };
 }
 
+/// The Lua function the acquisition scripts call with each key they set: `hold(key, label, ttl)`
+/// leaves the holder label (see `holder.rs`) at `fencelock:holder:<key>`
+/// ([`crate::protocol::holder_key`]) with the lock's TTL, when a label is given. The name is
+/// built in the script, as the release script builds its channel names: every script keeps the
+/// KEYS it had, and other clients' calls of it, without the label, change nothing.
+macro_rules! hold_lua {
+    () => {
+        r"
+local function hold(key, label, ttl)
+  if label and label ~= '' then
+    redis.call('set', 'fencelock:holder:' .. key, label, 'PX', ttl)
+  end
+end
+"
+    };
+}
+
 /// The announcement function alone (published in `protocol`).
 pub(crate) const ANNOUNCE_LUA: &str = announce_lua!();
 
 /// Efficiency-mode acquisition of several keys: all or none. KEYS: locks (then their wait marks,
-/// with ARGV[3]). ARGV: owner token, ttl in ms[, wait mark ms]. Returns 1 when all were set, 0
+/// with ARGV[3]). ARGV: owner token, ttl in ms[, wait mark ms (or '' for none)[, holder label]]. Returns 1 when all were set, 0
 /// when any is held; a waiting client (ARGV[3]) then marks every key as waited for, so that
 /// releases wake it. A grant announces its TTL (see [`announce_lua`]). (One key on a single node
 /// uses a plain `SET NX PX`, exactly as other Redlock clients do: a single node's quarantine
@@ -69,25 +86,30 @@ pub(crate) const ANNOUNCE_LUA: &str = announce_lua!();
 pub(crate) static ACQUIRE_MANY: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_MANY_LUA));
 const ACQUIRE_MANY_LUA: &str = concat!(
     announce_lua!(),
+    hold_lua!(),
     r"
+local mark, label = ARGV[3], ARGV[4]
+if mark == '' then mark = nil end
 if #KEYS == 1 then
   -- One key, no wait mark: the plain SET NX PX, and the announcement when it is set.
   if not redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 0 end
+  hold(KEYS[1], label, ARGV[2])
   announce(ARGV[2])
   return 1
 end
 local n = #KEYS
-if ARGV[3] then n = n / 2 end
+if mark then n = n / 2 end
 for i = 1, n do
   if redis.call('exists', KEYS[i]) == 1 then
-    if ARGV[3] then
-      for j = 1, n do redis.call('set', KEYS[n + j], '1', 'PX', ARGV[3]) end
+    if mark then
+      for j = 1, n do redis.call('set', KEYS[n + j], '1', 'PX', mark) end
     end
     return 0
   end
 end
 for i = 1, n do
   redis.call('set', KEYS[i], ARGV[1], 'PX', ARGV[2])
+  hold(KEYS[i], label, ARGV[2])
 end
 announce(ARGV[2])
 return 1
@@ -110,9 +132,12 @@ pub(crate) static ACQUIRE_FENCED: LazyLock<Script> =
     LazyLock::new(|| Script::new(ACQUIRE_FENCED_LUA));
 pub(crate) const ACQUIRE_FENCED_LUA: &str = concat!(
     announce_lua!(),
+    hold_lua!(),
     r"
+local mark, label = ARGV[3], ARGV[4]
+if mark == '' then mark = nil end
 local n = (#KEYS - 1) / 2
-if ARGV[3] then n = (#KEYS - 1) / 3 end
+if mark then n = (#KEYS - 1) / 3 end
 local best, exists = '0', 0
 local c = redis.call('get', KEYS[n + 1])
 if c then best, exists = c, 1 end
@@ -125,14 +150,15 @@ for i = 1, n do
 end
 for i = 1, n do
   if redis.call('exists', KEYS[i]) == 1 then
-    if ARGV[3] then
-      for j = 1, n do redis.call('set', KEYS[2 * n + 1 + j], '1', 'PX', ARGV[3]) end
+    if mark then
+      for j = 1, n do redis.call('set', KEYS[2 * n + 1 + j], '1', 'PX', mark) end
     end
     return {0, best, exists}
   end
 end
 for i = 1, n do
   redis.call('set', KEYS[i], ARGV[1], 'PX', ARGV[2])
+  hold(KEYS[i], label, ARGV[2])
 end
 announce(ARGV[2])
 return {1, best, exists}
@@ -208,7 +234,7 @@ if n == 1 and not ARGV[2] then
     if not v[1] then redis.call('get', KEYS[1]) end
     return 0
   end
-  redis.call('del', KEYS[1])
+  redis.call('del', KEYS[1], 'fencelock:holder:' .. KEYS[1])
   if not v[2] then return 1 end
   return {1, wake(KEYS[1], KEYS[2], KEYS[3])}
 end
@@ -221,7 +247,7 @@ for i = 1, n do
   local v = redis.call('mget', KEYS[i], KEYS[3 * n + i])
   if not v[1] then redis.call('get', KEYS[i]) end
   if v[1] == ARGV[1] then
-    redis.call('del', KEYS[i])
+    redis.call('del', KEYS[i], 'fencelock:holder:' .. KEYS[i])
     deleted = deleted + 1
     if v[2] then heard = heard + wake(KEYS[i], KEYS[n + i], KEYS[2 * n + i]) end
   end
@@ -244,6 +270,7 @@ pub(crate) static ACQUIRE_QUEUED: LazyLock<Script> =
     LazyLock::new(|| Script::new(ACQUIRE_QUEUED_LUA));
 const ACQUIRE_QUEUED_LUA: &str = concat!(
     announce_lua!(),
+    hold_lua!(),
     r"
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -280,6 +307,7 @@ while true do
   redis.call('zrem', KEYS[3], first)
 end
 redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
+hold(KEYS[1], ARGV[7], ARGV[2])
 announce(ARGV[2])
 return {1, best, exists}
 "
@@ -299,6 +327,7 @@ for i = 1, #KEYS do
 end
 for i = 1, #KEYS do
   redis.call('pexpire', KEYS[i], ARGV[2])
+  redis.call('pexpire', 'fencelock:holder:' .. KEYS[i], ARGV[2])
 end
 if not ARGV[3] then announce(ARGV[2]) end
 return 1
@@ -358,6 +387,24 @@ mod tests {
     fn the_release_script_publishes_on_the_channels_the_watchers_listen_to() {
         assert!(RELEASE_LUA.contains(&format!("'{RELEASE_CHANNEL_PREFIX}' .. lock")));
         assert!(RELEASE_LUA.contains(&format!("'{TURN_CHANNEL_PREFIX}' .. client")));
+    }
+
+    #[test]
+    fn the_scripts_write_the_holder_key_the_protocol_names() {
+        let prefix = format!("'{}' ..", crate::holder::HOLDER_PREFIX);
+        for script in [
+            ACQUIRE_MANY_LUA,
+            ACQUIRE_FENCED_LUA,
+            ACQUIRE_QUEUED_LUA,
+            EXTEND_LUA,
+            RELEASE_LUA,
+        ] {
+            assert!(script.contains(&prefix), "{script}");
+            assert_eq!(
+                script.matches("fencelock:holder:").count(),
+                script.matches(&prefix).count()
+            );
+        }
     }
 
     #[test]
