@@ -131,15 +131,13 @@ impl Client {
     /// # Errors
     ///
     /// [`Error::Lost`] when the key does not hold this token on a quorum of nodes (wrong token,
-    /// or it expired); [`Error::Unavailable`] when too many nodes failed to answer.
+    /// or it expired); [`Error::Unavailable`] when too many nodes failed to answer. On etcd the
+    /// token is the lock key (`fencelock/<resource>/<lease>`): the release revokes its lease,
+    /// [`Error::Lost`] when that lease is gone, [`Error::InvalidConfig`] for a token that is no
+    /// key of `resource`.
     pub async fn release_token(&self, resource: &str, token: &str) -> Result<Votes> {
         let keys = check_resources(&[resource])?;
-        let result = self
-            .inner
-            .backend
-            .redis("release by token")?
-            .release_token(&keys, token)
-            .await;
+        let result = self.inner.backend.release_token(&keys, token).await;
         let telemetry = self.telemetry();
         telemetry.released(&telemetry.label(resource), &result, result.as_ref().ok());
         result
@@ -152,12 +150,7 @@ impl Client {
     /// As [`Client::release_token`].
     pub async fn extend_token(&self, resource: &str, token: &str) -> Result<Votes> {
         let keys = check_resources(&[resource])?;
-        let result = self
-            .inner
-            .backend
-            .redis("extend by token")?
-            .extend_token(&keys, token)
-            .await;
+        let result = self.inner.backend.extend_token(&keys, token).await;
         let telemetry = self.telemetry();
         telemetry.extended(&telemetry.label(resource), &result, result.as_ref().ok());
         result

@@ -82,7 +82,8 @@ pub const RELEASE_SCRIPT: &str = crate::redis::scripts::RELEASE_LUA;
 
 /// The fencing-mode acquisition script (Lua), for clients in other languages that take fenced
 /// locks on the same nodes. KEYS: n lock keys, [`FENCE_COUNTER_KEY`], the n legacy counters
-/// ([`counter_key`] of each resource). ARGV: owner token, TTL in ms. Sets every lock key or none
+/// ([`counter_key`] of each resource). ARGV: owner token, TTL in ms, then optionally the wait
+/// mark's ms (`''` for none) and a holder label ([`holder_key`]). Sets every lock key or none
 /// and replies `{granted (1 or 0), largest counter (decimal string), exists (1 or 0)}`, on a
 /// refusal too. Derive the token as [`crate::fencing`] states (trust rule, epoch start), then
 /// write it back with [`WRITE_BACK_SCRIPT`].

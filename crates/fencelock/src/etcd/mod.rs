@@ -486,6 +486,35 @@ impl Cluster {
         }
     }
 
+    /// The lock that `token` (a lock key, as `Lock::token` shows it) names for `resource`, to
+    /// release or extend it from another process (`fencelock release --token`).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] when the token is not a key of `resource`'s queue.
+    pub(crate) fn held_by_token(&self, resource: &str, token: &str) -> Result<EtcdHeld> {
+        let prefix = keys::queue_prefix(resource);
+        let lease = token
+            .strip_prefix(&prefix)
+            .filter(|hex| hex.len() == 16)
+            .and_then(|hex| u64::from_str_radix(hex, 16).ok())
+            .ok_or_else(|| {
+                Error::config(
+                    "token",
+                    format!("on etcd a token is the lock key `fencelock acquire` printed, {prefix}<16 hex digits>; this one is not a key of {resource:?}"),
+                )
+            })?;
+        Ok(EtcdHeld {
+            resource: resource.to_string(),
+            key: token.to_string(),
+            lease: lease as i64,
+            revision: 0,
+            deadline: Instant::now() + self.request_timeout,
+            votes: Votes::default(),
+            ttl: self.ttl,
+        })
+    }
+
     async fn try_once(
         &self,
         resources: &[String],
