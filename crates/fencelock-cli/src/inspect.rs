@@ -207,6 +207,17 @@ pub(crate) async fn explain_wrong_type(settings: &Settings, resource: &str) -> O
     ))
 }
 
+/// A stored holder label in words: `"job" (process 4121 on web-3)`.
+pub(crate) fn show_holder(text: &str) -> String {
+    match fencelock::Holder::parse(text) {
+        Some(h) => match h.label() {
+            Some(l) => format!("{l:?} (process {} on {})", h.pid(), h.host()),
+            None => format!("process {} on {}", h.pid(), h.host()),
+        },
+        None => text.to_string(),
+    }
+}
+
 fn fmt_pttl(pttl: Option<i64>) -> String {
     match pttl {
         None | Some(-2) => "-".into(),
@@ -232,14 +243,7 @@ fn render(resource: &str, states: &[NodeState], summary: &Summary) -> String {
     };
     let _ = writeln!(out, "lock {resource:?}: {verdict}");
     if let Some(label) = &summary.holder_label {
-        let shown = match fencelock::Holder::parse(label) {
-            Some(h) => match h.label() {
-                Some(l) => format!("{l:?} (process {} on {})", h.pid(), h.host()),
-                None => format!("process {} on {}", h.pid(), h.host()),
-            },
-            None => label.clone(),
-        };
-        let _ = writeln!(out, "holder: {shown}");
+        let _ = writeln!(out, "holder: {}", show_holder(label));
     }
     if summary.reachable < states.len() {
         let _ = writeln!(
@@ -341,6 +345,9 @@ pub(crate) async fn inspect(settings: &Settings, resource: &str, json: bool) -> 
             "the resource name is empty; name what the lock protects, e.g. order:42",
         )
         .into());
+    }
+    if crate::etcd_node::is_etcd(settings) {
+        return crate::etcd_node::inspect(settings, resource, json).await;
     }
     let nodes = Node::parse_all(&settings.nodes, &settings.tls)?;
     let timeout = PROBE_TIMEOUT.max(settings.node_timeout);

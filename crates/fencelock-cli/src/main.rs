@@ -64,6 +64,7 @@ mod demo;
 mod devset;
 mod doctor;
 mod elect;
+mod etcd_node;
 mod exit;
 mod guard;
 mod inspect;

@@ -53,7 +53,7 @@
 //! until the lease expires after the TTL.
 
 mod endpoints;
-mod keys;
+pub(crate) mod keys;
 mod timing;
 #[cfg(feature = "tls")]
 mod tls;
