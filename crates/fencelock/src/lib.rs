@@ -155,6 +155,8 @@
 //!   transaction on PostgreSQL (re-exported as `fencelock::sqlx`). No sqlx SQLite: sqlx 0.8's
 //!   SQLite driver links another libsqlite3-sys than rusqlite 0.43, and one build cannot hold
 //!   both.
+//! - `sqlx-mysql`: `fence::SqlxMySqlFence`, the same inside your own sqlx 0.8 transaction on
+//!   MySQL or MariaDB (InnoDB).
 //! - `etcd`: `etcd://` node URLs, locks on an etcd cluster whose revisions are the fencing
 //!   tokens.
 //! - `tls`: `rediss://` node URLs, and `etcds://` with `etcd` (rustls with the ring provider);
@@ -177,7 +179,12 @@ mod env;
 mod error;
 #[cfg(feature = "etcd")]
 mod etcd;
-#[cfg(any(feature = "sqlite", feature = "postgres", feature = "sqlx-postgres"))]
+#[cfg(any(
+    feature = "sqlite",
+    feature = "postgres",
+    feature = "sqlx-postgres",
+    feature = "sqlx-mysql"
+))]
 pub mod fence;
 mod guard;
 mod holder;
@@ -222,8 +229,11 @@ pub use crate::waiter::Waiter;
 #[cfg(feature = "sqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub use rusqlite;
-#[cfg(feature = "sqlx-postgres")]
-#[cfg_attr(docsrs, doc(cfg(feature = "sqlx-postgres")))]
+#[cfg(any(feature = "sqlx-postgres", feature = "sqlx-mysql"))]
+#[cfg_attr(
+    docsrs,
+    doc(cfg(any(feature = "sqlx-postgres", feature = "sqlx-mysql")))
+)]
 pub use sqlx;
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]

@@ -297,7 +297,12 @@ pub(crate) fn handed_over(resource: &ResourceLabel, since: Duration) {
 
 /// A fence's verdict on a write; `result` is the check's.
 #[cfg_attr(
-    not(any(feature = "sqlite", feature = "postgres", feature = "sqlx-postgres")),
+    not(any(
+        feature = "sqlite",
+        feature = "postgres",
+        feature = "sqlx-postgres",
+        feature = "sqlx-mysql"
+    )),
     allow(dead_code)
 )]
 pub(crate) fn fenced_write<T>(storage: &'static str, result: &Result<T, Error>) {

@@ -153,7 +153,12 @@
 //! [`SqlxPostgresFence`]: crate::fence::SqlxPostgresFence
 #![cfg_attr(
     docsrs,
-    doc(cfg(any(feature = "sqlite", feature = "postgres", feature = "sqlx-postgres")))
+    doc(cfg(any(
+        feature = "sqlite",
+        feature = "postgres",
+        feature = "sqlx-postgres",
+        feature = "sqlx-mysql"
+    )))
 )]
 
 use std::time::Duration;
@@ -168,6 +173,8 @@ mod pg_sql;
 mod postgres;
 #[cfg(feature = "sqlite")]
 mod sqlite;
+#[cfg(feature = "sqlx-mysql")]
+mod sqlx_mysql;
 #[cfg(feature = "sqlx-postgres")]
 mod sqlx_postgres;
 
@@ -177,6 +184,9 @@ pub use self::postgres::PostgresFence;
 #[cfg(feature = "sqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub use self::sqlite::SqliteFence;
+#[cfg(feature = "sqlx-mysql")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlx-mysql")))]
+pub use self::sqlx_mysql::SqlxMySqlFence;
 #[cfg(feature = "sqlx-postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlx-postgres")))]
 pub use self::sqlx_postgres::SqlxPostgresFence;
