@@ -44,7 +44,8 @@ pub struct IssuedToken {
         feature = "sqlite",
         feature = "postgres",
         feature = "sqlx-postgres",
-        feature = "sqlx-mysql"
+        feature = "sqlx-mysql",
+        feature = "sqlx-sqlite"
     )),
     allow(dead_code)
 )]

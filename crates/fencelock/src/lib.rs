@@ -146,15 +146,16 @@
 //! # Feature flags
 //!
 //! - The Redis backend is always built.
-//! - `sqlite` (default): [`fence::SqliteFence`], SQLite bundled, over rusqlite 0.43
+//! - `sqlite` (default): [`fence::SqliteFence`], SQLite bundled, over rusqlite 0.32
 //!   (re-exported as `fencelock::rusqlite`: use it for the transaction the fenced write hands
-//!   you, so that your build links one SQLite).
+//!   you, so that your build links one SQLite). 0.32 because it links the libsqlite3-sys that
+//!   sqlx 0.8's SQLite driver links (0.30): one build can link only one, so with a newer
+//!   rusqlite no program could use fencelock and sqlx 0.8 on SQLite together.
 //! - `postgres`: `fence::PostgresFence` over tokio-postgres 0.7 (re-exported as
 //!   `fencelock::tokio_postgres`).
 //! - `sqlx-postgres`: `fence::SqlxPostgresFence`, the fence check inside your own sqlx 0.8
-//!   transaction on PostgreSQL (re-exported as `fencelock::sqlx`). No sqlx SQLite: sqlx 0.8's
-//!   SQLite driver links another libsqlite3-sys than rusqlite 0.43, and one build cannot hold
-//!   both.
+//!   transaction on PostgreSQL (re-exported as `fencelock::sqlx`).
+//! - `sqlx-sqlite`: `fence::SqlxSqliteFence`, the same on SQLite.
 //! - `sqlx-mysql`: `fence::SqlxMySqlFence`, the same inside your own sqlx 0.8 transaction on
 //!   MySQL or MariaDB (InnoDB).
 //! - `etcd`: `etcd://` node URLs, locks on an etcd cluster whose revisions are the fencing

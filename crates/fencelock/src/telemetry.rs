@@ -301,7 +301,8 @@ pub(crate) fn handed_over(resource: &ResourceLabel, since: Duration) {
         feature = "sqlite",
         feature = "postgres",
         feature = "sqlx-postgres",
-        feature = "sqlx-mysql"
+        feature = "sqlx-mysql",
+        feature = "sqlx-sqlite"
     )),
     allow(dead_code)
 )]
