@@ -69,7 +69,13 @@ impl Client {
         let addrs = config.validate()?;
         let nodes = addrs.clone().into_boxed_slice();
         let backend = Backend::new(addrs, &config)?;
-        let telemetry = Telemetry::new(config.metrics_resource_label());
+        // Votes name every Redis node; etcd's name the one member list.
+        let voters = if nodes[0].scheme().is_redis() {
+            nodes.len()
+        } else {
+            1
+        };
+        let telemetry = Telemetry::new(config.metrics_resource_label(), voters);
         Ok(Client {
             inner: Arc::new(Inner {
                 config,

@@ -70,10 +70,11 @@ pub const ALL: [&str; 9] = [
     FENCED_WRITES_TOTAL,
 ];
 
-/// What one client records: whether metrics carry the resource.
+/// What one client records: whether metrics carry the resource, and its per-node handles.
 #[derive(Debug)]
 pub(crate) struct Telemetry {
     resource_label: bool,
+    nodes: record::NodeHandles,
 }
 
 /// Which nodes failed to answer last time, so that a node that stops answering is reported
@@ -151,8 +152,12 @@ impl ResourceLabel {
 }
 
 impl Telemetry {
-    pub(crate) fn new(resource_label: bool) -> Telemetry {
-        Telemetry { resource_label }
+    /// `voters`: how many votes a round has (every Redis node; etcd's one).
+    pub(crate) fn new(resource_label: bool, voters: usize) -> Telemetry {
+        Telemetry {
+            resource_label,
+            nodes: record::NodeHandles::new(voters),
+        }
     }
 
     /// The label to record `resource` under (none unless asked).
@@ -224,17 +229,24 @@ impl Telemetry {
 
     /// The per-node votes of one round of `op`.
     pub(crate) fn votes(&self, op: &'static str, votes: &Votes) {
-        for vote in votes.iter() {
+        let op = match op {
+            "acquire" => 0,
+            "extend" => 1,
+            _ => 2,
+        };
+        // Votes of every node in configured order: the cached handles of node i.
+        let cached = votes.len() == self.nodes.len();
+        for (i, vote) in votes.iter().enumerate() {
             let outcome = match &vote.outcome {
                 VoteOutcome::Pending => continue,
-                VoteOutcome::Granted => "granted",
-                VoteOutcome::HeldByOther => "held_by_other",
-                VoteOutcome::NotHeld => "not_held",
-                VoteOutcome::TimedOut => "timed_out",
-                VoteOutcome::Failed(_) => "failed",
-                VoteOutcome::Excluded(_) => "excluded",
+                VoteOutcome::Granted => 0,
+                VoteOutcome::HeldByOther => 1,
+                VoteOutcome::NotHeld => 2,
+                VoteOutcome::TimedOut => 3,
+                VoteOutcome::Failed(_) => 4,
+                VoteOutcome::Excluded(_) => 5,
             };
-            record::node_vote(&vote.node, op, outcome, vote);
+            self.nodes.record(cached.then_some(i), op, outcome, vote);
         }
     }
 }
@@ -324,15 +336,32 @@ pub(crate) fn fenced_write<T>(storage: &'static str, result: &Result<T, Error>) 
     );
 }
 
-/// Where the `metrics` calls are, or are not.
+/// Where the `metrics` calls are, or are not. A handle is registered once and kept (per
+/// series without a resource label: a process-wide table; per node: the client's own), so a
+/// lock's hot path costs an increment, not a registration: install the recorder before the
+/// first lock is taken.
 #[cfg(feature = "metrics")]
 mod record {
+    use std::collections::HashMap;
+    use std::sync::{Arc, OnceLock, RwLock};
     use std::time::Duration;
 
-    use metrics::Label;
+    use metrics::{Counter, Histogram, Label};
 
     use super::ResourceLabel;
     use crate::pure::vote::NodeVote;
+
+    const OPS: [&str; 3] = ["acquire", "extend", "release"];
+    const OUTCOMES: [&str; 6] = [
+        "granted",
+        "held_by_other",
+        "not_held",
+        "timed_out",
+        "failed",
+        "excluded",
+    ];
+
+    type Fixed = (&'static str, [(&'static str, &'static str); 2]);
 
     fn labels(fixed: &[(&'static str, &'static str)], resource: &ResourceLabel) -> Vec<Label> {
         let mut labels: Vec<Label> = fixed
@@ -345,40 +374,123 @@ mod record {
         labels
     }
 
+    /// The key of a series without a resource label in the process-wide tables.
+    fn fixed(name: &'static str, labels: &[(&'static str, &'static str)]) -> Fixed {
+        let mut key = [("", ""); 2];
+        for (slot, label) in key.iter_mut().zip(labels) {
+            *slot = *label;
+        }
+        (name, key)
+    }
+
+    /// The handle of `key` in `table`, registered with `make` on first use.
+    fn cached<H: Clone>(
+        table: &RwLock<HashMap<Fixed, H>>,
+        key: Fixed,
+        make: impl FnOnce() -> H,
+    ) -> H {
+        if let Some(h) = table.read().unwrap_or_else(|e| e.into_inner()).get(&key) {
+            return h.clone();
+        }
+        let mut table = table.write().unwrap_or_else(|e| e.into_inner());
+        table.entry(key).or_insert_with(make).clone()
+    }
+
     pub(super) fn counter(
         name: &'static str,
-        fixed: &[(&'static str, &'static str)],
+        fixed_labels: &[(&'static str, &'static str)],
         resource: &ResourceLabel,
     ) {
-        metrics::counter!(name, labels(fixed, resource)).increment(1);
+        static COUNTERS: OnceLock<RwLock<HashMap<Fixed, Counter>>> = OnceLock::new();
+        if resource.0.is_some() {
+            metrics::counter!(name, labels(fixed_labels, resource)).increment(1);
+            return;
+        }
+        let table = COUNTERS.get_or_init(RwLock::default);
+        cached(table, fixed(name, fixed_labels), || {
+            metrics::counter!(name, labels(fixed_labels, resource))
+        })
+        .increment(1);
     }
 
     pub(super) fn histogram(
         name: &'static str,
-        fixed: &[(&'static str, &'static str)],
+        fixed_labels: &[(&'static str, &'static str)],
         resource: &ResourceLabel,
         value: Duration,
     ) {
-        metrics::histogram!(name, labels(fixed, resource)).record(value.as_secs_f64());
+        static HISTOGRAMS: OnceLock<RwLock<HashMap<Fixed, Histogram>>> = OnceLock::new();
+        if resource.0.is_some() {
+            metrics::histogram!(name, labels(fixed_labels, resource)).record(value.as_secs_f64());
+            return;
+        }
+        let table = HISTOGRAMS.get_or_init(RwLock::default);
+        cached(table, fixed(name, fixed_labels), || {
+            metrics::histogram!(name, labels(fixed_labels, resource))
+        })
+        .record(value.as_secs_f64());
     }
 
-    pub(super) fn node_vote(
-        node: &std::sync::Arc<str>,
-        op: &'static str,
-        outcome: &'static str,
-        vote: &NodeVote,
-    ) {
-        let node = metrics::SharedString::from(node.clone());
-        metrics::counter!(
-            super::NODE_VOTES_TOTAL,
-            "node" => node.clone(),
-            "op" => op,
-            "outcome" => outcome
-        )
-        .increment(1);
-        if !vote.outcome.is_failure() {
-            metrics::histogram!(super::NODE_VOTE_SECONDS, "node" => node, "op" => op)
-                .record(vote.latency.as_secs_f64());
+    /// One client's per-node handles: node, op, outcome.
+    pub(super) struct NodeHandles {
+        votes: Box<[[[OnceLock<Counter>; 6]; 3]]>,
+        latency: Box<[[OnceLock<Histogram>; 3]]>,
+    }
+
+    impl std::fmt::Debug for NodeHandles {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.debug_struct("NodeHandles")
+                .field("nodes", &self.votes.len())
+                .finish()
+        }
+    }
+
+    impl NodeHandles {
+        pub(super) fn new(nodes: usize) -> NodeHandles {
+            NodeHandles {
+                votes: (0..nodes).map(|_| Default::default()).collect(),
+                latency: (0..nodes).map(|_| Default::default()).collect(),
+            }
+        }
+
+        pub(super) fn len(&self) -> usize {
+            self.votes.len()
+        }
+
+        /// Records `vote` of node `i` (`None`: not a cached node) for `op` and `outcome`
+        /// (indices into [`OPS`] and [`OUTCOMES`]).
+        pub(super) fn record(&self, i: Option<usize>, op: usize, outcome: usize, vote: &NodeVote) {
+            let node = || metrics::SharedString::from(Arc::clone(&vote.node));
+            let make_counter = || {
+                metrics::counter!(
+                    super::NODE_VOTES_TOTAL,
+                    "node" => node(),
+                    "op" => OPS[op],
+                    "outcome" => OUTCOMES[outcome]
+                )
+            };
+            let make_histogram =
+                || metrics::histogram!(super::NODE_VOTE_SECONDS, "node" => node(), "op" => OPS[op]);
+            let answered = !vote.outcome.is_failure();
+            let latency = vote.latency.as_secs_f64();
+            match i {
+                Some(i) => {
+                    self.votes[i][op][outcome]
+                        .get_or_init(make_counter)
+                        .increment(1);
+                    if answered {
+                        self.latency[i][op]
+                            .get_or_init(make_histogram)
+                            .record(latency);
+                    }
+                }
+                None => {
+                    make_counter().increment(1);
+                    if answered {
+                        make_histogram().record(latency);
+                    }
+                }
+            }
         }
     }
 }
@@ -400,11 +512,19 @@ mod record {
     ) {
     }
 
-    pub(super) fn node_vote(
-        _: &std::sync::Arc<str>,
-        _: &'static str,
-        _: &'static str,
-        _: &NodeVote,
-    ) {
+    /// Nothing to keep without the feature.
+    #[derive(Debug)]
+    pub(super) struct NodeHandles(usize);
+
+    impl NodeHandles {
+        pub(super) fn new(nodes: usize) -> NodeHandles {
+            NodeHandles(nodes)
+        }
+
+        pub(super) fn len(&self) -> usize {
+            self.0
+        }
+
+        pub(super) fn record(&self, _: Option<usize>, _: usize, _: usize, _: &NodeVote) {}
     }
 }
