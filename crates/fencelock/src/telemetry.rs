@@ -19,7 +19,7 @@
 //! that stops answering and the one that answers again (at `info`), a node in restart
 //! quarantine.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -77,21 +77,27 @@ pub(crate) struct Telemetry {
     nodes: record::NodeHandles,
 }
 
-/// Which nodes failed to answer last time, so that a node that stops answering is reported
-/// once, not on every round, and its return too. The Redis round engine feeds it every answer,
-/// also those that arrive after the round returned (`round.rs`); etcd's votes feed it the
-/// member that answered.
+/// Which nodes answer, so that a node that stops answering is reported once, not on every
+/// round, and its return too. "Stops": it answered before, since the client started; a node
+/// that never answered is named by the errors of the calls that needed it (and counted as
+/// `failed` in the metrics), which keeps a one-shot command to one error line. The Redis round
+/// engine feeds it every answer, also those that arrive after the round returned
+/// (`round.rs`).
 #[derive(Debug)]
 pub(crate) struct NodeHealth {
-    /// Per node in configured order: whether its last answer was a failure or a timeout.
-    down: Box<[AtomicBool]>,
+    /// Per node in configured order: [`UNKNOWN`], [`UP`] or [`DOWN`] (after it was up).
+    state: Box<[AtomicU8]>,
     quorum: usize,
 }
+
+const UNKNOWN: u8 = 0;
+const UP: u8 = 1;
+const DOWN: u8 = 2;
 
 impl NodeHealth {
     pub(crate) fn new(nodes: usize, quorum: usize) -> NodeHealth {
         NodeHealth {
-            down: (0..nodes).map(|_| AtomicBool::new(false)).collect(),
+            state: (0..nodes).map(|_| AtomicU8::new(UNKNOWN)).collect(),
             quorum,
         }
     }
@@ -115,26 +121,34 @@ impl NodeHealth {
         answered: Option<bool>,
         why: &dyn std::fmt::Display,
     ) {
-        let Some(answered) = answered else { return };
-        let Some(flag) = self.down.get(i) else { return };
-        let down = !answered;
-        if flag.load(Ordering::Relaxed) == down || flag.swap(down, Ordering::Relaxed) == down {
+        let (Some(answered), Some(state)) = (answered, self.state.get(i)) else {
+            return;
+        };
+        let was = state.load(Ordering::Relaxed);
+        let now = match (answered, was) {
+            (true, _) => UP,
+            (false, UP | DOWN) => DOWN,
+            (false, _) => UNKNOWN,
+        };
+        if was == now || state.swap(now, Ordering::Relaxed) == now {
             return;
         }
-        if down {
-            let up = self
-                .down
-                .iter()
-                .filter(|d| !d.load(Ordering::Relaxed))
-                .count();
-            tracing::warn!(
-                node,
-                "node {node} did not answer ({why}); {up} of {} node(s) answer, a lock needs {}: check that the node runs and that its address is right (`fencelock doctor`), or replace it in the node list",
-                self.down.len(),
-                self.quorum,
-            );
-        } else {
-            tracing::info!(node, "node {node} answers again");
+        match (was, now) {
+            (UP, DOWN) => {
+                let up = self
+                    .state
+                    .iter()
+                    .filter(|s| s.load(Ordering::Relaxed) == UP)
+                    .count();
+                tracing::warn!(
+                    node,
+                    "node {node} did not answer ({why}); {up} of {} node(s) answer, a lock needs {}: check that the node runs and that its address is right (`fencelock doctor`), or replace it in the node list",
+                    self.state.len(),
+                    self.quorum,
+                );
+            }
+            (DOWN, UP) => tracing::info!(node, "node {node} answers again"),
+            _ => {}
         }
     }
 }

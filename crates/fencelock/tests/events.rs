@@ -118,6 +118,9 @@ async fn a_node_that_stops_answering_is_one_warning_and_its_return_is_noted() {
         .release()
         .await
         .unwrap();
+    // Every node has answered once (connecting waits for each): node 2 is known to be up.
+    let votes = client.connect().await;
+    assert_eq!(votes.granted(), 3, "{votes}");
     nodes.node(2).pause().unwrap();
     for resource in ["events:b", "events:c", "events:d"] {
         // Two of three still grant.
@@ -154,6 +157,26 @@ async fn a_node_that_stops_answering_is_one_warning_and_its_return_is_noted() {
     }
     assert_eq!(back.len(), 1, "{back:?}");
     assert!(back[0].contains(&name));
+}
+
+#[tokio::test]
+async fn a_node_that_never_answered_is_left_to_the_errors_that_name_it() {
+    // A one-shot command that meets a dead node prints one error line naming it, not a
+    // warning besides: only a node that answered before "stops answering".
+    let capture = Capture::default();
+    let _default = capture.install();
+    let nodes = RedisNodes::start(3).unwrap();
+    nodes.node(2).kill().unwrap();
+    let client = Client::new(config(&nodes)).unwrap();
+    client
+        .try_acquire("events:dead")
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(capture.at(Level::WARN, "did not answer").is_empty());
 }
 
 #[tokio::test]
