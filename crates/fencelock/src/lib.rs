@@ -113,6 +113,8 @@
 //! - [`fence`]: fenced storage (SQLite, PostgreSQL) that refuses a stale holder's write.
 //! - [`protocol`]: the keys and the release script, for tools and other clients that share
 //!   locks with fencelock.
+//! - [`Holder`] (with [`Config::with_holder`]): who holds a lock, stored beside it for
+//!   `fencelock inspect`.
 //! - Every error is an [`Error`]; lock errors carry the per-node [`Votes`] that explain them.
 //!
 //! # Reentrancy
@@ -164,6 +166,10 @@
 //!   [`TlsConfig`] sets a CA and a client certificate.
 //! - `blocking`: `fencelock::blocking`, the same client, lock, guard and lost signal with
 //!   blocking calls, on a runtime thread of its own.
+//! - `metrics`: records lock metrics through the `metrics` facade (no exporter; install your
+//!   recorder before taking locks); [`telemetry`] names them. Without it nothing is recorded.
+//!   The warnings an operator acts on (a lost lock, a node that stops answering, a node in
+//!   quarantine) go through `tracing` in every build.
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
