@@ -20,7 +20,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
-use redis::Script;
 use tokio::sync::Mutex;
 
 use crate::client::Client;
@@ -46,16 +45,6 @@ pub fn election_key(name: &str) -> String {
 pub fn leaders_key(name: &str) -> String {
     format!("fencelock:leaders:{name}")
 }
-
-/// KEYS: the lock key, the log. ARGV: the owner token, the term, the member, the log length.
-static APPEND: std::sync::LazyLock<Script> = std::sync::LazyLock::new(|| {
-    Script::new(
-        r"if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('ZADD', KEYS[2], ARGV[2], ARGV[3])
-redis.call('ZREMRANGEBYRANK', KEYS[2], 0, -(tonumber(ARGV[4]) + 1))
-return 1",
-    )
-});
 
 /// One leader: its term (the fencing token of its lock) and the value it set.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -183,7 +172,7 @@ impl Election {
                     member.clone(),
                 );
                 async move {
-                    APPEND
+                    crate::redis::scripts::ELECTION_APPEND
                         .key(key)
                         .key(log)
                         .arg(token)

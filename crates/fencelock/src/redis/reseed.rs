@@ -7,39 +7,16 @@
 //! [`crate::Error::CounterReset`], which names that token. Raising the counters above it on a
 //! quorum puts the next grant's token above it, since every later quorum meets this one.
 
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 use std::time::Duration;
 
-use redis::{RedisError, Script};
+use redis::RedisError;
 
 use super::ops::{eval, evalsha};
 use super::round::{Answer, Mode, Round};
+use super::scripts::RESEED;
 use super::RedisBackend;
 use crate::protocol::FENCE_COUNTER_KEY;
-
-/// Sets `KEYS[1]` (the node counter) to `max(current, ARGV[1])`. Both are compared as decimal
-/// digit strings, not as Lua numbers: those are doubles, exact only below 2^53, and a token may
-/// be as large as `i64::MAX`. A counter that is not a decimal integer is an error, left as it
-/// is. Replies `{1, previous}` when it raised the counter (`previous` is `''` if there was
-/// none), `{0, current}` when the counter already was at least `ARGV[1]`.
-pub(crate) const RESEED_LUA: &str = r"
-local want = ARGV[1]
-local cur = redis.call('get', KEYS[1])
-if cur then
-  if not string.match(cur, '^%d+$') then
-    return redis.error_reply('fencelock: ' .. KEYS[1] .. ' is not a counter: ' .. cur)
-  end
-  cur = (string.gsub(cur, '^0+(%d)', '%1'))
-  if #cur > #want or (#cur == #want and cur >= want) then
-    return {0, cur}
-  end
-end
-redis.call('set', KEYS[1], want)
-return {1, cur or ''}
-";
-
-/// [`RESEED_LUA`], hashed once.
-pub(crate) static RESEED: LazyLock<Script> = LazyLock::new(|| Script::new(RESEED_LUA));
 
 impl RedisBackend {
     /// Raises the node counter to at least `above` on every node (no quarantine: raising a
