@@ -90,6 +90,7 @@ impl MariaDb {
         let mut cmd = Command::new(&self.server);
         cmd.arg("--no-defaults")
             .arg(format!("--datadir={}", self.data_dir.display()))
+            .arg(format!("--tmpdir={}", tmp_dir(&self.data_dir)?.display()))
             .arg(format!("--port={}", self.port))
             .arg("--bind-address=127.0.0.1")
             .arg(format!("--socket={}", self.dir_path.join("sock").display()))
@@ -210,7 +211,12 @@ fn greets(port: u16) -> bool {
 
 fn install_db(data_dir: &std::path::Path) -> io::Result<()> {
     let mut cmd = Command::new("mariadb-install-db");
-    cmd.arg("--no-defaults")
+    // Its own temporary directory: bootstraps running at once in the shared /tmp collide on
+    // their temporary tables (seen: "Could not remove temporary table: '/tmp/#sql-temptable-..."
+    // then "Installation of system tables failed").
+    let tmp = tmp_dir(data_dir)?;
+    cmd.env("TMPDIR", &tmp)
+        .arg("--no-defaults")
         .arg(format!("--datadir={}", data_dir.display()))
         .args(["--auth-root-authentication-method=normal", "--skip-test-db"])
         .stdin(Stdio::null());
@@ -237,4 +243,11 @@ fn install_db(data_dir: &std::path::Path) -> io::Result<()> {
             String::from_utf8_lossy(&out.stderr).trim()
         )))
     }
+}
+
+/// The server's own temporary directory, beside its data directory.
+fn tmp_dir(data_dir: &std::path::Path) -> io::Result<std::path::PathBuf> {
+    let tmp = data_dir.parent().unwrap_or(data_dir).join("tmp");
+    std::fs::create_dir_all(&tmp)?;
+    Ok(tmp)
 }
