@@ -41,7 +41,7 @@ use self::raw::Raw;
 use self::stats::{human, micros, round2, Summary};
 use crate::cli::{parse_duration, Global};
 use crate::exit::{self, Failure};
-use crate::settings::{self, Settings, Source};
+use crate::settings::{self, Settings};
 
 /// `bench`.
 #[derive(Debug, Args)]
@@ -87,6 +87,10 @@ pub(crate) struct BenchArgs {
     /// What the proxy of --delay-nodes delays: the nodes' replies, the requests, or both.
     #[arg(long, value_enum, default_value = "replies", requires = "delay_nodes")]
     pub(crate) delay_on: proxy::DelayOn,
+    /// Print the metrics the library recorded during the run (Prometheus text format, the
+    /// `fencelock_*` series; see the README's "In production" table).
+    #[arg(long)]
+    pub(crate) metrics: bool,
 }
 
 /// The workloads.
@@ -134,6 +138,11 @@ struct Series {
 /// A usage failure for conflicting options or no nodes; an internal failure when the nodes
 /// cannot be reached or the plot cannot be written.
 pub(crate) async fn bench(global: &Global, args: BenchArgs) -> anyhow::Result<u8> {
+    let metrics = if args.metrics {
+        Some(crate::metrics::install()?)
+    } else {
+        None
+    };
     // Both live until the end of the run: the local nodes and the delaying proxies.
     let (_local, settings) = node_settings(global, &args).await?;
     let (settings, _proxies) = delayed(settings, &args).await?;
@@ -159,9 +168,17 @@ pub(crate) async fn bench(global: &Global, args: BenchArgs) -> anyhow::Result<u8
         report.plot(path)?;
     }
     if global.json {
-        println!("{}", report.json());
+        let mut value = report.json();
+        if let Some(handle) = &metrics {
+            value["metrics"] = crate::metrics::render(handle).into();
+        }
+        println!("{value}");
     } else {
         report.print();
+        if let Some(handle) = &metrics {
+            println!("\nmetrics recorded by the library:");
+            print!("{}", crate::metrics::render(handle));
+        }
     }
     Ok(if report.safety_violated() {
         exit::CHECK_FAILED
@@ -186,21 +203,7 @@ async fn node_settings(
         None => None,
     };
     let settings = match &local {
-        Some(nodes) => Settings {
-            nodes: nodes.urls(),
-            source: Source::Flag,
-            ttl: global.ttl.unwrap_or(settings::DEFAULT_TTL),
-            node_timeout: global
-                .node_timeout
-                .unwrap_or(settings::DEFAULT_NODE_TIMEOUT),
-            drift_factor: None,
-            fencing: false,
-            // Fresh nodes never granted a lock they could have forgotten.
-            quarantine: Some(false),
-            long_ttl: global.allow_long_ttl,
-            connect_timeout: global.connect_timeout,
-            tls: Default::default(),
-        },
+        Some(nodes) => Settings::for_local_nodes(global, nodes.urls()),
         None => settings::resolve(global)?,
     };
     Ok((local, settings))

@@ -1,9 +1,11 @@
 //! Where the nodes and the lock settings come from: `--nodes`, else `FENCELOCK_NODES`, else a
 //! config file, else the dev set of `fencelock up`.
 //!
-//! Every setting is resolved once, here, in one order: its flag, else its environment variable
-//! (`FENCELOCK_TTL`, `FENCELOCK_NODE_TIMEOUT`, read by clap into the same field as the flag),
-//! else the config file, else the default.
+//! Every setting is resolved here, once per invocation, in one order: its flag, else its
+//! environment variable (`FENCELOCK_TTL`, `FENCELOCK_NODE_TIMEOUT`, read by clap into the same
+//! field as the flag; `FENCELOCK_WAIT`, read by [`wait_mode`] so that `--no-wait` overrides
+//! it), else the config file, else the default. The settings of nodes a command started itself
+//! come from [`Settings::for_local_nodes`].
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -56,6 +58,8 @@ pub(crate) struct Settings {
     pub(crate) connect_timeout: Option<Duration>,
     /// The TLS files (`--tls-ca`, `--tls-cert`, `--tls-key`).
     pub(crate) tls: TlsFiles,
+    /// Who holds the locks this command takes (host, pid, `--label`); `None` with --no-holder.
+    pub(crate) holder: Option<fencelock::Holder>,
 }
 
 /// The TLS files of the command line or config file. `Debug` never shows the key's path.
@@ -102,6 +106,9 @@ impl Settings {
             .with_fencing(fencing || self.fencing)
             .with_long_ttl(self.long_ttl)
             .with_tls(self.tls.config());
+        if let Some(holder) = &self.holder {
+            config = config.with_holder(holder.clone());
+        }
         if let Some(timeout) = self.connect_timeout {
             config = config.with_connect_timeout(timeout);
         }
@@ -262,6 +269,19 @@ pub(crate) fn resolve(global: &Global) -> Result<Settings, Failure> {
         long_ttl: global.allow_long_ttl,
         connect_timeout,
         tls,
+        holder: holder(global),
+    })
+}
+
+/// The holder label of `--label` and `--no-holder`: this host and process, by default.
+pub(crate) fn holder(global: &Global) -> Option<fencelock::Holder> {
+    if global.no_holder {
+        return None;
+    }
+    let holder = fencelock::Holder::this_process();
+    Some(match &global.label {
+        Some(label) => holder.with_label(label.clone()),
+        None => holder,
     })
 }
 
@@ -288,17 +308,63 @@ fn check_ttl(ttl: Duration, global: &Global, file: Option<&Path>) -> Result<(), 
     )))
 }
 
-/// `FENCELOCK_WAIT`, for `run` (`acquire` has clap read it).
+/// How long to wait for a lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WaitMode {
+    /// One attempt.
+    NoWait,
+    /// Retry until this much time has passed.
+    Wait(Duration),
+    /// Retry as long as another client holds the lock.
+    Forever,
+}
+
+/// The wait of `run`, `elect` and `acquire`, resolved in one order: `--no-wait`, else
+/// `--wait`, else `FENCELOCK_WAIT`, else the command's `default`. The variable is read here,
+/// not by clap, so that `--no-wait` overrides it instead of conflicting with it.
 ///
 /// # Errors
 ///
-/// A usage [`Failure`] if it is set but not a duration.
-pub(crate) fn wait_from_env() -> Result<Option<Duration>, Failure> {
-    match std::env::var("FENCELOCK_WAIT") {
-        Ok(text) if !text.trim().is_empty() => parse_duration(&text)
-            .map(Some)
-            .map_err(|e| Failure::usage(format!("FENCELOCK_WAIT={text:?}: {e}"))),
-        _ => Ok(None),
+/// A usage [`Failure`] if `FENCELOCK_WAIT` is set but not a duration.
+pub(crate) fn wait_mode(
+    no_wait: bool,
+    flag: Option<Duration>,
+    default: WaitMode,
+) -> Result<WaitMode, Failure> {
+    if no_wait {
+        return Ok(WaitMode::NoWait);
+    }
+    let wait = match flag {
+        Some(wait) => Some(wait),
+        None => match std::env::var("FENCELOCK_WAIT") {
+            Ok(text) if !text.trim().is_empty() => Some(
+                parse_duration(&text)
+                    .map_err(|e| Failure::usage(format!("FENCELOCK_WAIT={text:?}: {e}")))?,
+            ),
+            _ => None,
+        },
+    };
+    Ok(wait.map_or(default, WaitMode::Wait))
+}
+
+impl Settings {
+    /// The settings for nodes this invocation started itself (`bench --local`): the global
+    /// options where they apply, no config file, and no restart quarantine (fresh nodes never
+    /// granted a lock they could have forgotten).
+    pub(crate) fn for_local_nodes(global: &Global, nodes: Vec<String>) -> Settings {
+        Settings {
+            nodes,
+            source: Source::Flag,
+            ttl: global.ttl.unwrap_or(DEFAULT_TTL),
+            node_timeout: global.node_timeout.unwrap_or(DEFAULT_NODE_TIMEOUT),
+            drift_factor: None,
+            fencing: false,
+            quarantine: Some(false),
+            long_ttl: global.allow_long_ttl,
+            connect_timeout: global.connect_timeout,
+            tls: TlsFiles::default(),
+            holder: holder(global),
+        }
     }
 }
 

@@ -10,6 +10,7 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::keepalive::{GuardState, Stop};
 use crate::node::NodeAddr;
+use crate::pure::extension::Schedule;
 use crate::pure::retry::RetryPolicy;
 use crate::pure::vote::Votes;
 use crate::redis::{RedisBackend, RedisHeld};
@@ -145,6 +146,39 @@ impl Backend {
         }
     }
 
+    /// Releases `keys` if `token` still owns them (a token handed between processes). On etcd
+    /// the token is the lock key, which names its lease: revoking the lease deletes the keys.
+    ///
+    /// # Errors
+    ///
+    /// As `Client::release_token`.
+    pub(crate) async fn release_token(&self, keys: &[String], token: &str) -> Result<Votes> {
+        match self {
+            Backend::Redis(r) => r.release_token(keys, token).await,
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(e) => {
+                let held = e.held_by_token(&keys[0], token)?;
+                e.release(&held).await.map(|()| Votes::default())
+            }
+        }
+    }
+
+    /// Extends `keys` to a fresh TTL if `token` still owns them (on etcd: renews its lease).
+    ///
+    /// # Errors
+    ///
+    /// As `Client::extend_token`.
+    pub(crate) async fn extend_token(&self, keys: &[String], token: &str) -> Result<Votes> {
+        match self {
+            Backend::Redis(r) => r.extend_token(keys, token).await,
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(e) => {
+                let held = e.held_by_token(&keys[0], token)?;
+                e.extend(&held, held.deadline).await.map(|(_, votes)| votes)
+            }
+        }
+    }
+
     /// The Redis nodes, or an error naming the operation for other backends (the operations on
     /// a bare token exist on Redis only).
     #[cfg_attr(not(feature = "etcd"), allow(unused_variables))]
@@ -196,7 +230,8 @@ impl Held {
         }
     }
 
-    /// Extends the lock within `budget` (the validity left); returns the new deadline.
+    /// Extends the lock before `deadline` (its validity deadline), retrying failures within the
+    /// validity left (the extension engine's rule); returns the new deadline.
     ///
     /// # Errors
     ///
@@ -204,12 +239,12 @@ impl Held {
     pub(crate) async fn extend(
         &self,
         keys: &[String],
-        budget: Duration,
+        deadline: Instant,
     ) -> Result<(Instant, Votes)> {
         match self {
-            Held::Redis(r, h) => r.extend_held(keys, h, budget).await,
+            Held::Redis(r, h) => r.extend_held(keys, h, deadline).await,
             #[cfg(feature = "etcd")]
-            Held::Etcd(e, h) => Ok((e.extend(h, budget).await?, Votes::default())),
+            Held::Etcd(e, h) => e.extend(h, deadline).await,
         }
     }
 
@@ -237,25 +272,18 @@ impl Held {
         }
     }
 
-    /// Starts keeping the lock alive: Redis locks join the client's batch extender, an etcd
-    /// lock gets a keeper task. The returned [`Stop`] ends it.
+    /// Starts keeping the lock alive: it joins its client's extension engine for its backend
+    /// (`keepalive.rs`). The returned [`Stop`] ends it.
     pub(crate) fn keep_alive(
         &self,
         keys: Arc<[String]>,
         state: Arc<GuardState>,
-        interval: Duration,
-        until: Option<Instant>,
+        schedule: Schedule,
     ) -> Stop {
         match self {
-            Held::Redis(r, h) => r.keep_alive(keys, h, state, interval, until),
+            Held::Redis(r, h) => r.keep_alive(keys, h, state, schedule),
             #[cfg(feature = "etcd")]
-            Held::Etcd(e, h) => {
-                let (e, h) = (e.clone(), h.clone());
-                crate::keepalive::spawn_keeper(state, interval, until, move |budget| {
-                    let (e, h) = (e.clone(), h.clone());
-                    async move { e.extend(&h, budget).await }
-                })
-            }
+            Held::Etcd(e, h) => e.keep_alive_held(h, state, schedule),
         }
     }
 }

@@ -138,13 +138,17 @@ impl Lock {
 
     /// Extends the lock to a full TTL from now, if a quorum still holds our token and answers
     /// before the current validity runs out. It never brings back a lock that has expired: the
-    /// script only renews a key that still holds our token.
+    /// script only renews a key that still holds our token. An attempt that too few nodes
+    /// answered (failed, timed out) is retried within the validity left, by the same rule as
+    /// auto-extension (see [`AutoExtend`](crate::AutoExtend)), so a passing failure costs a
+    /// retry, not the lock.
     ///
     /// # Errors
     ///
-    /// [`Error::Lost`] when the validity deadline passed or a quorum no longer holds our token;
-    /// [`Error::Unavailable`] when too many nodes failed to answer in time. After an error the
-    /// lock must be treated as lost.
+    /// [`Error::Lost`] with the cause: [`LostCause::NotHeld`] when no quorum holds our token
+    /// any more, [`LostCause::Expired`] when the validity deadline passed (or the quorum's
+    /// answer came after it), [`LostCause::Unreachable`] when too many nodes kept failing until
+    /// it did. After an error the lock must be treated as lost.
     ///
     /// # Cancel safety
     ///
@@ -152,18 +156,22 @@ impl Lock {
     /// (some nodes may have extended; the local deadline is unchanged).
     pub async fn extend(&mut self) -> Result<()> {
         let span = tracing::debug_span!("extend", resource = %self.keys[0]);
-        let Some(budget) = self.deadline.checked_duration_since(Instant::now()) else {
+        if self.deadline <= Instant::now() {
             return Err(Error::lost(
                 self.keys[0].clone(),
                 Votes::default(),
                 LostCause::Expired,
             ));
-        };
-        let (deadline, votes) = self
+        }
+        let result = self
             .held
-            .extend(&self.keys, budget)
+            .extend(&self.keys, self.deadline)
             .instrument(span)
-            .await?;
+            .await;
+        let telemetry = self.client.telemetry();
+        let label = telemetry.label(&self.keys[0]);
+        telemetry.extended(&label, &result, result.as_ref().ok().map(|(_, v)| v));
+        let (deadline, votes) = result?;
         self.deadline = deadline;
         self.votes = votes;
         Ok(())
@@ -189,13 +197,21 @@ impl Lock {
     pub async fn release(mut self) -> Result<Votes> {
         self.released = true;
         let span = tracing::debug_span!("release", resource = %self.keys[0]);
-        self.held.release(&self.keys).instrument(span).await
+        let result = self.held.release(&self.keys).instrument(span).await;
+        let telemetry = self.client.telemetry();
+        telemetry.released(
+            &telemetry.label(&self.keys[0]),
+            &result,
+            result.as_ref().ok(),
+        );
+        result
     }
 }
 
 impl Drop for Lock {
     fn drop(&mut self) {
         if !self.released {
+            crate::telemetry::dropped(&self.client.telemetry().label(&self.keys[0]));
             self.client
                 .release_in_background(self.keys.clone(), self.held.clone());
         }

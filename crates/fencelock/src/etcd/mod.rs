@@ -53,13 +53,14 @@
 //! until the lease expires after the TTL.
 
 mod endpoints;
-mod keys;
+pub(crate) mod keys;
 mod timing;
 #[cfg(feature = "tls")]
 mod tls;
 
 use std::fmt;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use etcd_client::{
@@ -70,8 +71,11 @@ use tokio::sync::OnceCell;
 
 use crate::config::Config;
 use crate::error::{Error, LostCause, Result};
+use crate::keepalive::{Engine, Extends, GuardState, Outcome, Stop};
 use crate::node::NodeAddr;
+use crate::pure::extension::{Attempt, Schedule};
 use crate::pure::vote::{NodeVote, VoteOutcome, Votes};
+use crate::telemetry::{self, ResourceLabel};
 
 use self::endpoints::Endpoints;
 
@@ -105,6 +109,12 @@ pub(crate) struct Cluster {
     /// Places in line kept between the calls of a wait split over several calls: the
     /// resources and the entry. Their leases are not renewed here; an abandoned one expires.
     parked: std::sync::Mutex<Vec<(Vec<String>, Entry)>>,
+    /// The client's extension engine for its etcd locks (`keepalive.rs`).
+    engine: Engine<EtcdHeld>,
+    /// Whether metrics carry the resource (`telemetry.rs`).
+    resource_label: bool,
+    /// The value of our keys: the holder label as text, or empty (`holder.rs`).
+    holder: Vec<u8>,
 }
 
 impl fmt::Debug for Cluster {
@@ -188,6 +198,10 @@ struct WaitState {
     attempts: u32,
     /// The latest obstacle.
     last: Option<Error>,
+    /// Whether we stood in line behind another key (the wait metric).
+    waited: bool,
+    /// When the key ahead of ours went, for the hand-over metric.
+    woken: Option<Instant>,
 }
 
 /// Where a join (or a place taken back) left us.
@@ -221,6 +235,18 @@ enum Turn {
 }
 
 impl EtcdBackend {
+    /// Registers the lock with the client's extension engine; the returned [`Stop`] takes it
+    /// out.
+    pub(crate) fn keep_alive_held(
+        self: &Arc<Self>,
+        held: &EtcdHeld,
+        state: Arc<GuardState>,
+        schedule: Schedule,
+    ) -> Stop {
+        self.engine
+            .register(self, &held.resource, held.clone(), state, schedule)
+    }
+
     /// A backend for the members at `addrs`. No I/O: the client connects on first use.
     ///
     /// # Errors
@@ -264,7 +290,31 @@ impl EtcdBackend {
             drift: config.drift(),
             client: OnceCell::new(),
             parked: std::sync::Mutex::default(),
+            engine: Engine::default(),
+            resource_label: config.metrics_resource_label(),
+            holder: config
+                .holder()
+                .map(|h| h.to_string().into_bytes())
+                .unwrap_or_default(),
         })))
+    }
+}
+
+impl Extends for EtcdBackend {
+    type Lock = EtcdHeld;
+
+    /// Renews every lease of the batch once, together.
+    async fn extend_batch(
+        self: Arc<Self>,
+        locks: Vec<Arc<EtcdHeld>>,
+        budget: Duration,
+    ) -> Vec<Outcome> {
+        let renewals = locks.iter().map(|held| self.extend_once(held, budget));
+        futures_util::future::join_all(renewals)
+            .await
+            .into_iter()
+            .map(|(outcome, _)| outcome)
+            .collect()
     }
 }
 
@@ -334,6 +384,18 @@ impl Cluster {
                     .await;
             }
         }
+        if w.waited {
+            let label = ResourceLabel::of(self.resource_label, resource);
+            let what = match &outcome {
+                Ok(Ok(_)) => "granted",
+                Ok(Err(_)) => "error",
+                Err(_) => "timeout",
+            };
+            telemetry::waited(&label, started.elapsed(), what);
+            if let (Ok(Ok(_)), Some(at)) = (&outcome, w.woken) {
+                telemetry::handed_over(&label, at.elapsed());
+            }
+        }
         match outcome {
             Ok(result) => result,
             Err(_elapsed) => Err(Error::Timeout {
@@ -371,49 +433,61 @@ impl Cluster {
         parked.push((resources.to_vec(), entry));
     }
 
-    /// Renews the lease once, retrying failures within `budget`.
+    /// Renews the lease before `deadline` (the lock's validity deadline), under the extension
+    /// engine's rule: a renewal that fails for a passing reason is retried within the validity
+    /// left.
     ///
     /// # Errors
     ///
-    /// [`Error::Lost`] when the lease no longer exists, or when no renewal succeeded within
-    /// `budget` (the remaining validity: past it the lock may be someone else's).
+    /// [`Error::Lost`] when the lease no longer exists, or when no renewal succeeded before
+    /// `deadline` (past it the lock may be someone else's).
     ///
     /// # Cancel safety
     ///
     /// Cancel-safe: a cancelled renewal leaves the lease as it was or renewed.
-    pub(crate) async fn extend(&self, held: &EtcdHeld, budget: Duration) -> Result<Instant> {
+    pub(crate) async fn extend(
+        &self,
+        held: &EtcdHeld,
+        deadline: Instant,
+    ) -> Result<(Instant, Votes)> {
+        let retry = crate::pure::extension::retry_delay(held.ttl.min(self.ttl));
+        crate::keepalive::extend_within(deadline, retry, |budget| self.extend_once(held, budget))
+            .await
+            .map_err(|(cause, votes)| Error::lost(held.resource.clone(), votes, cause))
+    }
+
+    /// One renewal of the lease within `budget`: what it found, with the cluster's vote.
+    async fn extend_once(&self, held: &EtcdHeld, budget: Duration) -> (Outcome, Votes) {
         let started = Instant::now();
-        let end = started + budget;
-        let resource = held.resource.clone();
-        let mut last = Fail::failed("the validity ran out before a renewal was sent");
-        loop {
-            let now = Instant::now();
-            let Some(left) = end.checked_duration_since(now).filter(|d| !d.is_zero()) else {
-                return Err(Error::lost(
-                    resource,
-                    self.votes(last.outcome, started.elapsed()),
-                    LostCause::Expired,
-                ));
-            };
-            match self.keep_alive(held.lease, left).await {
-                Ok(sent) => {
-                    let drift = timing::drift_for(held.ttl, self.ttl, self.drift);
-                    return timing::deadline(sent, held.ttl, drift).ok_or_else(|| {
-                        Error::lost(resource, Votes::default(), LostCause::Expired)
-                    });
-                }
-                Err(fail) if fail.lease_gone => {
-                    return Err(Error::lost(
-                        resource,
-                        self.votes(fail.outcome, started.elapsed()),
-                        LostCause::NotHeld,
-                    ))
-                }
-                Err(fail) => {
-                    tracing::debug!(key = %held.key, outcome = %fail.outcome, "lease renewal failed; retrying");
-                    last = fail;
-                    tokio::time::sleep(timing::RETRY_DELAY.min(left)).await;
-                }
+        if budget.is_zero() {
+            let outcome = Outcome::failed(
+                Attempt::TooLate,
+                "the validity ran out before a renewal was sent",
+            );
+            return (outcome, Votes::default());
+        }
+        match self.keep_alive(held.lease, budget).await {
+            Ok(sent) => {
+                let drift = timing::drift_for(held.ttl, self.ttl, self.drift);
+                let votes = self.votes(VoteOutcome::Granted, started.elapsed());
+                let outcome = match timing::deadline(sent, held.ttl, drift) {
+                    Some(deadline) => Outcome::extended(deadline),
+                    None => Outcome::failed(Attempt::TooLate, "the renewal left no validity"),
+                };
+                (outcome, votes)
+            }
+            Err(fail) => {
+                tracing::debug!(key = %held.key, outcome = %fail.outcome, "lease renewal failed");
+                let attempt = if fail.lease_gone {
+                    Attempt::Impossible
+                } else {
+                    Attempt::Failed
+                };
+                let why = fail.outcome.to_string();
+                (
+                    Outcome::failed(attempt, why),
+                    self.votes(fail.outcome, started.elapsed()),
+                )
             }
         }
     }
@@ -458,6 +532,35 @@ impl Cluster {
                 Err(_) => tokio::time::sleep(timing::RETRY_DELAY).await,
             }
         }
+    }
+
+    /// The lock that `token` (a lock key, as `Lock::token` shows it) names for `resource`, to
+    /// release or extend it from another process (`fencelock release --token`).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] when the token is not a key of `resource`'s queue.
+    pub(crate) fn held_by_token(&self, resource: &str, token: &str) -> Result<EtcdHeld> {
+        let prefix = keys::queue_prefix(resource);
+        let lease = token
+            .strip_prefix(&prefix)
+            .filter(|hex| hex.len() == 16)
+            .and_then(|hex| u64::from_str_radix(hex, 16).ok())
+            .ok_or_else(|| {
+                Error::config(
+                    "token",
+                    format!("on etcd a token is the lock key `fencelock acquire` printed, {prefix}<16 hex digits>; this one is not a key of {resource:?}"),
+                )
+            })?;
+        Ok(EtcdHeld {
+            resource: resource.to_string(),
+            key: token.to_string(),
+            lease: lease as i64,
+            revision: 0,
+            deadline: Instant::now() + self.request_timeout,
+            votes: Votes::default(),
+            ttl: self.ttl,
+        })
     }
 
     async fn try_once(
@@ -540,6 +643,7 @@ impl Cluster {
             };
         }
         w.last = Some(self.contention(resource, started));
+        w.waited = true;
         Place::Waiting(entry)
     }
 
@@ -598,9 +702,14 @@ impl Cluster {
                 Turn::Behind { key, revision } => {
                     w.last = Some(self.contention(resource, started));
                     let wake = entry.renewed + renew_every;
-                    if let Err(fail) = self.wait_delete(&key, revision, wake).await {
-                        w.last = Some(self.error_for(resource, fail, started));
-                        tokio::time::sleep(timing::RETRY_DELAY).await;
+                    w.woken = None;
+                    w.waited = true;
+                    match self.wait_delete(&key, revision, wake).await {
+                        Ok(deleted) => w.woken = deleted.then(Instant::now),
+                        Err(fail) => {
+                            w.last = Some(self.error_for(resource, fail, started));
+                            tokio::time::sleep(timing::RETRY_DELAY).await;
+                        }
                     }
                 }
             }
@@ -699,7 +808,7 @@ impl Cluster {
                     .map(|k| {
                         TxnOp::put(
                             k.clone(),
-                            Vec::<u8>::new(),
+                            self.holder.clone(),
                             Some(PutOptions::new().with_lease(grant.id())),
                         )
                     })
@@ -797,8 +906,9 @@ impl Cluster {
     }
 
     /// Waits until `key` is deleted after `revision`, or until `wake` (time to renew the lease
-    /// and look again: a watch on a member that hangs would otherwise wait forever).
-    async fn wait_delete(&self, key: &str, revision: i64, wake: Instant) -> Result<(), Fail> {
+    /// and look again: a watch on a member that hangs would otherwise wait forever). Returns
+    /// whether the key was seen deleted (a wake-up, not a time to look again).
+    async fn wait_delete(&self, key: &str, revision: i64, wake: Instant) -> Result<bool, Fail> {
         let client = self.client().await?;
         let options = WatchOptions::new()
             .with_start_revision(revision + 1)
@@ -807,13 +917,13 @@ impl Cluster {
         let mut watcher = client.watch_client();
         let watch = watcher.watch(key, Some(options));
         let Ok(watch) = tokio::time::timeout_at(wake, watch).await else {
-            return Ok(());
+            return Ok(false);
         };
         let mut stream = watch.map_err(|e| Fail::failed(describe(&e)))?;
         loop {
             let message = tokio::select! {
                 message = stream.message() => message,
-                () = tokio::time::sleep_until(wake) => return Ok(()),
+                () = tokio::time::sleep_until(wake) => return Ok(false),
             };
             match message {
                 Ok(Some(resp)) => {
@@ -823,10 +933,10 @@ impl Cluster {
                         .any(|e| e.event_type() == EventType::Delete);
                     // A cancelled watch (compaction, lost leader) also means: look again.
                     if deleted || resp.canceled() {
-                        return Ok(());
+                        return Ok(deleted);
                     }
                 }
-                Ok(None) => return Ok(()),
+                Ok(None) => return Ok(false),
                 Err(e) => return Err(Fail::failed(describe(&e))),
             }
         }

@@ -13,7 +13,7 @@
 //! - `redlock.rs`: one attempt of the Redlock algorithm (round 1, the fencing write-back, the
 //!   validity), settling a release or an extension into a result, release on failure.
 //! - `line.rs`: waiting: the retry loop, the waiting line of one key, the wake-ups.
-//! - `extender.rs`: one task per client extends every auto-extended lock in batches.
+//! - `extender.rs`: the extension engine's batch on Redis: one pipeline per node.
 //! - `scripts.rs`: the Lua scripts; `conn.rs`: one connection per node; `watch.rs`: pub/sub
 //!   wake-ups; `order.rs`: a release waits for its acquisition's requests not yet handed to
 //!   their connection; `quarantine.rs`:
@@ -40,10 +40,8 @@ mod watch;
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-use tokio::sync::mpsc;
 
 use self::conn::{NodeConn, Quarantine};
 pub(crate) use self::ops::Wait;
@@ -51,6 +49,7 @@ use self::order::Stragglers;
 use self::watch::ReleaseWatch;
 use crate::config::Config;
 use crate::error::Error;
+use crate::keepalive::Engine;
 use crate::node::NodeAddr;
 use crate::pure::token::OwnerToken;
 use crate::pure::vote::Votes;
@@ -71,15 +70,19 @@ pub(crate) struct RedisBackend {
     quorum: usize,
     watch: Arc<ReleaseWatch>,
     settings: Settings,
-    /// The batch extender (`extender.rs`), spawned on first use, and the next registration id.
-    extender: OnceLock<mpsc::UnboundedSender<extender::Msg>>,
-    next_guard: AtomicU64,
+    /// The client's extension engine for its Redis locks (`keepalive.rs`; the batch it sends
+    /// is in `extender.rs`).
+    engine: Engine<extender::ExtendedLock>,
     /// The largest fencing token this client proposed or saw: the next proposal starts above it
     /// (`guard.rs`).
     last_token: AtomicU64,
     /// Resources this client released while others waited for them, until when: asking for
     /// one of them again within that time joins the end of the line (see `line.rs`).
     waited_for: Mutex<HashMap<String, Instant>>,
+    /// Which nodes answer, for the warning when one stops (`telemetry.rs`).
+    health: Arc<crate::telemetry::NodeHealth>,
+    /// The holder label every acquisition stores beside its keys, as text (`holder.rs`).
+    holder: Option<Box<str>>,
 }
 
 /// The client's settings that every round reads.
@@ -90,6 +93,8 @@ struct Settings {
     connect_timeout: Duration,
     drift: Duration,
     fencing: bool,
+    /// Whether metrics carry the resource (`telemetry.rs`).
+    resource_label: bool,
 }
 
 /// What a Redis lock holds: the owner token, and the waiter id if the lock was taken in line
@@ -138,6 +143,7 @@ impl RedisBackend {
         let watch = Arc::new(ReleaseWatch::new(
             nodes.iter().map(|n| n.client().clone()).collect(),
         ));
+        let n = nodes.len();
         Ok(RedisBackend {
             all: (0..nodes.len()).collect(),
             stragglers: nodes.iter().map(|_| Arc::default()).collect(),
@@ -151,11 +157,13 @@ impl RedisBackend {
                 connect_timeout: config.connect_timeout(),
                 drift: config.drift(),
                 fencing: config.fencing(),
+                resource_label: config.metrics_resource_label(),
             },
-            extender: OnceLock::new(),
-            next_guard: AtomicU64::new(0),
+            engine: Engine::default(),
             last_token: AtomicU64::new(0),
             waited_for: Mutex::default(),
+            health: Arc::new(crate::telemetry::NodeHealth::new(n, quorum)),
+            holder: config.holder().map(|h| h.to_string().into_boxed_str()),
         })
     }
 

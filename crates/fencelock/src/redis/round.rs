@@ -69,7 +69,9 @@ pub(crate) enum Mode<'a> {
 
 /// Whether a round that reached its quorum waits for the answers still in flight (each within
 /// the round's deadline): a fenced acquisition does while its grants hold fewer than a quorum of
-/// fence counters (`guard.rs`); every other round returns at once.
+/// fence counters (`guard.rs`; an unfenced one's grants carry no counter and never wait), a
+/// batched extension while some lock has fewer than a quorum of extensions (`ops.rs`); every
+/// other round returns at once.
 pub(crate) trait WantsMore: Sized {
     fn wants_more(_granted: &[(usize, Self)], _quorum: usize) -> bool {
         false
@@ -130,9 +132,6 @@ impl RedisBackend {
                     && inflight.left() > 0)
                 || (decision == Decision::Reached
                     && inflight.left() > 0
-                    // Only a fenced acquisition reads counters: an unfenced one's grants carry
-                    // none, and would otherwise wait for every node.
-                    && self.settings.fencing
                     && T::wants_more(&granted, self.quorum));
             if !waiting {
                 break;
@@ -157,6 +156,9 @@ impl RedisBackend {
                 }
             }
         }
+        for (pos, vote) in votes.iter().enumerate() {
+            self.health.observe_vote(nodes[pos], vote);
+        }
         if inflight.left() > 0 && !deadline.is_elapsed() {
             let until = deadline.deadline();
             let mut registered = match (acquiring, &sent) {
@@ -166,15 +168,29 @@ impl RedisBackend {
                 _ => Vec::new(),
             };
             let counted = releasing.then(|| Background::count(&self.background));
+            // The late answers still tell whether their nodes answer (`telemetry.rs`).
+            let (health, all, nodes) = (self.health.clone(), self.nodes.clone(), nodes.to_vec());
             tokio::spawn(async move {
                 let rest = async {
-                    while let Some((pos, _)) = next_answer(&mut inflight).await {
+                    while let Some((pos, result)) = next_answer(&mut inflight).await {
                         if let Some(registration) = registered.get_mut(pos) {
                             registration.take();
                         }
+                        let answered = match &result {
+                            Ok(_) => Some(true),
+                            Err(NodeFailure::Failed(_)) => Some(false),
+                            Err(NodeFailure::Excluded(_)) => None,
+                        };
+                        let node = all[nodes[pos]].name();
+                        health.observe(nodes[pos], node, answered, &"failed");
                     }
                 };
                 let _ = tokio::time::timeout_at(until, rest).await;
+                for (pos, &i) in nodes.iter().enumerate() {
+                    if inflight.is_pending(pos) {
+                        health.observe(i, all[i].name(), Some(false), &"timed out");
+                    }
+                }
                 // The requests first: once dropped, none can reach its connection any more.
                 drop(inflight);
                 drop(registered);

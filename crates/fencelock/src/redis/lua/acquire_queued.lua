@@ -23,6 +23,7 @@ if redis.call('exists', KEYS[1]) == 1 then return {0, best, exists, 0} end
 -- Grant only to the first waiter whose lease is still running; drop the lapsed ahead of us.
 if first_live(KEYS[2], KEYS[3], ARGV[3], now) ~= ARGV[3] then return {0, best, exists, 0} end
 redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
+hold(KEYS[1], ARGV[8], ARGV[2])
 announce(ARGV[2])
 local accepted = 0
 if fenced then best, accepted = accept(p, best, exists, 5, 5, 1) end
