@@ -96,6 +96,21 @@ mutant guard-epoch-on-quorum "a new epoch starts when a quorum (not every node) 
   's/granting >= nodes && nodes > 0/granting > nodes \/ 2 && nodes > 0/' \
   "-p fencelock --lib fencing::tests::an_epoch_starts_only_when_every_node_granted" \
   "-p fencelock --test amnesia no_epoch_starts_while_a_node_with_the_counter_does_not_grant"
+mutant fence-accept-equal "the one-round path: a node takes a proposal equal to its counter (the token the last holder got)" \
+  crates/fencelock/src/redis/lua/fence.lua \
+  's/if exists == 0 or not bigger\(p, best\) then/if exists == 0 or (p ~= best and not bigger(p, best)) then/' \
+  "-p fencelock --lib redis::script_checks::a_proposal_is_taken_with_the_grant_only_above_an_existing_counter" \
+  "-p fencelock --lib redis::script_checks::a_queued_grant_takes_a_proposal_by_the_same_rule" \
+  "-p fencelock --test fencing_model the_model_fences_as_the_lua_does"
+mutant fence-accept-untrusted "the one-round path: a node without its counter (restarted, evicted) takes a proposal" \
+  crates/fencelock/src/redis/lua/fence.lua \
+  's/if exists == 0 or not bigger\(p, best\) then/if not bigger(p, best) then/' \
+  "-p fencelock --lib redis::script_checks::a_proposal_is_taken_with_the_grant_only_above_an_existing_counter" \
+  "-p fencelock --test fencing_model the_model_fences_as_the_lua_does"
+mutant one-round-below-quorum "the one-round path issues a proposal that one node (not a quorum) accepted" \
+  crates/fencelock/src/pure/fencing.rs \
+  's/accepted >= quorum\)\.then_some/accepted >= 1).then_some/' \
+  "-p fencelock --lib fencing::tests::a_proposal_is_above_the_last_token_and_the_clock"
 mutant quorum-of-one "one node's grant counts as a quorum" \
   crates/fencelock/src/pure/quorum.rs \
   's/pub fn quorum\(n: usize\) -> usize \{\n    n \/ 2 \+ 1\n/pub fn quorum(_n: usize) -> usize {\n    1\n/' \

@@ -1,7 +1,8 @@
 //! The scripts' guards on a real node, one script call at a time. Each test here is the one that
 //! kills a mutant of the script or of the code that reads its answer (see docs/mutants.md and
-//! `scripts/mutants.sh`): the write-back's counter update and its ownership check, and the
-//! client's check that a quorum took the write-back.
+//! `scripts/mutants.sh`): the write-back's counter update and its ownership check, the client's
+//! check that a quorum took the write-back, and the one-round path's acceptance of a proposed
+//! token in the fenced and the queued acquisition.
 
 use std::time::Duration;
 
@@ -189,4 +190,58 @@ async fn a_malformed_proposal_is_an_error_and_writes_nothing() {
         assert_eq!(node.cli(&["EXISTS", "p"]).unwrap(), "0", "{bad:?}");
         assert_eq!(counter(&node), "5", "{bad:?}");
     }
+}
+
+/// One queued, fenced acquisition of the key `q` by the waiter `c.w` with `proposal`, alone in
+/// line: the script's reply `(granted, counter, exists, accepted)`.
+async fn queued_proposing(
+    conn: &mut MultiplexedConnection,
+    owner: &str,
+    proposal: &str,
+) -> redis::RedisResult<(i64, String, i64, i64)> {
+    use crate::pure::queue;
+    scripts::ACQUIRE_QUEUED
+        .key("q")
+        .key(queue::queue_key("q"))
+        .key(queue::lease_key("q"))
+        .key(queue::waiting_key("q"))
+        .key(fencing::FENCE_COUNTER_KEY)
+        .key(fencing::counter_key("q"))
+        .arg(owner)
+        .arg(60_000)
+        .arg("c.w")
+        .arg(1)
+        .arg(10_000)
+        .arg(20_000)
+        .arg(proposal)
+        .invoke_async(conn)
+        .await
+}
+
+#[tokio::test]
+async fn a_queued_grant_takes_a_proposal_by_the_same_rule() {
+    // The queued script judges the proposal with the fenced script's `accept`: only with the
+    // grant, only above a counter that exists.
+    let node = RedisNode::start().unwrap();
+    let mut conn = connect(&node).await;
+    let reply = queued_proposing(&mut conn, "a", "50").await.unwrap();
+    assert_eq!(reply, (1, "0".into(), 0, 0), "no counter");
+    assert_eq!(counter(&node), "(nil)");
+    node.cli(&["DEL", "q"]).unwrap();
+    node.cli(&["SET", fencing::FENCE_COUNTER_KEY, "70000"])
+        .unwrap();
+    for low in ["70000", "69999", "0"] {
+        let reply = queued_proposing(&mut conn, "a", low).await.unwrap();
+        assert_eq!(reply, (1, "70000".into(), 1, 0), "proposal {low}");
+        node.cli(&["DEL", "q"]).unwrap();
+    }
+    let reply = queued_proposing(&mut conn, "a", "70001").await.unwrap();
+    assert_eq!(reply, (1, "70001".into(), 1, 1));
+    assert_eq!(counter(&node), "70001");
+    // Held (by the grant just made): refused, nothing taken.
+    let reply = queued_proposing(&mut conn, "b", "99999").await.unwrap();
+    assert_eq!(reply, (0, "70001".into(), 1, 0));
+    assert_eq!(counter(&node), "70001");
+    let err = queued_proposing(&mut conn, "a", "007").await.unwrap_err();
+    assert!(err.to_string().contains("proposed fencing token"), "{err}");
 }
