@@ -7,7 +7,7 @@ local p = proposal(ARGV[3])
 if not p then
   return redis.error_reply('fencelock: the proposed fencing token is not a decimal integer below 10^19: ' .. ARGV[3])
 end
-local best, exists = read_counters(n + 1, n + 1, n)
+local best, exists, v, legacy = read_counters(n + 1, n + 1, n)
 if any_set(n) then
   if mark then mark_waited(2 * n + 1, n, mark) end
   return {0, best, exists, 0}
@@ -16,5 +16,5 @@ set_all(n, ARGV[1], ARGV[2])
 hold_all(n, label, ARGV[2])
 announce(ARGV[2])
 local accepted
-best, accepted = accept(p, best, exists, n + 1, n + 1, n)
+best, accepted = accept(p, best, exists, v, legacy, n + 1, n + 1, n)
 return {1, best, exists, accepted}

@@ -6,8 +6,8 @@ if not p then
 end
 local now = node_ms()
 local lease = tonumber(ARGV[5])
-local best, exists = '0', 0
-if fenced then best, exists = read_counters(5, 5, 1) end
+local best, exists, v, legacy = '0', 0, nil, false
+if fenced then best, exists, v, legacy = read_counters(5, 5, 1) end
 -- Every write to the line leaves it a TTL of at least ARGV[6] (raised, never shortened: waiters
 -- with other leases share the line), also a renewal and one that re-creates an expired key: a
 -- line nobody renews goes away by itself; tickets keep their order if it is rebuilt.
@@ -26,5 +26,5 @@ redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
 hold(KEYS[1], ARGV[8], ARGV[2])
 announce(ARGV[2])
 local accepted = 0
-if fenced then best, accepted = accept(p, best, exists, 5, 5, 1) end
+if fenced then best, accepted = accept(p, best, exists, v, legacy, 5, 5, 1) end
 return {1, best, exists, accepted}

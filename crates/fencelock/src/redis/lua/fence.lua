@@ -1,23 +1,29 @@
 -- The fence counters of a call: KEYS[c] is the node counter, KEYS[from + 1 .. from + n] the
 -- legacy per-resource counters of its n locks (see scripts.rs). Needs `bigger`.
--- read_counters(c, from, n): the largest of them ('0' when none), and 1 when any exists, else 0.
+-- read_counters(c, from, n): the largest of them ('0' when none), 1 when any exists (else 0),
+-- the node counter as read (nil when missing) and whether a legacy counter exists, the last two
+-- for settle_counters in the same call.
 local function read_counters(c, from, n)
-  local best, exists = '0', 0
+  local best, exists, legacy = '0', 0, false
   local v = redis.call('get', KEYS[c])
   if v then best, exists = v, 1 end
   for i = from + 1, from + n do
     local l = redis.call('get', KEYS[i])
     if l then
-      exists = 1
+      exists, legacy = 1, true
       if bigger(l, best) then best = l end
     end
   end
-  return best, exists
+  return best, exists, v, legacy
 end
--- settle_counters(c, from, n, to): the node counter becomes `to`, the legacy counters go.
-local function settle_counters(c, from, n, to)
-  if redis.call('get', KEYS[c]) ~= to then redis.call('set', KEYS[c], to) end
-  for i = from + 1, from + n do redis.call('del', KEYS[i]) end
+-- settle_counters(c, from, n, to, v, legacy): the node counter becomes `to` and the legacy
+-- counters go; `v` and `legacy` are what read_counters returned earlier in the same call, so
+-- that nothing is read twice or deleted that is not there.
+local function settle_counters(c, from, n, to, v, legacy)
+  if v ~= to then redis.call('set', KEYS[c], to) end
+  if legacy then
+    for i = from + 1, from + n do redis.call('del', KEYS[i]) end
+  end
 end
 -- proposal(arg): a proposed fencing token, a decimal integer below 10^19 without leading zeros
 -- ('0' when none is given: never accepted), or nil when `arg` is not one.
@@ -26,12 +32,13 @@ local function proposal(arg)
   if arg == '0' or (#arg <= 19 and string.match(arg, '^[1-9]%d*$')) then return arg end
   return nil
 end
--- accept(p, best, exists, c, from, n), on a node that just set our keys: the proposal p is taken
--- when a counter exists (the read is trusted) and p is above `best`, the largest counter; the
--- counters are then settled at p, in the same atomic step as the keys. Returns the largest
--- counter after the call and 1 when accepted, else 0.
-local function accept(p, best, exists, c, from, n)
+-- accept(p, best, exists, v, legacy, c, from, n), on a node that just set our keys, with what
+-- read_counters returned: the proposal p is taken when a counter exists (the read is trusted)
+-- and p is above `best`, the largest counter; the counters are then settled at p, in the same
+-- atomic step as the keys. Returns the largest counter after the call and 1 when accepted,
+-- else 0.
+local function accept(p, best, exists, v, legacy, c, from, n)
   if exists == 0 or not bigger(p, best) then return best, 0 end
-  settle_counters(c, from, n, p)
+  settle_counters(c, from, n, p, v, legacy)
   return p, 1
 end
