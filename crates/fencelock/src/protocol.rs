@@ -46,7 +46,7 @@
 //! which a new leader adds its entry where it still owns the lock key (the last 64 are kept).
 
 pub use crate::election::{election_key, leaders_key};
-pub use crate::semaphore::permit_key;
+pub use crate::semaphore::{permit_key, permit_line};
 
 /// The key of a node's fence counter (a decimal integer, no TTL), one per node, shared by every
 /// resource. The trust rule that makes it survive a node that lost its data (a read is trusted

@@ -52,8 +52,10 @@
 //! runtime is running; otherwise its keys stay in the queues, delaying the waiters behind them,
 //! until the lease expires after the TTL.
 
+mod election;
 mod endpoints;
 mod keys;
+mod semaphore;
 mod timing;
 #[cfg(feature = "tls")]
 mod tls;
@@ -73,7 +75,9 @@ use crate::error::{Error, LostCause, Result};
 use crate::node::NodeAddr;
 use crate::pure::vote::{NodeVote, VoteOutcome, Votes};
 
+pub(crate) use self::election::LeaderWatch;
 use self::endpoints::Endpoints;
+pub(crate) use self::semaphore::PermitKeys;
 
 /// One etcd cluster, reached through one client (connected on first use). Boxed, so that the
 /// client's backend enum stays small for the Redis backend.
@@ -598,7 +602,7 @@ impl Cluster {
                 Turn::Behind { key, revision } => {
                     w.last = Some(self.contention(resource, started));
                     let wake = entry.renewed + renew_every;
-                    if let Err(fail) = self.wait_delete(&key, revision, wake).await {
+                    if let Err(fail) = self.wait_delete(&key, false, revision, wake).await {
                         w.last = Some(self.error_for(resource, fail, started));
                         tokio::time::sleep(timing::RETRY_DELAY).await;
                     }
@@ -796,13 +800,23 @@ impl Cluster {
         })
     }
 
-    /// Waits until `key` is deleted after `revision`, or until `wake` (time to renew the lease
-    /// and look again: a watch on a member that hangs would otherwise wait forever).
-    async fn wait_delete(&self, key: &str, revision: i64, wake: Instant) -> Result<(), Fail> {
+    /// Waits until `key` (with `prefix`: any key under it) is deleted after `revision`, or until
+    /// `wake` (time to renew the lease and look again: a watch on a member that hangs would
+    /// otherwise wait forever).
+    async fn wait_delete(
+        &self,
+        key: &str,
+        prefix: bool,
+        revision: i64,
+        wake: Instant,
+    ) -> Result<(), Fail> {
         let client = self.client().await?;
-        let options = WatchOptions::new()
+        let mut options = WatchOptions::new()
             .with_start_revision(revision + 1)
             .with_filters([WatchFilterType::NoPut]);
+        if prefix {
+            options = options.with_prefix();
+        }
         let wake = tokio::time::Instant::from_std(wake);
         let mut watcher = client.watch_client();
         let watch = watcher.watch(key, Some(options));
