@@ -182,6 +182,7 @@ impl Backend {
             Backend::Redis(r) => {
                 let slots = crate::redis::permit::PermitSlots {
                     name: permits.name,
+                    line: permits.line,
                     slots: permits.slots,
                     mine: permits.mine,
                 };

@@ -37,7 +37,11 @@
 //!
 //! Semaphores ([`crate::Semaphore`]): slot `i` of the semaphore `resource` is the ordinary lock
 //! key [`permit_key`] (`<resource>:permit:<i>`, i from 0 to N-1), with its own fence counter and
-//! waiting keys as above. A holder of a permit holds one slot's key on a quorum.
+//! wait mark as above. A holder of a permit holds one slot's key on a quorum. The semaphore's
+//! waiters queue in one line, the waiting line ([`queue_key`], [`lease_key`]) of the reserved
+//! name [`permit_line`] (`fencelock:permits:<resource>`), which every slot's grant consults
+//! ([`ACQUIRE_PERMIT_SCRIPT`]). On etcd: the line is the queue of [`permit_line`] and slot `i`'s
+//! key is the lock key of [`permit_key`] (`fencelock/<resource>:permit:<i>/<lease id>`).
 
 //!
 //! Elections ([`crate::Election`]): leadership is the ordinary lock key [`election_key`]
@@ -81,6 +85,15 @@ pub const RELEASE_SCRIPT: &str = crate::redis::scripts::RELEASE_LUA;
 /// refusal too. Derive the token as [`crate::fencing`] states (trust rule, epoch start), then
 /// write it back with [`WRITE_BACK_SCRIPT`].
 pub const ACQUIRE_FENCED_SCRIPT: &str = crate::redis::scripts::ACQUIRE_FENCED_LUA;
+
+/// A semaphore's slot acquisition script (Lua), with the rule of its waiting line: KEYS: the
+/// slot's key ([`permit_key`]), the line's [`queue_key`] and [`lease_key`] (of [`permit_line`]),
+/// the N slot keys, their N [`waiting_key`]s[, [`FENCE_COUNTER_KEY`], the slot's
+/// [`counter_key`]]. ARGV: owner token, TTL ms, N[, waiter id, ticket, lease ms, keep ms].
+/// Replies `{granted (1 or 0), largest counter, exists}` as [`ACQUIRE_FENCED_SCRIPT`] does.
+/// A client that takes slot keys with a plain `SET NX` stays excluded from the slot it holds,
+/// but passes the line.
+pub const ACQUIRE_PERMIT_SCRIPT: &str = crate::redis::scripts::ACQUIRE_PERMIT_LUA;
 
 /// The fencing-mode write-back script (Lua): KEYS as [`ACQUIRE_FENCED_SCRIPT`]'s; ARGV: owner
 /// token, fencing token (decimal). Raises the node counter to at least the token and deletes the
