@@ -48,6 +48,10 @@
 //! (`election:<name>`) in fencing mode, the term its fencing token; the log [`leaders_key`]
 //! (`fencelock:leaders:<name>`) is a sorted set, member `<term> <value>`, score the term, to
 //! which a new leader adds its entry where it still owns the lock key (the last 64 are kept).
+//! On etcd the candidates are the queue of [`election_key`] (`fencelock/election:<name>/<lease
+//! id>`, created empty), the leader the oldest live key, its term the key's create revision; a
+//! leader writes its value on its own key (a put while the key's create revision is still its
+//! own), so a key whose mod revision is above its create revision is a leader's.
 
 pub use crate::election::{election_key, leaders_key};
 pub use crate::semaphore::{permit_key, permit_line};

@@ -220,6 +220,36 @@ async fn a_mutex_on_a_slots_resource_and_the_permit_in_that_slot_exclude_each_ot
     p.release().await.unwrap();
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permit_is_kept_alive_past_its_ttl_and_its_loss_is_signalled() {
+    let etcd = Etcd::start().unwrap();
+    let c = client(&etcd, Duration::from_secs(1));
+    let permit = c
+        .semaphore("sem:alive", 2)
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap();
+    let token = permit.fencing_token();
+    let key = permit.token().to_string();
+    let guard = permit.auto_extend(fencelock::AutoExtend::new());
+    // Three TTLs later: still held, by the same slot key.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(!guard.is_lost(), "lost while extended");
+    assert_eq!(count(&etcd, &key).await, 1, "{key} expired");
+    // Its lease revoked behind its back (as when an operator deletes it): the signal fires.
+    let lease = i64::from_str_radix(key.rsplit('/').next().unwrap(), 16).unwrap();
+    let mut raw = etcd_client::Client::connect(etcd.endpoints(), None)
+        .await
+        .unwrap();
+    raw.lease_revoke(lease).await.unwrap();
+    tokio::time::timeout(LONG, guard.lost().fired())
+        .await
+        .expect("the lost signal fires");
+    assert_eq!(guard.lost().cause(), Some(fencelock::LostCause::NotHeld));
+    assert_eq!(guard.context().fencing_token(), token);
+}
+
 /// Collects `n` leaders from a fresh observer.
 fn observe(client: &Client, name: &str, n: usize) -> tokio::task::JoinHandle<Vec<Leader>> {
     let mut observer = client.election(name).unwrap().observe();
