@@ -23,6 +23,7 @@ pub mod checker;
 pub mod client;
 mod family;
 pub mod history;
+pub mod metrics;
 pub mod mode;
 pub mod mono;
 pub mod nemesis;

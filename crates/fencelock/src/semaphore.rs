@@ -166,12 +166,23 @@ impl Semaphore {
             slots: &self.slots,
             mine: &mine,
         };
-        let (i, grant) = self
-            .client
-            .backend()
-            .acquire_permit(&permits, policy)
-            .await?;
-        Ok(Lock::new(self.client.clone(), self.slots[i].clone(), grant))
+        let started = std::time::Instant::now();
+        let result = self.client.backend().acquire_permit(&permits, policy).await;
+        // The slot index matters only with a grant.
+        let (slot, result) = match result {
+            Ok((i, grant)) => (i, Ok(grant)),
+            Err(e) => (0, Err(e)),
+        };
+        // One acquisition of the semaphore, under its own name.
+        let name = std::slice::from_ref(&self.resource);
+        self.client
+            .record_acquisition(name, policy.is_some(), started, &result);
+        let grant = result?;
+        Ok(Lock::new(
+            self.client.clone(),
+            self.slots[slot].clone(),
+            grant,
+        ))
     }
 
     /// Runs `work` under a permit: acquires (waiting per the retry policy), keeps the permit

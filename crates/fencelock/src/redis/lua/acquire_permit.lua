@@ -10,6 +10,7 @@ for i = 3 + 2 * n + 1, #KEYS do
 end
 local now = node_ms()
 local me = ARGV[4]
+if me == '' then me = nil end
 if me then
   -- Register (or renew) in the line, as a queued waiter of one key does; mark every slot as
   -- waited for, so that its release wakes the waiters.
@@ -28,5 +29,6 @@ local free = n - redis.call('exists', unpack(KEYS, 4, 3 + n))
 -- Fewer live waiters ahead than free slots: every one of them can have a slot too.
 if live_ahead(KEYS[2], KEYS[3], me, now, free) >= free then return {0, best, exists} end
 redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
+hold(KEYS[1], ARGV[8], ARGV[2])
 announce(ARGV[2])
 return {1, best, exists}
