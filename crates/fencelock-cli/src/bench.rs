@@ -10,6 +10,9 @@
 //!   next grant; and release returned -> next grant).
 //! - `held`: one client holds C locks under auto-extension for a fixed time; reports the
 //!   process's CPU time and, per node, the commands and read events (round trips) it served.
+//! - `permits`: C workers share a semaphore of `--permits` permits, N sections of `--hold`
+//!   each, then the same on the mutex; the ratio is the permits' throughput over the mutex's
+//!   (`bench/permits.rs`).
 //!
 //! With `--raw`, each workload runs a second time through [`raw::Raw`], hand-written redis-rs
 //! calls with no library around them, and the ratio of the two is printed. Everything but the
@@ -18,6 +21,7 @@
 
 mod baseline;
 mod local;
+mod permits;
 mod plot;
 mod proxy;
 mod raw;
@@ -70,9 +74,13 @@ pub(crate) struct BenchArgs {
     /// --nodes or the usual node resolution.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=15))]
     pub(crate) local: Option<u16>,
-    /// `held`: how long to hold (default: three extension intervals, i.e. one TTL).
+    /// `held`: how long to hold (default: three extension intervals, i.e. one TTL); `permits`:
+    /// how long each section holds its permit (default 5ms).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub(crate) hold: Option<Duration>,
+    /// `permits`: the semaphore's permits (default 4).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub(crate) permits: Option<u32>,
     /// `contended`, raw baseline: how long a refused poller waits before it tries again
     /// (drawn from [D/2, 3D/2)).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "50ms")]
@@ -100,6 +108,7 @@ pub(crate) enum Workload {
     Par,
     Contended,
     Held,
+    Permits,
 }
 
 impl Workload {
@@ -109,6 +118,7 @@ impl Workload {
             Workload::Par => "par",
             Workload::Contended => "contended",
             Workload::Held => "held",
+            Workload::Permits => "permits",
         }
     }
 }
@@ -155,6 +165,10 @@ pub(crate) async fn bench(global: &Global, args: BenchArgs) -> anyhow::Result<u8
         Workload::Seq | Workload::Par => run_cycles(&plan, &settings, &baseline, &args).await?,
         Workload::Contended => run_contended(&plan, &settings, &baseline, &args).await?,
         Workload::Held => run_held(&plan, &settings, &baseline, &args).await?,
+        Workload::Permits => {
+            let hold = args.hold.unwrap_or(permits::DEFAULT_HOLD);
+            permits::run_permits(&plan, &settings, args.permits.unwrap_or(4), hold).await?
+        }
     };
     let report = Report {
         workload: plan.workload,
@@ -244,6 +258,7 @@ impl Plan {
             Workload::Par => 10_000,
             Workload::Contended => 200,
             Workload::Held => 0,
+            Workload::Permits => 400,
         });
         let concurrency = args
             .concurrency
@@ -252,6 +267,7 @@ impl Plan {
                 Workload::Par => 64,
                 Workload::Contended => 8,
                 Workload::Held => 10_000,
+                Workload::Permits => 16,
             })
             .max(1);
         Plan {
@@ -1206,6 +1222,14 @@ impl Report {
                     .map_or(Value::Null, |r| round2(r).into()),
             );
         }
+        if let Some(mutex) = self.named("mutex") {
+            top.insert("mutex".into(), Value::Object(Self::series_json(mutex)));
+            top.insert(
+                "ratio_mutex".into(),
+                self.ratio_to("mutex")
+                    .map_or(Value::Null, |r| round2(r).into()),
+            );
+        }
         Value::Object(top)
     }
 
@@ -1240,6 +1264,9 @@ impl Report {
         }
         if let Some(r) = self.ratio_to("raw-barging") {
             println!("ratio fencelock/raw-barging (cycles/s): {r:.2}x");
+        }
+        if let Some(r) = self.ratio_to("mutex") {
+            println!("ratio permits/mutex (sections/s): {r:.2}x");
         }
         for s in &self.series {
             let e = &s.extra;
@@ -1288,6 +1315,14 @@ impl Report {
                         }
                     }
                 }
+                Workload::Permits => println!(
+                    "{}: {} permit(s), hold {}, at most {} holders at once, {} over the limit",
+                    s.name,
+                    n("permits"),
+                    us("hold_us"),
+                    n("most_holders"),
+                    n("overlaps"),
+                ),
                 Workload::Seq | Workload::Par => {}
             }
         }
@@ -1311,6 +1346,7 @@ impl Report {
         }
         let what = match self.workload {
             Workload::Held => "acquisition latency",
+            Workload::Permits => "wait for a permit (for the mutex)",
             Workload::Contended => "wait for the lock, and hand-over",
             Workload::Seq | Workload::Par => "acquire + release latency",
         };

@@ -307,3 +307,33 @@ fn etcd_runs_every_workload_beside_its_raw_baseline() {
         assert_eq!(s["lost"], 0, "{s}");
     }
 }
+
+#[test]
+fn permits_never_exceed_n_holders_and_report_their_ratio_to_the_mutex() {
+    let nodes = RedisNodes::start(3).unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let v = bench(
+        home.path(),
+        &nodes.urls(),
+        &[
+            "--workload",
+            "permits",
+            "--permits",
+            "2",
+            "--cycles",
+            "60",
+            "--concurrency",
+            "6",
+            "--hold",
+            "2ms",
+        ],
+    );
+    assert_eq!(v["workload"], "permits");
+    assert_series(&v["fencelock"], 60);
+    assert_series(&v["mutex"], 60);
+    assert_eq!(v["fencelock"]["overlaps"], 0, "{v}");
+    assert_eq!(v["mutex"]["overlaps"], 0, "{v}");
+    assert!(v["fencelock"]["most_holders"].as_u64().unwrap() <= 2, "{v}");
+    assert_eq!(v["mutex"]["most_holders"], 1, "{v}");
+    assert!(v["ratio_mutex"].as_f64().is_some(), "{v}");
+}

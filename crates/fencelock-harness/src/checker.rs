@@ -56,6 +56,10 @@ pub enum ViolationKind {
     SupersededWrite,
     /// `run` mode: a process of one holder's command alive after another holder's started.
     ProcessOverlap,
+    /// Semaphore modes: more than N holders within their validity at once.
+    TooManyHolders,
+    /// Election modes: a term held by two leaders, or not above an earlier, ended leader's.
+    TermOrder,
 }
 
 /// One violation, located in the history.
@@ -140,6 +144,15 @@ pub struct Findings {
     /// `run` mode: what the commands' processes did.
     #[serde(default)]
     pub commands: CommandFindings,
+    /// Semaphore modes: moments with more than N permit holders at once.
+    #[serde(default)]
+    pub too_many_holders: Vec<Violation>,
+    /// Semaphore modes: the most permit holders at once.
+    #[serde(default)]
+    pub most_holders: usize,
+    /// Election modes: two leaders with one term, or a later leader with a term not larger.
+    #[serde(default)]
+    pub term_order: Vec<Violation>,
     /// Liveness.
     pub liveness: Liveness,
 }
@@ -215,6 +228,8 @@ impl Findings {
             .chain(&self.counter.stale_reads)
             .chain(&self.overlapping_validity)
             .chain(&self.process_overlaps)
+            .chain(&self.too_many_holders)
+            .chain(&self.term_order)
     }
 }
 
@@ -225,27 +240,179 @@ pub fn check(history: &History) -> Findings {
     let of = |record| -> Vec<&StorageRow> {
         rows.iter()
             .copied()
-            .filter(|r| r.record == record)
+            .filter(|r| r.record == record && r.slot.is_none())
             .collect()
     };
     let fenced_rows = of(Record::Fenced);
     let counter_rows = of(Record::Counter);
+    // A semaphore's permits are checked slot by slot (`check_slots`), not as one lock.
+    let slots = slots(&history.events);
+    let events: Vec<ClientEvent> = history
+        .events
+        .iter()
+        .filter(|e| !slots.contains_key(&(e.client, e.acq)))
+        .cloned()
+        .collect();
     let (stale_accepted, token_order, mut duplicate_tokens) = check_tokens(&fenced_rows);
-    let grants = grants(&history.events);
+    let grants = grants(&events);
     duplicate_tokens.extend(check_duplicate_grants(&grants));
-    Findings {
+    let mut findings = Findings {
         fenced: check_record(&fenced_rows, history.final_fenced),
         counter: check_record(&counter_rows, history.final_counter),
         stale_accepted,
         token_order,
         duplicate_tokens,
-        overlapping_validity: check_validity(&history.events),
+        overlapping_validity: check_validity(&events),
         grant_order: check_grant_order(&grants),
         superseded_writes: check_superseded(&fenced_rows, &grants),
         process_overlaps: check_processes(&history.events),
         commands: commands(&history.events),
         liveness: liveness(&history.events),
+        ..Findings::default()
+    };
+    check_slots(history, &rows, &slots, &mut findings);
+    findings
+}
+
+/// Semaphore modes: the slot of each permit's acquisition, from the `slot` events.
+pub fn slots(events: &[ClientEvent]) -> HashMap<(u32, u64), u32> {
+    events
+        .iter()
+        .filter_map(|e| match e.kind {
+            EventKind::Slot { slot } => Some(((e.client, e.acq), slot)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Semaphore modes: the mutex's rules, slot by slot. Each slot is a lock of its own with a
+/// fenced record of its own, fenced by the slot's tokens (tokens of two slots are not
+/// comparable): per slot, no stale or superseded write accepted, tokens in commit and grant
+/// order and unique, no interleaving or lost update, and no grant inside another holder's
+/// validity of the same slot. What is found joins the findings of the same kind. `rows` are
+/// the storage rows in commit order.
+pub fn check_slots(
+    history: &History,
+    rows: &[&StorageRow],
+    slots: &HashMap<(u32, u64), u32>,
+    f: &mut Findings,
+) {
+    let mut ids: BTreeSet<u32> = slots.values().copied().collect();
+    ids.extend(rows.iter().filter_map(|r| r.slot));
+    for slot in ids {
+        let slot_rows: Vec<&StorageRow> = rows
+            .iter()
+            .copied()
+            .filter(|r| r.slot == Some(slot))
+            .collect();
+        let events: Vec<ClientEvent> = history
+            .events
+            .iter()
+            .filter(|e| slots.get(&(e.client, e.acq)) == Some(&slot))
+            .cloned()
+            .collect();
+        let (stale, order, dups) = check_tokens(&slot_rows);
+        f.stale_accepted.extend(stale);
+        f.token_order.extend(order);
+        f.duplicate_tokens.extend(dups);
+        let final_value = history
+            .final_slots
+            .get(slot as usize)
+            .copied()
+            .unwrap_or_default();
+        let record = check_record(&slot_rows, final_value);
+        f.fenced.writes += record.writes;
+        f.fenced.lost_updates += record.lost_updates;
+        f.fenced.stale_reads.extend(record.stale_reads);
+        f.fenced.interleaved.extend(record.interleaved);
+        let grants = grants(&events);
+        f.duplicate_tokens.extend(check_duplicate_grants(&grants));
+        f.grant_order.extend(check_grant_order(&grants));
+        f.superseded_writes
+            .extend(check_superseded(&slot_rows, &grants));
+        f.overlapping_validity.extend(check_validity(&events));
     }
+}
+
+/// Semaphore modes: moments when more than `permits` clients held a permit within its
+/// validity. A permit is held from its grant's stamp (after the quorum answered) to the earlier
+/// of its validity deadline and the start of its release, as [`check_validity`] reads a lock:
+/// an excess here is certain. One violation per grant that made the excess, naming the holders.
+pub fn check_permit_holders(
+    events: &[ClientEvent],
+    slots: &HashMap<(u32, u64), u32>,
+    permits: u32,
+) -> Vec<Violation> {
+    permit_sweep(events, slots, permits).1
+}
+
+/// Semaphore modes: the most permit holders within their validity at once (so that a run
+/// shows its permits were used at once, and the rule above had something to check).
+pub fn most_permit_holders(events: &[ClientEvent], slots: &HashMap<(u32, u64), u32>) -> usize {
+    permit_sweep(events, slots, u32::MAX).0
+}
+
+fn permit_sweep(
+    events: &[ClientEvent],
+    slots: &HashMap<(u32, u64), u32>,
+    permits: u32,
+) -> (usize, Vec<Violation>) {
+    let mut most = 0;
+    let mut spans: Vec<(u64, u64, u32, u64)> = grants(events)
+        .iter()
+        .filter(|g| slots.contains_key(&(g.client, g.acq)))
+        .map(|g| (g.granted_ns, g.end_ns, g.client, g.acq))
+        .filter(|(start, end, _, _)| end > start)
+        .collect();
+    spans.sort_unstable();
+    let mut out = Vec::new();
+    // The spans still open at the current start: (end, start, client, acq).
+    let mut open: Vec<(u64, u64, u32, u64)> = Vec::new();
+    for (start, end, client, acq) in spans {
+        open.retain(|o| o.0 > start);
+        open.push((end, start, client, acq));
+        most = most.max(open.len());
+        if open.len() > permits as usize {
+            let since = open.iter().map(|o| o.1).min().unwrap_or(start);
+            let mut holders: Vec<(u32, u64)> = open.iter().map(|o| (o.2, o.3)).collect();
+            holders.sort_unstable();
+            out.push(Violation {
+                kind: ViolationKind::TooManyHolders,
+                record: None,
+                seq: None,
+                mono_ns: start,
+                clients: holders.iter().map(|h| h.0).collect(),
+                detail: format!(
+                    "{} permit holders at once with N = {permits} at {:.3} s: (client, acquisition) {holders:?}",
+                    open.len(),
+                    start as f64 / 1e9
+                ),
+                since_ns: Some(since),
+            });
+        }
+    }
+    (most, out)
+}
+
+/// Election modes: one leader per term, and terms increasing: a term granted to two leaders, or
+/// a leader elected after another's leadership had ended (by their stamps) with a term not above
+/// the other's. The term is the leadership lock's fencing token, so these are the token rules
+/// ([`check_duplicate_grants`], [`check_grant_order`]) read as an election's.
+pub fn check_terms(grants: &[Grant]) -> Vec<Violation> {
+    check_duplicate_grants(grants)
+        .into_iter()
+        .chain(check_grant_order(grants))
+        .map(|mut v| {
+            v.kind = ViolationKind::TermOrder;
+            v.detail = format!(
+                "election: {}",
+                v.detail
+                    .replace("token", "term")
+                    .replace("granted", "elected")
+            );
+            v
+        })
+        .collect()
 }
 
 /// One process of a `run` command, as its own stamps show it: alive from `first` to `last`.
@@ -949,6 +1116,7 @@ mod tests {
             value_read: read,
             value_written: (op == Op::Write).then_some(read + 1),
             mono_ns: seq as u64 * 1000,
+            slot: None,
         }
     }
 
@@ -972,6 +1140,7 @@ mod tests {
             events: vec![],
             final_fenced,
             final_counter,
+            final_slots: vec![],
         }
     }
 
@@ -1327,6 +1496,7 @@ mod tests {
             events,
             final_fenced: 2,
             final_counter: 0,
+            final_slots: vec![],
         };
         let f = check(&h);
         assert!(f.stale_accepted.is_empty() && f.token_order.is_empty());
@@ -1354,6 +1524,7 @@ mod tests {
             events,
             final_fenced: 1,
             final_counter: 0,
+            final_slots: vec![],
         };
         let f = check(&h);
         assert_eq!(f.fenced_data_violations(), 0);
@@ -1564,5 +1735,125 @@ mod tests {
         let f = check(&History::default());
         assert_eq!(f.fenced_record_violations() + f.counter_violations(), 0);
         assert!(f.overlapping_validity.is_empty());
+    }
+
+    /// A permit grant of `slot` (the grant's events and its `slot` event).
+    fn permit(
+        client: u32,
+        acq: u64,
+        slot: u32,
+        at_ms: u64,
+        valid_ms: u64,
+        release_ms: Option<u64>,
+        token: u64,
+    ) -> Vec<ClientEvent> {
+        let mut v = grant(client, acq, at_ms, valid_ms, release_ms, token);
+        v.push(ev(client, acq, at_ms * MS, EventKind::Slot { slot }));
+        v
+    }
+
+    fn slot_row(
+        seq: i64,
+        op: Op,
+        client: u32,
+        acq: u64,
+        slot: u32,
+        token: u64,
+        read: i64,
+    ) -> StorageRow {
+        StorageRow {
+            slot: Some(slot),
+            ..fenced(seq, op, client, acq, token, read)
+        }
+    }
+
+    #[test]
+    fn more_than_n_permit_holders_at_once_are_found() {
+        // N = 2: A and B hold slots 0 and 1; C is granted slot 0 again while both are valid
+        // (the rule's mutant case: a third holder); D comes after A released.
+        let mut events = permit(0, 1, 0, 0, 100, None, 1);
+        events.extend(permit(1, 1, 1, 10, 100, None, 2));
+        events.extend(permit(2, 1, 0, 50, 100, Some(60), 3));
+        events.extend(permit(3, 1, 1, 200, 100, None, 4));
+        let of = slots(&events);
+        let v = check_permit_holders(&events, &of, 2);
+        assert_eq!(v.len(), 1, "{v:#?}");
+        assert_eq!(v[0].kind, ViolationKind::TooManyHolders);
+        assert_eq!(v[0].clients, vec![0, 1, 2]);
+        assert_eq!(v[0].since_ns, Some(0));
+        assert_eq!(most_permit_holders(&events, &of), 3);
+        // With three permits the same history is fine; without C's grant too.
+        assert!(check_permit_holders(&events, &of, 3).is_empty());
+        let fine: Vec<ClientEvent> = events.iter().filter(|e| e.client != 2).cloned().collect();
+        assert!(check_permit_holders(&fine, &slots(&fine), 2).is_empty());
+        // Two holders of slot 0 at once are a lock violation of that slot too.
+        let f = check(&History {
+            events,
+            ..History::default()
+        });
+        assert_eq!(f.overlapping_validity.len(), 1, "{f:#?}");
+    }
+
+    #[test]
+    fn each_slot_is_fenced_by_its_own_tokens() {
+        // Slot 0 accepts token 5 then token 3: stale. Slot 1's token 2 after slot 0's 5 is not:
+        // tokens of two slots are not comparable (a checker that ignored the slot, the mutant,
+        // would flag it and miss nothing else).
+        let mut events = permit(0, 1, 0, 0, 100, None, 5);
+        events.extend(permit(1, 1, 1, 0, 100, None, 2));
+        events.extend(permit(2, 1, 0, 500, 100, None, 3));
+        let rows = vec![
+            slot_row(1, Op::Read, 0, 1, 0, 5, 0),
+            slot_row(2, Op::Write, 0, 1, 0, 5, 0),
+            slot_row(3, Op::Read, 1, 1, 1, 2, 0),
+            slot_row(4, Op::Write, 1, 1, 1, 2, 0),
+        ];
+        let before_c: Vec<ClientEvent> = events.iter().filter(|e| e.client != 2).cloned().collect();
+        let clean = check(&History {
+            rows: rows.clone(),
+            events: before_c,
+            final_slots: vec![1, 1],
+            ..History::default()
+        });
+        assert_eq!(clean.fenced_failures(), 0, "{clean:#?}");
+        assert_eq!(clean.fenced.writes, 2);
+        let mut stale = rows;
+        stale.push(slot_row(5, Op::Read, 2, 1, 0, 3, 1));
+        stale.push(slot_row(6, Op::Write, 2, 1, 0, 3, 1));
+        let f = check(&History {
+            rows: stale,
+            events,
+            final_slots: vec![2, 1],
+            ..History::default()
+        });
+        assert_eq!(f.stale_accepted.len(), 2, "{f:#?}");
+        assert_eq!(f.stale_accepted[0].seq, Some(5));
+        // C was granted slot 0 after A's validity ended, with a lower token.
+        assert_eq!(f.grant_order.len(), 1, "{f:#?}");
+        assert!(f.fenced_failures() > 0);
+    }
+
+    #[test]
+    fn terms_held_twice_or_going_back_are_found() {
+        // Leaders one after another with rising terms: fine.
+        let mut events = grant(0, 1, 0, 100, Some(50), 3);
+        events.extend(grant(1, 1, 60, 100, Some(120), 7));
+        assert!(check_terms(&grants(&events)).is_empty());
+        // The mutants: a later leader with the same term, then one with a lower term.
+        let mut twice = events.clone();
+        twice.extend(grant(2, 1, 200, 100, None, 7));
+        let v = check_terms(&grants(&twice));
+        assert_eq!(v.len(), 2, "a duplicate and not above: {v:#?}");
+        assert!(v.iter().all(|v| v.kind == ViolationKind::TermOrder));
+        assert!(
+            v[0].detail.starts_with("election: term 7"),
+            "{}",
+            v[0].detail
+        );
+        let mut back = events;
+        back.extend(grant(2, 1, 200, 100, None, 5));
+        let v = check_terms(&grants(&back));
+        assert_eq!(v.len(), 1, "{v:#?}");
+        assert!(v[0].detail.contains("elected"), "{}", v[0].detail);
     }
 }

@@ -213,14 +213,15 @@ async fn run_locks(args: &ClientArgs) -> io::Result<()> {
                 .with_max_delay(Duration::from_millis(20)),
         );
     let client = Client::new(config).map_err(io::Error::other)?;
+    let taker = crate::family::Taker::new(&client, args.mode, args.id).map_err(io::Error::other)?;
     let fence = storage::open(&args.db).map_err(io::Error::other)?;
     let stop = args.dir.join("stop");
     let mut acq = 0u64;
     while !stop.exists() {
         acq += 1;
         log.event(acq, EventKind::AcquireStart)?;
-        let lock = match client.acquire(RESOURCE).await {
-            Ok(lock) => lock,
+        let (lock, slot) = match taker.take(&client).await {
+            Ok(taken) => taken,
             Err(e) => {
                 log.event(acq, EventKind::AcquireFail { cause: cause(&e) })?;
                 continue;
@@ -247,6 +248,9 @@ async fn run_locks(args: &ClientArgs) -> io::Result<()> {
                 attempt_ns,
             },
         )?;
+        if let Some(slot) = slot {
+            log.event(acq, EventKind::Slot { slot })?;
+        }
         let who = Who {
             client: args.id,
             acq,
@@ -259,7 +263,7 @@ async fn run_locks(args: &ClientArgs) -> io::Result<()> {
             File::create(&holding)?;
             log.event(acq, EventKind::LongHold)?;
         }
-        critical_section(args, &fence, who, long, &mut log).await?;
+        critical_section(args, &fence, who, slot, long, &mut log).await?;
         if long {
             let _ = fs::remove_file(&holding);
         }
@@ -279,24 +283,34 @@ async fn run_locks(args: &ClientArgs) -> io::Result<()> {
     Ok(())
 }
 
-/// Reads both records, waits (the window a pause or a slow holder widens), writes both back.
+/// Reads both records, waits (the window a pause or a slow holder widens), writes both back. A
+/// permit's holder (`slot`) reads and writes its slot's fenced record only: N holders at once
+/// share no other record.
 async fn critical_section(
     args: &ClientArgs,
     fence: &fencelock::fence::SqliteFence,
     who: Who,
+    slot: Option<u32>,
     long: bool,
     log: &mut Log,
 ) -> io::Result<()> {
     let acq = who.acq;
     let blocking = |f: &mut dyn FnMut() -> fencelock::Result<i64>| tokio::task::block_in_place(f);
-    let fenced = match blocking(&mut || storage::fenced_read(fence, who)) {
+    let read = |who| match slot {
+        Some(s) => storage::slot_read(fence, who, s),
+        None => storage::fenced_read(fence, who),
+    };
+    let fenced = match blocking(&mut || read(who)) {
         Ok(v) => Some(v),
         Err(e) => {
             log_storage_error(log, acq, Record::Fenced, e, true)?;
             None
         }
     };
-    let counter = blocking(&mut || storage::counter_read(fence, who));
+    let counter = match slot {
+        Some(_) => None,
+        None => Some(blocking(&mut || storage::counter_read(fence, who))),
+    };
     if take(&args.dir, args.id, Request::Pause) {
         log.event(acq, EventKind::SelfPause)?;
         // A real pause, as a stop-the-world GC makes: nothing runs until the nemesis sends
@@ -311,7 +325,11 @@ async fn critical_section(
     };
     tokio::time::sleep(hold).await;
     if let Some(read) = fenced {
-        match blocking(&mut || storage::fenced_write(fence, who, read)) {
+        let write = || match slot {
+            Some(s) => storage::slot_write(fence, who, s, read),
+            None => storage::fenced_write(fence, who, read),
+        };
+        match blocking(&mut || write()) {
             Ok(value) => log.event(
                 acq,
                 EventKind::WriteAccepted {
@@ -323,7 +341,8 @@ async fn critical_section(
         }
     }
     match counter {
-        Ok(read) => match blocking(&mut || storage::counter_write(fence, who, read)) {
+        None => {}
+        Some(Ok(read)) => match blocking(&mut || storage::counter_write(fence, who, read)) {
             Ok(value) => log.event(
                 acq,
                 EventKind::WriteAccepted {
@@ -333,7 +352,7 @@ async fn critical_section(
             )?,
             Err(e) => log_storage_error(log, acq, Record::Counter, e, false)?,
         },
-        Err(e) => log_storage_error(log, acq, Record::Counter, e, true)?,
+        Some(Err(e)) => log_storage_error(log, acq, Record::Counter, e, true)?,
     }
     Ok(())
 }

@@ -105,6 +105,20 @@ pub fn text(run: &ModeRun) -> String {
             format!(" (faults around them: {})", around.join(", "))
         }
     );
+    if let Some(n) = s.permits {
+        let _ = writeln!(
+            out,
+            "  semaphore: N = {n}; at most {} holders at once; {} moment(s) with more than N holders ({} with no clock jump in progress)",
+            s.most_holders, s.too_many_holders, s.too_many_holders_outside_clock_jumps
+        );
+    }
+    if s.mode.election() {
+        let _ = writeln!(
+            out,
+            "  election: {} term(s) held twice or not above an earlier, ended leader's",
+            s.term_order
+        );
+    }
     if s.mode == Mode::Run {
         let c = &s.commands;
         let procs: Vec<String> = c

@@ -190,23 +190,151 @@ impl Backend {
         }
     }
 
-    /// One Redis attempt that waits as `wait` says (a semaphore marks its slots as waited for
-    /// with it), or an error naming `what` on other backends.
+    /// Whether locks carry a fencing token only in fencing mode (Redis; on etcd every lock
+    /// has its revision).
+    pub(crate) fn tokens_need_fencing_mode(&self) -> bool {
+        match self {
+            Backend::Redis(_) => true,
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(_) => false,
+        }
+    }
+
+    /// Takes a permit of a semaphore: one try with `policy` `None`, else waiting as it allows.
+    /// Returns the slot and its grant. `mine`: the slots the calling task holds through this
+    /// client (Redis does not ask for them; on etcd a held slot is never free anyway).
     ///
     /// # Errors
     ///
-    /// As `Client::try_acquire_many`, and [`Error::InvalidConfig`] on etcd.
-    #[cfg_attr(not(feature = "etcd"), allow(unused_variables))]
-    pub(crate) async fn redis_attempt(
+    /// As `Semaphore::acquire_with` (without a policy: as `Semaphore::try_acquire`).
+    pub(crate) async fn acquire_permit(
         &self,
-        what: &str,
-        keys: &Arc<[String]>,
-        wait: crate::redis::Wait<'_>,
-    ) -> Result<Grant> {
+        permits: &Permits<'_>,
+        policy: Option<&RetryPolicy>,
+    ) -> Result<(usize, Grant)> {
         match self {
-            Backend::Redis(r) => Ok(redis_grant(r, r.attempt(keys, wait).await?)),
+            Backend::Redis(r) => {
+                let slots = crate::redis::permit::PermitSlots {
+                    name: permits.name,
+                    line: permits.line,
+                    slots: permits.slots,
+                    mine: permits.mine,
+                };
+                let (i, grant) = r.acquire_permit(&slots, policy).await?;
+                Ok((i, redis_grant(r, grant)))
+            }
             #[cfg(feature = "etcd")]
-            Backend::Etcd(_) => Err(redis_only(what)),
+            Backend::Etcd(e) => {
+                let slots: Vec<String> = permits.slots.iter().map(|s| s[0].clone()).collect();
+                let keys = crate::etcd::PermitKeys {
+                    name: permits.name,
+                    line: permits.line,
+                    slots: &slots,
+                };
+                let (i, held) = e
+                    .acquire_permit(&keys, policy.map(RetryPolicy::wait))
+                    .await?;
+                Ok((i, etcd_grant(e, held)))
+            }
+        }
+    }
+
+    /// Where the leaders of the election whose lock resource is `key` are announced: the log
+    /// `log` on Redis nodes, the lock keys themselves on etcd. No I/O.
+    #[cfg_attr(not(feature = "etcd"), allow(unused_variables))]
+    pub(crate) fn election_log(&self, key: &str, log: &str) -> ElectionLog {
+        match self {
+            Backend::Redis(r) => ElectionLog::Redis(r.election_log(key, log)),
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(e) => ElectionLog::Etcd(e.clone(), key.to_string()),
+        }
+    }
+}
+
+/// A semaphore, as the backends take its permits.
+#[derive(Debug)]
+pub(crate) struct Permits<'a> {
+    /// The semaphore's name, for errors.
+    pub(crate) name: &'a str,
+    /// The resource whose line orders the waiters.
+    pub(crate) line: &'a str,
+    /// Each slot's resource (a lock of one key).
+    pub(crate) slots: &'a [Arc<[String]>],
+    /// The slots the calling task holds already through this client.
+    pub(crate) mine: &'a [bool],
+}
+
+/// Where an election's leaders are announced and read back (see `election.rs`).
+#[derive(Debug, Clone)]
+pub(crate) enum ElectionLog {
+    Redis(crate::redis::election::ElectionLog),
+    #[cfg(feature = "etcd")]
+    Etcd(Arc<crate::etcd::EtcdBackend>, String),
+}
+
+/// The leaders of an election as they change, in term order.
+#[derive(Debug)]
+pub(crate) enum LeaderStream {
+    Redis(crate::redis::election::LogReader),
+    #[cfg(feature = "etcd")]
+    Etcd(Box<crate::etcd::LeaderWatch>),
+}
+
+impl ElectionLog {
+    /// Announces the holder of `held` as the leader of term `term` with `value`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unavailable`] (naming `name`) when the entry did not reach a quorum of Redis
+    /// nodes; [`Error::Lost`] when the etcd key was gone or the validity ran out.
+    pub(crate) async fn announce(
+        &self,
+        name: &str,
+        held: &Held,
+        term: u64,
+        value: &str,
+    ) -> Result<()> {
+        match (self, held) {
+            (ElectionLog::Redis(log), Held::Redis(_, h)) => {
+                if log.append(h.token(), term, value).await {
+                    Ok(())
+                } else {
+                    Err(Error::Unavailable {
+                        resource: name.to_string(),
+                        votes: Votes::default(),
+                    })
+                }
+            }
+            #[cfg(feature = "etcd")]
+            (ElectionLog::Etcd(..), Held::Etcd(e, h)) => e.proclaim(h, value).await,
+            // An election's lock comes from the election's own client: one backend for both.
+            #[cfg(feature = "etcd")]
+            _ => Err(Error::config(
+                "backend",
+                "the lock was taken on another backend than the election's",
+            )),
+        }
+    }
+
+    /// A stream of the leaders from the latest one on. No I/O until it is read.
+    pub(crate) fn leaders(&self) -> LeaderStream {
+        match self {
+            ElectionLog::Redis(log) => LeaderStream::Redis(log.reader()),
+            #[cfg(feature = "etcd")]
+            ElectionLog::Etcd(e, key) => {
+                LeaderStream::Etcd(Box::new(crate::etcd::LeaderWatch::new(e.clone(), key)))
+            }
+        }
+    }
+}
+
+impl LeaderStream {
+    /// The next leader, its term and value; cancel-safe.
+    pub(crate) async fn next(&mut self) -> (u64, String) {
+        match self {
+            LeaderStream::Redis(r) => r.next().await,
+            #[cfg(feature = "etcd")]
+            LeaderStream::Etcd(w) => w.next().await,
         }
     }
 }

@@ -43,16 +43,24 @@
 //!
 //! Semaphores ([`crate::Semaphore`]): slot `i` of the semaphore `resource` is the ordinary lock
 //! key [`permit_key`] (`<resource>:permit:<i>`, i from 0 to N-1), with its own fence counter and
-//! waiting keys as above. A holder of a permit holds one slot's key on a quorum.
+//! wait mark as above. A holder of a permit holds one slot's key on a quorum. The semaphore's
+//! waiters queue in one line, the waiting line ([`queue_key`], [`lease_key`]) of the reserved
+//! name [`permit_line`] (`fencelock:permits:<resource>`), which every slot's grant consults
+//! ([`ACQUIRE_PERMIT_SCRIPT`]). On etcd: the line is the queue of [`permit_line`] and slot `i`'s
+//! key is the lock key of [`permit_key`] (`fencelock/<resource>:permit:<i>/<lease id>`).
 
 //!
 //! Elections ([`crate::Election`]): leadership is the ordinary lock key [`election_key`]
 //! (`election:<name>`) in fencing mode, the term its fencing token; the log [`leaders_key`]
 //! (`fencelock:leaders:<name>`) is a sorted set, member `<term> <value>`, score the term, to
 //! which a new leader adds its entry where it still owns the lock key (the last 64 are kept).
+//! On etcd the candidates are the queue of [`election_key`] (`fencelock/election:<name>/<lease
+//! id>`, created empty), the leader the oldest live key, its term the key's create revision; a
+//! leader writes its value on its own key (a put while the key's create revision is still its
+//! own), so a key whose mod revision is above its create revision is a leader's.
 
 pub use crate::election::{election_key, leaders_key};
-pub use crate::semaphore::permit_key;
+pub use crate::semaphore::{permit_key, permit_line};
 
 /// The key of a node's fence counter (a decimal integer, no TTL), one per node, shared by every
 /// resource. The trust rule that makes it survive a node that lost its data (a read is trusted
@@ -88,6 +96,15 @@ pub const RELEASE_SCRIPT: &str = crate::redis::scripts::RELEASE_LUA;
 /// refusal too. Derive the token as [`crate::fencing`] states (trust rule, epoch start), then
 /// write it back with [`WRITE_BACK_SCRIPT`].
 pub const ACQUIRE_FENCED_SCRIPT: &str = crate::redis::scripts::ACQUIRE_FENCED_LUA;
+
+/// A semaphore's slot acquisition script (Lua), with the rule of its waiting line: KEYS: the
+/// slot's key ([`permit_key`]), the line's [`queue_key`] and [`lease_key`] (of [`permit_line`]),
+/// the N slot keys, their N [`waiting_key`]s[, [`FENCE_COUNTER_KEY`], the slot's
+/// [`counter_key`]]. ARGV: owner token, TTL ms, N[, waiter id, ticket, lease ms, keep ms].
+/// Replies `{granted (1 or 0), largest counter, exists}` as [`ACQUIRE_FENCED_SCRIPT`] does.
+/// A client that takes slot keys with a plain `SET NX` stays excluded from the slot it holds,
+/// but passes the line.
+pub const ACQUIRE_PERMIT_SCRIPT: &str = crate::redis::scripts::ACQUIRE_PERMIT_LUA;
 
 /// The fencing-mode write-back script (Lua): KEYS as [`ACQUIRE_FENCED_SCRIPT`]'s; ARGV: owner
 /// token, fencing token (decimal). Raises the node counter to at least the token and deletes the

@@ -52,8 +52,10 @@
 //! runtime is running; otherwise its keys stay in the queues, delaying the waiters behind them,
 //! until the lease expires after the TTL.
 
+mod election;
 mod endpoints;
 pub(crate) mod keys;
+mod semaphore;
 mod timing;
 #[cfg(feature = "tls")]
 mod tls;
@@ -77,7 +79,9 @@ use crate::pure::extension::{Attempt, Schedule};
 use crate::pure::vote::{NodeVote, VoteOutcome, Votes};
 use crate::telemetry::{self, ResourceLabel};
 
+pub(crate) use self::election::LeaderWatch;
 use self::endpoints::Endpoints;
+pub(crate) use self::semaphore::PermitKeys;
 
 /// One etcd cluster, reached through one client (connected on first use). Boxed, so that the
 /// client's backend enum stays small for the Redis backend.
@@ -704,7 +708,7 @@ impl Cluster {
                     let wake = entry.renewed + renew_every;
                     w.woken = None;
                     w.waited = true;
-                    match self.wait_delete(&key, revision, wake).await {
+                    match self.wait_delete(&key, false, revision, wake).await {
                         Ok(deleted) => w.woken = deleted.then(Instant::now),
                         Err(fail) => {
                             w.last = Some(self.error_for(resource, fail, started));
@@ -905,14 +909,24 @@ impl Cluster {
         })
     }
 
-    /// Waits until `key` is deleted after `revision`, or until `wake` (time to renew the lease
-    /// and look again: a watch on a member that hangs would otherwise wait forever). Returns
-    /// whether the key was seen deleted (a wake-up, not a time to look again).
-    async fn wait_delete(&self, key: &str, revision: i64, wake: Instant) -> Result<bool, Fail> {
+    /// Waits until `key` (with `prefix`: any key under it) is deleted after `revision`, or until
+    /// `wake` (time to renew the lease and look again: a watch on a member that hangs would
+    /// otherwise wait forever). Returns whether a delete was seen (a wake-up, not a time to look
+    /// again).
+    async fn wait_delete(
+        &self,
+        key: &str,
+        prefix: bool,
+        revision: i64,
+        wake: Instant,
+    ) -> Result<bool, Fail> {
         let client = self.client().await?;
-        let options = WatchOptions::new()
+        let mut options = WatchOptions::new()
             .with_start_revision(revision + 1)
             .with_filters([WatchFilterType::NoPut]);
+        if prefix {
+            options = options.with_prefix();
+        }
         let wake = tokio::time::Instant::from_std(wake);
         let mut watcher = client.watch_client();
         let watch = watcher.watch(key, Some(options));

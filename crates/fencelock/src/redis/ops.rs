@@ -25,6 +25,8 @@ pub(crate) enum Wait<'a> {
     Marked(Duration),
     /// A waiter in the line of one key, with its ticket (which marks the key too).
     InLine(&'a Ticket),
+    /// A semaphore's permit: the slot's grant consults the semaphore's line (`permit.rs`).
+    Permit(&'a super::permit::PermitAsk),
 }
 
 impl RedisBackend {
@@ -56,6 +58,49 @@ impl RedisBackend {
     ) -> Round<FenceRead> {
         let (fencing, node_timeout) = (self.settings.fencing, self.settings.node_timeout);
         let ttl_ms = ttl_millis(self.settings.ttl);
+        if let (Wait::Permit(ask), [slot]) = (wait, keys) {
+            let mut all_keys = vec![
+                slot.clone(),
+                queue::queue_key(&ask.line),
+                queue::lease_key(&ask.line),
+            ];
+            all_keys.extend(ask.slots.iter().cloned());
+            all_keys.extend(ask.slots.iter().map(|k| queue::waiting_key(k)));
+            if fencing {
+                all_keys.push(fencing::FENCE_COUNTER_KEY.to_string());
+                all_keys.push(fencing::counter_key(slot));
+            }
+            let mut cmd = evalsha(&scripts::ACQUIRE_PERMIT, &all_keys);
+            cmd.arg(token).arg(ttl_ms).arg(ask.slots.len());
+            match (&ask.ticket, &self.holder) {
+                (Some(t), _) => {
+                    cmd.arg(&t.id)
+                        .arg(t.order)
+                        .arg(t.lease_ms())
+                        .arg(ttl_millis(queue::keep(t.lease)));
+                }
+                // No ticket, and a holder label follows: the waiter's four arguments empty.
+                (None, Some(_)) => {
+                    cmd.arg("").arg("").arg("").arg("");
+                }
+                (None, None) => {}
+            }
+            if let Some(holder) = &self.holder {
+                cmd.arg(&**holder);
+            }
+            let cmd = Arc::new(cmd);
+            let mode = Mode::Acquire { token };
+            return self
+                .round(mode, &self.all, node_timeout, move |mut conn, slot| {
+                    let cmd = cmd.clone();
+                    async move {
+                        let reply =
+                            eval_ordered(&scripts::ACQUIRE_PERMIT, &cmd, &mut conn, &slot).await?;
+                        counter_answer(reply, fencing)
+                    }
+                })
+                .await;
+        }
         if let (Wait::InLine(ticket), [key]) = (wait, keys) {
             let mut queued = vec![
                 key.clone(),

@@ -137,8 +137,34 @@ pub(crate) static ELECTION_APPEND: LazyLock<Script> =
     LazyLock::new(|| Script::new(ELECTION_APPEND_LUA));
 const ELECTION_APPEND_LUA: &str = lua!("keys", "election_append");
 
+/// A semaphore's acquisition of one slot (see `permit.rs`): with a waiter id, registers the
+/// waiter in the semaphore's line (or renews its lease, keeping its ticket) and marks every slot
+/// as waited for; then sets the slot's key only if it is free and fewer live waiters wait ahead
+/// in the line than slots are free (ahead: before the waiter's ticket; for a request without a
+/// waiter id, every live waiter), dropping the lapsed waiters it meets. So a waiter that came
+/// later never takes a slot an earlier one can have, and a first try does not pass anyone in
+/// line. The line only adds refusals: the slot's key is set as a mutex's would be.
+/// KEYS: the slot's key, the line's queue, its leases, the N slot keys, their N wait marks[, the
+/// node counter, the slot's legacy counter]. ARGV: owner token, ttl ms, N[, waiter id, ticket,
+/// lease ms, how long the line and the marks outlive the registration (ms) (all four `''` for a
+/// request without a ticket when a holder label follows)[, holder label]]. Returns
+/// `{granted (1 or 0), largest counter, exists}` (`'0', 0` without fencing), on a refusal too.
+/// A grant announces its TTL. The model checker holds its rule to this script
+/// (`tests/semaphore_model.rs`, `the_model_admits_as_the_lua_does`).
+pub(crate) static ACQUIRE_PERMIT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(ACQUIRE_PERMIT_LUA));
+pub(crate) const ACQUIRE_PERMIT_LUA: &str = lua!(
+    "announce",
+    "hold",
+    "counters",
+    "line",
+    "wait_marks",
+    "permit_line",
+    "acquire_permit"
+);
+
 /// The source of every script, for `SCRIPT LOAD` on a new connection.
-pub(crate) const ALL: [&str; 10] = [
+pub(crate) const ALL: [&str; 11] = [
     ACQUIRE_MANY_LUA,
     ACQUIRE_QUEUED_LUA,
     ACQUIRE_FENCED_LUA,
@@ -149,6 +175,7 @@ pub(crate) const ALL: [&str; 10] = [
     ANNOUNCE_ONLY_LUA,
     RESEED_LUA,
     ELECTION_APPEND_LUA,
+    ACQUIRE_PERMIT_LUA,
 ];
 
 /// The prefix of the channels releases publish on; the channel of a key is prefix + key.
@@ -205,6 +232,7 @@ mod tests {
                 "bigger",
                 "node_ms",
                 "first_live",
+                "live_ahead",
                 "hold",
                 "hold_all",
             ] {
@@ -246,6 +274,7 @@ mod tests {
             ACQUIRE_MANY_LUA,
             ACQUIRE_FENCED_LUA,
             ACQUIRE_QUEUED_LUA,
+            ACQUIRE_PERMIT_LUA,
             EXTEND_LUA,
             RELEASE_LUA,
         ] {
@@ -265,6 +294,7 @@ mod tests {
             ACQUIRE_MANY_LUA,
             ACQUIRE_FENCED_LUA,
             ACQUIRE_QUEUED_LUA,
+            ACQUIRE_PERMIT_LUA,
             EXTEND_LUA,
         ] {
             assert!(script.starts_with(ANNOUNCE_LUA));
