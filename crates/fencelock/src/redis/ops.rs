@@ -415,7 +415,7 @@ pub(super) async fn eval<T: redis::FromRedisValue>(
 /// As [`eval`], for a request of an acquisition (`slot`, see `order.rs`): after NOSCRIPT it
 /// sends nothing more if a release of its token already followed it on the connection (its
 /// first call did nothing, and a second would land after the release).
-async fn eval_ordered<T: redis::FromRedisValue>(
+pub(super) async fn eval_ordered<T: redis::FromRedisValue>(
     script: &Script,
     cmd: &Cmd,
     conn: &mut redis::aio::MultiplexedConnection,
@@ -452,7 +452,7 @@ async fn if_owned(
     })
 }
 
-fn ttl_millis(ttl: Duration) -> u64 {
+pub(super) fn ttl_millis(ttl: Duration) -> u64 {
     u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1)
 }
 

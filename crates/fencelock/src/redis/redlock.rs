@@ -163,7 +163,7 @@ impl RedisBackend {
     }
 
     /// The result of a release or extend round.
-    fn settle(
+    pub(super) fn settle(
         &self,
         resource: &str,
         decision: Decision,
@@ -193,7 +193,7 @@ impl RedisBackend {
 }
 
 /// Contention when the nodes held by others alone rule out a quorum; otherwise the failures did.
-fn classify(resource: &str, votes: Votes, quorum: usize) -> Error {
+pub(super) fn classify(resource: &str, votes: Votes, quorum: usize) -> Error {
     let n = votes.len();
     let resource = resource.to_string();
     if votes.held_by_other() > n.saturating_sub(quorum) || votes.failed() == 0 {
