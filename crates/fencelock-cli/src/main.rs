@@ -76,6 +76,7 @@ mod permits;
 mod reseed;
 mod run;
 mod settings;
+mod shared;
 mod shell;
 mod spinner;
 
@@ -199,6 +200,7 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
                 fencing: args.fencing,
                 grace: args.grace,
                 permits: args.permits,
+                shared: args.shared,
                 elect: None,
             };
             run::run(&settings, plan)

@@ -57,6 +57,8 @@ pub(crate) struct RunPlan {
     pub(crate) grace: Option<Duration>,
     /// `--permits N`: one of N permits of a semaphore instead of the mutex.
     pub(crate) permits: Option<u32>,
+    /// `--shared`: a read lock of the resource instead of the mutex (its write side).
+    pub(crate) shared: bool,
     /// `fencelock elect`: campaign with this leader value instead of taking the mutex.
     pub(crate) elect: Option<String>,
 }
@@ -364,6 +366,11 @@ fn start_command(
             "FENCELOCK_TOKEN",
             lock.fencing_token().map(|t| OsString::from(t.to_string())),
         ),
+        (
+            "FENCELOCK_LAST_WRITER_TOKEN",
+            lock.last_writer_token()
+                .map(|t| OsString::from(t.to_string())),
+        ),
     ];
     Guard::spawn(program, args, &env)
 }
@@ -403,7 +410,15 @@ pub(crate) async fn run(settings: &Settings, plan: RunPlan) -> anyhow::Result<u8
         (None, Some(n)) => {
             crate::permits::wait_for_permit(&client, settings, resource, n, plan.wait).await?
         }
-        (None, None) => wait_for_lock(&client, settings, resource, plan.wait).await?,
+        (None, None) if plan.shared => {
+            crate::shared::wait_for_read_lock(&client, settings, resource, plan.wait).await?
+        }
+        (None, None) => {
+            let lock = wait_for_lock(&client, settings, resource, plan.wait).await?;
+            // The exclusive lock is the read-write lock's write side: shared holders learn its
+            // token.
+            crate::shared::record_for_readers(&client, settings, resource, lock).await?
+        }
     };
 
     let Guard {
