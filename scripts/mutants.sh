@@ -34,20 +34,20 @@ mutant() {
 }
 
 mutant writeback-no-raise "the write-back does not raise the counters" \
-  crates/fencelock/src/redis/scripts.rs \
-  's/(WRITE_BACK_LUA: &str = r".*?)if best ~= c then redis\.call\(\x27set\x27, KEYS\[n \+ 1\], best\) end/$1-- mutant: counter not raised/s' \
+  crates/fencelock/src/redis/lua/write_back.lua \
+  's/if best ~= c then redis\.call\(\x27set\x27, KEYS\[n \+ 1\], best\) end/-- mutant: counter not raised/' \
   "-p fencelock --lib redis::script_checks::the_write_back_raises_the_counter" \
   "-p fencelock --test fencing tokens_increase_across_1000"
 mutant writeback-no-owner-check "the write-back raises counters where another client owns the key" \
-  crates/fencelock/src/redis/scripts.rs \
-  's/(WRITE_BACK_LUA: &str = r".*?)if redis\.call\(\x27get\x27, KEYS\[i\]\) ~= ARGV\[1\] then return 0 end/$1-- mutant: no ownership check/s' \
+  crates/fencelock/src/redis/lua/write_back.lua \
+  's/if not all_owned\(n, ARGV\[1\]\) then return 0 end/-- mutant: no ownership check/' \
   "-p fencelock --lib redis::script_checks::a_write_back_on_a_key_another_client_owns"
 mutant writeback-quorum-unchecked "the client accepts a write-back that no quorum took" \
   crates/fencelock/src/redis/guard.rs \
   's/if wb\.decision != Decision::Reached \{/if false && wb.decision != Decision::Reached {/' \
   "-p fencelock --lib redis::script_checks::an_acquisition_whose_write_back_a_majority_refuses"
 mutant release-no-compare "the release deletes the key without comparing the owner token" \
-  crates/fencelock/src/redis/scripts.rs \
+  crates/fencelock/src/redis/lua/release.lua \
   's/if v\[1\] ~= ARGV\[1\] then\n(\s*-- MGET)/if false then\n$1/; s/if v\[1\] == ARGV\[1\] then/if true then/' \
   "-p fencelock --test redlock release_with_a_wrong_token_leaves_the_key"
 mutant writeback-off-by-one "the write-back stores token - 1, a value no holder got" \
@@ -64,8 +64,13 @@ mutant round-waits-three-timeouts "a round waits three node timeouts for paused 
   "-p fencelock --test redlock paused_nodes_cost_about_one_node_timeout"
 mutant extend-unbatched "auto-extension sends one pipeline per lock, in turn, not one per batch" \
   crates/fencelock/src/redis/extender.rs \
-  's/let counts = be\.extend_batch\(&locks, timeout\)\.await;/let mut counts = Vec::new(); for l in &locks { counts.extend(be.extend_batch(std::slice::from_ref(l), timeout).await); }/' \
+  's/let \(counts, votes\) = self\.extend_batch_round\(&locks, timeout\)\.await;/let (mut counts, mut votes) = (Vec::new(), Default::default()); for l in &locks { let (c, v) = self.extend_batch_round(std::slice::from_ref(l), timeout).await; counts.extend(c); votes = v; }/' \
   "-p fencelock --test long_work one_client_extends_two_thousand_locks_in_batches"
+mutant extension-lost-at-once "the extension rule loses the lock at the first failed attempt instead of retrying within the validity left (the rule before issue 15)" \
+  crates/fencelock/src/pure/extension.rs \
+  's/let due = now \+ schedule\.retry;/return Lost(LostCause::Unreachable);\n            #[allow(unreachable_code)]\n            let due = now + schedule.retry;/' \
+  "-p fencelock --lib pure::extension::tests::a_failure_is_retried_within_the_validity_left" \
+  "-p fencelock --test long_work a_passing_failure_of_a_majority_is_retried_within_the_validity"
 mutant contention-as-unavailable "a lock held by another client is reported as unavailable when a node failed" \
   crates/fencelock/src/redis/redlock.rs \
   's/if votes\.held_by_other\(\) > n\.saturating_sub\(quorum\) \|\| votes\.failed\(\) == 0 \{/if votes.failed() == 0 {/' \

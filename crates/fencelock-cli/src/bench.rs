@@ -41,7 +41,7 @@ use self::raw::Raw;
 use self::stats::{human, micros, round2, Summary};
 use crate::cli::{parse_duration, Global};
 use crate::exit::{self, Failure};
-use crate::settings::{self, Settings, Source};
+use crate::settings::{self, Settings};
 
 /// `bench`.
 #[derive(Debug, Args)]
@@ -186,21 +186,7 @@ async fn node_settings(
         None => None,
     };
     let settings = match &local {
-        Some(nodes) => Settings {
-            nodes: nodes.urls(),
-            source: Source::Flag,
-            ttl: global.ttl.unwrap_or(settings::DEFAULT_TTL),
-            node_timeout: global
-                .node_timeout
-                .unwrap_or(settings::DEFAULT_NODE_TIMEOUT),
-            drift_factor: None,
-            fencing: false,
-            // Fresh nodes never granted a lock they could have forgotten.
-            quarantine: Some(false),
-            long_ttl: global.allow_long_ttl,
-            connect_timeout: global.connect_timeout,
-            tls: Default::default(),
-        },
+        Some(nodes) => Settings::for_local_nodes(global, nodes.urls()),
         None => settings::resolve(global)?,
     };
     Ok((local, settings))

@@ -218,7 +218,8 @@ pub(crate) struct ElectArgs {
     /// The leader value observers see (default: host name and process id).
     #[arg(long, value_name = "VALUE")]
     pub(crate) value: Option<String>,
-    /// Wait at most this long to become leader (default: as long as another leads).
+    /// Wait at most this long to become leader (default: $FENCELOCK_WAIT, else as long as
+    /// another leads). --no-wait overrides FENCELOCK_WAIT.
     #[arg(long, short = 'w', value_name = "DURATION", value_parser = parse_duration, conflicts_with = "no_wait")]
     pub(crate) wait: Option<Duration>,
     /// Fail at once (exit 75) if another candidate leads.
@@ -241,8 +242,9 @@ pub(crate) struct ElectArgs {
 /// `acquire`.
 #[derive(Debug, Args)]
 pub(crate) struct AcquireArgs {
-    /// Wait at most this long for the lock (default: fail at once if it is held).
-    #[arg(long, short = 'w', env = "FENCELOCK_WAIT", value_name = "DURATION", value_parser = parse_duration)]
+    /// Wait at most this long for the lock (default: $FENCELOCK_WAIT, else fail at once if it
+    /// is held).
+    #[arg(long, short = 'w', value_name = "DURATION", value_parser = parse_duration)]
     pub(crate) wait: Option<Duration>,
     /// Also take a fencing token.
     #[arg(long)]

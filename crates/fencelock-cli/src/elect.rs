@@ -27,11 +27,7 @@ pub(crate) async fn elect(
         }
         return observe(settings, &args.name, json).await;
     }
-    let wait = match (args.no_wait, args.wait) {
-        (true, _) => WaitMode::NoWait,
-        (false, Some(w)) => WaitMode::Wait(w),
-        (false, None) => WaitMode::Forever,
-    };
+    let wait = crate::settings::wait_mode(args.no_wait, args.wait, WaitMode::Forever)?;
     let value = args.value.unwrap_or_else(default_value);
     let plan = RunPlan {
         resource: args.name,

@@ -1,14 +1,14 @@
 //! `fencelock acquire`, `extend` and `release`: the lock as three shell steps, for scripts that
 //! cannot wrap a command in `fencelock run`.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use fencelock::{ErrorKind, RetryPolicy, VoteOutcome, Votes};
 
 use crate::cli::human;
 use crate::exit::{self, Failure};
 use crate::inspect;
-use crate::settings::Settings;
+use crate::settings::{Settings, WaitMode};
 
 /// The votes as JSON.
 pub(crate) fn votes_json(votes: &Votes) -> serde_json::Value {
@@ -60,18 +60,19 @@ pub(crate) async fn lock_failure(
 pub(crate) async fn acquire(
     settings: &Settings,
     resource: &str,
-    wait: Option<Duration>,
+    wait: WaitMode,
     fencing: bool,
     json: bool,
 ) -> anyhow::Result<u8> {
     let client = settings.client(fencing).await?;
     let result = match wait {
-        None => client.try_acquire(resource).await,
-        Some(wait) => {
+        WaitMode::NoWait => client.try_acquire(resource).await,
+        WaitMode::Wait(wait) => {
             client
                 .acquire_with(resource, &RetryPolicy::new().with_wait(wait))
                 .await
         }
+        WaitMode::Forever => client.acquire(resource).await,
     };
     let lock = match result {
         Ok(lock) => lock,

@@ -145,14 +145,8 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
         }
         Command::Acquire(args) => {
             let settings = settings::resolve(global)?;
-            lockcmds::acquire(
-                &settings,
-                &args.resource,
-                args.wait,
-                args.fencing,
-                global.json,
-            )
-            .await
+            let wait = settings::wait_mode(false, args.wait, run::WaitMode::NoWait)?;
+            lockcmds::acquire(&settings, &args.resource, wait, args.fencing, global.json).await
         }
         Command::Extend(args) => {
             let settings = settings::resolve(global)?;
@@ -182,17 +176,7 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
         }
         Command::Run(args) => {
             let settings = settings::resolve(global)?;
-            // FENCELOCK_WAIT is read here, not by clap, so that --no-wait overrides it instead
-            // of conflicting with it.
-            let wait = match (
-                args.no_wait,
-                args.wait
-                    .map_or_else(settings::wait_from_env, |w| Ok(Some(w)))?,
-            ) {
-                (true, _) => run::WaitMode::NoWait,
-                (false, Some(wait)) => run::WaitMode::Wait(wait),
-                (false, None) => run::WaitMode::Forever,
-            };
+            let wait = settings::wait_mode(args.no_wait, args.wait, run::WaitMode::Forever)?;
             let plan = run::RunPlan {
                 resource: args.resource,
                 command: args.command,

@@ -4,28 +4,30 @@
 //! process the command starts in its subtree (background jobs, daemons that call setsid) and
 //! exits when the last of them has exited: the lock is held, extended, until then, as flock(1)
 //! holds its lock while any process that inherited it runs. A lock that is lost while a
-//! grandchild keeps working protects nothing. A keeper task extends the lock every TTL/3; the
-//! supervisor loop here owns the clock. It sends SIGTERM to every process of the command at
-//! `validity deadline - margin - grace` unless an extension moved the deadline, and SIGKILL at
-//! `validity deadline - margin`, so they are dead before the keys can expire on a majority. The
-//! supervisor never waits on a node: the keeper does, so a hung extension cannot delay the
-//! kill. If the supervisor itself dies, the guard kills them all at once.
+//! grandchild keeps working protects nothing. The lock is a library `LockGuard`: the library's
+//! extension engine extends it every TTL/3 and retries failed extensions within the validity
+//! left, by the same rule as every auto-extended lock. The supervisor loop here owns the kill
+//! clock: it sends SIGTERM to every process of the command at `validity deadline - margin -
+//! grace` unless an extension moved the deadline, and SIGKILL at `validity deadline - margin`,
+//! so they are dead before the keys can expire on a majority; the guard's lost signal (no
+//! quorum holds the lock any more) sends SIGTERM at once. The supervisor never waits on a node:
+//! the engine does, so a hung extension cannot delay the kill. If the supervisor itself dies,
+//! the guard kills them all at once.
 
 use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
-use fencelock::{Client, ErrorKind, Lock, RetryPolicy};
+use fencelock::{AutoExtend, Client, ErrorKind, Lock, LockGuard, LostCause, RetryPolicy};
 use tokio::signal::unix::{signal, SignalKind};
-use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
 
 use crate::cli::human;
 use crate::exit::{self, Failure};
 use crate::guard::{self, Guard};
 use crate::lockcmds::lock_failure;
 use crate::settings::Settings;
+pub(crate) use crate::settings::WaitMode;
 use crate::spinner::Spinner;
 
 /// Largest default grace between SIGTERM and SIGKILL.
@@ -35,17 +37,6 @@ const MAX_DEFAULT_GRACE: Duration = Duration::from_secs(5);
 const UNAVAILABLE_PATIENCE: Duration = Duration::from_secs(10);
 /// With no `--wait`, how long each library `acquire` call may retry before we look again.
 const WAIT_CHUNK: Duration = Duration::from_secs(2);
-
-/// How long to wait for the lock.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum WaitMode {
-    /// One attempt.
-    NoWait,
-    /// Retry until this much time has passed.
-    Wait(Duration),
-    /// Retry as long as another client holds the lock.
-    Forever,
-}
 
 /// What `run` was asked to do.
 #[derive(Debug)]
@@ -116,51 +107,6 @@ pub(crate) fn status_code(status: ExitStatus) -> u8 {
     }
 }
 
-/// What the keeper tells the supervisor.
-#[derive(Debug)]
-enum KeeperEvent {
-    Extended(Instant),
-    Failing(String),
-    Lost(String),
-}
-
-/// Extends the lock every TTL/3 until stopped; gives the lock back for the release.
-async fn keep(
-    mut lock: Lock,
-    ttl: Duration,
-    events: mpsc::UnboundedSender<KeeperEvent>,
-    stop: CancellationToken,
-) -> Lock {
-    let interval = ttl / 3;
-    let retry = (ttl / 10).clamp(Duration::from_millis(20), Duration::from_secs(1));
-    let mut next = Instant::now() + interval;
-    loop {
-        tokio::select! {
-            () = stop.cancelled() => return lock,
-            () = tokio::time::sleep_until(next.into()) => {}
-        }
-        let result = tokio::select! {
-            () = stop.cancelled() => None,
-            r = lock.extend() => Some(r),
-        };
-        let Some(result) = result else { return lock };
-        match result {
-            Ok(()) => {
-                let _ = events.send(KeeperEvent::Extended(lock.validity_deadline()));
-                next = Instant::now() + interval;
-            }
-            Err(err) if err.kind() == ErrorKind::Lost => {
-                let _ = events.send(KeeperEvent::Lost(err.to_string()));
-                return lock;
-            }
-            Err(err) => {
-                let _ = events.send(KeeperEvent::Failing(err.to_string()));
-                next = Instant::now() + retry;
-            }
-        }
-    }
-}
-
 fn not_acquired(
     resource: &str,
     err: &fencelock::Error,
@@ -174,10 +120,14 @@ fn not_acquired(
             votes.held_by_other(),
             votes.len()
         )),
-        (ErrorKind::Timeout, Some(waited)) if exit::code_for(err) == exit::NOT_ACQUIRED => Some(format!(
+        (ErrorKind::Timeout | ErrorKind::Contention, Some(waited))
+            if exit::code_for(err) == exit::NOT_ACQUIRED =>
+        {
+            Some(format!(
             "lock {resource:?} was still held by another client after waiting {}; the command was not run. Wait longer with --wait, or see who holds it with `fencelock inspect {quoted}`",
             humantime::format_duration(Duration::from_millis(u64::try_from(waited.as_millis()).unwrap_or(u64::MAX)))
-        )),
+        ))
+        }
         _ => None,
     }
 }
@@ -233,7 +183,8 @@ async fn wait_for_lock(
             WaitMode::Wait(total) => {
                 let left = total.saturating_sub(started.elapsed());
                 if left.is_zero() {
-                    break Err(first_or_timeout(resource, &first));
+                    // The first attempt alone took the whole wait: its answer is the reason.
+                    break Err(first);
                 }
                 left
             }
@@ -262,28 +213,6 @@ async fn wait_for_lock(
     match result {
         Ok(lock) => Ok(lock),
         Err(err) => Err(acquire_failure(settings, resource, err, Some(started.elapsed())).await),
-    }
-}
-
-fn first_or_timeout(resource: &str, first: &fencelock::Error) -> fencelock::Error {
-    // The wait ran out before a retry: report it as a timeout around the first answer.
-    fencelock::Error::Timeout {
-        resource: resource.to_owned(),
-        attempts: 1,
-        last: Box::new(match first.votes() {
-            Some(votes) if first.kind() == ErrorKind::Contention => fencelock::Error::Contention {
-                resource: resource.to_owned(),
-                votes: votes.clone(),
-            },
-            Some(votes) => fencelock::Error::Unavailable {
-                resource: resource.to_owned(),
-                votes: votes.clone(),
-            },
-            None => fencelock::Error::Unavailable {
-                resource: resource.to_owned(),
-                votes: fencelock::Votes::default(),
-            },
-        }),
     }
 }
 
@@ -357,14 +286,14 @@ fn start_command(
     program: &OsString,
     args: &[OsString],
     resource: &str,
-    lock: &Lock,
+    fencing_token: Option<u64>,
 ) -> std::io::Result<Guard> {
     let env = [
         ("FENCELOCK_RESOURCE", Some(OsString::from(resource))),
         // An outer `fencelock run --fencing` must not leak its token into this command.
         (
             "FENCELOCK_TOKEN",
-            lock.fencing_token().map(|t| OsString::from(t.to_string())),
+            fencing_token.map(|t| OsString::from(t.to_string())),
         ),
         (
             "FENCELOCK_LAST_WRITER_TOKEN",
@@ -396,9 +325,7 @@ pub(crate) async fn run(settings: &Settings, plan: RunPlan) -> anyhow::Result<u8
 
     // Install the handlers before taking the lock, so that a signal in between is not lost to
     // the default action (which would leave the keys to the TTL).
-    let mut sigint = signal(SignalKind::interrupt())?;
-    let mut sigterm = signal(SignalKind::terminate())?;
-    let mut sighup = signal(SignalKind::hangup())?;
+    let mut signals = Signals::install()?;
 
     // Orphans of the command's processes come to us if the guard itself is killed.
     guard::become_subreaper();
@@ -421,15 +348,23 @@ pub(crate) async fn run(settings: &Settings, plan: RunPlan) -> anyhow::Result<u8
         }
     };
 
+    // The library's extension engine keeps the lock from here on; its lost signal fires at
+    // the kill time (the margin), or at once when no quorum holds the lock any more.
+    let lock = lock.auto_extend(
+        AutoExtend::new()
+            .with_interval(ttl / 3)
+            .with_safety_margin(margin),
+    );
     let Guard {
         mut child,
         control: guard,
-    } = match start_command(program, args, resource, &lock) {
+    } = match start_command(program, args, resource, lock.fencing_token()) {
         Ok(guard) => guard,
         Err(err) => {
             let failure =
                 Failure::internal(format!("cannot start the guard of the command: {err}"));
             let _ = lock.release().await;
+            client.close().await;
             return Err(failure.into());
         }
     };
@@ -440,89 +375,31 @@ pub(crate) async fn run(settings: &Settings, plan: RunPlan) -> anyhow::Result<u8
         .unwrap_or(0);
     let foreground = Foreground::hand_to(pgid);
 
-    let (events_tx, mut events) = mpsc::unbounded_channel();
-    let stop = CancellationToken::new();
-    let (mut term_at, mut kill_at) = stop_schedule(lock.validity_deadline(), grace, margin);
-    let mut deadline = lock.validity_deadline();
-    let keeper = tokio::spawn(keep(lock, ttl, events_tx, stop.clone()));
-
-    let mut lost: Option<String> = None;
-    let mut term_sent = false;
-    let mut kill_sent = false;
-    let mut warned = false;
-    let status = loop {
-        tokio::select! {
-            // Timers first: after a suspension of this process, stopping the command wins
-            // over noticing that it exited.
-            biased;
-            () = tokio::time::sleep_until(term_at.into()), if !term_sent => {
-                lost.get_or_insert_with(|| "its validity would run out before an extension succeeded".to_owned());
-                stop.cancel();
-                guard.signal_all(libc::SIGTERM);
-                term_sent = true;
-            }
-            () = tokio::time::sleep_until(kill_at.into()), if term_sent && !kill_sent => {
-                guard.signal_all(libc::SIGKILL);
-                kill_sent = true;
-            }
-            Some(event) = events.recv() => match event {
-                KeeperEvent::Extended(new_deadline) if lost.is_none() => {
-                    deadline = new_deadline;
-                    (term_at, kill_at) = stop_schedule(deadline, grace, margin);
-                    warned = false;
-                }
-                KeeperEvent::Extended(_) => {}
-                KeeperEvent::Failing(why) => {
-                    if !warned && lost.is_none() {
-                        eprintln!(
-                            "fencelock: extending {resource:?} failed, retrying for {} before the command is stopped: {why}",
-                            human(term_at.saturating_duration_since(Instant::now()))
-                        );
-                        warned = true;
-                    }
-                }
-                KeeperEvent::Lost(why) => {
-                    if lost.is_none() {
-                        lost = Some(why);
-                        stop.cancel();
-                        guard.signal_all(libc::SIGTERM);
-                        term_sent = true;
-                        kill_at = kill_at.min(Instant::now() + grace);
-                    }
-                }
-            },
-            // The guard exits once every process of the command has exited.
-            status = child.wait() => break status,
-            _ = sigint.recv() => guard.signal_group(libc::SIGINT),
-            _ = sigterm.recv() => guard.signal_group(libc::SIGTERM),
-            _ = sighup.recv() => guard.signal_group(libc::SIGHUP),
-        }
-    };
+    let mut supervisor = Supervisor::new(lock.validity_deadline(), grace, margin);
+    let status = supervisor
+        .watch(&mut child, &guard, &lock, &mut signals, resource)
+        .await;
     let exited_at = Instant::now();
     if let Some(fg) = foreground {
         fg.restore();
     }
     // Nothing is left unless the guard was killed; then its orphans came to us.
     let leftovers = guard::kill_leftovers();
-    if leftovers > 0 && lost.is_none() {
-        lost = Some(format!(
+    if leftovers > 0 {
+        supervisor.lose(format!(
             "the guard of the command was killed and {leftovers} process(es) of the command had to be killed"
         ));
     }
-    stop.cancel();
-    let lock = keeper.await;
-
-    if lost.is_none() && exited_at >= deadline {
-        lost = Some(
+    if exited_at >= supervisor.deadline {
+        supervisor.lose(
             "its validity ran out before the command exited (was fencelock suspended?)".to_owned(),
         );
     }
-    if let Some(why) = lost {
-        if let Ok(lock) = lock {
-            let _ = lock.release().await;
-        }
+    if let Some(why) = supervisor.lost.take() {
+        let _ = lock.release().await;
         client.close().await;
-        return Err(lost_failure(resource, &why, (term_sent, kill_sent), grace).into());
+        let signals = (supervisor.term_sent, supervisor.kill_sent);
+        return Err(lost_failure(resource, &why, signals, grace).into());
     }
 
     let status =
@@ -531,6 +408,130 @@ pub(crate) async fn run(settings: &Settings, plan: RunPlan) -> anyhow::Result<u8
     // The release returned at a quorum: let it reach the other nodes before the process ends.
     client.close().await;
     Ok(code)
+}
+
+/// The signals `run` passes on to its command.
+struct Signals {
+    int: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> std::io::Result<Signals> {
+        Ok(Signals {
+            int: signal(SignalKind::interrupt())?,
+            term: signal(SignalKind::terminate())?,
+            hup: signal(SignalKind::hangup())?,
+        })
+    }
+}
+
+/// The supervisor's kill clock: when SIGTERM and SIGKILL are due for the current validity
+/// deadline, what was sent, and why the lock counts as lost once it does.
+#[derive(Debug)]
+struct Supervisor {
+    deadline: Instant,
+    term_at: Instant,
+    kill_at: Instant,
+    grace: Duration,
+    margin: Duration,
+    term_sent: bool,
+    kill_sent: bool,
+    /// A warning about failing extensions was printed since the last success.
+    warned: bool,
+    lost: Option<String>,
+}
+
+impl Supervisor {
+    fn new(deadline: Instant, grace: Duration, margin: Duration) -> Supervisor {
+        let (term_at, kill_at) = stop_schedule(deadline, grace, margin);
+        Supervisor {
+            deadline,
+            term_at,
+            kill_at,
+            grace,
+            margin,
+            term_sent: false,
+            kill_sent: false,
+            warned: false,
+            lost: None,
+        }
+    }
+
+    /// An extension moved the deadline: the stop moves with it, unless it has begun.
+    fn extended(&mut self, deadline: Instant) {
+        if self.lost.is_some() || self.term_sent {
+            return;
+        }
+        self.deadline = deadline;
+        (self.term_at, self.kill_at) = stop_schedule(deadline, self.grace, self.margin);
+        self.warned = false;
+    }
+
+    /// Runs the kill clock until the command's guard exits: SIGTERM and SIGKILL when they are
+    /// due, at once when the lock is lost, rescheduled by each extension; the signals run
+    /// receives go to the command.
+    async fn watch(
+        &mut self,
+        child: &mut tokio::process::Child,
+        guard: &guard::Control,
+        lock: &LockGuard,
+        signals: &mut Signals,
+        resource: &str,
+    ) -> std::io::Result<std::process::ExitStatus> {
+        let mut extensions = lock.extensions();
+        let lost_signal = lock.lost();
+        loop {
+            tokio::select! {
+                // Timers first: after a suspension of this process, stopping the command wins
+                // over noticing that it exited.
+                biased;
+                () = tokio::time::sleep_until(self.term_at.into()), if !self.term_sent => {
+                    self.lose("its validity would run out before an extension succeeded".to_owned());
+                    guard.signal_all(libc::SIGTERM);
+                    self.term_sent = true;
+                }
+                () = tokio::time::sleep_until(self.kill_at.into()), if self.term_sent && !self.kill_sent => {
+                    guard.signal_all(libc::SIGKILL);
+                    self.kill_sent = true;
+                }
+                () = lost_signal.fired(), if self.lost.is_none() => {
+                    let cause = lost_signal.cause().unwrap_or(LostCause::Expired);
+                    self.lose(match extensions.latest().failing() {
+                        Some(why) => format!("{cause} ({why})"),
+                        None => cause.to_string(),
+                    });
+                    guard.signal_all(libc::SIGTERM);
+                    self.term_sent = true;
+                    self.kill_at = self.kill_at.min(Instant::now() + self.grace);
+                }
+                Some(state) = extensions.changed(), if self.lost.is_none() => {
+                    match state.failing() {
+                        None => self.extended(state.validity_deadline()),
+                        Some(why) if !self.warned => {
+                            eprintln!(
+                                "fencelock: extending {resource:?} failed, retrying for {} before the command is stopped: {why}",
+                                human(self.term_at.saturating_duration_since(Instant::now()))
+                            );
+                            self.warned = true;
+                        }
+                        Some(_) => {}
+                    }
+                }
+                // The guard exits once every process of the command has exited.
+                status = child.wait() => return status,
+                _ = signals.int.recv() => guard.signal_group(libc::SIGINT),
+                _ = signals.term.recv() => guard.signal_group(libc::SIGTERM),
+                _ = signals.hup.recv() => guard.signal_group(libc::SIGHUP),
+            }
+        }
+    }
+
+    /// The first reason given is the one reported.
+    fn lose(&mut self, why: String) {
+        self.lost.get_or_insert(why);
+    }
 }
 
 /// The failure of a `run` whose lock was lost while the command ran: why, and how the command
@@ -554,28 +555,17 @@ fn lost_failure(resource: &str, why: &str, signals: (bool, bool), grace: Duratio
 
 /// Releases the lock after the command exited with `code`; returns the exit code of `run`
 /// (76 if the lock was no longer held).
-async fn release_after_exit(
-    lock: Result<Lock, tokio::task::JoinError>,
-    resource: &str,
-    code: u8,
-    ttl: Duration,
-) -> u8 {
-    match lock {
-        Ok(lock) => match lock.release().await {
-            Ok(_) => {}
-            Err(err) if err.kind() == ErrorKind::Lost => {
-                eprintln!(
-                    "fencelock: error: lock {resource:?} was no longer held when the command exited (the command's status was {code}): {err}"
-                );
-                return exit::LOST;
-            }
-            Err(err) => eprintln!(
-                "fencelock: warning: releasing {resource:?} failed; its keys expire by themselves within {}: {err}",
-                human(ttl)
-            ),
-        },
-        Err(_) => eprintln!(
-            "fencelock: warning: the lock keeper stopped unexpectedly; {resource:?} expires by itself within {}",
+async fn release_after_exit(lock: LockGuard, resource: &str, code: u8, ttl: Duration) -> u8 {
+    match lock.release().await {
+        Ok(_) => {}
+        Err(err) if err.kind() == ErrorKind::Lost => {
+            eprintln!(
+                "fencelock: error: lock {resource:?} was no longer held when the command exited (the command's status was {code}): {err}"
+            );
+            return exit::LOST;
+        }
+        Err(err) => eprintln!(
+            "fencelock: warning: releasing {resource:?} failed; its keys expire by themselves within {}: {err}",
             human(ttl)
         ),
     }

@@ -1,9 +1,11 @@
 //! Where the nodes and the lock settings come from: `--nodes`, else `FENCELOCK_NODES`, else a
 //! config file, else the dev set of `fencelock up`.
 //!
-//! Every setting is resolved once, here, in one order: its flag, else its environment variable
-//! (`FENCELOCK_TTL`, `FENCELOCK_NODE_TIMEOUT`, read by clap into the same field as the flag),
-//! else the config file, else the default.
+//! Every setting is resolved here, once per invocation, in one order: its flag, else its
+//! environment variable (`FENCELOCK_TTL`, `FENCELOCK_NODE_TIMEOUT`, read by clap into the same
+//! field as the flag; `FENCELOCK_WAIT`, read by [`wait_mode`] so that `--no-wait` overrides
+//! it), else the config file, else the default. The settings of nodes a command started itself
+//! come from [`Settings::for_local_nodes`].
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -288,17 +290,62 @@ fn check_ttl(ttl: Duration, global: &Global, file: Option<&Path>) -> Result<(), 
     )))
 }
 
-/// `FENCELOCK_WAIT`, for `run` (`acquire` has clap read it).
+/// How long to wait for a lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WaitMode {
+    /// One attempt.
+    NoWait,
+    /// Retry until this much time has passed.
+    Wait(Duration),
+    /// Retry as long as another client holds the lock.
+    Forever,
+}
+
+/// The wait of `run`, `elect` and `acquire`, resolved in one order: `--no-wait`, else
+/// `--wait`, else `FENCELOCK_WAIT`, else the command's `default`. The variable is read here,
+/// not by clap, so that `--no-wait` overrides it instead of conflicting with it.
 ///
 /// # Errors
 ///
-/// A usage [`Failure`] if it is set but not a duration.
-pub(crate) fn wait_from_env() -> Result<Option<Duration>, Failure> {
-    match std::env::var("FENCELOCK_WAIT") {
-        Ok(text) if !text.trim().is_empty() => parse_duration(&text)
-            .map(Some)
-            .map_err(|e| Failure::usage(format!("FENCELOCK_WAIT={text:?}: {e}"))),
-        _ => Ok(None),
+/// A usage [`Failure`] if `FENCELOCK_WAIT` is set but not a duration.
+pub(crate) fn wait_mode(
+    no_wait: bool,
+    flag: Option<Duration>,
+    default: WaitMode,
+) -> Result<WaitMode, Failure> {
+    if no_wait {
+        return Ok(WaitMode::NoWait);
+    }
+    let wait = match flag {
+        Some(wait) => Some(wait),
+        None => match std::env::var("FENCELOCK_WAIT") {
+            Ok(text) if !text.trim().is_empty() => Some(
+                parse_duration(&text)
+                    .map_err(|e| Failure::usage(format!("FENCELOCK_WAIT={text:?}: {e}")))?,
+            ),
+            _ => None,
+        },
+    };
+    Ok(wait.map_or(default, WaitMode::Wait))
+}
+
+impl Settings {
+    /// The settings for nodes this invocation started itself (`bench --local`): the global
+    /// options where they apply, no config file, and no restart quarantine (fresh nodes never
+    /// granted a lock they could have forgotten).
+    pub(crate) fn for_local_nodes(global: &Global, nodes: Vec<String>) -> Settings {
+        Settings {
+            nodes,
+            source: Source::Flag,
+            ttl: global.ttl.unwrap_or(DEFAULT_TTL),
+            node_timeout: global.node_timeout.unwrap_or(DEFAULT_NODE_TIMEOUT),
+            drift_factor: None,
+            fencing: false,
+            quarantine: Some(false),
+            long_ttl: global.allow_long_ttl,
+            connect_timeout: global.connect_timeout,
+            tls: TlsFiles::default(),
+        }
     }
 }
 

@@ -311,3 +311,55 @@ fn an_etcd_waiter_in_run_keeps_its_place_across_its_wait_calls() {
         "the waiter that came later was served first"
     );
 }
+
+/// Two of three nodes refuse the extension script for a while, shorter than the validity (an
+/// ACL change: every call fails at once). `run`'s lock follows the library's extension rule: it
+/// warns that extending fails and retries within the validity left, the command is not stopped,
+/// and its status is run's.
+#[test]
+fn a_passing_failure_of_a_majority_does_not_stop_the_command() {
+    let nodes = RedisNodes::start(3).unwrap();
+    let mut urls = Vec::new();
+    for node in nodes.iter() {
+        node.cli(&["ACL", "SETUSER", "ext", "on", ">pw", "~*", "&*", "+@all"])
+            .unwrap();
+        urls.push(format!("redis://ext:pw@127.0.0.1:{}", node.port()));
+    }
+    let home = tempfile::tempdir().unwrap();
+    let started = home.path().join("started");
+    let script = format!("touch {}; sleep 3; exit 7", started.display());
+    let mut run = common::with_nodes(home.path(), &urls)
+        .args(["--ttl", "3s", "run", "passing", "--", "sh", "-c", &script])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + LONG;
+    while !started.exists() {
+        assert!(Instant::now() < deadline, "the command never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for i in 1..3 {
+        nodes
+            .node(i)
+            .cli(&["ACL", "SETUSER", "ext", "-evalsha", "-eval"])
+            .unwrap();
+    }
+    // The first extension is due at TTL/3 = 1 s; it and its retries fail for a while.
+    std::thread::sleep(Duration::from_millis(1_500));
+    for i in 1..3 {
+        nodes
+            .node(i)
+            .cli(&["ACL", "SETUSER", "ext", "+evalsha", "+eval"])
+            .unwrap();
+    }
+    let status = wait_status(&mut run, LONG);
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut run.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert_eq!(status.code(), Some(7), "{stderr}");
+    assert!(
+        stderr.contains("extending \"passing\" failed, retrying for"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("extended on 1 of 3 nodes"), "{stderr}");
+}

@@ -57,10 +57,7 @@ pub fn open(path: &Path) -> fencelock::Result<SqliteFence> {
 }
 
 fn storage_error(context: &str, e: rusqlite::Error) -> fencelock::Error {
-    fencelock::Error::Storage {
-        context: context.to_owned(),
-        source: Box::new(e),
-    }
+    fencelock::Error::storage(context, e)
 }
 
 /// Who is doing an operation.

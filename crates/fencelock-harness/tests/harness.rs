@@ -154,8 +154,12 @@ fn clients_with_different_ttls_never_hold_at_once_across_restarts_without_persis
     );
 }
 
-/// The `fencelock` binary beside the harness's, built now (cargo builds only what changed) in
-/// the same target dir and profile.
+/// The `fencelock` binary beside the harness's, in the same target dir and profile. `./dev test`
+/// (`cargo test --workspace --all-features`) has built it already, with the workspace's test
+/// feature set; asking cargo for that same build again is a no-op then (a `cargo build -p
+/// fencelock-cli` would resolve other features, rebuild the library and the binary, about
+/// 30 s, and leave the next `cargo test` to rebuild them back). Run alone, this builds what
+/// the workspace's tests need.
 fn build_fencelock() -> PathBuf {
     let harness = Path::new(env!("CARGO_BIN_EXE_fencelock-harness"));
     let profile_dir = harness.parent().unwrap();
@@ -164,12 +168,11 @@ fn build_fencelock() -> PathBuf {
     let mut cargo = Command::new(env!("CARGO"));
     cargo
         .args([
-            "build",
+            "test",
             "--quiet",
-            "-p",
-            "fencelock-cli",
-            "--bin",
-            "fencelock",
+            "--no-run",
+            "--workspace",
+            "--all-features",
         ])
         .arg("--manifest-path")
         .arg(&manifest)

@@ -101,10 +101,7 @@ impl Stock {
     ) -> Result<(), fencelock::Error> {
         let resource = format!("sku:{sku}");
         let sku = sku.to_string();
-        let unfenced = |e: BoxError| Error::Storage {
-            context: "the unfenced write".into(),
-            source: e,
-        };
+        let unfenced = |e: BoxError| Error::storage("the unfenced write", e);
         match (self, token) {
             (Stock::Sqlite(f), Some(t)) => {
                 f.write_async(&resource, t, move |tx| {

@@ -10,6 +10,7 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::keepalive::{GuardState, Stop};
 use crate::node::NodeAddr;
+use crate::pure::extension::Schedule;
 use crate::pure::retry::RetryPolicy;
 use crate::pure::vote::Votes;
 use crate::redis::{RedisBackend, RedisHeld};
@@ -227,7 +228,8 @@ impl Held {
         }
     }
 
-    /// Extends the lock within `budget` (the validity left); returns the new deadline.
+    /// Extends the lock before `deadline` (its validity deadline), retrying failures within the
+    /// validity left (the extension engine's rule); returns the new deadline.
     ///
     /// # Errors
     ///
@@ -235,13 +237,13 @@ impl Held {
     pub(crate) async fn extend(
         &self,
         keys: &[String],
-        budget: Duration,
+        deadline: Instant,
     ) -> Result<(Instant, Votes)> {
         match self {
-            Held::Redis(r, h) => r.extend_held(keys, h, budget).await,
-            Held::RedisShared(r, h) => r.extend_reader(&keys[0], h, budget).await,
+            Held::Redis(r, h) => r.extend_held(keys, h, deadline).await,
+            Held::RedisShared(r, h) => r.extend_reader(&keys[0], h, deadline).await,
             #[cfg(feature = "etcd")]
-            Held::Etcd(e, h) => Ok((e.extend(h, budget).await?, Votes::default())),
+            Held::Etcd(e, h) => e.extend(h, deadline).await,
         }
     }
 
@@ -274,32 +276,19 @@ impl Held {
         }
     }
 
-    /// Starts keeping the lock alive: Redis locks join the client's batch extender, an etcd
-    /// lock gets a keeper task. The returned [`Stop`] ends it.
+    /// Starts keeping the lock alive: it joins its client's extension engine for its backend
+    /// (`keepalive.rs`). The returned [`Stop`] ends it.
     pub(crate) fn keep_alive(
         &self,
         keys: Arc<[String]>,
         state: Arc<GuardState>,
-        interval: Duration,
-        until: Option<Instant>,
+        schedule: Schedule,
     ) -> Stop {
         match self {
-            Held::Redis(r, h) => r.keep_alive(keys, h, state, interval, until),
-            Held::RedisShared(r, h) => {
-                let (r, h) = (r.clone(), h.clone());
-                crate::keepalive::spawn_keeper(state, interval, until, move |budget| {
-                    let (r, h, key) = (r.clone(), h.clone(), keys[0].clone());
-                    async move { Ok(r.extend_reader(&key, &h, budget).await?.0) }
-                })
-            }
+            Held::Redis(r, h) => r.keep_alive(keys, h, state, schedule),
+            Held::RedisShared(r, h) => r.keep_alive_reader(keys, h, state, schedule),
             #[cfg(feature = "etcd")]
-            Held::Etcd(e, h) => {
-                let (e, h) = (e.clone(), h.clone());
-                crate::keepalive::spawn_keeper(state, interval, until, move |budget| {
-                    let (e, h) = (e.clone(), h.clone());
-                    async move { e.extend(&h, budget).await }
-                })
-            }
+            Held::Etcd(e, h) => e.keep_alive_held(h, state, schedule),
         }
     }
 }

@@ -86,6 +86,7 @@ impl fmt::Display for LostCause {
 #[non_exhaustive]
 pub enum Error {
     /// Another owner holds the key on so many nodes that no quorum is possible.
+    #[non_exhaustive]
     Contention {
         /// The resource.
         resource: String,
@@ -93,6 +94,7 @@ pub enum Error {
         votes: Votes,
     },
     /// Too many nodes failed, timed out or are excluded for a quorum.
+    #[non_exhaustive]
     Unavailable {
         /// The resource.
         resource: String,
@@ -121,6 +123,7 @@ pub enum Error {
         cause: LostCause,
     },
     /// `acquire` gave up: its deadline or retry count ran out. `last` is the last attempt's error.
+    #[non_exhaustive]
     Timeout {
         /// The resource.
         resource: String,
@@ -132,11 +135,13 @@ pub enum Error {
     /// The calling task already holds a lock on `resource` through this client: fencelock's
     /// locks are not reentrant (see `reentry.rs` in the crate: why, and what counts as the same
     /// task), so the request is refused at once, before any I/O, instead of waiting on itself.
+    #[non_exhaustive]
     AlreadyHeld {
         /// The resource already held.
         resource: String,
     },
     /// An invalid configuration or argument, found before any I/O.
+    #[non_exhaustive]
     InvalidConfig {
         /// Which setting or argument.
         what: String,
@@ -144,6 +149,7 @@ pub enum Error {
         message: String,
     },
     /// A fenced write was refused: its token is older than the one the storage accepted last.
+    #[non_exhaustive]
     StaleToken {
         /// The fenced resource.
         resource: String,
@@ -165,6 +171,7 @@ pub enum Error {
     /// [`LockGuard::issued_token`](crate::LockGuard::issued_token),
     /// [`IssuedToken::with_valid_until`](crate::IssuedToken::with_valid_until)) can be told
     /// apart: a bare `u64` below the storage's last is always [`Error::StaleToken`].
+    #[non_exhaustive]
     CounterReset {
         /// The fenced resource.
         resource: String,
@@ -177,6 +184,7 @@ pub enum Error {
         issuer: Option<String>,
     },
     /// The fenced storage failed.
+    #[non_exhaustive]
     Storage {
         /// What was being done.
         context: String,
@@ -255,8 +263,9 @@ impl Error {
         }
     }
 
-    #[allow(dead_code)] // used by the storage adapters, which are behind features
-    pub(crate) fn storage(context: impl Into<String>, source: impl Into<BoxError>) -> Error {
+    /// A storage failure: what was being done, and the storage's own error (for code that
+    /// wraps its own storage calls in fencelock's error, as the fences do).
+    pub fn storage(context: impl Into<String>, source: impl Into<BoxError>) -> Error {
         Error::Storage {
             context: context.into(),
             source: source.into(),

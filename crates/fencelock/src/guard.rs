@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use crate::context::LockContext;
 use crate::error::{Error, LostCause, Result};
-use crate::keepalive::{AutoExtend, GuardState, LostSignal, Stop};
+use crate::keepalive::{AutoExtend, Extensions, GuardState, LostSignal, Stop};
 use crate::lock::Lock;
 use crate::pure::vote::Votes;
 
@@ -23,15 +23,11 @@ impl Lock {
     /// Must be called within a tokio runtime.
     pub fn auto_extend(self, settings: AutoExtend) -> LockGuard {
         let ttl = self.client().config().ttl();
-        let interval = settings.interval(ttl);
-        let state = Arc::new(GuardState::new(
-            self.validity_deadline(),
-            settings.margin(ttl),
-        ));
-        let until = settings.max_hold().map(|m| Instant::now() + m);
+        let schedule = settings.schedule(ttl, Instant::now());
+        let state = Arc::new(GuardState::new(self.validity_deadline(), schedule.margin));
         let stop = self
             .held()
-            .keep_alive(self.keys().clone(), state.clone(), interval, until);
+            .keep_alive(self.keys().clone(), state.clone(), schedule);
         LockGuard::new(self, state, stop)
     }
 }
@@ -102,6 +98,13 @@ impl LockGuard {
         self.state
             .deadline()
             .saturating_duration_since(Instant::now())
+    }
+
+    /// A watch on the extensions: the validity deadline after each successful one, and while
+    /// attempts fail (the engine retries them within the validity left), why the last did.
+    /// `fencelock run` reschedules the stop of its command with it.
+    pub fn extensions(&self) -> Extensions {
+        self.state.extensions()
     }
 
     /// The lost signal.

@@ -135,10 +135,12 @@
 //!
 //! - `pure/`: the rules without I/O (quorum, validity, retry delays, fencing tokens, the
 //!   waiting line's order, votes).
-//! - `keepalive.rs`: the extension engine's shared state and the [`LostSignal`].
+//! - `keepalive.rs`: the extension engine (one task per client, one rule for every backend:
+//!   `pure/extension.rs`) and the [`LostSignal`].
 //! - `redis/` and `etcd/`: the backends, each self-contained (`redis/round.rs` owns the round,
 //!   `redis/redlock.rs` an attempt and the fencing write-back, `redis/line.rs` the waiting
-//!   line, `redis/extender.rs` batched extension, `redis/scripts.rs` the Lua scripts).
+//!   line, `redis/extender.rs` the Redis batch of the extension engine, `redis/scripts.rs` and
+//!   `redis/lua/` the Lua scripts).
 //! - `backend.rs`: the one place that dispatches to a backend.
 //! - `client.rs`, `lock.rs`, `acquire.rs`, `waiter.rs`, `guard.rs`, `scoped.rs`: the public
 //!   handles, which call `backend.rs` and never match on a backend.
@@ -210,7 +212,7 @@ pub use crate::election::{Election, Leader, Leadership, Observer};
 pub use crate::error::{Error, ErrorKind, LostCause, Result};
 pub use crate::guard::LockGuard;
 pub use crate::issued::IssuedToken;
-pub use crate::keepalive::{AutoExtend, LostSignal};
+pub use crate::keepalive::{AutoExtend, ExtensionState, Extensions, LostSignal};
 pub use crate::lock::Lock;
 pub use crate::node::{NodeAddr, Scheme};
 pub use crate::pure::node_error::{FailureCause, NodeError};

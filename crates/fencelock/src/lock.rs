@@ -152,13 +152,17 @@ impl Lock {
 
     /// Extends the lock to a full TTL from now, if a quorum still holds our token and answers
     /// before the current validity runs out. It never brings back a lock that has expired: the
-    /// script only renews a key that still holds our token.
+    /// script only renews a key that still holds our token. An attempt that too few nodes
+    /// answered (failed, timed out) is retried within the validity left, by the same rule as
+    /// auto-extension (see [`AutoExtend`](crate::AutoExtend)), so a passing failure costs a
+    /// retry, not the lock.
     ///
     /// # Errors
     ///
-    /// [`Error::Lost`] when the validity deadline passed or a quorum no longer holds our token;
-    /// [`Error::Unavailable`] when too many nodes failed to answer in time. After an error the
-    /// lock must be treated as lost.
+    /// [`Error::Lost`] with the cause: [`LostCause::NotHeld`] when no quorum holds our token
+    /// any more, [`LostCause::Expired`] when the validity deadline passed (or the quorum's
+    /// answer came after it), [`LostCause::Unreachable`] when too many nodes kept failing until
+    /// it did. After an error the lock must be treated as lost.
     ///
     /// # Cancel safety
     ///
@@ -166,16 +170,16 @@ impl Lock {
     /// (some nodes may have extended; the local deadline is unchanged).
     pub async fn extend(&mut self) -> Result<()> {
         let span = tracing::debug_span!("extend", resource = %self.keys[0]);
-        let Some(budget) = self.deadline.checked_duration_since(Instant::now()) else {
+        if self.deadline <= Instant::now() {
             return Err(Error::lost(
                 self.keys[0].clone(),
                 Votes::default(),
                 LostCause::Expired,
             ));
-        };
+        }
         let (deadline, votes) = self
             .held
-            .extend(&self.keys, budget)
+            .extend(&self.keys, self.deadline)
             .instrument(span)
             .await?;
         self.deadline = deadline;

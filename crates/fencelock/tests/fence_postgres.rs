@@ -88,6 +88,7 @@ async fn newer_and_equal_tokens_apply_and_an_older_one_changes_nothing() {
             resource,
             presented,
             current,
+            ..
         } => assert_eq!((resource.as_str(), *presented, *current), ("r", 6, 7)),
         other => panic!("expected StaleToken, got {other:?}"),
     }
@@ -484,6 +485,7 @@ async fn a_paused_holder_is_stale_but_a_live_holder_below_the_row_is_a_reset() {
             presented,
             current: last,
             issuer,
+            ..
         } => {
             assert_eq!(
                 (resource.as_str(), *presented, *last),

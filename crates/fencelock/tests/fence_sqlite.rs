@@ -95,6 +95,7 @@ fn newer_and_equal_tokens_apply_and_an_older_one_changes_nothing() {
             resource,
             presented,
             current,
+            ..
         } => assert_eq!((resource.as_str(), *presented, *current), ("r", 6, 7)),
         other => panic!("expected StaleToken, got {other:?}"),
     }
@@ -508,6 +509,7 @@ async fn a_paused_holder_is_stale_but_a_live_holder_below_the_row_is_a_reset() {
             presented,
             current: last,
             issuer,
+            ..
         } => {
             assert_eq!(
                 (resource.as_str(), *presented, *last),

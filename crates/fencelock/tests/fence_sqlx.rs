@@ -131,6 +131,7 @@ async fn a_stale_token_is_refused_and_the_callers_statement_is_not_committed() {
             resource,
             presented,
             current,
+            ..
         } => assert_eq!((resource.as_str(), *presented, *current), ("r", 3, 9)),
         other => panic!("expected StaleToken, got {other:?}"),
     }

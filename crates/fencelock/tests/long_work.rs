@@ -80,6 +80,72 @@ async fn stopping_a_majority_fires_the_lost_signal_before_the_deadline() {
     assert_eq!(guard.release().await.unwrap_err().kind(), ErrorKind::Lost);
 }
 
+/// Two of three nodes refuse the extension script for a while (an ACL change: every call
+/// fails at once with NOPERM, as a node that is restarting refuses connections), shorter than
+/// the validity: the engine retries within the validity left and the lock survives, extended
+/// again once the nodes take the script back. Before the one extension rule, the first batch
+/// without a quorum fired the lost signal.
+#[tokio::test]
+async fn a_passing_failure_of_a_majority_is_retried_within_the_validity() {
+    let nodes = RedisNodes::start(3).unwrap();
+    let mut urls = Vec::new();
+    for node in nodes.iter() {
+        node.cli(&["ACL", "SETUSER", "ext", "on", ">pw", "~*", "&*", "+@all"])
+            .unwrap();
+        urls.push(format!("redis://ext:pw@127.0.0.1:{}", node.port()));
+    }
+    let c = Client::new(
+        Config::new(&urls)
+            .with_ttl(Duration::from_millis(3_000))
+            .with_node_timeout(Duration::from_millis(500))
+            .with_quarantine(false),
+    )
+    .unwrap();
+    let guard = c
+        .try_acquire("passing")
+        .await
+        .unwrap()
+        .auto_extend(AutoExtend::new().with_interval(Duration::from_millis(300)));
+    let mut extensions = guard.extensions();
+    for i in 1..3 {
+        nodes
+            .node(i)
+            .cli(&["ACL", "SETUSER", "ext", "-evalsha", "-eval"])
+            .unwrap();
+    }
+    // Wait until an attempt has failed, then give the script back after a while.
+    let failing = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            let state = extensions.changed().await.expect("the guard is alive");
+            if let Some(why) = state.failing() {
+                return why.to_string();
+            }
+        }
+    })
+    .await
+    .expect("an extension must fail while two nodes refuse the script");
+    assert!(failing.contains("extended on 1 of 3"), "{failing}");
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert!(!guard.is_lost(), "lost: {:?}", guard.lost().cause());
+    let before = guard.validity_deadline();
+    for i in 1..3 {
+        nodes
+            .node(i)
+            .cli(&["ACL", "SETUSER", "ext", "+evalsha", "+eval"])
+            .unwrap();
+    }
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while guard.validity_deadline() <= before {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("an extension must succeed once the nodes take the script back");
+    assert!(!guard.is_lost());
+    assert_eq!(guard.extensions().latest().failing(), None);
+    guard.release().await.unwrap();
+}
+
 #[tokio::test]
 async fn a_hanging_extension_still_fires_the_lost_signal_in_time() {
     let nodes = RedisNodes::start(3).unwrap();

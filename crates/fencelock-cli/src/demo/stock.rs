@@ -115,8 +115,5 @@ fn fence_resource(sku: &str) -> String {
 }
 
 fn storage(context: &str, e: impl std::error::Error + Send + Sync + 'static) -> fencelock::Error {
-    fencelock::Error::Storage {
-        context: context.to_owned(),
-        source: Box::new(e),
-    }
+    fencelock::Error::storage(context, e)
 }

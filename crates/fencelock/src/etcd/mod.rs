@@ -61,6 +61,7 @@ mod tls;
 
 use std::fmt;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use etcd_client::{
@@ -71,7 +72,9 @@ use tokio::sync::OnceCell;
 
 use crate::config::Config;
 use crate::error::{Error, LostCause, Result};
+use crate::keepalive::{Engine, Extends, GuardState, Outcome, Stop};
 use crate::node::NodeAddr;
+use crate::pure::extension::{Attempt, Schedule};
 use crate::pure::vote::{NodeVote, VoteOutcome, Votes};
 
 use self::endpoints::Endpoints;
@@ -107,6 +110,8 @@ pub(crate) struct Cluster {
     /// Places in line kept between the calls of a wait split over several calls: the
     /// resources and the entry. Their leases are not renewed here; an abandoned one expires.
     parked: std::sync::Mutex<Vec<(Vec<String>, Entry)>>,
+    /// The client's extension engine for its etcd locks (`keepalive.rs`).
+    engine: Engine<EtcdHeld>,
 }
 
 impl fmt::Debug for Cluster {
@@ -234,6 +239,18 @@ enum Turn {
 }
 
 impl EtcdBackend {
+    /// Registers the lock with the client's extension engine; the returned [`Stop`] takes it
+    /// out.
+    pub(crate) fn keep_alive_held(
+        self: &Arc<Self>,
+        held: &EtcdHeld,
+        state: Arc<GuardState>,
+        schedule: Schedule,
+    ) -> Stop {
+        self.engine
+            .register(self, &held.resource, held.clone(), state, schedule)
+    }
+
     /// A backend for the members at `addrs`. No I/O: the client connects on first use.
     ///
     /// # Errors
@@ -277,7 +294,26 @@ impl EtcdBackend {
             drift: config.drift(),
             client: OnceCell::new(),
             parked: std::sync::Mutex::default(),
+            engine: Engine::default(),
         })))
+    }
+}
+
+impl Extends for EtcdBackend {
+    type Lock = EtcdHeld;
+
+    /// Renews every lease of the batch once, together.
+    async fn extend_batch(
+        self: Arc<Self>,
+        locks: Vec<Arc<EtcdHeld>>,
+        budget: Duration,
+    ) -> Vec<Outcome> {
+        let renewals = locks.iter().map(|held| self.extend_once(held, budget));
+        futures_util::future::join_all(renewals)
+            .await
+            .into_iter()
+            .map(|(outcome, _)| outcome)
+            .collect()
     }
 }
 
@@ -402,49 +438,61 @@ impl Cluster {
         parked.push((resources.to_vec(), entry));
     }
 
-    /// Renews the lease once, retrying failures within `budget`.
+    /// Renews the lease before `deadline` (the lock's validity deadline), under the extension
+    /// engine's rule: a renewal that fails for a passing reason is retried within the validity
+    /// left.
     ///
     /// # Errors
     ///
-    /// [`Error::Lost`] when the lease no longer exists, or when no renewal succeeded within
-    /// `budget` (the remaining validity: past it the lock may be someone else's).
+    /// [`Error::Lost`] when the lease no longer exists, or when no renewal succeeded before
+    /// `deadline` (past it the lock may be someone else's).
     ///
     /// # Cancel safety
     ///
     /// Cancel-safe: a cancelled renewal leaves the lease as it was or renewed.
-    pub(crate) async fn extend(&self, held: &EtcdHeld, budget: Duration) -> Result<Instant> {
+    pub(crate) async fn extend(
+        &self,
+        held: &EtcdHeld,
+        deadline: Instant,
+    ) -> Result<(Instant, Votes)> {
+        let retry = crate::pure::extension::retry_delay(held.ttl.min(self.ttl));
+        crate::keepalive::extend_within(deadline, retry, |budget| self.extend_once(held, budget))
+            .await
+            .map_err(|(cause, votes)| Error::lost(held.resource.clone(), votes, cause))
+    }
+
+    /// One renewal of the lease within `budget`: what it found, with the cluster's vote.
+    async fn extend_once(&self, held: &EtcdHeld, budget: Duration) -> (Outcome, Votes) {
         let started = Instant::now();
-        let end = started + budget;
-        let resource = held.resource.clone();
-        let mut last = Fail::failed("the validity ran out before a renewal was sent");
-        loop {
-            let now = Instant::now();
-            let Some(left) = end.checked_duration_since(now).filter(|d| !d.is_zero()) else {
-                return Err(Error::lost(
-                    resource,
-                    self.votes(last.outcome, started.elapsed()),
-                    LostCause::Expired,
-                ));
-            };
-            match self.keep_alive(held.lease, left).await {
-                Ok(sent) => {
-                    let drift = timing::drift_for(held.ttl, self.ttl, self.drift);
-                    return timing::deadline(sent, held.ttl, drift).ok_or_else(|| {
-                        Error::lost(resource, Votes::default(), LostCause::Expired)
-                    });
-                }
-                Err(fail) if fail.lease_gone => {
-                    return Err(Error::lost(
-                        resource,
-                        self.votes(fail.outcome, started.elapsed()),
-                        LostCause::NotHeld,
-                    ))
-                }
-                Err(fail) => {
-                    tracing::debug!(key = %held.key, outcome = %fail.outcome, "lease renewal failed; retrying");
-                    last = fail;
-                    tokio::time::sleep(timing::RETRY_DELAY.min(left)).await;
-                }
+        if budget.is_zero() {
+            let outcome = Outcome::failed(
+                Attempt::TooLate,
+                "the validity ran out before a renewal was sent",
+            );
+            return (outcome, Votes::default());
+        }
+        match self.keep_alive(held.lease, budget).await {
+            Ok(sent) => {
+                let drift = timing::drift_for(held.ttl, self.ttl, self.drift);
+                let votes = self.votes(VoteOutcome::Granted, started.elapsed());
+                let outcome = match timing::deadline(sent, held.ttl, drift) {
+                    Some(deadline) => Outcome::extended(deadline),
+                    None => Outcome::failed(Attempt::TooLate, "the renewal left no validity"),
+                };
+                (outcome, votes)
+            }
+            Err(fail) => {
+                tracing::debug!(key = %held.key, outcome = %fail.outcome, "lease renewal failed");
+                let attempt = if fail.lease_gone {
+                    Attempt::Impossible
+                } else {
+                    Attempt::Failed
+                };
+                let why = fail.outcome.to_string();
+                (
+                    Outcome::failed(attempt, why),
+                    self.votes(fail.outcome, started.elapsed()),
+                )
             }
         }
     }

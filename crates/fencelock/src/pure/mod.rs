@@ -4,6 +4,7 @@
 //! - `quorum`: the majority and the early decision of a round (`Tally`).
 //! - `validity`: drift and validity (`ttl - elapsed - drift`).
 //! - `retry`: the retry policy and its jittered delays.
+//! - `extension`: what happens after an attempt to extend a lock (retry, lost, next due).
 //! - `fencing`: token derivation (one past the largest trusted counter) and the amnesia guard's trust rule.
 //! - `queue`: the waiting line's tickets and leases.
 //! - `token`: the owner token.
@@ -13,6 +14,7 @@
 //! the model checker (`tests/fencing_model.rs`) and the CLI use them; they are not part of the
 //! API. The public types (`Votes`, `RetryPolicy`, ...) are re-exported by `lib.rs`.
 
+pub(crate) mod extension;
 pub mod fencing;
 pub(crate) mod node_error;
 pub(crate) mod queue;

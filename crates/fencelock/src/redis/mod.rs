@@ -13,7 +13,7 @@
 //! - `redlock.rs`: one attempt of the Redlock algorithm (round 1, the fencing write-back, the
 //!   validity), settling a release or an extension into a result, release on failure.
 //! - `line.rs`: waiting: the retry loop, the waiting line of one key, the wake-ups.
-//! - `extender.rs`: one task per client extends every auto-extended lock in batches.
+//! - `extender.rs`: the extension engine's batch on Redis: one pipeline per node.
 //! - `scripts.rs`: the Lua scripts; `conn.rs`: one connection per node; `watch.rs`: pub/sub
 //!   wake-ups; `order.rs`: a release waits for its acquisition's requests not yet handed to
 //!   their connection; `quarantine.rs`:
@@ -40,11 +40,8 @@ pub(crate) mod version;
 mod watch;
 
 use std::collections::HashMap;
-use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-use tokio::sync::mpsc;
 
 use self::conn::{NodeConn, Quarantine};
 pub(crate) use self::ops::Wait;
@@ -52,6 +49,7 @@ use self::order::Stragglers;
 use self::watch::ReleaseWatch;
 use crate::config::Config;
 use crate::error::Error;
+use crate::keepalive::Engine;
 use crate::node::NodeAddr;
 use crate::pure::token::OwnerToken;
 use crate::pure::vote::Votes;
@@ -72,9 +70,9 @@ pub(crate) struct RedisBackend {
     quorum: usize,
     watch: Arc<ReleaseWatch>,
     settings: Settings,
-    /// The batch extender (`extender.rs`), spawned on first use, and the next registration id.
-    extender: OnceLock<mpsc::UnboundedSender<extender::Msg>>,
-    next_guard: AtomicU64,
+    /// The client's extension engine for its Redis locks (`keepalive.rs`; the batch it sends
+    /// is in `extender.rs`).
+    engine: Engine<extender::ExtendedLock>,
     /// Resources this client released while others waited for them, until when: asking for
     /// one of them again within that time joins the end of the line (see `line.rs`).
     waited_for: Mutex<HashMap<String, Instant>>,
@@ -155,8 +153,7 @@ impl RedisBackend {
                 drift: config.drift(),
                 fencing: config.fencing(),
             },
-            extender: OnceLock::new(),
-            next_guard: AtomicU64::new(0),
+            engine: Engine::default(),
             waited_for: Mutex::default(),
         })
     }

@@ -4,15 +4,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::stream::{FuturesUnordered, StreamExt};
 use redis::{Cmd, RedisError, RedisResult, Script, Value};
 
-use super::conn;
-use super::describe::describe;
-use super::extender;
+use super::extender::{Count, ExtendedLock};
 use super::guard::FenceRead;
 use super::order::Slot;
-use super::round::{Answer, Mode, Round};
+use super::round::{Answer, Mode, Round, WantsMore};
 use super::{scripts, RedisBackend};
 use crate::pure::fencing;
 use crate::pure::queue::{self, Ticket};
@@ -270,15 +267,17 @@ impl RedisBackend {
         .await
     }
 
-    /// Extends many locks at once: one pipeline per node (EVALSHA of the extend script for each
-    /// lock), all nodes in parallel. Returns, per lock, how many nodes extended it and how many
-    /// answered that they do not hold it. Returns as soon as every lock has a quorum, or every
-    /// node answered, or `timeout` passed.
-    pub(crate) async fn extend_batch(
+    /// Extends many locks at once: one pipeline per node (the TTL announced at its head, then
+    /// the extend script for each lock), a round of all nodes in [`Mode::UntilQuorum`]: it
+    /// returns once every lock has a quorum of extensions, or no more can come (every node
+    /// answered, too many failed, or `timeout` passed); requests still in flight then reach
+    /// their node in the background. Returns, per lock, how many nodes extended it and how many
+    /// answered that they do not hold it, and the nodes' votes (granted: the node answered).
+    pub(crate) async fn extend_batch_round(
         &self,
-        locks: &[(Arc<[String]>, Arc<str>)],
+        locks: &[Arc<ExtendedLock>],
         timeout: Duration,
-    ) -> Vec<extender::Count> {
+    ) -> (Vec<Count>, Votes) {
         let ttl_ms = ttl_millis(self.settings.ttl);
         let sha = scripts::EXTEND.get_hash().to_string();
         let mut pipe = redis::pipe();
@@ -289,55 +288,70 @@ impl RedisBackend {
             .arg(0)
             .arg(ttl_ms)
             .ignore();
-        for (keys, token) in locks {
-            pipe.cmd("EVALSHA")
-                .arg(&sha)
-                .arg(keys.len())
-                .arg(&**keys)
-                .arg(&**token)
-                .arg(ttl_ms)
-                .arg("announced");
+        for lock in locks {
+            if lock.shared {
+                // A read lock (`rwlock.rs`): the readers' script, on the key and its readers.
+                pipe.cmd("EVALSHA")
+                    .arg(scripts::READ_EXTEND.get_hash())
+                    .arg(2)
+                    .arg(&lock.keys[0])
+                    .arg(crate::rwlock::readers_key(&lock.keys[0]));
+            } else {
+                pipe.cmd("EVALSHA")
+                    .arg(&sha)
+                    .arg(lock.keys.len())
+                    .arg(&*lock.keys);
+            }
+            pipe.arg(&*lock.token).arg(ttl_ms).arg("announced");
         }
         let pipe = Arc::new(pipe);
-        let mut per_node: FuturesUnordered<_> = self
-            .nodes
-            .iter()
-            .map(|node| {
-                let node = node.clone();
+        let round = self
+            .round(Mode::UntilQuorum, &self.all, timeout, move |mut conn, _| {
                 let pipe = pipe.clone();
                 async move {
-                    let mut h = node.get().await?;
-                    let r: RedisResult<Vec<Value>> = pipe.query_async(&mut h.conn).await;
-                    if let Err(e) = &r {
-                        if conn::is_broken(e) {
-                            node.discard(&h);
-                        }
-                        tracing::debug!(node = %node.addr(), error = %describe(e), "batch extend failed");
-                    }
-                    r
+                    let replies: Vec<Value> = pipe.query_async(&mut conn).await?;
+                    Ok(Answer::Granted(BatchReplies(
+                        replies
+                            .into_iter()
+                            .map(|reply| match reply {
+                                Value::Int(1) => Some(true),
+                                Value::Int(0) => Some(false),
+                                _ => None,
+                            })
+                            .collect(),
+                    )))
                 }
             })
-            .collect();
-        let mut counts = vec![extender::Count::default(); locks.len()];
-        let collect = async {
-            while let Some(result) = per_node.next().await {
-                let Ok(replies) = result else { continue };
-                for (count, reply) in counts.iter_mut().zip(replies) {
-                    match reply {
-                        Value::Int(1) => count.extended += 1,
-                        Value::Int(0) => count.not_held += 1,
-                        _ => {}
-                    }
-                }
-                if counts.iter().all(|c| c.extended >= self.quorum) {
-                    break;
+            .await;
+        let mut counts = vec![Count::default(); locks.len()];
+        for (_, replies) in &round.granted {
+            for (count, reply) in counts.iter_mut().zip(&replies.0) {
+                match reply {
+                    Some(true) => count.extended += 1,
+                    Some(false) => count.not_held += 1,
+                    None => {}
                 }
             }
-        };
-        if tokio::time::timeout(timeout, collect).await.is_err() {
-            tracing::debug!(?timeout, "batch extend: some nodes did not answer in time");
         }
-        counts
+        (counts, round.votes)
+    }
+}
+
+/// One node's replies to a batched extension, per lock: extended, not held there, or an error.
+#[derive(Debug)]
+pub(crate) struct BatchReplies(Vec<Option<bool>>);
+
+impl WantsMore for BatchReplies {
+    /// More answers are wanted while some lock has fewer than a quorum of extensions.
+    fn wants_more(granted: &[(usize, Self)], quorum: usize) -> bool {
+        let locks = granted.first().map_or(0, |(_, r)| r.0.len());
+        (0..locks).any(|i| {
+            granted
+                .iter()
+                .filter(|(_, r)| r.0.get(i) == Some(&Some(true)))
+                .count()
+                < quorum
+        })
     }
 }
 

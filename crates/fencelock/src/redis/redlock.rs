@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 use super::ops::Wait;
 use super::{Grant, RedisBackend, RedisHeld};
 use crate::error::{Error, LostCause, Result};
+use crate::keepalive::Outcome;
+use crate::pure::extension::Attempt;
 use crate::pure::quorum::Decision;
 use crate::pure::token::OwnerToken;
 use crate::pure::validity;
@@ -133,7 +135,9 @@ impl RedisBackend {
         self.settle(&keys[0], round.decision, round.votes, false)
     }
 
-    /// Extends what a lock holds, within `budget` (the validity left). Returns the new deadline.
+    /// Extends what a lock holds before `deadline` (its validity deadline), under the extension
+    /// engine's rule: an attempt that too few nodes answered is retried within the validity
+    /// left. Returns the new deadline.
     ///
     /// # Errors
     ///
@@ -142,8 +146,23 @@ impl RedisBackend {
         &self,
         keys: &[String],
         held: &RedisHeld,
-        budget: Duration,
+        deadline: Instant,
     ) -> Result<(Instant, Votes)> {
+        let retry = crate::pure::extension::retry_delay(self.settings.ttl);
+        crate::keepalive::extend_within(deadline, retry, |budget| {
+            self.extend_once(keys, held.token(), budget)
+        })
+        .await
+        .map_err(|(cause, votes)| Error::lost(keys[0].clone(), votes, cause))
+    }
+
+    /// One attempt to extend `keys` within `budget`: what it found, with the round's votes.
+    async fn extend_once(
+        &self,
+        keys: &[String],
+        token: &str,
+        budget: Duration,
+    ) -> (Outcome, Votes) {
         // Every time-based judgement below comes from one reading of the clock after the
         // round, `now`: two readings could judge "not expired" at the first and compute the
         // deadline from a later second one.
@@ -151,15 +170,43 @@ impl RedisBackend {
         // A quorum may answer any time before the validity runs out; the round returns as soon
         // as it does, so a long bound costs nothing when the nodes are healthy.
         let round = self
-            .extend(keys, held.token(), budget.max(Duration::from_millis(1)))
+            .extend(keys, token, budget.max(Duration::from_millis(1)))
             .await;
+        self.extension_outcome(round, started, budget)
+    }
+
+    /// What an extension round that began at `started` with `budget` found (for a mutex here,
+    /// for a reader in `rwlock.rs`).
+    pub(super) fn extension_outcome(
+        &self,
+        round: super::round::Round<()>,
+        started: Instant,
+        budget: Duration,
+    ) -> (Outcome, Votes) {
         let now = Instant::now();
         let elapsed = now.saturating_duration_since(started);
-        let expired = elapsed >= budget;
-        let votes = self.settle(&keys[0], round.decision, round.votes, expired)?;
-        let valid_for = validity::validity(self.settings.ttl, elapsed, self.settings.drift)
-            .ok_or_else(|| Error::lost(keys[0].clone(), Votes::default(), LostCause::Expired))?;
-        Ok((now + valid_for, votes))
+        let outcome = if round.decision == Decision::Reached {
+            match validity::validity(self.settings.ttl, elapsed, self.settings.drift) {
+                Some(valid_for) if elapsed < budget => Outcome::extended(now + valid_for),
+                _ => Outcome::failed(
+                    Attempt::TooLate,
+                    "the extension reached a quorum after the validity ran out",
+                ),
+            }
+        } else {
+            let refused = round
+                .votes
+                .iter()
+                .filter(|v| matches!(v.outcome, VoteOutcome::NotHeld | VoteOutcome::HeldByOther))
+                .count();
+            let attempt = if refused > self.nodes.len().saturating_sub(self.quorum) {
+                Attempt::Impossible
+            } else {
+                Attempt::Failed
+            };
+            Outcome::failed(attempt, round.votes.to_string())
+        };
+        (outcome, round.votes)
     }
 
     /// The result of a release or extend round.

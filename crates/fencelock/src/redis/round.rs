@@ -69,7 +69,9 @@ pub(crate) enum Mode<'a> {
 
 /// Whether a round that reached its quorum waits for the answers still in flight (each within
 /// the round's deadline): a fenced acquisition does while its grants hold fewer than a quorum of
-/// fence counters (`guard.rs`); every other round returns at once.
+/// fence counters (`guard.rs`; an unfenced one's grants carry no counter and never wait), a
+/// batched extension while some lock has fewer than a quorum of extensions (`ops.rs`); every
+/// other round returns at once.
 pub(crate) trait WantsMore: Sized {
     fn wants_more(_granted: &[(usize, Self)], _quorum: usize) -> bool {
         false
@@ -130,9 +132,6 @@ impl RedisBackend {
                     && inflight.left() > 0)
                 || (decision == Decision::Reached
                     && inflight.left() > 0
-                    // Only a fenced acquisition reads counters: an unfenced one's grants carry
-                    // none, and would otherwise wait for every node.
-                    && self.settings.fencing
                     && T::wants_more(&granted, self.quorum));
             if !waiting {
                 break;

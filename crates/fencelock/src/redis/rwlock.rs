@@ -13,11 +13,14 @@ use std::time::{Duration, Instant, SystemTime};
 
 use redis::Value;
 
+use super::extender::ExtendedLock;
 use super::ops::{eval, eval_ordered, evalsha, ttl_millis};
 use super::redlock::classify;
 use super::round::{Answer, Mode, Round};
 use super::{scripts, Grant, RedisBackend, RedisHeld};
-use crate::error::{Error, LostCause, Result};
+use crate::error::{Error, Result};
+use crate::keepalive::{GuardState, Stop};
+use crate::pure::extension::Schedule;
 use crate::pure::queue::{self, Ticket};
 use crate::pure::quorum::Decision;
 use crate::pure::retry::RetryPolicy;
@@ -210,8 +213,8 @@ impl RedisBackend {
         }
     }
 
-    /// Extends a reader's entry on every node where it still lives, within `budget` (the
-    /// validity left); returns the new deadline.
+    /// Extends a reader by hand (`Lock::extend`) under the extension engine's rule: retried
+    /// after failures within the validity left, until `deadline`. Returns the new deadline.
     ///
     /// # Errors
     ///
@@ -220,32 +223,53 @@ impl RedisBackend {
         &self,
         key: &str,
         held: &RedisHeld,
-        budget: Duration,
+        deadline: Instant,
     ) -> Result<(Instant, Votes)> {
-        let started = Instant::now();
+        let retry = crate::pure::extension::retry_delay(self.settings.ttl);
+        crate::keepalive::extend_within(deadline, retry, |budget| async move {
+            let started = Instant::now();
+            let round = self.read_extend_round(key, held.token(), budget).await;
+            self.extension_outcome(round, started, budget)
+        })
+        .await
+        .map_err(|(cause, votes)| Error::lost(key, votes, cause))
+    }
+
+    /// One extension round of a reader, each request within `budget`.
+    async fn read_extend_round(&self, key: &str, token: &str, budget: Duration) -> Round<()> {
         let mut cmd = evalsha(&scripts::READ_EXTEND, &[key.to_string(), readers_key(key)]);
-        cmd.arg(held.token()).arg(ttl_millis(self.settings.ttl));
+        cmd.arg(token).arg(ttl_millis(self.settings.ttl));
         let cmd = Arc::new(cmd);
         let limit = budget.max(Duration::from_millis(1));
-        let round = self
-            .round(Mode::UntilQuorum, &self.all, limit, move |mut conn, _| {
-                let cmd = cmd.clone();
-                async move {
-                    let done: i64 = eval(&scripts::READ_EXTEND, &cmd, &mut conn).await?;
-                    Ok(if done == 1 {
-                        Answer::Granted(())
-                    } else {
-                        Answer::NotHeld
-                    })
-                }
-            })
-            .await;
-        let now = Instant::now();
-        let elapsed = now.saturating_duration_since(started);
-        let votes = self.settle(key, round.decision, round.votes, elapsed >= budget)?;
-        let valid_for = validity::validity(self.settings.ttl, elapsed, self.settings.drift)
-            .ok_or_else(|| Error::lost(key, Votes::default(), LostCause::Expired))?;
-        Ok((now + valid_for, votes))
+        self.round(Mode::UntilQuorum, &self.all, limit, move |mut conn, _| {
+            let cmd = cmd.clone();
+            async move {
+                let done: i64 = eval(&scripts::READ_EXTEND, &cmd, &mut conn).await?;
+                Ok(if done == 1 {
+                    Answer::Granted(())
+                } else {
+                    Answer::NotHeld
+                })
+            }
+        })
+        .await
+    }
+
+    /// Registers a reader with the client's extension engine (batched with the client's other
+    /// locks; its extension is the readers' script); the returned [`Stop`] takes it out.
+    pub(crate) fn keep_alive_reader(
+        self: &Arc<Self>,
+        keys: Arc<[String]>,
+        held: &RedisHeld,
+        state: Arc<GuardState>,
+        schedule: Schedule,
+    ) -> Stop {
+        let lock = ExtendedLock {
+            token: Arc::from(held.token()),
+            keys: keys.clone(),
+            shared: true,
+        };
+        self.engine.register(self, &keys[0], lock, state, schedule)
     }
 
     /// Releases a reader on every node; with `at_quorum`, returns once a quorum removed its

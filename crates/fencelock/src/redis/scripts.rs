@@ -149,7 +149,8 @@ const ELECTION_APPEND_LUA: &str = lua!("keys", "election_append");
 pub(crate) static READ_ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(READ_ACQUIRE_LUA));
 pub(crate) const READ_ACQUIRE_LUA: &str = lua!("announce", "line", "readers", "read_acquire");
 
-/// Extends a reader: KEYS: lock, readers. ARGV: owner token, ttl ms. Returns 1 when the
+/// Extends a reader: KEYS: lock, readers. ARGV: owner token, ttl ms[, anything: the TTL was
+/// announced just before on the same connection, as for [`EXTEND`]]. Returns 1 when the
 /// reader's entry was live and the lock key holds the marker (the entry then lives `ttl` from
 /// now, and the marker as long as the longest live reader), else 0 (nothing changed). Announces
 /// its TTL.
