@@ -280,13 +280,13 @@ pub(crate) fn spawn_failure(program: &OsString, err: &std::io::Error) -> Failure
     }
 }
 
-/// Starts the command under its guard, with the lock's resource (and fencing token) in its
-/// environment.
+/// Starts the command under its guard, with the lock's resource (and fencing token, or for a
+/// shared lock the last writer's) in its environment.
 fn start_command(
     program: &OsString,
     args: &[OsString],
     resource: &str,
-    fencing_token: Option<u64>,
+    (fencing_token, last_writer): (Option<u64>, Option<u64>),
 ) -> std::io::Result<Guard> {
     let env = [
         ("FENCELOCK_RESOURCE", Some(OsString::from(resource))),
@@ -297,8 +297,7 @@ fn start_command(
         ),
         (
             "FENCELOCK_LAST_WRITER_TOKEN",
-            lock.last_writer_token()
-                .map(|t| OsString::from(t.to_string())),
+            last_writer.map(|t| OsString::from(t.to_string())),
         ),
     ];
     Guard::spawn(program, args, &env)
@@ -358,7 +357,12 @@ pub(crate) async fn run(settings: &Settings, plan: RunPlan) -> anyhow::Result<u8
     let Guard {
         mut child,
         control: guard,
-    } = match start_command(program, args, resource, lock.fencing_token()) {
+    } = match start_command(
+        program,
+        args,
+        resource,
+        (lock.fencing_token(), lock.last_writer_token()),
+    ) {
         Ok(guard) => guard,
         Err(err) => {
             let failure =

@@ -105,10 +105,10 @@ impl Lock {
     /// last write lock of the resource (0 when none was recorded), to check that data read
     /// under this lock is no older than that write. On Redis it is at least the token of every
     /// write lock of the resource that was granted before this read lock's acquisition began,
-    /// and it is the token of a write lock granted before this read lock was; on etcd it is
-    /// exactly the token of the last write lock granted before this one. The conditions (nodes
-    /// that keep their data) are in [`RwLock`](crate::RwLock)'s docs. `None` on write locks,
-    /// on mutexes and outside fencing mode.
+    /// and it is the token of a writer issued one before this read lock was granted; on etcd it
+    /// is exactly the token of the last write lock granted before this one. The conditions
+    /// (nodes that keep their data) are in [`RwLock`](crate::RwLock)'s docs. `None` on write
+    /// locks, on mutexes and outside fencing mode.
     pub fn last_writer_token(&self) -> Option<u64> {
         self.last_writer
     }

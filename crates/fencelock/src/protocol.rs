@@ -58,11 +58,11 @@
 //! a read acquisition reports it.
 
 pub use crate::election::{election_key, leaders_key};
-pub use crate::rwlock::{readers_key, writer_key};
+pub use crate::pure::readers::{readers_key, writer_key};
 
 /// The value of a lock key while readers hold it: no owner token equals it, so every
 /// compare-and-delete and `SET NX` of another client leaves it alone.
-pub const READERS_MARKER: &str = crate::redis::scripts::READERS_MARKER;
+pub const READERS_MARKER: &str = crate::pure::readers::READERS_MARKER;
 
 /// The read acquisition script (Lua). KEYS: the lock key, [`readers_key`], [`writer_key`],
 /// [`queue_key`], [`lease_key`], [`waiting_key`]. ARGV: the reader's owner token, TTL in ms[,

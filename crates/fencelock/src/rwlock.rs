@@ -1,79 +1,6 @@
-//! A read-write lock: many readers or one writer, fair to writers, writers fenced.
-//!
-//! # On Redis (one node or Redlock)
-//!
-//! The **write side is the mutex**: [`RwLock::write`] takes the ordinary lock key `resource`
-//! (the key [`Client::acquire`] takes), waits in the mutex's line, and in fencing mode gets its
-//! fencing token from the same node counter under the same amnesia guard, so write tokens
-//! follow the mutex's order (`docs/fencing.md`). A mutex holder and a writer of the same name
-//! are the same lock: each excludes the other and the readers, and `fencelock run R` and
-//! `fencelock run --shared R` share one resource as `flock` and `flock -s` do.
-//!
-//! **Readers** hold the same key on a quorum, with the value `fencelock:readers` (the marker)
-//! instead of an owner token: every `SET NX` (fencelock's, or any Redlock client's) is refused
-//! while it is there, and a compare-and-delete of an owner token leaves it alone. Beside it, the
-//! sorted set [`readers_key`] (`fencelock:readers:<resource>`) holds each reader's own owner
-//! token, scored by the node time until which its entry lives. The scripts keep the marker and
-//! the set alive exactly as long as the longest live entry: a reader that dies stops counting
-//! after its own TTL, and the key is free once the last live reader is gone. A node grants a
-//! reader while its key is free or holds the marker; a node holding a writer's token refuses.
-//! A writer and a reader granted on two quorums would meet on a node that granted both while
-//! both keys lived: the mutex's argument, unchanged. `tests/rwlock_model.rs` checks it
-//! (pauses, honest expiry, a restart with quarantine) and shows it breaking where the mutex
-//! breaks (a clock jump, a restart without quarantine).
-//!
-//! **Fairness.** A waiting reader or writer takes a place in the mutex's waiting line of the
-//! key (tickets by start time, see `pure/queue.rs`). A node refuses a reader while a writer with
-//! a running lease waits in line ahead of it (anywhere in line, for a reader's first attempt),
-//! so a stream of readers cannot starve a waiting writer: the readers that queued before the
-//! writer go first, the ones after it wait for it. The last reader to leave wakes the writer
-//! first in line; a writer's release wakes every waiting reader. The line orders fencelock's
-//! waiters only (see [`Client::acquire`]): a first attempt can still slip in once per
-//! hand-over, and a reader that arrives between a writer's first refusal and its place in line
-//! gets in ahead of it.
-//!
-//! **The last writer's token.** In fencing mode, a write lock, once its token is issued, records
-//! it in the key [`writer_key`] (`fencelock:writer:<resource>`, no TTL) on every node where it
-//! still owns the lock key; a quorum must take it before the write lock is granted. A reader's
-//! acquisition reads the record on each node that grants it, and
-//! [`Lock::last_writer_token`] is the largest its granting quorum reported. What it
-//! guarantees, while the nodes keep their data (no restart without persistence, no eviction) and
-//! no node's clock jumps: it is **at least the fencing token of every write lock of the resource
-//! that was granted before this read lock's acquisition began** (that writer's quorum and the
-//! reader's meet on a node that recorded it before granting the reader), and it is the token of
-//! a write lock that was granted before the read lock was (0 if none was recorded). So data
-//! read under the lock whose fence row carries at least that token is no older than every
-//! write made under those write locks; data whose row is older was written before them, or
-//! the last writer wrote nothing. A node that restarts without its data forgets the records:
-//! a reader it grants may then report an older token (never a newer one), which the model
-//! shows (`a_restart_without_persistence_can_lose_the_last_writer_record`). A plain mutex
-//! holder ([`Client::acquire`] on the same name) records nothing: take writes through
-//! [`RwLock::write`] for readers to learn them.
-//!
-//! # On etcd
-//!
-//! Every waiter is a key under the resource's queue prefix, as for the etcd mutex (a writer's
-//! key is the mutex's: the lease id in hex; a reader's has an `r` before it). A writer holds
-//! when no key older than its own exists (it waits for the readers and writers ahead); a reader
-//! holds when no *writer's* key older than its own exists. So readers share, writers exclude
-//! everyone, and waiters are served in creation-revision order: a reader behind a waiting writer
-//! waits for it. A writer's fencing token is its key's create revision, as for the mutex, and it
-//! records it (a transaction, only while its key exists) in `fencelock/<resource>.last-writer`
-//! before the write lock is granted; a reader reads the record when it is granted, so its
-//! last-writer token is exactly the last write lock's token before it (etcd's consensus orders
-//! every step). The etcd mutex and the write side are the same lock.
-//!
-//! # Auto-extension, scoped forms, the lost signal
-//!
-//! A read or write lock is a [`Lock`]: [`Lock::extend`], [`Lock::auto_extend`] and its
-//! [`LostSignal`](crate::LostSignal), [`Lock::release`], and the background release on drop
-//! work as for the mutex. [`RwLock::with_read`] and [`RwLock::with_write`] run work under an
-//! auto-extended lock, as [`Client::with_lock`] does.
-//!
-//! Reentrancy: none, as for the mutex. A task that holds a read or write lock of a resource
-//! through a client and asks the same client for either again gets
-//! [`Error::AlreadyHeld`](crate::Error::AlreadyHeld) at once (a second read would deadlock
-//! behind a writer waiting for the first).
+//! The read-write lock: many readers or one writer, fair to writers, writers fenced. The
+//! design, and what it guarantees, is in [`RwLock`]'s docs; its Redis side is
+//! `redis/rwlock.rs`, its etcd side `etcd/rwlock.rs`, its model `tests/rwlock_model.rs`.
 
 use std::sync::Arc;
 
@@ -84,20 +11,83 @@ use crate::lock::Lock;
 use crate::pure::retry::RetryPolicy;
 use crate::scoped::Scoped;
 
-/// The sorted set of the readers of `resource` on each node (member: a reader's owner token,
-/// score: the node's time in ms until which its entry lives).
-pub fn readers_key(resource: &str) -> String {
-    format!("fencelock:readers:{resource}")
-}
-
-/// The writer record of `resource`: the largest fencing token a write lock recorded (a decimal
-/// string, no TTL).
-pub fn writer_key(resource: &str) -> String {
-    format!("fencelock:writer:{resource}")
-}
-
-/// A read-write lock on one resource. Made by [`Client::rwlock`]; cheap to clone. See the
-/// [module docs](crate::rwlock) for the design and what it guarantees.
+/// A read-write lock on one resource: many readers or one writer, fair to writers, writers
+/// fenced. Made by [`Client::rwlock`]; cheap to clone.
+///
+/// # On Redis (one node or Redlock)
+///
+/// The **write side is the mutex**: [`RwLock::write`] takes the ordinary lock key `resource`
+/// (the key [`Client::acquire`] takes), waits in the mutex's line, and in fencing mode gets its
+/// fencing token from the same node counter under the same amnesia guard, so write tokens
+/// follow the mutex's order (`docs/fencing.md`). A mutex holder and a writer of the same name
+/// are the same lock: each excludes the other and the readers, and `fencelock run R` and
+/// `fencelock run --shared R` share one resource as `flock` and `flock -s` do.
+///
+/// **Readers** hold the same key on a quorum, with the value `fencelock:readers` (the marker)
+/// instead of an owner token: every `SET NX` (fencelock's, or any Redlock client's) is refused
+/// while it is there, and a compare-and-delete of an owner token leaves it alone. Beside it, the
+/// sorted set [`readers_key`](crate::protocol::readers_key) (`fencelock:readers:<resource>`) holds each reader's own owner
+/// token, scored by the node time until which its entry lives. The scripts keep the marker and
+/// the set alive exactly as long as the longest live entry: a reader that dies stops counting
+/// after its own TTL, and the key is free once the last live reader is gone. A node grants a
+/// reader while its key is free or holds the marker; a node holding a writer's token refuses.
+/// A writer and a reader granted on two quorums would meet on a node that granted both while
+/// both keys lived: the mutex's argument, unchanged. `tests/rwlock_model.rs` checks it
+/// (pauses, honest expiry, a restart with quarantine) and shows it breaking where the mutex
+/// breaks (a clock jump, a restart without quarantine).
+///
+/// **Fairness.** A waiting reader or writer takes a place in the mutex's waiting line of the
+/// key (tickets by start time, see `pure/queue.rs`). A node refuses a reader while a writer with
+/// a running lease waits in line ahead of it (anywhere in line, for a reader's first attempt),
+/// so a stream of readers cannot starve a waiting writer: the readers that queued before the
+/// writer go first, the ones after it wait for it. The last reader to leave wakes the writer
+/// first in line; a writer's release wakes every waiting reader. The line orders fencelock's
+/// waiters only (see [`Client::acquire`]): a first attempt can still slip in once per
+/// hand-over, and a reader that arrives between a writer's first refusal and its place in line
+/// gets in ahead of it.
+///
+/// **The last writer's token.** In fencing mode, a write lock, once its token is issued, records
+/// it in the key [`writer_key`](crate::protocol::writer_key) (`fencelock:writer:<resource>`, no TTL) on every node where it
+/// still owns the lock key; a quorum must take it before the write lock is granted. A reader's
+/// acquisition reads the record on each node that grants it, and
+/// [`Lock::last_writer_token`] is the largest its granting quorum reported. What it
+/// guarantees, while the nodes keep their data (no restart without persistence, no eviction) and
+/// no node's clock jumps: it is **at least the fencing token of every write lock of the resource
+/// that was granted before this read lock's acquisition began** (that writer's quorum and the
+/// reader's meet on a node that recorded it before granting the reader), and it is the token of
+/// a writer that had been issued one before the read lock was granted (0 if none was recorded);
+/// that writer may be one whose write lock then failed after recording on a minority of nodes.
+/// So data read under the lock whose fence row carries at least that token is no older than
+/// every write made under those write locks. A node that restarts without its data forgets the
+/// records: a reader it grants may then report an older token (never a newer one), which the
+/// model shows (`a_restart_without_persistence_can_lose_the_last_writer_record`). A plain mutex
+/// holder ([`Client::acquire`] on the same name) records nothing unless it calls
+/// [`RwLock::record_write`]: take writes through [`RwLock::write`] for readers to learn them.
+///
+/// # On etcd
+///
+/// Every waiter is a key under the resource's queue prefix, as for the etcd mutex (a writer's
+/// key is the mutex's: the lease id in hex; a reader's has an `r` before it). A writer holds
+/// when no key older than its own exists (it waits for the readers and writers ahead); a reader
+/// holds when no *writer's* key older than its own exists. So readers share, writers exclude
+/// everyone, and waiters are served in creation-revision order: a reader behind a waiting writer
+/// waits for it. A writer's fencing token is its key's create revision, as for the mutex, and it
+/// records it (a transaction, only while its key exists) in `fencelock/<resource>.last-writer`
+/// before the write lock is granted; a reader reads the record when it is granted, so its
+/// last-writer token is exactly the last write lock's token before it (etcd's consensus orders
+/// every step). The etcd mutex and the write side are the same lock.
+///
+/// # Auto-extension, scoped forms, the lost signal
+///
+/// A read or write lock is a [`Lock`]: [`Lock::extend`], [`Lock::auto_extend`] and its
+/// [`LostSignal`](crate::LostSignal), [`Lock::release`], and the background release on drop
+/// work as for the mutex. [`RwLock::with_read`] and [`RwLock::with_write`] run work under an
+/// auto-extended lock, as [`Client::with_lock`] does.
+///
+/// Reentrancy: none, as for the mutex. A task that holds a read or write lock of a resource
+/// through a client and asks the same client for either again gets
+/// [`Error::AlreadyHeld`](crate::Error::AlreadyHeld) at once (a second read would deadlock
+/// behind a writer waiting for the first).
 #[derive(Debug, Clone)]
 pub struct RwLock {
     client: Client,
@@ -340,18 +330,5 @@ impl RwLock {
         E: From<Error>,
     {
         Scoped::run(self.write().await?, work).await?.into_result()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_readers_and_the_record_sit_beside_the_lock_key() {
-        assert_eq!(readers_key("doc:7"), "fencelock:readers:doc:7");
-        assert_eq!(writer_key("doc:7"), "fencelock:writer:doc:7");
-        assert!(readers_key("x").starts_with(crate::protocol::RESERVED_PREFIX));
-        assert!(writer_key("x").starts_with(crate::protocol::RESERVED_PREFIX));
     }
 }

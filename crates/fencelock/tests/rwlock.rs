@@ -391,3 +391,30 @@ async fn an_auto_extended_read_lock_outlives_its_ttl() {
     assert_eq!(err.kind(), ErrorKind::Contention, "{err}");
     guard.release().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_read_lock_whose_entries_vanish_fires_its_lost_signal() {
+    let nodes = RedisNodes::start(3).unwrap();
+    let short = Client::new(config(nodes.urls(), Duration::from_millis(900))).unwrap();
+    let guard = short
+        .rwlock("rw:lost")
+        .unwrap()
+        .read()
+        .await
+        .unwrap()
+        .auto_extend(fencelock::AutoExtend::new());
+    // The reader's entries go from a quorum (an operator's DEL, a node's data lost), once the
+    // acquisition's last request has landed (the round returned at a quorum).
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    for i in 0..2 {
+        nodes
+            .node(i)
+            .cli(&["DEL", "fencelock:readers:rw:lost", "rw:lost"])
+            .unwrap();
+    }
+    tokio::time::timeout(Duration::from_secs(10), guard.lost().fired())
+        .await
+        .expect("the lost signal fires");
+    assert_eq!(guard.lost().cause(), Some(fencelock::LostCause::NotHeld));
+    assert_eq!(guard.release().await.unwrap_err().kind(), ErrorKind::Lost);
+}

@@ -1580,39 +1580,3 @@ impl Rng {
         (self.next() % n as u64) as usize
     }
 }
-
-#[test]
-#[ignore]
-fn measure() {
-    let cases: Vec<(usize, usize, usize, u8, Faults, bool)> = vec![
-        (3, 1, 1, 1, PAUSES_AND_EXPIRY, true),
-        (3, 2, 0, 1, PAUSES_AND_EXPIRY, true),
-        (3, 1, 0, 2, PAUSES_AND_EXPIRY, true),
-        (3, 1, 1, 1, restart(true), false),
-        (3, 2, 0, 1, restart(true), false),
-        (3, 1, 1, 2, PAUSES_AND_EXPIRY, true),
-        (3, 2, 1, 1, PAUSES_AND_EXPIRY, true),
-        (3, 1, 2, 1, PAUSES_AND_EXPIRY, true),
-        (3, 2, 1, 1, restart(true), false),
-        (3, 1, 1, 2, restart(true), false),
-    ];
-    let fast = std::env::var("FAST").is_ok();
-    for (n, w, r, a, f, l) in cases {
-        if !fast && w + r + a as usize > 3 {
-            continue;
-        }
-        let t = std::time::Instant::now();
-        let mut cfg = Config::new(n, w, r, a).with_faults(f);
-        if !l {
-            cfg = cfg.without_last_writer();
-        }
-        let o = explore(&cfg);
-        println!(
-            "{n} nodes {w}W {r}R {a} att {f:?} L {l}: {} states {} transitions {:?} violated {:?}",
-            o.states,
-            o.transitions,
-            t.elapsed(),
-            o.violation.map(|v| v.0)
-        );
-    }
-}

@@ -295,7 +295,7 @@ impl RedisBackend {
                     .arg(scripts::READ_EXTEND.get_hash())
                     .arg(2)
                     .arg(&lock.keys[0])
-                    .arg(crate::rwlock::readers_key(&lock.keys[0]));
+                    .arg(crate::pure::readers::readers_key(&lock.keys[0]));
             } else {
                 pipe.cmd("EVALSHA")
                     .arg(&sha)

@@ -23,11 +23,11 @@ use crate::keepalive::{GuardState, Stop};
 use crate::pure::extension::Schedule;
 use crate::pure::queue::{self, Ticket};
 use crate::pure::quorum::Decision;
+use crate::pure::readers::{readers_key, writer_key};
 use crate::pure::retry::RetryPolicy;
 use crate::pure::token::OwnerToken;
 use crate::pure::validity;
 use crate::pure::vote::Votes;
-use crate::rwlock::{readers_key, writer_key};
 
 /// A reader's waiter id: a writer's (the client's id, a dot, a random part) with an `r` after
 /// the dot, which the scripts look for.
