@@ -20,6 +20,11 @@ pub enum Mode {
     RedlockQuarantine,
     /// A 3-member etcd cluster; the fencing token is the lock key's create revision.
     Etcd,
+    /// The read-write lock (`fencelock::RwLock`) on 5 Redis nodes, fencing and restart
+    /// quarantine on: each client alternates write locks (the fenced critical section) and read
+    /// locks (two reads of the counter); the check is that no writer's validity overlaps another
+    /// holder's, readers' with each other allowed.
+    RedlockRwlock,
     /// The real `fencelock run` binary on 5 Redis nodes (restart quarantine on, no fencing),
     /// with commands that leave background and `setsid` processes; the check is that no two
     /// holders' processes run at once.
@@ -28,13 +33,14 @@ pub enum Mode {
 
 impl Mode {
     /// Every mode, in the order the report lists them.
-    pub const ALL: [Mode; 6] = [
+    pub const ALL: [Mode; 7] = [
         Mode::Single,
         Mode::Redlock,
         Mode::RedlockFenced,
         Mode::RedlockQuarantine,
         Mode::Etcd,
         Mode::Run,
+        Mode::RedlockRwlock,
     ];
 
     /// How many nodes (Redis nodes, or etcd members) the mode runs.
@@ -63,7 +69,7 @@ impl Mode {
     pub fn fencing(self) -> bool {
         matches!(
             self,
-            Mode::RedlockFenced | Mode::RedlockQuarantine | Mode::Etcd
+            Mode::RedlockFenced | Mode::RedlockQuarantine | Mode::Etcd | Mode::RedlockRwlock
         )
     }
 
@@ -116,7 +122,10 @@ impl Mode {
 
     /// Whether restart quarantine is on.
     pub fn quarantine(self) -> bool {
-        matches!(self, Mode::RedlockQuarantine | Mode::Run)
+        matches!(
+            self,
+            Mode::RedlockQuarantine | Mode::Run | Mode::RedlockRwlock
+        )
     }
 
     /// The name used on the command line.
@@ -128,6 +137,7 @@ impl Mode {
             Mode::RedlockQuarantine => "redlock-quarantine",
             Mode::Etcd => "etcd",
             Mode::Run => "run",
+            Mode::RedlockRwlock => "redlock-rwlock",
         }
     }
 }
