@@ -10,6 +10,9 @@
 //!   next grant; and release returned -> next grant).
 //! - `held`: one client holds C locks under auto-extension for a fixed time; reports the
 //!   process's CPU time and, per node, the commands and read events (round trips) it served.
+//! - `shared`: C tasks sharing one client, N cycles on one key: read locks with a write lock in
+//!   every tenth cycle (`RwLock`), against the same cycles through the mutex of one key, in
+//!   alternating blocks (`bench/shared.rs`); reports the ratio of the two.
 //!
 //! With `--raw`, each workload runs a second time through [`raw::Raw`], hand-written redis-rs
 //! calls with no library around them, and the ratio of the two is printed. Everything but the
@@ -22,6 +25,7 @@ mod plot;
 mod proxy;
 mod raw;
 mod raw_etcd;
+mod shared;
 mod stats;
 
 use std::cell::Cell;
@@ -49,12 +53,12 @@ pub(crate) struct BenchArgs {
     /// What to measure.
     #[arg(long, value_enum)]
     pub(crate) workload: Workload,
-    /// Cycles (critical sections for `contended`); default 2000 (seq), 10000 (par), 200
-    /// (contended). Ignored by `held`.
+    /// Cycles (critical sections for `contended`); default 2000 (seq, shared), 10000 (par),
+    /// 200 (contended). Ignored by `held`.
     #[arg(long, value_name = "N")]
     pub(crate) cycles: Option<usize>,
-    /// Concurrent tasks (par, default 64), workers (contended, default 8) or locks held
-    /// (held, default 10000).
+    /// Concurrent tasks (par, default 64; shared, default 16), workers (contended, default 8)
+    /// or locks held (held, default 10000).
     #[arg(long, value_name = "C")]
     pub(crate) concurrency: Option<usize>,
     /// Also run the raw redis-rs baseline and print the ratio.
@@ -96,6 +100,7 @@ pub(crate) enum Workload {
     Par,
     Contended,
     Held,
+    Shared,
 }
 
 impl Workload {
@@ -105,6 +110,7 @@ impl Workload {
             Workload::Par => "par",
             Workload::Contended => "contended",
             Workload::Held => "held",
+            Workload::Shared => "shared",
         }
     }
 }
@@ -146,6 +152,10 @@ pub(crate) async fn bench(global: &Global, args: BenchArgs) -> anyhow::Result<u8
         Workload::Seq | Workload::Par => run_cycles(&plan, &settings, &baseline, &args).await?,
         Workload::Contended => run_contended(&plan, &settings, &baseline, &args).await?,
         Workload::Held => run_held(&plan, &settings, &baseline, &args).await?,
+        Workload::Shared => {
+            let client = client(&settings, plan.fencing).await?;
+            shared::run(&client, plan.cycles, plan.concurrency, &plan.prefix).await?
+        }
     };
     let report = Report {
         workload: plan.workload,
@@ -227,6 +237,7 @@ impl Plan {
             Workload::Par => 10_000,
             Workload::Contended => 200,
             Workload::Held => 0,
+            Workload::Shared => 2_000,
         });
         let concurrency = args
             .concurrency
@@ -235,6 +246,7 @@ impl Plan {
                 Workload::Par => 64,
                 Workload::Contended => 8,
                 Workload::Held => 10_000,
+                Workload::Shared => 16,
             })
             .max(1);
         Plan {
@@ -1178,6 +1190,14 @@ impl Report {
             "ratio".into(),
             self.ratio().map_or(Value::Null, |r| round2(r).into()),
         );
+        if let Some(mutex) = self.named("mutex") {
+            top.insert("mutex".into(), Value::Object(Self::series_json(mutex)));
+            top.insert(
+                "ratio_to_mutex".into(),
+                self.ratio_to("mutex")
+                    .map_or(Value::Null, |r| round2(r).into()),
+            );
+        }
         if let Some(barging) = self.named("raw-barging") {
             top.insert(
                 "raw_barging".into(),
@@ -1223,6 +1243,9 @@ impl Report {
         }
         if let Some(r) = self.ratio_to("raw-barging") {
             println!("ratio fencelock/raw-barging (cycles/s): {r:.2}x");
+        }
+        if let Some(r) = self.ratio_to("mutex") {
+            println!("ratio read-write lock/mutex, one key (cycles/s): {r:.2}x");
         }
         for s in &self.series {
             let e = &s.extra;
@@ -1271,7 +1294,13 @@ impl Report {
                         }
                     }
                 }
-                Workload::Seq | Workload::Par => {}
+                Workload::Shared if s.name == "fencelock" => println!(
+                    "{}: {} write cycles, overlaps {}",
+                    s.name,
+                    n("write_cycles"),
+                    n("overlaps")
+                ),
+                Workload::Seq | Workload::Par | Workload::Shared => {}
             }
         }
     }
@@ -1296,6 +1325,7 @@ impl Report {
             Workload::Held => "acquisition latency",
             Workload::Contended => "wait for the lock, and hand-over",
             Workload::Seq | Workload::Par => "acquire + release latency",
+            Workload::Shared => "acquire + release latency, one key",
         };
         let title = format!(
             "fencelock bench {}: {what}, {} node(s){}",
