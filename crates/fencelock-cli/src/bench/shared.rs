@@ -67,7 +67,7 @@ pub(super) async fn run(
         move |i: usize| {
             let (rw, inside, writes) = (rw.clone(), inside.clone(), writes.clone());
             async move {
-                let write = i % WRITE_EVERY == 0;
+                let write = i.is_multiple_of(WRITE_EVERY);
                 let taken = if write {
                     rw.write().await
                 } else {
