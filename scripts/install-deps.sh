@@ -73,6 +73,11 @@ collect() {
     need_file "$pg_bin/$bin" postgresql-15 "the testkit runs it"
   done
   need_cmd psql postgresql-client-15 "the testkit runs SQL with it"
+  # The sqlx MySQL fence's tests: the testkit starts mariadbd on a free port with its own data
+  # directory (never the packaged service), made by mariadb-install-db, and runs SQL with mariadb.
+  need_file "${FENCELOCK_MARIADBD:-/usr/sbin/mariadbd}" mariadb-server "the testkit runs it"
+  need_cmd mariadb-install-db mariadb-server "the testkit makes its data directory with it"
+  need_cmd mariadb mariadb-client "the testkit runs SQL with it"
   # As root the testkit runs PostgreSQL as this user (PostgreSQL refuses root); postgresql-common's
   # install creates it.
   getent passwd postgres >/dev/null || need postgresql-common "user postgres (the testkit runs PostgreSQL as it)"

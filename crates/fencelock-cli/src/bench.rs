@@ -91,6 +91,10 @@ pub(crate) struct BenchArgs {
     /// What the proxy of --delay-nodes delays: the nodes' replies, the requests, or both.
     #[arg(long, value_enum, default_value = "replies", requires = "delay_nodes")]
     pub(crate) delay_on: proxy::DelayOn,
+    /// Print the metrics the library recorded during the run (Prometheus text format, the
+    /// `fencelock_*` series; see the README's "In production" table).
+    #[arg(long)]
+    pub(crate) metrics: bool,
 }
 
 /// The workloads.
@@ -140,6 +144,11 @@ struct Series {
 /// A usage failure for conflicting options or no nodes; an internal failure when the nodes
 /// cannot be reached or the plot cannot be written.
 pub(crate) async fn bench(global: &Global, args: BenchArgs) -> anyhow::Result<u8> {
+    let metrics = if args.metrics {
+        Some(crate::metrics::install()?)
+    } else {
+        None
+    };
     // Both live until the end of the run: the local nodes and the delaying proxies.
     let (_local, settings) = node_settings(global, &args).await?;
     let (settings, _proxies) = delayed(settings, &args).await?;
@@ -169,9 +178,17 @@ pub(crate) async fn bench(global: &Global, args: BenchArgs) -> anyhow::Result<u8
         report.plot(path)?;
     }
     if global.json {
-        println!("{}", report.json());
+        let mut value = report.json();
+        if let Some(handle) = &metrics {
+            value["metrics"] = crate::metrics::render(handle).into();
+        }
+        println!("{value}");
     } else {
         report.print();
+        if let Some(handle) = &metrics {
+            println!("\nmetrics recorded by the library:");
+            print!("{}", crate::metrics::render(handle));
+        }
     }
     Ok(if report.safety_violated() {
         exit::CHECK_FAILED

@@ -75,6 +75,15 @@ pub(crate) struct Global {
     #[arg(long, global = true)]
     pub(crate) no_quarantine: bool,
 
+    /// A label of yours stored with every lock this command takes, beside this host's name and
+    /// process id, so that `fencelock inspect` shows who holds it (e.g. --label "nightly report").
+    #[arg(long, global = true, env = "FENCELOCK_LABEL", value_name = "TEXT")]
+    pub(crate) label: Option<String>,
+
+    /// Store no holder label (host, pid, --label) beside the locks.
+    #[arg(long, global = true, conflicts_with = "label")]
+    pub(crate) no_holder: bool,
+
     /// Print machine-readable JSON on stdout instead of the human form.
     #[arg(long, global = true)]
     pub(crate) json: bool,

@@ -522,6 +522,9 @@ async fn gather(node: &Node) -> NodeFacts {
 ///
 /// A usage failure for a bad node URL; unreachable nodes are a failing check, not an error.
 pub(crate) async fn doctor(settings: &Settings, json: bool) -> anyhow::Result<u8> {
+    if crate::etcd_node::is_etcd(settings) {
+        return crate::etcd_node::doctor(settings, json).await;
+    }
     let nodes = Node::parse_all(&settings.nodes, &settings.tls)?;
     let facts = futures_util::future::join_all(nodes.iter().map(gather)).await;
     let limits = Limits {
@@ -529,11 +532,26 @@ pub(crate) async fn doctor(settings: &Settings, json: bool) -> anyhow::Result<u8
         node_timeout: settings.node_timeout,
     };
     let checks = evaluate(&facts, limits);
+    let names: Vec<String> = facts.iter().map(|f| f.name.clone()).collect();
+    report(&checks, &names, settings, json)
+}
+
+/// Prints the checks (the table or JSON) and returns the exit code: 0, or 1 when one failed.
+///
+/// # Errors
+///
+/// None today; a `Result` as the commands return.
+pub(crate) fn report(
+    checks: &[Check],
+    nodes: &[String],
+    settings: &Settings,
+    json: bool,
+) -> anyhow::Result<u8> {
     let failed = checks.iter().any(|c| c.status == Status::Fail);
     let count = |s: Status| checks.iter().filter(|c| c.status == s).count();
     if json {
         let value = serde_json::json!({
-            "nodes": facts.iter().map(|f| &f.name).collect::<Vec<_>>(),
+            "nodes": nodes,
             "ttl_ms": u64::try_from(settings.ttl.as_millis()).unwrap_or(u64::MAX),
             "node_timeout_ms": u64::try_from(settings.node_timeout.as_millis()).unwrap_or(u64::MAX),
             "checks": checks,
@@ -542,7 +560,7 @@ pub(crate) async fn doctor(settings: &Settings, json: bool) -> anyhow::Result<u8
         });
         println!("{value}");
     } else {
-        print!("{}", render(&checks));
+        print!("{}", render(checks));
         println!(
             "{} pass, {} warn, {} fail (TTL {}, per-node timeout {}, nodes from {})",
             count(Status::Pass),

@@ -36,6 +36,10 @@ pub(crate) struct NodeState {
     /// included until a request drops them).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) waiting: Option<u64>,
+    /// Who holds it, as its client stored it (`fencelock:holder:<resource>`, see
+    /// `fencelock::Holder`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) holder: Option<String>,
 }
 
 impl NodeState {
@@ -49,6 +53,7 @@ impl NodeState {
             pttl_ms: None,
             fence_counter: None,
             waiting: None,
+            holder: None,
         }
     }
 
@@ -78,6 +83,7 @@ async fn probe_node(node: &Node, resource: &str, timeout: Duration) -> NodeState
         pttl_ms: None,
         fence_counter: None,
         waiting: None,
+        holder: None,
     };
     if key_type != "none" {
         state.pttl_ms = conn
@@ -92,6 +98,14 @@ async fn probe_node(node: &Node, resource: &str, timeout: Duration) -> NodeState
         {
             Ok(token) => state.token = token,
             Err(why) => state.error = Some(format!("GET failed: {why}")),
+        }
+        let holder_key = fencelock::protocol::holder_key(resource);
+        match conn
+            .query::<Option<String>>(redis::cmd("GET").arg(&holder_key))
+            .await
+        {
+            Ok(holder) => state.holder = holder,
+            Err(why) => state.error = Some(format!("GET {holder_key} failed: {why}")),
         }
     }
     // The node's fence counter (one per node); a legacy per-resource counter left by an older
@@ -138,6 +152,9 @@ pub(crate) struct Summary {
     pub(crate) max_fence_counter: Option<u64>,
     /// Nodes where the key exists with a type that is not a string.
     pub(crate) wrong_type: Vec<String>,
+    /// Who holds it, as the holder's client stored it on a node that holds its token.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) holder_label: Option<String>,
 }
 
 /// Summarizes the node states. No I/O.
@@ -150,7 +167,14 @@ pub(crate) fn summarize(states: &[NodeState]) -> Summary {
         }
     }
     let top = counts.iter().max_by_key(|(_, n)| **n);
+    let holder_label = top.and_then(|(token, _)| {
+        states
+            .iter()
+            .filter(|s| s.token.as_deref() == Some(*token))
+            .find_map(|s| s.holder.clone())
+    });
     Summary {
+        holder_label,
         quorum,
         reachable: states.iter().filter(|s| s.reachable).count(),
         holder: top
@@ -183,6 +207,17 @@ pub(crate) async fn explain_wrong_type(settings: &Settings, resource: &str) -> O
     ))
 }
 
+/// A stored holder label in words: `"job" (process 4121 on web-3)`.
+pub(crate) fn show_holder(text: &str) -> String {
+    match fencelock::Holder::parse(text) {
+        Some(h) => match h.label() {
+            Some(l) => format!("{l:?} (process {} on {})", h.pid(), h.host()),
+            None => format!("process {} on {}", h.pid(), h.host()),
+        },
+        None => text.to_string(),
+    }
+}
+
 fn fmt_pttl(pttl: Option<i64>) -> String {
     match pttl {
         None | Some(-2) => "-".into(),
@@ -207,6 +242,9 @@ fn render(resource: &str, states: &[NodeState], summary: &Summary) -> String {
         None => format!("not held on any of {} node(s)", states.len()),
     };
     let _ = writeln!(out, "lock {resource:?}: {verdict}");
+    if let Some(label) = &summary.holder_label {
+        let _ = writeln!(out, "holder: {}", show_holder(label));
+    }
     if summary.reachable < states.len() {
         let _ = writeln!(
             out,
@@ -308,6 +346,9 @@ pub(crate) async fn inspect(settings: &Settings, resource: &str, json: bool) -> 
         )
         .into());
     }
+    if crate::etcd_node::is_etcd(settings) {
+        return crate::etcd_node::inspect(settings, resource, json).await;
+    }
     let nodes = Node::parse_all(&settings.nodes, &settings.tls)?;
     let timeout = PROBE_TIMEOUT.max(settings.node_timeout);
     let states = probe(&nodes, resource, timeout).await;
@@ -341,6 +382,7 @@ mod tests {
             pttl_ms: Some(5000),
             fence_counter: Some("7".into()),
             waiting: Some(0),
+            holder: token.map(|t| format!("host=h pid=1 label=job {t}")),
         }
     }
 
@@ -355,6 +397,11 @@ mod tests {
         assert_eq!(summary.holder.as_deref(), Some("a"));
         assert_eq!(summary.holder_nodes, 2);
         assert_eq!(summary.max_fence_counter, Some(7));
+        assert_eq!(
+            summary.holder_label.as_deref(),
+            Some("host=h pid=1 label=job a")
+        );
+        assert!(render("r", &states, &summary).contains("holder: \"job a\" (process 1 on h)"));
     }
 
     #[test]

@@ -58,6 +58,8 @@ pub(crate) struct Settings {
     pub(crate) connect_timeout: Option<Duration>,
     /// The TLS files (`--tls-ca`, `--tls-cert`, `--tls-key`).
     pub(crate) tls: TlsFiles,
+    /// Who holds the locks this command takes (host, pid, `--label`); `None` with --no-holder.
+    pub(crate) holder: Option<fencelock::Holder>,
 }
 
 /// The TLS files of the command line or config file. `Debug` never shows the key's path.
@@ -104,6 +106,9 @@ impl Settings {
             .with_fencing(fencing || self.fencing)
             .with_long_ttl(self.long_ttl)
             .with_tls(self.tls.config());
+        if let Some(holder) = &self.holder {
+            config = config.with_holder(holder.clone());
+        }
         if let Some(timeout) = self.connect_timeout {
             config = config.with_connect_timeout(timeout);
         }
@@ -264,6 +269,19 @@ pub(crate) fn resolve(global: &Global) -> Result<Settings, Failure> {
         long_ttl: global.allow_long_ttl,
         connect_timeout,
         tls,
+        holder: holder(global),
+    })
+}
+
+/// The holder label of `--label` and `--no-holder`: this host and process, by default.
+pub(crate) fn holder(global: &Global) -> Option<fencelock::Holder> {
+    if global.no_holder {
+        return None;
+    }
+    let holder = fencelock::Holder::this_process();
+    Some(match &global.label {
+        Some(label) => holder.with_label(label.clone()),
+        None => holder,
     })
 }
 
@@ -345,6 +363,7 @@ impl Settings {
             long_ttl: global.allow_long_ttl,
             connect_timeout: global.connect_timeout,
             tls: TlsFiles::default(),
+            holder: holder(global),
         }
     }
 }

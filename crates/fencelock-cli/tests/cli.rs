@@ -667,3 +667,43 @@ fn inspect_shows_the_waiting_line_and_run_waits_in_it() {
     assert!(status.success(), "{status:?}");
     assert_eq!(waiting(home.path()), [0, 0, 0]);
 }
+
+#[test]
+fn inspect_shows_who_holds_a_lock_with_its_label() {
+    let nodes = RedisNodes::start(3).unwrap();
+    let home = home();
+    let urls = nodes.urls();
+    let out = output(with_nodes(home.path(), &urls).args([
+        "--label",
+        "nightly report",
+        "acquire",
+        "held-job",
+    ]));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let token = text(&out.stdout).trim().to_string();
+    // The lock key keeps the bare token, for other Redlock clients.
+    assert_eq!(
+        nodes.node(0).cli(&["GET", "held-job"]).unwrap().trim(),
+        token
+    );
+    let out = output(with_nodes(home.path(), &urls).args(["inspect", "held-job"]));
+    let shown = text(&out.stdout);
+    assert!(
+        shown.contains("holder: \"nightly report\" (process "),
+        "{shown}"
+    );
+    let out = output(with_nodes(home.path(), &urls).args(["--json", "inspect", "held-job"]));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let label = json["summary"]["holder_label"].as_str().unwrap();
+    assert!(
+        label.starts_with("host=") && label.ends_with(" label=nightly report"),
+        "{json}"
+    );
+    // Released with the token: the label goes with the lock.
+    let out =
+        output(with_nodes(home.path(), &urls).args(["release", "held-job", "--token", &token]));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = output(with_nodes(home.path(), &urls).args(["--json", "inspect", "held-job"]));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(json["summary"]["holder_label"].is_null(), "{json}");
+}

@@ -50,6 +50,8 @@ pub struct ClientArgs {
     pub epoch_ns: u64,
     /// The `fencelock` binary (the `run` mode drives it).
     pub fencelock: Option<PathBuf>,
+    /// Record the library's metrics and write them beside the log (`client-<id>.prom`).
+    pub metrics: bool,
 }
 
 /// A request the nemesis leaves for a client.
@@ -185,6 +187,19 @@ pub fn run(args: &ClientArgs) -> io::Result<()> {
 }
 
 async fn run_async(args: &ClientArgs) -> io::Result<()> {
+    let metrics = if args.metrics {
+        Some(crate::metrics::install()?)
+    } else {
+        None
+    };
+    let result = run_locks(args).await;
+    if let Some(handle) = metrics {
+        std::fs::write(args.log.with_extension("prom"), handle.render())?;
+    }
+    result
+}
+
+async fn run_locks(args: &ClientArgs) -> io::Result<()> {
     let mut log = Log::create(args)?;
     let config = Config::new(&args.nodes)
         .with_ttl(args.ttl)

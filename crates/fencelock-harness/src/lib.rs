@@ -20,6 +20,7 @@
 pub mod checker;
 pub mod client;
 pub mod history;
+pub mod metrics;
 pub mod mode;
 pub mod mono;
 pub mod nemesis;

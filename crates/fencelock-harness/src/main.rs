@@ -100,6 +100,10 @@ struct RunArgs {
     /// No progress on stderr.
     #[arg(long)]
     quiet: bool,
+    /// After each mode, print the library metrics its clients recorded (summed over the
+    /// clients; each client's Prometheus text is `client-<id>.prom` in the mode's directory).
+    #[arg(long)]
+    metrics: bool,
     /// The fencelock binary the `run` mode drives (default: beside this executable, where
     /// `cargo build -p fencelock-cli` puts it).
     #[arg(long)]
@@ -130,6 +134,8 @@ struct ClientCli {
     epoch_ns: u64,
     #[arg(long)]
     fencelock: Option<PathBuf>,
+    #[arg(long)]
+    metrics: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -177,6 +183,7 @@ fn run_cli() -> anyhow::Result<ExitCode> {
                 window: Duration::from_millis(c.window_ms),
                 epoch_ns: c.epoch_ns,
                 fencelock: c.fencelock,
+                metrics: c.metrics,
             })
             .context("client failed")?;
             Ok(ExitCode::SUCCESS)
@@ -225,6 +232,7 @@ fn run_modes(args: RunArgs) -> anyhow::Result<ExitCode> {
         exe: std::env::current_exe().context("locating the harness executable")?,
         fencelock: args.fencelock.clone(),
         progress: !args.quiet,
+        metrics: args.metrics,
     };
     if args.modes.contains(&Mode::Run) {
         run::fencelock_path(&opts)?;
@@ -235,6 +243,10 @@ fn run_modes(args: RunArgs) -> anyhow::Result<ExitCode> {
         let run = run::run_mode(*mode, &opts).with_context(|| format!("mode {mode}"))?;
         if !args.json {
             print!("{}", report::text(&run));
+            if args.metrics {
+                let dir = opts.out.join(mode.name());
+                print!("{}", fencelock_harness::metrics::summary(&dir)?);
+            }
         }
         runs.push(run);
     }

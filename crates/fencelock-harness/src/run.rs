@@ -53,6 +53,8 @@ pub struct RunOptions {
     pub window: Duration,
     /// Fault kinds to inject.
     pub faults: Vec<FaultKind>,
+    /// Clients record the library's metrics (`client-<id>.prom` in the mode's directory).
+    pub metrics: bool,
     /// Where logs, databases and the history go (one directory per mode).
     pub out: PathBuf,
     /// The harness executable (clients are this program's `client` subcommand).
@@ -362,8 +364,11 @@ fn spawn_client(
     ])
     .stdin(Stdio::null())
     .stdout(Stdio::null())
-    .stderr(stderr)
-    .spawn()
+    .stderr(stderr);
+    if opts.metrics {
+        cmd.arg("--metrics");
+    }
+    cmd.spawn()
 }
 
 /// The `fencelock` binary for the `run` mode: `opts.fencelock`, else the one beside the harness

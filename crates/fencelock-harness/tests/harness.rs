@@ -6,7 +6,7 @@
 //! `fencelock run` never lets two holders' processes run at once, background and `setsid` ones
 //! included, with its supervisor killed at random.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 use serde_json::Value;
@@ -168,36 +168,10 @@ fn clients_with_different_ttls_never_hold_at_once_across_restarts_without_persis
     );
 }
 
-/// The `fencelock` binary beside the harness's, in the same target dir and profile. `./dev test`
-/// (`cargo test --workspace --all-features`) has built it already, with the workspace's test
-/// feature set; asking cargo for that same build again is a no-op then (a `cargo build -p
-/// fencelock-cli` would resolve other features, rebuild the library and the binary, about
-/// 30 s, and leave the next `cargo test` to rebuild them back). Run alone, this builds what
-/// the workspace's tests need.
+/// The `fencelock` binary of the workspace's test build (see `workspace_build`: under
+/// `./dev test` it is there already, with the workspace's feature set).
 fn build_fencelock() -> PathBuf {
-    let harness = Path::new(env!("CARGO_BIN_EXE_fencelock-harness"));
-    let profile_dir = harness.parent().unwrap();
-    let target_dir = profile_dir.parent().unwrap();
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../Cargo.toml");
-    let mut cargo = Command::new(env!("CARGO"));
-    cargo
-        .args([
-            "test",
-            "--quiet",
-            "--no-run",
-            "--workspace",
-            "--all-features",
-        ])
-        .arg("--manifest-path")
-        .arg(&manifest)
-        .arg("--target-dir")
-        .arg(target_dir);
-    if profile_dir.file_name().is_some_and(|p| p == "release") {
-        cargo.arg("--release");
-    }
-    let status = cargo.status().expect("cannot run cargo");
-    assert!(status.success(), "building fencelock failed: {status}");
-    profile_dir.join("fencelock")
+    fencelock_testkit::workspace_build().join("fencelock")
 }
 
 /// The real `fencelock run`, its commands leaving a background job and a `setsid` process that

@@ -12,6 +12,7 @@ fn send_sync<T: Send + Sync>() {}
 fn handles_are_send_and_sync() {
     send_sync::<RedisNode>();
     send_sync::<RedisNodes>();
+    send_sync::<fencelock_testkit::MariaDb>();
     send_sync::<RedisOptions>();
     send_sync::<Persistence>();
     send_sync::<Postgres>();

@@ -2,8 +2,11 @@
 //! so that `client.rs` does not depend on the lock handle (which holds a `Client`): the import
 //! graph has no cycle.
 
+use std::time::Instant;
+
 use tracing::Instrument;
 
+use crate::backend::Grant;
 use crate::client::{check_resources, Client};
 use crate::error::Result;
 use crate::lock::Lock;
@@ -43,8 +46,10 @@ impl Client {
         let keys = check_resources(resources)?;
         self.holdings().check(&keys)?;
         let span = tracing::debug_span!("acquire", resource = %keys[0], attempt = 1u32);
-        let grant = self.backend().try_acquire(&keys).instrument(span).await?;
-        Ok(Lock::new(self.clone(), keys, grant))
+        let started = Instant::now();
+        let result = self.backend().try_acquire(&keys).instrument(span).await;
+        self.record_acquisition(&keys, false, started, &result);
+        Ok(Lock::new(self.clone(), keys, result?))
     }
 
     /// Takes the lock on `resource`, waiting per the configured [`RetryPolicy`].
@@ -107,7 +112,27 @@ impl Client {
     ) -> Result<Lock> {
         let keys = check_resources(resources)?;
         self.holdings().check(&keys)?;
-        let grant = self.backend().acquire(&keys, policy, None).await?;
-        Ok(Lock::new(self.clone(), keys, grant))
+        let started = Instant::now();
+        let result = self.backend().acquire(&keys, policy, None).await;
+        self.record_acquisition(&keys, true, started, &result);
+        Ok(Lock::new(self.clone(), keys, result?))
+    }
+
+    /// Records an acquisition call that began at `started` (see `telemetry.rs`).
+    pub(crate) fn record_acquisition(
+        &self,
+        keys: &[String],
+        wait: bool,
+        started: Instant,
+        result: &Result<Grant>,
+    ) {
+        let telemetry = self.telemetry();
+        telemetry.acquired(
+            &telemetry.label(&keys[0]),
+            wait,
+            started.elapsed(),
+            result,
+            result.as_ref().ok().map(|g| &g.votes),
+        );
     }
 }

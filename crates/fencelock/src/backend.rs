@@ -177,6 +177,39 @@ impl Backend {
         }
     }
 
+    /// Releases `keys` if `token` still owns them (a token handed between processes). On etcd
+    /// the token is the lock key, which names its lease: revoking the lease deletes the keys.
+    ///
+    /// # Errors
+    ///
+    /// As `Client::release_token`.
+    pub(crate) async fn release_token(&self, keys: &[String], token: &str) -> Result<Votes> {
+        match self {
+            Backend::Redis(r) => r.release_token(keys, token).await,
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(e) => {
+                let held = e.held_by_token(&keys[0], token)?;
+                e.release(&held).await.map(|()| Votes::default())
+            }
+        }
+    }
+
+    /// Extends `keys` to a fresh TTL if `token` still owns them (on etcd: renews its lease).
+    ///
+    /// # Errors
+    ///
+    /// As `Client::extend_token`.
+    pub(crate) async fn extend_token(&self, keys: &[String], token: &str) -> Result<Votes> {
+        match self {
+            Backend::Redis(r) => r.extend_token(keys, token).await,
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(e) => {
+                let held = e.held_by_token(&keys[0], token)?;
+                e.extend(&held, held.deadline).await.map(|(_, votes)| votes)
+            }
+        }
+    }
+
     /// The Redis nodes, or an error naming the operation for other backends (the operations on
     /// a bare token exist on Redis only).
     #[cfg_attr(not(feature = "etcd"), allow(unused_variables))]

@@ -12,6 +12,7 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::node::NodeAddr;
 use crate::pure::vote::Votes;
+use crate::telemetry::Telemetry;
 
 /// Takes locks on one Redis node (an efficiency lock), on a majority of N independent nodes
 /// (Redlock), or on an etcd cluster. Cheap to clone: clones share connections.
@@ -45,6 +46,8 @@ struct Inner {
     pending_releases: tokio::sync::watch::Sender<usize>,
     /// The locks held, by task, to refuse a task that asks again (see `reentry.rs`).
     holdings: Arc<crate::reentry::Holdings>,
+    /// Metrics and node events (see `telemetry.rs`).
+    telemetry: Telemetry,
 }
 
 impl std::fmt::Debug for Client {
@@ -66,6 +69,13 @@ impl Client {
         let addrs = config.validate()?;
         let nodes = addrs.clone().into_boxed_slice();
         let backend = Backend::new(addrs, &config)?;
+        // Votes name every Redis node; etcd's name the one member list.
+        let voters = if nodes[0].scheme().is_redis() {
+            nodes.len()
+        } else {
+            1
+        };
+        let telemetry = Telemetry::new(config.metrics_resource_label(), voters);
         Ok(Client {
             inner: Arc::new(Inner {
                 config,
@@ -74,6 +84,7 @@ impl Client {
                 reaper: std::sync::OnceLock::new(),
                 pending_releases: tokio::sync::watch::Sender::new(0),
                 holdings: Arc::default(),
+                telemetry,
             }),
         })
     }
@@ -114,6 +125,11 @@ impl Client {
         &self.inner.backend
     }
 
+    /// What this client records (see `telemetry.rs`).
+    pub(crate) fn telemetry(&self) -> &Telemetry {
+        &self.inner.telemetry
+    }
+
     /// Releases `resource` if `token` (as printed by [`Lock::token`]) still owns it. For tools
     /// that hand the token between processes; a program holding a [`Lock`] calls
     /// [`Lock::release`] instead.
@@ -121,14 +137,16 @@ impl Client {
     /// # Errors
     ///
     /// [`Error::Lost`] when the key does not hold this token on a quorum of nodes (wrong token,
-    /// or it expired); [`Error::Unavailable`] when too many nodes failed to answer.
+    /// or it expired); [`Error::Unavailable`] when too many nodes failed to answer. On etcd the
+    /// token is the lock key (`fencelock/<resource>/<lease>`): the release revokes its lease,
+    /// [`Error::Lost`] when that lease is gone, [`Error::InvalidConfig`] for a token that is no
+    /// key of `resource`.
     pub async fn release_token(&self, resource: &str, token: &str) -> Result<Votes> {
         let keys = check_resources(&[resource])?;
-        self.inner
-            .backend
-            .redis("release by token")?
-            .release_token(&keys, token)
-            .await
+        let result = self.inner.backend.release_token(&keys, token).await;
+        let telemetry = self.telemetry();
+        telemetry.released(&telemetry.label(resource), &result, result.as_ref().ok());
+        result
     }
 
     /// Extends `resource` to a fresh TTL if `token` still owns it on a quorum.
@@ -138,11 +156,10 @@ impl Client {
     /// As [`Client::release_token`].
     pub async fn extend_token(&self, resource: &str, token: &str) -> Result<Votes> {
         let keys = check_resources(&[resource])?;
-        self.inner
-            .backend
-            .redis("extend by token")?
-            .extend_token(&keys, token)
-            .await
+        let result = self.inner.backend.extend_token(&keys, token).await;
+        let telemetry = self.telemetry();
+        telemetry.extended(&telemetry.label(resource), &result, result.as_ref().ok());
+        result
     }
 
     /// Hands a dropped lock to a background task that releases it. `Drop` must not do I/O, so

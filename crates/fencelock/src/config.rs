@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use crate::error::Error;
+use crate::holder::Holder;
 use crate::node::NodeAddr;
 use crate::pure::retry::RetryPolicy;
 use crate::pure::validity;
@@ -36,6 +37,8 @@ pub struct Config {
     quarantine: Option<bool>,
     long_ttl: bool,
     tls: TlsConfig,
+    metrics_resource_label: bool,
+    holder: Option<Holder>,
 }
 
 impl Config {
@@ -77,6 +80,8 @@ impl Config {
             quarantine: None,
             long_ttl: false,
             tls: TlsConfig::new(),
+            metrics_resource_label: false,
+            holder: None,
         }
     }
 
@@ -149,6 +154,35 @@ impl Config {
         self
     }
 
+    /// Adds a `resource` label (the resource name) to the lock metrics (feature `metrics`; see
+    /// [`crate::telemetry`]). Default: off, since resource names can be unbounded and each one
+    /// makes new series; turn it on when the client locks a small fixed set of resources.
+    pub fn with_metrics_resource_label(mut self, on: bool) -> Config {
+        self.metrics_resource_label = on;
+        self
+    }
+
+    /// Stores `holder` (host, process id, your label) beside every lock this client takes, so
+    /// that an operator can tell who holds it (`fencelock inspect` shows it; see
+    /// [`Holder`]): on Redis a side key with the lock's TTL, written by the script that grants
+    /// the lock (no extra round trip), extended and deleted with it; the lock key keeps the
+    /// bare owner token, as other Redlock clients expect. On etcd, the value of the lock's key.
+    /// Default: none.
+    pub fn with_holder(mut self, holder: Holder) -> Config {
+        self.holder = Some(holder);
+        self
+    }
+
+    /// The holder label stored beside each lock, if any.
+    pub fn holder(&self) -> Option<&Holder> {
+        self.holder.as_ref()
+    }
+
+    /// Whether the lock metrics carry the resource name.
+    pub fn metrics_resource_label(&self) -> bool {
+        self.metrics_resource_label
+    }
+
     /// The TLS settings.
     pub fn tls(&self) -> &TlsConfig {
         &self.tls
@@ -196,6 +230,9 @@ impl Config {
 
     /// Checks the settings and parses the node URLs.
     pub(crate) fn validate(&self) -> Result<Vec<NodeAddr>, Error> {
+        if let Some(holder) = &self.holder {
+            holder.check().map_err(|why| Error::config("holder", why))?;
+        }
         if self.nodes.is_empty() {
             return Err(Error::config(
                 "nodes",
@@ -313,6 +350,8 @@ impl std::fmt::Debug for Config {
             .field("quarantine", &self.quarantine())
             .field("long_ttl", &self.long_ttl)
             .field("tls", &self.tls)
+            .field("metrics_resource_label", &self.metrics_resource_label)
+            .field("holder", &self.holder)
             .finish()
     }
 }

@@ -24,7 +24,11 @@ impl Lock {
     pub fn auto_extend(self, settings: AutoExtend) -> LockGuard {
         let ttl = self.client().config().ttl();
         let schedule = settings.schedule(ttl, Instant::now());
-        let state = Arc::new(GuardState::new(self.validity_deadline(), schedule.margin));
+        let label = self.client().telemetry().label(self.resource());
+        let state = Arc::new(
+            GuardState::new(self.validity_deadline(), schedule.margin)
+                .about(self.resource(), label),
+        );
         let stop = self
             .held()
             .keep_alive(self.keys().clone(), state.clone(), schedule);
@@ -145,6 +149,7 @@ impl LockGuard {
             .take()
             .expect("a guard holds its lock until release");
         let lost = self.state.lost_cause();
+        self.state.end();
         let resource = lock.resource().to_string();
         let result = lock.release().await;
         match (lost, result) {
@@ -166,6 +171,7 @@ impl LockGuard {
 impl Drop for LockGuard {
     fn drop(&mut self) {
         self.stop.stop();
+        self.state.end();
         // The lock's own Drop hands it to the client's background release.
     }
 }

@@ -40,7 +40,13 @@ pub struct IssuedToken {
 /// only by the fences, which are behind features.
 #[derive(Debug, Clone)]
 #[cfg_attr(
-    not(any(feature = "sqlite", feature = "postgres", feature = "sqlx-postgres")),
+    not(any(
+        feature = "sqlite",
+        feature = "postgres",
+        feature = "sqlx-postgres",
+        feature = "sqlx-mysql",
+        feature = "sqlx-sqlite"
+    )),
     allow(dead_code)
 )]
 enum Holder {
@@ -99,7 +105,12 @@ impl IssuedToken {
     /// Whether the issuing lock is known to be still valid right now: `None` if the token does
     /// not know its lock. Read only when a fenced storage refuses the token.
     #[cfg_attr(
-        not(any(feature = "sqlite", feature = "postgres", feature = "sqlx-postgres")),
+        not(any(
+            feature = "sqlite",
+            feature = "postgres",
+            feature = "sqlx-postgres",
+            feature = "sqlx-mysql"
+        )),
         allow(dead_code)
     )]
     pub(crate) fn lock_still_valid(&self) -> Option<bool> {

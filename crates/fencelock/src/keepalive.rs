@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 use crate::error::LostCause;
 use crate::pure::extension::{self, Attempt, Next, Schedule};
 use crate::pure::vote::Votes;
+use crate::telemetry::{self, ResourceLabel};
 
 /// Auto-extension settings for [`Lock::auto_extend`].
 ///
@@ -130,6 +131,11 @@ pub(crate) struct GuardState {
     /// Why the signal fired, set once by whoever fired it first.
     cause: OnceLock<LostCause>,
     margin: Duration,
+    /// The lock's resource and its metrics label, for the lost event (`telemetry.rs`).
+    resource: Arc<str>,
+    label: ResourceLabel,
+    /// Released (or dropped): a signal that fires afterwards reports nothing.
+    ended: AtomicBool,
 }
 
 impl GuardState {
@@ -142,6 +148,39 @@ impl GuardState {
             lost: CancellationToken::new(),
             cause: OnceLock::new(),
             margin,
+            resource: Arc::from(""),
+            label: ResourceLabel::default(),
+            ended: AtomicBool::new(false),
+        }
+    }
+
+    /// Names the lock's resource for the lost event and its metric.
+    pub(crate) fn about(mut self, resource: &str, label: ResourceLabel) -> GuardState {
+        self.resource = Arc::from(resource);
+        self.label = label;
+        self
+    }
+
+    /// A successful extension: the new deadline.
+    fn extended(&self, deadline: Instant) {
+        telemetry::extension(&self.label, true, "auto");
+        self.set_deadline(deadline);
+    }
+
+    /// A failed extension attempt, which the engine retries: why, for whoever watches.
+    fn attempt_failed(&self, why: Arc<str>) {
+        telemetry::extension(&self.label, false, "auto");
+        self.set_failing(why);
+    }
+
+    /// The guard was released or dropped. A lock whose validity ran out with nobody awake to
+    /// fire the signal is reported lost now.
+    pub(crate) fn end(&self) {
+        if self.ended.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        if self.is_lost() && self.cause.set(self.clock_cause()).is_ok() {
+            telemetry::lost(&self.resource, &self.label, self.clock_cause());
         }
     }
 
@@ -169,8 +208,11 @@ impl GuardState {
 
     /// Fires the signal; the first cause given is the one reported.
     pub(crate) fn fire_because(&self, cause: LostCause) {
-        let _ = self.cause.set(cause);
+        let first = self.cause.set(cause).is_ok();
         self.lost.cancel();
+        if first && !self.ended.load(Ordering::Acquire) {
+            telemetry::lost(&self.resource, &self.label, cause);
+        }
     }
 
     /// Why the lock is lost, if it is: the recorded cause, else (lost by the clock alone, with
@@ -178,7 +220,18 @@ impl GuardState {
     pub(crate) fn lost_cause(&self) -> Option<LostCause> {
         match self.cause.get() {
             Some(cause) if self.lost.is_cancelled() => Some(*cause),
-            _ => self.is_lost().then_some(LostCause::Expired),
+            _ => self.is_lost().then(|| self.clock_cause()),
+        }
+    }
+
+    /// The cause of a loss found by the clock (the deadline minus the margin came): the nodes'
+    /// doing when the latest extension attempt had failed (the engine was retrying), else
+    /// the validity simply ran out.
+    pub(crate) fn clock_cause(&self) -> LostCause {
+        if self.health.borrow().failing.is_some() {
+            LostCause::Unreachable
+        } else {
+            LostCause::Expired
         }
     }
 
@@ -238,7 +291,7 @@ impl LostSignal {
                 () = self.state.lost.cancelled() => return,
                 () = tokio::time::sleep_until(at.into()) => {
                     if self.state.deadline() == deadline {
-                        self.state.fire_because(LostCause::Expired);
+                        self.state.fire_because(self.state.clock_cause());
                         return;
                     }
                 }
@@ -246,7 +299,7 @@ impl LostSignal {
                     if changed.is_err() {
                         // The guard is gone: nothing extends any more.
                         tokio::time::sleep_until(at.into()).await;
-                        self.state.fire_because(LostCause::Expired);
+                        self.state.fire_because(self.state.clock_cause());
                         return;
                     }
                 }
@@ -490,47 +543,37 @@ fn apply<L>(slots: &mut HashMap<u64, Slot<L>>, done: Done) {
         match next {
             Next::At { due, deadline } => {
                 match deadline {
-                    Some(deadline) => state.set_deadline(deadline),
+                    Some(deadline) => state.extended(deadline),
                     None => {
                         let why = outcome.why.unwrap_or_else(|| Arc::from("no quorum"));
                         tracing::debug!(resource = %slot.entry.name, %why, retry_at = ?due, "extension failed; retrying within the validity left");
-                        state.set_failing(why);
+                        state.attempt_failed(why);
                     }
                 }
                 slot.next_due = Some(due);
             }
             Next::Stop { deadline } => {
                 if let Some(deadline) = deadline {
-                    state.set_deadline(deadline);
+                    state.extended(deadline);
                 }
                 slot.next_due = None;
             }
             Next::Lost(cause) => {
                 if let Some(why) = &outcome.why {
                     // What the last attempt saw, for whoever reports the loss.
-                    state.set_failing(why.clone());
+                    state.attempt_failed(why.clone());
                 }
-                let why = outcome.why.as_deref().unwrap_or("");
-                tracing::warn!(
+                // The warning, with what to do, comes from the signal (`telemetry::lost`).
+                tracing::debug!(
                     resource = %slot.entry.name,
                     %cause,
-                    why,
-                    "auto-extension failed: lock lost; the work under it is no longer protected: stop it ({})",
-                    cause_hint(cause),
+                    why = outcome.why.as_deref().unwrap_or(""),
+                    "auto-extension failed: lock lost"
                 );
                 state.fire_because(cause);
                 slots.remove(&id);
             }
         }
-    }
-}
-
-/// What to do about a lost lock, for the warning.
-fn cause_hint(cause: LostCause) -> &'static str {
-    match cause {
-        LostCause::NotHeld => "its keys are gone or another owner's on too many nodes",
-        LostCause::Unreachable => "too many nodes failed to answer within the validity left: check that they are up and reachable",
-        _ => "the validity ran out before an extension succeeded: raise the TTL, or keep the runtime's threads from blocking",
     }
 }
 

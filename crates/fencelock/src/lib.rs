@@ -116,6 +116,8 @@
 //! - [`fence`]: fenced storage (SQLite, PostgreSQL) that refuses a stale holder's write.
 //! - [`protocol`]: the keys and the release script, for tools and other clients that share
 //!   locks with fencelock.
+//! - [`Holder`] (with [`Config::with_holder`]): who holds a lock, stored beside it for
+//!   `fencelock inspect`.
 //! - Every error is an [`Error`]; lock errors carry the per-node [`Votes`] that explain them.
 //!
 //! # Reentrancy
@@ -151,21 +153,28 @@
 //! # Feature flags
 //!
 //! - The Redis backend is always built.
-//! - `sqlite` (default): [`fence::SqliteFence`], SQLite bundled, over rusqlite 0.43
+//! - `sqlite` (default): [`fence::SqliteFence`], SQLite bundled, over rusqlite 0.32
 //!   (re-exported as `fencelock::rusqlite`: use it for the transaction the fenced write hands
-//!   you, so that your build links one SQLite).
+//!   you, so that your build links one SQLite). 0.32 because it links the libsqlite3-sys that
+//!   sqlx 0.8's SQLite driver links (0.30): one build can link only one, so with a newer
+//!   rusqlite no program could use fencelock and sqlx 0.8 on SQLite together.
 //! - `postgres`: `fence::PostgresFence` over tokio-postgres 0.7 (re-exported as
 //!   `fencelock::tokio_postgres`).
 //! - `sqlx-postgres`: `fence::SqlxPostgresFence`, the fence check inside your own sqlx 0.8
-//!   transaction on PostgreSQL (re-exported as `fencelock::sqlx`). No sqlx SQLite: sqlx 0.8's
-//!   SQLite driver links another libsqlite3-sys than rusqlite 0.43, and one build cannot hold
-//!   both.
+//!   transaction on PostgreSQL (re-exported as `fencelock::sqlx`).
+//! - `sqlx-sqlite`: `fence::SqlxSqliteFence`, the same on SQLite.
+//! - `sqlx-mysql`: `fence::SqlxMySqlFence`, the same inside your own sqlx 0.8 transaction on
+//!   MySQL or MariaDB (InnoDB).
 //! - `etcd`: `etcd://` node URLs, locks on an etcd cluster whose revisions are the fencing
 //!   tokens.
 //! - `tls`: `rediss://` node URLs, and `etcds://` with `etcd` (rustls with the ring provider);
 //!   [`TlsConfig`] sets a CA and a client certificate.
 //! - `blocking`: `fencelock::blocking`, the same client, lock, guard and lost signal with
 //!   blocking calls, on a runtime thread of its own.
+//! - `metrics`: records lock metrics through the `metrics` facade (no exporter; install your
+//!   recorder before taking locks); [`telemetry`] names them. Without it nothing is recorded.
+//!   The warnings an operator acts on (a lost lock, a node that stops answering, a node in
+//!   quarantine) go through `tracing` in every build.
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -182,9 +191,15 @@ mod env;
 mod error;
 #[cfg(feature = "etcd")]
 mod etcd;
-#[cfg(any(feature = "sqlite", feature = "postgres", feature = "sqlx-postgres"))]
+#[cfg(any(
+    feature = "sqlite",
+    feature = "postgres",
+    feature = "sqlx-postgres",
+    feature = "sqlx-mysql"
+))]
 pub mod fence;
 mod guard;
+mod holder;
 mod issued;
 mod keepalive;
 mod lock;
@@ -197,6 +212,7 @@ mod reseed;
 mod rwlock;
 mod scoped;
 mod semaphore;
+pub mod telemetry;
 mod tls;
 mod waiter;
 
@@ -211,6 +227,7 @@ pub use crate::context::LockContext;
 pub use crate::election::{Election, Leader, Leadership, Observer};
 pub use crate::error::{Error, ErrorKind, LostCause, Result};
 pub use crate::guard::LockGuard;
+pub use crate::holder::{Holder, MAX_LABEL_LEN};
 pub use crate::issued::IssuedToken;
 pub use crate::keepalive::{AutoExtend, ExtensionState, Extensions, LostSignal};
 pub use crate::lock::Lock;
@@ -226,8 +243,11 @@ pub use crate::waiter::Waiter;
 #[cfg(feature = "sqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub use rusqlite;
-#[cfg(feature = "sqlx-postgres")]
-#[cfg_attr(docsrs, doc(cfg(feature = "sqlx-postgres")))]
+#[cfg(any(feature = "sqlx-postgres", feature = "sqlx-mysql"))]
+#[cfg_attr(
+    docsrs,
+    doc(cfg(any(feature = "sqlx-postgres", feature = "sqlx-mysql")))
+)]
 pub use sqlx;
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]

@@ -177,11 +177,15 @@ impl Lock {
                 LostCause::Expired,
             ));
         }
-        let (deadline, votes) = self
+        let result = self
             .held
             .extend(&self.keys, self.deadline)
             .instrument(span)
-            .await?;
+            .await;
+        let telemetry = self.client.telemetry();
+        let label = telemetry.label(&self.keys[0]);
+        telemetry.extended(&label, &result, result.as_ref().ok().map(|(_, v)| v));
+        let (deadline, votes) = result?;
         self.deadline = deadline;
         self.votes = votes;
         Ok(())
@@ -207,13 +211,21 @@ impl Lock {
     pub async fn release(mut self) -> Result<Votes> {
         self.released = true;
         let span = tracing::debug_span!("release", resource = %self.keys[0]);
-        self.held.release(&self.keys).instrument(span).await
+        let result = self.held.release(&self.keys).instrument(span).await;
+        let telemetry = self.client.telemetry();
+        telemetry.released(
+            &telemetry.label(&self.keys[0]),
+            &result,
+            result.as_ref().ok(),
+        );
+        result
     }
 }
 
 impl Drop for Lock {
     fn drop(&mut self) {
         if !self.released {
+            crate::telemetry::dropped(&self.client.telemetry().label(&self.keys[0]));
             self.client
                 .release_in_background(self.keys.clone(), self.held.clone());
         }

@@ -8,7 +8,13 @@
 //! - [`counter_key`]: the fence counter (fencing mode; `docs/fencing.md` holds the argument);
 //! - [`queue_key`] and [`lease_key`]: the waiting line (sorted sets of waiter ids by ticket and
 //!   by lease deadline);
-//! - [`waiting_key`]: the mark that someone waits, renewed by waiters.
+//! - [`waiting_key`]: the mark that someone waits, renewed by waiters;
+//! - [`holder_key`]: who holds the lock (a [`crate::Holder`] as text, `host=<host> pid=<pid>[
+//!   label=<label>]`), when the client was given one ([`crate::Config::with_holder`]; the
+//!   command always gives one): set with the lock's TTL by the script that grants the lock,
+//!   extended by the extension script and deleted by [`RELEASE_SCRIPT`] with the lock key. The
+//!   scripts build its name from the lock key's (it is not among their KEYS), so calls of them
+//!   from other clients stay as they were.
 //!
 //! A client that releases with a bare compare-and-delete is safe with fencelock, but does not
 //! wake fencelock's waiters (they fall back to their retry delays). To wake them, release with
@@ -113,7 +119,8 @@ pub const RELEASE_SCRIPT: &str = crate::redis::scripts::RELEASE_LUA;
 
 /// The fencing-mode acquisition script (Lua), for clients in other languages that take fenced
 /// locks on the same nodes. KEYS: n lock keys, [`FENCE_COUNTER_KEY`], the n legacy counters
-/// ([`counter_key`] of each resource). ARGV: owner token, TTL in ms. Sets every lock key or none
+/// ([`counter_key`] of each resource). ARGV: owner token, TTL in ms, then optionally the wait
+/// mark's ms (`''` for none) and a holder label ([`holder_key`]). Sets every lock key or none
 /// and replies `{granted (1 or 0), largest counter (decimal string), exists (1 or 0)}`, on a
 /// refusal too. Derive the token as [`crate::fencing`] states (trust rule, epoch start), then
 /// write it back with [`WRITE_BACK_SCRIPT`].
@@ -124,6 +131,24 @@ pub const ACQUIRE_FENCED_SCRIPT: &str = crate::redis::scripts::ACQUIRE_FENCED_LU
 /// legacy counters, only if every lock key still holds the owner token; replies 1, else 0 (and
 /// writes nothing). Used to seed a node that lost its counter too, once the token was issued.
 pub const WRITE_BACK_SCRIPT: &str = crate::redis::scripts::WRITE_BACK_LUA;
+
+/// The prefix of the holder side keys; the key of `resource` is prefix + resource.
+pub const HOLDER_PREFIX: &str = crate::holder::HOLDER_PREFIX;
+
+/// The holder side key of `resource`: `fencelock:holder:<resource>`.
+pub fn holder_key(resource: &str) -> String {
+    crate::holder::holder_key(resource)
+}
+
+/// On etcd: the prefix of the waiting line of `resource`, `fencelock/<resource>/` with `/`
+/// and `%` percent-escaped. Each waiter's key is the prefix and its lease id in 16 hex digits,
+/// with the holder label as its value ([`crate::Config::with_holder`]); the oldest key (by
+/// create revision) holds the lock, and that revision is its fencing token.
+#[cfg(feature = "etcd")]
+#[cfg_attr(docsrs, doc(cfg(feature = "etcd")))]
+pub fn etcd_queue_prefix(resource: &str) -> String {
+    crate::etcd::keys::queue_prefix(resource)
+}
 
 /// The key of a node's marker (no TTL).
 pub const NODE_MARKER_KEY: &str = crate::redis::quarantine::MARKER_KEY;

@@ -194,11 +194,15 @@ impl Semaphore {
                 mine += 1;
                 continue;
             }
+            let started = std::time::Instant::now();
             let attempt = self
                 .client
                 .backend()
-                .redis_attempt("a semaphore", &slot, wait);
-            match attempt.await {
+                .redis_attempt("a semaphore", &slot, wait)
+                .await;
+            self.client
+                .record_acquisition(&slot, false, started, &attempt);
+            match attempt {
                 Ok(grant) => return Ok(Lock::new(self.client.clone(), slot, grant)),
                 Err(e) if !e.is_retryable() => return Err(e),
                 // Unavailability says more than a busy slot: keep it.

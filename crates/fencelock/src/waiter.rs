@@ -70,12 +70,15 @@ impl Waiter {
     ///
     /// As [`Client::acquire`].
     pub async fn acquire(&mut self, policy: &RetryPolicy) -> Result<Lock> {
-        let grant = self
+        let started = std::time::Instant::now();
+        let result = self
             .client
             .backend()
             .acquire(&self.keys, policy, Some(self.since))
-            .await?;
-        Ok(Lock::new(self.client.clone(), self.keys.clone(), grant))
+            .await;
+        self.client
+            .record_acquisition(&self.keys, true, started, &result);
+        Ok(Lock::new(self.client.clone(), self.keys.clone(), result?))
     }
 
     /// When this wait began: its place in line.

@@ -136,3 +136,40 @@ fn with_lock_keeps_the_lock_while_the_calling_thread_blocks() {
         .unwrap();
     assert_eq!(held_throughout, (false, ErrorKind::Contention));
 }
+
+/// Blocking code writes fenced too: the blocking lock's issued token goes to the (blocking)
+/// SQLite fence, which binds the row to the lock and refuses the paused holder's older token.
+#[cfg(feature = "sqlite")]
+#[test]
+fn a_blocking_holder_writes_through_the_fence_and_a_stale_one_is_refused() {
+    use fencelock::fence::SqliteFence;
+
+    let nodes = RedisNodes::start(3).unwrap();
+    let brief = Client::new(
+        config(nodes.urls())
+            .with_fencing(true)
+            .with_ttl(Duration::from_millis(300))
+            .with_node_timeout(Duration::from_millis(100)),
+    )
+    .unwrap();
+    let client = Client::new(config(nodes.urls()).with_fencing(true)).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let fence = SqliteFence::open(dir.path().join("blocking.db")).unwrap();
+    // A holder whose lock runs out while it is paused.
+    let paused = brief.try_acquire("blocking:fenced").unwrap();
+    let old = paused.issued_token().unwrap();
+    thread::sleep(Duration::from_millis(400));
+    let next = client.try_acquire("blocking:fenced").unwrap();
+    let token = next.issued_token().unwrap();
+    assert!(token.value() > old.value());
+    fence.write("blocking:fenced", token, |_| Ok(())).unwrap();
+    let err = fence.write("blocking:fenced", old, |_| Ok(())).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::StaleToken, "{err}");
+    // The guard's token too, bound to the same lock.
+    let guard = next.auto_extend(AutoExtend::new());
+    fence
+        .write("blocking:fenced", guard.issued_token().unwrap(), |_| Ok(()))
+        .unwrap();
+    guard.release().unwrap();
+    drop(paused);
+}

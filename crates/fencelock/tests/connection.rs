@@ -15,7 +15,9 @@ const PASSWORD: &str = "acl-pw-31337";
 const RESOURCES: &str = "app:lock:*";
 
 fn config(url: String) -> Config {
+    // With a holder label: its side key is one of the documented keys the ACL must allow.
     Config::new([url])
+        .with_holder(fencelock::Holder::this_process().with_label("acl test"))
         .with_quarantine(false)
         .with_node_timeout(NODE_TIMEOUT)
         .with_connect_timeout(Duration::from_secs(5))
@@ -170,4 +172,47 @@ async fn the_database_number_in_the_url_is_where_the_keys_go() {
     assert!(keyspace.contains("db2:keys="), "{keyspace}");
     assert!(!keyspace.contains("db0:"), "{keyspace}");
     lock.release().await.unwrap();
+}
+
+/// Takes TCP connections and never answers (a half-dead host, a wrong port behind a
+/// firewall that accepts): what only the connect timeout can bound.
+fn silent_listener() -> (std::net::TcpListener, u16) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    (listener, port)
+}
+
+/// A try on `url` with a 300 ms connect timeout and a node timeout far longer: it must end
+/// within about the connect timeout, naming the node.
+async fn times_out_connecting(url: &str) {
+    let config = Config::new([url])
+        .with_connect_timeout(Duration::from_millis(300))
+        .with_node_timeout(Duration::from_secs(20))
+        .with_ttl(Duration::from_secs(60))
+        .with_quarantine(false);
+    let client = Client::new(config).unwrap();
+    let started = std::time::Instant::now();
+    let err = client.try_acquire("connect:timeout").await.unwrap_err();
+    let took = started.elapsed();
+    assert!(took >= Duration::from_millis(250), "{took:?}: {err}");
+    assert!(took < Duration::from_secs(3), "{took:?}: {err}");
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    let text = err.to_string();
+    let name = client.nodes()[0].redacted();
+    assert!(text.contains(&name), "{text} names {name}");
+    assert!(text.contains("connect timeout"), "{text}");
+}
+
+#[tokio::test]
+async fn the_connect_timeout_bounds_a_listener_that_never_answers() {
+    let (_listener, port) = silent_listener();
+    times_out_connecting(&format!("redis://127.0.0.1:{port}")).await;
+}
+
+#[tokio::test]
+async fn the_connect_timeout_bounds_a_paused_node() {
+    let node = RedisNode::start().unwrap();
+    node.pause().unwrap();
+    times_out_connecting(&node.url()).await;
+    node.resume().unwrap();
 }

@@ -588,3 +588,33 @@ async fn a_wait_split_over_calls_keeps_its_place_in_line() {
     assert!(early_at < late_at, "the late waiter was served first");
     assert_eq!(queue_len(&eps, "line").await, 0);
 }
+
+#[tokio::test]
+async fn another_process_releases_and_extends_by_the_token() {
+    let etcd = fencelock_testkit::Etcd::start().unwrap();
+    let endpoints = etcd.endpoints();
+    let holder = client(&endpoints, Duration::from_secs(5));
+    let lock = holder.try_acquire("by-token").await.unwrap();
+    let token = lock.token().to_string();
+    std::mem::forget(lock); // as `fencelock acquire` leaves it
+    let other = client(&endpoints, Duration::from_secs(5));
+    let err = other
+        .release_token("by-token", "not-a-key")
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
+    let err = other.release_token("another", &token).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
+    other.extend_token("by-token", &token).await.unwrap();
+    assert_eq!(
+        other.try_acquire("by-token").await.unwrap_err().kind(),
+        ErrorKind::Contention
+    );
+    other.release_token("by-token", &token).await.unwrap();
+    assert_eq!(queue_len(&endpoints, "by-token").await, 0);
+    let next = other.try_acquire("by-token").await.unwrap();
+    next.release().await.unwrap();
+    // Released already: the lease is gone, nothing changed.
+    let err = other.release_token("by-token", &token).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Lost, "{err}");
+}

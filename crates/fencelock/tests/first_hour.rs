@@ -166,20 +166,12 @@ fn the_crate_docs_quick_start_is_the_example() {
     assert_same(&place, "main", &shown.join("\n"), &region("main"));
 }
 
-/// The example binary, built here (a single test target does not build examples). The build
-/// asks for what `cargo test --workspace --all-features` builds (the workspace's examples, every
-/// feature), so that under the suite it finds the example already built, with the same
-/// dependency features, instead of building the dependencies a second time.
+/// The example binary of the workspace's test build (`cargo test` builds the examples; see
+/// `workspace_build`: under `./dev test` it is there already).
 fn quickstart_bin() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().unwrap().parent().unwrap();
-    let bin = dir.join("examples").join("quickstart");
-    let status = Command::new(env!("CARGO"))
-        .args(["build", "-q", "--workspace", "--all-features", "--examples"])
-        .status()
-        .unwrap();
-    assert!(status.success(), "building the quickstart example failed");
-    bin
+    fencelock_testkit::workspace_build()
+        .join("examples")
+        .join("quickstart")
 }
 
 #[test]

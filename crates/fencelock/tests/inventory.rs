@@ -11,25 +11,12 @@ use std::time::{Duration, Instant};
 
 use fencelock_testkit::{Postgres, RedisNodes, RedisOptions};
 
-/// The example binary. `cargo test` of the whole workspace builds it next to the test
-/// binaries; when it is missing (a single test was asked for), it is built here, once.
+/// The example binary of the workspace's test build (see `workspace_build`: under
+/// `./dev test` it is there already).
 fn inventory_bin() -> PathBuf {
-    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let exe = std::env::current_exe().unwrap();
-            let dir = exe.parent().unwrap().parent().unwrap();
-            let bin = dir.join("examples").join("inventory");
-            let status = Command::new(env!("CARGO"))
-                .args(["build", "-q", "-p", "fencelock", "--example", "inventory"])
-                .arg("--all-features")
-                .status()
-                .unwrap();
-            assert!(status.success(), "building the inventory example failed");
-            assert!(bin.exists(), "{} is missing", bin.display());
-            bin
-        })
-        .clone()
+    fencelock_testkit::workspace_build()
+        .join("examples")
+        .join("inventory")
 }
 
 fn run(args: &[&str]) -> (i32, String) {

@@ -40,6 +40,12 @@ impl LockGuard {
         self.guard().token()
     }
 
+    /// The fencing token with its issuer and the guard's live state, for the fenced storages
+    /// (see [`crate::LockGuard::issued_token`]).
+    pub fn issued_token(&self) -> Option<crate::IssuedToken> {
+        self.guard().issued_token()
+    }
+
     /// The fencing token, in fencing mode.
     pub fn fencing_token(&self) -> Option<u64> {
         self.guard().fencing_token()

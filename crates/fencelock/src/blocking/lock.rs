@@ -45,6 +45,12 @@ impl Lock {
         self.lock().fencing_token()
     }
 
+    /// The fencing token with the lock that issued it, for the fenced storages (see
+    /// [`crate::Lock::issued_token`]): [`crate::fence::SqliteFence::write`] is blocking already.
+    pub fn issued_token(&self) -> Option<crate::IssuedToken> {
+        self.lock().issued_token()
+    }
+
     /// When the lock's validity runs out, unless extended.
     pub fn validity_deadline(&self) -> Instant {
         self.lock().validity_deadline()

@@ -53,7 +53,7 @@
 //! until the lease expires after the TTL.
 
 mod endpoints;
-mod keys;
+pub(crate) mod keys;
 mod rwlock;
 mod timing;
 #[cfg(feature = "tls")]
@@ -76,6 +76,7 @@ use crate::keepalive::{Engine, Extends, GuardState, Outcome, Stop};
 use crate::node::NodeAddr;
 use crate::pure::extension::{Attempt, Schedule};
 use crate::pure::vote::{NodeVote, VoteOutcome, Votes};
+use crate::telemetry::{self, ResourceLabel};
 
 use self::endpoints::Endpoints;
 use self::rwlock::Side;
@@ -112,6 +113,10 @@ pub(crate) struct Cluster {
     parked: std::sync::Mutex<Vec<(Vec<String>, Entry)>>,
     /// The client's extension engine for its etcd locks (`keepalive.rs`).
     engine: Engine<EtcdHeld>,
+    /// Whether metrics carry the resource (`telemetry.rs`).
+    resource_label: bool,
+    /// The value of our keys: the holder label as text, or empty (`holder.rs`).
+    holder: Vec<u8>,
 }
 
 impl fmt::Debug for Cluster {
@@ -205,6 +210,10 @@ struct WaitState {
     last: Option<Error>,
     /// A writer (or mutex) or a reader.
     side: Side,
+    /// Whether we stood in line behind another key (the wait metric).
+    waited: bool,
+    /// When the key ahead of ours went, for the hand-over metric.
+    woken: Option<Instant>,
 }
 
 /// Where a join (or a place taken back) left us.
@@ -295,6 +304,11 @@ impl EtcdBackend {
             client: OnceCell::new(),
             parked: std::sync::Mutex::default(),
             engine: Engine::default(),
+            resource_label: config.metrics_resource_label(),
+            holder: config
+                .holder()
+                .map(|h| h.to_string().into_bytes())
+                .unwrap_or_default(),
         })))
     }
 }
@@ -399,6 +413,18 @@ impl Cluster {
             _ => {
                 self.settle_pending(&mut w.pending, matches!(outcome, Ok(Ok(_))))
                     .await;
+            }
+        }
+        if w.waited {
+            let label = ResourceLabel::of(self.resource_label, resource);
+            let what = match &outcome {
+                Ok(Ok(_)) => "granted",
+                Ok(Err(_)) => "error",
+                Err(_) => "timeout",
+            };
+            telemetry::waited(&label, started.elapsed(), what);
+            if let (Ok(Ok(_)), Some(at)) = (&outcome, w.woken) {
+                telemetry::handed_over(&label, at.elapsed());
             }
         }
         match outcome {
@@ -539,6 +565,37 @@ impl Cluster {
         }
     }
 
+    /// The lock that `token` (a lock key, as `Lock::token` shows it) names for `resource`, to
+    /// release or extend it from another process (`fencelock release --token`).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] when the token is not a key of `resource`'s queue.
+    pub(crate) fn held_by_token(&self, resource: &str, token: &str) -> Result<EtcdHeld> {
+        let prefix = keys::queue_prefix(resource);
+        let lease = token
+            .strip_prefix(&prefix)
+            .filter(|hex| hex.len() == 16)
+            .and_then(|hex| u64::from_str_radix(hex, 16).ok())
+            .ok_or_else(|| {
+                Error::config(
+                    "token",
+                    format!("on etcd a token is the lock key `fencelock acquire` printed, {prefix}<16 hex digits>; this one is not a key of {resource:?}"),
+                )
+            })?;
+        Ok(EtcdHeld {
+            resource: resource.to_string(),
+            key: token.to_string(),
+            lease: lease as i64,
+            revision: 0,
+            deadline: Instant::now() + self.request_timeout,
+            votes: Votes::default(),
+            ttl: self.ttl,
+            shared: false,
+            last_writer: None,
+        })
+    }
+
     async fn try_once(
         &self,
         resources: &[String],
@@ -620,6 +677,7 @@ impl Cluster {
             };
         }
         w.last = Some(self.contention(resource, started));
+        w.waited = true;
         Place::Waiting(entry)
     }
 
@@ -679,9 +737,14 @@ impl Cluster {
                 Turn::Behind { key, revision } => {
                     w.last = Some(self.contention(resource, started));
                     let wake = entry.renewed + renew_every;
-                    if let Err(fail) = self.wait_delete(&key, revision, wake).await {
-                        w.last = Some(self.error_for(resource, fail, started));
-                        tokio::time::sleep(timing::RETRY_DELAY).await;
+                    w.woken = None;
+                    w.waited = true;
+                    match self.wait_delete(&key, revision, wake).await {
+                        Ok(deleted) => w.woken = deleted.then(Instant::now),
+                        Err(fail) => {
+                            w.last = Some(self.error_for(resource, fail, started));
+                            tokio::time::sleep(timing::RETRY_DELAY).await;
+                        }
                     }
                 }
             }
@@ -777,7 +840,7 @@ impl Cluster {
                     .map(|k| {
                         TxnOp::put(
                             k.clone(),
-                            Vec::<u8>::new(),
+                            self.holder.clone(),
                             Some(PutOptions::new().with_lease(grant.id())),
                         )
                     })
@@ -876,8 +939,9 @@ impl Cluster {
     }
 
     /// Waits until `key` is deleted after `revision`, or until `wake` (time to renew the lease
-    /// and look again: a watch on a member that hangs would otherwise wait forever).
-    async fn wait_delete(&self, key: &str, revision: i64, wake: Instant) -> Result<(), Fail> {
+    /// and look again: a watch on a member that hangs would otherwise wait forever). Returns
+    /// whether the key was seen deleted (a wake-up, not a time to look again).
+    async fn wait_delete(&self, key: &str, revision: i64, wake: Instant) -> Result<bool, Fail> {
         let client = self.client().await?;
         let options = WatchOptions::new()
             .with_start_revision(revision + 1)
@@ -886,13 +950,13 @@ impl Cluster {
         let mut watcher = client.watch_client();
         let watch = watcher.watch(key, Some(options));
         let Ok(watch) = tokio::time::timeout_at(wake, watch).await else {
-            return Ok(());
+            return Ok(false);
         };
         let mut stream = watch.map_err(|e| Fail::failed(describe(&e)))?;
         loop {
             let message = tokio::select! {
                 message = stream.message() => message,
-                () = tokio::time::sleep_until(wake) => return Ok(()),
+                () = tokio::time::sleep_until(wake) => return Ok(false),
             };
             match message {
                 Ok(Some(resp)) => {
@@ -902,10 +966,10 @@ impl Cluster {
                         .any(|e| e.event_type() == EventType::Delete);
                     // A cancelled watch (compaction, lost leader) also means: look again.
                     if deleted || resp.canceled() {
-                        return Ok(());
+                        return Ok(deleted);
                     }
                 }
-                Ok(None) => return Ok(()),
+                Ok(None) => return Ok(false),
                 Err(e) => return Err(Fail::failed(describe(&e))),
             }
         }

@@ -31,6 +31,9 @@ impl<'a> Presented<'a> {
 
 /// The two statements an adapter runs inside the caller's (or its own) open transaction.
 pub(crate) trait FenceRow {
+    /// The storage's name in the fenced-write metric (`telemetry.rs`).
+    const STORAGE: &'static str;
+
     /// Reads the fence row of `resource` and keeps other fenced writers of it out until the
     /// transaction ends (SQLite: the database's write lock, taken by `BEGIN IMMEDIATE`;
     /// PostgreSQL: the row's lock, `SELECT ... FOR UPDATE`, after creating the row with
@@ -66,7 +69,9 @@ pub(crate) async fn check<R: FenceRow>(
     presented: &Presented<'_>,
 ) -> Result<Admitted> {
     let current = rows.lock_row(resource, presented).await?;
-    admit(resource, presented.token, current.as_ref())?;
+    let verdict = admit(resource, presented.token, current.as_ref());
+    crate::telemetry::fenced_write(R::STORAGE, &verdict);
+    verdict?;
     Ok(Admitted {
         record: must_record(presented.token, current.as_ref()),
     })

@@ -37,8 +37,9 @@
 //! check the token, hand the open transaction to the closure `f` so that it can run **any**
 //! statements of its own, record the token and commit. The closure's `Ok` value is returned.
 //!
-//! With sqlx (feature `sqlx-postgres`), [`SqlxPostgresFence`] does the same check inside the
-//! caller's own transaction instead: `fence.admit(&mut tx, resource, token)` locks the fence
+//! With sqlx (features `sqlx-postgres`, `sqlx-mysql`, `sqlx-sqlite`), [`SqlxPostgresFence`],
+//! `SqlxMySqlFence` and `SqlxSqliteFence` do the same check inside the caller's own
+//! transaction instead: `fence.admit(&mut tx, resource, token)` locks the fence
 //! row, checks and records the token, and the caller's `commit` applies it together with its
 //! statements (a rollback drops both; a refusal aborts the transaction so that no `commit` can
 //! apply them). The caller keeps its pool. The check itself is written once, in `logic.rs`,
@@ -153,7 +154,13 @@
 //! [`SqlxPostgresFence`]: crate::fence::SqlxPostgresFence
 #![cfg_attr(
     docsrs,
-    doc(cfg(any(feature = "sqlite", feature = "postgres", feature = "sqlx-postgres")))
+    doc(cfg(any(
+        feature = "sqlite",
+        feature = "postgres",
+        feature = "sqlx-postgres",
+        feature = "sqlx-mysql",
+        feature = "sqlx-sqlite"
+    )))
 )]
 
 use std::time::Duration;
@@ -168,8 +175,12 @@ mod pg_sql;
 mod postgres;
 #[cfg(feature = "sqlite")]
 mod sqlite;
+#[cfg(feature = "sqlx-mysql")]
+mod sqlx_mysql;
 #[cfg(feature = "sqlx-postgres")]
 mod sqlx_postgres;
+#[cfg(feature = "sqlx-sqlite")]
+mod sqlx_sqlite;
 
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
@@ -177,9 +188,15 @@ pub use self::postgres::PostgresFence;
 #[cfg(feature = "sqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub use self::sqlite::SqliteFence;
+#[cfg(feature = "sqlx-mysql")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlx-mysql")))]
+pub use self::sqlx_mysql::SqlxMySqlFence;
 #[cfg(feature = "sqlx-postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlx-postgres")))]
 pub use self::sqlx_postgres::SqlxPostgresFence;
+#[cfg(feature = "sqlx-sqlite")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlx-sqlite")))]
+pub use self::sqlx_sqlite::SqlxSqliteFence;
 
 /// The error a fenced write's closure returns: any error, boxed. `?` converts into it.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;

@@ -326,6 +326,8 @@ struct PostgresRows<'a> {
 }
 
 impl FenceRow for PostgresRows<'_> {
+    const STORAGE: &'static str = "postgres";
+
     async fn lock_row(&mut self, resource: &str, presented: &Presented<'_>) -> Result<Option<Row>> {
         let s = self.statements;
         let issuer = presented.token.issuer();

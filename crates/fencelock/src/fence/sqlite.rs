@@ -319,6 +319,8 @@ struct SqliteRows<'a> {
 }
 
 impl FenceRow for SqliteRows<'_> {
+    const STORAGE: &'static str = "sqlite";
+
     async fn lock_row(&mut self, resource: &str, _: &Presented<'_>) -> Result<Option<Row>> {
         self.fence.read_row(self.tx, resource)
     }

@@ -220,6 +220,8 @@ impl SqlxRows<'_> {
 }
 
 impl FenceRow for SqlxRows<'_> {
+    const STORAGE: &'static str = "sqlx-postgres";
+
     async fn lock_row(&mut self, resource: &str, presented: &Presented<'_>) -> Result<Option<Row>> {
         let sql = &self.fence.sql;
         let insert = sqlx::query(&sql.insert_row)

@@ -315,7 +315,12 @@ impl NodeConn {
             Verdict::Counted("restart quarantine is off")
         };
         if let Verdict::Suspect { why, .. } = &verdict {
-            tracing::warn!(node = %self.addr, run_id = %run_id, "node in restart quarantine: {why}");
+            tracing::warn!(
+                node = %self.addr,
+                run_id = %run_id,
+                "node {} in restart quarantine: {why}; it does not count toward the quorum until every lock it may have forgotten has expired (at most the longest TTL in use). If it restarted, find out why; to avoid the wait, persist with appendfsync always, or mark a node that never held locks as new (`fencelock up` does)",
+                self.addr
+            );
         }
         NodeInfo {
             run_id,

@@ -12,6 +12,7 @@ use super::{Grant, RedisBackend};
 use crate::error::{Error, Result};
 use crate::pure::queue::{self, Ticket};
 use crate::pure::retry::RetryPolicy;
+use crate::telemetry::{self, ResourceLabel};
 
 impl RedisBackend {
     /// Takes `keys`, retrying as `policy` allows. One key waits in line: it takes its place
@@ -30,6 +31,9 @@ impl RedisBackend {
     ) -> Result<Grant> {
         let started = Instant::now();
         let mut attempts = 0u32;
+        // The wake-up the next attempt follows, for the hand-over metric.
+        let mut woken: Option<Instant> = None;
+        let label = ResourceLabel::of(self.settings.resource_label, &keys[0]);
         let mut subscription = None;
         let single = keys.len() == 1;
         let wall_start = resumed.unwrap_or_else(SystemTime::now);
@@ -73,13 +77,28 @@ impl RedisBackend {
             let err = match self.attempt(keys, wait).instrument(span).await {
                 Ok(grant) => {
                     line.ticket = None;
+                    if attempts > 1 {
+                        telemetry::waited(&label, started.elapsed(), "granted");
+                    }
+                    if let Some(at) = woken {
+                        telemetry::handed_over(&label, at.elapsed());
+                    }
                     return Ok(grant);
                 }
-                Err(e) if !e.is_retryable() => return Err(e),
+                Err(e) if !e.is_retryable() => {
+                    if attempts > 1 {
+                        telemetry::waited(&label, started.elapsed(), "error");
+                    }
+                    return Err(e);
+                }
                 Err(e) => e,
             };
+            woken = None;
             let elapsed = started.elapsed();
             if !policy.may_retry(attempts, elapsed) {
+                if attempts > 1 {
+                    telemetry::waited(&label, elapsed, "timeout");
+                }
                 if resumed.is_some() {
                     // The caller resumes this wait with its next call: keep the place (for at
                     // most a lease if it does not come back).
@@ -107,7 +126,11 @@ impl RedisBackend {
                 .min(policy.wait().saturating_sub(elapsed));
             tracing::debug!(resource = %keys[0], attempts, ?delay, error = %err, "waiting");
             match &subscription {
-                Some(s) => s.wait(delay).await,
+                Some(s) => {
+                    if s.wait(delay).await {
+                        woken = Some(Instant::now());
+                    }
+                }
                 None => tokio::time::sleep(delay).await,
             }
         }

@@ -76,6 +76,10 @@ pub(crate) struct RedisBackend {
     /// Resources this client released while others waited for them, until when: asking for
     /// one of them again within that time joins the end of the line (see `line.rs`).
     waited_for: Mutex<HashMap<String, Instant>>,
+    /// Which nodes answer, for the warning when one stops (`telemetry.rs`).
+    health: Arc<crate::telemetry::NodeHealth>,
+    /// The holder label every acquisition stores beside its keys, as text (`holder.rs`).
+    holder: Option<Box<str>>,
 }
 
 /// The client's settings that every round reads.
@@ -86,6 +90,8 @@ struct Settings {
     connect_timeout: Duration,
     drift: Duration,
     fencing: bool,
+    /// Whether metrics carry the resource (`telemetry.rs`).
+    resource_label: bool,
 }
 
 /// What a Redis lock holds: the owner token, and the waiter id if the lock was taken in line
@@ -139,6 +145,7 @@ impl RedisBackend {
         let watch = Arc::new(ReleaseWatch::new(
             nodes.iter().map(|n| n.client().clone()).collect(),
         ));
+        let n = nodes.len();
         Ok(RedisBackend {
             all: (0..nodes.len()).collect(),
             stragglers: nodes.iter().map(|_| Arc::default()).collect(),
@@ -152,9 +159,12 @@ impl RedisBackend {
                 connect_timeout: config.connect_timeout(),
                 drift: config.drift(),
                 fencing: config.fencing(),
+                resource_label: config.metrics_resource_label(),
             },
             engine: Engine::default(),
             waited_for: Mutex::default(),
+            health: Arc::new(crate::telemetry::NodeHealth::new(n, quorum)),
+            holder: config.holder().map(|h| h.to_string().into_boxed_str()),
         })
     }
 

@@ -74,6 +74,9 @@ impl RedisBackend {
                 .arg(ticket.order)
                 .arg(ticket.lease_ms())
                 .arg(ttl_millis(queue::keep(ticket.lease)));
+            if let Some(holder) = &self.holder {
+                cmd.arg(&**holder);
+            }
             let cmd = Arc::new(cmd);
             let mode = Mode::Acquire { token };
             return self
@@ -103,11 +106,9 @@ impl RedisBackend {
             let all_keys = with_marks(with_counter_keys(keys), keys);
             let mut cmd = evalsha(&scripts::ACQUIRE_FENCED, &all_keys);
             cmd.arg(token).arg(ttl_ms);
-            if let Some(mark) = mark {
-                cmd.arg(ttl_millis(mark));
-            }
+            self.mark_and_holder(&mut cmd, mark);
             cmd
-        } else if let ([key], None, 1) = (keys, mark, self.nodes.len()) {
+        } else if let ([key], None, 1, None) = (keys, mark, self.nodes.len(), &self.holder) {
             let mut cmd = redis::cmd("SET");
             cmd.arg(key).arg(token).arg("NX").arg("PX").arg(ttl_ms);
             cmd
@@ -115,15 +116,12 @@ impl RedisBackend {
             let all_keys = with_marks(keys.to_vec(), keys);
             let mut cmd = evalsha(&scripts::ACQUIRE_MANY, &all_keys);
             cmd.arg(token).arg(ttl_ms);
-            if let Some(mark) = mark {
-                cmd.arg(ttl_millis(mark));
-            }
+            self.mark_and_holder(&mut cmd, mark);
             cmd
         };
-        let (cmd, script) = (
-            Arc::new(cmd),
-            !fencing && (keys.len() > 1 || mark.is_some() || self.nodes.len() > 1),
-        );
+        let plain_set =
+            keys.len() == 1 && mark.is_none() && self.nodes.len() == 1 && self.holder.is_none();
+        let (cmd, script) = (Arc::new(cmd), !fencing && !plain_set);
         let mode = Mode::Acquire { token };
         self.round(mode, &self.all, node_timeout, move |mut conn, slot| {
             let cmd = cmd.clone();
@@ -150,6 +148,23 @@ impl RedisBackend {
             }
         })
         .await
+    }
+
+    /// The optional arguments of the acquisition scripts: the wait mark (`''` for none when a
+    /// holder label follows), then the holder label (see `holder.rs`).
+    fn mark_and_holder(&self, cmd: &mut Cmd, mark: Option<Duration>) {
+        match (mark, &self.holder) {
+            (Some(mark), _) => {
+                cmd.arg(ttl_millis(mark));
+            }
+            (None, Some(_)) => {
+                cmd.arg("");
+            }
+            (None, None) => {}
+        }
+        if let Some(holder) = &self.holder {
+            cmd.arg(&**holder);
+        }
     }
 
     /// Takes a waiter that gave up out of the line of `key` on every node. Waits for the

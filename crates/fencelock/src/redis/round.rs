@@ -156,6 +156,9 @@ impl RedisBackend {
                 }
             }
         }
+        for (pos, vote) in votes.iter().enumerate() {
+            self.health.observe_vote(nodes[pos], vote);
+        }
         if inflight.left() > 0 && !deadline.is_elapsed() {
             let until = deadline.deadline();
             let mut registered = match (acquiring, &sent) {
@@ -165,15 +168,29 @@ impl RedisBackend {
                 _ => Vec::new(),
             };
             let counted = releasing.then(|| Background::count(&self.background));
+            // The late answers still tell whether their nodes answer (`telemetry.rs`).
+            let (health, all, nodes) = (self.health.clone(), self.nodes.clone(), nodes.to_vec());
             tokio::spawn(async move {
                 let rest = async {
-                    while let Some((pos, _)) = next_answer(&mut inflight).await {
+                    while let Some((pos, result)) = next_answer(&mut inflight).await {
                         if let Some(registration) = registered.get_mut(pos) {
                             registration.take();
                         }
+                        let answered = match &result {
+                            Ok(_) => Some(true),
+                            Err(NodeFailure::Failed(_)) => Some(false),
+                            Err(NodeFailure::Excluded(_)) => None,
+                        };
+                        let node = all[nodes[pos]].name();
+                        health.observe(nodes[pos], node, answered, &"failed");
                     }
                 };
                 let _ = tokio::time::timeout_at(until, rest).await;
+                for (pos, &i) in nodes.iter().enumerate() {
+                    if inflight.is_pending(pos) {
+                        health.observe(i, all[i].name(), Some(false), &"timed out");
+                    }
+                }
                 // The requests first: once dropped, none can reach its connection any more.
                 drop(inflight);
                 drop(registered);

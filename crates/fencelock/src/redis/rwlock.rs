@@ -204,8 +204,8 @@ impl RedisBackend {
             match &wakes {
                 Some((turn, released)) => {
                     tokio::select! {
-                        () = turn.wait(delay) => {}
-                        () = released.wait(delay) => {}
+                        _ = turn.wait(delay) => {}
+                        _ = released.wait(delay) => {}
                     }
                 }
                 None => tokio::time::sleep(delay).await,

@@ -34,13 +34,14 @@ macro_rules! lua {
 pub(crate) const ANNOUNCE_LUA: &str = lua!("announce");
 
 /// Efficiency-mode acquisition of several keys: all or none. KEYS: locks (then their wait marks,
-/// with ARGV[3]). ARGV: owner token, ttl in ms[, wait mark ms]. Returns 1 when all were set, 0
+/// with ARGV[3]). ARGV: owner token, ttl in ms[, wait mark ms (`''` for none)[, holder label]]
+/// (the label: `lua/hold.lua`). Returns 1 when all were set, 0
 /// when any is held; a waiting client (ARGV[3]) then marks every key as waited for, so that
 /// releases wake it. A grant announces its TTL (see [`ANNOUNCE_LUA`]). (One key on a single node
 /// uses a plain `SET NX PX`, exactly as other Redlock clients do: a single node's quarantine
 /// cannot learn from other nodes, so it announces nothing.)
 pub(crate) static ACQUIRE_MANY: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_MANY_LUA));
-const ACQUIRE_MANY_LUA: &str = lua!("announce", "keys", "wait_marks", "acquire_many");
+const ACQUIRE_MANY_LUA: &str = lua!("announce", "hold", "keys", "wait_marks", "acquire_many");
 
 /// Fencing-mode acquisition: set every lock key (all or none) and, in the same atomic step,
 /// read the node's fence counter (`fencelock:fence`, shared by every resource) and the legacy
@@ -58,6 +59,7 @@ pub(crate) static ACQUIRE_FENCED: LazyLock<Script> =
     LazyLock::new(|| Script::new(ACQUIRE_FENCED_LUA));
 pub(crate) const ACQUIRE_FENCED_LUA: &str = lua!(
     "announce",
+    "hold",
     "counters",
     "keys",
     "wait_marks",
@@ -95,11 +97,11 @@ pub(crate) const RELEASE_LUA: &str = lua!("line", "release");
 /// It also renews the key's wait mark, which tells a release that someone waits.
 /// KEYS: lock, queue, leases, wait mark[, node counter, legacy counter]. ARGV: owner token, ttl
 /// ms, waiter id, ticket, lease ms, how long the line and the mark outlive the last registration
-/// (ms). Returns `{granted (1 or 0), largest counter, exists}` (`'0', 0` without fencing). A
+/// (ms)[, holder label]. Returns `{granted (1 or 0), largest counter, exists}` (`'0', 0` without fencing). A
 /// grant announces its TTL.
 pub(crate) static ACQUIRE_QUEUED: LazyLock<Script> =
     LazyLock::new(|| Script::new(ACQUIRE_QUEUED_LUA));
-const ACQUIRE_QUEUED_LUA: &str = lua!("announce", "counters", "line", "acquire_queued");
+const ACQUIRE_QUEUED_LUA: &str = lua!("announce", "hold", "counters", "line", "acquire_queued");
 
 /// Compare-and-extend: renew every key's TTL if all still hold our token. Never creates a key:
 /// an expired lock stays expired. KEYS: locks. ARGV: owner token, new ttl in ms. Returns 1 when
@@ -248,6 +250,8 @@ mod tests {
                 "wake",
                 "cover",
                 "writer_ahead",
+                "hold",
+                "hold_all",
             ] {
                 let called = script
                     .lines()
@@ -285,6 +289,24 @@ mod tests {
         use crate::pure::readers::READERS_MARKER;
         for script in [READ_ACQUIRE_LUA, READ_EXTEND_LUA, READ_RELEASE_LUA] {
             assert!(script.contains(&format!("'{READERS_MARKER}'")), "{script}");
+        }
+    }
+
+    #[test]
+    fn the_scripts_write_the_holder_key_the_protocol_names() {
+        let prefix = format!("'{}' ..", crate::holder::HOLDER_PREFIX);
+        for script in [
+            ACQUIRE_MANY_LUA,
+            ACQUIRE_FENCED_LUA,
+            ACQUIRE_QUEUED_LUA,
+            EXTEND_LUA,
+            RELEASE_LUA,
+        ] {
+            assert!(script.contains(&prefix), "{script}");
+            assert_eq!(
+                script.matches("fencelock:holder:").count(),
+                script.matches(&prefix).count()
+            );
         }
     }
 

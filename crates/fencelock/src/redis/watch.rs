@@ -214,9 +214,11 @@ impl ReleaseWatch {
 }
 
 impl Subscription {
-    /// Waits until a wake-up arrives, or `delay` passes.
-    pub(crate) async fn wait(&self, delay: Duration) {
-        let _ = tokio::time::timeout(delay, self.notify.notified()).await;
+    /// Waits until a wake-up arrives, or `delay` passes; returns whether a wake-up came.
+    pub(crate) async fn wait(&self, delay: Duration) -> bool {
+        tokio::time::timeout(delay, self.notify.notified())
+            .await
+            .is_ok()
     }
 }
 

@@ -1,6 +1,8 @@
 -- Fencing-mode acquisition (see scripts.rs for KEYS, ARGV and the reply).
+local mark, label = ARGV[3], ARGV[4]
+if mark == '' then mark = nil end
 local n = (#KEYS - 1) / 2
-if ARGV[3] then n = (#KEYS - 1) / 3 end
+if mark then n = (#KEYS - 1) / 3 end
 local best, exists = '0', 0
 local c = redis.call('get', KEYS[n + 1])
 if c then best, exists = c, 1 end
@@ -12,9 +14,10 @@ for i = 1, n do
   end
 end
 if any_set(n) then
-  if ARGV[3] then mark_waited(2 * n + 1, n, ARGV[3]) end
+  if mark then mark_waited(2 * n + 1, n, mark) end
   return {0, best, exists}
 end
 set_all(n, ARGV[1], ARGV[2])
+hold_all(n, label, ARGV[2])
 announce(ARGV[2])
 return {1, best, exists}

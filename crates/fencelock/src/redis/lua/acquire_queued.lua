@@ -16,5 +16,6 @@ if redis.call('exists', KEYS[1]) == 1 then return {0, best, exists} end
 -- Grant only to the first waiter whose lease is still running; drop the lapsed ahead of us.
 if first_live(KEYS[2], KEYS[3], ARGV[3], now) ~= ARGV[3] then return {0, best, exists} end
 redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
+hold(KEYS[1], ARGV[7], ARGV[2])
 announce(ARGV[2])
 return {1, best, exists}

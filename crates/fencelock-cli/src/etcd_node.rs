@@ -1,0 +1,643 @@
+//! `inspect` and `doctor` on an etcd node set: what the waiting line of a resource holds (the
+//! holder, the waiters, their revisions and leases), and what matters for locks on etcd (member
+//! health, one leader, quorum, lease TTL against the election timeout). Gathering does the
+//! I/O; [`evaluate`] turns facts into checks and has none, as `doctor.rs` does for Redis.
+
+use std::fmt::Write as _;
+use std::time::{Duration, Instant};
+
+use etcd_client::{Client, ConnectOptions, GetOptions, SortOrder, SortTarget};
+use serde::Serialize;
+
+use crate::doctor::{Check, Status};
+use crate::exit::{self, Failure};
+use crate::settings::{Settings, TlsFiles};
+
+/// Bound on each request: generous, doctor measures slowness and must not fail on it.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// One member of the node list: its client endpoint, its name for display, and the login.
+#[derive(Debug, Clone)]
+pub(crate) struct Member {
+    pub(crate) name: String,
+    endpoint: String,
+    login: Option<(String, String)>,
+    tls: bool,
+}
+
+/// Whether the node list names etcd members (the first URL decides, as in the library).
+pub(crate) fn is_etcd(settings: &Settings) -> bool {
+    settings
+        .nodes
+        .first()
+        .is_some_and(|u| u.starts_with("etcd://") || u.starts_with("etcds://"))
+}
+
+/// The members of `urls`, without I/O.
+///
+/// # Errors
+///
+/// A usage failure naming the entry that is not an etcd URL.
+pub(crate) fn members(urls: &[String]) -> Result<Vec<Member>, Failure> {
+    urls.iter()
+        .enumerate()
+        .map(|(i, url)| {
+            let addr = fencelock::NodeAddr::parse(url)
+                .map_err(|e| Failure::usage(format!("node {} of the list: {e}", i + 1)))?;
+            let name = addr.redacted();
+            let (tls, rest) = match (url.strip_prefix("etcds://"), url.strip_prefix("etcd://")) {
+                (Some(rest), _) => (true, rest),
+                (None, Some(rest)) => (false, rest),
+                _ => {
+                    return Err(Failure::usage(format!(
+                        "node {} of the list ({name}) is not an etcd node; give etcd:// URLs for every node",
+                        i + 1
+                    )))
+                }
+            };
+            let rest = rest.trim_end_matches('/');
+            let (login, host_port) = match rest.rsplit_once('@') {
+                Some((auth, hp)) => {
+                    let (user, pass) = auth.split_once(':').unwrap_or((auth, ""));
+                    (Some((user.to_string(), pass.to_string())), hp)
+                }
+                None => (None, rest),
+            };
+            let scheme = if tls { "https" } else { "http" };
+            Ok(Member {
+                name,
+                endpoint: format!("{scheme}://{host_port}"),
+                login,
+                tls,
+            })
+        })
+        .collect()
+}
+
+/// A client of `members` (all of them, or one for a per-member probe).
+async fn connect(members: &[&Member], tls: &TlsFiles) -> Result<Client, String> {
+    let mut options = ConnectOptions::new()
+        .with_connect_timeout(PROBE_TIMEOUT)
+        .with_timeout(PROBE_TIMEOUT);
+    if let Some((user, pass)) = members.iter().find_map(|m| m.login.clone()) {
+        options = options.with_user(user, pass);
+    }
+    if members.iter().any(|m| m.tls) {
+        options = options.with_tls(tls_options(tls)?);
+    }
+    let endpoints: Vec<&str> = members.iter().map(|m| m.endpoint.as_str()).collect();
+    tokio::time::timeout(PROBE_TIMEOUT, Client::connect(endpoints, Some(options)))
+        .await
+        .map_err(|_| format!("no answer within {PROBE_TIMEOUT:?}"))?
+        .map_err(|e| e.to_string())
+}
+
+/// The CA and client certificate of `--tls-*` for etcds:// members (the key's path is never
+/// shown).
+fn tls_options(tls: &TlsFiles) -> Result<etcd_client::TlsOptions, String> {
+    let read = |path: &std::path::Path, what: &str| {
+        std::fs::read(path).map_err(|e| format!("{what}: cannot read it ({:?})", e.kind()))
+    };
+    let mut options = etcd_client::TlsOptions::new();
+    if let Some(ca) = &tls.ca {
+        options = options.ca_certificate(etcd_client::Certificate::from_pem(read(ca, "--tls-ca")?));
+    }
+    if let (Some(cert), Some(key)) = (&tls.cert, &tls.key) {
+        options = options.identity(etcd_client::Identity::from_pem(
+            read(cert, "--tls-cert")?,
+            read(key, "--tls-key")?,
+        ));
+    }
+    Ok(options)
+}
+
+/// One waiter of a resource's line on etcd, oldest first: the first holds the lock.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Waiter {
+    pub(crate) key: String,
+    /// The key's create revision: the holder's fencing token.
+    pub(crate) revision: i64,
+    pub(crate) lease: String,
+    /// Seconds left on the lease (`None` when etcd no longer knows it).
+    pub(crate) lease_ttl_s: Option<i64>,
+    /// The holder label its client stored (`fencelock::Holder` as text), if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) holder: Option<String>,
+}
+
+/// `fencelock inspect RESOURCE` on etcd.
+///
+/// # Errors
+///
+/// A failure when the cluster cannot be reached (nothing to show).
+pub(crate) async fn inspect(settings: &Settings, resource: &str, json: bool) -> anyhow::Result<u8> {
+    let members = members(&settings.nodes)?;
+    let all: Vec<&Member> = members.iter().collect();
+    let mut client = connect(&all, &settings.tls).await.map_err(|why| {
+        Failure::new(
+            exit::UNAVAILABLE,
+            format!(
+                "cannot reach the etcd cluster ({}): {why}; check the members (`fencelock doctor`)",
+                names(&members)
+            ),
+        )
+    })?;
+    let prefix = fencelock::protocol::etcd_queue_prefix(resource);
+    let options = GetOptions::new()
+        .with_prefix()
+        .with_sort(SortTarget::Create, SortOrder::Ascend);
+    let resp = tokio::time::timeout(PROBE_TIMEOUT, client.get(prefix.as_str(), Some(options)))
+        .await
+        .map_err(|_| {
+            Failure::new(
+                exit::UNAVAILABLE,
+                "the etcd cluster did not answer the read in time",
+            )
+        })?
+        .map_err(|e| Failure::new(exit::UNAVAILABLE, format!("reading {prefix}: {e}")))?;
+    let mut line = Vec::new();
+    for kv in resp.kvs() {
+        let lease = kv.lease();
+        let ttl = match client.lease_client().time_to_live(lease, None).await {
+            Ok(r) if r.ttl() >= 0 => Some(r.ttl()),
+            _ => None,
+        };
+        let holder = kv
+            .value_str()
+            .ok()
+            .filter(|v| !v.is_empty())
+            .map(str::to_string);
+        line.push(Waiter {
+            key: String::from_utf8_lossy(kv.key()).into_owned(),
+            revision: kv.create_revision(),
+            lease: format!("{:016x}", lease as u64),
+            lease_ttl_s: ttl,
+            holder,
+        });
+    }
+    if json {
+        let value = serde_json::json!({
+            "resource": resource,
+            "backend": "etcd",
+            "prefix": prefix,
+            "holder": line.first(),
+            "waiters": line.get(1..).unwrap_or_default(),
+        });
+        println!("{value}");
+    } else {
+        print!("{}", render_line(resource, &line));
+    }
+    Ok(exit::OK)
+}
+
+fn names(members: &[Member]) -> String {
+    members
+        .iter()
+        .map(|m| m.name.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The human form of a line. No I/O.
+pub(crate) fn render_line(resource: &str, line: &[Waiter]) -> String {
+    let mut out = String::new();
+    let Some((first, rest)) = line.split_first() else {
+        let _ = writeln!(out, "lock {resource:?}: not held, nobody waits (etcd)");
+        return out;
+    };
+    let ttl = |w: &Waiter| {
+        w.lease_ttl_s
+            .map_or("gone".to_string(), |s| format!("{s}s"))
+    };
+    let _ =
+        writeln!(
+        out,
+        "lock {resource:?}: held by key {} (revision {} = fencing token, lease {} with {} left)",
+        first.key, first.revision, first.lease, ttl(first)
+    );
+    if let Some(h) = &first.holder {
+        let _ = writeln!(out, "holder: {}", crate::inspect::show_holder(h));
+    }
+    if rest.is_empty() {
+        let _ = writeln!(out, "nobody waits");
+    } else {
+        let _ = writeln!(out, "{} waiting, in order:", rest.len());
+        for w in rest {
+            let who = w.holder.as_deref().map(crate::inspect::show_holder);
+            let _ = writeln!(
+                out,
+                "  revision {}  lease {} ({} left)  {}{}",
+                w.revision,
+                w.lease,
+                ttl(w),
+                w.key,
+                who.map(|h| format!("  {h}")).unwrap_or_default()
+            );
+        }
+    }
+    out
+}
+
+/// What one member said.
+#[derive(Debug, Clone)]
+pub(crate) struct MemberFacts {
+    pub(crate) name: String,
+    /// `Err` with the reason when the member could not be reached.
+    pub(crate) reachable: Result<(), String>,
+    pub(crate) member_id: u64,
+    /// The leader this member follows (0: none).
+    pub(crate) leader: u64,
+    pub(crate) version: String,
+    pub(crate) errors: Vec<String>,
+    /// How many members the cluster lists.
+    pub(crate) cluster_size: usize,
+    /// Round trips of a few status requests.
+    pub(crate) rtts: Vec<Duration>,
+    /// The TTL etcd granted a lease asked for with 1 s: its minimum, which etcd derives from
+    /// its election timeout (1.5 times it, in whole seconds).
+    pub(crate) min_lease_ttl: Option<Duration>,
+}
+
+/// Asks one member what the checks need (a lease of 1 s is granted and revoked at once: the
+/// only way to learn the smallest lease the cluster gives, which follows its election timeout).
+pub(crate) async fn gather(member: &Member, tls: &TlsFiles) -> MemberFacts {
+    let mut facts = MemberFacts {
+        name: member.name.clone(),
+        reachable: Ok(()),
+        member_id: 0,
+        leader: 0,
+        version: String::new(),
+        errors: Vec::new(),
+        cluster_size: 0,
+        rtts: Vec::new(),
+        min_lease_ttl: None,
+    };
+    let mut client = match connect(&[member], tls).await {
+        Ok(c) => c,
+        Err(why) => {
+            facts.reachable = Err(why);
+            return facts;
+        }
+    };
+    for _ in 0..3 {
+        let sent = Instant::now();
+        match client.status().await {
+            Ok(status) => {
+                facts.rtts.push(sent.elapsed());
+                facts.member_id = status.header().map_or(0, |h| h.member_id());
+                facts.leader = status.leader();
+                facts.version = status.version().to_string();
+                facts.errors = status.errors().to_vec();
+            }
+            Err(e) => {
+                facts.reachable = Err(format!("status failed: {e}"));
+                return facts;
+            }
+        }
+    }
+    if let Ok(list) = client.member_list().await {
+        facts.cluster_size = list.members().len();
+    }
+    if let Ok(grant) = client.lease_grant(1, None).await {
+        facts.min_lease_ttl = u64::try_from(grant.ttl()).ok().map(Duration::from_secs);
+        let _ = client.lease_revoke(grant.id()).await;
+    }
+    facts
+}
+
+/// The settings the checks are measured against.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    pub(crate) ttl: Duration,
+    pub(crate) node_timeout: Duration,
+}
+
+fn check(
+    name: &'static str,
+    node: Option<&str>,
+    status: Status,
+    detail: String,
+    hint: Option<&str>,
+) -> Check {
+    Check {
+        check: name,
+        node: node.map(str::to_owned),
+        status,
+        detail,
+        hint: hint.map(str::to_owned),
+    }
+}
+
+/// Turns the members' facts into checks. No I/O.
+pub(crate) fn evaluate(facts: &[MemberFacts], limits: Limits) -> Vec<Check> {
+    let mut checks = Vec::new();
+    let reachable: Vec<&MemberFacts> = facts.iter().filter(|f| f.reachable.is_ok()).collect();
+    for f in facts {
+        if let Err(why) = &f.reachable {
+            checks.push(check(
+                "reachable",
+                Some(&f.name),
+                Status::Fail,
+                format!("cannot reach the member: {why}"),
+                Some("start the member or fix its URL"),
+            ));
+        }
+    }
+    let size = reachable.iter().map(|f| f.cluster_size).max().unwrap_or(0);
+    let quorum = size / 2 + 1;
+    let healthy = reachable.iter().filter(|f| f.errors.is_empty()).count();
+    if size > 0 {
+        let status = if healthy >= quorum {
+            if healthy == size {
+                Status::Pass
+            } else {
+                Status::Warn
+            }
+        } else {
+            Status::Fail
+        };
+        checks.push(check(
+            "quorum",
+            None,
+            status,
+            format!("{healthy} of {size} member(s) answer without errors, a quorum needs {quorum}"),
+            Some(if status == Status::Fail {
+                "no lock can be granted or released until a quorum of members is back"
+            } else {
+                "locks work; one more failure may stop them"
+            }),
+        ));
+        if facts.len() < size {
+            checks.push(check(
+                "node list",
+                None,
+                Status::Warn,
+                format!(
+                    "the node list names {} of the cluster's {size} member(s)",
+                    facts.len()
+                ),
+                Some("list every member, so that the client can go to another when one is down"),
+            ));
+        }
+    } else if !reachable.is_empty() {
+        checks.push(check(
+            "quorum",
+            None,
+            Status::Fail,
+            "no member listed the cluster's members".into(),
+            Some("check the members' health (`etcdctl endpoint health`)"),
+        ));
+    }
+    for f in &reachable {
+        let node = Some(f.name.as_str());
+        if f.leader == 0 {
+            checks.push(check(
+                "leader",
+                node,
+                Status::Fail,
+                "the member follows no leader".into(),
+                Some("the cluster has no quorum or is electing: locks wait until it has a leader"),
+            ));
+        }
+        if !f.errors.is_empty() {
+            checks.push(check(
+                "health",
+                node,
+                Status::Fail,
+                format!("the member reports: {}", f.errors.join("; ")),
+                Some("see the member's log (an alarm such as NOSPACE blocks every write)"),
+            ));
+        }
+        if let Some(worst) = f.rtts.iter().max() {
+            let (status, hint) = if *worst > limits.node_timeout.max(Duration::from_secs(1)) {
+                (Status::Warn, Some("slower than the per-request timeout: requests will fail; raise --node-timeout or check the network"))
+            } else {
+                (Status::Pass, None)
+            };
+            checks.push(check(
+                "latency",
+                node,
+                status,
+                format!("status round trip up to {}", crate::cli::human(*worst)),
+                hint,
+            ));
+        }
+    }
+    let leaders: std::collections::BTreeSet<u64> = reachable
+        .iter()
+        .map(|f| f.leader)
+        .filter(|l| *l != 0)
+        .collect();
+    match leaders.len() {
+        0 => {}
+        1 => checks.push(check("leader", None, Status::Pass, format!("every reachable member follows leader {:x}", leaders.iter().next().unwrap_or(&0)), None)),
+        _ => checks.push(check("leader", None, Status::Fail, format!("the members follow different leaders ({})", leaders.iter().map(|l| format!("{l:x}")).collect::<Vec<_>>().join(", ")), Some("the node list mixes clusters, or a partition split this one: list the members of one cluster"))),
+    }
+    let ids: std::collections::BTreeSet<u64> = reachable.iter().map(|f| f.member_id).collect();
+    if ids.len() < reachable.len() {
+        checks.push(check(
+            "duplicates",
+            None,
+            Status::Fail,
+            "two entries of the node list reach the same member".into(),
+            Some("list each member once"),
+        ));
+    }
+    if let Some(min) = reachable.iter().filter_map(|f| f.min_lease_ttl).max() {
+        checks.push(lease_check(min, limits.ttl));
+    }
+    checks.push(check(
+        "clock skew",
+        None,
+        Status::Pass,
+        "not measured: etcd's client API carries no clock; leases are timed by the leader's own clock, so skew between members does not shorten a lock".into(),
+        None,
+    ));
+    checks
+}
+
+/// The lock's TTL against the smallest lease etcd grants (1.5 times its election timeout).
+fn lease_check(min: Duration, ttl: Duration) -> Check {
+    let election = min.mul_f64(2.0 / 3.0);
+    let lease = Duration::from_secs(ttl.as_secs_f64().ceil().max(1.0) as u64);
+    if lease < min {
+        return check(
+            "lease ttl",
+            None,
+            Status::Warn,
+            format!("the TTL {} is below the smallest lease this cluster grants ({}): etcd raises it, so a crashed holder's lock outlives it by {}", crate::cli::human(ttl), crate::cli::human(min), crate::cli::human(min - lease)),
+            Some("use a TTL of at least the minimum lease (or lower etcd's --election-timeout)"),
+        );
+    }
+    if lease < 3 * election {
+        return check(
+            "lease ttl",
+            None,
+            Status::Warn,
+            format!("the TTL {} is short next to the election timeout (up to about {}): a leader election can take a renewal interval (TTL/3) or more", crate::cli::human(ttl), crate::cli::human(election)),
+            Some("use a TTL of at least three election timeouts"),
+        );
+    }
+    check(
+        "lease ttl",
+        None,
+        Status::Pass,
+        format!("TTL {} against an election timeout of at most about {} (the smallest lease, {}, is 1.5 times it rounded up to whole seconds)", crate::cli::human(ttl), crate::cli::human(election), crate::cli::human(min)),
+        None,
+    )
+}
+
+/// `fencelock doctor` on etcd.
+///
+/// # Errors
+///
+/// A usage failure for a bad URL; unreachable members are failing checks.
+pub(crate) async fn doctor(settings: &Settings, json: bool) -> anyhow::Result<u8> {
+    let members = members(&settings.nodes)?;
+    let facts =
+        futures_util::future::join_all(members.iter().map(|m| gather(m, &settings.tls))).await;
+    let limits = Limits {
+        ttl: settings.ttl,
+        node_timeout: settings.node_timeout,
+    };
+    let checks = evaluate(&facts, limits);
+    crate::doctor::report(
+        &checks,
+        &facts.iter().map(|f| f.name.clone()).collect::<Vec<_>>(),
+        settings,
+        json,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn member(name: &str, id: u64) -> MemberFacts {
+        MemberFacts {
+            name: name.into(),
+            reachable: Ok(()),
+            member_id: id,
+            leader: 1,
+            version: "3.4.23".into(),
+            errors: Vec::new(),
+            cluster_size: 3,
+            rtts: vec![Duration::from_millis(1)],
+            min_lease_ttl: Some(Duration::from_secs(2)),
+        }
+    }
+
+    fn limits() -> Limits {
+        Limits {
+            ttl: Duration::from_secs(10),
+            node_timeout: Duration::from_millis(50),
+        }
+    }
+
+    fn worst(checks: &[Check], name: &str) -> Option<Status> {
+        checks
+            .iter()
+            .filter(|c| c.check == name)
+            .map(|c| c.status)
+            .max()
+    }
+
+    #[test]
+    fn a_healthy_cluster_passes() {
+        let facts = [member("a", 1), member("b", 2), member("c", 3)];
+        let checks = evaluate(&facts, limits());
+        assert!(
+            checks.iter().all(|c| c.status == Status::Pass),
+            "{checks:?}"
+        );
+    }
+
+    #[test]
+    fn one_member_down_warns_two_fail() {
+        let mut facts = vec![member("a", 1), member("b", 2), member("c", 3)];
+        facts[2].reachable = Err("refused".into());
+        assert_eq!(
+            worst(&evaluate(&facts, limits()), "quorum"),
+            Some(Status::Warn)
+        );
+        facts[1].errors = vec!["NOSPACE".into()];
+        let checks = evaluate(&facts, limits());
+        assert_eq!(worst(&checks, "quorum"), Some(Status::Fail));
+        assert_eq!(worst(&checks, "health"), Some(Status::Fail));
+    }
+
+    #[test]
+    fn no_leader_or_two_leaders_fail() {
+        let mut facts = vec![member("a", 1), member("b", 2), member("c", 3)];
+        facts[0].leader = 0;
+        assert_eq!(
+            worst(&evaluate(&facts, limits()), "leader"),
+            Some(Status::Fail)
+        );
+        facts[0].leader = 7;
+        assert_eq!(
+            worst(&evaluate(&facts, limits()), "leader"),
+            Some(Status::Fail)
+        );
+    }
+
+    #[test]
+    fn the_same_member_twice_fails() {
+        let facts = [member("a", 1), member("b", 1), member("c", 3)];
+        assert_eq!(
+            worst(&evaluate(&facts, limits()), "duplicates"),
+            Some(Status::Fail)
+        );
+    }
+
+    #[test]
+    fn a_ttl_below_the_smallest_lease_or_near_the_election_timeout_warns() {
+        let facts = [member("a", 1)];
+        let short = Limits {
+            ttl: Duration::from_secs(1),
+            ..limits()
+        };
+        assert_eq!(
+            worst(&evaluate(&facts, short), "lease ttl"),
+            Some(Status::Warn)
+        );
+        let mut slow = member("a", 1);
+        slow.min_lease_ttl = Some(Duration::from_secs(6)); // election timeout about 4 s
+        assert_eq!(
+            worst(&evaluate(&[slow], limits()), "lease ttl"),
+            Some(Status::Warn)
+        );
+        assert_eq!(
+            worst(&evaluate(&facts, limits()), "lease ttl"),
+            Some(Status::Pass)
+        );
+    }
+
+    #[test]
+    fn a_partial_node_list_warns() {
+        let facts = [member("a", 1), member("b", 2)];
+        assert_eq!(
+            worst(&evaluate(&facts, limits()), "node list"),
+            Some(Status::Warn)
+        );
+    }
+
+    #[test]
+    fn the_line_renders_holder_waiters_and_leases() {
+        let w = |rev, holder: Option<&str>| Waiter {
+            key: format!("fencelock/r/{rev:016x}"),
+            revision: rev,
+            lease: format!("{rev:016x}"),
+            lease_ttl_s: Some(9),
+            holder: holder.map(Into::into),
+        };
+        let text = render_line("r", &[w(5, Some("host=h pid=1 label=job")), w(7, None)]);
+        assert!(text.contains("revision 5 = fencing token"), "{text}");
+        assert!(text.contains("holder: \"job\" (process 1 on h)"), "{text}");
+        assert!(
+            text.contains("1 waiting, in order:\n  revision 7"),
+            "{text}"
+        );
+        assert!(render_line("r", &[]).contains("not held"));
+    }
+}

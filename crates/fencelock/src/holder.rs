@@ -1,0 +1,194 @@
+//! Who holds a lock: a short label (host, process id, an optional text of the user's) stored next
+//! to the lock so that an operator can tell who holds a stuck one (`fencelock inspect`).
+//!
+//! On Redis it is the side key [`crate::protocol::holder_key`] (`fencelock:holder:<resource>`),
+//! written by the same script call that grants the lock, with the lock's TTL, extended with it
+//! and deleted with it; the lock key itself keeps the bare owner token, so other Redlock clients
+//! (redsync, node-redlock) see nothing new. On etcd it is the value of the waiter's key.
+
+use std::fmt;
+
+/// The prefix of the holder side keys: `fencelock:holder:<resource>` (written out in the Lua
+/// scripts too; a test holds them to it).
+pub(crate) const HOLDER_PREFIX: &str = "fencelock:holder:";
+
+/// The holder side key of `resource`.
+pub(crate) fn holder_key(resource: &str) -> String {
+    format!("{HOLDER_PREFIX}{resource}")
+}
+
+/// The longest user label accepted, in bytes.
+pub const MAX_LABEL_LEN: usize = 200;
+
+/// Who holds a lock: host, process id and an optional label of the user's. Stored as text,
+/// `host=<host> pid=<pid>[ label=<label>]` (see [`Holder::parse`]).
+///
+/// ```
+/// use fencelock::Holder;
+///
+/// let holder = Holder::this_process().with_label("nightly report");
+/// let text = holder.to_string();
+/// assert!(text.contains("label=nightly report"));
+/// assert_eq!(Holder::parse(&text), Some(holder));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holder {
+    host: String,
+    pid: u32,
+    label: Option<String>,
+}
+
+impl Holder {
+    /// This process: the host name and the process id, no label.
+    pub fn this_process() -> Holder {
+        Holder {
+            host: host_name(),
+            pid: std::process::id(),
+            label: None,
+        }
+    }
+
+    /// The same holder with a label of the user's (a job name, a request id). Checked by
+    /// [`crate::Client::new`]: at most [`MAX_LABEL_LEN`] bytes, no control characters.
+    pub fn with_label(mut self, label: impl Into<String>) -> Holder {
+        self.label = Some(label.into());
+        self
+    }
+
+    /// The host name.
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// The user's label, if any.
+    pub fn label(&self) -> Option<&str> {
+        self.label.as_deref()
+    }
+
+    /// Reads the stored text back; `None` for text fencelock did not write.
+    pub fn parse(text: &str) -> Option<Holder> {
+        let rest = text.strip_prefix("host=")?;
+        let (host, rest) = rest.split_once(" pid=")?;
+        let (pid, label) = match rest.split_once(" label=") {
+            Some((pid, label)) => (pid, Some(label.to_string())),
+            None => (rest, None),
+        };
+        Some(Holder {
+            host: host.to_string(),
+            pid: pid.parse().ok()?,
+            label,
+        })
+    }
+
+    /// Why the label cannot be stored, if it cannot.
+    pub(crate) fn check(&self) -> Result<(), String> {
+        let Some(label) = &self.label else {
+            return Ok(());
+        };
+        if label.len() > MAX_LABEL_LEN {
+            return Err(format!(
+                "the holder label is {} bytes; at most {MAX_LABEL_LEN} are stored: shorten it",
+                label.len()
+            ));
+        }
+        if label.chars().any(char::is_control) {
+            return Err(
+                "the holder label holds a control character (a newline?); use plain text".into(),
+            );
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for Holder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "host={} pid={}", self.host, self.pid)?;
+        if let Some(label) = &self.label {
+            write!(f, " label={label}")?;
+        }
+        Ok(())
+    }
+}
+
+/// The host name, without spaces (`unknown` when the system does not say).
+fn host_name() -> String {
+    let name = system_host_name()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .or_else(|| std::env::var("COMPUTERNAME").ok())
+        .unwrap_or_default();
+    let name: String = name
+        .trim()
+        .chars()
+        .filter(|c| !c.is_whitespace() && !c.is_control())
+        .collect();
+    if name.is_empty() {
+        "unknown".to_string()
+    } else {
+        name
+    }
+}
+
+#[cfg(unix)]
+fn system_host_name() -> Option<String> {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is writable for its whole length, which is what we pass.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return None;
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8(buf[..end].to_vec()).ok()
+}
+
+#[cfg(not(unix))]
+fn system_host_name() -> Option<String> {
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_text_reads_back() {
+        let h = Holder {
+            host: "web-3".into(),
+            pid: 4121,
+            label: None,
+        };
+        assert_eq!(h.to_string(), "host=web-3 pid=4121");
+        assert_eq!(Holder::parse("host=web-3 pid=4121"), Some(h.clone()));
+        let l = h.with_label("job pid=7 label=x");
+        assert_eq!(Holder::parse(&l.to_string()), Some(l));
+        assert_eq!(Holder::parse("a random token"), None);
+        assert_eq!(Holder::parse("host=x pid=notanumber"), None);
+    }
+
+    #[test]
+    fn this_process_has_a_host_and_our_pid() {
+        let h = Holder::this_process();
+        assert!(!h.host().is_empty() && !h.host().contains(' '));
+        assert_eq!(h.pid(), std::process::id());
+    }
+
+    #[test]
+    fn long_or_multiline_labels_are_refused() {
+        let h = Holder::this_process();
+        assert!(h
+            .clone()
+            .with_label("x".repeat(MAX_LABEL_LEN))
+            .check()
+            .is_ok());
+        assert!(h
+            .clone()
+            .with_label("x".repeat(MAX_LABEL_LEN + 1))
+            .check()
+            .is_err());
+        assert!(h.with_label("a\nb").check().is_err());
+    }
+}

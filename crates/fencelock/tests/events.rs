@@ -1,0 +1,196 @@
+//! The events an operator acts on, emitted through `tracing` at `warn` in every build: a lost
+//! lock (with its cause and what to do), a node that stops answering (once, and at `info` when
+//! it answers again), a node in restart quarantine. A capturing subscriber of the test's own
+//! (set as the default of the test's thread, where its current-thread runtime runs every task)
+//! reads them from a client on real nodes.
+
+use std::fmt::Write as _;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use fencelock::{AutoExtend, Client, Config, ErrorKind};
+use fencelock_testkit::RedisNodes;
+use tracing::field::{Field, Visit};
+use tracing::span::{Attributes, Id, Record};
+use tracing::{Event, Level, Metadata, Subscriber};
+
+/// Every event: its level and text (the message, then the other fields).
+#[derive(Clone, Default)]
+struct Capture(Arc<Mutex<Vec<(Level, String)>>>);
+
+impl Capture {
+    fn install(&self) -> tracing::subscriber::DefaultGuard {
+        tracing::subscriber::set_default(self.clone())
+    }
+
+    fn at(&self, level: Level, needle: &str) -> Vec<String> {
+        self.0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(l, text)| *l == level && text.contains(needle))
+            .map(|(_, text)| text.clone())
+            .collect()
+    }
+}
+
+struct Text(String);
+
+impl Visit for Text {
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        if field.name() == "message" {
+            let _ = write!(self.0, "{value:?}");
+        } else {
+            let _ = write!(self.0, " {}={value:?}", field.name());
+        }
+    }
+}
+
+impl Subscriber for Capture {
+    fn enabled(&self, _: &Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, _: &Attributes<'_>) -> Id {
+        Id::from_u64(1)
+    }
+    fn record(&self, _: &Id, _: &Record<'_>) {}
+    fn record_follows_from(&self, _: &Id, _: &Id) {}
+    fn event(&self, event: &Event<'_>) {
+        let mut text = Text(String::new());
+        event.record(&mut text);
+        self.0
+            .lock()
+            .unwrap()
+            .push((*event.metadata().level(), text.0));
+    }
+    fn enter(&self, _: &Id) {}
+    fn exit(&self, _: &Id) {}
+}
+
+fn config(nodes: &RedisNodes) -> Config {
+    Config::new(nodes.urls())
+        .with_ttl(Duration::from_millis(900))
+        .with_node_timeout(Duration::from_millis(300))
+        .with_connect_timeout(Duration::from_millis(300))
+        .with_quarantine(false)
+}
+
+#[tokio::test]
+async fn a_lost_lock_is_a_warning_that_says_what_to_do() {
+    let capture = Capture::default();
+    let _default = capture.install();
+    let nodes = RedisNodes::start(3).unwrap();
+    let client = Client::new(config(&nodes)).unwrap();
+    let guard = client
+        .try_acquire("events:lost")
+        .await
+        .unwrap()
+        .auto_extend(AutoExtend::new().with_interval(Duration::from_millis(100)));
+    for node in &nodes {
+        node.cli(&["DEL", "events:lost"]).unwrap();
+    }
+    tokio::time::timeout(Duration::from_secs(5), guard.lost().fired())
+        .await
+        .expect("the lost signal fired");
+    let _ = guard.release().await;
+    let warnings = capture.at(Level::WARN, "events:lost");
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(warnings[0].contains("lost"), "{}", warnings[0]);
+    assert!(warnings[0].contains("stop the work"), "{}", warnings[0]);
+    // A lock released in time is no event.
+    let lock = client.try_acquire("events:kept").await.unwrap();
+    let guard = lock.auto_extend(AutoExtend::new());
+    guard.release().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert!(capture.at(Level::WARN, "events:kept").is_empty());
+}
+
+#[tokio::test]
+async fn a_node_that_stops_answering_is_one_warning_and_its_return_is_noted() {
+    let capture = Capture::default();
+    let _default = capture.install();
+    let nodes = RedisNodes::start(3).unwrap();
+    let client = Client::new(config(&nodes)).unwrap();
+    client
+        .try_acquire("events:a")
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    // Every node has answered once (connecting waits for each): node 2 is known to be up.
+    let votes = client.connect().await;
+    assert_eq!(votes.granted(), 3, "{votes}");
+    nodes.node(2).pause().unwrap();
+    for resource in ["events:b", "events:c", "events:d"] {
+        // Two of three still grant.
+        client
+            .try_acquire(resource)
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+    }
+    // A round returns at its quorum; the paused node's requests time out in the background,
+    // a node timeout later.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let name = client.nodes()[2].redacted();
+    let warnings = capture.at(Level::WARN, "did not answer");
+    assert_eq!(
+        warnings.len(),
+        1,
+        "one warning while it stays down: {warnings:?}"
+    );
+    assert!(warnings[0].contains(&name), "{} names {name}", warnings[0]);
+    assert!(warnings[0].contains("fencelock doctor"), "{}", warnings[0]);
+    nodes.node(2).resume().unwrap();
+    let mut back = Vec::new();
+    for _ in 0..20 {
+        let lock = client.try_acquire("events:e").await.unwrap();
+        lock.release().await.unwrap();
+        back = capture.at(Level::INFO, "answers again");
+        if !back.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(back.len(), 1, "{back:?}");
+    assert!(back[0].contains(&name));
+}
+
+#[tokio::test]
+async fn a_node_that_never_answered_is_left_to_the_errors_that_name_it() {
+    // A one-shot command that meets a dead node prints one error line naming it, not a
+    // warning besides: only a node that answered before "stops answering".
+    let capture = Capture::default();
+    let _default = capture.install();
+    let nodes = RedisNodes::start(3).unwrap();
+    nodes.node(2).kill().unwrap();
+    let client = Client::new(config(&nodes)).unwrap();
+    client
+        .try_acquire("events:dead")
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(capture.at(Level::WARN, "did not answer").is_empty());
+}
+
+#[tokio::test]
+async fn a_node_in_restart_quarantine_is_a_warning_that_says_what_to_do() {
+    let capture = Capture::default();
+    let _default = capture.install();
+    let nodes = RedisNodes::start(3).unwrap();
+    let client = Client::new(config(&nodes).with_quarantine(true)).unwrap();
+    let err = client.try_acquire("events:q").await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    let warnings = capture.at(Level::WARN, "restart quarantine");
+    assert_eq!(warnings.len(), 3, "one per node: {warnings:?}");
+    assert!(
+        warnings.iter().all(|w| w.contains("appendfsync always")),
+        "{warnings:?}"
+    );
+}

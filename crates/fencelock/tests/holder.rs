@@ -1,0 +1,156 @@
+//! Who holds what: the holder label a client stores beside its locks, on real nodes. On Redis a
+//! side key `fencelock:holder:<resource>` written by the granting script with the lock's TTL,
+//! extended and deleted with the lock, while the lock key keeps the bare owner token (what
+//! other Redlock clients read); on etcd the value of the lock's key.
+
+use std::time::Duration;
+
+use fencelock::protocol::holder_key;
+use fencelock::{Client, Config, Holder, RetryPolicy};
+use fencelock_testkit::{RedisNode, RedisNodes};
+
+const TTL: Duration = Duration::from_secs(10);
+
+fn labelled(urls: Vec<String>) -> (Config, Holder) {
+    let holder = Holder::this_process().with_label("holder test");
+    let config = Config::new(urls)
+        .with_ttl(TTL)
+        .with_node_timeout(Duration::from_millis(500))
+        .with_quarantine(false)
+        .with_holder(holder.clone());
+    (config, holder)
+}
+
+fn get(node: &RedisNode, key: &str) -> String {
+    node.cli(&["GET", key]).unwrap().trim().to_string()
+}
+
+fn pttl(node: &RedisNode, key: &str) -> i64 {
+    node.cli(&["PTTL", key]).unwrap().trim().parse().unwrap()
+}
+
+/// On every node: the lock key holds the bare token and the side key the label, both with
+/// about the lock's TTL.
+async fn assert_held_with_label(
+    nodes: &[&RedisNode],
+    resource: &str,
+    token: &str,
+    holder: &Holder,
+) {
+    // A grant returns at a quorum: the last node's request may still be on its way.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    for node in nodes {
+        assert_eq!(
+            get(node, resource),
+            token,
+            "the lock key keeps the bare token"
+        );
+        let text = get(node, &holder_key(resource));
+        assert_eq!(Holder::parse(&text).as_ref(), Some(holder), "{text}");
+        let (lock, side) = (pttl(node, resource), pttl(node, &holder_key(resource)));
+        assert!(
+            side > 0 && (lock - side).abs() < 1000,
+            "PTTL lock {lock}, holder {side}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_label_lives_beside_the_lock_and_goes_with_it() {
+    let nodes = RedisNodes::start(3).unwrap();
+    let all: Vec<&RedisNode> = nodes.iter().collect();
+    let (config, holder) = labelled(nodes.urls());
+    for fencing in [false, true] {
+        let client = Client::new(config.clone().with_fencing(fencing)).unwrap();
+        let resource = format!("holder:one:{fencing}");
+        let mut lock = client.try_acquire(&resource).await.unwrap();
+        assert_held_with_label(&all, &resource, lock.token(), &holder).await;
+        // Let the TTLs run down a little, then extend: both come back up together.
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+        lock.extend().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(pttl(all[0], &holder_key(&resource)) > 9_000);
+        assert_held_with_label(&all, &resource, lock.token(), &holder).await;
+        lock.release().await.unwrap();
+        client.close().await;
+        for node in &all {
+            assert_eq!(
+                pttl(node, &holder_key(&resource)),
+                -2,
+                "deleted with the lock"
+            );
+        }
+    }
+    // Several resources at once: one side key each.
+    let client = Client::new(config.clone()).unwrap();
+    let lock = client
+        .try_acquire_many(&["holder:a", "holder:b"])
+        .await
+        .unwrap();
+    for r in ["holder:a", "holder:b"] {
+        assert_held_with_label(&all, r, lock.token(), &holder).await;
+    }
+    lock.release().await.unwrap();
+    client.close().await;
+    // A lock taken in line (the queued script) after waiting for another holder.
+    let other = Client::new(config.clone()).unwrap();
+    let first = other.try_acquire("holder:line").await.unwrap();
+    let retry = RetryPolicy::new().with_wait(Duration::from_secs(10));
+    let waiter = Client::new(config.clone().with_retry(retry)).unwrap();
+    let wait = tokio::spawn(async move {
+        let lock = waiter.acquire("holder:line").await.unwrap();
+        (waiter, lock)
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    first.release().await.unwrap();
+    let (waiter, lock) = wait.await.unwrap();
+    assert_held_with_label(&all, "holder:line", lock.token(), &holder).await;
+    lock.release().await.unwrap();
+    waiter.close().await;
+}
+
+#[tokio::test]
+async fn one_node_stores_the_label_and_a_client_without_one_stores_nothing() {
+    let node = RedisNode::start().unwrap();
+    let (config, holder) = labelled(vec![node.url()]);
+    let client = Client::new(config).unwrap();
+    let lock = client.try_acquire("holder:single").await.unwrap();
+    assert_held_with_label(&[&node], "holder:single", lock.token(), &holder).await;
+    lock.release().await.unwrap();
+
+    let plain = Client::new(Config::new([node.url()]).with_quarantine(false)).unwrap();
+    let lock = plain.try_acquire("holder:none").await.unwrap();
+    assert_eq!(pttl(&node, &holder_key("holder:none")), -2);
+    lock.release().await.unwrap();
+}
+
+#[test]
+fn a_label_that_cannot_be_stored_is_refused_before_any_io() {
+    let holder = Holder::this_process().with_label("line one\nline two");
+    let err = Client::new(Config::new(["redis://127.0.0.1:1"]).with_holder(holder)).unwrap_err();
+    assert!(err.to_string().contains("holder"), "{err}");
+}
+
+#[cfg(feature = "etcd")]
+#[tokio::test]
+async fn on_etcd_the_label_is_the_value_of_the_lock_key() {
+    let etcd = fencelock_testkit::Etcd::start().unwrap();
+    let url = etcd.endpoint().replacen("http://", "etcd://", 1);
+    let holder = Holder::this_process().with_label("etcd holder");
+    let client = Client::new(Config::new([url]).with_holder(holder.clone())).unwrap();
+    let lock = client.try_acquire("holder:etcd").await.unwrap();
+    let mut raw = etcd_client::Client::connect([etcd.endpoint()], None)
+        .await
+        .unwrap();
+    let resp = raw
+        .get(
+            "fencelock/holder:etcd/",
+            Some(etcd_client::GetOptions::new().with_prefix()),
+        )
+        .await
+        .unwrap();
+    let kv = &resp.kvs()[0];
+    assert_eq!(kv.key_str().unwrap(), lock.token());
+    assert_eq!(Holder::parse(kv.value_str().unwrap()), Some(holder));
+    lock.release().await.unwrap();
+}

@@ -1,0 +1,365 @@
+//! The metrics a client records (feature `metrics`), read back through a test recorder
+//! (metrics-util's `DebuggingRecorder`, installed once for this binary) against real nodes, with
+//! exact counts where the case makes them exact; and the README's table, which must list every
+//! name. Each test uses its own resources (the client labels metrics with them on request) or
+//! its own nodes (the `node` label), so that tests running side by side do not count each
+//! other's locks.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+use fencelock::fence::SqliteFence;
+use fencelock::telemetry as names;
+use fencelock::{AutoExtend, Client, Config, ErrorKind, LostCause, RetryPolicy};
+use fencelock_testkit::RedisNodes;
+use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+
+fn snapshotter() -> &'static Snapshotter {
+    static SNAPSHOTTER: OnceLock<Snapshotter> = OnceLock::new();
+    SNAPSHOTTER.get_or_init(|| {
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        recorder
+            .install()
+            .expect("no other recorder in this binary");
+        snapshotter
+    })
+}
+
+/// One recorded series: its name, labels and value.
+#[derive(Debug)]
+struct Series {
+    name: String,
+    labels: HashMap<String, String>,
+    count: u64,
+}
+
+/// Everything recorded so far (counters: their value; histograms: how many values). A
+/// snapshot drains the recorder, and tests run side by side: every snapshot is added to one
+/// running total, which each test reads.
+fn recorded() -> Vec<Series> {
+    type Totals = HashMap<(String, BTreeMap<String, String>), u64>;
+    static TOTALS: Mutex<Option<Totals>> = Mutex::new(None);
+    let mut totals = TOTALS.lock().unwrap();
+    let totals = totals.get_or_insert_with(HashMap::new);
+    for (key, _, _, value) in snapshotter().snapshot().into_vec() {
+        let (_kind, key) = key.into_parts();
+        let (name, labels) = key.into_parts();
+        let n = match value {
+            DebugValue::Counter(n) => n,
+            DebugValue::Histogram(values) => values.len() as u64,
+            DebugValue::Gauge(_) => 0,
+        };
+        let labels = labels
+            .into_iter()
+            .map(|l| (l.key().to_string(), l.value().to_string()))
+            .collect();
+        *totals
+            .entry((name.as_str().to_string(), labels))
+            .or_default() += n;
+    }
+    totals
+        .iter()
+        .map(|((name, labels), count)| Series {
+            name: name.clone(),
+            labels: labels.clone().into_iter().collect(),
+            count: *count,
+        })
+        .collect()
+}
+
+/// The sum over the series of `name` whose labels include all of `want`.
+fn count(all: &[Series], name: &str, want: &[(&str, &str)]) -> u64 {
+    all.iter()
+        .filter(|s| s.name == name)
+        .filter(|s| {
+            want.iter()
+                .all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(*v))
+        })
+        .map(|s| s.count)
+        .sum()
+}
+
+fn config(nodes: &RedisNodes) -> Config {
+    Config::new(nodes.urls())
+        .with_ttl(Duration::from_secs(5))
+        .with_node_timeout(Duration::from_millis(500))
+        .with_quarantine(false)
+        .with_metrics_resource_label(true)
+}
+
+#[tokio::test]
+async fn a_grant_a_contention_and_a_release_are_counted_with_every_nodes_vote() {
+    snapshotter();
+    let nodes = RedisNodes::start(3).unwrap();
+    let a = Client::new(config(&nodes)).unwrap();
+    let b = Client::new(config(&nodes)).unwrap();
+    let lock = a.try_acquire("metrics:one").await.unwrap();
+    let refused = b.try_acquire("metrics:one").await.unwrap_err();
+    assert_eq!(refused.kind(), ErrorKind::Contention);
+    let voters: Vec<String> = lock.votes().iter().map(|v| v.node.to_string()).collect();
+    lock.release().await.unwrap();
+    a.close().await;
+
+    let all = recorded();
+    let r = ("resource", "metrics:one");
+    let acquired = |outcome| {
+        count(
+            &all,
+            names::ACQUIRE_SECONDS,
+            &[r, ("outcome", outcome), ("mode", "try")],
+        )
+    };
+    assert_eq!(acquired("granted"), 1);
+    assert_eq!(acquired("contention"), 1);
+    assert_eq!(
+        count(&all, names::RELEASES_TOTAL, &[r, ("outcome", "released")]),
+        1
+    );
+    for node in &voters {
+        let n = ("node", node.as_str());
+        let votes = |op, outcome| {
+            count(
+                &all,
+                names::NODE_VOTES_TOTAL,
+                &[n, ("op", op), ("outcome", outcome)],
+            )
+        };
+        // A grant returns at a quorum: a node still answering is not counted (its request
+        // finishes in the background). A refusal waits for every node.
+        assert!(votes("acquire", "granted") <= 1, "{node}");
+        assert_eq!(votes("acquire", "held_by_other"), 1, "{node}");
+        assert!(votes("release", "granted") <= 1, "{node}");
+        assert_eq!(
+            count(&all, names::NODE_VOTE_SECONDS, &[n, ("op", "acquire")]),
+            1 + votes("acquire", "granted"),
+            "{node}"
+        );
+    }
+    let granted: u64 = voters
+        .iter()
+        .map(|node| {
+            let want = [
+                ("node", node.as_str()),
+                ("op", "acquire"),
+                ("outcome", "granted"),
+            ];
+            count(&all, names::NODE_VOTES_TOTAL, &want)
+        })
+        .sum();
+    assert!(granted >= 2, "a quorum of 3 granted: {granted}");
+    // No resource label unless asked: the same metrics without it.
+    let plain = Client::new(config(&nodes).with_metrics_resource_label(false)).unwrap();
+    plain
+        .try_acquire("metrics:plain")
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let all = recorded();
+    assert_eq!(
+        count(
+            &all,
+            names::ACQUIRE_SECONDS,
+            &[("resource", "metrics:plain")]
+        ),
+        0
+    );
+    assert!(all
+        .iter()
+        .filter(|s| s.name.starts_with("fencelock_") && !s.labels.contains_key("node"))
+        .any(|s| !s.labels.contains_key("resource")));
+}
+
+#[tokio::test]
+async fn a_wait_ends_in_one_hand_over() {
+    snapshotter();
+    let nodes = RedisNodes::start(3).unwrap();
+    // Retry delays far longer than the test: only the release's wake-up can end the wait soon.
+    let retry = RetryPolicy::new()
+        .with_wait(Duration::from_secs(30))
+        .with_base_delay(Duration::from_secs(20))
+        .with_max_delay(Duration::from_secs(20));
+    let a = Client::new(config(&nodes)).unwrap();
+    let b = Client::new(config(&nodes).with_retry(retry)).unwrap();
+    let lock = a.try_acquire("metrics:wait").await.unwrap();
+    let waiter = tokio::spawn(async move {
+        let lock = b.acquire("metrics:wait").await;
+        (b, lock)
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    lock.release().await.unwrap();
+    let (b, lock) = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the wake-up came")
+        .unwrap();
+    lock.unwrap().release().await.unwrap();
+    b.close().await;
+
+    let all = recorded();
+    let r = ("resource", "metrics:wait");
+    assert_eq!(
+        count(&all, names::WAIT_SECONDS, &[r, ("outcome", "granted")]),
+        1
+    );
+    assert_eq!(count(&all, names::HANDOVER_SECONDS, &[r]), 1);
+    assert_eq!(
+        count(
+            &all,
+            names::ACQUIRE_SECONDS,
+            &[r, ("outcome", "granted"), ("mode", "wait")]
+        ),
+        1
+    );
+}
+
+#[tokio::test]
+async fn extensions_and_a_lost_lock_are_counted_by_cause() {
+    snapshotter();
+    let nodes = RedisNodes::start(3).unwrap();
+    let client = Client::new(config(&nodes).with_ttl(Duration::from_millis(900))).unwrap();
+    let mut lock = client.try_acquire("metrics:lost").await.unwrap();
+    lock.extend().await.unwrap();
+    let guard = lock.auto_extend(AutoExtend::new().with_interval(Duration::from_millis(100)));
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    // Someone else's hand deletes the key everywhere: the next extension finds it gone.
+    for node in &nodes {
+        node.cli(&["DEL", "metrics:lost"]).unwrap();
+    }
+    let lost = guard.lost();
+    tokio::time::timeout(Duration::from_secs(5), lost.fired())
+        .await
+        .expect("the lost signal fired");
+    assert_eq!(lost.cause(), Some(LostCause::NotHeld));
+    let _ = guard.release().await;
+    client.close().await;
+
+    let all = recorded();
+    let r = ("resource", "metrics:lost");
+    let ext = |outcome, how| {
+        count(
+            &all,
+            names::EXTENSIONS_TOTAL,
+            &[r, ("outcome", outcome), ("how", how)],
+        )
+    };
+    assert_eq!(ext("extended", "manual"), 1);
+    assert!(ext("extended", "auto") >= 1);
+    assert_eq!(ext("failed", "auto"), 1);
+    assert_eq!(
+        count(&all, names::LOCKS_LOST_TOTAL, &[r, ("cause", "not_held")]),
+        1
+    );
+    assert_eq!(count(&all, names::LOCKS_LOST_TOTAL, &[r]), 1);
+}
+
+#[tokio::test]
+async fn fenced_writes_are_counted_accepted_and_stale() {
+    snapshotter();
+    let nodes = RedisNodes::start(3).unwrap();
+    let client = Client::new(config(&nodes).with_fencing(true)).unwrap();
+    let brief = Client::new(
+        config(&nodes)
+            .with_fencing(true)
+            .with_ttl(Duration::from_millis(300))
+            .with_node_timeout(Duration::from_millis(100)),
+    )
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let fence = SqliteFence::open(dir.path().join("m.db")).unwrap();
+    // A holder whose lock runs out (a paused holder): its token is stale once the next wrote.
+    let first = brief.try_acquire("metrics:fence").await.unwrap();
+    let old = first.issued_token().unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    drop(first);
+    let second = client.try_acquire("metrics:fence").await.unwrap();
+    fence
+        .write("metrics:fence", second.issued_token().unwrap(), |_| Ok(()))
+        .unwrap();
+    let stale = fence.write("metrics:fence", old, |_| Ok(())).unwrap_err();
+    assert_eq!(stale.kind(), ErrorKind::StaleToken);
+    fence
+        .write("metrics:fence", second.issued_token().unwrap(), |_| Ok(()))
+        .unwrap();
+    second.release().await.unwrap();
+
+    // Only this test writes through a fence in this binary: the counts are exact.
+    let all = recorded();
+    let s = ("storage", "sqlite");
+    assert_eq!(
+        count(
+            &all,
+            names::FENCED_WRITES_TOTAL,
+            &[s, ("outcome", "accepted")]
+        ),
+        2
+    );
+    assert_eq!(
+        count(&all, names::FENCED_WRITES_TOTAL, &[s, ("outcome", "stale")]),
+        1
+    );
+}
+
+#[tokio::test]
+async fn nodes_in_restart_quarantine_are_counted_as_excluded() {
+    snapshotter();
+    let nodes = RedisNodes::start(3).unwrap();
+    // Fresh nodes have no marker: in quarantine for a TTL, none of them counts.
+    let client = Client::new(config(&nodes).with_quarantine(true)).unwrap();
+    let err = client.try_acquire("metrics:quarantine").await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    let voters: Vec<String> = err
+        .votes()
+        .unwrap()
+        .iter()
+        .map(|v| v.node.to_string())
+        .collect();
+    let all = recorded();
+    for node in &voters {
+        let want = [
+            ("node", node.as_str()),
+            ("op", "acquire"),
+            ("outcome", "excluded"),
+        ];
+        assert_eq!(count(&all, names::NODE_VOTES_TOTAL, &want), 1, "{node}");
+    }
+    assert_eq!(
+        count(
+            &all,
+            names::ACQUIRE_SECONDS,
+            &[
+                ("resource", "metrics:quarantine"),
+                ("outcome", "unavailable")
+            ]
+        ),
+        1
+    );
+}
+
+#[test]
+fn the_readme_table_lists_every_metric_with_its_kind() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
+    for name in names::ALL {
+        let row = readme
+            .lines()
+            .find(|l| l.starts_with('|') && l.contains(&format!("`{name}`")))
+            .unwrap_or_else(|| panic!("README has no table row for {name}"));
+        let kind = if name.ends_with("_total") {
+            "counter"
+        } else {
+            "histogram"
+        };
+        assert!(row.contains(kind), "{name}: {row}");
+    }
+    // And nothing in the table that the library does not record.
+    for line in readme.lines().filter(|l| l.starts_with("| `fencelock_")) {
+        let name = line.split('`').nth(1).unwrap();
+        assert!(
+            names::ALL.contains(&name),
+            "README lists {name}, which is not recorded"
+        );
+    }
+}
