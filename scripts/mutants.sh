@@ -136,6 +136,24 @@ mutant harness-permits-plus-one "the harness's semaphore clients take N + 1 perm
   crates/fencelock-harness/src/family.rs \
   's/client\.semaphore\(RESOURCE, n\)/client.semaphore(RESOURCE, n + 1)/' \
   "-p fencelock-harness --test harness redis_semaphores_keep_n_holders_and_elections_one_leader_per_term"
+mutant rw-read-ignores-writer "a node grants a read lock while a writer holds the key" \
+  crates/fencelock/src/redis/lua/read_acquire.lua \
+  's/if held and held ~= \x27fencelock:readers\x27 then return \{0, record\} end/if false then return {0, record} end/' \
+  "-p fencelock --test rwlock readers_share_and_the_mutex_is_the_write_side" \
+  "-p fencelock --test rwlock_model the_model_locks_as_the_lua_does" \
+  "-p fencelock-harness --test harness rwlock_mode_keeps_writers_alone_and_the_fenced_record_safe"
+mutant rw-writer-not-ahead "readers ignore the writers waiting in line: a stream of readers starves a writer" \
+  crates/fencelock/src/redis/lua/readers.lua \
+  's/elseif not string\.find\(id, \x27\^\[\^\.\]\*%\.r\x27\) then/elseif false then/' \
+  "-p fencelock --test rwlock a_writer_behind_a_stream_of_readers_gets_in"
+mutant rw-marker-short "the readers' marker expires a second before the longest reader's entry" \
+  crates/fencelock/src/redis/lua/readers.lua \
+  's/local left = tonumber\(top\[2\]\) - now/local left = tonumber(top[2]) - now - 1000/' \
+  "-p fencelock --test rwlock_model the_model_locks_as_the_lua_does"
+mutant rw-no-record "a write lock is granted without recording its token for readers" \
+  crates/fencelock/src/rwlock.rs \
+  's/let Some\(token\) = lock\.fencing_token\(\) else \{/let Some(token) = lock.fencing_token().filter(|_| false) else {/' \
+  "-p fencelock --test rwlock readers_learn_the_last_writers_token"
 
 index_of() {
   local i

@@ -13,6 +13,9 @@
 //! - `permits`: C workers share a semaphore of `--permits` permits, N sections of `--hold`
 //!   each, then the same on the mutex; the ratio is the permits' throughput over the mutex's
 //!   (`bench/permits.rs`).
+//! - `shared`: C tasks sharing one client, N cycles on one key: read locks with a write lock in
+//!   every tenth cycle (`RwLock`), against the same cycles through the mutex of one key, in
+//!   alternating blocks (`bench/shared.rs`); reports the ratio of the two.
 //!
 //! With `--raw`, each workload runs a second time through [`raw::Raw`], hand-written redis-rs
 //! calls with no library around them, and the ratio of the two is printed. Everything but the
@@ -26,6 +29,7 @@ mod plot;
 mod proxy;
 mod raw;
 mod raw_etcd;
+mod shared;
 mod stats;
 
 use std::cell::Cell;
@@ -53,12 +57,12 @@ pub(crate) struct BenchArgs {
     /// What to measure.
     #[arg(long, value_enum)]
     pub(crate) workload: Workload,
-    /// Cycles (critical sections for `contended`); default 2000 (seq), 10000 (par), 200
-    /// (contended). Ignored by `held`.
+    /// Cycles (critical sections for `contended`); default 2000 (seq, shared), 10000 (par),
+    /// 200 (contended). Ignored by `held`.
     #[arg(long, value_name = "N")]
     pub(crate) cycles: Option<usize>,
-    /// Concurrent tasks (par, default 64), workers (contended, default 8) or locks held
-    /// (held, default 10000).
+    /// Concurrent tasks (par, default 64; shared, default 16), workers (contended, default 8)
+    /// or locks held (held, default 10000).
     #[arg(long, value_name = "C")]
     pub(crate) concurrency: Option<usize>,
     /// Also run the raw redis-rs baseline and print the ratio.
@@ -109,6 +113,7 @@ pub(crate) enum Workload {
     Contended,
     Held,
     Permits,
+    Shared,
 }
 
 impl Workload {
@@ -119,6 +124,7 @@ impl Workload {
             Workload::Contended => "contended",
             Workload::Held => "held",
             Workload::Permits => "permits",
+            Workload::Shared => "shared",
         }
     }
 }
@@ -168,6 +174,10 @@ pub(crate) async fn bench(global: &Global, args: BenchArgs) -> anyhow::Result<u8
         Workload::Permits => {
             let hold = args.hold.unwrap_or(permits::DEFAULT_HOLD);
             permits::run_permits(&plan, &settings, args.permits.unwrap_or(4), hold).await?
+        }
+        Workload::Shared => {
+            let client = client(&settings, plan.fencing).await?;
+            shared::run(&client, plan.cycles, plan.concurrency, &plan.prefix).await?
         }
     };
     let report = Report {
@@ -259,6 +269,7 @@ impl Plan {
             Workload::Contended => 200,
             Workload::Held => 0,
             Workload::Permits => 400,
+            Workload::Shared => 2_000,
         });
         let concurrency = args
             .concurrency
@@ -268,6 +279,7 @@ impl Plan {
                 Workload::Contended => 8,
                 Workload::Held => 10_000,
                 Workload::Permits => 16,
+                Workload::Shared => 16,
             })
             .max(1);
         Plan {
@@ -1211,6 +1223,14 @@ impl Report {
             "ratio".into(),
             self.ratio().map_or(Value::Null, |r| round2(r).into()),
         );
+        if let Some(mutex) = self.named("mutex") {
+            top.insert("mutex".into(), Value::Object(Self::series_json(mutex)));
+            top.insert(
+                "ratio_to_mutex".into(),
+                self.ratio_to("mutex")
+                    .map_or(Value::Null, |r| round2(r).into()),
+            );
+        }
         if let Some(barging) = self.named("raw-barging") {
             top.insert(
                 "raw_barging".into(),
@@ -1266,7 +1286,11 @@ impl Report {
             println!("ratio fencelock/raw-barging (cycles/s): {r:.2}x");
         }
         if let Some(r) = self.ratio_to("mutex") {
-            println!("ratio permits/mutex (sections/s): {r:.2}x");
+            if self.workload == Workload::Permits {
+                println!("ratio permits/mutex (sections/s): {r:.2}x");
+            } else {
+                println!("ratio read-write lock/mutex, one key (cycles/s): {r:.2}x");
+            }
         }
         for s in &self.series {
             let e = &s.extra;
@@ -1323,7 +1347,13 @@ impl Report {
                     n("most_holders"),
                     n("overlaps"),
                 ),
-                Workload::Seq | Workload::Par => {}
+                Workload::Shared if s.name == "fencelock" => println!(
+                    "{}: {} write cycles, overlaps {}",
+                    s.name,
+                    n("write_cycles"),
+                    n("overlaps")
+                ),
+                Workload::Seq | Workload::Par | Workload::Shared => {}
             }
         }
     }
@@ -1349,6 +1379,7 @@ impl Report {
             Workload::Permits => "wait for a permit (for the mutex)",
             Workload::Contended => "wait for the lock, and hand-over",
             Workload::Seq | Workload::Par => "acquire + release latency",
+            Workload::Shared => "acquire + release latency, one key",
         };
         let title = format!(
             "fencelock bench {}: {what}, {} node(s){}",

@@ -34,6 +34,7 @@ pub(crate) async fn elect(
         fencing: true,
         grace: args.grace,
         permits: None,
+        shared: false,
         elect: Some(value),
     };
     crate::run::run(settings, plan).await

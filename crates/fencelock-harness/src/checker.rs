@@ -117,6 +117,12 @@ pub struct Liveness {
     pub stale_rejected: u64,
     /// Releases that found the lock already lost.
     pub releases_lost: u64,
+    /// `redlock-rwlock` mode: of the grants, the read locks.
+    #[serde(default)]
+    pub shared_grants: u64,
+    /// `redlock-rwlock` mode: the most read locks within their validity at once.
+    #[serde(default)]
+    pub most_readers: u64,
 }
 
 /// Everything the checker found.
@@ -267,7 +273,10 @@ pub fn check(history: &History) -> Findings {
         superseded_writes: check_superseded(&fenced_rows, &grants),
         process_overlaps: check_processes(&history.events),
         commands: commands(&history.events),
-        liveness: liveness(&history.events),
+        liveness: Liveness {
+            most_readers: most_readers(&history.events),
+            ..liveness(&history.events)
+        },
         ..Findings::default()
     };
     check_slots(history, &rows, &slots, &mut findings);
@@ -874,64 +883,112 @@ pub fn check_record(rows: &[&StorageRow], final_value: i64) -> RecordFindings {
     findings
 }
 
-/// Grants that happened while another client's lock was within its validity and not released.
-pub fn check_validity(events: &[ClientEvent]) -> Vec<Violation> {
-    // (client, acq) -> (granted at, validity deadline, release started at)
-    let mut held: HashMap<(u32, u64), (u64, u64, Option<u64>)> = HashMap::new();
+/// One holder's validity as its client saw it: from the grant to the earlier of the deadline
+/// and the release call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Span {
+    start: u64,
+    end: u64,
+    client: u32,
+    acq: u64,
+    /// A read lock (`redlock-rwlock` mode): read locks may overlap each other.
+    shared: bool,
+}
+
+/// The holders' spans in `events`, by start. The lock is held from the grant to the earlier of
+/// the deadline and the release call; the grant is stamped after the quorum answered and the
+/// release before any key is deleted, so an overlap of two spans is certain, not an artefact
+/// of when the stamps were taken. A grant stamped after its own validity ended (its client
+/// stopped between the quorum's answer and the stamp) held nothing in the stamped interval: its
+/// span is empty and left out.
+fn spans(events: &[ClientEvent]) -> Vec<Span> {
+    // (client, acq) -> its span, ending at the deadline until its release is seen.
+    let mut held: HashMap<(u32, u64), Span> = HashMap::new();
     for e in events {
-        let key = (e.client, e.acq);
-        match &e.kind {
-            EventKind::AcquireOk { deadline_ns, .. } => {
-                held.insert(key, (e.mono_ns, *deadline_ns, None));
-            }
+        let (client, acq) = (e.client, e.acq);
+        let (deadline_ns, shared) = match &e.kind {
+            EventKind::AcquireOk { deadline_ns, .. } => (*deadline_ns, false),
+            EventKind::ReadOk { deadline_ns, .. } => (*deadline_ns, true),
             EventKind::ReleaseStart => {
-                if let Some(h) = held.get_mut(&key) {
-                    h.2 = Some(e.mono_ns);
+                if let Some(span) = held.get_mut(&(client, acq)) {
+                    span.end = span.end.min(e.mono_ns);
                 }
+                continue;
             }
-            _ => {}
-        }
+            _ => continue,
+        };
+        let span = Span {
+            start: e.mono_ns,
+            end: deadline_ns,
+            client,
+            acq,
+            shared,
+        };
+        held.insert((client, acq), span);
     }
-    // The lock is held from the grant to the earlier of the deadline and the release call; the
-    // grant is stamped after the quorum answered and the release before any key is deleted, so
-    // an overlap here is certain, not an artefact of when the stamps were taken.
-    // A grant stamped after its own validity ended (its client stopped between the quorum's
-    // answer and the stamp) held nothing in the stamped interval: its span is empty.
-    let mut spans: Vec<(u64, u64, u32, u64)> = held
-        .iter()
-        .map(|(&(c, a), &(start, deadline, release))| {
-            (start, release.map_or(deadline, |r| r.min(deadline)), c, a)
-        })
-        .filter(|(start, end, _, _)| end > start)
-        .collect();
+    let mut spans: Vec<Span> = held.into_values().filter(|s| s.end > s.start).collect();
     spans.sort();
+    spans
+}
+
+/// Grants that happened while another client's lock was within its validity and not released.
+/// Read locks (`redlock-rwlock` mode) may overlap each other; a write lock may overlap nobody.
+pub fn check_validity(events: &[ClientEvent]) -> Vec<Violation> {
     let mut out = Vec::new();
-    // (end, client, acq, start) of the longest-running span
-    let mut open: Option<(u64, u32, u64, u64)> = None;
-    for (start, end, client, acq) in spans {
-        if let Some((open_end, oc, oa, ostart)) = open {
-            if start < open_end && oc != client {
-                out.push(Violation {
-                    kind: ViolationKind::OverlappingValidity,
-                    record: None,
-                    seq: None,
-                    mono_ns: start,
-                    clients: vec![client, oc],
-                    detail: format!(
-                        "client {client} (acquisition {acq}) was granted the lock {:.1} ms before client {oc}'s lock (acquisition {oa}) ended its validity",
-                        (open_end - start) as f64 / 1e6
-                    ),
-                    since_ns: Some(ostart),
-                });
-            }
-            if end > open_end {
-                open = Some((end, client, acq, start));
-            }
-        } else {
-            open = Some((end, client, acq, start));
+    // The span that runs longest among those seen so far: of any holder, and of the writers.
+    let mut open_any: Option<Span> = None;
+    let mut open_writer: Option<Span> = None;
+    for span in spans(events) {
+        // A writer must meet nobody; a reader must meet no writer.
+        let against = if span.shared { open_writer } else { open_any };
+        if let Some(open) = against.filter(|o| span.start < o.end && o.client != span.client) {
+            let (what, other) = match (span.shared, open.shared) {
+                (true, _) => ("a read lock", "write lock"),
+                (false, true) => ("the write lock", "read lock"),
+                (false, false) => ("the lock", "lock"),
+            };
+            out.push(Violation {
+                kind: ViolationKind::OverlappingValidity,
+                record: None,
+                seq: None,
+                mono_ns: span.start,
+                clients: vec![span.client, open.client],
+                detail: format!(
+                    "client {} (acquisition {}) was granted {what} {:.1} ms before client {}'s {other} (acquisition {}) ended its validity",
+                    span.client,
+                    span.acq,
+                    (open.end - span.start) as f64 / 1e6,
+                    open.client,
+                    open.acq
+                ),
+                since_ns: Some(open.start),
+            });
+        }
+        if open_any.is_none_or(|o| span.end > o.end) {
+            open_any = Some(span);
+        }
+        if !span.shared && open_writer.is_none_or(|o| span.end > o.end) {
+            open_writer = Some(span);
         }
     }
     out
+}
+
+/// The most read locks within their validity at once (`redlock-rwlock` mode: readers share).
+pub fn most_readers(events: &[ClientEvent]) -> u64 {
+    let mut edges: Vec<(u64, i64)> = spans(events)
+        .into_iter()
+        .filter(|s| s.shared)
+        .flat_map(|s| [(s.start, 1), (s.end, -1)])
+        .collect();
+    // An end before a start at the same instant: touching spans do not overlap.
+    edges.sort_by_key(|&(t, d)| (t, d));
+    let (mut now, mut most) = (0i64, 0i64);
+    for (_, d) in edges {
+        now += d;
+        most = most.max(now);
+    }
+    most as u64
 }
 
 /// The overlaps (from [`check_validity`]) that no clock jump explains: between the two grants,
@@ -1050,8 +1107,11 @@ pub fn liveness(events: &[ClientEvent]) -> Liveness {
                 live.attempts += 1;
                 started.insert(key, e.mono_ns);
             }
-            EventKind::AcquireOk { .. } => {
+            EventKind::AcquireOk { .. } | EventKind::ReadOk { .. } => {
                 live.grants += 1;
+                if matches!(e.kind, EventKind::ReadOk { .. }) {
+                    live.shared_grants += 1;
+                }
                 if let Some(s) = started.get(&key) {
                     latencies.push(e.mono_ns.saturating_sub(*s));
                 }
@@ -1317,6 +1377,58 @@ mod tests {
             ev(1, 1, 20 * ms, EventKind::ReleaseStart),
         ];
         assert!(check_validity(&fine).is_empty());
+    }
+
+    #[test]
+    fn readers_may_share_but_never_meet_a_valid_writer() {
+        let ms = 1_000_000u64;
+        let read = |deadline_ms: u64| EventKind::ReadOk {
+            deadline_ns: deadline_ms * ms,
+            attempt_ns: None,
+            last_writer: None,
+        };
+        let write = |deadline_ms: u64| EventKind::AcquireOk {
+            token: Some(7),
+            deadline_ns: deadline_ms * ms,
+            attempt_ns: None,
+        };
+        // Two readers at once, then a writer after both released: clean, 2 readers at once.
+        let shared = vec![
+            ev(0, 1, 0, read(990)),
+            ev(1, 1, 100 * ms, read(1090)),
+            ev(0, 1, 200 * ms, EventKind::ReleaseStart),
+            ev(1, 1, 300 * ms, EventKind::ReleaseStart),
+            ev(2, 1, 310 * ms, write(1300)),
+            ev(2, 1, 400 * ms, EventKind::ReleaseStart),
+        ];
+        assert!(check_validity(&shared).is_empty());
+        assert_eq!(most_readers(&shared), 2);
+        // A writer granted while a reader is valid, and a reader granted under a valid writer.
+        let writer_in = vec![
+            ev(0, 1, 0, read(990)),
+            ev(1, 1, 100 * ms, write(1090)),
+            ev(0, 1, 200 * ms, EventKind::ReleaseStart),
+        ];
+        let v = check_validity(&writer_in);
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert!(v[0].detail.contains("the write lock"), "{}", v[0].detail);
+        let reader_in = vec![
+            ev(0, 1, 0, write(990)),
+            ev(1, 1, 100 * ms, read(1090)),
+            ev(2, 1, 150 * ms, read(1140)),
+            ev(0, 1, 200 * ms, EventKind::ReleaseStart),
+        ];
+        let v = check_validity(&reader_in);
+        assert_eq!(v.len(), 2, "{v:?}");
+        assert!(v.iter().all(|v| v.detail.contains("a read lock")));
+        // A reader paused past its validity does not count against the writer after it.
+        let paused = vec![
+            ev(0, 1, 0, read(990)),
+            ev(1, 1, 1000 * ms, write(1990)),
+            ev(1, 1, 1010 * ms, EventKind::ReleaseStart),
+            ev(0, 1, 2500 * ms, EventKind::ReleaseStart),
+        ];
+        assert!(check_validity(&paused).is_empty());
     }
 
     #[test]

@@ -103,6 +103,17 @@ pub enum EventKind {
         /// The slot.
         slot: u32,
     },
+    /// `redlock-rwlock` mode: a read lock was granted (its client logged `acquire_start`).
+    ReadOk {
+        /// The validity deadline, in nanoseconds since the epoch.
+        deadline_ns: u64,
+        /// When the granted attempt started, as for [`EventKind::AcquireOk`].
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        attempt_ns: Option<u64>,
+        /// The last writer's fencing token the read lock reported.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        last_writer: Option<u64>,
+    },
     /// `acquire` gave up.
     AcquireFail {
         /// The error kind (`contention`, `unavailable`, `too_slow`, `timeout/<last>`...).

@@ -20,6 +20,11 @@ pub enum Mode {
     RedlockQuarantine,
     /// A 3-member etcd cluster; the fencing token is the lock key's create revision.
     Etcd,
+    /// The read-write lock (`fencelock::RwLock`) on 5 Redis nodes, fencing and restart
+    /// quarantine on: each client alternates write locks (the fenced critical section) and read
+    /// locks (two reads of the counter); the check is that no writer's validity overlaps another
+    /// holder's, readers' with each other allowed.
+    RedlockRwlock,
     /// The real `fencelock run` binary on 5 Redis nodes (restart quarantine on, no fencing),
     /// with commands that leave background and `setsid` processes; the check is that no two
     /// holders' processes run at once.
@@ -41,7 +46,7 @@ pub const PERMITS: u32 = 2;
 
 impl Mode {
     /// Every mode, in the order the report lists them.
-    pub const ALL: [Mode; 10] = [
+    pub const ALL: [Mode; 11] = [
         Mode::Single,
         Mode::Redlock,
         Mode::RedlockFenced,
@@ -52,6 +57,7 @@ impl Mode {
         Mode::SemaphoreEtcd,
         Mode::Election,
         Mode::ElectionEtcd,
+        Mode::RedlockRwlock,
     ];
 
     /// How many nodes (Redis nodes, or etcd members) the mode runs.
@@ -97,6 +103,7 @@ impl Mode {
                 | Mode::SemaphoreEtcd
                 | Mode::Election
                 | Mode::ElectionEtcd
+                | Mode::RedlockRwlock
         )
     }
 
@@ -151,7 +158,11 @@ impl Mode {
     pub fn quarantine(self) -> bool {
         matches!(
             self,
-            Mode::RedlockQuarantine | Mode::Run | Mode::Semaphore | Mode::Election
+            Mode::RedlockQuarantine
+                | Mode::Run
+                | Mode::Semaphore
+                | Mode::Election
+                | Mode::RedlockRwlock
         )
     }
 
@@ -168,6 +179,7 @@ impl Mode {
             Mode::SemaphoreEtcd => "semaphore-etcd",
             Mode::Election => "election",
             Mode::ElectionEtcd => "election-etcd",
+            Mode::RedlockRwlock => "redlock-rwlock",
         }
     }
 }

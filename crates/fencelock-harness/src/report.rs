@@ -119,6 +119,13 @@ pub fn text(run: &ModeRun) -> String {
             s.term_order
         );
     }
+    if s.mode == Mode::RedlockRwlock {
+        let _ = writeln!(
+            out,
+            "  read-write lock: {} of the grants were read locks, at most {} readers within their validity at once (a writer beside anyone counts above as a grant inside another client's validity)",
+            s.liveness.shared_grants, s.liveness.most_readers
+        );
+    }
     if s.mode == Mode::Run {
         let c = &s.commands;
         let procs: Vec<String> = c

@@ -113,6 +113,20 @@ fn fenced_storage_accepts_no_stale_write_and_unfenced_modes_lose_updates() {
     }
 }
 
+/// The read-write lock (`redlock-rwlock`: fencing and quarantine on, each client two reads to
+/// one write) under the faults fenced Redlock is claimed safe under: no writer's validity
+/// overlapped another holder's with no clock jump in progress (readers with each other are
+/// allowed), readers shared, and the fenced record the writers write took no stale row.
+#[test]
+fn rwlock_mode_keeps_writers_alone_and_the_fenced_record_safe() {
+    let runs = run("redlock-rwlock", GUARANTEED, "10s");
+    let m = &runs[0];
+    assert_fenced_data_safe(m);
+    assert_eq!(n(m, "exclusion_violations"), 0, "{m:#}");
+    assert!(n(m, "shared_grants") > 0, "{m:#}");
+    assert!(n(m, "most_readers") >= 2, "readers never shared: {m:#}");
+}
+
 /// etcd under member kills and pauses (leader and followers), client pauses and latency: the
 /// fenced storage, fed revision tokens, accepts no stale write. Clock and restart-without-data
 /// faults do not apply to etcd and are reported as skipped.

@@ -28,6 +28,8 @@ pub(crate) enum Backend {
 #[derive(Clone)]
 pub(crate) enum Held {
     Redis(Arc<RedisBackend>, RedisHeld),
+    /// A read lock on Redis (`rwlock.rs`): released and extended by the readers' scripts.
+    RedisShared(Arc<RedisBackend>, RedisHeld),
     #[cfg(feature = "etcd")]
     Etcd(Arc<crate::etcd::EtcdBackend>, crate::etcd::EtcdHeld),
 }
@@ -36,6 +38,7 @@ impl std::fmt::Debug for Held {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Held::Redis(_, h) => f.debug_tuple("Redis").field(h).finish(),
+            Held::RedisShared(_, h) => f.debug_tuple("RedisShared").field(h).finish(),
             #[cfg(feature = "etcd")]
             Held::Etcd(_, h) => f.debug_tuple("Etcd").field(h).finish(),
         }
@@ -49,6 +52,8 @@ pub(crate) struct Grant {
     pub(crate) fencing_token: Option<u64>,
     pub(crate) deadline: Instant,
     pub(crate) votes: Votes,
+    /// A read lock in fencing mode: the last writer's token (see `Lock::last_writer_token`).
+    pub(crate) last_writer: Option<u64>,
 }
 
 impl Backend {
@@ -143,6 +148,32 @@ impl Backend {
                 let held = e.acquire(keys, policy.wait(), resumed.is_some()).await?;
                 Ok(etcd_grant(e, held))
             }
+        }
+    }
+
+    /// One attempt to take a read lock on `key` (see `rwlock.rs`).
+    ///
+    /// # Errors
+    ///
+    /// As `RwLock::try_read`.
+    pub(crate) async fn try_read(&self, key: &str) -> Result<Grant> {
+        match self {
+            Backend::Redis(r) => Ok(reader_grant(r, r.read_attempt(key, None).await?)),
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(e) => Ok(etcd_grant(e, e.try_read(key).await?)),
+        }
+    }
+
+    /// Takes a read lock on `key`, waiting as `policy` allows.
+    ///
+    /// # Errors
+    ///
+    /// As `RwLock::read`.
+    pub(crate) async fn read(&self, key: &str, policy: &RetryPolicy) -> Result<Grant> {
+        match self {
+            Backend::Redis(r) => Ok(reader_grant(r, r.read_waiting(key, policy).await?)),
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(e) => Ok(etcd_grant(e, e.read(key, policy.wait()).await?)),
         }
     }
 
@@ -343,7 +374,7 @@ impl Held {
     /// The owner token (Redis) or the lock key's name (etcd).
     pub(crate) fn token(&self) -> &str {
         match self {
-            Held::Redis(_, h) => h.token(),
+            Held::Redis(_, h) | Held::RedisShared(_, h) => h.token(),
             #[cfg(feature = "etcd")]
             Held::Etcd(_, h) => &h.key,
         }
@@ -352,7 +383,7 @@ impl Held {
     /// The backend's name, which issued tokens carry.
     pub(crate) fn backend_name(&self) -> &'static str {
         match self {
-            Held::Redis(..) => "redis",
+            Held::Redis(..) | Held::RedisShared(..) => "redis",
             #[cfg(feature = "etcd")]
             Held::Etcd(..) => "etcd",
         }
@@ -371,6 +402,7 @@ impl Held {
     ) -> Result<(Instant, Votes)> {
         match self {
             Held::Redis(r, h) => r.extend_held(keys, h, deadline).await,
+            Held::RedisShared(r, h) => r.extend_reader(&keys[0], h, deadline).await,
             #[cfg(feature = "etcd")]
             Held::Etcd(e, h) => e.extend(h, deadline).await,
         }
@@ -384,6 +416,7 @@ impl Held {
     pub(crate) async fn release(&self, keys: &[String]) -> Result<Votes> {
         match self {
             Held::Redis(r, h) => r.release_held(keys, h).await,
+            Held::RedisShared(r, h) => r.release_reader(&keys[0], h, true).await,
             #[cfg(feature = "etcd")]
             Held::Etcd(e, h) => e.release(h).await.map(|()| Votes::default()),
         }
@@ -393,6 +426,10 @@ impl Held {
     pub(crate) async fn release_quietly(&self, keys: &[String]) {
         match self {
             Held::Redis(r, h) => r.release_held_quietly(keys, h).await,
+            Held::RedisShared(r, h) => {
+                r.release_reader_quietly(&keys[0], h.token(), h.line())
+                    .await;
+            }
             #[cfg(feature = "etcd")]
             Held::Etcd(e, h) => {
                 let _ = e.release(h).await;
@@ -410,8 +447,34 @@ impl Held {
     ) -> Stop {
         match self {
             Held::Redis(r, h) => r.keep_alive(keys, h, state, schedule),
+            Held::RedisShared(r, h) => r.keep_alive_reader(keys, h, state, schedule),
             #[cfg(feature = "etcd")]
             Held::Etcd(e, h) => e.keep_alive_held(h, state, schedule),
+        }
+    }
+}
+
+impl Held {
+    /// Records a write lock's fencing token for the readers of `key` (see `rwlock.rs`), before
+    /// `deadline`.
+    ///
+    /// # Errors
+    ///
+    /// As `RwLock::write`'s recording step.
+    pub(crate) async fn record_writer(
+        &self,
+        key: &str,
+        token: u64,
+        deadline: Instant,
+    ) -> Result<()> {
+        match self {
+            Held::Redis(r, h) => r.record_writer(key, h.token(), token, deadline).await,
+            Held::RedisShared(..) => Err(Error::config(
+                "rwlock",
+                "a read lock has no fencing token to record",
+            )),
+            #[cfg(feature = "etcd")]
+            Held::Etcd(e, h) => e.record_writer(h).await,
         }
     }
 }
@@ -431,15 +494,28 @@ fn redis_grant(backend: &Arc<RedisBackend>, grant: crate::redis::Grant) -> Grant
         fencing_token: grant.fencing_token,
         deadline: grant.deadline,
         votes: grant.votes,
+        last_writer: None,
+    }
+}
+
+fn reader_grant(backend: &Arc<RedisBackend>, read: crate::redis::rwlock::ReadGrant) -> Grant {
+    let grant = read.grant;
+    Grant {
+        held: Held::RedisShared(backend.clone(), grant.held),
+        fencing_token: None,
+        deadline: grant.deadline,
+        votes: grant.votes,
+        last_writer: read.last_writer,
     }
 }
 
 #[cfg(feature = "etcd")]
 fn etcd_grant(backend: &Arc<crate::etcd::EtcdBackend>, held: crate::etcd::EtcdHeld) -> Grant {
     Grant {
-        fencing_token: Some(held.revision),
+        fencing_token: (!held.shared).then_some(held.revision),
         deadline: held.deadline,
         votes: held.votes.clone(),
+        last_writer: held.last_writer,
         held: Held::Etcd(backend.clone(), held),
     }
 }

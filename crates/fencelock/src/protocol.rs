@@ -59,8 +59,45 @@
 //! leader writes its value on its own key (a put while the key's create revision is still its
 //! own), so a key whose mod revision is above its create revision is a leader's.
 
+//!
+//! Read-write locks ([`crate::RwLock`]): the write side is the ordinary lock key (the mutex).
+//! While readers hold, the lock key holds [`READERS_MARKER`] (TTL: the longest live reader's),
+//! and the sorted set [`readers_key`] (`fencelock:readers:<resource>`) holds each reader's
+//! owner token scored by the node time (ms) until which it lives. Take and release read locks
+//! with [`READ_ACQUIRE_SCRIPT`] and [`READ_RELEASE_SCRIPT`] (extend with
+//! [`READ_EXTEND_SCRIPT`]): they keep the marker's TTL in step with the set. Readers wait in the
+//! mutex's line ([`queue_key`]); a reader's waiter id has an `r` right after the dot (writers'
+//! ids must not). In fencing mode a write lock records its fencing token in [`writer_key`]
+//! (`fencelock:writer:<resource>`, no TTL) with [`WRITE_RECORD_SCRIPT`] before it is granted;
+//! a read acquisition reports it.
+
 pub use crate::election::{election_key, leaders_key};
 pub use crate::semaphore::{permit_key, permit_line};
+pub use crate::pure::readers::{readers_key, writer_key};
+
+/// The value of a lock key while readers hold it: no owner token equals it, so every
+/// compare-and-delete and `SET NX` of another client leaves it alone.
+pub const READERS_MARKER: &str = crate::pure::readers::READERS_MARKER;
+
+/// The read acquisition script (Lua). KEYS: the lock key, [`readers_key`], [`writer_key`],
+/// [`queue_key`], [`lease_key`], [`waiting_key`]. ARGV: the reader's owner token, TTL in ms[,
+/// its waiter id, ticket, lease in ms, how long the line outlives it in ms]. Replies
+/// `{granted (1 or 0), writer record (decimal, '0' if none)}`.
+pub const READ_ACQUIRE_SCRIPT: &str = crate::redis::scripts::READ_ACQUIRE_LUA;
+
+/// The read extension script (Lua). KEYS: the lock key, [`readers_key`]. ARGV: owner token, TTL
+/// in ms. Replies 1 when extended, 0 when the reader's entry is gone.
+pub const READ_EXTEND_SCRIPT: &str = crate::redis::scripts::READ_EXTEND_LUA;
+
+/// The read release script (Lua). KEYS: the lock key, [`readers_key`], [`queue_key`],
+/// [`lease_key`], [`waiting_key`]. ARGV: owner token[, waiter id]. Replies 1 or 0 (whether the
+/// entry was live), or `{1 or 0, subscribers woken}`.
+pub const READ_RELEASE_SCRIPT: &str = crate::redis::scripts::READ_RELEASE_LUA;
+
+/// The writer's record script (Lua). KEYS: the lock key, [`writer_key`]. ARGV: the writer's
+/// owner token, its fencing token (decimal). Replies 1 when recorded, 0 when the key is not the
+/// writer's.
+pub const WRITE_RECORD_SCRIPT: &str = crate::redis::scripts::WRITE_RECORD_LUA;
 
 /// The key of a node's fence counter (a decimal integer, no TTL), one per node, shared by every
 /// resource. The trust rule that makes it survive a node that lost its data (a read is trusted

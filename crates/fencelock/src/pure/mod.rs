@@ -7,6 +7,7 @@
 //! - `extension`: what happens after an attempt to extend a lock (retry, lost, next due).
 //! - `fencing`: token derivation (one past the largest trusted counter) and the amnesia guard's trust rule.
 //! - `queue`: the waiting line's tickets and leases.
+//! - `readers`: the names of a read-write lock's readers and writer record.
 //! - `token`: the owner token.
 //! - `vote`, `node_error`: per-node votes and what a node's failure means.
 //!
@@ -19,6 +20,7 @@ pub mod fencing;
 pub(crate) mod node_error;
 pub(crate) mod queue;
 pub mod quorum;
+pub(crate) mod readers;
 pub(crate) mod retry;
 pub(crate) mod token;
 pub(crate) mod validity;

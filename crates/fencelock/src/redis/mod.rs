@@ -33,6 +33,7 @@ pub(crate) mod quarantine;
 mod redlock;
 mod reseed;
 mod round;
+pub(crate) mod rwlock;
 #[cfg(test)]
 mod script_checks;
 pub(crate) mod scripts;
@@ -107,6 +108,11 @@ impl RedisHeld {
     /// The owner token (what `Lock::token` shows).
     pub(crate) fn token(&self) -> &str {
         self.token.as_str()
+    }
+
+    /// The waiter id the lock was taken under, if it queued.
+    pub(crate) fn line(&self) -> Option<&str> {
+        self.line.as_deref()
     }
 }
 

@@ -349,13 +349,20 @@ impl RedisBackend {
             .arg(ttl_ms)
             .ignore();
         for lock in locks {
-            pipe.cmd("EVALSHA")
-                .arg(&sha)
-                .arg(lock.keys.len())
-                .arg(&*lock.keys)
-                .arg(&*lock.token)
-                .arg(ttl_ms)
-                .arg("announced");
+            if lock.shared {
+                // A read lock (`rwlock.rs`): the readers' script, on the key and its readers.
+                pipe.cmd("EVALSHA")
+                    .arg(scripts::READ_EXTEND.get_hash())
+                    .arg(2)
+                    .arg(&lock.keys[0])
+                    .arg(crate::pure::readers::readers_key(&lock.keys[0]));
+            } else {
+                pipe.cmd("EVALSHA")
+                    .arg(&sha)
+                    .arg(lock.keys.len())
+                    .arg(&*lock.keys);
+            }
+            pipe.arg(&*lock.token).arg(ttl_ms).arg("announced");
         }
         let pipe = Arc::new(pipe);
         let round = self
@@ -482,7 +489,7 @@ pub(super) async fn eval<T: redis::FromRedisValue>(
 /// As [`eval`], for a request of an acquisition (`slot`, see `order.rs`): after NOSCRIPT it
 /// sends nothing more if a release of its token already followed it on the connection (its
 /// first call did nothing, and a second would land after the release).
-async fn eval_ordered<T: redis::FromRedisValue>(
+pub(super) async fn eval_ordered<T: redis::FromRedisValue>(
     script: &Script,
     cmd: &Cmd,
     conn: &mut redis::aio::MultiplexedConnection,
@@ -519,7 +526,7 @@ async fn if_owned(
     })
 }
 
-fn ttl_millis(ttl: Duration) -> u64 {
+pub(super) fn ttl_millis(ttl: Duration) -> u64 {
     u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1)
 }
 
