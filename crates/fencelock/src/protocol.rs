@@ -72,8 +72,8 @@
 //! a read acquisition reports it.
 
 pub use crate::election::{election_key, leaders_key};
-pub use crate::semaphore::{permit_key, permit_line};
 pub use crate::pure::readers::{readers_key, writer_key};
+pub use crate::semaphore::{permit_key, permit_line};
 
 /// The value of a lock key while readers hold it: no owner token equals it, so every
 /// compare-and-delete and `SET NX` of another client leaves it alone.

@@ -55,8 +55,8 @@
 mod election;
 mod endpoints;
 pub(crate) mod keys;
-mod semaphore;
 mod rwlock;
+mod semaphore;
 mod timing;
 #[cfg(feature = "tls")]
 mod tls;
@@ -82,8 +82,8 @@ use crate::telemetry::{self, ResourceLabel};
 
 pub(crate) use self::election::LeaderWatch;
 use self::endpoints::Endpoints;
-pub(crate) use self::semaphore::PermitKeys;
 use self::rwlock::Side;
+pub(crate) use self::semaphore::PermitKeys;
 
 /// One etcd cluster, reached through one client (connected on first use). Boxed, so that the
 /// client's backend enum stays small for the Redis backend.

@@ -41,6 +41,7 @@ use std::time::{Duration, Instant};
 
 use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
 
+use super::rwlock::Side;
 use super::{gets, keys, timing, Cluster, EtcdHeld, Fail, PendingLease};
 use crate::error::{Error, Result};
 
@@ -126,7 +127,7 @@ impl Cluster {
         w.attempts = 1;
         let fail = |f| self.error_for(k.name, f, started);
         let (entry, _) = self
-            .enqueue(&[k.line.to_string()], &mut w.pending)
+            .enqueue(&[k.line.to_string()], &mut w.pending, Side::Exclusive)
             .await
             .map_err(fail)?;
         let free = match self.standing(k, &entry).await.map_err(fail)? {
@@ -154,7 +155,10 @@ impl Cluster {
     ) -> Result<(usize, EtcdHeld)> {
         loop {
             w.attempts += 1;
-            let entry = match self.enqueue(&[k.line.to_string()], &mut w.pending).await {
+            let entry = match self
+                .enqueue(&[k.line.to_string()], &mut w.pending, Side::Exclusive)
+                .await
+            {
                 Ok((entry, _)) => entry,
                 Err(fail) => {
                     w.last = Some(self.error_for(k.name, fail, started));
