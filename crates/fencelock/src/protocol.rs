@@ -107,10 +107,8 @@ pub fn holder_key(resource: &str) -> String {
 /// and `%` percent-escaped. Each waiter's key is the prefix and its lease id in 16 hex digits,
 /// with the holder label as its value ([`crate::Config::with_holder`]); the oldest key (by
 /// create revision) holds the lock, and that revision is its fencing token.
-#[cfg(feature = "etcd")]
-#[cfg_attr(docsrs, doc(cfg(feature = "etcd")))]
 pub fn etcd_queue_prefix(resource: &str) -> String {
-    crate::etcd::keys::queue_prefix(resource)
+    crate::pure::etcd_keys::queue_prefix(resource)
 }
 
 /// The key of a node's marker (no TTL).
