@@ -25,3 +25,7 @@ pub(crate) mod retry;
 pub(crate) mod token;
 pub(crate) mod validity;
 pub(crate) mod vote;
+
+/// The prefix of fencelock's own keys: [`crate::protocol::RESERVED_PREFIX`] (defined here, so
+/// that the implementation never imports `protocol`).
+pub(crate) const RESERVED_PREFIX: &str = "fencelock:";
