@@ -105,7 +105,7 @@ pub const WRITE_RECORD_SCRIPT: &str = crate::redis::scripts::WRITE_RECORD_LUA;
 /// when every node of the set granted without it) is stated in [`crate::fencing`].
 /// [`crate::Client::reseed_fence`] (and `fencelock reseed --above TOKEN`) raise it on every
 /// node after a total counter loss.
-pub const FENCE_COUNTER_KEY: &str = "fencelock:fence";
+pub const FENCE_COUNTER_KEY: &str = crate::pure::fencing::FENCE_COUNTER_KEY;
 
 /// The legacy per-resource fence counter key of `resource` (`fencelock:fence:<resource>`), from
 /// before one counter per node: scripts still read it and the write-back deletes it.
@@ -117,7 +117,7 @@ pub fn counter_key(resource: &str) -> String {
 /// (`fencelock:fence:<resource>`, `fencelock:queue:<resource>`, ...). A resource name that
 /// starts with it is refused before any I/O with [`crate::Error::InvalidConfig`]: a lock on
 /// `fencelock:fence:X` would overwrite the fence counter of `X`.
-pub const RESERVED_PREFIX: &str = "fencelock:";
+pub const RESERVED_PREFIX: &str = crate::pure::RESERVED_PREFIX;
 pub use crate::pure::queue::{lease_key, queue_key, waiting_key};
 
 /// The release script (Lua): compare-and-delete, and the wake-up of the next waiter in line
@@ -161,10 +161,8 @@ pub fn holder_key(resource: &str) -> String {
 /// and `%` percent-escaped. Each waiter's key is the prefix and its lease id in 16 hex digits,
 /// with the holder label as its value ([`crate::Config::with_holder`]); the oldest key (by
 /// create revision) holds the lock, and that revision is its fencing token.
-#[cfg(feature = "etcd")]
-#[cfg_attr(docsrs, doc(cfg(feature = "etcd")))]
 pub fn etcd_queue_prefix(resource: &str) -> String {
-    crate::etcd::keys::queue_prefix(resource)
+    crate::pure::etcd_keys::queue_prefix(resource)
 }
 
 /// The key of a node's marker (no TTL).

@@ -47,7 +47,7 @@ pub fn permit_key(resource: &str, i: u32) -> String {
 /// (on Redis its line keys are [`crate::protocol::queue_key`] and
 /// [`crate::protocol::lease_key`] of this name; on etcd its queue prefix).
 pub fn permit_line(resource: &str) -> String {
-    format!("{}permits:{resource}", crate::protocol::RESERVED_PREFIX)
+    format!("{}permits:{resource}", crate::pure::RESERVED_PREFIX)
 }
 
 /// A semaphore of N permits on the client's nodes. Made by [`Client::semaphore`]; cheap to

@@ -5,28 +5,7 @@
 //! hex, so a key names the lease that keeps it alive and a restarted client never collides with
 //! an old key of its own.
 
-/// The root of every key fencelock writes, so its keys are easy to find and to tell from an
-/// application's own.
-pub(crate) const ROOT: &str = "fencelock/";
-
-/// The prefix of the queue of `resource`: `fencelock/<escaped resource>/`.
-///
-/// `/` and `%` in the resource are percent-escaped (`%2F`, `%25`): otherwise the queue of
-/// `"a"` (prefix `fencelock/a/`) would also hold the keys of `"a/b"`, and the two resources
-/// would exclude each other, or worse, a waiter of one would wait behind the other.
-pub(crate) fn queue_prefix(resource: &str) -> String {
-    let mut prefix = String::with_capacity(ROOT.len() + resource.len() + 1);
-    prefix.push_str(ROOT);
-    for c in resource.chars() {
-        match c {
-            '%' => prefix.push_str("%25"),
-            '/' => prefix.push_str("%2F"),
-            c => prefix.push(c),
-        }
-    }
-    prefix.push('/');
-    prefix
-}
+pub(crate) use crate::pure::etcd_keys::queue_prefix;
 
 /// The record of the last write lock of `resource` (a read-write lock's writer, see
 /// `rwlock.rs`): `fencelock/<escaped resource>.last-writer`, beside the queue, not in it.
@@ -80,24 +59,5 @@ mod tests {
         assert!(!record.starts_with(&prefix));
         // No queue holds a record: records have no '/' after the root, queue keys have two.
         assert!(!writer_record_key("a").starts_with(&queue_prefix("a")));
-    }
-
-    #[test]
-    fn no_resource_prefix_contains_another() {
-        // "a/b" must not land inside the queue of "a", nor "a%2Fb" on top of "a/b".
-        let names = ["a", "a/b", "a%2Fb", "a/", "a%", "b", "a/b/c", "%"];
-        for x in names {
-            for y in names {
-                if x != y {
-                    let (px, py) = (queue_prefix(x), queue_prefix(y));
-                    assert!(
-                        !px.starts_with(&py),
-                        "{x:?} -> {px} is inside {y:?} -> {py}"
-                    );
-                }
-            }
-        }
-        assert_eq!(queue_prefix("a/b"), "fencelock/a%2Fb/");
-        assert_eq!(queue_prefix("50%"), "fencelock/50%25/");
     }
 }

@@ -15,6 +15,18 @@ use crate::pure::fencing;
 use crate::pure::queue::{self, Ticket};
 use crate::pure::vote::Votes;
 
+/// What a slot's request carries besides the slot: the semaphore's line and slots, and the
+/// waiter's ticket once it queues (`permit.rs` builds it).
+#[derive(Debug)]
+pub(crate) struct PermitAsk {
+    /// The resource whose line orders the waiters.
+    pub(crate) line: String,
+    /// Every slot's lock key.
+    pub(crate) slots: Vec<String>,
+    /// The waiter's place in line; `None` for a request that does not queue.
+    pub(crate) ticket: Option<Ticket>,
+}
+
 /// How an acquisition attempt waits, if it does.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Wait<'a> {
@@ -26,7 +38,7 @@ pub(crate) enum Wait<'a> {
     /// A waiter in the line of one key, with its ticket (which marks the key too).
     InLine(&'a Ticket),
     /// A semaphore's permit: the slot's grant consults the semaphore's line (`permit.rs`).
-    Permit(&'a super::permit::PermitAsk),
+    Permit(&'a PermitAsk),
 }
 
 impl RedisBackend {

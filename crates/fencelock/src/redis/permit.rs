@@ -21,24 +21,12 @@
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
-use super::ops::Wait;
+use super::ops::{PermitAsk, Wait};
 use super::{Grant, RedisBackend};
 use crate::error::{Error, Result};
 use crate::pure::queue::{self, Ticket};
 use crate::pure::retry::RetryPolicy;
 use crate::pure::vote::Votes;
-
-/// What a slot's request carries besides the slot: the semaphore's line and slots, and the
-/// waiter's ticket once it queues.
-#[derive(Debug)]
-pub(crate) struct PermitAsk {
-    /// The resource whose line orders the waiters.
-    pub(crate) line: String,
-    /// Every slot's lock key.
-    pub(crate) slots: Vec<String>,
-    /// The waiter's place in line; `None` for a request that does not queue.
-    pub(crate) ticket: Option<Ticket>,
-}
 
 /// One semaphore as the Redis backend takes it.
 #[derive(Debug)]
