@@ -90,7 +90,7 @@ pub(crate) async fn finish<R: FenceRow>(
     Ok(())
 }
 
-#[cfg(feature = "sqlite")]
+#[cfg(any(feature = "sqlite", all(feature = "blocking", feature = "postgres")))]
 /// The output of a future that never waits: a synchronous adapter's (rusqlite's), whose
 /// statements run inside `poll`.
 pub(crate) fn ready<F: Future>(future: F) -> F::Output {

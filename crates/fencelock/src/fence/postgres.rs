@@ -13,7 +13,7 @@ use crate::IssuedToken;
 
 /// How long [`PostgresFence::connect`] waits for the server unless the URL sets
 /// `connect_timeout`.
-const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Fenced writes to a PostgreSQL database: a write applies only if its fencing token is not
 /// older than the last one the database accepted for the resource (see the
@@ -299,16 +299,16 @@ impl PostgresFence {
 }
 
 /// The prepared statements of a fence, borrowed for one write.
-struct Statements<'a> {
-    target: &'a str,
-    table: &'a str,
-    insert_row: &'a Statement,
-    lock_row: &'a Statement,
-    update_token: &'a Statement,
+pub(crate) struct Statements<'a> {
+    pub(crate) target: &'a str,
+    pub(crate) table: &'a str,
+    pub(crate) insert_row: &'a Statement,
+    pub(crate) lock_row: &'a Statement,
+    pub(crate) update_token: &'a Statement,
 }
 
 impl Statements<'_> {
-    fn failed(&self, resource: &str, step: &str, e: tokio_postgres::Error) -> Error {
+    pub(crate) fn failed(&self, resource: &str, step: &str, e: tokio_postgres::Error) -> Error {
         Error::storage(
             format!(
                 "{step} of the fenced write on {resource:?} at {}",
@@ -369,7 +369,7 @@ impl fmt::Debug for PostgresFence {
 
 /// A PostgreSQL connection string with its passwords hidden, for errors and logs. Handles both
 /// forms tokio-postgres accepts, and never fails: an unparsable string still loses its secrets.
-fn redact(conn: &str) -> String {
+pub(crate) fn redact(conn: &str) -> String {
     match conn.split_once("://") {
         Some((scheme, rest)) => redact_url(scheme, rest),
         None => redact_keywords(conn),
