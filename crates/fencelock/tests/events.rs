@@ -1,6 +1,6 @@
 //! The events an operator acts on, emitted through `tracing` at `warn` in every build: a lost
-//! lock (with its cause and what to do), a node that stops answering (once, and at `info` when
-//! it answers again), a node in restart quarantine. A capturing subscriber of the test's own
+//! lock (with its cause and what to do), a node or an etcd cluster that stops answering (once,
+//! and at `info` when it answers again), a node in restart quarantine. A capturing subscriber of the test's own
 //! (set as the default of the test's thread, where its current-thread runtime runs every task)
 //! reads them from a client on real nodes.
 
@@ -193,4 +193,67 @@ async fn a_node_in_restart_quarantine_is_a_warning_that_says_what_to_do() {
         warnings.iter().all(|w| w.contains("appendfsync always")),
         "{warnings:?}"
     );
+}
+
+/// The etcd client reaches a cluster through one balanced connection, and every call gets one
+/// answer, the cluster's: a cluster that stops answering (here its only member, stopped with
+/// `kill -STOP`) is one warning that says what to do, however many calls meet it, and its
+/// return is noted at `info`.
+#[cfg(feature = "etcd")]
+#[tokio::test]
+async fn an_etcd_cluster_that_stops_answering_is_one_warning_and_its_return_is_noted() {
+    let capture = Capture::default();
+    let _default = capture.install();
+    let etcd = fencelock_testkit::Etcd::start().unwrap();
+    let urls: Vec<String> = etcd
+        .endpoints()
+        .iter()
+        .map(|e| e.replacen("http://", "etcd://", 1))
+        .collect();
+    // The shortest request timeout etcd gets (a write waits for a raft round): 1 s.
+    let client = Client::new(
+        Config::new(urls)
+            .with_ttl(Duration::from_secs(2))
+            .with_node_timeout(Duration::from_millis(300))
+            .with_connect_timeout(Duration::from_millis(500)),
+    )
+    .unwrap();
+    client
+        .try_acquire("events:etcd")
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    assert!(capture.at(Level::WARN, "did not answer").is_empty());
+    etcd.pause().unwrap();
+    for _ in 0..2 {
+        let err = client.try_acquire("events:etcd").await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    }
+    let warnings = capture.at(Level::WARN, "did not answer");
+    etcd.resume().unwrap();
+    assert_eq!(
+        warnings.len(),
+        1,
+        "one warning while it stays down: {warnings:?}"
+    );
+    let name = client.nodes()[0].redacted();
+    assert!(warnings[0].contains(&name), "{} names {name}", warnings[0]);
+    assert!(warnings[0].contains("majority"), "{}", warnings[0]);
+    assert!(warnings[0].contains("fencelock doctor"), "{}", warnings[0]);
+    let mut back = Vec::new();
+    for _ in 0..20 {
+        if let Ok(lock) = client.try_acquire("events:etcd").await {
+            lock.release().await.unwrap();
+        }
+        back = capture.at(Level::INFO, "answers again");
+        if !back.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(back.len(), 1, "{back:?}");
+    assert!(back[0].contains(&name), "{}", back[0]);
+    assert_eq!(capture.at(Level::WARN, "did not answer").len(), 1);
 }

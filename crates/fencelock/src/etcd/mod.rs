@@ -115,6 +115,8 @@ pub(crate) struct Cluster {
     resource_label: bool,
     /// The value of our keys: the holder label as text, or empty (`holder.rs`).
     holder: Vec<u8>,
+    /// Whether the cluster answers, for the warning when it stops (`telemetry.rs`).
+    health: telemetry::NodeHealth,
 }
 
 impl fmt::Debug for Cluster {
@@ -296,6 +298,7 @@ impl EtcdBackend {
                 .holder()
                 .map(|h| h.to_string().into_bytes())
                 .unwrap_or_default(),
+            health: telemetry::NodeHealth::etcd_cluster(),
         })))
     }
 }
@@ -1047,15 +1050,29 @@ impl Cluster {
         limit: Duration,
         request: impl Future<Output = std::result::Result<T, etcd_client::Error>>,
     ) -> Result<T, Fail> {
-        match tokio::time::timeout(limit, request).await {
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(e)) if lease_not_found(&e) => Err(Fail::lease_gone()),
-            Ok(Err(e)) => Err(Fail::failed(self.closed_for_tls(describe(&e)))),
-            Err(_) => Err(Fail {
-                outcome: VoteOutcome::TimedOut,
-                lease_gone: false,
-            }),
-        }
+        let (result, answered) = match tokio::time::timeout(limit, request).await {
+            Ok(Ok(value)) => (Ok(value), true),
+            Ok(Err(e)) if lease_not_found(&e) => (Err(Fail::lease_gone()), true),
+            Ok(Err(e)) => (
+                Err(Fail::failed(self.closed_for_tls(describe(&e)))),
+                cluster_refused(&e),
+            ),
+            Err(_) => (
+                Err(Fail {
+                    outcome: VoteOutcome::TimedOut,
+                    lease_gone: false,
+                }),
+                false,
+            ),
+        };
+        // After an answer, a failure or timeout is the warning that the cluster stopped
+        // answering, once until it answers again.
+        let why: &dyn fmt::Display = match &result {
+            Err(fail) => &fail.outcome,
+            Ok(_) => &"",
+        };
+        self.health.observe(0, &self.label, Some(answered), why);
+        result
     }
 
     /// Under TLS 1.3 a member that requires a client certificate refuses one's absence after
@@ -1160,6 +1177,18 @@ fn lease_not_found(e: &etcd_client::Error) -> bool {
     match e {
         etcd_client::Error::GRpcStatus(status) => status.message().contains("lease not found"),
         etcd_client::Error::LeaseKeepAliveError(why) => why.contains("lease not found"),
+        _ => false,
+    }
+}
+
+/// Whether the cluster itself refused the request (permission denied, a bad argument, ...): an
+/// answer, unlike a transport failure or etcd's `Unavailable` (no leader, a member cut off).
+fn cluster_refused(e: &etcd_client::Error) -> bool {
+    // gRPC's status codes (tonic's `Code`, which etcd-client does not re-export): CANCELLED,
+    // UNKNOWN, DEADLINE_EXCEEDED, UNAVAILABLE.
+    const NOT_AN_ANSWER: [i32; 4] = [1, 2, 4, 14];
+    match e {
+        etcd_client::Error::GRpcStatus(status) => !NOT_AN_ANSWER.contains(&(status.code() as i32)),
         _ => false,
     }
 }
