@@ -138,14 +138,10 @@ fn with_lock_keeps_the_lock_while_the_calling_thread_blocks() {
     assert_eq!(held_throughout, (false, ErrorKind::Contention));
 }
 
-/// Blocking code writes fenced too: the blocking lock's issued token goes to the (blocking)
-/// SQLite fence, which binds the row to the lock and refuses the paused holder's older token.
-#[cfg(feature = "sqlite")]
-#[test]
-fn a_blocking_holder_writes_through_the_fence_and_a_stale_one_is_refused() {
-    use fencelock::fence::SqliteFence;
-
-    let nodes = RedisNodes::start(3).unwrap();
+/// Two fencing clients on `nodes`: one whose locks run out after 300 ms, for a holder that
+/// pauses past its TTL, and one for the next holder.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+fn fencing_clients(nodes: &RedisNodes) -> (Client, Client) {
     let brief = Client::new(
         config(nodes.urls())
             .with_fencing(true)
@@ -154,6 +150,18 @@ fn a_blocking_holder_writes_through_the_fence_and_a_stale_one_is_refused() {
     )
     .unwrap();
     let client = Client::new(config(nodes.urls()).with_fencing(true)).unwrap();
+    (brief, client)
+}
+
+/// Blocking code writes fenced too: the blocking lock's issued token goes to the (blocking)
+/// SQLite fence, which binds the row to the lock and refuses the paused holder's older token.
+#[cfg(feature = "sqlite")]
+#[test]
+fn a_blocking_holder_writes_through_the_fence_and_a_stale_one_is_refused() {
+    use fencelock::fence::SqliteFence;
+
+    let nodes = RedisNodes::start(3).unwrap();
+    let (brief, client) = fencing_clients(&nodes);
     let dir = tempfile::tempdir().unwrap();
     let fence = SqliteFence::open(dir.path().join("blocking.db")).unwrap();
     // A holder whose lock runs out while it is paused.
@@ -212,14 +220,7 @@ fn a_blocking_holder_writes_through_the_postgres_fence_and_a_stale_one_is_refuse
             "CREATE TABLE events (seq BIGSERIAL PRIMARY KEY, resource TEXT NOT NULL, token BIGINT NOT NULL)",
         )
         .unwrap();
-    let brief = Client::new(
-        config(nodes.urls())
-            .with_fencing(true)
-            .with_ttl(Duration::from_millis(300))
-            .with_node_timeout(Duration::from_millis(100)),
-    )
-    .unwrap();
-    let client = Client::new(config(nodes.urls()).with_fencing(true)).unwrap();
+    let (brief, client) = fencing_clients(&nodes);
 
     // A holder whose lock runs out while it is paused; the next holder writes from its thread.
     let paused = brief.try_acquire("blocking:pg").unwrap();

@@ -75,6 +75,23 @@ fn config(nodes: &RedisNodes) -> Config {
         .with_quarantine(false)
 }
 
+/// Locks and releases `resource` until the `info` that a node answers again shows up (up to
+/// 20 tries, 100 ms apart); those infos.
+async fn answers_again(capture: &Capture, client: &Client, resource: &str) -> Vec<String> {
+    let mut back = Vec::new();
+    for _ in 0..20 {
+        if let Ok(lock) = client.try_acquire(resource).await {
+            lock.release().await.unwrap();
+        }
+        back = capture.at(Level::INFO, "answers again");
+        if !back.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    back
+}
+
 #[tokio::test]
 async fn a_lost_lock_is_a_warning_that_says_what_to_do() {
     let capture = Capture::default();
@@ -145,16 +162,7 @@ async fn a_node_that_stops_answering_is_one_warning_and_its_return_is_noted() {
     assert!(warnings[0].contains(&name), "{} names {name}", warnings[0]);
     assert!(warnings[0].contains("fencelock doctor"), "{}", warnings[0]);
     nodes.node(2).resume().unwrap();
-    let mut back = Vec::new();
-    for _ in 0..20 {
-        let lock = client.try_acquire("events:e").await.unwrap();
-        lock.release().await.unwrap();
-        back = capture.at(Level::INFO, "answers again");
-        if !back.is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let back = answers_again(&capture, &client, "events:e").await;
     assert_eq!(back.len(), 1, "{back:?}");
     assert!(back[0].contains(&name));
 }
@@ -242,17 +250,7 @@ async fn an_etcd_cluster_that_stops_answering_is_one_warning_and_its_return_is_n
     assert!(warnings[0].contains(&name), "{} names {name}", warnings[0]);
     assert!(warnings[0].contains("majority"), "{}", warnings[0]);
     assert!(warnings[0].contains("fencelock doctor"), "{}", warnings[0]);
-    let mut back = Vec::new();
-    for _ in 0..20 {
-        if let Ok(lock) = client.try_acquire("events:etcd").await {
-            lock.release().await.unwrap();
-        }
-        back = capture.at(Level::INFO, "answers again");
-        if !back.is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let back = answers_again(&capture, &client, "events:etcd").await;
     assert_eq!(back.len(), 1, "{back:?}");
     assert!(back[0].contains(&name), "{}", back[0]);
     assert_eq!(capture.at(Level::WARN, "did not answer").len(), 1);

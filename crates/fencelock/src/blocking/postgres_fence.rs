@@ -2,13 +2,13 @@
 
 use std::fmt;
 
-use postgres::{Client, Config, NoTls, Statement, Transaction};
+use postgres::{Client, Config, NoTls, Transaction};
 
 use super::outside_async;
 use crate::error::{Error, Result};
 use crate::fence::logic::{self, ready, FenceRow, Presented};
 use crate::fence::pg_sql::{advisory_key, PgSql};
-use crate::fence::postgres::{redact, Statements, DEFAULT_CONNECT_TIMEOUT};
+use crate::fence::postgres::{redact, Prepared, DEFAULT_CONNECT_TIMEOUT};
 use crate::fence::{closure_failed, token_from_sql, BoxError, FenceOptions, Row};
 use crate::IssuedToken;
 
@@ -58,13 +58,7 @@ const ASYNC_FENCE: &str = "fencelock::fence::PostgresFence";
 /// ```
 pub struct PostgresFence {
     client: Client,
-    /// The connection target with its password redacted, for `Debug` and error messages.
-    target: String,
-    table: String,
-    insert_row: Statement,
-    lock_row: Statement,
-    update_token: Statement,
-    select_token: Statement,
+    prepared: Prepared,
 }
 
 impl PostgresFence {
@@ -135,24 +129,20 @@ impl PostgresFence {
         }
         tx.commit().map_err(failed)?;
 
-        let insert_row = client.prepare(&sql.insert_row).map_err(failed)?;
-        let lock_row = client.prepare(&sql.lock_row).map_err(failed)?;
-        let update_token = client.prepare(&sql.update_token).map_err(failed)?;
-        let select_token = client.prepare(&sql.select_token).map_err(failed)?;
-        Ok(PostgresFence {
-            client,
+        let prepared = Prepared {
+            insert_row: client.prepare(&sql.insert_row).map_err(failed)?,
+            lock_row: client.prepare(&sql.lock_row).map_err(failed)?,
+            update_token: client.prepare(&sql.update_token).map_err(failed)?,
+            select_token: client.prepare(&sql.select_token).map_err(failed)?,
             target,
             table,
-            insert_row,
-            lock_row,
-            update_token,
-            select_token,
-        })
+        };
+        Ok(PostgresFence { client, prepared })
     }
 
     /// The fence table's name.
     pub fn table(&self) -> &str {
-        &self.table
+        &self.prepared.table
     }
 
     /// The client, for setup (creating the application's tables) and reads outside fenced
@@ -192,19 +182,13 @@ impl PostgresFence {
         outside_async(ASYNC_FENCE)?;
         let token: IssuedToken = token.into();
         let presented = Presented::new(resource, &token)?;
-        let statements = Statements {
-            target: &self.target,
-            table: &self.table,
-            insert_row: &self.insert_row,
-            lock_row: &self.lock_row,
-            update_token: &self.update_token,
-        };
+        let statements = &self.prepared;
         let mut tx = self
             .client
             .transaction()
             .map_err(|e| statements.failed(resource, "BEGIN", e))?;
         let mut rows = BlockingRows {
-            statements: &statements,
+            statements,
             tx: &mut tx,
         };
         // Dropping `tx` on any early return rolls it back (the postgres crate's `Drop`).
@@ -224,26 +208,17 @@ impl PostgresFence {
     /// fencelock); [`Error::InvalidConfig`] when called from inside an async runtime.
     pub fn last_token(&mut self, resource: &str) -> Result<Option<u64>> {
         outside_async(ASYNC_FENCE)?;
-        let stored: Option<i64> = self
+        let row = self
             .client
-            .query_opt(&self.select_token, &[&resource])
-            .and_then(|row| row.map(|row| row.try_get(0)).transpose())
-            .map_err(|e| {
-                Error::storage(
-                    format!("reading the fence token of {resource:?} at {}", self.target),
-                    e,
-                )
-            })?;
-        stored
-            .map(|stored| token_from_sql(&self.table, resource, stored))
-            .transpose()
+            .query_opt(&self.prepared.select_token, &[&resource]);
+        self.prepared.last_token(resource, row)
     }
 }
 
 /// The `postgres` crate's adapter of the fence logic: its calls block inside `poll`, so the
 /// logic's futures never wait ([`ready`]).
 struct BlockingRows<'a, 't> {
-    statements: &'a Statements<'a>,
+    statements: &'a Prepared,
     tx: &'a mut Transaction<'t>,
 }
 
@@ -254,15 +229,15 @@ impl FenceRow for BlockingRows<'_, '_> {
         let s = self.statements;
         let issuer = presented.token.issuer();
         self.tx
-            .execute(s.insert_row, &[&resource, &presented.stored, &issuer])
+            .execute(&s.insert_row, &[&resource, &presented.stored, &issuer])
             .map_err(|e| s.failed(resource, "creating the fence row", e))?;
         let (current, bound): (i64, Option<String>) = self
             .tx
-            .query_one(s.lock_row, &[&resource])
+            .query_one(&s.lock_row, &[&resource])
             .and_then(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
             .map_err(|e| s.failed(resource, "locking the fence row", e))?;
         Ok(Some(Row {
-            token: token_from_sql(s.table, resource, current)?,
+            token: token_from_sql(&s.table, resource, current)?,
             issuer: bound,
         }))
     }
@@ -271,7 +246,7 @@ impl FenceRow for BlockingRows<'_, '_> {
         let s = self.statements;
         let issuer = presented.token.issuer();
         self.tx
-            .execute(s.update_token, &[&resource, &presented.stored, &issuer])
+            .execute(&s.update_token, &[&resource, &presented.stored, &issuer])
             .map(drop)
             .map_err(|e| s.failed(resource, "recording the token", e))
     }
@@ -279,9 +254,6 @@ impl FenceRow for BlockingRows<'_, '_> {
 
 impl fmt::Debug for PostgresFence {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PostgresFence")
-            .field("target", &self.target)
-            .field("table", &self.table)
-            .finish_non_exhaustive()
+        self.prepared.debug(f)
     }
 }
