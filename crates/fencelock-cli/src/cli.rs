@@ -200,6 +200,11 @@ pub(crate) struct RunArgs {
     /// across every client that uses the same N), instead of the exclusive lock. 1 to 256.
     #[arg(long, value_name = "N")]
     pub(crate) permits: Option<u32>,
+    /// When the run ends, write the library's metrics of it (acquisition, extensions, node
+    /// votes, ...) to PATH in Prometheus text format, e.g. for node_exporter's textfile
+    /// collector. Written to PATH.tmp, which is created at the start, and renamed.
+    #[arg(long, value_name = "PATH")]
+    pub(crate) metrics_file: Option<std::path::PathBuf>,
     /// The lock's name.
     pub(crate) resource: String,
     /// The command and its arguments (after `--`).

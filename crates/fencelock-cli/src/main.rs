@@ -187,9 +187,21 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
                 permits: args.permits,
                 elect: None,
             };
-            run::run(&settings, plan)
+            let metrics = args
+                .metrics_file
+                .as_deref()
+                .map(metrics::MetricsFile::create)
+                .transpose()?;
+            let status = run::run(&settings, plan)
                 .await
-                .map_err(|err| exit::on_not_acquired(err, args.conflict_exit_code))
+                .map_err(|err| exit::on_not_acquired(err, args.conflict_exit_code));
+            if let Some(metrics) = metrics {
+                // The command's status is the news; metrics that could not be written are not.
+                if let Err(e) = metrics.finish() {
+                    eprintln!("fencelock: warning: {e:#}");
+                }
+            }
+            status
         }
     }
 }
