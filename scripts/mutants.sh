@@ -119,6 +119,42 @@ mutant bench-counter-alone "the bench's sections run after the release and overl
   's/if self\.inside\.fetch_add\(1, Ordering::AcqRel\) > 0 \{\n\s*self\.overlaps\.fetch_add\(1, Ordering::AcqRel\);\n\s*\}/let _ = self.inside.fetch_add(1, Ordering::AcqRel);/; s/(if !shared\.section\(number, &mut counter, &counter_key\)\.await \{\n\s*errors \+= 1;\n\s*\}\n\s*mine \+= 1;\n)(\s*)(if !contender\.give\(&key, held\)\.await \{\n\s*errors \+= 1;\n\s*\}\n)/$2$3$2$1/' \
   "-p fencelock-cli --test bench contended_sections_never_overlap_and_every_increment_counts"
 
+mutant permit-line-ignored "a slot's grant ignores the semaphore's waiting line (a freed permit goes to whoever asks first)" \
+  crates/fencelock/src/redis/lua/acquire_permit.lua \
+  's/^if live_ahead\(/if false and live_ahead(/m' \
+  "-p fencelock --test semaphore waiters_are_admitted_in_the_order_they_came_and_a_try_does_not_pass_them" \
+  "-p fencelock --test semaphore_model the_model_admits_as_the_lua_does"
+mutant etcd-admits-one-too-many "etcd's semaphore admits a waiter with N waiters ahead of it" \
+  crates/fencelock/src/etcd/semaphore.rs \
+  's/if ahead >= k\.slots\.len\(\) as i64 \{/if ahead > k.slots.len() as i64 {/' \
+  "-p fencelock --test etcd_family waiters_are_admitted_in_the_order_they_came"
+mutant etcd-leader-unproclaimed "an etcd observer reports the oldest candidate before it wrote its value (before it leads)" \
+  crates/fencelock/src/etcd/election.rs \
+  's/proclaimed: kv\.mod_revision\(\) > rev,/proclaimed: true,/' \
+  "-p fencelock --test etcd_family a_dead_leaders_successor_takes_over_after_the_ttl_with_a_larger_term"
+mutant harness-permits-plus-one "the harness's semaphore clients take N + 1 permits: the at-most-N rule must see it" \
+  crates/fencelock-harness/src/family.rs \
+  's/client\.semaphore\(RESOURCE, n\)/client.semaphore(RESOURCE, n + 1)/' \
+  "-p fencelock-harness --test harness redis_semaphores_keep_n_holders_and_elections_one_leader_per_term"
+mutant rw-read-ignores-writer "a node grants a read lock while a writer holds the key" \
+  crates/fencelock/src/redis/lua/read_acquire.lua \
+  's/if held and held ~= \x27fencelock:readers\x27 then return \{0, record\} end/if false then return {0, record} end/' \
+  "-p fencelock --test rwlock readers_share_and_the_mutex_is_the_write_side" \
+  "-p fencelock --test rwlock_model the_model_locks_as_the_lua_does" \
+  "-p fencelock-harness --test harness rwlock_mode_keeps_writers_alone_and_the_fenced_record_safe"
+mutant rw-writer-not-ahead "readers ignore the writers waiting in line: a stream of readers starves a writer" \
+  crates/fencelock/src/redis/lua/readers.lua \
+  's/elseif not string\.find\(id, \x27\^\[\^\.\]\*%\.r\x27\) then/elseif false then/' \
+  "-p fencelock --test rwlock a_writer_behind_a_stream_of_readers_gets_in"
+mutant rw-marker-short "the readers' marker expires a second before the longest reader's entry" \
+  crates/fencelock/src/redis/lua/readers.lua \
+  's/local left = tonumber\(top\[2\]\) - now/local left = tonumber(top[2]) - now - 1000/' \
+  "-p fencelock --test rwlock_model the_model_locks_as_the_lua_does"
+mutant rw-no-record "a write lock is granted without recording its token for readers" \
+  crates/fencelock/src/rwlock.rs \
+  's/let Some\(token\) = lock\.fencing_token\(\) else \{/let Some(token) = lock.fencing_token().filter(|_| false) else {/' \
+  "-p fencelock --test rwlock readers_learn_the_last_writers_token"
+
 index_of() {
   local i
   for i in "${!NAMES[@]}"; do [[ "${NAMES[$i]}" == "$1" ]] && { echo "$i"; return 0; }; done

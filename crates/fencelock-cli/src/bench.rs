@@ -10,6 +10,12 @@
 //!   next grant; and release returned -> next grant).
 //! - `held`: one client holds C locks under auto-extension for a fixed time; reports the
 //!   process's CPU time and, per node, the commands and read events (round trips) it served.
+//! - `permits`: C workers share a semaphore of `--permits` permits, N sections of `--hold`
+//!   each, then the same on the mutex; the ratio is the permits' throughput over the mutex's
+//!   (`bench/permits.rs`).
+//! - `shared`: C tasks sharing one client, N cycles on one key: read locks with a write lock in
+//!   every tenth cycle (`RwLock`), against the same cycles through the mutex of one key, in
+//!   alternating blocks (`bench/shared.rs`); reports the ratio of the two.
 //!
 //! With `--raw`, each workload runs a second time through [`raw::Raw`], hand-written redis-rs
 //! calls with no library around them, and the ratio of the two is printed. Everything but the
@@ -18,10 +24,12 @@
 
 mod baseline;
 mod local;
+mod permits;
 mod plot;
 mod proxy;
 mod raw;
 mod raw_etcd;
+mod shared;
 mod stats;
 
 use std::cell::Cell;
@@ -49,12 +57,12 @@ pub(crate) struct BenchArgs {
     /// What to measure.
     #[arg(long, value_enum)]
     pub(crate) workload: Workload,
-    /// Cycles (critical sections for `contended`); default 2000 (seq), 10000 (par), 200
-    /// (contended). Ignored by `held`.
+    /// Cycles (critical sections for `contended`); default 2000 (seq, shared), 10000 (par),
+    /// 200 (contended). Ignored by `held`.
     #[arg(long, value_name = "N")]
     pub(crate) cycles: Option<usize>,
-    /// Concurrent tasks (par, default 64), workers (contended, default 8) or locks held
-    /// (held, default 10000).
+    /// Concurrent tasks (par, default 64; shared, default 16), workers (contended, default 8)
+    /// or locks held (held, default 10000).
     #[arg(long, value_name = "C")]
     pub(crate) concurrency: Option<usize>,
     /// Also run the raw redis-rs baseline and print the ratio.
@@ -70,9 +78,13 @@ pub(crate) struct BenchArgs {
     /// --nodes or the usual node resolution.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=15))]
     pub(crate) local: Option<u16>,
-    /// `held`: how long to hold (default: three extension intervals, i.e. one TTL).
+    /// `held`: how long to hold (default: three extension intervals, i.e. one TTL); `permits`:
+    /// how long each section holds its permit (default 5ms).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub(crate) hold: Option<Duration>,
+    /// `permits`: the semaphore's permits (default 4).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub(crate) permits: Option<u32>,
     /// `contended`, raw baseline: how long a refused poller waits before it tries again
     /// (drawn from [D/2, 3D/2)).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "50ms")]
@@ -100,6 +112,8 @@ pub(crate) enum Workload {
     Par,
     Contended,
     Held,
+    Permits,
+    Shared,
 }
 
 impl Workload {
@@ -109,6 +123,8 @@ impl Workload {
             Workload::Par => "par",
             Workload::Contended => "contended",
             Workload::Held => "held",
+            Workload::Permits => "permits",
+            Workload::Shared => "shared",
         }
     }
 }
@@ -155,6 +171,14 @@ pub(crate) async fn bench(global: &Global, args: BenchArgs) -> anyhow::Result<u8
         Workload::Seq | Workload::Par => run_cycles(&plan, &settings, &baseline, &args).await?,
         Workload::Contended => run_contended(&plan, &settings, &baseline, &args).await?,
         Workload::Held => run_held(&plan, &settings, &baseline, &args).await?,
+        Workload::Permits => {
+            let hold = args.hold.unwrap_or(permits::DEFAULT_HOLD);
+            permits::run_permits(&plan, &settings, args.permits.unwrap_or(4), hold).await?
+        }
+        Workload::Shared => {
+            let client = client(&settings, plan.fencing).await?;
+            shared::run(&client, plan.cycles, plan.concurrency, &plan.prefix).await?
+        }
     };
     let report = Report {
         workload: plan.workload,
@@ -244,6 +268,8 @@ impl Plan {
             Workload::Par => 10_000,
             Workload::Contended => 200,
             Workload::Held => 0,
+            Workload::Permits => 400,
+            Workload::Shared => 2_000,
         });
         let concurrency = args
             .concurrency
@@ -252,6 +278,8 @@ impl Plan {
                 Workload::Par => 64,
                 Workload::Contended => 8,
                 Workload::Held => 10_000,
+                Workload::Permits => 16,
+                Workload::Shared => 16,
             })
             .max(1);
         Plan {
@@ -1195,6 +1223,14 @@ impl Report {
             "ratio".into(),
             self.ratio().map_or(Value::Null, |r| round2(r).into()),
         );
+        if let Some(mutex) = self.named("mutex") {
+            top.insert("mutex".into(), Value::Object(Self::series_json(mutex)));
+            top.insert(
+                "ratio_to_mutex".into(),
+                self.ratio_to("mutex")
+                    .map_or(Value::Null, |r| round2(r).into()),
+            );
+        }
         if let Some(barging) = self.named("raw-barging") {
             top.insert(
                 "raw_barging".into(),
@@ -1203,6 +1239,14 @@ impl Report {
             top.insert(
                 "ratio_barging".into(),
                 self.ratio_to("raw-barging")
+                    .map_or(Value::Null, |r| round2(r).into()),
+            );
+        }
+        if let Some(mutex) = self.named("mutex") {
+            top.insert("mutex".into(), Value::Object(Self::series_json(mutex)));
+            top.insert(
+                "ratio_mutex".into(),
+                self.ratio_to("mutex")
                     .map_or(Value::Null, |r| round2(r).into()),
             );
         }
@@ -1240,6 +1284,13 @@ impl Report {
         }
         if let Some(r) = self.ratio_to("raw-barging") {
             println!("ratio fencelock/raw-barging (cycles/s): {r:.2}x");
+        }
+        if let Some(r) = self.ratio_to("mutex") {
+            if self.workload == Workload::Permits {
+                println!("ratio permits/mutex (sections/s): {r:.2}x");
+            } else {
+                println!("ratio read-write lock/mutex, one key (cycles/s): {r:.2}x");
+            }
         }
         for s in &self.series {
             let e = &s.extra;
@@ -1288,7 +1339,21 @@ impl Report {
                         }
                     }
                 }
-                Workload::Seq | Workload::Par => {}
+                Workload::Permits => println!(
+                    "{}: {} permit(s), hold {}, at most {} holders at once, {} over the limit",
+                    s.name,
+                    n("permits"),
+                    us("hold_us"),
+                    n("most_holders"),
+                    n("overlaps"),
+                ),
+                Workload::Shared if s.name == "fencelock" => println!(
+                    "{}: {} write cycles, overlaps {}",
+                    s.name,
+                    n("write_cycles"),
+                    n("overlaps")
+                ),
+                Workload::Seq | Workload::Par | Workload::Shared => {}
             }
         }
     }
@@ -1311,8 +1376,10 @@ impl Report {
         }
         let what = match self.workload {
             Workload::Held => "acquisition latency",
+            Workload::Permits => "wait for a permit (for the mutex)",
             Workload::Contended => "wait for the lock, and hand-over",
             Workload::Seq | Workload::Par => "acquire + release latency",
+            Workload::Shared => "acquire + release latency, one key",
         };
         let title = format!(
             "fencelock bench {}: {what}, {} node(s){}",

@@ -200,6 +200,12 @@ pub(crate) struct RunArgs {
     /// across every client that uses the same N), instead of the exclusive lock. 1 to 256.
     #[arg(long, value_name = "N")]
     pub(crate) permits: Option<u32>,
+    /// Hold a shared (read) lock of RESOURCE (flock(1)'s -s): shared holders run together and
+    /// exclude the exclusive holders of `run RESOURCE` (and wait behind one that waits). With
+    /// --fencing the command gets FENCELOCK_LAST_WRITER_TOKEN: the fencing token of the last
+    /// exclusive fenced holder.
+    #[arg(long, short = 's', conflicts_with = "permits")]
+    pub(crate) shared: bool,
     /// When the run ends, write the library's metrics of it (acquisition, extensions, node
     /// votes, ...) to PATH in Prometheus text format, e.g. for node_exporter's textfile
     /// collector. Written to PATH.tmp, which is created at the start, and renamed.

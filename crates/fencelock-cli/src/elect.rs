@@ -1,16 +1,13 @@
 //! `fencelock elect`: run a command while leader of an election, or observe its leaders.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use fencelock::{Client, ErrorKind, Lock, RetryPolicy};
+use fencelock::{Client, Lock, RetryPolicy};
 
 use crate::exit::{self, Failure};
 use crate::lockcmds::lock_failure;
 use crate::run::{RunPlan, WaitMode};
 use crate::settings::Settings;
-
-/// With no `--wait`, how long each campaign call may wait before we look again.
-const WAIT_CHUNK: Duration = Duration::from_secs(60);
 
 /// `fencelock elect`.
 pub(crate) async fn elect(
@@ -37,6 +34,7 @@ pub(crate) async fn elect(
         fencing: true,
         grace: args.grace,
         permits: None,
+        shared: false,
         elect: Some(value),
     };
     crate::run::run(settings, plan).await
@@ -63,20 +61,12 @@ pub(crate) async fn campaign(
     let policy = match mode {
         WaitMode::NoWait => RetryPolicy::once(),
         WaitMode::Wait(total) => RetryPolicy::new().with_wait(total),
-        WaitMode::Forever => RetryPolicy::new().with_wait(WAIT_CHUNK),
+        // One wait, not chunks: a new wait would join the end of the line again.
+        WaitMode::Forever => RetryPolicy::new().with_wait(crate::permits::FOREVER),
     };
-    // One client for the whole wait: its connections serve every chunk.
     let client = Client::new(client.config().clone().with_retry(policy)).map_err(usage)?;
     let election = client.election(name).map_err(usage)?;
-    let result = loop {
-        match election.campaign_lock(value).await {
-            Err(e)
-                if mode == WaitMode::Forever
-                    && e.kind() == ErrorKind::Timeout
-                    && exit::code_for(&e) == exit::NOT_ACQUIRED => {}
-            other => break other,
-        }
-    };
+    let result = election.campaign_lock(value).await;
     match result {
         Ok(lock) => Ok(lock),
         Err(err) => {

@@ -78,6 +78,7 @@ mod permits;
 mod reseed;
 mod run;
 mod settings;
+mod shared;
 mod shell;
 mod spinner;
 
@@ -185,6 +186,7 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
                 fencing: args.fencing,
                 grace: args.grace,
                 permits: args.permits,
+                shared: args.shared,
                 elect: None,
             };
             let metrics = args

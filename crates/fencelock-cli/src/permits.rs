@@ -4,15 +4,16 @@
 
 use std::time::{Duration, Instant};
 
-use fencelock::{Client, ErrorKind, Lock, RetryPolicy};
+use fencelock::{Client, Lock, RetryPolicy};
 
 use crate::exit::{self, Failure};
 use crate::lockcmds::lock_failure;
 use crate::run::WaitMode;
 use crate::settings::Settings;
 
-/// With no `--wait`, how long each library call may wait before we look again.
-const WAIT_CHUNK: Duration = Duration::from_secs(60);
+/// With no `--wait`: one wait without end (a century), not a wait in chunks, since each new
+/// wait would join the end of the line again (on etcd it leaves its place when it times out).
+pub(crate) const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
 /// Takes a permit of the semaphore `resource` of `permits` permits, per the wait mode.
 pub(crate) async fn wait_for_permit(
@@ -29,17 +30,10 @@ pub(crate) async fn wait_for_permit(
     let result = match mode {
         WaitMode::NoWait => sem.try_acquire().await,
         WaitMode::Wait(total) => sem.acquire_with(&RetryPolicy::new().with_wait(total)).await,
-        WaitMode::Forever => loop {
-            match sem
-                .acquire_with(&RetryPolicy::new().with_wait(WAIT_CHUNK))
+        WaitMode::Forever => {
+            sem.acquire_with(&RetryPolicy::new().with_wait(FOREVER))
                 .await
-            {
-                Err(e)
-                    if e.kind() == ErrorKind::Timeout
-                        && exit::code_for(&e) == exit::NOT_ACQUIRED => {}
-                other => break other,
-            }
-        },
+        }
     };
     match result {
         Ok(lock) => Ok(lock),

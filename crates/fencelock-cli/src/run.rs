@@ -48,6 +48,8 @@ pub(crate) struct RunPlan {
     pub(crate) grace: Option<Duration>,
     /// `--permits N`: one of N permits of a semaphore instead of the mutex.
     pub(crate) permits: Option<u32>,
+    /// `--shared`: a read lock of the resource instead of the mutex (its write side).
+    pub(crate) shared: bool,
     /// `fencelock elect`: campaign with this leader value instead of taking the mutex.
     pub(crate) elect: Option<String>,
 }
@@ -278,13 +280,13 @@ pub(crate) fn spawn_failure(program: &OsString, err: &std::io::Error) -> Failure
     }
 }
 
-/// Starts the command under its guard, with the lock's resource (and fencing token) in its
-/// environment.
+/// Starts the command under its guard, with the lock's resource (and fencing token, or for a
+/// shared lock the last writer's) in its environment.
 fn start_command(
     program: &OsString,
     args: &[OsString],
     resource: &str,
-    fencing_token: Option<u64>,
+    (fencing_token, last_writer): (Option<u64>, Option<u64>),
 ) -> std::io::Result<Guard> {
     let env = [
         ("FENCELOCK_RESOURCE", Some(OsString::from(resource))),
@@ -292,6 +294,10 @@ fn start_command(
         (
             "FENCELOCK_TOKEN",
             fencing_token.map(|t| OsString::from(t.to_string())),
+        ),
+        (
+            "FENCELOCK_LAST_WRITER_TOKEN",
+            last_writer.map(|t| OsString::from(t.to_string())),
         ),
     ];
     Guard::spawn(program, args, &env)
@@ -330,7 +336,15 @@ pub(crate) async fn run(settings: &Settings, plan: RunPlan) -> anyhow::Result<u8
         (None, Some(n)) => {
             crate::permits::wait_for_permit(&client, settings, resource, n, plan.wait).await?
         }
-        (None, None) => wait_for_lock(&client, settings, resource, plan.wait).await?,
+        (None, None) if plan.shared => {
+            crate::shared::wait_for_read_lock(&client, settings, resource, plan.wait).await?
+        }
+        (None, None) => {
+            let lock = wait_for_lock(&client, settings, resource, plan.wait).await?;
+            // The exclusive lock is the read-write lock's write side: shared holders learn its
+            // token.
+            crate::shared::record_for_readers(&client, settings, resource, lock).await?
+        }
     };
 
     // The library's extension engine keeps the lock from here on; its lost signal fires at
@@ -343,7 +357,12 @@ pub(crate) async fn run(settings: &Settings, plan: RunPlan) -> anyhow::Result<u8
     let Guard {
         mut child,
         control: guard,
-    } = match start_command(program, args, resource, lock.fencing_token()) {
+    } = match start_command(
+        program,
+        args,
+        resource,
+        (lock.fencing_token(), lock.last_writer_token()),
+    ) {
         Ok(guard) => guard,
         Err(err) => {
             let failure =

@@ -102,6 +102,31 @@ fn seq_and_par_report_both_series_and_the_ratio() {
 }
 
 #[test]
+fn shared_reports_the_read_write_lock_beside_the_mutex_and_no_overlap() {
+    let nodes = RedisNodes::start(3).unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let v = bench(
+        home.path(),
+        &nodes.urls(),
+        &[
+            "--workload",
+            "shared",
+            "--cycles",
+            "100",
+            "--concurrency",
+            "8",
+            "--fencing",
+        ],
+    );
+    assert_eq!(v["workload"], "shared");
+    assert_series(&v["fencelock"], 100);
+    assert_series(&v["mutex"], 100);
+    assert_eq!(v["fencelock"]["write_cycles"], 10, "{v}");
+    assert_eq!(v["fencelock"]["overlaps"], 0, "{v}");
+    assert!(v["ratio_to_mutex"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
 fn contended_sections_never_overlap_and_every_increment_counts() {
     let nodes = RedisNodes::start(3).unwrap();
     let home = tempfile::tempdir().unwrap();
@@ -306,4 +331,34 @@ fn etcd_runs_every_workload_beside_its_raw_baseline() {
         assert_eq!(s["locks"], 10, "{s}");
         assert_eq!(s["lost"], 0, "{s}");
     }
+}
+
+#[test]
+fn permits_never_exceed_n_holders_and_report_their_ratio_to_the_mutex() {
+    let nodes = RedisNodes::start(3).unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let v = bench(
+        home.path(),
+        &nodes.urls(),
+        &[
+            "--workload",
+            "permits",
+            "--permits",
+            "2",
+            "--cycles",
+            "60",
+            "--concurrency",
+            "6",
+            "--hold",
+            "2ms",
+        ],
+    );
+    assert_eq!(v["workload"], "permits");
+    assert_series(&v["fencelock"], 60);
+    assert_series(&v["mutex"], 60);
+    assert_eq!(v["fencelock"]["overlaps"], 0, "{v}");
+    assert_eq!(v["mutex"]["overlaps"], 0, "{v}");
+    assert!(v["fencelock"]["most_holders"].as_u64().unwrap() <= 2, "{v}");
+    assert_eq!(v["mutex"]["most_holders"], 1, "{v}");
+    assert!(v["ratio_mutex"].as_f64().is_some(), "{v}");
 }

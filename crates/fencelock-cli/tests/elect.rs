@@ -1,6 +1,6 @@
 //! `fencelock elect`: a leader killed with SIGKILL is succeeded after its TTL by a candidate
 //! with a larger term, which its command sees as FENCELOCK_TOKEN, and `elect --observe --json`
-//! prints both changes in order.
+//! prints both changes in order; on Redis nodes and on etcd.
 
 mod common;
 
@@ -10,7 +10,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use common::{wait_status, with_nodes};
-use fencelock_testkit::RedisNodes;
+use fencelock_testkit::{Etcd, RedisNodes};
 
 fn next_line(lines: &mpsc::Receiver<String>) -> serde_json::Value {
     let line = lines
@@ -22,8 +22,18 @@ fn next_line(lines: &mpsc::Receiver<String>) -> serde_json::Value {
 #[test]
 fn a_killed_leader_is_succeeded_after_the_ttl_and_observers_see_both() {
     let nodes = RedisNodes::start(3).unwrap();
+    killed_leader_is_succeeded(&nodes.urls());
+}
+
+#[test]
+fn on_etcd_a_killed_leader_is_succeeded_after_the_ttl_and_observers_see_both() {
+    let etcd = Etcd::start().unwrap();
+    killed_leader_is_succeeded(&[etcd.endpoint().replacen("http://", "etcd://", 1)]);
+}
+
+fn killed_leader_is_succeeded(urls: &[String]) {
     let home = tempfile::tempdir().unwrap();
-    let mut observer = with_nodes(home.path(), &nodes.urls())
+    let mut observer = with_nodes(home.path(), urls)
         .args(["--json", "elect", "--observe", "cli:e"])
         .stdout(Stdio::piped())
         .spawn()
@@ -38,7 +48,7 @@ fn a_killed_leader_is_succeeded_after_the_ttl_and_observers_see_both() {
         }
     });
 
-    let mut first = with_nodes(home.path(), &nodes.urls())
+    let mut first = with_nodes(home.path(), urls)
         .args([
             "--ttl", "2s", "elect", "--value", "first", "cli:e", "--", "sleep", "60",
         ])
@@ -49,7 +59,7 @@ fn a_killed_leader_is_succeeded_after_the_ttl_and_observers_see_both() {
     assert_eq!(seen["value"], "first");
     let first_term = seen["term"].as_u64().unwrap();
 
-    let second = with_nodes(home.path(), &nodes.urls())
+    let second = with_nodes(home.path(), urls)
         .args([
             "--ttl",
             "2s",

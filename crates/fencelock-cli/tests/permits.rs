@@ -1,5 +1,5 @@
-//! `fencelock run --permits N`: at most N commands at once across processes, and a clear
-//! "all N permits are held" when --no-wait finds them taken.
+//! `fencelock run --permits N`: at most N commands at once across processes (on Redis nodes
+//! and on etcd), and a clear "all N permits are held" when --no-wait finds them taken.
 
 mod common;
 
@@ -7,7 +7,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use common::{wait_status, with_nodes};
-use fencelock_testkit::RedisNodes;
+use fencelock_testkit::{Etcd, RedisNodes};
 
 /// Each command adds its entry to `dir`, counts the entries (every one is a holder: added after
 /// the permit was taken, removed before it is released), and removes its entry.
@@ -17,12 +17,22 @@ const COUNT: &str =
 #[test]
 fn at_most_n_commands_run_at_once() {
     let nodes = RedisNodes::start(3).unwrap();
+    at_most_n_at_once(&nodes.urls());
+}
+
+#[test]
+fn on_etcd_at_most_n_commands_run_at_once() {
+    let etcd = Etcd::start().unwrap();
+    at_most_n_at_once(&[etcd.endpoint().replacen("http://", "etcd://", 1)]);
+}
+
+fn at_most_n_at_once(urls: &[String]) {
     let home = tempfile::tempdir().unwrap();
     let dir = home.path().join("inside");
     std::fs::create_dir(&dir).unwrap();
     let children: Vec<_> = (0..8)
         .map(|_| {
-            with_nodes(home.path(), &nodes.urls())
+            with_nodes(home.path(), urls)
                 .args([
                     "--ttl",
                     "10s",

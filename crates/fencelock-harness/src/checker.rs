@@ -56,6 +56,10 @@ pub enum ViolationKind {
     SupersededWrite,
     /// `run` mode: a process of one holder's command alive after another holder's started.
     ProcessOverlap,
+    /// Semaphore modes: more than N holders within their validity at once.
+    TooManyHolders,
+    /// Election modes: a term held by two leaders, or not above an earlier, ended leader's.
+    TermOrder,
 }
 
 /// One violation, located in the history.
@@ -113,6 +117,12 @@ pub struct Liveness {
     pub stale_rejected: u64,
     /// Releases that found the lock already lost.
     pub releases_lost: u64,
+    /// `redlock-rwlock` mode: of the grants, the read locks.
+    #[serde(default)]
+    pub shared_grants: u64,
+    /// `redlock-rwlock` mode: the most read locks within their validity at once.
+    #[serde(default)]
+    pub most_readers: u64,
 }
 
 /// Everything the checker found.
@@ -140,6 +150,15 @@ pub struct Findings {
     /// `run` mode: what the commands' processes did.
     #[serde(default)]
     pub commands: CommandFindings,
+    /// Semaphore modes: moments with more than N permit holders at once.
+    #[serde(default)]
+    pub too_many_holders: Vec<Violation>,
+    /// Semaphore modes: the most permit holders at once.
+    #[serde(default)]
+    pub most_holders: usize,
+    /// Election modes: two leaders with one term, or a later leader with a term not larger.
+    #[serde(default)]
+    pub term_order: Vec<Violation>,
     /// Liveness.
     pub liveness: Liveness,
 }
@@ -215,6 +234,8 @@ impl Findings {
             .chain(&self.counter.stale_reads)
             .chain(&self.overlapping_validity)
             .chain(&self.process_overlaps)
+            .chain(&self.too_many_holders)
+            .chain(&self.term_order)
     }
 }
 
@@ -225,27 +246,182 @@ pub fn check(history: &History) -> Findings {
     let of = |record| -> Vec<&StorageRow> {
         rows.iter()
             .copied()
-            .filter(|r| r.record == record)
+            .filter(|r| r.record == record && r.slot.is_none())
             .collect()
     };
     let fenced_rows = of(Record::Fenced);
     let counter_rows = of(Record::Counter);
+    // A semaphore's permits are checked slot by slot (`check_slots`), not as one lock.
+    let slots = slots(&history.events);
+    let events: Vec<ClientEvent> = history
+        .events
+        .iter()
+        .filter(|e| !slots.contains_key(&(e.client, e.acq)))
+        .cloned()
+        .collect();
     let (stale_accepted, token_order, mut duplicate_tokens) = check_tokens(&fenced_rows);
-    let grants = grants(&history.events);
+    let grants = grants(&events);
     duplicate_tokens.extend(check_duplicate_grants(&grants));
-    Findings {
+    let mut findings = Findings {
         fenced: check_record(&fenced_rows, history.final_fenced),
         counter: check_record(&counter_rows, history.final_counter),
         stale_accepted,
         token_order,
         duplicate_tokens,
-        overlapping_validity: check_validity(&history.events),
+        overlapping_validity: check_validity(&events),
         grant_order: check_grant_order(&grants),
         superseded_writes: check_superseded(&fenced_rows, &grants),
         process_overlaps: check_processes(&history.events),
         commands: commands(&history.events),
-        liveness: liveness(&history.events),
+        liveness: Liveness {
+            most_readers: most_readers(&history.events),
+            ..liveness(&history.events)
+        },
+        ..Findings::default()
+    };
+    check_slots(history, &rows, &slots, &mut findings);
+    findings
+}
+
+/// Semaphore modes: the slot of each permit's acquisition, from the `slot` events.
+pub fn slots(events: &[ClientEvent]) -> HashMap<(u32, u64), u32> {
+    events
+        .iter()
+        .filter_map(|e| match e.kind {
+            EventKind::Slot { slot } => Some(((e.client, e.acq), slot)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Semaphore modes: the mutex's rules, slot by slot. Each slot is a lock of its own with a
+/// fenced record of its own, fenced by the slot's tokens (tokens of two slots are not
+/// comparable): per slot, no stale or superseded write accepted, tokens in commit and grant
+/// order and unique, no interleaving or lost update, and no grant inside another holder's
+/// validity of the same slot. What is found joins the findings of the same kind. `rows` are
+/// the storage rows in commit order.
+pub fn check_slots(
+    history: &History,
+    rows: &[&StorageRow],
+    slots: &HashMap<(u32, u64), u32>,
+    f: &mut Findings,
+) {
+    let mut ids: BTreeSet<u32> = slots.values().copied().collect();
+    ids.extend(rows.iter().filter_map(|r| r.slot));
+    for slot in ids {
+        let slot_rows: Vec<&StorageRow> = rows
+            .iter()
+            .copied()
+            .filter(|r| r.slot == Some(slot))
+            .collect();
+        let events: Vec<ClientEvent> = history
+            .events
+            .iter()
+            .filter(|e| slots.get(&(e.client, e.acq)) == Some(&slot))
+            .cloned()
+            .collect();
+        let (stale, order, dups) = check_tokens(&slot_rows);
+        f.stale_accepted.extend(stale);
+        f.token_order.extend(order);
+        f.duplicate_tokens.extend(dups);
+        let final_value = history
+            .final_slots
+            .get(slot as usize)
+            .copied()
+            .unwrap_or_default();
+        let record = check_record(&slot_rows, final_value);
+        f.fenced.writes += record.writes;
+        f.fenced.lost_updates += record.lost_updates;
+        f.fenced.stale_reads.extend(record.stale_reads);
+        f.fenced.interleaved.extend(record.interleaved);
+        let grants = grants(&events);
+        f.duplicate_tokens.extend(check_duplicate_grants(&grants));
+        f.grant_order.extend(check_grant_order(&grants));
+        f.superseded_writes
+            .extend(check_superseded(&slot_rows, &grants));
+        f.overlapping_validity.extend(check_validity(&events));
     }
+}
+
+/// Semaphore modes: moments when more than `permits` clients held a permit within its
+/// validity. A permit is held from its grant's stamp (after the quorum answered) to the earlier
+/// of its validity deadline and the start of its release, as [`check_validity`] reads a lock:
+/// an excess here is certain. One violation per grant that made the excess, naming the holders.
+pub fn check_permit_holders(
+    events: &[ClientEvent],
+    slots: &HashMap<(u32, u64), u32>,
+    permits: u32,
+) -> Vec<Violation> {
+    permit_sweep(events, slots, permits).1
+}
+
+/// Semaphore modes: the most permit holders within their validity at once (so that a run
+/// shows its permits were used at once, and the rule above had something to check).
+pub fn most_permit_holders(events: &[ClientEvent], slots: &HashMap<(u32, u64), u32>) -> usize {
+    permit_sweep(events, slots, u32::MAX).0
+}
+
+fn permit_sweep(
+    events: &[ClientEvent],
+    slots: &HashMap<(u32, u64), u32>,
+    permits: u32,
+) -> (usize, Vec<Violation>) {
+    let mut most = 0;
+    let mut spans: Vec<(u64, u64, u32, u64)> = grants(events)
+        .iter()
+        .filter(|g| slots.contains_key(&(g.client, g.acq)))
+        .map(|g| (g.granted_ns, g.end_ns, g.client, g.acq))
+        .filter(|(start, end, _, _)| end > start)
+        .collect();
+    spans.sort_unstable();
+    let mut out = Vec::new();
+    // The spans still open at the current start: (end, start, client, acq).
+    let mut open: Vec<(u64, u64, u32, u64)> = Vec::new();
+    for (start, end, client, acq) in spans {
+        open.retain(|o| o.0 > start);
+        open.push((end, start, client, acq));
+        most = most.max(open.len());
+        if open.len() > permits as usize {
+            let since = open.iter().map(|o| o.1).min().unwrap_or(start);
+            let mut holders: Vec<(u32, u64)> = open.iter().map(|o| (o.2, o.3)).collect();
+            holders.sort_unstable();
+            out.push(Violation {
+                kind: ViolationKind::TooManyHolders,
+                record: None,
+                seq: None,
+                mono_ns: start,
+                clients: holders.iter().map(|h| h.0).collect(),
+                detail: format!(
+                    "{} permit holders at once with N = {permits} at {:.3} s: (client, acquisition) {holders:?}",
+                    open.len(),
+                    start as f64 / 1e9
+                ),
+                since_ns: Some(since),
+            });
+        }
+    }
+    (most, out)
+}
+
+/// Election modes: one leader per term, and terms increasing: a term granted to two leaders, or
+/// a leader elected after another's leadership had ended (by their stamps) with a term not above
+/// the other's. The term is the leadership lock's fencing token, so these are the token rules
+/// ([`check_duplicate_grants`], [`check_grant_order`]) read as an election's.
+pub fn check_terms(grants: &[Grant]) -> Vec<Violation> {
+    check_duplicate_grants(grants)
+        .into_iter()
+        .chain(check_grant_order(grants))
+        .map(|mut v| {
+            v.kind = ViolationKind::TermOrder;
+            v.detail = format!(
+                "election: {}",
+                v.detail
+                    .replace("token", "term")
+                    .replace("granted", "elected")
+            );
+            v
+        })
+        .collect()
 }
 
 /// One process of a `run` command, as its own stamps show it: alive from `first` to `last`.
@@ -707,64 +883,112 @@ pub fn check_record(rows: &[&StorageRow], final_value: i64) -> RecordFindings {
     findings
 }
 
-/// Grants that happened while another client's lock was within its validity and not released.
-pub fn check_validity(events: &[ClientEvent]) -> Vec<Violation> {
-    // (client, acq) -> (granted at, validity deadline, release started at)
-    let mut held: HashMap<(u32, u64), (u64, u64, Option<u64>)> = HashMap::new();
+/// One holder's validity as its client saw it: from the grant to the earlier of the deadline
+/// and the release call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Span {
+    start: u64,
+    end: u64,
+    client: u32,
+    acq: u64,
+    /// A read lock (`redlock-rwlock` mode): read locks may overlap each other.
+    shared: bool,
+}
+
+/// The holders' spans in `events`, by start. The lock is held from the grant to the earlier of
+/// the deadline and the release call; the grant is stamped after the quorum answered and the
+/// release before any key is deleted, so an overlap of two spans is certain, not an artefact
+/// of when the stamps were taken. A grant stamped after its own validity ended (its client
+/// stopped between the quorum's answer and the stamp) held nothing in the stamped interval: its
+/// span is empty and left out.
+fn spans(events: &[ClientEvent]) -> Vec<Span> {
+    // (client, acq) -> its span, ending at the deadline until its release is seen.
+    let mut held: HashMap<(u32, u64), Span> = HashMap::new();
     for e in events {
-        let key = (e.client, e.acq);
-        match &e.kind {
-            EventKind::AcquireOk { deadline_ns, .. } => {
-                held.insert(key, (e.mono_ns, *deadline_ns, None));
-            }
+        let (client, acq) = (e.client, e.acq);
+        let (deadline_ns, shared) = match &e.kind {
+            EventKind::AcquireOk { deadline_ns, .. } => (*deadline_ns, false),
+            EventKind::ReadOk { deadline_ns, .. } => (*deadline_ns, true),
             EventKind::ReleaseStart => {
-                if let Some(h) = held.get_mut(&key) {
-                    h.2 = Some(e.mono_ns);
+                if let Some(span) = held.get_mut(&(client, acq)) {
+                    span.end = span.end.min(e.mono_ns);
                 }
+                continue;
             }
-            _ => {}
-        }
+            _ => continue,
+        };
+        let span = Span {
+            start: e.mono_ns,
+            end: deadline_ns,
+            client,
+            acq,
+            shared,
+        };
+        held.insert((client, acq), span);
     }
-    // The lock is held from the grant to the earlier of the deadline and the release call; the
-    // grant is stamped after the quorum answered and the release before any key is deleted, so
-    // an overlap here is certain, not an artefact of when the stamps were taken.
-    // A grant stamped after its own validity ended (its client stopped between the quorum's
-    // answer and the stamp) held nothing in the stamped interval: its span is empty.
-    let mut spans: Vec<(u64, u64, u32, u64)> = held
-        .iter()
-        .map(|(&(c, a), &(start, deadline, release))| {
-            (start, release.map_or(deadline, |r| r.min(deadline)), c, a)
-        })
-        .filter(|(start, end, _, _)| end > start)
-        .collect();
+    let mut spans: Vec<Span> = held.into_values().filter(|s| s.end > s.start).collect();
     spans.sort();
+    spans
+}
+
+/// Grants that happened while another client's lock was within its validity and not released.
+/// Read locks (`redlock-rwlock` mode) may overlap each other; a write lock may overlap nobody.
+pub fn check_validity(events: &[ClientEvent]) -> Vec<Violation> {
     let mut out = Vec::new();
-    // (end, client, acq, start) of the longest-running span
-    let mut open: Option<(u64, u32, u64, u64)> = None;
-    for (start, end, client, acq) in spans {
-        if let Some((open_end, oc, oa, ostart)) = open {
-            if start < open_end && oc != client {
-                out.push(Violation {
-                    kind: ViolationKind::OverlappingValidity,
-                    record: None,
-                    seq: None,
-                    mono_ns: start,
-                    clients: vec![client, oc],
-                    detail: format!(
-                        "client {client} (acquisition {acq}) was granted the lock {:.1} ms before client {oc}'s lock (acquisition {oa}) ended its validity",
-                        (open_end - start) as f64 / 1e6
-                    ),
-                    since_ns: Some(ostart),
-                });
-            }
-            if end > open_end {
-                open = Some((end, client, acq, start));
-            }
-        } else {
-            open = Some((end, client, acq, start));
+    // The span that runs longest among those seen so far: of any holder, and of the writers.
+    let mut open_any: Option<Span> = None;
+    let mut open_writer: Option<Span> = None;
+    for span in spans(events) {
+        // A writer must meet nobody; a reader must meet no writer.
+        let against = if span.shared { open_writer } else { open_any };
+        if let Some(open) = against.filter(|o| span.start < o.end && o.client != span.client) {
+            let (what, other) = match (span.shared, open.shared) {
+                (true, _) => ("a read lock", "write lock"),
+                (false, true) => ("the write lock", "read lock"),
+                (false, false) => ("the lock", "lock"),
+            };
+            out.push(Violation {
+                kind: ViolationKind::OverlappingValidity,
+                record: None,
+                seq: None,
+                mono_ns: span.start,
+                clients: vec![span.client, open.client],
+                detail: format!(
+                    "client {} (acquisition {}) was granted {what} {:.1} ms before client {}'s {other} (acquisition {}) ended its validity",
+                    span.client,
+                    span.acq,
+                    (open.end - span.start) as f64 / 1e6,
+                    open.client,
+                    open.acq
+                ),
+                since_ns: Some(open.start),
+            });
+        }
+        if open_any.is_none_or(|o| span.end > o.end) {
+            open_any = Some(span);
+        }
+        if !span.shared && open_writer.is_none_or(|o| span.end > o.end) {
+            open_writer = Some(span);
         }
     }
     out
+}
+
+/// The most read locks within their validity at once (`redlock-rwlock` mode: readers share).
+pub fn most_readers(events: &[ClientEvent]) -> u64 {
+    let mut edges: Vec<(u64, i64)> = spans(events)
+        .into_iter()
+        .filter(|s| s.shared)
+        .flat_map(|s| [(s.start, 1), (s.end, -1)])
+        .collect();
+    // An end before a start at the same instant: touching spans do not overlap.
+    edges.sort_by_key(|&(t, d)| (t, d));
+    let (mut now, mut most) = (0i64, 0i64);
+    for (_, d) in edges {
+        now += d;
+        most = most.max(now);
+    }
+    most as u64
 }
 
 /// The overlaps (from [`check_validity`]) that no clock jump explains: between the two grants,
@@ -883,8 +1107,11 @@ pub fn liveness(events: &[ClientEvent]) -> Liveness {
                 live.attempts += 1;
                 started.insert(key, e.mono_ns);
             }
-            EventKind::AcquireOk { .. } => {
+            EventKind::AcquireOk { .. } | EventKind::ReadOk { .. } => {
                 live.grants += 1;
+                if matches!(e.kind, EventKind::ReadOk { .. }) {
+                    live.shared_grants += 1;
+                }
                 if let Some(s) = started.get(&key) {
                     latencies.push(e.mono_ns.saturating_sub(*s));
                 }
@@ -949,6 +1176,7 @@ mod tests {
             value_read: read,
             value_written: (op == Op::Write).then_some(read + 1),
             mono_ns: seq as u64 * 1000,
+            slot: None,
         }
     }
 
@@ -972,6 +1200,7 @@ mod tests {
             events: vec![],
             final_fenced,
             final_counter,
+            final_slots: vec![],
         }
     }
 
@@ -1151,6 +1380,58 @@ mod tests {
     }
 
     #[test]
+    fn readers_may_share_but_never_meet_a_valid_writer() {
+        let ms = 1_000_000u64;
+        let read = |deadline_ms: u64| EventKind::ReadOk {
+            deadline_ns: deadline_ms * ms,
+            attempt_ns: None,
+            last_writer: None,
+        };
+        let write = |deadline_ms: u64| EventKind::AcquireOk {
+            token: Some(7),
+            deadline_ns: deadline_ms * ms,
+            attempt_ns: None,
+        };
+        // Two readers at once, then a writer after both released: clean, 2 readers at once.
+        let shared = vec![
+            ev(0, 1, 0, read(990)),
+            ev(1, 1, 100 * ms, read(1090)),
+            ev(0, 1, 200 * ms, EventKind::ReleaseStart),
+            ev(1, 1, 300 * ms, EventKind::ReleaseStart),
+            ev(2, 1, 310 * ms, write(1300)),
+            ev(2, 1, 400 * ms, EventKind::ReleaseStart),
+        ];
+        assert!(check_validity(&shared).is_empty());
+        assert_eq!(most_readers(&shared), 2);
+        // A writer granted while a reader is valid, and a reader granted under a valid writer.
+        let writer_in = vec![
+            ev(0, 1, 0, read(990)),
+            ev(1, 1, 100 * ms, write(1090)),
+            ev(0, 1, 200 * ms, EventKind::ReleaseStart),
+        ];
+        let v = check_validity(&writer_in);
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert!(v[0].detail.contains("the write lock"), "{}", v[0].detail);
+        let reader_in = vec![
+            ev(0, 1, 0, write(990)),
+            ev(1, 1, 100 * ms, read(1090)),
+            ev(2, 1, 150 * ms, read(1140)),
+            ev(0, 1, 200 * ms, EventKind::ReleaseStart),
+        ];
+        let v = check_validity(&reader_in);
+        assert_eq!(v.len(), 2, "{v:?}");
+        assert!(v.iter().all(|v| v.detail.contains("a read lock")));
+        // A reader paused past its validity does not count against the writer after it.
+        let paused = vec![
+            ev(0, 1, 0, read(990)),
+            ev(1, 1, 1000 * ms, write(1990)),
+            ev(1, 1, 1010 * ms, EventKind::ReleaseStart),
+            ev(0, 1, 2500 * ms, EventKind::ReleaseStart),
+        ];
+        assert!(check_validity(&paused).is_empty());
+    }
+
+    #[test]
     fn an_overlap_counts_against_exclusion_unless_a_clock_jump_was_in_progress() {
         let ms = 1_000_000u64;
         let ok = |deadline_ms: u64| EventKind::AcquireOk {
@@ -1327,6 +1608,7 @@ mod tests {
             events,
             final_fenced: 2,
             final_counter: 0,
+            final_slots: vec![],
         };
         let f = check(&h);
         assert!(f.stale_accepted.is_empty() && f.token_order.is_empty());
@@ -1354,6 +1636,7 @@ mod tests {
             events,
             final_fenced: 1,
             final_counter: 0,
+            final_slots: vec![],
         };
         let f = check(&h);
         assert_eq!(f.fenced_data_violations(), 0);
@@ -1564,5 +1847,125 @@ mod tests {
         let f = check(&History::default());
         assert_eq!(f.fenced_record_violations() + f.counter_violations(), 0);
         assert!(f.overlapping_validity.is_empty());
+    }
+
+    /// A permit grant of `slot` (the grant's events and its `slot` event).
+    fn permit(
+        client: u32,
+        acq: u64,
+        slot: u32,
+        at_ms: u64,
+        valid_ms: u64,
+        release_ms: Option<u64>,
+        token: u64,
+    ) -> Vec<ClientEvent> {
+        let mut v = grant(client, acq, at_ms, valid_ms, release_ms, token);
+        v.push(ev(client, acq, at_ms * MS, EventKind::Slot { slot }));
+        v
+    }
+
+    fn slot_row(
+        seq: i64,
+        op: Op,
+        client: u32,
+        acq: u64,
+        slot: u32,
+        token: u64,
+        read: i64,
+    ) -> StorageRow {
+        StorageRow {
+            slot: Some(slot),
+            ..fenced(seq, op, client, acq, token, read)
+        }
+    }
+
+    #[test]
+    fn more_than_n_permit_holders_at_once_are_found() {
+        // N = 2: A and B hold slots 0 and 1; C is granted slot 0 again while both are valid
+        // (the rule's mutant case: a third holder); D comes after A released.
+        let mut events = permit(0, 1, 0, 0, 100, None, 1);
+        events.extend(permit(1, 1, 1, 10, 100, None, 2));
+        events.extend(permit(2, 1, 0, 50, 100, Some(60), 3));
+        events.extend(permit(3, 1, 1, 200, 100, None, 4));
+        let of = slots(&events);
+        let v = check_permit_holders(&events, &of, 2);
+        assert_eq!(v.len(), 1, "{v:#?}");
+        assert_eq!(v[0].kind, ViolationKind::TooManyHolders);
+        assert_eq!(v[0].clients, vec![0, 1, 2]);
+        assert_eq!(v[0].since_ns, Some(0));
+        assert_eq!(most_permit_holders(&events, &of), 3);
+        // With three permits the same history is fine; without C's grant too.
+        assert!(check_permit_holders(&events, &of, 3).is_empty());
+        let fine: Vec<ClientEvent> = events.iter().filter(|e| e.client != 2).cloned().collect();
+        assert!(check_permit_holders(&fine, &slots(&fine), 2).is_empty());
+        // Two holders of slot 0 at once are a lock violation of that slot too.
+        let f = check(&History {
+            events,
+            ..History::default()
+        });
+        assert_eq!(f.overlapping_validity.len(), 1, "{f:#?}");
+    }
+
+    #[test]
+    fn each_slot_is_fenced_by_its_own_tokens() {
+        // Slot 0 accepts token 5 then token 3: stale. Slot 1's token 2 after slot 0's 5 is not:
+        // tokens of two slots are not comparable (a checker that ignored the slot, the mutant,
+        // would flag it and miss nothing else).
+        let mut events = permit(0, 1, 0, 0, 100, None, 5);
+        events.extend(permit(1, 1, 1, 0, 100, None, 2));
+        events.extend(permit(2, 1, 0, 500, 100, None, 3));
+        let rows = vec![
+            slot_row(1, Op::Read, 0, 1, 0, 5, 0),
+            slot_row(2, Op::Write, 0, 1, 0, 5, 0),
+            slot_row(3, Op::Read, 1, 1, 1, 2, 0),
+            slot_row(4, Op::Write, 1, 1, 1, 2, 0),
+        ];
+        let before_c: Vec<ClientEvent> = events.iter().filter(|e| e.client != 2).cloned().collect();
+        let clean = check(&History {
+            rows: rows.clone(),
+            events: before_c,
+            final_slots: vec![1, 1],
+            ..History::default()
+        });
+        assert_eq!(clean.fenced_failures(), 0, "{clean:#?}");
+        assert_eq!(clean.fenced.writes, 2);
+        let mut stale = rows;
+        stale.push(slot_row(5, Op::Read, 2, 1, 0, 3, 1));
+        stale.push(slot_row(6, Op::Write, 2, 1, 0, 3, 1));
+        let f = check(&History {
+            rows: stale,
+            events,
+            final_slots: vec![2, 1],
+            ..History::default()
+        });
+        assert_eq!(f.stale_accepted.len(), 2, "{f:#?}");
+        assert_eq!(f.stale_accepted[0].seq, Some(5));
+        // C was granted slot 0 after A's validity ended, with a lower token.
+        assert_eq!(f.grant_order.len(), 1, "{f:#?}");
+        assert!(f.fenced_failures() > 0);
+    }
+
+    #[test]
+    fn terms_held_twice_or_going_back_are_found() {
+        // Leaders one after another with rising terms: fine.
+        let mut events = grant(0, 1, 0, 100, Some(50), 3);
+        events.extend(grant(1, 1, 60, 100, Some(120), 7));
+        assert!(check_terms(&grants(&events)).is_empty());
+        // The mutants: a later leader with the same term, then one with a lower term.
+        let mut twice = events.clone();
+        twice.extend(grant(2, 1, 200, 100, None, 7));
+        let v = check_terms(&grants(&twice));
+        assert_eq!(v.len(), 2, "a duplicate and not above: {v:#?}");
+        assert!(v.iter().all(|v| v.kind == ViolationKind::TermOrder));
+        assert!(
+            v[0].detail.starts_with("election: term 7"),
+            "{}",
+            v[0].detail
+        );
+        let mut back = events;
+        back.extend(grant(2, 1, 200, 100, None, 5));
+        let v = check_terms(&grants(&back));
+        assert_eq!(v.len(), 1, "{v:#?}");
+        assert!(v[0].detail.contains("elected"), "{}", v[0].detail);
     }
 }

@@ -213,31 +213,38 @@ async fn run_locks(args: &ClientArgs) -> io::Result<()> {
                 .with_max_delay(Duration::from_millis(20)),
         );
     let client = Client::new(config).map_err(io::Error::other)?;
+    let taker = crate::family::Taker::new(&client, args.mode, args.id).map_err(io::Error::other)?;
     let fence = storage::open(&args.db).map_err(io::Error::other)?;
     let stop = args.dir.join("stop");
+    let rwlock = (args.mode == Mode::RedlockRwlock)
+        .then(|| client.rwlock(RESOURCE))
+        .transpose()
+        .map_err(io::Error::other)?;
     let mut acq = 0u64;
     while !stop.exists() {
         acq += 1;
         log.event(acq, EventKind::AcquireStart)?;
-        let lock = match client.acquire(RESOURCE).await {
-            Ok(lock) => lock,
+        // The rwlock mode: two iterations of three read, one writes (shifted per client, so
+        // that readers and writers meet).
+        if let Some(rw) = rwlock
+            .as_ref()
+            .filter(|_| !(u64::from(args.id) + acq).is_multiple_of(3))
+        {
+            shared_section(args, rw, &fence, acq, &mut log).await?;
+            continue;
+        }
+        let acquired = match &rwlock {
+            Some(rw) => rw.write().await.map(|lock| (lock, None)),
+            None => taker.take(&client).await,
+        };
+        let (lock, slot) = match acquired {
+            Ok(taken) => taken,
             Err(e) => {
                 log.event(acq, EventKind::AcquireFail { cause: cause(&e) })?;
                 continue;
             }
         };
-        // From the lock's own deadline (an Instant fixed inside `acquire`), so that a pause
-        // between the grant and this line moves neither the deadline nor the attempt's start.
-        let (now, now_ns) = (Instant::now(), mono::now_ns());
-        let deadline = lock.validity_deadline();
-        let deadline_ns = if deadline >= now {
-            now_ns + (deadline - now).as_nanos() as u64
-        } else {
-            now_ns.saturating_sub((now - deadline).as_nanos() as u64)
-        }
-        .saturating_sub(args.epoch_ns);
-        let valid_for = args.ttl.saturating_sub(client.config().drift());
-        let attempt_ns = Some(deadline_ns.saturating_sub(valid_for.as_nanos() as u64));
+        let (deadline_ns, attempt_ns) = stamps(args, &lock);
         let token = lock.fencing_token();
         log.event(
             acq,
@@ -247,6 +254,9 @@ async fn run_locks(args: &ClientArgs) -> io::Result<()> {
                 attempt_ns,
             },
         )?;
+        if let Some(slot) = slot {
+            log.event(acq, EventKind::Slot { slot })?;
+        }
         let who = Who {
             client: args.id,
             acq,
@@ -259,7 +269,7 @@ async fn run_locks(args: &ClientArgs) -> io::Result<()> {
             File::create(&holding)?;
             log.event(acq, EventKind::LongHold)?;
         }
-        critical_section(args, &fence, who, long, &mut log).await?;
+        critical_section(args, &fence, who, slot, long, &mut log).await?;
         if long {
             let _ = fs::remove_file(&holding);
         }
@@ -279,24 +289,108 @@ async fn run_locks(args: &ClientArgs) -> io::Result<()> {
     Ok(())
 }
 
-/// Reads both records, waits (the window a pause or a slow holder widens), writes both back.
+/// The lock's deadline and the start of its granted attempt, in nanoseconds since the epoch:
+/// from the lock's own deadline (an Instant fixed inside the library), so that a pause between
+/// the grant and the log line moves neither.
+fn stamps(args: &ClientArgs, lock: &fencelock::Lock) -> (u64, Option<u64>) {
+    let (now, now_ns) = (Instant::now(), mono::now_ns());
+    let deadline = lock.validity_deadline();
+    let deadline_ns = if deadline >= now {
+        now_ns + (deadline - now).as_nanos() as u64
+    } else {
+        now_ns.saturating_sub((now - deadline).as_nanos() as u64)
+    }
+    .saturating_sub(args.epoch_ns);
+    let valid_for = args.ttl.saturating_sub(lock.client().config().drift());
+    (
+        deadline_ns,
+        Some(deadline_ns.saturating_sub(valid_for.as_nanos() as u64)),
+    )
+}
+
+/// A read lock's iteration (the rwlock mode): two reads of the counter a window apart (a write
+/// between them, by a valid writer, is two holders at once), then the release.
+async fn shared_section(
+    args: &ClientArgs,
+    rw: &fencelock::RwLock,
+    fence: &fencelock::fence::SqliteFence,
+    acq: u64,
+    log: &mut Log,
+) -> io::Result<()> {
+    let lock = match rw.read().await {
+        Ok(lock) => lock,
+        Err(e) => return log.event(acq, EventKind::AcquireFail { cause: cause(&e) }),
+    };
+    let (deadline_ns, attempt_ns) = stamps(args, &lock);
+    log.event(
+        acq,
+        EventKind::ReadOk {
+            deadline_ns,
+            attempt_ns,
+            last_writer: lock.last_writer_token(),
+        },
+    )?;
+    let who = Who {
+        client: args.id,
+        acq,
+        token: None,
+        epoch_ns: args.epoch_ns,
+    };
+    let read = || tokio::task::block_in_place(|| storage::counter_read(fence, who));
+    if let Err(e) = read() {
+        log_storage_error(log, acq, Record::Counter, e, true)?;
+    }
+    if take(&args.dir, args.id, Request::Pause) {
+        log.event(acq, EventKind::SelfPause)?;
+        // SAFETY: raising a signal on our own process has no memory-safety preconditions.
+        unsafe { libc::raise(libc::SIGSTOP) };
+    }
+    tokio::time::sleep(args.window).await;
+    if let Err(e) = read() {
+        log_storage_error(log, acq, Record::Counter, e, true)?;
+    }
+    log.event(acq, EventKind::ReleaseStart)?;
+    let kind = match lock.release().await {
+        Ok(_) => EventKind::Release {
+            ok: true,
+            cause: None,
+        },
+        Err(e) => EventKind::Release {
+            ok: false,
+            cause: Some(cause(&e)),
+        },
+    };
+    log.event(acq, kind)
+}
+
+/// Reads both records, waits (the window a pause or a slow holder widens), writes both back. A
+/// permit's holder (`slot`) reads and writes its slot's fenced record only: N holders at once
+/// share no other record.
 async fn critical_section(
     args: &ClientArgs,
     fence: &fencelock::fence::SqliteFence,
     who: Who,
+    slot: Option<u32>,
     long: bool,
     log: &mut Log,
 ) -> io::Result<()> {
     let acq = who.acq;
     let blocking = |f: &mut dyn FnMut() -> fencelock::Result<i64>| tokio::task::block_in_place(f);
-    let fenced = match blocking(&mut || storage::fenced_read(fence, who)) {
+    let read = |who| match slot {
+        Some(s) => storage::slot_read(fence, who, s),
+        None => storage::fenced_read(fence, who),
+    };
+    let fenced = match blocking(&mut || read(who)) {
         Ok(v) => Some(v),
         Err(e) => {
             log_storage_error(log, acq, Record::Fenced, e, true)?;
             None
         }
     };
-    let counter = blocking(&mut || storage::counter_read(fence, who));
+    let counter = match slot {
+        Some(_) => None,
+        None => Some(blocking(&mut || storage::counter_read(fence, who))),
+    };
     if take(&args.dir, args.id, Request::Pause) {
         log.event(acq, EventKind::SelfPause)?;
         // A real pause, as a stop-the-world GC makes: nothing runs until the nemesis sends
@@ -311,7 +405,11 @@ async fn critical_section(
     };
     tokio::time::sleep(hold).await;
     if let Some(read) = fenced {
-        match blocking(&mut || storage::fenced_write(fence, who, read)) {
+        let write = || match slot {
+            Some(s) => storage::slot_write(fence, who, s, read),
+            None => storage::fenced_write(fence, who, read),
+        };
+        match blocking(&mut || write()) {
             Ok(value) => log.event(
                 acq,
                 EventKind::WriteAccepted {
@@ -323,7 +421,8 @@ async fn critical_section(
         }
     }
     match counter {
-        Ok(read) => match blocking(&mut || storage::counter_write(fence, who, read)) {
+        None => {}
+        Some(Ok(read)) => match blocking(&mut || storage::counter_write(fence, who, read)) {
             Ok(value) => log.event(
                 acq,
                 EventKind::WriteAccepted {
@@ -333,7 +432,7 @@ async fn critical_section(
             )?,
             Err(e) => log_storage_error(log, acq, Record::Counter, e, false)?,
         },
-        Err(e) => log_storage_error(log, acq, Record::Counter, e, true)?,
+        Some(Err(e)) => log_storage_error(log, acq, Record::Counter, e, true)?,
     }
     Ok(())
 }

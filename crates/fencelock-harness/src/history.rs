@@ -57,6 +57,10 @@ pub struct StorageRow {
     pub value_written: Option<i64>,
     /// Nanoseconds since the run's epoch, taken inside the transaction.
     pub mono_ns: u64,
+    /// Semaphore modes: the slot whose fenced record this row is of (each slot has its own,
+    /// fenced by the slot's tokens); `None` for the records above.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slot: Option<u32>,
 }
 
 /// One step of a client, as a JSON line in its log.
@@ -92,6 +96,23 @@ pub enum EventKind {
         /// pause between the grant and this log line does not move (the event's own stamp does).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         attempt_ns: Option<u64>,
+    },
+    /// Semaphore modes: the grant of this acquisition (logged just before) is a permit in this
+    /// slot.
+    Slot {
+        /// The slot.
+        slot: u32,
+    },
+    /// `redlock-rwlock` mode: a read lock was granted (its client logged `acquire_start`).
+    ReadOk {
+        /// The validity deadline, in nanoseconds since the epoch.
+        deadline_ns: u64,
+        /// When the granted attempt started, as for [`EventKind::AcquireOk`].
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        attempt_ns: Option<u64>,
+        /// The last writer's fencing token the read lock reported.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        last_writer: Option<u64>,
     },
     /// `acquire` gave up.
     AcquireFail {
@@ -214,4 +235,7 @@ pub struct History {
     pub final_fenced: i64,
     /// The counter's final value.
     pub final_counter: i64,
+    /// Semaphore modes: each slot's fenced record's final value.
+    #[serde(default)]
+    pub final_slots: Vec<i64>,
 }

@@ -9,7 +9,9 @@
 //! - [`nemesis`]: the seeded fault schedule (pure) and its execution on real processes.
 //! - [`nodes`]: the servers of a run (Redis nodes or an etcd cluster) behind one interface.
 //! - [`proxy`]: a TCP proxy per node that adds latency or cuts the node off.
-//! - [`client`]: the workload one client process runs (the hidden `client` subcommand).
+//! - [`client`]: the workload one client process runs (the hidden `client` subcommand); in the
+//!   semaphore and election modes it takes a permit or leadership instead of the mutex
+//!   (`family.rs`).
 //! - [`runcmd`]: the `run` mode's workload: `fencelock run` with commands that leave processes
 //!   behind, and the worker processes that stamp their lives.
 //! - [`run`]: one mode end to end: nodes, proxies, clients, nemesis, check.
@@ -19,6 +21,7 @@
 
 pub mod checker;
 pub mod client;
+mod family;
 pub mod history;
 pub mod metrics;
 pub mod mode;

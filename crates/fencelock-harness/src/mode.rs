@@ -20,28 +20,51 @@ pub enum Mode {
     RedlockQuarantine,
     /// A 3-member etcd cluster; the fencing token is the lock key's create revision.
     Etcd,
+    /// The read-write lock (`fencelock::RwLock`) on 5 Redis nodes, fencing and restart
+    /// quarantine on: each client alternates write locks (the fenced critical section) and read
+    /// locks (two reads of the counter); the check is that no writer's validity overlaps another
+    /// holder's, readers' with each other allowed.
+    RedlockRwlock,
     /// The real `fencelock run` binary on 5 Redis nodes (restart quarantine on, no fencing),
     /// with commands that leave background and `setsid` processes; the check is that no two
     /// holders' processes run at once.
     Run,
+    /// A semaphore of [`PERMITS`] permits on 5 Redis nodes (fencing, restart quarantine): each
+    /// holder writes its slot's fenced record; the check adds "at most N holders at once".
+    Semaphore,
+    /// The same semaphore on a 3-member etcd cluster.
+    SemaphoreEtcd,
+    /// Leader election on 5 Redis nodes (fencing, restart quarantine): each leader writes the
+    /// fenced record under its term; the check adds "one leader per term, terms increasing".
+    Election,
+    /// The same election on a 3-member etcd cluster.
+    ElectionEtcd,
 }
+
+/// How many permits the semaphore modes' semaphore has.
+pub const PERMITS: u32 = 2;
 
 impl Mode {
     /// Every mode, in the order the report lists them.
-    pub const ALL: [Mode; 6] = [
+    pub const ALL: [Mode; 11] = [
         Mode::Single,
         Mode::Redlock,
         Mode::RedlockFenced,
         Mode::RedlockQuarantine,
         Mode::Etcd,
         Mode::Run,
+        Mode::Semaphore,
+        Mode::SemaphoreEtcd,
+        Mode::Election,
+        Mode::ElectionEtcd,
+        Mode::RedlockRwlock,
     ];
 
     /// How many nodes (Redis nodes, or etcd members) the mode runs.
     pub fn nodes(self) -> usize {
         match self {
             Mode::Single => 1,
-            Mode::Etcd => 3,
+            _ if self.consensus() => 3,
             _ => 5,
         }
     }
@@ -49,7 +72,17 @@ impl Mode {
     /// Whether the nodes are the members of one consensus cluster (etcd) rather than
     /// independent Redis nodes.
     pub fn consensus(self) -> bool {
-        self == Mode::Etcd
+        matches!(self, Mode::Etcd | Mode::SemaphoreEtcd | Mode::ElectionEtcd)
+    }
+
+    /// The semaphore modes' number of permits.
+    pub fn permits(self) -> Option<u32> {
+        matches!(self, Mode::Semaphore | Mode::SemaphoreEtcd).then_some(PERMITS)
+    }
+
+    /// Whether the clients campaign in an election instead of taking the mutex.
+    pub fn election(self) -> bool {
+        matches!(self, Mode::Election | Mode::ElectionEtcd)
     }
 
     /// The Redis node that persists with `appendfsync always` (the target of
@@ -63,7 +96,14 @@ impl Mode {
     pub fn fencing(self) -> bool {
         matches!(
             self,
-            Mode::RedlockFenced | Mode::RedlockQuarantine | Mode::Etcd
+            Mode::RedlockFenced
+                | Mode::RedlockQuarantine
+                | Mode::Etcd
+                | Mode::Semaphore
+                | Mode::SemaphoreEtcd
+                | Mode::Election
+                | Mode::ElectionEtcd
+                | Mode::RedlockRwlock
         )
     }
 
@@ -116,7 +156,14 @@ impl Mode {
 
     /// Whether restart quarantine is on.
     pub fn quarantine(self) -> bool {
-        matches!(self, Mode::RedlockQuarantine | Mode::Run)
+        matches!(
+            self,
+            Mode::RedlockQuarantine
+                | Mode::Run
+                | Mode::Semaphore
+                | Mode::Election
+                | Mode::RedlockRwlock
+        )
     }
 
     /// The name used on the command line.
@@ -128,6 +175,11 @@ impl Mode {
             Mode::RedlockQuarantine => "redlock-quarantine",
             Mode::Etcd => "etcd",
             Mode::Run => "run",
+            Mode::Semaphore => "semaphore",
+            Mode::SemaphoreEtcd => "semaphore-etcd",
+            Mode::Election => "election",
+            Mode::ElectionEtcd => "election-etcd",
+            Mode::RedlockRwlock => "redlock-rwlock",
         }
     }
 }

@@ -105,6 +105,27 @@ pub fn text(run: &ModeRun) -> String {
             format!(" (faults around them: {})", around.join(", "))
         }
     );
+    if let Some(n) = s.permits {
+        let _ = writeln!(
+            out,
+            "  semaphore: N = {n}; at most {} holders at once; {} moment(s) with more than N holders ({} with no clock jump in progress)",
+            s.most_holders, s.too_many_holders, s.too_many_holders_outside_clock_jumps
+        );
+    }
+    if s.mode.election() {
+        let _ = writeln!(
+            out,
+            "  election: {} term(s) held twice or not above an earlier, ended leader's",
+            s.term_order
+        );
+    }
+    if s.mode == Mode::RedlockRwlock {
+        let _ = writeln!(
+            out,
+            "  read-write lock: {} of the grants were read locks, at most {} readers within their validity at once (a writer beside anyone counts above as a grant inside another client's validity)",
+            s.liveness.shared_grants, s.liveness.most_readers
+        );
+    }
     if s.mode == Mode::Run {
         let c = &s.commands;
         let procs: Vec<String> = c

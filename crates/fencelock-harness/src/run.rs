@@ -94,6 +94,9 @@ pub struct ModeRun {
     /// Grants inside another client's validity with no clock jump in progress (a mode with
     /// restart quarantine fails on any).
     pub exclusion: Vec<Violation>,
+    /// Semaphore modes: more than N holders at once with no clock jump in progress (fails the
+    /// run).
+    pub too_many: Vec<Violation>,
 }
 
 /// The per-mode summary (`--json`).
@@ -172,6 +175,21 @@ pub struct ModeSummary {
     pub fenced_failures: usize,
     /// Fault classes the mode can take that never fired (a fenced run fails on any).
     pub uncovered_faults: Vec<String>,
+    /// Semaphore modes: the permits.
+    #[serde(default)]
+    pub permits: Option<u32>,
+    /// Semaphore modes: the most holders at once.
+    #[serde(default)]
+    pub most_holders: usize,
+    /// Semaphore modes: moments with more than N holders.
+    #[serde(default)]
+    pub too_many_holders: usize,
+    /// Of those, the ones with no clock jump in progress (a run fails on any).
+    #[serde(default)]
+    pub too_many_holders_outside_clock_jumps: usize,
+    /// Election modes: terms held twice or not increasing (a run fails on any).
+    #[serde(default)]
+    pub term_order: usize,
     /// Up to 10 violations, as examples.
     pub examples: Vec<Violation>,
 }
@@ -229,6 +247,11 @@ impl ModeRun {
             fenced_record_violations: f.fenced_record_violations(),
             fenced_failures: f.fenced_failures(),
             uncovered_faults: self.uncovered.iter().map(|c| c.name().to_owned()).collect(),
+            permits: self.mode.permits(),
+            most_holders: f.most_holders,
+            too_many_holders: f.too_many_holders.len(),
+            too_many_holders_outside_clock_jumps: self.too_many.len(),
+            term_order: f.term_order.len(),
             examples: f.all().take(10).cloned().collect(),
         }
     }
@@ -243,7 +266,9 @@ impl ModeRun {
         let exclusion = self.mode.quarantine() && !self.exclusion.is_empty();
         let run = self.mode == Mode::Run
             && (!self.findings.process_overlaps.is_empty() || !self.uncovered.is_empty());
-        fenced || exclusion || run
+        // The semaphore's and the election's own rules.
+        let family = !self.too_many.is_empty() || !self.findings.term_order.is_empty();
+        fenced || exclusion || run || family
     }
 }
 
@@ -537,16 +562,17 @@ pub fn run_mode(mode: Mode, opts: &RunOptions) -> io::Result<ModeRun> {
     drop(runtime);
     drop(nodes);
 
-    let (rows, final_fenced, final_counter) = storage::load(&db).map_err(io::Error::other)?;
+    let loaded = storage::load(&db).map_err(io::Error::other)?;
     let mut events = Vec::new();
     for path in &logs {
         events.extend(read_events(path)?);
     }
     let history = History {
-        rows,
+        rows: loaded.rows,
         events,
-        final_fenced,
-        final_counter,
+        final_fenced: loaded.fenced,
+        final_counter: loaded.counter,
+        final_slots: loaded.slots,
     };
     fs::write(
         dir.join("history.json"),
@@ -557,13 +583,15 @@ pub fn run_mode(mode: Mode, opts: &RunOptions) -> io::Result<ModeRun> {
         dir.join("faults.json"),
         serde_json::to_vec_pretty(&faults).map_err(io::Error::other)?,
     )?;
-    let findings = checker::check(&history);
+    let mut findings = checker::check(&history);
+    check_family(mode, &history, &mut findings);
     let can_take: Vec<FaultKind> = FaultKind::ALL
         .into_iter()
         .filter(|k| mode.skips(*k).is_none())
         .collect();
     let uncovered = checker::uncovered(&can_take, &faults);
     let exclusion = checker::exclusion_violations(&findings.overlapping_validity, &faults);
+    let too_many = checker::exclusion_violations(&findings.too_many_holders, &faults);
     Ok(ModeRun {
         mode,
         nodes: mode.nodes(),
@@ -571,6 +599,7 @@ pub fn run_mode(mode: Mode, opts: &RunOptions) -> io::Result<ModeRun> {
         ttl,
         client_ttls,
         exclusion,
+        too_many,
         skipped,
         elapsed,
         faults,
@@ -578,6 +607,19 @@ pub fn run_mode(mode: Mode, opts: &RunOptions) -> io::Result<ModeRun> {
         findings,
         uncovered,
     })
+}
+
+/// The semaphore's and the election's own rules, for their modes: at most N permit holders at
+/// once; one leader per term, terms increasing.
+fn check_family(mode: Mode, history: &History, findings: &mut Findings) {
+    if let Some(permits) = mode.permits() {
+        let slots = checker::slots(&history.events);
+        findings.too_many_holders = checker::check_permit_holders(&history.events, &slots, permits);
+        findings.most_holders = checker::most_permit_holders(&history.events, &slots);
+    }
+    if mode.election() {
+        findings.term_order = checker::check_terms(&checker::grants(&history.events));
+    }
 }
 
 /// Each client's TTL as `mode` runs it: `ttl_mix` dealt in turn, or `ttl` for all.

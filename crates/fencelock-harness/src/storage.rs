@@ -26,7 +26,8 @@ CREATE TABLE IF NOT EXISTS history (
     token INTEGER,
     value_read INTEGER NOT NULL,
     value_written INTEGER,
-    mono_ns INTEGER NOT NULL
+    mono_ns INTEGER NOT NULL,
+    slot INTEGER
 );";
 
 /// Creates the records (both 0), the history table and the fence table in `path`.
@@ -37,9 +38,24 @@ CREATE TABLE IF NOT EXISTS history (
 pub fn setup(path: &Path) -> fencelock::Result<SqliteFence> {
     let fence = SqliteFence::open(path)?;
     fence
-        .unfenced(|c| c.execute_batch(SCHEMA))
+        .unfenced(|c| {
+            c.execute_batch(SCHEMA)?;
+            // The semaphore modes' records, one per slot.
+            for slot in 0..crate::mode::PERMITS {
+                c.execute(
+                    "INSERT OR IGNORE INTO record VALUES (?1, 0)",
+                    [slot_record(slot)],
+                )?;
+            }
+            Ok(())
+        })
         .map_err(|e| storage_error("creating the harness tables", e))?;
     Ok(fence)
+}
+
+/// The name of slot `slot`'s record, and its fence resource after `record:`.
+fn slot_record(slot: u32) -> String {
+    format!("fenced:{slot}")
 }
 
 /// Opens the storage for one client: durability is not under test (no machine crashes), so
@@ -81,14 +97,26 @@ fn append(
     read: i64,
     written: Option<i64>,
 ) -> rusqlite::Result<()> {
+    append_row(conn, who, record.name(), None, op, read, written)
+}
+
+fn append_row(
+    conn: &Connection,
+    who: Who,
+    record: &str,
+    slot: Option<u32>,
+    op: Op,
+    read: i64,
+    written: Option<i64>,
+) -> rusqlite::Result<()> {
     let token = who.token.map(|t| t as i64);
     let mono = crate::mono::now_ns().saturating_sub(who.epoch_ns) as i64;
     conn.prepare_cached(
-        "INSERT INTO history (record, op, client, acq, token, value_read, value_written, mono_ns)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        "INSERT INTO history (record, op, client, acq, token, value_read, value_written, mono_ns, slot)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
     )?
     .execute(params![
-        record.name(),
+        record,
         match op {
             Op::Read => "read",
             Op::Write => "write",
@@ -98,19 +126,28 @@ fn append(
         token,
         read,
         written,
-        mono
+        mono,
+        slot
     ])?;
     Ok(())
 }
 
 fn read_value(conn: &Connection, record: Record) -> rusqlite::Result<i64> {
+    read_named(conn, record.name())
+}
+
+fn read_named(conn: &Connection, name: &str) -> rusqlite::Result<i64> {
     conn.prepare_cached("SELECT value FROM record WHERE name = ?1")?
-        .query_row([record.name()], |r| r.get(0))
+        .query_row([name], |r| r.get(0))
 }
 
 fn write_value(conn: &Connection, record: Record, value: i64) -> rusqlite::Result<()> {
+    write_named(conn, record.name(), value)
+}
+
+fn write_named(conn: &Connection, name: &str, value: i64) -> rusqlite::Result<()> {
     conn.prepare_cached("UPDATE record SET value = ?2 WHERE name = ?1")?
-        .execute(params![record.name(), value])?;
+        .execute(params![name, value])?;
     Ok(())
 }
 
@@ -176,6 +213,64 @@ pub fn fenced_write(fence: &SqliteFence, who: Who, read: i64) -> fencelock::Resu
     }
 }
 
+/// Semaphore modes: reads slot `slot`'s record under the permit's token (the slot's fence,
+/// `record:fenced:<slot>`), as [`fenced_read`] does for the mutex's record.
+///
+/// # Errors
+///
+/// [`fencelock::Error::StaleToken`] when refused; storage errors.
+pub fn slot_read(fence: &SqliteFence, who: Who, slot: u32) -> fencelock::Result<i64> {
+    let name = slot_record(slot);
+    let body = |conn: &Connection| -> rusqlite::Result<i64> {
+        let v = read_named(conn, &name)?;
+        append_row(
+            conn,
+            who,
+            Record::Fenced.name(),
+            Some(slot),
+            Op::Read,
+            v,
+            None,
+        )?;
+        Ok(v)
+    };
+    match who.token {
+        Some(token) => fence.write(&format!("record:{name}"), token, |tx| Ok(body(tx)?)),
+        None => unfenced_tx(fence, body),
+    }
+}
+
+/// Semaphore modes: writes `read + 1` to slot `slot`'s record under the permit's token.
+///
+/// # Errors
+///
+/// [`fencelock::Error::StaleToken`] when refused; storage errors.
+pub fn slot_write(fence: &SqliteFence, who: Who, slot: u32, read: i64) -> fencelock::Result<i64> {
+    let name = slot_record(slot);
+    let body = |conn: &Connection| -> rusqlite::Result<i64> {
+        write_named(conn, &name, read + 1)?;
+        let fenced = Record::Fenced.name();
+        append_row(
+            conn,
+            who,
+            fenced,
+            Some(slot),
+            Op::Write,
+            read,
+            Some(read + 1),
+        )?;
+        Ok(read + 1)
+    };
+    match who.token {
+        Some(token) => fence.write(
+            &format!("record:{name}"),
+            token,
+            |tx| -> Result<i64, BoxError> { Ok(body(tx)?) },
+        ),
+        None => unfenced_tx(fence, body),
+    }
+}
+
 /// A plain read of the counter (no token check), with its history row in the same transaction,
 /// so that the checker sees where reads of the counter fall between other critical sections'
 /// writes (interleavings) as it does on the fenced record.
@@ -204,16 +299,29 @@ pub fn counter_write(fence: &SqliteFence, who: Who, read: i64) -> fencelock::Res
     })
 }
 
-/// The history table in commit order, and the final values (fenced, counter).
+/// What [`load`] reads back: the history table in commit order and the final values.
+#[derive(Debug, Clone, Default)]
+pub struct Loaded {
+    /// The history table, in commit order.
+    pub rows: Vec<StorageRow>,
+    /// The fenced record's final value.
+    pub fenced: i64,
+    /// The counter's final value.
+    pub counter: i64,
+    /// Each semaphore slot's record's final value.
+    pub slots: Vec<i64>,
+}
+
+/// The history table in commit order, and the final values.
 ///
 /// # Errors
 ///
 /// Storage errors.
-pub fn load(path: &Path) -> fencelock::Result<(Vec<StorageRow>, i64, i64)> {
+pub fn load(path: &Path) -> fencelock::Result<Loaded> {
     let conn = Connection::open(path).map_err(|e| storage_error("opening the history", e))?;
-    let load = || -> rusqlite::Result<(Vec<StorageRow>, i64, i64)> {
+    let load = || -> rusqlite::Result<Loaded> {
         let mut stmt = conn.prepare(
-            "SELECT seq, record, op, client, acq, token, value_read, value_written, mono_ns
+            "SELECT seq, record, op, client, acq, token, value_read, value_written, mono_ns, slot
              FROM history ORDER BY seq",
         )?;
         let rows = stmt
@@ -234,12 +342,18 @@ pub fn load(path: &Path) -> fencelock::Result<(Vec<StorageRow>, i64, i64)> {
                     value_read: r.get(6)?,
                     value_written: r.get(7)?,
                     mono_ns: r.get::<_, i64>(8)? as u64,
+                    slot: r.get::<_, Option<i64>>(9)?.map(|s| s as u32),
                 })
             })?
             .collect::<rusqlite::Result<Vec<_>>>()?;
-        let fenced = read_value(&conn, Record::Fenced)?;
-        let counter = read_value(&conn, Record::Counter)?;
-        Ok((rows, fenced, counter))
+        Ok(Loaded {
+            rows,
+            fenced: read_value(&conn, Record::Fenced)?,
+            counter: read_value(&conn, Record::Counter)?,
+            slots: (0..crate::mode::PERMITS)
+                .map(|s| read_named(&conn, &slot_record(s)))
+                .collect::<rusqlite::Result<_>>()?,
+        })
     };
     let _ = conn.execute_batch("BEGIN");
     let out = load().map_err(|e| storage_error("reading the history", e));

@@ -4,7 +4,9 @@
 //! violations a client pause past the TTL causes. Clients of different TTLs on one node set
 //! never hold at once across restarts without persistence (restart quarantine), and the real
 //! `fencelock run` never lets two holders' processes run at once, background and `setsid` ones
-//! included, with its supervisor killed at random.
+//! included, with its supervisor killed at random. The semaphore keeps at most N holders and
+//! the election one leader per term with terms increasing, each with its fenced storage intact,
+//! on Redis and on etcd.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -111,6 +113,20 @@ fn fenced_storage_accepts_no_stale_write_and_unfenced_modes_lose_updates() {
     }
 }
 
+/// The read-write lock (`redlock-rwlock`: fencing and quarantine on, each client two reads to
+/// one write) under the faults fenced Redlock is claimed safe under: no writer's validity
+/// overlapped another holder's with no clock jump in progress (readers with each other are
+/// allowed), readers shared, and the fenced record the writers write took no stale row.
+#[test]
+fn rwlock_mode_keeps_writers_alone_and_the_fenced_record_safe() {
+    let runs = run("redlock-rwlock", GUARANTEED, "10s");
+    let m = &runs[0];
+    assert_fenced_data_safe(m);
+    assert_eq!(n(m, "exclusion_violations"), 0, "{m:#}");
+    assert!(n(m, "shared_grants") > 0, "{m:#}");
+    assert!(n(m, "most_readers") >= 2, "readers never shared: {m:#}");
+}
+
 /// etcd under member kills and pauses (leader and followers), client pauses and latency: the
 /// fenced storage, fed revision tokens, accepts no stale write. Clock and restart-without-data
 /// faults do not apply to etcd and are reported as skipped.
@@ -186,4 +202,43 @@ fn run_never_lets_two_holders_processes_run_at_once() {
         );
     }
     assert!(n(c, "supervisors_killed_holding") >= 1, "{m:#}");
+}
+
+/// A semaphore or election mode's own rule held, and its fenced storage (per slot for the
+/// semaphore, under the term for the election) accepted no stale write.
+fn assert_family_safe(m: &Value) {
+    assert_fenced_data_safe(m);
+    assert_eq!(n(m, "term_order"), 0, "{m:#}");
+    assert_eq!(n(m, "too_many_holders_outside_clock_jumps"), 0, "{m:#}");
+    assert_eq!(n(m, "exclusion_violations"), 0, "{m:#}");
+    if m["permits"].is_u64() {
+        // The permits were held at once: the rule had something to check.
+        assert_eq!(n(m, "most_holders"), n(m, "permits"), "{m:#}");
+    }
+}
+
+/// The semaphore (N = 2, three clients) and the election on 5 Redis nodes with restart
+/// quarantine, under the faults fenced Redlock is claimed safe under.
+#[test]
+fn redis_semaphores_keep_n_holders_and_elections_one_leader_per_term() {
+    let runs = run("semaphore,election", GUARANTEED, "6s");
+    assert_eq!(runs.len(), 2);
+    for m in &runs {
+        assert_family_safe(m);
+        assert!(
+            m["faults"]["restart-nopersist"].as_i64().unwrap_or(0) >= 1,
+            "{m:#}"
+        );
+    }
+}
+
+/// The same on a 3-member etcd cluster under its full fault mix.
+#[test]
+fn etcd_semaphores_keep_n_holders_and_elections_one_leader_per_term() {
+    let runs = run("semaphore-etcd,election-etcd", ALL, "6s");
+    assert_eq!(runs.len(), 2);
+    for m in &runs {
+        assert_family_safe(m);
+        assert_eq!(n(m, "too_many_holders"), 0, "{m:#}");
+    }
 }

@@ -28,6 +28,8 @@ pub(crate) enum Backend {
 #[derive(Clone)]
 pub(crate) enum Held {
     Redis(Arc<RedisBackend>, RedisHeld),
+    /// A read lock on Redis (`rwlock.rs`): released and extended by the readers' scripts.
+    RedisShared(Arc<RedisBackend>, RedisHeld),
     #[cfg(feature = "etcd")]
     Etcd(Arc<crate::etcd::EtcdBackend>, crate::etcd::EtcdHeld),
 }
@@ -36,6 +38,7 @@ impl std::fmt::Debug for Held {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Held::Redis(_, h) => f.debug_tuple("Redis").field(h).finish(),
+            Held::RedisShared(_, h) => f.debug_tuple("RedisShared").field(h).finish(),
             #[cfg(feature = "etcd")]
             Held::Etcd(_, h) => f.debug_tuple("Etcd").field(h).finish(),
         }
@@ -49,6 +52,8 @@ pub(crate) struct Grant {
     pub(crate) fencing_token: Option<u64>,
     pub(crate) deadline: Instant,
     pub(crate) votes: Votes,
+    /// A read lock in fencing mode: the last writer's token (see `Lock::last_writer_token`).
+    pub(crate) last_writer: Option<u64>,
 }
 
 impl Backend {
@@ -146,6 +151,32 @@ impl Backend {
         }
     }
 
+    /// One attempt to take a read lock on `key` (see `rwlock.rs`).
+    ///
+    /// # Errors
+    ///
+    /// As `RwLock::try_read`.
+    pub(crate) async fn try_read(&self, key: &str) -> Result<Grant> {
+        match self {
+            Backend::Redis(r) => Ok(reader_grant(r, r.read_attempt(key, None).await?)),
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(e) => Ok(etcd_grant(e, e.try_read(key).await?)),
+        }
+    }
+
+    /// Takes a read lock on `key`, waiting as `policy` allows.
+    ///
+    /// # Errors
+    ///
+    /// As `RwLock::read`.
+    pub(crate) async fn read(&self, key: &str, policy: &RetryPolicy) -> Result<Grant> {
+        match self {
+            Backend::Redis(r) => Ok(reader_grant(r, r.read_waiting(key, policy).await?)),
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(e) => Ok(etcd_grant(e, e.read(key, policy.wait()).await?)),
+        }
+    }
+
     /// Releases `keys` if `token` still owns them (a token handed between processes). On etcd
     /// the token is the lock key, which names its lease: revoking the lease deletes the keys.
     ///
@@ -190,23 +221,151 @@ impl Backend {
         }
     }
 
-    /// One Redis attempt that waits as `wait` says (a semaphore marks its slots as waited for
-    /// with it), or an error naming `what` on other backends.
+    /// Whether locks carry a fencing token only in fencing mode (Redis; on etcd every lock
+    /// has its revision).
+    pub(crate) fn tokens_need_fencing_mode(&self) -> bool {
+        match self {
+            Backend::Redis(_) => true,
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(_) => false,
+        }
+    }
+
+    /// Takes a permit of a semaphore: one try with `policy` `None`, else waiting as it allows.
+    /// Returns the slot and its grant. `mine`: the slots the calling task holds through this
+    /// client (Redis does not ask for them; on etcd a held slot is never free anyway).
     ///
     /// # Errors
     ///
-    /// As `Client::try_acquire_many`, and [`Error::InvalidConfig`] on etcd.
-    #[cfg_attr(not(feature = "etcd"), allow(unused_variables))]
-    pub(crate) async fn redis_attempt(
+    /// As `Semaphore::acquire_with` (without a policy: as `Semaphore::try_acquire`).
+    pub(crate) async fn acquire_permit(
         &self,
-        what: &str,
-        keys: &Arc<[String]>,
-        wait: crate::redis::Wait<'_>,
-    ) -> Result<Grant> {
+        permits: &Permits<'_>,
+        policy: Option<&RetryPolicy>,
+    ) -> Result<(usize, Grant)> {
         match self {
-            Backend::Redis(r) => Ok(redis_grant(r, r.attempt(keys, wait).await?)),
+            Backend::Redis(r) => {
+                let slots = crate::redis::permit::PermitSlots {
+                    name: permits.name,
+                    line: permits.line,
+                    slots: permits.slots,
+                    mine: permits.mine,
+                };
+                let (i, grant) = r.acquire_permit(&slots, policy).await?;
+                Ok((i, redis_grant(r, grant)))
+            }
             #[cfg(feature = "etcd")]
-            Backend::Etcd(_) => Err(redis_only(what)),
+            Backend::Etcd(e) => {
+                let slots: Vec<String> = permits.slots.iter().map(|s| s[0].clone()).collect();
+                let keys = crate::etcd::PermitKeys {
+                    name: permits.name,
+                    line: permits.line,
+                    slots: &slots,
+                };
+                let (i, held) = e
+                    .acquire_permit(&keys, policy.map(RetryPolicy::wait))
+                    .await?;
+                Ok((i, etcd_grant(e, held)))
+            }
+        }
+    }
+
+    /// Where the leaders of the election whose lock resource is `key` are announced: the log
+    /// `log` on Redis nodes, the lock keys themselves on etcd. No I/O.
+    #[cfg_attr(not(feature = "etcd"), allow(unused_variables))]
+    pub(crate) fn election_log(&self, key: &str, log: &str) -> ElectionLog {
+        match self {
+            Backend::Redis(r) => ElectionLog::Redis(r.election_log(key, log)),
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(e) => ElectionLog::Etcd(e.clone(), key.to_string()),
+        }
+    }
+}
+
+/// A semaphore, as the backends take its permits.
+#[derive(Debug)]
+pub(crate) struct Permits<'a> {
+    /// The semaphore's name, for errors.
+    pub(crate) name: &'a str,
+    /// The resource whose line orders the waiters.
+    pub(crate) line: &'a str,
+    /// Each slot's resource (a lock of one key).
+    pub(crate) slots: &'a [Arc<[String]>],
+    /// The slots the calling task holds already through this client.
+    pub(crate) mine: &'a [bool],
+}
+
+/// Where an election's leaders are announced and read back (see `election.rs`).
+#[derive(Debug, Clone)]
+pub(crate) enum ElectionLog {
+    Redis(crate::redis::election::ElectionLog),
+    #[cfg(feature = "etcd")]
+    Etcd(Arc<crate::etcd::EtcdBackend>, String),
+}
+
+/// The leaders of an election as they change, in term order.
+#[derive(Debug)]
+pub(crate) enum LeaderStream {
+    Redis(crate::redis::election::LogReader),
+    #[cfg(feature = "etcd")]
+    Etcd(Box<crate::etcd::LeaderWatch>),
+}
+
+impl ElectionLog {
+    /// Announces the holder of `held` as the leader of term `term` with `value`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unavailable`] (naming `name`) when the entry did not reach a quorum of Redis
+    /// nodes; [`Error::Lost`] when the etcd key was gone or the validity ran out.
+    pub(crate) async fn announce(
+        &self,
+        name: &str,
+        held: &Held,
+        term: u64,
+        value: &str,
+    ) -> Result<()> {
+        match (self, held) {
+            (ElectionLog::Redis(log), Held::Redis(_, h)) => {
+                if log.append(h.token(), term, value).await {
+                    Ok(())
+                } else {
+                    Err(Error::Unavailable {
+                        resource: name.to_string(),
+                        votes: Votes::default(),
+                    })
+                }
+            }
+            #[cfg(feature = "etcd")]
+            (ElectionLog::Etcd(..), Held::Etcd(e, h)) => e.proclaim(h, value).await,
+            // An election's lock comes from the election's own client: one backend for both.
+            #[cfg(feature = "etcd")]
+            _ => Err(Error::config(
+                "backend",
+                "the lock was taken on another backend than the election's",
+            )),
+        }
+    }
+
+    /// A stream of the leaders from the latest one on. No I/O until it is read.
+    pub(crate) fn leaders(&self) -> LeaderStream {
+        match self {
+            ElectionLog::Redis(log) => LeaderStream::Redis(log.reader()),
+            #[cfg(feature = "etcd")]
+            ElectionLog::Etcd(e, key) => {
+                LeaderStream::Etcd(Box::new(crate::etcd::LeaderWatch::new(e.clone(), key)))
+            }
+        }
+    }
+}
+
+impl LeaderStream {
+    /// The next leader, its term and value; cancel-safe.
+    pub(crate) async fn next(&mut self) -> (u64, String) {
+        match self {
+            LeaderStream::Redis(r) => r.next().await,
+            #[cfg(feature = "etcd")]
+            LeaderStream::Etcd(w) => w.next().await,
         }
     }
 }
@@ -215,7 +374,7 @@ impl Held {
     /// The owner token (Redis) or the lock key's name (etcd).
     pub(crate) fn token(&self) -> &str {
         match self {
-            Held::Redis(_, h) => h.token(),
+            Held::Redis(_, h) | Held::RedisShared(_, h) => h.token(),
             #[cfg(feature = "etcd")]
             Held::Etcd(_, h) => &h.key,
         }
@@ -224,7 +383,7 @@ impl Held {
     /// The backend's name, which issued tokens carry.
     pub(crate) fn backend_name(&self) -> &'static str {
         match self {
-            Held::Redis(..) => "redis",
+            Held::Redis(..) | Held::RedisShared(..) => "redis",
             #[cfg(feature = "etcd")]
             Held::Etcd(..) => "etcd",
         }
@@ -243,6 +402,7 @@ impl Held {
     ) -> Result<(Instant, Votes)> {
         match self {
             Held::Redis(r, h) => r.extend_held(keys, h, deadline).await,
+            Held::RedisShared(r, h) => r.extend_reader(&keys[0], h, deadline).await,
             #[cfg(feature = "etcd")]
             Held::Etcd(e, h) => e.extend(h, deadline).await,
         }
@@ -256,6 +416,7 @@ impl Held {
     pub(crate) async fn release(&self, keys: &[String]) -> Result<Votes> {
         match self {
             Held::Redis(r, h) => r.release_held(keys, h).await,
+            Held::RedisShared(r, h) => r.release_reader(&keys[0], h, true).await,
             #[cfg(feature = "etcd")]
             Held::Etcd(e, h) => e.release(h).await.map(|()| Votes::default()),
         }
@@ -265,6 +426,10 @@ impl Held {
     pub(crate) async fn release_quietly(&self, keys: &[String]) {
         match self {
             Held::Redis(r, h) => r.release_held_quietly(keys, h).await,
+            Held::RedisShared(r, h) => {
+                r.release_reader_quietly(&keys[0], h.token(), h.line())
+                    .await;
+            }
             #[cfg(feature = "etcd")]
             Held::Etcd(e, h) => {
                 let _ = e.release(h).await;
@@ -282,8 +447,34 @@ impl Held {
     ) -> Stop {
         match self {
             Held::Redis(r, h) => r.keep_alive(keys, h, state, schedule),
+            Held::RedisShared(r, h) => r.keep_alive_reader(keys, h, state, schedule),
             #[cfg(feature = "etcd")]
             Held::Etcd(e, h) => e.keep_alive_held(h, state, schedule),
+        }
+    }
+}
+
+impl Held {
+    /// Records a write lock's fencing token for the readers of `key` (see `rwlock.rs`), before
+    /// `deadline`.
+    ///
+    /// # Errors
+    ///
+    /// As `RwLock::write`'s recording step.
+    pub(crate) async fn record_writer(
+        &self,
+        key: &str,
+        token: u64,
+        deadline: Instant,
+    ) -> Result<()> {
+        match self {
+            Held::Redis(r, h) => r.record_writer(key, h.token(), token, deadline).await,
+            Held::RedisShared(..) => Err(Error::config(
+                "rwlock",
+                "a read lock has no fencing token to record",
+            )),
+            #[cfg(feature = "etcd")]
+            Held::Etcd(e, h) => e.record_writer(h).await,
         }
     }
 }
@@ -303,15 +494,28 @@ fn redis_grant(backend: &Arc<RedisBackend>, grant: crate::redis::Grant) -> Grant
         fencing_token: grant.fencing_token,
         deadline: grant.deadline,
         votes: grant.votes,
+        last_writer: None,
+    }
+}
+
+fn reader_grant(backend: &Arc<RedisBackend>, read: crate::redis::rwlock::ReadGrant) -> Grant {
+    let grant = read.grant;
+    Grant {
+        held: Held::RedisShared(backend.clone(), grant.held),
+        fencing_token: None,
+        deadline: grant.deadline,
+        votes: grant.votes,
+        last_writer: read.last_writer,
     }
 }
 
 #[cfg(feature = "etcd")]
 fn etcd_grant(backend: &Arc<crate::etcd::EtcdBackend>, held: crate::etcd::EtcdHeld) -> Grant {
     Grant {
-        fencing_token: Some(held.revision),
+        fencing_token: (!held.shared).then_some(held.revision),
         deadline: held.deadline,
         votes: held.votes.clone(),
+        last_writer: held.last_writer,
         held: Held::Etcd(backend.clone(), held),
     }
 }

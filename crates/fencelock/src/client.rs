@@ -258,12 +258,12 @@ pub(crate) fn check_resources<S: AsRef<str>>(resources: &[S]) -> Result<Arc<[Str
                 "the resource name is empty; name what the lock protects, e.g. \"order:42\"",
             ));
         }
-        if let Some(rest) = k.strip_prefix(crate::protocol::RESERVED_PREFIX) {
+        if let Some(rest) = k.strip_prefix(crate::pure::RESERVED_PREFIX) {
             return Err(Error::config(
                 "resource",
                 format!(
                     "{k:?} lies in fencelock's own key space (names starting with {:?} hold its fence counters and waiting lines), where a lock would break other locks; rename it, e.g. {:?}",
-                    crate::protocol::RESERVED_PREFIX,
+                    crate::pure::RESERVED_PREFIX,
                     format!("app:{rest}")
                 ),
             ));

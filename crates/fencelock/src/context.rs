@@ -17,11 +17,30 @@ pub struct LockContext {
     keys: Arc<[String]>,
     issued: Option<IssuedToken>,
     lost: LostSignal,
+    last_writer: Option<u64>,
 }
 
 impl LockContext {
     pub(crate) fn new(keys: Arc<[String]>, issued: Option<IssuedToken>, lost: LostSignal) -> Self {
-        LockContext { keys, issued, lost }
+        LockContext {
+            keys,
+            issued,
+            lost,
+            last_writer: None,
+        }
+    }
+
+    /// The context of a read lock: it carries the last writer's token.
+    pub(crate) fn with_last_writer(mut self, last_writer: Option<u64>) -> Self {
+        self.last_writer = last_writer;
+        self
+    }
+
+    /// Under a read lock of a [`RwLock`](crate::RwLock) in fencing mode, the last write lock's
+    /// fencing token (see [`Lock::last_writer_token`](crate::Lock::last_writer_token)); `None`
+    /// otherwise.
+    pub fn last_writer_token(&self) -> Option<u64> {
+        self.last_writer
     }
 
     /// The resource (the first one of a multi-resource lock).

@@ -1,27 +1,32 @@
-//! Leader election on Redis nodes, built on the mutex.
+//! Leader election, built on the mutex: on Redis nodes with a log of leaders, on etcd with
+//! the lock keys themselves (`etcd/election.rs`, as etcd's `concurrency.Election`).
 //!
 //! Leadership is holding the lock `election:<name>` in fencing mode; the term is the lock's
-//! fencing token, so a later leader's term is larger (under the mutex's conditions,
-//! `docs/fencing.md`). Once it holds the lock, a candidate appends `<term> <value>` to the
-//! election's log, the sorted set `fencelock:leaders:<name>` scored by term, on every node where
-//! it still owns the lock key (one script: compare, then add; the log keeps the last 64
-//! entries), and it is leader only if a quorum appended and its validity is left. Other Redlock
-//! clients see only the lock key and ignore the log.
+//! fencing token, so a later leader's term is larger (on Redis under the mutex's conditions,
+//! `docs/fencing.md`; on etcd it is the key's create revision). Once it holds the lock, a
+//! candidate announces itself, and it is leader only if the announcement succeeded with
+//! validity left.
 //!
-//! Observers read the log from the nodes and report each term once, in increasing order. A
-//! term is reported only once a previous read of a quorum, finished before this one began, had
-//! seen it or a later one: then every successful leader up to it had finished its appends (a
-//! later leader's grant on any node follows the earlier leader's appends there), and this read
-//! of a quorum meets each of them on some node. So an observer reports every leader (not only
-//! the latest) and never a term after a larger one, at the cost of one poll of delay. A
-//! resignation or a leader's death is not an entry: it shows as the next leader's term.
+//! On Redis the announcement appends `<term> <value>` to the election's log, the sorted set
+//! `fencelock:leaders:<name>` scored by term, on every node where it still owns the lock key
+//! (one script: compare, then add; the log keeps the last 64 entries); a quorum must append.
+//! Other Redlock clients see only the lock key and ignore the log. Observers read the log from
+//! the nodes and report each term once, in increasing order. A term is reported only once a
+//! previous read of a quorum, finished before this one began, had seen it or a later one: then
+//! every successful leader up to it had finished its appends (a later leader's grant on any
+//! node follows the earlier leader's appends there), and this read of a quorum meets each of
+//! them on some node. So an observer reports every leader (not only the latest) and never a
+//! term after a larger one, at the cost of one poll of delay.
+//!
+//! On etcd the announcement writes the value on the leader's own key while the key is still
+//! the one its lock created; observers follow the election's keys with one watch and report
+//! the oldest live key once it has its value (see `etcd/election.rs`).
+//!
+//! A resignation or a leader's death is not an entry: it shows as the next leader's term.
 
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use redis::aio::MultiplexedConnection;
-use tokio::sync::Mutex;
-
+use crate::backend::{ElectionLog, LeaderStream};
 use crate::client::Client;
 use crate::context::LockContext;
 use crate::error::{Error, Result};
@@ -29,12 +34,6 @@ use crate::guard::LockGuard;
 use crate::keepalive::{AutoExtend, LostSignal};
 use crate::lock::Lock;
 use crate::pure::vote::Votes;
-
-/// How many entries each node keeps in an election's log.
-const LOG_LENGTH: i64 = 64;
-
-/// How often an observer reads the log.
-const POLL: Duration = Duration::from_millis(100);
 
 /// The lock key of the election `name`: an ordinary lock key.
 pub fn election_key(name: &str) -> String {
@@ -63,57 +62,38 @@ impl Leader {
     pub fn value(&self) -> &str {
         &self.value
     }
-
-    fn parse(member: &str) -> Option<Leader> {
-        let (term, value) = member.split_once(' ')?;
-        Some(Leader {
-            term: term.parse().ok()?,
-            value: value.to_string(),
-        })
-    }
 }
 
-/// An election on the client's Redis nodes. Made by [`Client::election`]; cheap to clone.
+/// An election on the client's nodes. Made by [`Client::election`]; cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Election {
     client: Client,
     name: String,
     key: String,
-    log: String,
-    conns: Arc<[Mutex<Option<MultiplexedConnection>>]>,
-    nodes: Arc<[redis::Client]>,
+    log: ElectionLog,
 }
 
 impl Client {
-    /// The election `name` on this client's Redis nodes. No I/O happens here.
+    /// The election `name` on this client's nodes (Redis or etcd). No I/O happens here.
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidConfig`] when the client is not in fencing mode (the term is the fencing
-    /// token), on etcd (not built there yet), or for a name a lock would refuse.
+    /// [`Error::InvalidConfig`] when the client is not in fencing mode on Redis (the term is
+    /// the fencing token; on etcd every lock has one), or for a name a lock would refuse.
     pub fn election(&self, name: &str) -> Result<Election> {
         let key = election_key(name);
         crate::client::check_resources(&[key.as_str()])?;
-        if !self.config().fencing() {
+        if self.backend().tokens_need_fencing_mode() && !self.config().fencing() {
             return Err(Error::config(
                 "fencing",
                 "an election's term is the fencing token: build the client with Config::with_fencing(true)",
             ));
         }
-        let Ok(backend) = self.backend().redis("an election") else {
-            return Err(Error::config(
-                "backend",
-                "elections work on Redis nodes only; on etcd they are not built yet",
-            ));
-        };
-        let nodes: Arc<[redis::Client]> = backend.node_clients().into();
         Ok(Election {
             client: self.clone(),
             name: name.to_string(),
+            log: self.backend().election_log(&key, &leaders_key(name)),
             key,
-            log: leaders_key(name),
-            conns: nodes.iter().map(|_| Mutex::new(None)).collect(),
-            nodes,
         })
     }
 }
@@ -161,38 +141,13 @@ impl Election {
     pub async fn campaign_lock(&self, value: &str) -> Result<Lock> {
         let lock = self.client.acquire(&self.key).await?;
         let term = lock.fencing_token().unwrap_or_default();
-        let member = format!("{term} {value}");
-        let timeout = self.client.config().node_timeout();
-        let appended = self
-            .on_every_node(timeout, |mut conn| {
-                let (key, log, token, member) = (
-                    self.key.clone(),
-                    self.log.clone(),
-                    lock.token().to_string(),
-                    member.clone(),
-                );
-                async move {
-                    crate::redis::scripts::ELECTION_APPEND
-                        .key(key)
-                        .key(log)
-                        .arg(token)
-                        .arg(term)
-                        .arg(member)
-                        .arg(LOG_LENGTH)
-                        .invoke_async::<i64>(&mut conn)
-                        .await
-                }
-            })
+        if let Err(e) = self
+            .log
+            .announce(&self.name, lock.held(), term, value)
             .await
-            .into_iter()
-            .filter(|r| matches!(r, Some(1)))
-            .count();
-        if appended < self.client.quorum() {
+        {
             let _ = lock.release().await;
-            return Err(Error::Unavailable {
-                resource: self.name.clone(),
-                votes: Votes::default(),
-            });
+            return Err(e);
         }
         if !lock.is_valid() {
             let _ = lock.release().await;
@@ -208,135 +163,30 @@ impl Election {
     /// [`Observer::next`].
     pub fn observe(&self) -> Observer {
         Observer {
-            election: self.clone(),
-            last: 0,
-            seen: None,
-            ready: Default::default(),
+            leaders: self.log.leaders(),
         }
-    }
-
-    /// Runs `f` on a connection to every node at once, each bounded by `timeout`; `None` where
-    /// the node failed or timed out.
-    async fn on_every_node<T, F, Fut>(&self, timeout: Duration, f: F) -> Vec<Option<T>>
-    where
-        F: Fn(MultiplexedConnection) -> Fut,
-        Fut: std::future::Future<Output = redis::RedisResult<T>>,
-    {
-        let calls = (0..self.nodes.len()).map(|i| {
-            let f = &f;
-            async move {
-                let bounded = tokio::time::timeout(timeout, async {
-                    let mut slot = self.conns[i].lock().await;
-                    let conn = match slot.as_ref() {
-                        Some(c) => c.clone(),
-                        None => {
-                            let c = self.nodes[i].get_multiplexed_async_connection().await?;
-                            *slot = Some(c.clone());
-                            c
-                        }
-                    };
-                    drop(slot);
-                    f(conn).await
-                })
-                .await;
-                match bounded {
-                    Ok(Ok(v)) => Some(v),
-                    Ok(Err(_)) => {
-                        // A broken connection is opened again next time.
-                        *self.conns[i].lock().await = None;
-                        None
-                    }
-                    Err(_) => None,
-                }
-            }
-        });
-        futures_util::future::join_all(calls).await
-    }
-
-    /// One read of the log on every node: the union of entries with a term of at least
-    /// `from`, or `None` when fewer than a quorum answered.
-    async fn read_log(&self, from: u64) -> Option<Vec<Leader>> {
-        let timeout = self.client.config().node_timeout().max(POLL);
-        let answers = self
-            .on_every_node(timeout, |mut conn| {
-                let log = self.log.clone();
-                async move {
-                    redis::cmd("ZRANGEBYSCORE")
-                        .arg(log)
-                        .arg(from as f64)
-                        .arg("+inf")
-                        .query_async::<Vec<String>>(&mut conn)
-                        .await
-                }
-            })
-            .await;
-        let answered = answers.iter().filter(|a| a.is_some()).count();
-        if answered < self.client.quorum() {
-            return None;
-        }
-        let mut all: Vec<Leader> = answers
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter_map(|m| Leader::parse(&m))
-            .collect();
-        all.sort_by_key(|l| l.term);
-        all.dedup_by_key(|l| l.term);
-        Some(all)
     }
 }
 
 /// A stream of leader changes (made by [`Election::observe`]): each leader once, in term
-/// order. The first one reported is the latest leader elected when the observer started.
+/// order. The first one reported is the latest leader elected when the observer started (on
+/// etcd: the leader at that moment, if there is one).
 #[derive(Debug)]
 pub struct Observer {
-    election: Election,
-    /// The last term reported (0: none yet; terms are larger).
-    last: u64,
-    /// The largest term seen by the previous complete read; `None` before the first.
-    seen: Option<u64>,
-    ready: std::collections::VecDeque<Leader>,
+    leaders: LeaderStream,
 }
 
 impl Observer {
-    /// The next leader: waits until one is elected (reads the nodes every 100 ms; a read that
-    /// fewer than a quorum answered is done again at the next poll).
+    /// The next leader: waits until one is elected (on Redis, reads the nodes every 100 ms; a
+    /// read that fewer than a quorum answered is done again at the next poll; on etcd, one
+    /// watch, opened again if it breaks).
     ///
     /// # Cancel safety
     ///
     /// Cancel-safe: a leader read but not returned yet is kept for the next call.
     pub async fn next(&mut self) -> Leader {
-        loop {
-            if let Some(leader) = self.ready.pop_front() {
-                self.last = leader.term;
-                return leader;
-            }
-            let Some(entries) = self.election.read_log(self.last.saturating_add(1)).await else {
-                tokio::time::sleep(POLL).await;
-                continue;
-            };
-            match self.seen {
-                None => {
-                    // The first read: report from the latest leader on, once confirmed.
-                    if entries.len() >= 2 {
-                        self.last = entries[entries.len() - 2].term;
-                    }
-                }
-                Some(seen) => {
-                    let last = self.last;
-                    self.ready = entries
-                        .iter()
-                        .filter(|l| l.term > last && l.term <= seen)
-                        .cloned()
-                        .collect();
-                }
-            }
-            let max = entries.last().map_or(0, |l| l.term);
-            self.seen = Some(self.seen.unwrap_or(0).max(max));
-            if self.ready.is_empty() {
-                tokio::time::sleep(POLL).await;
-            }
-        }
+        let (term, value) = self.leaders.next().await;
+        Leader { term, value }
     }
 }
 
@@ -399,12 +249,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn members_carry_the_term_and_any_value() {
-        let l = Leader::parse("42 host-a:8080 (eu)").unwrap();
-        assert_eq!(l.term(), 42);
-        assert_eq!(l.value(), "host-a:8080 (eu)");
-        assert_eq!(Leader::parse("7 ").unwrap().value(), "");
-        assert!(Leader::parse("x y").is_none());
+    fn the_keys_sit_where_the_protocol_says() {
         assert_eq!(election_key("db"), "election:db");
         assert_eq!(leaders_key("db"), "fencelock:leaders:db");
     }

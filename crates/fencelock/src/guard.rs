@@ -78,6 +78,11 @@ impl LockGuard {
         self.lock().fencing_token()
     }
 
+    /// A read lock's last writer token (see [`Lock::last_writer_token`]).
+    pub fn last_writer_token(&self) -> Option<u64> {
+        self.lock().last_writer_token()
+    }
+
     /// The fencing token with its issuer (see [`Lock::issued_token`]), and the guard's live
     /// state: a fenced storage that refuses it while the lost signal has not fired reports
     /// [`Error::CounterReset`](crate::Error::CounterReset), after it [`Error::StaleToken`](crate::Error::StaleToken).
@@ -119,6 +124,7 @@ impl LockGuard {
     /// What work under this lock needs to know about it, to move into other tasks.
     pub fn context(&self) -> LockContext {
         LockContext::new(self.lock().keys().clone(), self.issued_token(), self.lost())
+            .with_last_writer(self.lock().last_writer_token())
     }
 
     /// Why the lock is lost, if it is.

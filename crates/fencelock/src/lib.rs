@@ -108,6 +108,9 @@
 //!   [`Lock::release`]; call it before `main` returns.
 //! - [`Client::semaphore`] makes a [`Semaphore`] of N permits (N independent slots, each a
 //!   Redlock mutex: a permit is a [`Lock`] on its slot).
+//! - [`Client::rwlock`] makes a [`RwLock`]: many readers or one writer, fair to waiting
+//!   writers; the write side is the mutex (fenced like it), and a reader learns the last
+//!   writer's fencing token ([`Lock::last_writer_token`]).
 //! - [`Client::election`] makes an [`Election`]: [`Election::campaign`] holds leadership
 //!   (the term is the fencing token), [`Election::observe`] reports each new leader in order.
 //! - [`fence`]: fenced storage (SQLite, PostgreSQL) that refuses a stale holder's write.
@@ -208,6 +211,7 @@ mod pure;
 mod redis;
 mod reentry;
 mod reseed;
+mod rwlock;
 mod scoped;
 mod semaphore;
 pub mod telemetry;
@@ -233,6 +237,7 @@ pub use crate::node::{NodeAddr, Scheme};
 pub use crate::pure::node_error::{FailureCause, NodeError};
 pub use crate::pure::retry::RetryPolicy;
 pub use crate::pure::vote::{NodeVote, VoteOutcome, Votes};
+pub use crate::rwlock::RwLock;
 pub use crate::semaphore::{Semaphore, MAX_PERMITS};
 pub use crate::tls::TlsConfig;
 pub use crate::waiter::Waiter;

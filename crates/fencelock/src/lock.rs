@@ -26,6 +26,7 @@ pub struct Lock {
     keys: Arc<[String]>,
     held: Held,
     fencing_token: Option<u64>,
+    last_writer: Option<u64>,
     deadline: Instant,
     votes: Votes,
     released: bool,
@@ -53,6 +54,7 @@ impl Lock {
             keys,
             held: grant.held,
             fencing_token: grant.fencing_token,
+            last_writer: grant.last_writer,
             deadline: grant.deadline,
             votes: grant.votes,
             released: false,
@@ -97,6 +99,18 @@ impl Lock {
     /// fenced storage refuses them on one fence row.
     pub fn fencing_token(&self) -> Option<u64> {
         self.fencing_token
+    }
+
+    /// On a read lock of a [`RwLock`](crate::RwLock) in fencing mode: the fencing token of the
+    /// last write lock of the resource (0 when none was recorded), to check that data read
+    /// under this lock is no older than that write. On Redis it is at least the token of every
+    /// write lock of the resource that was granted before this read lock's acquisition began,
+    /// and it is the token of a writer issued one before this read lock was granted; on etcd it
+    /// is exactly the token of the last write lock granted before this one. The conditions
+    /// (nodes that keep their data) are in [`RwLock`](crate::RwLock)'s docs. `None` on write
+    /// locks, on mutexes and outside fencing mode.
+    pub fn last_writer_token(&self) -> Option<u64> {
+        self.last_writer
     }
 
     /// The fencing token with the lock that issued it: what to pass to the fenced storage

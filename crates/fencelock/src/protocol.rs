@@ -43,16 +43,61 @@
 //!
 //! Semaphores ([`crate::Semaphore`]): slot `i` of the semaphore `resource` is the ordinary lock
 //! key [`permit_key`] (`<resource>:permit:<i>`, i from 0 to N-1), with its own fence counter and
-//! waiting keys as above. A holder of a permit holds one slot's key on a quorum.
+//! wait mark as above. A holder of a permit holds one slot's key on a quorum. The semaphore's
+//! waiters queue in one line, the waiting line ([`queue_key`], [`lease_key`]) of the reserved
+//! name [`permit_line`] (`fencelock:permits:<resource>`), which every slot's grant consults
+//! ([`ACQUIRE_PERMIT_SCRIPT`]). On etcd: the line is the queue of [`permit_line`] and slot `i`'s
+//! key is the lock key of [`permit_key`] (`fencelock/<resource>:permit:<i>/<lease id>`).
 
 //!
 //! Elections ([`crate::Election`]): leadership is the ordinary lock key [`election_key`]
 //! (`election:<name>`) in fencing mode, the term its fencing token; the log [`leaders_key`]
 //! (`fencelock:leaders:<name>`) is a sorted set, member `<term> <value>`, score the term, to
 //! which a new leader adds its entry where it still owns the lock key (the last 64 are kept).
+//! On etcd the candidates are the queue of [`election_key`] (`fencelock/election:<name>/<lease
+//! id>`, created empty), the leader the oldest live key, its term the key's create revision; a
+//! leader writes its value on its own key (a put while the key's create revision is still its
+//! own), so a key whose mod revision is above its create revision is a leader's.
+
+//!
+//! Read-write locks ([`crate::RwLock`]): the write side is the ordinary lock key (the mutex).
+//! While readers hold, the lock key holds [`READERS_MARKER`] (TTL: the longest live reader's),
+//! and the sorted set [`readers_key`] (`fencelock:readers:<resource>`) holds each reader's
+//! owner token scored by the node time (ms) until which it lives. Take and release read locks
+//! with [`READ_ACQUIRE_SCRIPT`] and [`READ_RELEASE_SCRIPT`] (extend with
+//! [`READ_EXTEND_SCRIPT`]): they keep the marker's TTL in step with the set. Readers wait in the
+//! mutex's line ([`queue_key`]); a reader's waiter id has an `r` right after the dot (writers'
+//! ids must not). In fencing mode a write lock records its fencing token in [`writer_key`]
+//! (`fencelock:writer:<resource>`, no TTL) with [`WRITE_RECORD_SCRIPT`] before it is granted;
+//! a read acquisition reports it.
 
 pub use crate::election::{election_key, leaders_key};
-pub use crate::semaphore::permit_key;
+pub use crate::pure::readers::{readers_key, writer_key};
+pub use crate::semaphore::{permit_key, permit_line};
+
+/// The value of a lock key while readers hold it: no owner token equals it, so every
+/// compare-and-delete and `SET NX` of another client leaves it alone.
+pub const READERS_MARKER: &str = crate::pure::readers::READERS_MARKER;
+
+/// The read acquisition script (Lua). KEYS: the lock key, [`readers_key`], [`writer_key`],
+/// [`queue_key`], [`lease_key`], [`waiting_key`]. ARGV: the reader's owner token, TTL in ms[,
+/// its waiter id, ticket, lease in ms, how long the line outlives it in ms]. Replies
+/// `{granted (1 or 0), writer record (decimal, '0' if none)}`.
+pub const READ_ACQUIRE_SCRIPT: &str = crate::redis::scripts::READ_ACQUIRE_LUA;
+
+/// The read extension script (Lua). KEYS: the lock key, [`readers_key`]. ARGV: owner token, TTL
+/// in ms. Replies 1 when extended, 0 when the reader's entry is gone.
+pub const READ_EXTEND_SCRIPT: &str = crate::redis::scripts::READ_EXTEND_LUA;
+
+/// The read release script (Lua). KEYS: the lock key, [`readers_key`], [`queue_key`],
+/// [`lease_key`], [`waiting_key`]. ARGV: owner token[, waiter id]. Replies 1 or 0 (whether the
+/// entry was live), or `{1 or 0, subscribers woken}`.
+pub const READ_RELEASE_SCRIPT: &str = crate::redis::scripts::READ_RELEASE_LUA;
+
+/// The writer's record script (Lua). KEYS: the lock key, [`writer_key`]. ARGV: the writer's
+/// owner token, its fencing token (decimal). Replies 1 when recorded, 0 when the key is not the
+/// writer's.
+pub const WRITE_RECORD_SCRIPT: &str = crate::redis::scripts::WRITE_RECORD_LUA;
 
 /// The key of a node's fence counter (a decimal integer, no TTL), one per node, shared by every
 /// resource. The trust rule that makes it survive a node that lost its data (a read is trusted
@@ -60,7 +105,7 @@ pub use crate::semaphore::permit_key;
 /// when every node of the set granted without it) is stated in [`crate::fencing`].
 /// [`crate::Client::reseed_fence`] (and `fencelock reseed --above TOKEN`) raise it on every
 /// node after a total counter loss.
-pub const FENCE_COUNTER_KEY: &str = "fencelock:fence";
+pub const FENCE_COUNTER_KEY: &str = crate::pure::fencing::FENCE_COUNTER_KEY;
 
 /// The legacy per-resource fence counter key of `resource` (`fencelock:fence:<resource>`), from
 /// before one counter per node: scripts still read it and the write-back deletes it.
@@ -72,7 +117,7 @@ pub fn counter_key(resource: &str) -> String {
 /// (`fencelock:fence:<resource>`, `fencelock:queue:<resource>`, ...). A resource name that
 /// starts with it is refused before any I/O with [`crate::Error::InvalidConfig`]: a lock on
 /// `fencelock:fence:X` would overwrite the fence counter of `X`.
-pub const RESERVED_PREFIX: &str = "fencelock:";
+pub const RESERVED_PREFIX: &str = crate::pure::RESERVED_PREFIX;
 pub use crate::pure::queue::{lease_key, queue_key, waiting_key};
 
 /// The release script (Lua): compare-and-delete, and the wake-up of the next waiter in line
@@ -88,6 +133,15 @@ pub const RELEASE_SCRIPT: &str = crate::redis::scripts::RELEASE_LUA;
 /// refusal too. Derive the token as [`crate::fencing`] states (trust rule, epoch start), then
 /// write it back with [`WRITE_BACK_SCRIPT`].
 pub const ACQUIRE_FENCED_SCRIPT: &str = crate::redis::scripts::ACQUIRE_FENCED_LUA;
+
+/// A semaphore's slot acquisition script (Lua), with the rule of its waiting line: KEYS: the
+/// slot's key ([`permit_key`]), the line's [`queue_key`] and [`lease_key`] (of [`permit_line`]),
+/// the N slot keys, their N [`waiting_key`]s[, [`FENCE_COUNTER_KEY`], the slot's
+/// [`counter_key`]]. ARGV: owner token, TTL ms, N[, waiter id, ticket, lease ms, keep ms].
+/// Replies `{granted (1 or 0), largest counter, exists}` as [`ACQUIRE_FENCED_SCRIPT`] does.
+/// A client that takes slot keys with a plain `SET NX` stays excluded from the slot it holds,
+/// but passes the line.
+pub const ACQUIRE_PERMIT_SCRIPT: &str = crate::redis::scripts::ACQUIRE_PERMIT_LUA;
 
 /// The fencing-mode write-back script (Lua): KEYS as [`ACQUIRE_FENCED_SCRIPT`]'s; ARGV: owner
 /// token, fencing token (decimal). Raises the node counter to at least the token and deletes the
@@ -107,10 +161,8 @@ pub fn holder_key(resource: &str) -> String {
 /// and `%` percent-escaped. Each waiter's key is the prefix and its lease id in 16 hex digits,
 /// with the holder label as its value ([`crate::Config::with_holder`]); the oldest key (by
 /// create revision) holds the lock, and that revision is its fencing token.
-#[cfg(feature = "etcd")]
-#[cfg_attr(docsrs, doc(cfg(feature = "etcd")))]
 pub fn etcd_queue_prefix(resource: &str) -> String {
-    crate::etcd::keys::queue_prefix(resource)
+    crate::pure::etcd_keys::queue_prefix(resource)
 }
 
 /// The key of a node's marker (no TTL).

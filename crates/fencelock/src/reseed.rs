@@ -2,7 +2,7 @@
 
 use crate::client::Client;
 use crate::error::{Error, Result};
-use crate::protocol::FENCE_COUNTER_KEY;
+use crate::pure::fencing::FENCE_COUNTER_KEY;
 use crate::pure::quorum::Decision;
 use crate::pure::vote::Votes;
 

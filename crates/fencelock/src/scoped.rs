@@ -4,15 +4,84 @@ use crate::client::Client;
 use crate::context::LockContext;
 use crate::error::{Error, LostCause, Result};
 use crate::keepalive::AutoExtend;
+use crate::lock::Lock;
 use crate::pure::vote::Votes;
 
 /// How scoped work ended.
-enum Scoped<O> {
+pub(crate) enum Scoped<O> {
     /// It finished while the lock was held.
     Done(O),
     /// The lock was lost: before the work finished (`None`: it was cancelled) or by the time it
     /// did (its output, which may not be trusted as protected).
     Lost(Error, Option<O>),
+}
+
+impl<O> Scoped<O> {
+    /// Runs `work` under `lock`, kept extended while it runs, and releases it in every case
+    /// (the body of [`Client::with_lock`], for every primitive whose grant is a [`Lock`]).
+    pub(crate) async fn run<F>(lock: Lock, work: F) -> Result<Scoped<O>>
+    where
+        F: AsyncFnOnce(LockContext) -> O,
+    {
+        let resource = lock.resource().to_string();
+        let guard = lock.auto_extend(AutoExtend::new());
+        let lost = guard.lost();
+        let output = tokio::select! {
+            biased;
+            () = lost.fired() => None,
+            output = work(guard.context()) => Some(output),
+        };
+        // The lost signal runs on a timer: work that kept its thread busy inside one poll kept
+        // the timer (and, on this thread, the extensions) from running. The guard's time-based
+        // state says whether the lock outlived the work.
+        let cause = guard.lost_cause();
+        let released = guard.release().await;
+        match (output, cause, released) {
+            // The release found our keys gone on a quorum: the lock did not last the work.
+            (Some(output), None, Err(err @ Error::Lost { .. })) => {
+                Ok(Scoped::Lost(err, Some(output)))
+            }
+            (Some(output), None, released) => {
+                // The lock was held throughout; a failed release only means the keys expire
+                // by TTL.
+                if let Err(e) = released {
+                    tracing::debug!(resource, error = %e, "release after work failed");
+                }
+                Ok(Scoped::Done(output))
+            }
+            (output, cause, released) => {
+                let err = match released {
+                    Err(err @ Error::Lost { .. }) => err,
+                    _ => Error::lost(
+                        resource,
+                        Votes::default(),
+                        cause.unwrap_or(LostCause::Expired),
+                    ),
+                };
+                Ok(Scoped::Lost(err, output))
+            }
+        }
+    }
+
+    /// The output of work that finished under the lock, else the lock's error.
+    pub(crate) fn into_output(self) -> Result<O> {
+        match self {
+            Scoped::Done(value) => Ok(value),
+            Scoped::Lost(err, _) => Err(err),
+        }
+    }
+}
+
+impl<T, E: From<Error>> Scoped<Result<T, E>> {
+    /// The work's own result; if the lock was lost, the work's own error when it failed anyway
+    /// (it says more than the lock's), else the lock's.
+    pub(crate) fn into_result(self) -> Result<T, E> {
+        match self {
+            Scoped::Done(result) => result,
+            Scoped::Lost(_, Some(Err(e))) => Err(e),
+            Scoped::Lost(err, _) => Err(err.into()),
+        }
+    }
 }
 
 impl Client {
@@ -47,10 +116,9 @@ impl Client {
     where
         F: AsyncFnOnce(LockContext) -> T,
     {
-        match self.scoped(resource, work).await? {
-            Scoped::Done(value) => Ok(value),
-            Scoped::Lost(err, _) => Err(err),
-        }
+        Scoped::run(self.acquire(resource).await?, work)
+            .await?
+            .into_output()
     }
 
     /// [`Client::with_lock`] for work that can fail: its `Result` comes back as it is, instead
@@ -90,54 +158,8 @@ impl Client {
         F: AsyncFnOnce(LockContext) -> Result<T, E>,
         E: From<Error>,
     {
-        match self.scoped(resource, work).await? {
-            Scoped::Done(result) => result,
-            // The work failed anyway: its own error says more than the lock's.
-            Scoped::Lost(_, Some(Err(e))) => Err(e),
-            Scoped::Lost(err, _) => Err(err.into()),
-        }
-    }
-
-    async fn scoped<O, F>(&self, resource: &str, work: F) -> Result<Scoped<O>>
-    where
-        F: AsyncFnOnce(LockContext) -> O,
-    {
-        let guard = self.acquire(resource).await?.auto_extend(AutoExtend::new());
-        let lost = guard.lost();
-        let output = tokio::select! {
-            biased;
-            () = lost.fired() => None,
-            output = work(guard.context()) => Some(output),
-        };
-        // The lost signal runs on a timer: work that kept its thread busy inside one poll kept
-        // the timer (and, on this thread, the extensions) from running. The guard's time-based
-        // state says whether the lock outlived the work.
-        let cause = guard.lost_cause();
-        let released = guard.release().await;
-        match (output, cause, released) {
-            // The release found our keys gone on a quorum: the lock did not last the work.
-            (Some(output), None, Err(err @ Error::Lost { .. })) => {
-                Ok(Scoped::Lost(err, Some(output)))
-            }
-            (Some(output), None, released) => {
-                // The lock was held throughout; a failed release only means the keys expire
-                // by TTL.
-                if let Err(e) = released {
-                    tracing::debug!(resource, error = %e, "release after work failed");
-                }
-                Ok(Scoped::Done(output))
-            }
-            (output, cause, released) => {
-                let err = match released {
-                    Err(err @ Error::Lost { .. }) => err,
-                    _ => Error::lost(
-                        resource,
-                        Votes::default(),
-                        cause.unwrap_or(LostCause::Expired),
-                    ),
-                };
-                Ok(Scoped::Lost(err, output))
-            }
-        }
+        Scoped::run(self.acquire(resource).await?, work)
+            .await?
+            .into_result()
     }
 }

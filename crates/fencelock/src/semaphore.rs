@@ -1,26 +1,28 @@
-//! A counting semaphore (N permits) over Redlock: N independent slots, each a Redlock mutex.
+//! A counting semaphore (N permits): on Redis nodes N independent slots, each a Redlock mutex;
+//! on etcd the first N live waiters in creation order, each in a slot of its own.
 //!
 //! A quorum of per-node counters is not enough on independent nodes: with N = 2 on 3 nodes, A
 //! admitted on {1,2}, B on {2,3} and C on {1,3} each hold a majority while no node ever counted
-//! more than 2 (`tests/semaphore_model.rs` finds this trace). Here a permit is one slot's lock,
-//! the key `<resource>:permit:<i>` ([`crate::protocol::permit_key`]) taken on a quorum like any
-//! mutex. Two holders of one slot would need two quorums of one key: the mutex's argument, per
-//! slot. So at most one holder per slot and at most N holders, under the mutex's conditions
-//! (the model checks it with pauses, honest expiry and quarantined restarts, and shows it
-//! breaking, as the mutex does, on a clock jump or a restart without quarantine).
+//! more than 2 (`tests/semaphore_model.rs` finds this trace). On Redis a permit is one slot's
+//! lock, the key `<resource>:permit:<i>` ([`crate::protocol::permit_key`]) taken on a quorum
+//! like any mutex. Two holders of one slot would need two quorums of one key: the mutex's
+//! argument, per slot. So at most one holder per slot and at most N holders, under the mutex's
+//! conditions (the model checks it with pauses, honest expiry and quarantined restarts, and
+//! shows it breaking, as the mutex does, on a clock jump or a restart without quarantine). On
+//! etcd the argument is consensus: see `etcd/semaphore.rs`.
 //!
-//! A permit is a [`Lock`] on its slot: its fencing token is the slot's (in fencing mode), it
-//! auto-extends and signals its loss as any lock, and it is released like one. Tokens of two
-//! slots are not comparable: fence storage per slot (the issued token names the slot's key).
+//! A permit is a [`Lock`] on its slot: its fencing token is the slot's (in fencing mode; always
+//! on etcd), it auto-extends and signals its loss as any lock, and it is released like one.
+//! Tokens of two slots are not comparable: fence storage per slot (the issued token names the
+//! slot's resource).
 //!
-//! Fairness: no first-come order among permit waiters. A waiter tries the slots from a random
-//! one onwards; when all are taken it marks every slot as waited for and sleeps until any slot
-//! is released (or its retry delay passes), then tries again. Waiters race for a freed slot, as
-//! waiters of several keys do for the mutex; a stream of new arrivals can overtake a waiter.
+//! Fairness: waiters are admitted first come, first served. On etcd the line is the creation
+//! order of the waiters' keys. On Redis every slot's grant consults one waiting line of the
+//! semaphore (`redis/permit.rs`).
 
 use std::sync::Arc;
-use std::time::Instant;
 
+use crate::backend::Permits;
 use crate::client::Client;
 use crate::context::LockContext;
 use crate::error::{Error, LostCause, Result};
@@ -28,16 +30,24 @@ use crate::keepalive::AutoExtend;
 use crate::lock::Lock;
 use crate::pure::retry::RetryPolicy;
 use crate::pure::vote::Votes;
-use crate::redis::Wait;
 
 /// The most permits a semaphore may have: a full pass over the slots takes one round per slot
 /// while they are all taken.
 pub const MAX_PERMITS: u32 = 256;
 
 /// The key of slot `i` of the semaphore `resource`: an ordinary lock key (any Redlock client
-/// that takes it excludes the permit's holder).
+/// that takes it excludes the permit's holder; on etcd, the resource whose queue holds the slot
+/// key).
 pub fn permit_key(resource: &str, i: u32) -> String {
     format!("{resource}:permit:{i}")
+}
+
+/// The resource whose waiting line orders the waiters of the semaphore `resource`:
+/// `fencelock:permits:<resource>`, in fencelock's reserved name space, so that no lock shares it
+/// (on Redis its line keys are [`crate::protocol::queue_key`] and
+/// [`crate::protocol::lease_key`] of this name; on etcd its queue prefix).
+pub fn permit_line(resource: &str) -> String {
+    format!("{}permits:{resource}", crate::pure::RESERVED_PREFIX)
 }
 
 /// A semaphore of N permits on the client's nodes. Made by [`Client::semaphore`]; cheap to
@@ -47,18 +57,19 @@ pub fn permit_key(resource: &str, i: u32) -> String {
 pub struct Semaphore {
     client: Client,
     resource: String,
-    keys: Arc<[String]>,
+    line: String,
+    /// Each slot's lock key, as the lock on it holds it.
+    slots: Arc<[Arc<[String]>]>,
 }
 
 impl Client {
-    /// The semaphore `resource` with `permits` permits, on Redis nodes (one node or Redlock).
-    /// No I/O happens here.
+    /// The semaphore `resource` with `permits` permits, on this client's nodes (one Redis
+    /// node, Redlock, or etcd). No I/O happens here.
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidConfig`] for a resource name a lock would refuse, `permits` outside
-    /// 1..=[`MAX_PERMITS`], or an etcd client (not supported yet: etcd's own order of creation
-    /// revisions would be the right design there, and is not built).
+    /// [`Error::InvalidConfig`] for a resource name a lock would refuse, or `permits` outside
+    /// 1..=[`MAX_PERMITS`].
     pub fn semaphore(&self, resource: &str, permits: u32) -> Result<Semaphore> {
         crate::client::check_resources(&[resource])?;
         if !(1..=MAX_PERMITS).contains(&permits) {
@@ -67,18 +78,13 @@ impl Client {
                 format!("{permits} permits: a semaphore has 1 to {MAX_PERMITS} permits"),
             ));
         }
-        if self.backend().redis("a semaphore").is_err() {
-            return Err(Error::config(
-                "backend",
-                "semaphores work on Redis nodes only; on etcd they are not built yet (use Redis nodes, or a mutex)",
-            ));
-        }
         let keys: Vec<String> = (0..permits).map(|i| permit_key(resource, i)).collect();
         crate::client::check_resources(&keys)?;
         Ok(Semaphore {
             client: self.clone(),
             resource: resource.to_string(),
-            keys: keys.into(),
+            line: permit_line(resource),
+            slots: keys.into_iter().map(|k| Arc::from(vec![k])).collect(),
         })
     }
 }
@@ -91,22 +97,25 @@ impl Semaphore {
 
     /// How many permits it has.
     pub fn permits(&self) -> u32 {
-        self.keys.len() as u32
+        self.slots.len() as u32
     }
 
-    /// One pass over the slots, from a random one: the first slot granted is the permit.
+    /// One try for a permit, without waiting: on Redis one pass over the slots from a random
+    /// one (the first slot granted is the permit; a slot is granted only when fewer live waiters
+    /// wait in the semaphore's line than slots are free); on etcd a place in the line, kept only
+    /// if it is among the first N and a slot is free.
     ///
     /// # Errors
     ///
-    /// [`Error::Contention`] (naming the semaphore, with the last slot's votes) when every slot
-    /// is held; [`Error::Unavailable`] when too many nodes failed; [`Error::AlreadyHeld`] when
-    /// the calling task holds every permit through this client.
+    /// [`Error::Contention`] (naming the semaphore) when every permit is held or waited for;
+    /// [`Error::Unavailable`] when too many nodes failed; [`Error::AlreadyHeld`] when the
+    /// calling task holds every permit through this client.
     ///
     /// # Cancel safety
     ///
     /// Not cancel-safe: a cancelled attempt may leave a slot's keys that expire after the TTL.
     pub async fn try_acquire(&self) -> Result<Lock> {
-        self.pass(Wait::No).await
+        self.take(None).await
     }
 
     /// Takes a permit, waiting per the client's [`RetryPolicy`].
@@ -134,99 +143,46 @@ impl Semaphore {
     ///
     /// Not cancel-safe: see [`Semaphore::try_acquire`].
     pub async fn acquire_with(&self, policy: &RetryPolicy) -> Result<Lock> {
-        let config = self.client.config();
-        let lease = crate::pure::queue::lease(policy.max_delay(), config.node_timeout());
-        let started = Instant::now();
-        let mut attempts = 0u32;
-        let mut subscription = None;
-        loop {
-            attempts += 1;
-            let wait = if subscription.is_some() {
-                Wait::Marked(lease)
-            } else {
-                Wait::No
-            };
-            let err = match self.pass(wait).await {
-                Ok(lock) => return Ok(lock),
-                Err(e) if !e.is_retryable() => return Err(e),
-                Err(e) => e,
-            };
-            let elapsed = started.elapsed();
-            if !policy.may_retry(attempts, elapsed) {
-                return Err(Error::Timeout {
-                    resource: self.resource.clone(),
-                    attempts,
-                    last: Box::new(err),
-                });
-            }
-            if subscription.is_none() {
-                // From now on the release of any slot wakes us; try once more at once, marked,
-                // since a slot may have been freed while we subscribed.
-                let backend = self.client.backend().redis("a semaphore")?;
-                subscription = Some(
-                    backend
-                        .watch_release(&self.keys, config.node_timeout())
-                        .await,
-                );
-                continue;
-            }
-            let delay = policy
-                .delay(attempts, fastrand::f64())
-                .min(policy.wait().saturating_sub(elapsed));
-            if let Some(s) = &subscription {
-                s.wait(delay).await;
-            }
-        }
+        self.take(Some(policy)).await
     }
 
-    /// One try of every slot.
-    async fn pass(&self, wait: Wait<'_>) -> Result<Lock> {
-        let n = self.keys.len();
+    async fn take(&self, policy: Option<&RetryPolicy>) -> Result<Lock> {
         let holdings = self.client.holdings();
-        let mut mine = 0;
-        let mut last: Option<Error> = None;
-        let offset = fastrand::usize(..n);
-        for k in 0..n {
-            let key = &self.keys[(offset + k) % n];
-            let slot: Arc<[String]> = Arc::from(vec![key.clone()]);
-            if holdings.check(&slot).is_err() {
-                // Ours already: a task may hold several permits, but not one slot twice.
-                mine += 1;
-                continue;
-            }
-            let started = std::time::Instant::now();
-            let attempt = self
-                .client
-                .backend()
-                .redis_attempt("a semaphore", &slot, wait)
-                .await;
-            self.client
-                .record_acquisition(&slot, false, started, &attempt);
-            match attempt {
-                Ok(grant) => return Ok(Lock::new(self.client.clone(), slot, grant)),
-                Err(e) if !e.is_retryable() => return Err(e),
-                // Unavailability says more than a busy slot: keep it.
-                Err(e) => match &last {
-                    Some(prev) if prev.kind() == crate::ErrorKind::Unavailable => {}
-                    _ => last = Some(e),
-                },
-            }
-        }
-        if mine == n {
+        // A task may hold several permits, but not one slot twice; one that holds every permit
+        // would wait on itself.
+        let mine: Vec<bool> = self
+            .slots
+            .iter()
+            .map(|slot| holdings.check(slot).is_err())
+            .collect();
+        if mine.iter().all(|m| *m) {
             return Err(Error::AlreadyHeld {
                 resource: self.resource.clone(),
             });
         }
-        let resource = self.resource.clone();
-        Err(match last {
-            Some(Error::Contention { votes, .. }) => Error::Contention { resource, votes },
-            Some(Error::Unavailable { votes, .. }) => Error::Unavailable { resource, votes },
-            Some(other) => other,
-            None => Error::Contention {
-                resource,
-                votes: Votes::default(),
-            },
-        })
+        let permits = Permits {
+            name: &self.resource,
+            line: &self.line,
+            slots: &self.slots,
+            mine: &mine,
+        };
+        let started = std::time::Instant::now();
+        let result = self.client.backend().acquire_permit(&permits, policy).await;
+        // The slot index matters only with a grant.
+        let (slot, result) = match result {
+            Ok((i, grant)) => (i, Ok(grant)),
+            Err(e) => (0, Err(e)),
+        };
+        // One acquisition of the semaphore, under its own name.
+        let name = std::slice::from_ref(&self.resource);
+        self.client
+            .record_acquisition(name, policy.is_some(), started, &result);
+        let grant = result?;
+        Ok(Lock::new(
+            self.client.clone(),
+            self.slots[slot].clone(),
+            grant,
+        ))
     }
 
     /// Runs `work` under a permit: acquires (waiting per the retry policy), keeps the permit

@@ -62,7 +62,7 @@ async fn an_acl_user_limited_to_the_documented_keys_can_do_everything() {
     let url = url(&node, "locker", PASSWORD, 0);
     // Fencing on: the counter key too. Two clients: the waiting line's keys and channels too.
     let a = Client::new(config(url.clone()).with_fencing(true)).unwrap();
-    let b = Client::new(config(url).with_fencing(true)).unwrap();
+    let b = Client::new(config(url.clone()).with_fencing(true)).unwrap();
     let mut first = a.try_acquire("app:lock:report").await.unwrap();
     first.extend().await.unwrap();
     let waiter = tokio::spawn(async move {
@@ -86,6 +86,22 @@ async fn an_acl_user_limited_to_the_documented_keys_can_do_everything() {
     guard.release().await.unwrap();
     let answer = a.with_lock("app:lock:scoped", async |_| 42).await.unwrap();
     assert_eq!(answer, 42);
+    // The read-write lock: readers' set, the writer record, a reader waiting in line behind a
+    // writer, extension and release.
+    let rw = a.rwlock("app:lock:doc").unwrap();
+    let write = rw.try_write().await.unwrap();
+    let c = Client::new(config(url.clone()).with_fencing(true)).unwrap();
+    let reader = tokio::spawn(async move {
+        let mut read = c.rwlock("app:lock:doc").unwrap().read().await.unwrap();
+        read.extend().await.unwrap();
+        let last = read.last_writer_token();
+        read.release().await.unwrap();
+        last
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let written = write.fencing_token();
+    write.release().await.unwrap();
+    assert_eq!(reader.await.unwrap(), written);
     a.close().await;
     // No key or channel was refused; the one command refused is CONFIG GET, which the
     // connection set-up tries and does without (managed Redis forbids it too).

@@ -1,6 +1,7 @@
 //! The semaphore on real nodes: never more than N permit holders under 16 concurrent clients
-//! (exact), a waiter woken by a release, a task that holds every permit refused at once, and
-//! the scoped form.
+//! (exact), a waiter woken by a release, waiters admitted in the order they came (one line for
+//! all slots), a try that does not pass the line, a task that holds every permit refused at
+//! once, and the scoped form.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -135,4 +136,70 @@ async fn with_permit_runs_the_work_under_a_permit_and_releases_it() {
     let p = sem.try_acquire().await.unwrap();
     assert!(p.fencing_token() > token);
     p.release().await.unwrap();
+}
+
+/// How many waiters the semaphore's line holds on node 0.
+fn line_len(nodes: &RedisNodes, sem: &str) -> usize {
+    let key = fencelock::protocol::queue_key(&fencelock::protocol::permit_line(sem));
+    nodes
+        .node(0)
+        .cli(&["ZCARD", &key])
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_are_admitted_in_the_order_they_came_and_a_try_does_not_pass_them() {
+    let nodes = RedisNodes::start(3).unwrap();
+    let holder = Client::new(config(&nodes)).unwrap();
+    let sem = holder.semaphore("sem:fifo", 2).unwrap();
+    let a = sem.try_acquire().await.unwrap();
+    let b = sem.try_acquire().await.unwrap();
+
+    // Four waiters, each in line before the next starts.
+    let order: Arc<std::sync::Mutex<Vec<usize>>> = Arc::default();
+    let mut waiters = Vec::new();
+    for i in 0..4 {
+        let c = Client::new(config(&nodes)).unwrap();
+        let order = order.clone();
+        waiters.push(tokio::spawn(async move {
+            let p = c.semaphore("sem:fifo", 2).unwrap().acquire().await.unwrap();
+            order.lock().unwrap().push(i);
+            // Holds of different lengths: no two waiters are let in by one moment's releases.
+            tokio::time::sleep(Duration::from_millis(500 * (i as u64 + 1))).await;
+            p.release().await.unwrap();
+        }));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while line_len(&nodes, "sem:fifo") < i + 1 {
+            assert!(Instant::now() < deadline, "waiter {i} never queued");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    // One permit free while four wait: a try (no place in line) does not take it.
+    a.release().await.unwrap();
+    let other = Client::new(config(&nodes)).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while order.lock().unwrap().is_empty() {
+        if let Ok(p) = other.semaphore("sem:fifo", 2).unwrap().try_acquire().await {
+            panic!("a try took {} from four waiters", p.resource());
+        }
+        assert!(Instant::now() < deadline, "nobody was let in");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    b.release().await.unwrap();
+    for w in waiters {
+        tokio::time::timeout(Duration::from_secs(60), w)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3]);
+    // Every waiter left the line once it held.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while line_len(&nodes, "sem:fifo") > 0 {
+        assert!(Instant::now() < deadline, "the line kept its holders");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }

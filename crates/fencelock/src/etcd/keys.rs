@@ -5,27 +5,22 @@
 //! hex, so a key names the lease that keeps it alive and a restarted client never collides with
 //! an old key of its own.
 
-/// The root of every key fencelock writes, so its keys are easy to find and to tell from an
-/// application's own.
-pub(crate) const ROOT: &str = "fencelock/";
+pub(crate) use crate::pure::etcd_keys::queue_prefix;
 
-/// The prefix of the queue of `resource`: `fencelock/<escaped resource>/`.
-///
-/// `/` and `%` in the resource are percent-escaped (`%2F`, `%25`): otherwise the queue of
-/// `"a"` (prefix `fencelock/a/`) would also hold the keys of `"a/b"`, and the two resources
-/// would exclude each other, or worse, a waiter of one would wait behind the other.
-pub(crate) fn queue_prefix(resource: &str) -> String {
-    let mut prefix = String::with_capacity(ROOT.len() + resource.len() + 1);
-    prefix.push_str(ROOT);
-    for c in resource.chars() {
-        match c {
-            '%' => prefix.push_str("%25"),
-            '/' => prefix.push_str("%2F"),
-            c => prefix.push(c),
-        }
-    }
-    prefix.push('/');
-    prefix
+/// The record of the last write lock of `resource` (a read-write lock's writer, see
+/// `rwlock.rs`): `fencelock/<escaped resource>.last-writer`, beside the queue, not in it.
+pub(crate) fn writer_record_key(resource: &str) -> String {
+    let mut key = queue_prefix(resource);
+    key.pop();
+    key.push_str(".last-writer");
+    key
+}
+
+/// The key of a reader of a read-write lock: the queue prefix, `r`, the lease id as 16 hex
+/// digits. Writers' keys are the mutex's: hex digits right after the prefix, so the range
+/// from `<prefix>0` to `<prefix>g` holds the writers only.
+pub(crate) fn reader_key(prefix: &str, lease: i64) -> String {
+    format!("{prefix}r{:016x}", lease as u64)
 }
 
 /// The key of one waiter: the queue prefix and the lease id as 16 hex digits.
@@ -50,21 +45,19 @@ mod tests {
     }
 
     #[test]
-    fn no_resource_prefix_contains_another() {
-        // "a/b" must not land inside the queue of "a", nor "a%2Fb" on top of "a/b".
-        let names = ["a", "a/b", "a%2Fb", "a/", "a%", "b", "a/b/c", "%"];
-        for x in names {
-            for y in names {
-                if x != y {
-                    let (px, py) = (queue_prefix(x), queue_prefix(y));
-                    assert!(
-                        !px.starts_with(&py),
-                        "{x:?} -> {px} is inside {y:?} -> {py}"
-                    );
-                }
-            }
-        }
-        assert_eq!(queue_prefix("a/b"), "fencelock/a%2Fb/");
-        assert_eq!(queue_prefix("50%"), "fencelock/50%25/");
+    fn readers_sit_in_the_queue_outside_the_writers_range_and_the_record_beside_it() {
+        let prefix = queue_prefix("doc/7");
+        let reader = reader_key(&prefix, 7);
+        assert_eq!(reader, "fencelock/doc%2F7/r0000000000000007");
+        let writer = lock_key(&prefix, i64::MAX);
+        let (from, to) = (format!("{prefix}0"), format!("{prefix}g"));
+        assert!(writer >= from && writer < to);
+        assert!(lock_key(&prefix, 0) >= from);
+        assert!(reader >= to);
+        let record = writer_record_key("doc/7");
+        assert_eq!(record, "fencelock/doc%2F7.last-writer");
+        assert!(!record.starts_with(&prefix));
+        // No queue holds a record: records have no '/' after the root, queue keys have two.
+        assert!(!writer_record_key("a").starts_with(&queue_prefix("a")));
     }
 }

@@ -52,8 +52,11 @@
 //! runtime is running; otherwise its keys stay in the queues, delaying the waiters behind them,
 //! until the lease expires after the TTL.
 
+mod election;
 mod endpoints;
 pub(crate) mod keys;
+mod rwlock;
+mod semaphore;
 mod timing;
 #[cfg(feature = "tls")]
 mod tls;
@@ -64,8 +67,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use etcd_client::{
-    Client as EtcdClient, Compare, CompareOp, ConnectOptions, EventType, GetOptions, PutOptions,
-    SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse, TxnResponse, WatchFilterType, WatchOptions,
+    Client as EtcdClient, Compare, CompareOp, ConnectOptions, EventType, PutOptions, SortOrder,
+    SortTarget, Txn, TxnOp, TxnOpResponse, TxnResponse, WatchFilterType, WatchOptions,
 };
 use tokio::sync::OnceCell;
 
@@ -77,7 +80,10 @@ use crate::pure::extension::{Attempt, Schedule};
 use crate::pure::vote::{NodeVote, VoteOutcome, Votes};
 use crate::telemetry::{self, ResourceLabel};
 
+pub(crate) use self::election::LeaderWatch;
 use self::endpoints::Endpoints;
+use self::rwlock::Side;
+pub(crate) use self::semaphore::PermitKeys;
 
 /// One etcd cluster, reached through one client (connected on first use). Boxed, so that the
 /// client's backend enum stays small for the Redis backend.
@@ -148,6 +154,11 @@ pub(crate) struct EtcdHeld {
     pub(crate) votes: Votes,
     /// The TTL etcd granted (whole seconds, at least the configured TTL).
     pub(crate) ttl: Duration,
+    /// A read lock of a read-write lock: its revision is its place in line, not a fencing
+    /// token.
+    pub(crate) shared: bool,
+    /// A read lock: the last write lock's token, as recorded when it was granted.
+    pub(crate) last_writer: Option<u64>,
 }
 
 /// Why a request did not do its job, before it is turned into an [`Error`] for a resource.
@@ -187,6 +198,9 @@ struct Entry {
     ttl: Duration,
     /// When the request that last granted or renewed the lease was sent.
     renewed: Instant,
+    side: Side,
+    /// A reader's last look at the writer record (0 when there is none).
+    last_writer: u64,
 }
 
 /// The state of one `acquire` that outlives its timeout (see [`Cluster::wait_for_turn`]).
@@ -200,6 +214,8 @@ struct WaitState {
     attempts: u32,
     /// The latest obstacle.
     last: Option<Error>,
+    /// A writer (or mutex) or a reader.
+    side: Side,
     /// Whether we stood in line behind another key (the wait metric).
     waited: bool,
     /// When the key ahead of ours went, for the hand-over metric.
@@ -227,8 +243,9 @@ enum Renewal {
 
 /// What a look at the queue found.
 enum Turn {
-    /// Our key is the oldest: the lock is ours.
-    Head,
+    /// Our key is the oldest (a reader: no writer's key is older): the lock is ours. A reader
+    /// read the writer record with it.
+    Head { last_writer: u64 },
     /// This key is ahead of ours (just ahead, in the first queue where one is); the read was at
     /// this revision.
     Behind { key: String, revision: i64 },
@@ -338,10 +355,15 @@ impl Cluster {
     /// Not cancel-safe: a cancelled attempt revokes its lease from a background task if a tokio
     /// runtime is running, else the lease (and our place in the queues) expires by TTL.
     pub(crate) async fn try_acquire(&self, resources: &[String]) -> Result<EtcdHeld> {
+        self.try_acquire_as(resources, Side::Exclusive).await
+    }
+
+    /// [`Cluster::try_acquire`] as a writer or a reader (`rwlock.rs`).
+    async fn try_acquire_as(&self, resources: &[String], side: Side) -> Result<EtcdHeld> {
         check_count(resources)?;
         let started = Instant::now();
         let mut pending = PendingLease::default();
-        let result = self.try_once(resources, &mut pending, started).await;
+        let result = self.try_once(resources, &mut pending, started, side).await;
         self.settle_pending(&mut pending, result.is_ok()).await;
         result
     }
@@ -368,11 +390,24 @@ impl Cluster {
         wait: Duration,
         resume: bool,
     ) -> Result<EtcdHeld> {
+        self.acquire_as(resources, wait, resume, Side::Exclusive)
+            .await
+    }
+
+    /// [`Cluster::acquire`] as a writer or a reader (`rwlock.rs`).
+    async fn acquire_as(
+        &self,
+        resources: &[String],
+        wait: Duration,
+        resume: bool,
+        side: Side,
+    ) -> Result<EtcdHeld> {
         check_count(resources)?;
         let resource = resources[0].as_str();
         let started = Instant::now();
         let mut w = WaitState {
             place: if resume { self.unpark(resources) } else { None },
+            side,
             ..WaitState::default()
         };
         let outcome = tokio::time::timeout(wait, self.wait_for_turn(resources, &mut w)).await;
@@ -563,6 +598,8 @@ impl Cluster {
             deadline: Instant::now() + self.request_timeout,
             votes: Votes::default(),
             ttl: self.ttl,
+            shared: false,
+            last_writer: None,
         })
     }
 
@@ -571,10 +608,11 @@ impl Cluster {
         resources: &[String],
         pending: &mut PendingLease,
         started: Instant,
+        side: Side,
     ) -> Result<EtcdHeld> {
         let resource = resources[0].as_str();
         let (entry, head) = self
-            .enqueue(resources, pending)
+            .enqueue(resources, pending, side)
             .await
             .map_err(|f| self.error_for(resource, f, started))?;
         if !head {
@@ -625,7 +663,7 @@ impl Cluster {
                 }
             };
         }
-        let (entry, head) = match self.enqueue(resources, &mut w.pending).await {
+        let (entry, head) = match self.enqueue(resources, &mut w.pending, w.side).await {
             Ok(joined) => joined,
             Err(fail) => {
                 w.last = Some(self.error_for(resource, fail, started));
@@ -684,7 +722,8 @@ impl Cluster {
                 }
             };
             match turn {
-                Turn::Head => {
+                Turn::Head { last_writer } => {
+                    entry.last_writer = last_writer;
                     // Renew now so that the lock starts with a full TTL, not what is left of
                     // the lease since the last renewal.
                     match self.renew_place(w, &mut entry, resource, started).await {
@@ -707,7 +746,7 @@ impl Cluster {
                     let wake = entry.renewed + renew_every;
                     w.woken = None;
                     w.waited = true;
-                    match self.wait_delete(&key, revision, wake).await {
+                    match self.wait_delete(&key, false, revision, wake).await {
                         Ok(deleted) => w.woken = deleted.then(Instant::now),
                         Err(fail) => {
                             w.last = Some(self.error_for(resource, fail, started));
@@ -762,6 +801,7 @@ impl Cluster {
         &self,
         resources: &[String],
         pending: &mut PendingLease,
+        side: Side,
     ) -> Result<(Entry, bool), Fail> {
         let client = self.client().await?;
         let sent = Instant::now();
@@ -780,23 +820,19 @@ impl Cluster {
         pending.arm(client.clone(), grant.id(), self.request_timeout);
         let ttl = Duration::from_secs(grant.ttl() as u64);
         let prefixes: Vec<String> = resources.iter().map(|r| keys::queue_prefix(r)).collect();
-        let keys: Vec<String> = prefixes
-            .iter()
-            .map(|p| keys::lock_key(p, grant.id()))
-            .collect();
-        let oldest = || {
-            GetOptions::new()
-                .with_prefix()
+        let keys: Vec<String> = prefixes.iter().map(|p| side.key(p, grant.id())).collect();
+        let oldest = |p: &str| {
+            let (from, options) = side.ahead(p);
+            let options = options
                 .with_sort(SortTarget::Create, SortOrder::Ascend)
                 .with_limit(1)
-                .with_keys_only()
+                .with_keys_only();
+            TxnOp::get(from, Some(options))
         };
         let reads = || {
-            std::iter::once(TxnOp::get(keys[0].clone(), None)).chain(
-                prefixes
-                    .iter()
-                    .map(|p| TxnOp::get(p.clone(), Some(oldest()))),
-            )
+            std::iter::once(TxnOp::get(keys[0].clone(), None))
+                .chain(prefixes.iter().map(|p| oldest(p)))
+                .chain(side.record_read(&resources[0]))
         };
         // The keys are named after a lease that was just created, so they cannot exist; the
         // comparisons only make a repeated request harmless.
@@ -823,12 +859,12 @@ impl Cluster {
             .call(self.request_timeout, client.kv_client().txn(txn))
             .await?;
         let gets = gets(&resp);
-        let Some((mine, firsts)) = gets.split_first() else {
+        let Some((mine, rest)) = gets.split_first() else {
             return Err(Fail::failed("unexpected transaction response"));
         };
-        if firsts.len() != resources.len() {
+        let Some((firsts, record)) = side.split_record(rest, resources.len()) else {
             return Err(Fail::failed("unexpected transaction response"));
-        }
+        };
         let Some(mine) = mine.kvs().first() else {
             // Only possible if the lease expired between the grant and the transaction.
             return Err(Fail::failed(
@@ -837,12 +873,9 @@ impl Cluster {
         };
         // One transaction, one revision: every key we created has this create revision.
         let revision = mine.create_revision();
-        let head = firsts.iter().all(|first| {
-            first
-                .kvs()
-                .first()
-                .is_some_and(|kv| kv.create_revision() == revision)
-        });
+        let head = firsts
+            .iter()
+            .all(|first| side.is_head(first.kvs().first(), revision));
         Ok((
             Entry {
                 keys,
@@ -850,6 +883,8 @@ impl Cluster {
                 revision,
                 ttl,
                 renewed: sent,
+                side,
+                last_writer: rwlock::record_value(record)?,
             },
             head,
         ))
@@ -874,18 +909,15 @@ impl Cluster {
                 resources
                     .iter()
                     .map(|r| {
-                        TxnOp::get(
-                            keys::queue_prefix(r),
-                            Some(
-                                GetOptions::new()
-                                    .with_prefix()
-                                    .with_max_create_revision(entry.revision - 1)
-                                    .with_sort(SortTarget::Create, SortOrder::Descend)
-                                    .with_limit(1)
-                                    .with_keys_only(),
-                            ),
-                        )
+                        let (from, ahead) = entry.side.ahead(&keys::queue_prefix(r));
+                        let ahead = ahead
+                            .with_max_create_revision(entry.revision - 1)
+                            .with_sort(SortTarget::Create, SortOrder::Descend)
+                            .with_limit(1)
+                            .with_keys_only();
+                        TxnOp::get(from, Some(ahead))
                     })
+                    .chain(entry.side.record_read(&resources[0]))
                     .collect::<Vec<_>>(),
             );
         let resp = self
@@ -899,8 +931,13 @@ impl Cluster {
             .map(|h| h.revision())
             .ok_or_else(|| Fail::failed("response without a header"))?;
         let gets = gets(&resp);
-        let Some(ahead) = gets.iter().find_map(|g| g.kvs().first()) else {
-            return Ok(Turn::Head);
+        let Some((queues, record)) = entry.side.split_record(&gets, resources.len()) else {
+            return Err(Fail::failed("unexpected transaction response"));
+        };
+        let Some(ahead) = queues.iter().find_map(|g| g.kvs().first()) else {
+            return Ok(Turn::Head {
+                last_writer: rwlock::record_value(record)?,
+            });
         };
         Ok(Turn::Behind {
             key: String::from_utf8_lossy(ahead.key()).into_owned(),
@@ -908,14 +945,24 @@ impl Cluster {
         })
     }
 
-    /// Waits until `key` is deleted after `revision`, or until `wake` (time to renew the lease
-    /// and look again: a watch on a member that hangs would otherwise wait forever). Returns
-    /// whether the key was seen deleted (a wake-up, not a time to look again).
-    async fn wait_delete(&self, key: &str, revision: i64, wake: Instant) -> Result<bool, Fail> {
+    /// Waits until `key` (with `prefix`: any key under it) is deleted after `revision`, or until
+    /// `wake` (time to renew the lease and look again: a watch on a member that hangs would
+    /// otherwise wait forever). Returns whether a delete was seen (a wake-up, not a time to look
+    /// again).
+    async fn wait_delete(
+        &self,
+        key: &str,
+        prefix: bool,
+        revision: i64,
+        wake: Instant,
+    ) -> Result<bool, Fail> {
         let client = self.client().await?;
-        let options = WatchOptions::new()
+        let mut options = WatchOptions::new()
             .with_start_revision(revision + 1)
             .with_filters([WatchFilterType::NoPut]);
+        if prefix {
+            options = options.with_prefix();
+        }
         let wake = tokio::time::Instant::from_std(wake);
         let mut watcher = client.watch_client();
         let watch = watcher.watch(key, Some(options));
@@ -994,6 +1041,8 @@ impl Cluster {
             deadline,
             votes: self.votes(VoteOutcome::Granted, started.elapsed()),
             ttl: entry.ttl,
+            shared: entry.side == Side::Shared,
+            last_writer: (entry.side == Side::Shared).then_some(entry.last_writer),
         })
     }
 

@@ -91,16 +91,54 @@ pub(crate) async fn finish<R: FenceRow>(
 }
 
 #[cfg(any(feature = "sqlite", all(feature = "blocking", feature = "postgres")))]
-/// The output of a future that never waits: a synchronous adapter's (rusqlite's), whose
-/// statements run inside `poll`.
+/// The output of a future that does not wait: a synchronous adapter's (rusqlite's, the
+/// `postgres` crate's), whose statements run inside `poll`, so the first poll is ready. Should
+/// one ever wait, the thread parks until it is woken, as an executor would: never a panic.
 pub(crate) fn ready<F: Future>(future: F) -> F::Output {
-    use std::task::{Context, Poll, Waker};
+    use std::sync::Arc;
+    use std::task::{Context, Poll, Wake};
+
+    struct Unpark(std::thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Arc::new(Unpark(std::thread::current())).into();
+    let mut cx = Context::from_waker(&waker);
     let mut future = std::pin::pin!(future);
-    match future
-        .as_mut()
-        .poll(&mut Context::from_waker(Waker::noop()))
-    {
-        Poll::Ready(output) => output,
-        Poll::Pending => unreachable!("a synchronous fence adapter's future waited"),
+    loop {
+        match future.as_mut().poll(&mut cx) {
+            Poll::Ready(output) => return output,
+            Poll::Pending => std::thread::park(),
+        }
+    }
+}
+
+#[cfg(all(test, feature = "sqlite"))]
+mod tests {
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+
+    /// Pending once (waking itself from another thread), then ready.
+    struct Later(bool);
+    impl Future for Later {
+        type Output = u8;
+        fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<u8> {
+            if self.0 {
+                return Poll::Ready(7);
+            }
+            self.0 = true;
+            let waker = cx.waker().clone();
+            std::thread::spawn(move || waker.wake());
+            Poll::Pending
+        }
+    }
+
+    #[test]
+    fn a_future_that_waits_is_waited_for_not_a_panic() {
+        assert_eq!(super::ready(async { 3 }), 3);
+        assert_eq!(super::ready(Later(false)), 7);
     }
 }

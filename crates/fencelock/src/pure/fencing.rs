@@ -23,7 +23,9 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-pub use crate::protocol::FENCE_COUNTER_KEY;
+/// The key of a node's fence counter: [`crate::protocol::FENCE_COUNTER_KEY`] (defined here, so
+/// that the implementation never imports `protocol`, which only names what it defines).
+pub const FENCE_COUNTER_KEY: &str = "fencelock:fence";
 
 /// How a vote names a granting node whose counter is gone (`vote::advice` tells it from a node
 /// in restart quarantine by this prefix).

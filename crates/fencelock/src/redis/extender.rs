@@ -12,11 +12,13 @@ use crate::keepalive::{Extends, GuardState, Outcome, Stop};
 use crate::pure::extension::{Attempt, Schedule};
 use crate::pure::validity;
 
-/// What the engine keeps of a Redis lock: its keys and its owner token.
+/// What the engine keeps of a Redis lock: its keys and its owner token, and whether it is a
+/// read lock (`rwlock.rs`: extended by the readers' script).
 #[derive(Debug)]
 pub(crate) struct ExtendedLock {
     pub(super) keys: Arc<[String]>,
     pub(super) token: Arc<str>,
+    pub(super) shared: bool,
 }
 
 /// How the nodes answered the extension of one lock.
@@ -40,6 +42,7 @@ impl RedisBackend {
         let lock = ExtendedLock {
             token: Arc::from(held.token()),
             keys: keys.clone(),
+            shared: false,
         };
         self.engine.register(self, &keys[0], lock, state, schedule)
     }

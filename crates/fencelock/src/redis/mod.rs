@@ -21,16 +21,19 @@
 
 mod conn;
 mod describe;
+pub(crate) mod election;
 mod extender;
 pub(crate) mod guard;
 mod inflight;
 mod line;
 mod ops;
 mod order;
+pub(crate) mod permit;
 pub(crate) mod quarantine;
 mod redlock;
 mod reseed;
 mod round;
+pub(crate) mod rwlock;
 #[cfg(test)]
 mod script_checks;
 pub(crate) mod scripts;
@@ -106,6 +109,11 @@ impl RedisHeld {
     pub(crate) fn token(&self) -> &str {
         self.token.as_str()
     }
+
+    /// The waiter id the lock was taken under, if it queued.
+    pub(crate) fn line(&self) -> Option<&str> {
+        self.line.as_deref()
+    }
 }
 
 /// A lock just taken on Redis.
@@ -163,21 +171,6 @@ impl RedisBackend {
     }
 
     /// How many nodes must grant: N/2+1.
-    /// Subscribes to the release of `keys` (every release of them wakes the waiter): a
-    /// semaphore's waiter, which watches all its slots (`semaphore.rs`).
-    pub(crate) async fn watch_release(
-        &self,
-        keys: &[String],
-        timeout: Duration,
-    ) -> watch::Subscription {
-        self.watch.subscribe(keys, timeout).await
-    }
-
-    /// Every node's client, in node order, for a primitive's own commands (`election.rs`).
-    pub(crate) fn node_clients(&self) -> Vec<redis::Client> {
-        self.nodes.iter().map(|n| n.client().clone()).collect()
-    }
-
     pub(crate) fn quorum(&self) -> usize {
         self.quorum
     }

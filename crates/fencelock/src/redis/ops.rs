@@ -15,6 +15,18 @@ use crate::pure::fencing;
 use crate::pure::queue::{self, Ticket};
 use crate::pure::vote::Votes;
 
+/// What a slot's request carries besides the slot: the semaphore's line and slots, and the
+/// waiter's ticket once it queues (`permit.rs` builds it).
+#[derive(Debug)]
+pub(crate) struct PermitAsk {
+    /// The resource whose line orders the waiters.
+    pub(crate) line: String,
+    /// Every slot's lock key.
+    pub(crate) slots: Vec<String>,
+    /// The waiter's place in line; `None` for a request that does not queue.
+    pub(crate) ticket: Option<Ticket>,
+}
+
 /// How an acquisition attempt waits, if it does.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Wait<'a> {
@@ -25,6 +37,8 @@ pub(crate) enum Wait<'a> {
     Marked(Duration),
     /// A waiter in the line of one key, with its ticket (which marks the key too).
     InLine(&'a Ticket),
+    /// A semaphore's permit: the slot's grant consults the semaphore's line (`permit.rs`).
+    Permit(&'a PermitAsk),
 }
 
 impl RedisBackend {
@@ -56,6 +70,49 @@ impl RedisBackend {
     ) -> Round<FenceRead> {
         let (fencing, node_timeout) = (self.settings.fencing, self.settings.node_timeout);
         let ttl_ms = ttl_millis(self.settings.ttl);
+        if let (Wait::Permit(ask), [slot]) = (wait, keys) {
+            let mut all_keys = vec![
+                slot.clone(),
+                queue::queue_key(&ask.line),
+                queue::lease_key(&ask.line),
+            ];
+            all_keys.extend(ask.slots.iter().cloned());
+            all_keys.extend(ask.slots.iter().map(|k| queue::waiting_key(k)));
+            if fencing {
+                all_keys.push(fencing::FENCE_COUNTER_KEY.to_string());
+                all_keys.push(fencing::counter_key(slot));
+            }
+            let mut cmd = evalsha(&scripts::ACQUIRE_PERMIT, &all_keys);
+            cmd.arg(token).arg(ttl_ms).arg(ask.slots.len());
+            match (&ask.ticket, &self.holder) {
+                (Some(t), _) => {
+                    cmd.arg(&t.id)
+                        .arg(t.order)
+                        .arg(t.lease_ms())
+                        .arg(ttl_millis(queue::keep(t.lease)));
+                }
+                // No ticket, and a holder label follows: the waiter's four arguments empty.
+                (None, Some(_)) => {
+                    cmd.arg("").arg("").arg("").arg("");
+                }
+                (None, None) => {}
+            }
+            if let Some(holder) = &self.holder {
+                cmd.arg(&**holder);
+            }
+            let cmd = Arc::new(cmd);
+            let mode = Mode::Acquire { token };
+            return self
+                .round(mode, &self.all, node_timeout, move |mut conn, slot| {
+                    let cmd = cmd.clone();
+                    async move {
+                        let reply =
+                            eval_ordered(&scripts::ACQUIRE_PERMIT, &cmd, &mut conn, &slot).await?;
+                        counter_answer(reply, fencing)
+                    }
+                })
+                .await;
+        }
         if let (Wait::InLine(ticket), [key]) = (wait, keys) {
             let mut queued = vec![
                 key.clone(),
@@ -304,13 +361,20 @@ impl RedisBackend {
             .arg(ttl_ms)
             .ignore();
         for lock in locks {
-            pipe.cmd("EVALSHA")
-                .arg(&sha)
-                .arg(lock.keys.len())
-                .arg(&*lock.keys)
-                .arg(&*lock.token)
-                .arg(ttl_ms)
-                .arg("announced");
+            if lock.shared {
+                // A read lock (`rwlock.rs`): the readers' script, on the key and its readers.
+                pipe.cmd("EVALSHA")
+                    .arg(scripts::READ_EXTEND.get_hash())
+                    .arg(2)
+                    .arg(&lock.keys[0])
+                    .arg(crate::pure::readers::readers_key(&lock.keys[0]));
+            } else {
+                pipe.cmd("EVALSHA")
+                    .arg(&sha)
+                    .arg(lock.keys.len())
+                    .arg(&*lock.keys);
+            }
+            pipe.arg(&*lock.token).arg(ttl_ms).arg("announced");
         }
         let pipe = Arc::new(pipe);
         let round = self
@@ -437,7 +501,7 @@ pub(super) async fn eval<T: redis::FromRedisValue>(
 /// As [`eval`], for a request of an acquisition (`slot`, see `order.rs`): after NOSCRIPT it
 /// sends nothing more if a release of its token already followed it on the connection (its
 /// first call did nothing, and a second would land after the release).
-async fn eval_ordered<T: redis::FromRedisValue>(
+pub(super) async fn eval_ordered<T: redis::FromRedisValue>(
     script: &Script,
     cmd: &Cmd,
     conn: &mut redis::aio::MultiplexedConnection,
@@ -474,7 +538,7 @@ async fn if_owned(
     })
 }
 
-fn ttl_millis(ttl: Duration) -> u64 {
+pub(super) fn ttl_millis(ttl: Duration) -> u64 {
     u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1)
 }
 

@@ -172,6 +172,17 @@ impl RedisBackend {
         let round = self
             .extend(keys, token, budget.max(Duration::from_millis(1)))
             .await;
+        self.extension_outcome(round, started, budget)
+    }
+
+    /// What an extension round that began at `started` with `budget` found (for a mutex here,
+    /// for a reader in `rwlock.rs`).
+    pub(super) fn extension_outcome(
+        &self,
+        round: super::round::Round<()>,
+        started: Instant,
+        budget: Duration,
+    ) -> (Outcome, Votes) {
         let now = Instant::now();
         let elapsed = now.saturating_duration_since(started);
         let outcome = if round.decision == Decision::Reached {
@@ -199,7 +210,7 @@ impl RedisBackend {
     }
 
     /// The result of a release or extend round.
-    fn settle(
+    pub(super) fn settle(
         &self,
         resource: &str,
         decision: Decision,
@@ -229,7 +240,7 @@ impl RedisBackend {
 }
 
 /// Contention when the nodes held by others alone rule out a quorum; otherwise the failures did.
-fn classify(resource: &str, votes: Votes, quorum: usize) -> Error {
+pub(super) fn classify(resource: &str, votes: Votes, quorum: usize) -> Error {
     let n = votes.len();
     let resource = resource.to_string();
     if votes.held_by_other() > n.saturating_sub(quorum) || votes.failed() == 0 {

@@ -16,7 +16,7 @@ use super::ops::{eval, evalsha};
 use super::round::{Answer, Mode, Round};
 use super::scripts::RESEED;
 use super::RedisBackend;
-use crate::protocol::FENCE_COUNTER_KEY;
+use crate::pure::fencing::FENCE_COUNTER_KEY;
 
 impl RedisBackend {
     /// Raises the node counter to at least `above` on every node (no quarantine: raising a

@@ -137,8 +137,71 @@ pub(crate) static ELECTION_APPEND: LazyLock<Script> =
     LazyLock::new(|| Script::new(ELECTION_APPEND_LUA));
 const ELECTION_APPEND_LUA: &str = lua!("keys", "election_append");
 
+/// A semaphore's acquisition of one slot (see `permit.rs`): with a waiter id, registers the
+/// waiter in the semaphore's line (or renews its lease, keeping its ticket) and marks every slot
+/// as waited for; then sets the slot's key only if it is free and fewer live waiters wait ahead
+/// in the line than slots are free (ahead: before the waiter's ticket; for a request without a
+/// waiter id, every live waiter), dropping the lapsed waiters it meets. So a waiter that came
+/// later never takes a slot an earlier one can have, and a first try does not pass anyone in
+/// line. The line only adds refusals: the slot's key is set as a mutex's would be.
+/// KEYS: the slot's key, the line's queue, its leases, the N slot keys, their N wait marks[, the
+/// node counter, the slot's legacy counter]. ARGV: owner token, ttl ms, N[, waiter id, ticket,
+/// lease ms, how long the line and the marks outlive the registration (ms) (all four `''` for a
+/// request without a ticket when a holder label follows)[, holder label]]. Returns
+/// `{granted (1 or 0), largest counter, exists}` (`'0', 0` without fencing), on a refusal too.
+/// A grant announces its TTL. The model checker holds its rule to this script
+/// (`tests/semaphore_model.rs`, `the_model_admits_as_the_lua_does`).
+pub(crate) static ACQUIRE_PERMIT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(ACQUIRE_PERMIT_LUA));
+pub(crate) const ACQUIRE_PERMIT_LUA: &str = lua!(
+    "announce",
+    "hold",
+    "counters",
+    "line",
+    "wait_marks",
+    "permit_line",
+    "acquire_permit"
+);
+
+/// A shared (read) acquisition of one key for a read-write lock (see `rwlock.rs`): grants when
+/// the lock key is free or holds the readers' marker (`fencelock:readers`,
+/// `crate::protocol::READERS_MARKER`) and no writer with a running lease waits in line ahead of this reader
+/// (anywhere in line, for a reader not in line); a grant adds the reader's owner token to the
+/// readers' set, scored by the node time (ms) until which it lives, and gives the marker and
+/// the set the TTL of the longest live reader. KEYS: lock, readers, writer record, queue,
+/// leases, wait mark. ARGV: owner token, ttl ms[, waiter id, ticket, lease ms, how long the line
+/// and the mark outlive the last registration (ms)]: with a waiter id the reader also takes or
+/// renews its place in line, as [`ACQUIRE_QUEUED`] does. Returns `{granted (1 or 0), the writer
+/// record (the largest fencing token a writer recorded, '0' if none)}`, on a refusal too. A
+/// grant announces its TTL.
+pub(crate) static READ_ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(READ_ACQUIRE_LUA));
+pub(crate) const READ_ACQUIRE_LUA: &str = lua!("announce", "line", "readers", "read_acquire");
+
+/// Extends a reader: KEYS: lock, readers. ARGV: owner token, ttl ms[, anything: the TTL was
+/// announced just before on the same connection, as for [`EXTEND`]]. Returns 1 when the
+/// reader's entry was live and the lock key holds the marker (the entry then lives `ttl` from
+/// now, and the marker as long as the longest live reader), else 0 (nothing changed). Announces
+/// its TTL.
+pub(crate) static READ_EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(READ_EXTEND_LUA));
+pub(crate) const READ_EXTEND_LUA: &str = lua!("announce", "line", "readers", "read_extend");
+
+/// Releases a reader: KEYS: lock, readers, queue, leases, wait mark. ARGV: owner token[, its
+/// waiter id, which leaves the line]. Removes the entry and shortens the marker to the longest
+/// live reader left; the last one deletes the marker and, when the wait mark says someone waits,
+/// wakes the waiters as [`RELEASE`] does. Returns 1 when the entry was live (0 otherwise), or
+/// `{1 or 0, subscribers the messages reached}` when it woke someone.
+pub(crate) static READ_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(READ_RELEASE_LUA));
+pub(crate) const READ_RELEASE_LUA: &str = lua!("line", "readers", "read_release");
+
+/// Records a writer's fencing token for readers, while the writer still owns the lock key:
+/// KEYS: lock, writer record. ARGV: owner token, fencing token (decimal). Raises the record (a
+/// decimal string, no TTL) to the token. Returns 1, or 0 when the key is not ours (nothing
+/// written then).
+pub(crate) static WRITE_RECORD: LazyLock<Script> = LazyLock::new(|| Script::new(WRITE_RECORD_LUA));
+pub(crate) const WRITE_RECORD_LUA: &str = lua!("counters", "keys", "write_record");
+
 /// The source of every script, for `SCRIPT LOAD` on a new connection.
-pub(crate) const ALL: [&str; 10] = [
+pub(crate) const ALL: [&str; 15] = [
     ACQUIRE_MANY_LUA,
     ACQUIRE_QUEUED_LUA,
     ACQUIRE_FENCED_LUA,
@@ -149,6 +212,11 @@ pub(crate) const ALL: [&str; 10] = [
     ANNOUNCE_ONLY_LUA,
     RESEED_LUA,
     ELECTION_APPEND_LUA,
+    ACQUIRE_PERMIT_LUA,
+    READ_ACQUIRE_LUA,
+    READ_EXTEND_LUA,
+    READ_RELEASE_LUA,
+    WRITE_RECORD_LUA,
 ];
 
 /// The prefix of the channels releases publish on; the channel of a key is prefix + key.
@@ -205,6 +273,11 @@ mod tests {
                 "bigger",
                 "node_ms",
                 "first_live",
+                "live_ahead",
+                "enqueue",
+                "wake",
+                "cover",
+                "writer_ahead",
                 "hold",
                 "hold_all",
             ] {
@@ -240,12 +313,21 @@ mod tests {
     }
 
     #[test]
+    fn the_readers_scripts_write_the_marker_the_client_names() {
+        use crate::pure::readers::READERS_MARKER;
+        for script in [READ_ACQUIRE_LUA, READ_EXTEND_LUA, READ_RELEASE_LUA] {
+            assert!(script.contains(&format!("'{READERS_MARKER}'")), "{script}");
+        }
+    }
+
+    #[test]
     fn the_scripts_write_the_holder_key_the_protocol_names() {
         let prefix = format!("'{}' ..", crate::holder::HOLDER_PREFIX);
         for script in [
             ACQUIRE_MANY_LUA,
             ACQUIRE_FENCED_LUA,
             ACQUIRE_QUEUED_LUA,
+            ACQUIRE_PERMIT_LUA,
             EXTEND_LUA,
             RELEASE_LUA,
         ] {
@@ -265,7 +347,10 @@ mod tests {
             ACQUIRE_MANY_LUA,
             ACQUIRE_FENCED_LUA,
             ACQUIRE_QUEUED_LUA,
+            ACQUIRE_PERMIT_LUA,
             EXTEND_LUA,
+            READ_ACQUIRE_LUA,
+            READ_EXTEND_LUA,
         ] {
             assert!(script.starts_with(ANNOUNCE_LUA));
             assert!(script.contains("announce(ARGV[2])"));

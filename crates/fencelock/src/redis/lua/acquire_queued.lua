@@ -11,17 +11,7 @@ if #KEYS == 6 then
     end
   end
 end
--- Every write to the line leaves it a TTL of at least ARGV[6] (raised, never shortened: waiters
--- with other leases share the line), also a renewal and one that re-creates an expired key: a
--- line nobody renews goes away by itself; tickets keep their order if it is rebuilt.
-local function keep(k)
-  if redis.call('pttl', k) < tonumber(ARGV[6]) then redis.call('pexpire', k, ARGV[6]) end
-end
-redis.call('zadd', KEYS[2], 'NX', ARGV[4], ARGV[3])
-keep(KEYS[2])
-redis.call('zadd', KEYS[3], now + lease, ARGV[3])
-keep(KEYS[3])
-redis.call('set', KEYS[4], '1', 'PX', ARGV[6])
+enqueue(KEYS[2], KEYS[3], KEYS[4], ARGV[3], ARGV[4], now + lease, ARGV[6])
 if redis.call('exists', KEYS[1]) == 1 then return {0, best, exists} end
 -- Grant only to the first waiter whose lease is still running; drop the lapsed ahead of us.
 if first_live(KEYS[2], KEYS[3], ARGV[3], now) ~= ARGV[3] then return {0, best, exists} end

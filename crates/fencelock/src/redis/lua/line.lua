@@ -19,3 +19,28 @@ local function first_live(q, l, me, now)
     redis.call('zrem', l, first)
   end
 end
+-- enqueue(q, l, mark, me, ticket, lease_until, keep): registers the waiter `me` with its ticket
+-- (or renews its lease, to the node time `lease_until` in ms) and renews the key's wait mark.
+-- Every write to the line leaves it a TTL of at least `keep` ms (raised, never shortened:
+-- waiters with other leases share the line), also a renewal and one that re-creates an expired
+-- key: a line nobody renews goes away by itself; tickets keep their order if it is rebuilt.
+local function enqueue(q, l, mark, me, ticket, lease_until, keep)
+  local function keep_for(k)
+    if redis.call('pttl', k) < tonumber(keep) then redis.call('pexpire', k, keep) end
+  end
+  redis.call('zadd', q, 'NX', ticket, me)
+  keep_for(q)
+  redis.call('zadd', l, lease_until, me)
+  keep_for(l)
+  redis.call('set', mark, '1', 'PX', keep)
+end
+-- wake(lock, q, l): wakes the waiters of a released lock: its release channel, and the first
+-- live waiter in line on the turn channel of its client (the part of its id before the dot).
+-- Returns how many heard.
+local function wake(lock, q, l)
+  local heard = redis.call('publish', 'fencelock:released:' .. lock, '1')
+  local first = first_live(q, l)
+  if not first then return heard end
+  local client = string.match(first, '^[^.]*')
+  return heard + redis.call('publish', 'fencelock:turn:' .. client, first)
+end

@@ -1,13 +1,4 @@
 -- Compare-and-delete with the wake-up of waiters (see scripts.rs for KEYS, ARGV and the reply).
--- Wakes the waiters of a released lock: its release channel, and the first live waiter in line
--- on the turn channel of its client (the part of its id before the dot). Returns how many heard.
-local function wake(lock, q, l)
-  local heard = redis.call('publish', 'fencelock:released:' .. lock, '1')
-  local first = first_live(q, l)
-  if not first then return heard end
-  local client = string.match(first, '^[^.]*')
-  return heard + redis.call('publish', 'fencelock:turn:' .. client, first)
-end
 local n = #KEYS / 4
 if n == 1 and not ARGV[2] then
   -- The common case first: one key, a holder that did not queue. The lock and its wait mark

@@ -1,0 +1,36 @@
+//! Where a read-write lock's readers and its writer record live on Redis: pure naming, no I/O
+//! (the design is in `crate::rwlock`).
+
+/// The value of a lock key while readers hold it (written out in the readers' scripts: no
+/// owner token, 32 hex digits, equals it).
+pub(crate) const READERS_MARKER: &str = "fencelock:readers";
+
+/// The sorted set of the readers of `resource` on each node (member: a reader's owner token,
+/// score: the node's time in ms until which its entry lives).
+pub fn readers_key(resource: &str) -> String {
+    format!("fencelock:readers:{resource}")
+}
+
+/// The writer record of `resource`: the largest fencing token a write lock recorded (a decimal
+/// string, no TTL).
+pub fn writer_key(resource: &str) -> String {
+    format!("fencelock:writer:{resource}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_readers_and_the_record_sit_beside_the_lock_key() {
+        assert_eq!(readers_key("doc:7"), "fencelock:readers:doc:7");
+        assert_eq!(writer_key("doc:7"), "fencelock:writer:doc:7");
+        for key in [
+            readers_key("x"),
+            writer_key("x"),
+            READERS_MARKER.to_string(),
+        ] {
+            assert!(key.starts_with(crate::protocol::RESERVED_PREFIX), "{key}");
+        }
+    }
+}
