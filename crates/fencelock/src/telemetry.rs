@@ -107,7 +107,9 @@ impl NodeHealth {
     }
 
     /// One etcd cluster, which answers as one (its members agree through raft; the client
-    /// spreads requests over them): observed as node 0, named by its member list.
+    /// sends requests to one member, and to the next when it fails, `etcd/members.rs`):
+    /// observed as node 0, named by its member list, judged down once every member failed in
+    /// a row.
     #[cfg(feature = "etcd")]
     pub(crate) fn etcd_cluster() -> NodeHealth {
         NodeHealth {
@@ -150,7 +152,7 @@ impl NodeHealth {
         match (was, now) {
             (UP, DOWN) if self.etcd => tracing::warn!(
                 node,
-                "etcd cluster {node} did not answer ({why}); locks on it cannot be taken, extended or released while its requests fail: check that a majority of its members run and have a leader, and which member does not answer (`fencelock doctor` on these URLs; the client keeps sending part of its requests to a member that is down or stopped), then restart or replace it"
+                "etcd cluster {node} did not answer ({why}); locks on it cannot be taken, extended or released while its requests fail: check that a majority of its members run and have a leader, and which member does not answer (`fencelock doctor` on these URLs; the client tried each member in turn), then restart or replace the members that are down"
             ),
             (DOWN, UP) if self.etcd => tracing::info!(node, "etcd cluster {node} answers again"),
             (UP, DOWN) => {

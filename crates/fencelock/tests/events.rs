@@ -203,8 +203,8 @@ async fn a_node_in_restart_quarantine_is_a_warning_that_says_what_to_do() {
     );
 }
 
-/// The etcd client reaches a cluster through one balanced connection, and every call gets one
-/// answer, the cluster's: a cluster that stops answering (here its only member, stopped with
+/// The etcd client sends a request to one member at a time, and every call gets one answer,
+/// the cluster's: a cluster that stops answering (here its only member, stopped with
 /// `kill -STOP`) is one warning that says what to do, however many calls meet it, and its
 /// return is noted at `info`.
 #[cfg(feature = "etcd")]
@@ -254,4 +254,71 @@ async fn an_etcd_cluster_that_stops_answering_is_one_warning_and_its_return_is_n
     assert_eq!(back.len(), 1, "{back:?}");
     assert!(back[0].contains(&name), "{}", back[0]);
     assert_eq!(capture.at(Level::WARN, "did not answer").len(), 1);
+}
+
+/// A member of three that stops (`kill -STOP`) while the cluster keeps a majority: the client
+/// moves on to the next member, and says so once, naming both; the cluster's own warning does
+/// not come, since the cluster answers.
+#[cfg(feature = "etcd")]
+#[tokio::test]
+async fn an_etcd_member_that_stops_answering_is_one_warning_naming_the_member_used_next() {
+    let capture = Capture::default();
+    let _default = capture.install();
+    let cluster = fencelock_testkit::EtcdCluster::start(3).unwrap();
+    let leader = cluster.wait_for_leader(Duration::from_secs(30)).unwrap();
+    let follower = (leader + 1) % 3;
+    let mut urls: Vec<String> = cluster
+        .endpoints()
+        .iter()
+        .map(|e| e.replacen("http://", "etcd://", 1))
+        .collect();
+    // The follower first: the client starts on it.
+    urls.swap(0, follower);
+    let client = Client::new(
+        Config::new(urls)
+            .with_ttl(Duration::from_secs(2))
+            .with_node_timeout(Duration::from_millis(300))
+            .with_connect_timeout(Duration::from_millis(500)),
+    )
+    .unwrap();
+    client
+        .try_acquire("events:member")
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    cluster.member(follower).pause().unwrap();
+    let mut failed = 0;
+    for _ in 0..4 {
+        match client.try_acquire("events:member").await {
+            Ok(lock) => {
+                lock.release().await.unwrap();
+            }
+            Err(e) => {
+                assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
+                failed += 1;
+            }
+        }
+    }
+    let warnings = capture.at(Level::WARN, "did not answer");
+    cluster.member(follower).resume().unwrap();
+    assert!(failed <= 1, "{failed} of 4 calls failed: {warnings:?}");
+    assert_eq!(
+        warnings.len(),
+        1,
+        "one warning for one member: {warnings:?}"
+    );
+    let stopped = client.nodes()[0].redacted();
+    let next = client.nodes()[1].redacted();
+    assert!(
+        warnings[0].contains(&format!("etcd member {stopped} did not answer")),
+        "{} names {stopped}",
+        warnings[0]
+    );
+    assert!(
+        warnings[0].contains(&format!("using {next}")),
+        "{}",
+        warnings[0]
+    );
 }

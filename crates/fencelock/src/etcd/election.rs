@@ -99,7 +99,11 @@ impl Cluster {
                 Some(PutOptions::new().with_lease(held.lease)),
             )]);
         let resp = self
-            .call(limit.min(self.request_timeout), client.kv_client().txn(txn))
+            .call(
+                &client,
+                limit.min(self.request_timeout),
+                client.kv_client().txn(txn),
+            )
             .await?;
         Ok(resp.succeeded())
     }
@@ -126,7 +130,8 @@ pub(crate) struct LeaderWatch {
     /// The term of the last leader queued for report.
     last: i64,
     ready: VecDeque<(u64, String)>,
-    open: Option<WatchStream>,
+    /// The open watch and the member it runs on.
+    open: Option<(WatchStream, usize)>,
 }
 
 impl std::fmt::Debug for LeaderWatch {
@@ -170,7 +175,7 @@ impl LeaderWatch {
                 }
                 continue;
             }
-            let Some(open) = self.open.as_mut() else {
+            let Some((open, member)) = self.open.as_mut() else {
                 if self.watch().await.is_err() {
                     tokio::time::sleep(RETRY).await;
                 }
@@ -202,6 +207,12 @@ impl LeaderWatch {
                     }
                 }
                 Ok(None) | Err(_) => {
+                    // A broken watch moves the cluster on (its member may be down): the watch
+                    // opens again on the next member.
+                    let member = *member;
+                    self.backend
+                        .members
+                        .observe(member, false, &"the election watch broke");
                     // Watch again from where we are: no revision is skipped.
                     self.open = None;
                     tokio::time::sleep(RETRY).await;
@@ -216,6 +227,7 @@ impl LeaderWatch {
         let client = c.client().await?;
         let resp = c
             .call(
+                &client,
                 c.request_timeout,
                 client
                     .kv_client()
@@ -245,12 +257,12 @@ impl LeaderWatch {
             .with_start_revision(self.at + 1);
         let mut watcher = client.watch_client();
         let stream = c
-            .call(c.request_timeout, watcher.watch(self.prefix.clone(), Some(options)))
+            .call(&client, c.request_timeout, watcher.watch(self.prefix.clone(), Some(options)))
             .await
             .inspect_err(|f| {
                 tracing::debug!(prefix = %self.prefix, outcome = %f.outcome, "election watch failed");
             })?;
-        self.open = Some(stream);
+        self.open = Some((stream, client.index));
         Ok(())
     }
 
