@@ -941,9 +941,13 @@ impl Cluster {
     }
 
     /// Waits until `key` (with `prefix`: any key under it) is deleted after `revision`, or until
-    /// `wake` (time to renew the lease and look again: a watch on a member that hangs would
-    /// otherwise wait forever). Returns whether a delete was seen (a wake-up, not a time to look
-    /// again).
+    /// `wake` (time to renew the lease and look again). Returns whether a delete was seen (a
+    /// wake-up, not a time to look again).
+    ///
+    /// A member that stops answering keeps its watch streams open and silent, so the watch
+    /// asks the member for its progress every request timeout: no answer (of any kind) within
+    /// the next one is the member's failure, which moves the cluster on, like a broken
+    /// stream; the caller then looks again, on the next member.
     async fn wait_delete(
         &self,
         key: &str,
@@ -959,24 +963,43 @@ impl Cluster {
             options = options.with_prefix();
         }
         let wake = tokio::time::Instant::from_std(wake);
-        let mut watcher = client.watch_client();
-        let watch = watcher.watch(key, Some(options));
-        let Ok(watch) = tokio::time::timeout_at(wake, watch).await else {
-            return Ok(false);
-        };
-        // A watch that fails moves the cluster on, as a request does: the next look and watch
-        // go to another member.
-        let failed = |e: etcd_client::Error| {
-            let fail = Fail::failed(describe(&e));
+        let member_failed = |fail: Fail| {
             self.members.observe(client.index, false, &fail.outcome);
             fail
         };
-        let mut stream = watch.map_err(failed)?;
+        let timed_out = || Fail {
+            outcome: VoteOutcome::TimedOut,
+            lease_gone: false,
+        };
+        let mut watcher = client.watch_client();
+        let watch = watcher.watch(key, Some(options));
+        let opened = tokio::time::Instant::now() + self.request_timeout;
+        let mut stream = match tokio::time::timeout_at(opened.min(wake), watch).await {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(e)) => return Err(member_failed(Fail::failed(describe(&e)))),
+            Err(_) if opened < wake => return Err(member_failed(timed_out())),
+            Err(_) => return Ok(false),
+        };
+        let mut check = tokio::time::interval_at(opened, self.request_timeout);
+        let mut asked = false;
         loop {
             let message = tokio::select! {
-                message = stream.message() => message,
+                message = stream.message() => Some(message),
                 () = tokio::time::sleep_until(wake) => return Ok(false),
+                _ = check.tick() => None,
             };
+            let Some(message) = message else {
+                if asked {
+                    // Not even the progress answer came: the member does not answer.
+                    return Err(member_failed(timed_out()));
+                }
+                asked = true;
+                if let Err(e) = stream.request_progress().await {
+                    return Err(member_failed(Fail::failed(describe(&e))));
+                }
+                continue;
+            };
+            asked = false;
             match message {
                 Ok(Some(resp)) => {
                     let deleted = resp
@@ -989,7 +1012,7 @@ impl Cluster {
                     }
                 }
                 Ok(None) => return Ok(false),
-                Err(e) => return Err(failed(e)),
+                Err(e) => return Err(member_failed(Fail::failed(describe(&e)))),
             }
         }
     }
