@@ -98,23 +98,17 @@ const UP: u8 = 1;
 const DOWN: u8 = 2;
 
 impl NodeHealth {
-    pub(crate) fn new(nodes: usize, quorum: usize) -> NodeHealth {
+    /// `nodes` Redis nodes of which `quorum` must answer, or (`etcd`) one etcd cluster,
+    /// which answers as one (its members agree through raft; the client sends requests to one
+    /// member, and to the next when it fails, `etcd/members.rs`): then observed as node 0,
+    /// named by its member list, judged down once every member failed in a row. A plain flag,
+    /// not a cfg: only `backend.rs`, `etcd/` and `lib.rs` name the etcd feature
+    /// (`tests/layout.rs`).
+    pub(crate) fn new(nodes: usize, quorum: usize, etcd: bool) -> NodeHealth {
         NodeHealth {
             state: (0..nodes).map(|_| AtomicU8::new(UNKNOWN)).collect(),
             quorum,
-            etcd: false,
-        }
-    }
-
-    /// One etcd cluster, which answers as one (its members agree through raft; the client
-    /// sends requests to one member, and to the next when it fails, `etcd/members.rs`):
-    /// observed as node 0, named by its member list, judged down once every member failed in
-    /// a row.
-    #[cfg(feature = "etcd")]
-    pub(crate) fn etcd_cluster() -> NodeHealth {
-        NodeHealth {
-            etcd: true,
-            ..NodeHealth::new(1, 1)
+            etcd,
         }
     }
 

@@ -132,6 +132,10 @@ pub(crate) struct LeaderWatch {
     ready: VecDeque<(u64, String)>,
     /// The open watch and the member it runs on.
     open: Option<(WatchStream, usize)>,
+    /// Whether the open watch was asked for its progress and has not answered since: a member
+    /// that falls silent keeps the stream open, so a request timeout without a message asks,
+    /// and a second one moves the cluster on.
+    asked: bool,
 }
 
 impl std::fmt::Debug for LeaderWatch {
@@ -157,6 +161,7 @@ impl LeaderWatch {
             last: 0,
             ready: VecDeque::new(),
             open: None,
+            asked: false,
         }
     }
 
@@ -181,7 +186,30 @@ impl LeaderWatch {
                 }
                 continue;
             };
-            match open.message().await {
+            let limit = self.backend.request_timeout;
+            let message = match tokio::time::timeout(limit, open.message()).await {
+                Ok(message) => {
+                    self.asked = false;
+                    message
+                }
+                Err(_) if !self.asked => {
+                    self.asked = true;
+                    if let Err(e) = open.request_progress().await {
+                        tracing::debug!(prefix = %self.prefix, error = %e, "election watch: no progress request");
+                    }
+                    continue;
+                }
+                Err(_) => {
+                    let member = *member;
+                    self.backend
+                        .members
+                        .observe(member, false, &"the election watch fell silent");
+                    self.open = None;
+                    self.asked = false;
+                    continue;
+                }
+            };
+            match message {
                 Ok(Some(resp)) => {
                     if resp.canceled() {
                         self.open = None;

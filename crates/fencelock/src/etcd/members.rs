@@ -84,7 +84,7 @@ impl Members {
             connect_timeout,
             connect_limit,
             tls,
-            health: telemetry::NodeHealth::etcd_cluster(),
+            health: telemetry::NodeHealth::new(1, 1, true),
         }
     }
 

@@ -42,6 +42,10 @@
 //! Requests get at least [`timing::MIN_REQUEST_TIMEOUT`], since a write waits for a raft round.
 //! Requests are sent with etcd's "require leader" flag, so a member cut off from the majority
 //! refuses instead of answering from stale state.
+//! Each request goes to one member, the current one (`members.rs`); a request that member
+//! fails, lets time out or refuses (no leader) moves the cluster on to the next member for the
+//! next request. Nothing is re-sent inside a call: a grant or a create transaction whose answer
+//! was lost may have been applied, and the lease it made is revoked (or expires by TTL).
 //!
 //! URLs: `etcd://[user:password@]host:port` (the login, if given, is shared by all members).
 //! `etcds://` takes TLS (with the `tls` feature: etcd-client's rustls and ring) and the CA and
