@@ -292,18 +292,21 @@ enum Down {
     Killed,
 }
 
+impl Down {
+    fn bring_down(self, cluster: &EtcdCluster, member: usize) {
+        match self {
+            Down::Paused => cluster.member(member).pause().unwrap(),
+            Down::Killed => cluster.member(member).kill().unwrap(),
+        }
+    }
+}
+
 /// A healthy 3-member cluster, one follower of which goes down (`how`), and the endpoints with
 /// that follower listed first, so a client starts on the member that fails.
 fn a_follower_down(how: Down) -> (EtcdCluster, Vec<String>) {
     let cluster = EtcdCluster::start(3).unwrap();
-    let leader = cluster.wait_for_leader(LONG).unwrap();
-    let follower = (leader + 1) % 3;
-    let mut eps = cluster.endpoints();
-    eps.swap(0, follower);
-    match how {
-        Down::Paused => cluster.member(follower).pause().unwrap(),
-        Down::Killed => cluster.member(follower).kill().unwrap(),
-    }
+    let (follower, eps) = cluster.follower_first(LONG).unwrap();
+    how.bring_down(&cluster, follower);
     (cluster, eps)
 }
 
@@ -359,10 +362,7 @@ async fn a_killed_follower_leaves_the_lock_available() {
 /// not only at its next lease renewal (every TTL/3, 10 s here).
 async fn a_waiter_whose_member_fails_is_served_through_another(how: Down) {
     let cluster = EtcdCluster::start(3).unwrap();
-    let leader = cluster.wait_for_leader(LONG).unwrap();
-    let follower = (leader + 1) % 3;
-    let mut eps = cluster.endpoints();
-    eps.swap(0, follower);
+    let (follower, eps) = cluster.follower_first(LONG).unwrap();
     let holder = client(&eps, Duration::from_secs(30));
     let waiter = client(&eps, Duration::from_secs(30));
     let lock = holder.acquire("watched").await.unwrap();
@@ -371,10 +371,7 @@ async fn a_waiter_whose_member_fails_is_served_through_another(how: Down) {
         (lock, Instant::now())
     });
     wait_queue_len(&eps[1..], "watched", 2).await;
-    match how {
-        Down::Paused => cluster.member(follower).pause().unwrap(),
-        Down::Killed => cluster.member(follower).kill().unwrap(),
-    }
+    how.bring_down(&cluster, follower);
     tokio::time::sleep(Duration::from_millis(300)).await;
     lock.release().await.unwrap();
     let released = Instant::now();
@@ -401,11 +398,8 @@ async fn a_waiter_whose_member_stops_is_served_through_another() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_lock_survives_killing_a_follower() {
     let cluster = EtcdCluster::start(3).unwrap();
-    let leader = cluster.wait_for_leader(LONG).unwrap();
-    let follower = (leader + 1) % 3;
     // The follower first, so both clients have used it before it dies.
-    let mut eps = cluster.endpoints();
-    eps.swap(0, follower);
+    let (follower, eps) = cluster.follower_first(LONG).unwrap();
     let a = client(&eps, Duration::from_secs(5));
     let b = client(&eps, Duration::from_secs(5));
 

@@ -386,14 +386,11 @@ async fn a_dead_leaders_successor_takes_over_after_the_ttl_with_a_larger_term() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_observer_whose_member_stops_sees_the_next_leader_through_another() {
     let cluster = EtcdCluster::start(3).unwrap();
-    let leader = cluster.wait_for_leader(LONG).unwrap();
-    let follower = (leader + 1) % 3;
-    let mut urls: Vec<String> = cluster
-        .endpoints()
+    let (follower, endpoints) = cluster.follower_first(LONG).unwrap();
+    let urls: Vec<String> = endpoints
         .iter()
         .map(|e| e.replacen("http://", "etcd://", 1))
         .collect();
-    urls.swap(0, follower);
     let ttl = Duration::from_secs(30);
     let watching = Client::new(Config::new(urls.clone()).with_ttl(ttl)).unwrap();
     let mut observer = watching.election("e:silent").unwrap().observe();

@@ -203,18 +203,11 @@ async fn a_node_in_restart_quarantine_is_a_warning_that_says_what_to_do() {
     );
 }
 
-/// The etcd client sends a request to one member at a time, and every call gets one answer,
-/// the cluster's: a cluster that stops answering (here its only member, stopped with
-/// `kill -STOP`) is one warning that says what to do, however many calls meet it, and its
-/// return is noted at `info`.
+/// A client of the etcd members at `endpoints` (`http://` URLs) with quick timeouts, after one
+/// lock on `resource` taken and released (the cluster answered).
 #[cfg(feature = "etcd")]
-#[tokio::test]
-async fn an_etcd_cluster_that_stops_answering_is_one_warning_and_its_return_is_noted() {
-    let capture = Capture::default();
-    let _default = capture.install();
-    let etcd = fencelock_testkit::Etcd::start().unwrap();
-    let urls: Vec<String> = etcd
-        .endpoints()
+async fn etcd_client_that_answered(endpoints: &[String], resource: &str) -> Client {
+    let urls: Vec<String> = endpoints
         .iter()
         .map(|e| e.replacen("http://", "etcd://", 1))
         .collect();
@@ -227,12 +220,26 @@ async fn an_etcd_cluster_that_stops_answering_is_one_warning_and_its_return_is_n
     )
     .unwrap();
     client
-        .try_acquire("events:etcd")
+        .try_acquire(resource)
         .await
         .unwrap()
         .release()
         .await
         .unwrap();
+    client
+}
+
+/// The etcd client sends a request to one member at a time, and every call gets one answer,
+/// the cluster's: a cluster that stops answering (here its only member, stopped with
+/// `kill -STOP`) is one warning that says what to do, however many calls meet it, and its
+/// return is noted at `info`.
+#[cfg(feature = "etcd")]
+#[tokio::test]
+async fn an_etcd_cluster_that_stops_answering_is_one_warning_and_its_return_is_noted() {
+    let capture = Capture::default();
+    let _default = capture.install();
+    let etcd = fencelock_testkit::Etcd::start().unwrap();
+    let client = etcd_client_that_answered(&etcd.endpoints(), "events:etcd").await;
     assert!(capture.at(Level::WARN, "did not answer").is_empty());
     etcd.pause().unwrap();
     for _ in 0..2 {
@@ -265,29 +272,9 @@ async fn an_etcd_member_that_stops_answering_is_one_warning_naming_the_member_us
     let capture = Capture::default();
     let _default = capture.install();
     let cluster = fencelock_testkit::EtcdCluster::start(3).unwrap();
-    let leader = cluster.wait_for_leader(Duration::from_secs(30)).unwrap();
-    let follower = (leader + 1) % 3;
-    let mut urls: Vec<String> = cluster
-        .endpoints()
-        .iter()
-        .map(|e| e.replacen("http://", "etcd://", 1))
-        .collect();
     // The follower first: the client starts on it.
-    urls.swap(0, follower);
-    let client = Client::new(
-        Config::new(urls)
-            .with_ttl(Duration::from_secs(2))
-            .with_node_timeout(Duration::from_millis(300))
-            .with_connect_timeout(Duration::from_millis(500)),
-    )
-    .unwrap();
-    client
-        .try_acquire("events:member")
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    let (follower, endpoints) = cluster.follower_first(Duration::from_secs(30)).unwrap();
+    let client = etcd_client_that_answered(&endpoints, "events:member").await;
     cluster.member(follower).pause().unwrap();
     let mut failed = 0;
     for _ in 0..4 {
