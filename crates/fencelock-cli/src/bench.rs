@@ -1242,14 +1242,6 @@ impl Report {
                     .map_or(Value::Null, |r| round2(r).into()),
             );
         }
-        if let Some(mutex) = self.named("mutex") {
-            top.insert("mutex".into(), Value::Object(Self::series_json(mutex)));
-            top.insert(
-                "ratio_mutex".into(),
-                self.ratio_to("mutex")
-                    .map_or(Value::Null, |r| round2(r).into()),
-            );
-        }
         Value::Object(top)
     }
 

@@ -185,7 +185,19 @@ async fn run_command(global: &cli::Global, args: cli::RunArgs) -> anyhow::Result
         shared: args.shared,
         elect: None,
     };
-    run::run(&settings, plan)
+    let metrics = args
+        .metrics_file
+        .as_deref()
+        .map(metrics::MetricsFile::create)
+        .transpose()?;
+    let status = run::run(&settings, plan)
         .await
-        .map_err(|err| exit::on_not_acquired(err, args.conflict_exit_code))
+        .map_err(|err| exit::on_not_acquired(err, args.conflict_exit_code));
+    if let Some(metrics) = metrics {
+        // The command's status is the news; metrics that could not be written are not.
+        if let Err(e) = metrics.finish() {
+            eprintln!("fencelock: warning: {e:#}");
+        }
+    }
+    status
 }

@@ -165,7 +165,7 @@ impl RedisBackend {
             },
             engine: Engine::default(),
             waited_for: Mutex::default(),
-            health: Arc::new(crate::telemetry::NodeHealth::new(n, quorum)),
+            health: Arc::new(crate::telemetry::NodeHealth::new(n, quorum, false)),
             holder: config.holder().map(|h| h.to_string().into_boxed_str()),
         })
     }
