@@ -147,6 +147,14 @@ mutant etcd-leader-unproclaimed "an etcd observer reports the oldest candidate b
   crates/fencelock/src/etcd/election.rs \
   's/proclaimed: kv\.mod_revision\(\) > rev,/proclaimed: true,/' \
   "-p fencelock --test etcd_family a_dead_leaders_successor_takes_over_after_the_ttl_with_a_larger_term"
+mutant etcd-no-member-rotation "a failed etcd request leaves the cluster on the same member" \
+  crates/fencelock/src/etcd/members.rs \
+  's/let next = \(index \+ 1\) % n;/let next = index;/' \
+  "-p fencelock --test etcd a_killed_follower_leaves_the_lock_available"
+mutant etcd-watch-no-progress "an etcd watch never asks a silent member for its progress" \
+  crates/fencelock/src/etcd/mod.rs \
+  's/_ = check\.tick\(\) => None,/() = std::future::pending::<()>() => { let _ = check.tick(); None }/' \
+  "-p fencelock --test etcd a_waiter_whose_member_stops_is_served_through_another"
 mutant harness-permits-plus-one "the harness's semaphore clients take N + 1 permits: the at-most-N rule must see it" \
   crates/fencelock-harness/src/family.rs \
   's/client\.semaphore\(RESOURCE, n\)/client.semaphore(RESOURCE, n + 1)/' \

@@ -1242,18 +1242,19 @@ impl Report {
                     .map_or(Value::Null, |r| round2(r).into()),
             );
         }
-        if let Some(mutex) = self.named("mutex") {
-            top.insert("mutex".into(), Value::Object(Self::series_json(mutex)));
-            top.insert(
-                "ratio_mutex".into(),
-                self.ratio_to("mutex")
-                    .map_or(Value::Null, |r| round2(r).into()),
-            );
-        }
         Value::Object(top)
     }
 
     fn print(&self) {
+        self.print_table();
+        self.print_ratios();
+        for s in &self.series {
+            self.print_details(s);
+        }
+    }
+
+    /// One line per series: throughput, latency, errors, CPU.
+    fn print_table(&self) {
         println!(
             "{:<11} {:>10} {:>9} {:>9} {:>9} {:>7} {:>10}",
             "series", "cycles/s", "p50", "p99", "max", "errors", "cpu/cycle"
@@ -1274,6 +1275,10 @@ impl Report {
                     .map_or("-".into(), |us| human(Duration::from_micros(us)))
             );
         }
+    }
+
+    /// The library's throughput against each baseline the workload has.
+    fn print_ratios(&self) {
         if let Some(r) = self.ratio() {
             let what = if self.workload == Workload::Contended {
                 "raw (polling)"
@@ -1292,69 +1297,49 @@ impl Report {
                 println!("ratio read-write lock/mutex, one key (cycles/s): {r:.2}x");
             }
         }
-        for s in &self.series {
-            let e = &s.extra;
-            let n = |k: &str| e.get(k).cloned().unwrap_or(Value::Null);
-            let us = |k: &str| {
-                e.get(k)
-                    .and_then(Value::as_u64)
-                    .map_or("-".into(), |v| human(Duration::from_micros(v)))
-            };
-            match self.workload {
-                Workload::Contended => println!(
-                    "{}: overlaps {}, counter {} for {} sections, per worker {}, busiest {} (fair share {}), hand-over p50 {} p99 {} max {}, p50 after the release returned {} (round trip {})",
-                    s.name,
-                    n("overlaps"),
-                    n("counter"),
-                    n("sections"),
-                    n("sections_per_worker"),
-                    n("busiest_worker_sections"),
-                    n("fair_share"),
-                    us("handover_p50_us"),
-                    us("handover_p99_us"),
-                    us("handover_max_us"),
-                    us("handover_after_release_p50_us"),
-                    us("round_trip_us"),
-                ),
-                Workload::Held => {
-                    println!(
-                        "{}: {} locks held {} ms, CPU {} ms ({:.1}% of a core), lost {}",
-                        s.name,
-                        n("locks"),
-                        n("hold_ms"),
-                        n("cpu_ms"),
-                        e.get("cpu_fraction").and_then(Value::as_f64).unwrap_or(0.0) * 100.0,
-                        n("lost"),
-                    );
-                    if let Some(Value::Array(nodes)) = e.get("per_node") {
-                        for (i, node) in nodes.iter().enumerate() {
-                            println!(
-                                "  node {}: {} commands ({} /s), {} EVALSHA, {} round trips",
-                                i + 1,
-                                node["commands"],
-                                node["commands_per_sec"],
-                                node["evalsha"],
-                                node["round_trips"]
-                            );
-                        }
-                    }
-                }
-                Workload::Permits => println!(
-                    "{}: {} permit(s), hold {}, at most {} holders at once, {} over the limit",
-                    s.name,
-                    n("permits"),
-                    us("hold_us"),
-                    n("most_holders"),
-                    n("overlaps"),
-                ),
-                Workload::Shared if s.name == "fencelock" => println!(
-                    "{}: {} write cycles, overlaps {}",
-                    s.name,
-                    n("write_cycles"),
-                    n("overlaps")
-                ),
-                Workload::Seq | Workload::Par | Workload::Shared => {}
-            }
+    }
+
+    /// The workload's own figures of one series (its safety counts, hand-over, CPU...).
+    fn print_details(&self, s: &Series) {
+        let e = &s.extra;
+        let n = |k: &str| e.get(k).cloned().unwrap_or(Value::Null);
+        let us = |k: &str| {
+            e.get(k)
+                .and_then(Value::as_u64)
+                .map_or("-".into(), |v| human(Duration::from_micros(v)))
+        };
+        match self.workload {
+            Workload::Contended => println!(
+                "{}: overlaps {}, counter {} for {} sections, per worker {}, busiest {} (fair share {}), hand-over p50 {} p99 {} max {}, p50 after the release returned {} (round trip {})",
+                s.name,
+                n("overlaps"),
+                n("counter"),
+                n("sections"),
+                n("sections_per_worker"),
+                n("busiest_worker_sections"),
+                n("fair_share"),
+                us("handover_p50_us"),
+                us("handover_p99_us"),
+                us("handover_max_us"),
+                us("handover_after_release_p50_us"),
+                us("round_trip_us"),
+            ),
+            Workload::Held => print_held(s),
+            Workload::Permits => println!(
+                "{}: {} permit(s), hold {}, at most {} holders at once, {} over the limit",
+                s.name,
+                n("permits"),
+                us("hold_us"),
+                n("most_holders"),
+                n("overlaps"),
+            ),
+            Workload::Shared if s.name == "fencelock" => println!(
+                "{}: {} write cycles, overlaps {}",
+                s.name,
+                n("write_cycles"),
+                n("overlaps")
+            ),
+            Workload::Seq | Workload::Par | Workload::Shared => {}
         }
     }
 
@@ -1390,5 +1375,32 @@ impl Report {
         std::fs::write(path, plot::svg(&title, &curves)).map_err(|e| {
             Failure::internal(format!("cannot write the plot to {}: {e}", path.display()))
         })
+    }
+}
+
+/// The held workload's figures of one series: CPU while locks are held, and each node's load.
+fn print_held(s: &Series) {
+    let e = &s.extra;
+    let n = |k: &str| e.get(k).cloned().unwrap_or(Value::Null);
+    println!(
+        "{}: {} locks held {} ms, CPU {} ms ({:.1}% of a core), lost {}",
+        s.name,
+        n("locks"),
+        n("hold_ms"),
+        n("cpu_ms"),
+        e.get("cpu_fraction").and_then(Value::as_f64).unwrap_or(0.0) * 100.0,
+        n("lost"),
+    );
+    if let Some(Value::Array(nodes)) = e.get("per_node") {
+        for (i, node) in nodes.iter().enumerate() {
+            println!(
+                "  node {}: {} commands ({} /s), {} EVALSHA, {} round trips",
+                i + 1,
+                node["commands"],
+                node["commands_per_sec"],
+                node["evalsha"],
+                node["round_trips"]
+            );
+        }
     }
 }

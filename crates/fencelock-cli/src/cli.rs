@@ -206,6 +206,11 @@ pub(crate) struct RunArgs {
     /// exclusive fenced holder.
     #[arg(long, short = 's', conflicts_with = "permits")]
     pub(crate) shared: bool,
+    /// When the run ends, write the library's metrics of it (acquisition, extensions, node
+    /// votes, ...) to PATH in Prometheus text format, e.g. for node_exporter's textfile
+    /// collector. Written to PATH.tmp, which is created at the start, and renamed.
+    #[arg(long, value_name = "PATH")]
+    pub(crate) metrics_file: Option<std::path::PathBuf>,
     /// The lock's name.
     pub(crate) resource: String,
     /// The command and its arguments (after `--`).

@@ -177,94 +177,15 @@ fn node_count(n: usize, quorum: usize) -> Check {
 }
 
 fn node_checks(f: &NodeFacts, limits: Limits, checks: &mut Vec<Check>) {
-    let node = Some(f.name.as_str());
-    let info = |key: &str| f.info.get(key).map(String::as_str);
-
-    let version = info("redis_version").unwrap_or("?");
-    checks.push(check(
-        "reachable",
-        node,
-        Status::Pass,
-        format!("redis {version}"),
-        None,
-    ));
-
-    if fencelock::protocol::redis_version_too_old(version) {
-        checks.push(check(
-            "version",
-            node,
-            Status::Fail,
-            format!(
-                "redis {version}: fencelock's scripts need Redis {} or newer (they read the clock before writing); clients refuse the node",
-                fencelock::protocol::MIN_REDIS_MAJOR
-            ),
-            Some("upgrade the node"),
-        ));
-    }
-
-    if let Some(max) = f.rtts.iter().max() {
-        let detail = format!(
-            "round trip up to {} over {} PING(s); per-node timeout {}",
-            human(*max),
-            f.rtts.len(),
-            human(limits.node_timeout)
-        );
-        let status = if *max >= limits.node_timeout {
-            Status::Fail
-        } else if *max * 2 >= limits.node_timeout {
-            Status::Warn
-        } else {
-            Status::Pass
-        };
-        let hint = match status {
-            Status::Pass => None,
-            _ => Some("requests this slow time out and the node's vote is lost; raise --node-timeout (keep it far below the TTL) or move the node closer"),
-        };
-        checks.push(check("round trip", node, status, detail, hint));
-    }
-
-    match info("role") {
-        Some("slave") | Some("replica") => checks.push(check(
-            "replication",
-            node,
-            Status::Fail,
-            format!(
-                "the node is a replica of {}:{}",
-                info("master_host").unwrap_or("?"),
-                info("master_port").unwrap_or("?")
-            ),
-            Some("Redlock nodes must be independent masters: a replica can lose the lock key on failover; use separate servers without replication"),
-        )),
-        _ => {
-            let replicas: u64 = info("connected_slaves").and_then(|v| v.parse().ok()).unwrap_or(0);
-            if replicas > 0 {
-                checks.push(check(
-                    "replication",
-                    node,
-                    Status::Fail,
-                    format!("the node has {replicas} connected replica(s)"),
-                    Some("replication is asynchronous: a promoted replica may not have the lock key, and two clients hold the lock; use independent nodes without replicas"),
-                ));
-            } else {
-                checks.push(check("replication", node, Status::Pass, "an independent master", None));
-            }
-        }
-    }
-
-    if info("cluster_enabled") == Some("1") {
-        checks.push(check(
-            "cluster",
-            node,
-            Status::Fail,
-            "cluster_enabled:1, the node is part of a Redis Cluster",
-            Some("do not use a Redis Cluster as Redlock nodes: its masters fail over to replicas; use standalone servers"),
-        ));
-    }
-
+    checks.push(reachable_node(f));
+    checks.extend(version_check(f));
+    checks.extend(round_trip_check(f, limits));
+    checks.push(replication_check(f));
+    checks.extend(cluster_check(f));
     match &f.config {
         Err(why) => checks.push(check(
             "config",
-            node,
+            Some(&f.name),
             Status::Warn,
             format!("CONFIG GET refused ({why}); eviction and persistence could not be checked"),
             Some(
@@ -275,23 +196,128 @@ fn node_checks(f: &NodeFacts, limits: Limits, checks: &mut Vec<Check>) {
             config_checks(f, config, limits, checks);
         }
     }
+    checks.extend(clock_vs_local_check(f));
+}
 
-    if let Some((offset, uncertainty)) = f.clock_offset {
-        let off = Duration::from_micros(offset.unsigned_abs()).saturating_sub(uncertainty);
-        let (status, hint) = skew_verdict(off);
-        checks.push(check(
-            "clock vs local",
-            node,
-            status,
+/// A value of the node's `INFO`.
+fn info<'a>(f: &'a NodeFacts, key: &str) -> Option<&'a str> {
+    f.info.get(key).map(String::as_str)
+}
+
+/// The node answered: its version.
+fn reachable_node(f: &NodeFacts) -> Check {
+    let version = info(f, "redis_version").unwrap_or("?");
+    check(
+        "reachable",
+        Some(&f.name),
+        Status::Pass,
+        format!("redis {version}"),
+        None,
+    )
+}
+
+/// A Redis too old for the scripts.
+fn version_check(f: &NodeFacts) -> Option<Check> {
+    let version = info(f, "redis_version").unwrap_or("?");
+    fencelock::protocol::redis_version_too_old(version).then(|| {
+        check(
+            "version",
+            Some(&f.name),
+            Status::Fail,
             format!(
-                "node clock {} {} the local clock (±{})",
-                human(Duration::from_micros(offset.unsigned_abs())),
-                if offset >= 0 { "ahead of" } else { "behind" },
-                human(uncertainty)
+                "redis {version}: fencelock's scripts need Redis {} or newer (they read the clock before writing); clients refuse the node",
+                fencelock::protocol::MIN_REDIS_MAJOR
             ),
-            hint,
-        ));
+            Some("upgrade the node"),
+        )
+    })
+}
+
+/// The slowest PING against the per-node timeout.
+fn round_trip_check(f: &NodeFacts, limits: Limits) -> Option<Check> {
+    let max = f.rtts.iter().max()?;
+    let detail = format!(
+        "round trip up to {} over {} PING(s); per-node timeout {}",
+        human(*max),
+        f.rtts.len(),
+        human(limits.node_timeout)
+    );
+    let status = if *max >= limits.node_timeout {
+        Status::Fail
+    } else if *max * 2 >= limits.node_timeout {
+        Status::Warn
+    } else {
+        Status::Pass
+    };
+    let hint = match status {
+        Status::Pass => None,
+        _ => Some("requests this slow time out and the node's vote is lost; raise --node-timeout (keep it far below the TTL) or move the node closer"),
+    };
+    Some(check("round trip", Some(&f.name), status, detail, hint))
+}
+
+/// Redlock nodes must be independent masters: neither a replica nor a master with replicas.
+fn replication_check(f: &NodeFacts) -> Check {
+    let node = Some(f.name.as_str());
+    match info(f, "role") {
+        Some("slave") | Some("replica") => check(
+            "replication",
+            node,
+            Status::Fail,
+            format!(
+                "the node is a replica of {}:{}",
+                info(f, "master_host").unwrap_or("?"),
+                info(f, "master_port").unwrap_or("?")
+            ),
+            Some("Redlock nodes must be independent masters: a replica can lose the lock key on failover; use separate servers without replication"),
+        ),
+        _ => {
+            let replicas: u64 = info(f, "connected_slaves").and_then(|v| v.parse().ok()).unwrap_or(0);
+            if replicas > 0 {
+                check(
+                    "replication",
+                    node,
+                    Status::Fail,
+                    format!("the node has {replicas} connected replica(s)"),
+                    Some("replication is asynchronous: a promoted replica may not have the lock key, and two clients hold the lock; use independent nodes without replicas"),
+                )
+            } else {
+                check("replication", node, Status::Pass, "an independent master", None)
+            }
+        }
     }
+}
+
+/// A node of a Redis Cluster.
+fn cluster_check(f: &NodeFacts) -> Option<Check> {
+    (info(f, "cluster_enabled") == Some("1")).then(|| {
+        check(
+            "cluster",
+            Some(&f.name),
+            Status::Fail,
+            "cluster_enabled:1, the node is part of a Redis Cluster",
+            Some("do not use a Redis Cluster as Redlock nodes: its masters fail over to replicas; use standalone servers"),
+        )
+    })
+}
+
+/// The node's clock against the local one, less the measurement's uncertainty.
+fn clock_vs_local_check(f: &NodeFacts) -> Option<Check> {
+    let (offset, uncertainty) = f.clock_offset?;
+    let off = Duration::from_micros(offset.unsigned_abs()).saturating_sub(uncertainty);
+    let (status, hint) = skew_verdict(off);
+    Some(check(
+        "clock vs local",
+        Some(&f.name),
+        status,
+        format!(
+            "node clock {} {} the local clock (±{})",
+            human(Duration::from_micros(offset.unsigned_abs())),
+            if offset >= 0 { "ahead of" } else { "behind" },
+            human(uncertainty)
+        ),
+        hint,
+    ))
 }
 
 fn config_checks(

@@ -330,119 +330,16 @@ fn check(
 
 /// Turns the members' facts into checks. No I/O.
 pub(crate) fn evaluate(facts: &[MemberFacts], limits: Limits) -> Vec<Check> {
-    let mut checks = Vec::new();
     let reachable: Vec<&MemberFacts> = facts.iter().filter(|f| f.reachable.is_ok()).collect();
-    for f in facts {
-        if let Err(why) = &f.reachable {
-            checks.push(check(
-                "reachable",
-                Some(&f.name),
-                Status::Fail,
-                format!("cannot reach the member: {why}"),
-                Some("start the member or fix its URL"),
-            ));
-        }
-    }
-    let size = reachable.iter().map(|f| f.cluster_size).max().unwrap_or(0);
-    let quorum = size / 2 + 1;
-    let healthy = reachable.iter().filter(|f| f.errors.is_empty()).count();
-    if size > 0 {
-        let status = if healthy >= quorum {
-            if healthy == size {
-                Status::Pass
-            } else {
-                Status::Warn
-            }
-        } else {
-            Status::Fail
-        };
-        checks.push(check(
-            "quorum",
-            None,
-            status,
-            format!("{healthy} of {size} member(s) answer without errors, a quorum needs {quorum}"),
-            Some(if status == Status::Fail {
-                "no lock can be granted or released until a quorum of members is back"
-            } else {
-                "locks work; one more failure may stop them"
-            }),
-        ));
-        if facts.len() < size {
-            checks.push(check(
-                "node list",
-                None,
-                Status::Warn,
-                format!(
-                    "the node list names {} of the cluster's {size} member(s)",
-                    facts.len()
-                ),
-                Some("list every member, so that the client can go to another when one is down"),
-            ));
-        }
-    } else if !reachable.is_empty() {
-        checks.push(check(
-            "quorum",
-            None,
-            Status::Fail,
-            "no member listed the cluster's members".into(),
-            Some("check the members' health (`etcdctl endpoint health`)"),
-        ));
-    }
+    let mut checks: Vec<Check> = facts.iter().filter_map(unreachable_member).collect();
+    checks.extend(quorum_checks(facts.len(), &reachable));
     for f in &reachable {
-        let node = Some(f.name.as_str());
-        if f.leader == 0 {
-            checks.push(check(
-                "leader",
-                node,
-                Status::Fail,
-                "the member follows no leader".into(),
-                Some("the cluster has no quorum or is electing: locks wait until it has a leader"),
-            ));
-        }
-        if !f.errors.is_empty() {
-            checks.push(check(
-                "health",
-                node,
-                Status::Fail,
-                format!("the member reports: {}", f.errors.join("; ")),
-                Some("see the member's log (an alarm such as NOSPACE blocks every write)"),
-            ));
-        }
-        if let Some(worst) = f.rtts.iter().max() {
-            let (status, hint) = if *worst > limits.node_timeout.max(Duration::from_secs(1)) {
-                (Status::Warn, Some("slower than the per-request timeout: requests will fail; raise --node-timeout or check the network"))
-            } else {
-                (Status::Pass, None)
-            };
-            checks.push(check(
-                "latency",
-                node,
-                status,
-                format!("status round trip up to {}", crate::cli::human(*worst)),
-                hint,
-            ));
-        }
+        checks.extend(follows_a_leader(f));
+        checks.extend(member_health(f));
+        checks.extend(member_latency(f, limits));
     }
-    let leaders: std::collections::BTreeSet<u64> = reachable
-        .iter()
-        .map(|f| f.leader)
-        .filter(|l| *l != 0)
-        .collect();
-    match leaders.len() {
-        0 => {}
-        1 => checks.push(check("leader", None, Status::Pass, format!("every reachable member follows leader {:x}", leaders.iter().next().unwrap_or(&0)), None)),
-        _ => checks.push(check("leader", None, Status::Fail, format!("the members follow different leaders ({})", leaders.iter().map(|l| format!("{l:x}")).collect::<Vec<_>>().join(", ")), Some("the node list mixes clusters, or a partition split this one: list the members of one cluster"))),
-    }
-    let ids: std::collections::BTreeSet<u64> = reachable.iter().map(|f| f.member_id).collect();
-    if ids.len() < reachable.len() {
-        checks.push(check(
-            "duplicates",
-            None,
-            Status::Fail,
-            "two entries of the node list reach the same member".into(),
-            Some("list each member once"),
-        ));
-    }
+    checks.extend(leader_agreement(&reachable));
+    checks.extend(duplicate_members(&reachable));
     if let Some(min) = reachable.iter().filter_map(|f| f.min_lease_ttl).max() {
         checks.push(lease_check(min, limits.ttl));
     }
@@ -454,6 +351,140 @@ pub(crate) fn evaluate(facts: &[MemberFacts], limits: Limits) -> Vec<Check> {
         None,
     ));
     checks
+}
+
+/// A member that could not be reached.
+fn unreachable_member(f: &MemberFacts) -> Option<Check> {
+    let why = f.reachable.as_ref().err()?;
+    Some(check(
+        "reachable",
+        Some(&f.name),
+        Status::Fail,
+        format!("cannot reach the member: {why}"),
+        Some("start the member or fix its URL"),
+    ))
+}
+
+/// Whether a quorum of the cluster's members answers without errors, and whether the node list
+/// (`listed` entries) names every member.
+fn quorum_checks(listed: usize, reachable: &[&MemberFacts]) -> Vec<Check> {
+    let size = reachable.iter().map(|f| f.cluster_size).max().unwrap_or(0);
+    if size == 0 {
+        return if reachable.is_empty() {
+            Vec::new()
+        } else {
+            vec![check(
+                "quorum",
+                None,
+                Status::Fail,
+                "no member listed the cluster's members".into(),
+                Some("check the members' health (`etcdctl endpoint health`)"),
+            )]
+        };
+    }
+    let quorum = size / 2 + 1;
+    let healthy = reachable.iter().filter(|f| f.errors.is_empty()).count();
+    let status = if healthy >= quorum {
+        if healthy == size {
+            Status::Pass
+        } else {
+            Status::Warn
+        }
+    } else {
+        Status::Fail
+    };
+    let mut checks = vec![check(
+        "quorum",
+        None,
+        status,
+        format!("{healthy} of {size} member(s) answer without errors, a quorum needs {quorum}"),
+        Some(if status == Status::Fail {
+            "no lock can be granted or released until a quorum of members is back"
+        } else {
+            "locks work; one more failure may stop them"
+        }),
+    )];
+    if listed < size {
+        checks.push(check(
+            "node list",
+            None,
+            Status::Warn,
+            format!("the node list names {listed} of the cluster's {size} member(s)"),
+            Some("list every member, so that the client can go to another when one is down"),
+        ));
+    }
+    checks
+}
+
+/// A member that follows no leader.
+fn follows_a_leader(f: &MemberFacts) -> Option<Check> {
+    (f.leader == 0).then(|| {
+        check(
+            "leader",
+            Some(&f.name),
+            Status::Fail,
+            "the member follows no leader".into(),
+            Some("the cluster has no quorum or is electing: locks wait until it has a leader"),
+        )
+    })
+}
+
+/// A member that reports errors (alarms).
+fn member_health(f: &MemberFacts) -> Option<Check> {
+    (!f.errors.is_empty()).then(|| {
+        check(
+            "health",
+            Some(&f.name),
+            Status::Fail,
+            format!("the member reports: {}", f.errors.join("; ")),
+            Some("see the member's log (an alarm such as NOSPACE blocks every write)"),
+        )
+    })
+}
+
+/// The slowest status round trip against the per-request timeout.
+fn member_latency(f: &MemberFacts, limits: Limits) -> Option<Check> {
+    let worst = f.rtts.iter().max()?;
+    let (status, hint) = if *worst > limits.node_timeout.max(Duration::from_secs(1)) {
+        (Status::Warn, Some("slower than the per-request timeout: requests will fail; raise --node-timeout or check the network"))
+    } else {
+        (Status::Pass, None)
+    };
+    Some(check(
+        "latency",
+        Some(&f.name),
+        status,
+        format!("status round trip up to {}", crate::cli::human(*worst)),
+        hint,
+    ))
+}
+
+/// Whether the reachable members follow one leader.
+fn leader_agreement(reachable: &[&MemberFacts]) -> Option<Check> {
+    let leaders: std::collections::BTreeSet<u64> = reachable
+        .iter()
+        .map(|f| f.leader)
+        .filter(|l| *l != 0)
+        .collect();
+    match leaders.len() {
+        0 => None,
+        1 => Some(check("leader", None, Status::Pass, format!("every reachable member follows leader {:x}", leaders.iter().next().unwrap_or(&0)), None)),
+        _ => Some(check("leader", None, Status::Fail, format!("the members follow different leaders ({})", leaders.iter().map(|l| format!("{l:x}")).collect::<Vec<_>>().join(", ")), Some("the node list mixes clusters, or a partition split this one: list the members of one cluster"))),
+    }
+}
+
+/// Two entries of the node list that reach the same member.
+fn duplicate_members(reachable: &[&MemberFacts]) -> Option<Check> {
+    let ids: std::collections::BTreeSet<u64> = reachable.iter().map(|f| f.member_id).collect();
+    (ids.len() < reachable.len()).then(|| {
+        check(
+            "duplicates",
+            None,
+            Status::Fail,
+            "two entries of the node list reach the same member".into(),
+            Some("list each member once"),
+        )
+    })
 }
 
 /// The lock's TTL against the smallest lease etcd grants (1.5 times its election timeout).

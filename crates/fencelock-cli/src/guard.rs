@@ -178,10 +178,44 @@ fn guard(control: RawFd, program: &OsStr, args: &[OsString]) -> u8 {
     // Named for `ps` and `top` (the kernel's name would be "exe", from /proc/self/exe).
     // SAFETY: PR_SET_NAME copies at most 16 bytes from a NUL-terminated string.
     unsafe { libc::prctl(libc::PR_SET_NAME, c"fencelock-guard".as_ptr(), 0, 0, 0) };
+    keep_control_and_outlive_signals(control);
+    // SAFETY: getpid has no preconditions.
+    let me = unsafe { libc::getpid() };
+    let child = match spawn_command(program, args, me) {
+        Ok(child) => child,
+        Err(err) => {
+            let failure = crate::run::spawn_failure(&program.to_os_string(), &err);
+            eprintln!("fencelock: error: {}", failure.message);
+            return failure.code;
+        }
+    };
+    let mut reaper = Reaper {
+        command: i32::try_from(child.id()).unwrap_or(0),
+        status: None,
+    };
+    loop {
+        if let Some(code) = reaper.reap() {
+            return code;
+        }
+        let Some(orders) = next_orders(control) else {
+            // The supervisor is gone, and with it the lock's keeper: nothing may run on.
+            kill_tree(me, libc::SIGKILL, true);
+            reap_all();
+            return 137;
+        };
+        for (op, sig) in orders {
+            obey(me, op, sig);
+        }
+    }
+}
+
+/// Keeps the inherited read end of the control pipe out of the command and non-blocking, and
+/// installs signal handlers that do nothing. Handlers, unlike SIG_IGN, are reset by exec, so
+/// the command gets the default dispositions; the guard itself must outlive a Ctrl-C or a
+/// SIGTERM sent to the supervisor's process group, to go on tracking the command's processes.
+fn keep_control_and_outlive_signals(control: RawFd) {
     // SAFETY: plain descriptor flags on the inherited read end, and signal handlers that do
-    // nothing. Handlers, unlike SIG_IGN, are reset by exec, so the command gets the default
-    // dispositions; the guard itself must outlive a Ctrl-C or a SIGTERM sent to the
-    // supervisor's process group, to go on tracking the command's processes.
+    // nothing.
     unsafe {
         libc::fcntl(control, libc::F_SETFD, libc::FD_CLOEXEC);
         libc::fcntl(control, libc::F_SETFL, libc::O_NONBLOCK);
@@ -200,16 +234,22 @@ fn guard(control: RawFd, program: &OsStr, args: &[OsString]) -> u8 {
             );
         }
         // A handler, not the default (discard), so that a child's exit interrupts the poll
-        // below and is reaped at once instead of at the poll's timeout.
+        // in `next_orders` and is reaped at once instead of at the poll's timeout.
         libc::signal(
             libc::SIGCHLD,
             ignore as extern "C" fn(libc::c_int) as libc::sighandler_t,
         );
     }
-    // SAFETY: getpid has no preconditions.
-    let me = unsafe { libc::getpid() };
+}
+
+/// Starts the command in the guard's process group (see the module docs), to die with the
+/// guard (`me`).
+fn spawn_command(
+    program: &OsStr,
+    args: &[OsString],
+    me: i32,
+) -> std::io::Result<std::process::Child> {
     let mut cmd = std::process::Command::new(program);
-    // The command stays in the guard's process group (see the module docs).
     cmd.args(args);
     // SAFETY: prctl and getppid are async-signal-safe; the check closes the race in which
     // the guard died before the flag was set.
@@ -224,65 +264,76 @@ fn guard(control: RawFd, program: &OsStr, args: &[OsString]) -> u8 {
             Ok(())
         });
     }
-    let child = match cmd.spawn() {
-        Ok(child) => child,
-        Err(err) => {
-            let failure = crate::run::spawn_failure(&program.to_os_string(), &err);
-            eprintln!("fencelock: error: {}", failure.message);
-            return failure.code;
-        }
-    };
-    let command = i32::try_from(child.id()).unwrap_or(0);
-    let mut status: Option<u8> = None;
-    loop {
-        // Reap first: every exited descendant, the command's own status kept.
+    cmd.spawn()
+}
+
+/// Reaps the guard's exited descendants, keeping the command's own status.
+#[derive(Debug)]
+struct Reaper {
+    command: i32,
+    status: Option<u8>,
+}
+
+impl Reaper {
+    /// Reaps every exited descendant; once none is left, the guard's exit code (the command's).
+    fn reap(&mut self) -> Option<u8> {
         loop {
             let mut raw = 0;
             // SAFETY: waitpid on our own children, without blocking.
             let pid = unsafe { libc::waitpid(-1, &mut raw, libc::WNOHANG) };
             if pid > 0 {
-                if pid == command {
-                    status = Some(crate::run::status_code(
+                if pid == self.command {
+                    self.status = Some(crate::run::status_code(
                         std::os::unix::process::ExitStatusExt::from_raw(raw),
                     ));
                 }
                 continue;
             }
             if pid < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ECHILD) {
-                return status.unwrap_or(crate::exit::INTERNAL);
+                return Some(self.status.unwrap_or(crate::exit::INTERNAL));
             }
-            break;
+            return None;
         }
-        let mut pfd = libc::pollfd {
-            fd: control,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: polls one live descriptor. A short timeout: exits are found by waitpid.
-        unsafe { libc::poll(&mut pfd, 1, 20) };
-        let mut msg = [0u8; 64];
-        // SAFETY: reads into a live buffer from our own descriptor.
-        let n = unsafe { libc::read(control, msg.as_mut_ptr().cast(), msg.len()) };
-        if n == 0 {
-            // The supervisor is gone, and with it the lock's keeper: nothing may run on.
-            kill_tree(me, libc::SIGKILL, true);
-            reap_all();
-            return 137;
+    }
+}
+
+/// Waits briefly for the supervisor's orders, `(op, signal)` pairs (none when it sent none);
+/// `None` when the supervisor is gone.
+fn next_orders(control: RawFd) -> Option<Vec<(u8, i32)>> {
+    let mut pfd = libc::pollfd {
+        fd: control,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: polls one live descriptor. A short timeout: exits are found by waitpid.
+    unsafe { libc::poll(&mut pfd, 1, 20) };
+    let mut msg = [0u8; 64];
+    // SAFETY: reads into a live buffer from our own descriptor.
+    let n = unsafe { libc::read(control, msg.as_mut_ptr().cast(), msg.len()) };
+    if n == 0 {
+        return None;
+    }
+    let n = usize::try_from(n).unwrap_or(0);
+    Some(
+        msg[..n]
+            .chunks_exact(2)
+            .map(|pair| (pair[0], i32::from(pair[1])))
+            .collect(),
+    )
+}
+
+/// Carries out one order: `sig` to the command's process group, or to every process below the
+/// guard (`me`).
+fn obey(me: i32, op: u8, sig: i32) {
+    match op {
+        TO_GROUP => {
+            // SAFETY: signals our own process group, the command's (we ignore it).
+            unsafe { libc::kill(-me, sig) };
         }
-        let n = usize::try_from(n).unwrap_or(0);
-        for pair in msg[..n].chunks_exact(2) {
-            let sig = i32::from(pair[1]);
-            match pair[0] {
-                TO_GROUP => {
-                    // SAFETY: signals our own process group, the command's (we ignore it).
-                    unsafe { libc::kill(-me, sig) };
-                }
-                TO_ALL => {
-                    kill_tree(me, sig, sig == libc::SIGKILL);
-                }
-                _ => {}
-            }
+        TO_ALL => {
+            kill_tree(me, sig, sig == libc::SIGKILL);
         }
+        _ => {}
     }
 }
 

@@ -228,20 +228,7 @@ fn fmt_pttl(pttl: Option<i64>) -> String {
 
 fn render(resource: &str, states: &[NodeState], summary: &Summary) -> String {
     let mut out = String::new();
-    let verdict = match &summary.holder {
-        Some(token) => format!(
-            "held by token {token} on {} of {} node(s) (quorum {})",
-            summary.holder_nodes,
-            states.len(),
-            summary.quorum
-        ),
-        None if summary.holder_nodes > 0 => format!(
-            "not held: the largest group of equal tokens is on {} node(s), short of the quorum {} (leftovers expire by their TTL)",
-            summary.holder_nodes, summary.quorum
-        ),
-        None => format!("not held on any of {} node(s)", states.len()),
-    };
-    let _ = writeln!(out, "lock {resource:?}: {verdict}");
+    let _ = writeln!(out, "lock {resource:?}: {}", verdict(states, summary));
     if let Some(label) = &summary.holder_label {
         let _ = writeln!(out, "holder: {}", show_holder(label));
     }
@@ -253,59 +240,105 @@ fn render(resource: &str, states: &[NodeState], summary: &Summary) -> String {
             states.len()
         );
     }
-    // Per reachable node: state, token, PTTL, waiting, fence counter.
-    type Row<'a> = (String, &'a str, String, String, &'a str);
-    let rows: Vec<Option<Row<'_>>> = states
-        .iter()
-        .map(|s| {
-            if !s.reachable {
-                return None;
-            }
-            let state = match (s.key_type.as_deref(), &s.token) {
-                (Some("none"), _) => "free".to_owned(),
-                (Some("string"), Some(t)) if summary.holder.as_deref() == Some(t) => {
-                    "held".to_owned()
-                }
-                (Some("string"), Some(_)) => "held (other)".to_owned(),
-                (Some(other), _) => format!("wrong type: {other}"),
-                (None, _) => "?".to_owned(),
-            };
-            Some((
-                state,
-                s.token.as_deref().unwrap_or("-"),
-                fmt_pttl(s.pttl_ms),
-                s.waiting.map_or("-".to_owned(), |n| n.to_string()),
-                s.fence_counter.as_deref().unwrap_or("-"),
-            ))
+    write_table(&mut out, states, summary);
+    if !summary.wrong_type.is_empty() {
+        let _ = writeln!(
+            out,
+            "the key {resource:?} holds non-lock data on {}: choose another resource name, or delete that key if it is stale",
+            summary.wrong_type.join(", ")
+        );
+    }
+    out
+}
+
+/// Whether a quorum holds the lock, in words.
+fn verdict(states: &[NodeState], summary: &Summary) -> String {
+    match &summary.holder {
+        Some(token) => format!(
+            "held by token {token} on {} of {} node(s) (quorum {})",
+            summary.holder_nodes,
+            states.len(),
+            summary.quorum
+        ),
+        None if summary.holder_nodes > 0 => format!(
+            "not held: the largest group of equal tokens is on {} node(s), short of the quorum {} (leftovers expire by their TTL)",
+            summary.holder_nodes, summary.quorum
+        ),
+        None => format!("not held on any of {} node(s)", states.len()),
+    }
+}
+
+/// One reachable node's line of the table.
+#[derive(Debug)]
+struct Row<'a> {
+    state: String,
+    token: &'a str,
+    pttl: String,
+    waiting: String,
+    fence: &'a str,
+}
+
+impl Row<'_> {
+    /// The row of `s`, `None` when it could not be reached.
+    fn of<'a>(s: &'a NodeState, summary: &Summary) -> Option<Row<'a>> {
+        if !s.reachable {
+            return None;
+        }
+        Some(Row {
+            state: key_state(s, summary),
+            token: s.token.as_deref().unwrap_or("-"),
+            pttl: fmt_pttl(s.pttl_ms),
+            waiting: s.waiting.map_or("-".to_owned(), |n| n.to_string()),
+            fence: s.fence_counter.as_deref().unwrap_or("-"),
         })
-        .collect();
+    }
+}
+
+/// What the node's key is: free, held by the quorum's holder, held by another, or not a lock
+/// key.
+fn key_state(s: &NodeState, summary: &Summary) -> String {
+    match (s.key_type.as_deref(), &s.token) {
+        (Some("none"), _) => "free".to_owned(),
+        (Some("string"), Some(t)) if summary.holder.as_deref() == Some(t) => "held".to_owned(),
+        (Some("string"), Some(_)) => "held (other)".to_owned(),
+        (Some(other), _) => format!("wrong type: {other}"),
+        (None, _) => "?".to_owned(),
+    }
+}
+
+/// Per node: state, token, PTTL, waiting, fence counter; the error of an unreachable one.
+fn write_table(out: &mut String, states: &[NodeState], summary: &Summary) {
+    let rows: Vec<Option<Row<'_>>> = states.iter().map(|s| Row::of(s, summary)).collect();
     let width = states
         .iter()
         .map(|s| s.node.len())
         .max()
         .unwrap_or(4)
         .max(4);
-    let state_w = rows
-        .iter()
-        .flatten()
-        .map(|r| r.0.len())
-        .max()
-        .unwrap_or(5)
-        .max(5);
-    let token_w = rows
-        .iter()
-        .flatten()
-        .map(|r| r.1.len())
-        .max()
-        .unwrap_or(5)
-        .max(5);
+    let column = |len: fn(&Row<'_>) -> usize, least: usize| {
+        rows.iter()
+            .flatten()
+            .map(len)
+            .max()
+            .unwrap_or(least)
+            .max(least)
+    };
+    let state_w = column(|r| r.state.len(), 5);
+    let token_w = column(|r| r.token.len(), 5);
     let _ = writeln!(
         out,
         "{:<width$}  {:<state_w$}  {:<token_w$}  {:>8}  {:>7}  FENCE",
         "NODE", "STATE", "TOKEN", "PTTL", "WAITING"
     );
     for (s, row) in states.iter().zip(&rows) {
-        let Some((state, token, pttl, waiting, fence)) = row else {
+        let Some(Row {
+            state,
+            token,
+            pttl,
+            waiting,
+            fence,
+        }) = row
+        else {
             let _ = writeln!(
                 out,
                 "{:<width$}  unreachable: {}",
@@ -323,14 +356,6 @@ fn render(resource: &str, states: &[NodeState], summary: &Summary) -> String {
             let _ = writeln!(out, "{:<width$}  note: {err}", "");
         }
     }
-    if !summary.wrong_type.is_empty() {
-        let _ = writeln!(
-            out,
-            "the key {resource:?} holds non-lock data on {}: choose another resource name, or delete that key if it is stale",
-            summary.wrong_type.join(", ")
-        );
-    }
-    out
 }
 
 /// `fencelock inspect RESOURCE`.

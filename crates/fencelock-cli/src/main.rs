@@ -110,22 +110,7 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
     let global = &cli.global;
     match cli.command {
         Command::Up(args) => {
-            // `up --nodes 5` (the count) is accepted as well as `up --count 5`.
-            let count = match global.nodes.as_slice() {
-                [] => args.count,
-                [n] => n.parse::<u16>().ok().filter(|n| (1..=64).contains(n)).ok_or_else(|| {
-                    Failure::usage(format!(
-                        "`up --nodes {n}`: with up, --nodes is the number of nodes to start (1 to 64), e.g. fencelock up --nodes 5"
-                    ))
-                })?,
-                _ => {
-                    return Err(Failure::usage(
-                        "`up` starts local nodes and takes no URLs; use --nodes N (or --count N) for how many",
-                    )
-                    .into())
-                }
-            };
-            devset::up(count, args.port_base, global.json).await
+            devset::up(up_count(global, &args)?, args.port_base, global.json).await
         }
         Command::Down => devset::down(global.json).await,
         Command::Completions(args) => Ok(manual::completions(args.shell)),
@@ -150,48 +135,69 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
             let wait = settings::wait_mode(false, args.wait, run::WaitMode::NoWait)?;
             lockcmds::acquire(&settings, &args.resource, wait, args.fencing, global.json).await
         }
-        Command::Extend(args) => {
-            let settings = settings::resolve(global)?;
-            lockcmds::with_token(
-                &settings,
-                lockcmds::TokenOp::Extend,
-                &args.resource,
-                &args.token,
-                global.json,
-            )
-            .await
-        }
-        Command::Release(args) => {
-            let settings = settings::resolve(global)?;
-            lockcmds::with_token(
-                &settings,
-                lockcmds::TokenOp::Release,
-                &args.resource,
-                &args.token,
-                global.json,
-            )
-            .await
-        }
+        Command::Extend(args) => with_token(global, lockcmds::TokenOp::Extend, args).await,
+        Command::Release(args) => with_token(global, lockcmds::TokenOp::Release, args).await,
         Command::Elect(args) => {
             let settings = settings::resolve(global)?;
             elect::elect(&settings, args, global.json).await
         }
-        Command::Run(args) => {
-            let settings = settings::resolve(global)?;
-            let wait = settings::wait_mode(args.no_wait, args.wait, run::WaitMode::Forever)?;
-            let plan = run::RunPlan {
-                resource: args.resource,
-                command: args.command,
-                wait,
-                fencing: args.fencing,
-                grace: args.grace,
-                permits: args.permits,
-                shared: args.shared,
-                elect: None,
-            };
-            run::run(&settings, plan)
-                .await
-                .map_err(|err| exit::on_not_acquired(err, args.conflict_exit_code))
+        Command::Run(args) => run_command(global, args).await,
+    }
+}
+
+/// How many nodes `up` starts: `up --nodes 5` (the count) is accepted as well as
+/// `up --count 5`.
+fn up_count(global: &cli::Global, args: &cli::UpArgs) -> Result<u16, Failure> {
+    match global.nodes.as_slice() {
+        [] => Ok(args.count),
+        [n] => n.parse::<u16>().ok().filter(|n| (1..=64).contains(n)).ok_or_else(|| {
+            Failure::usage(format!(
+                "`up --nodes {n}`: with up, --nodes is the number of nodes to start (1 to 64), e.g. fencelock up --nodes 5"
+            ))
+        }),
+        _ => Err(Failure::usage(
+            "`up` starts local nodes and takes no URLs; use --nodes N (or --count N) for how many",
+        )),
+    }
+}
+
+/// `extend` and `release`.
+async fn with_token(
+    global: &cli::Global,
+    op: lockcmds::TokenOp,
+    args: cli::TokenArgs,
+) -> anyhow::Result<u8> {
+    let settings = settings::resolve(global)?;
+    lockcmds::with_token(&settings, op, &args.resource, &args.token, global.json).await
+}
+
+/// `fencelock run`: the plan from its arguments.
+async fn run_command(global: &cli::Global, args: cli::RunArgs) -> anyhow::Result<u8> {
+    let settings = settings::resolve(global)?;
+    let wait = settings::wait_mode(args.no_wait, args.wait, run::WaitMode::Forever)?;
+    let plan = run::RunPlan {
+        resource: args.resource,
+        command: args.command,
+        wait,
+        fencing: args.fencing,
+        grace: args.grace,
+        permits: args.permits,
+        shared: args.shared,
+        elect: None,
+    };
+    let metrics = args
+        .metrics_file
+        .as_deref()
+        .map(metrics::MetricsFile::create)
+        .transpose()?;
+    let status = run::run(&settings, plan)
+        .await
+        .map_err(|err| exit::on_not_acquired(err, args.conflict_exit_code));
+    if let Some(metrics) = metrics {
+        // The command's status is the news; metrics that could not be written are not.
+        if let Err(e) = metrics.finish() {
+            eprintln!("fencelock: warning: {e:#}");
         }
     }
+    status
 }

@@ -1,6 +1,12 @@
-//! `--metrics`: the library's metrics of one run, recorded in memory by the Prometheus
-//! exporter's recorder (no listener) and printed at the end in its text format.
+//! `--metrics` (bench) and `run --metrics-file`: the library's metrics of one run, recorded in
+//! memory by the Prometheus exporter's recorder (no listener) and printed or written at the end
+//! in its text format.
 
+use std::fs::File;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
 /// Installs the recorder; the library records into it from now on.
@@ -38,4 +44,55 @@ pub(crate) fn render(handle: &PrometheusHandle) -> String {
         }
     }
     out
+}
+
+/// `run --metrics-file PATH`: the recorder, and `PATH.tmp`, created before the run so that a
+/// path that cannot be written is an error up front, not news after the command ran.
+#[derive(Debug)]
+pub(crate) struct MetricsFile {
+    path: PathBuf,
+    tmp: PathBuf,
+    file: File,
+    handle: PrometheusHandle,
+}
+
+impl MetricsFile {
+    /// Creates `PATH.tmp` and installs the recorder.
+    ///
+    /// # Errors
+    ///
+    /// When `PATH.tmp` cannot be created (naming it and why).
+    pub(crate) fn create(path: &Path) -> anyhow::Result<MetricsFile> {
+        let mut tmp = path.as_os_str().to_owned();
+        tmp.push(".tmp");
+        let tmp = PathBuf::from(tmp);
+        let file = File::create(&tmp).with_context(|| {
+            format!(
+                "--metrics-file {}: cannot create {}; check that its directory exists and is writable",
+                path.display(),
+                tmp.display()
+            )
+        })?;
+        Ok(MetricsFile {
+            path: path.to_owned(),
+            tmp,
+            file,
+            handle: install()?,
+        })
+    }
+
+    /// Writes the metrics and renames `PATH.tmp` to `PATH`, so that a reader (node_exporter's
+    /// textfile collector) never sees half a file.
+    ///
+    /// # Errors
+    ///
+    /// When writing or renaming fails.
+    pub(crate) fn finish(mut self) -> anyhow::Result<()> {
+        let written = self
+            .file
+            .write_all(render(&self.handle).as_bytes())
+            .and_then(|()| self.file.sync_all())
+            .and_then(|()| std::fs::rename(&self.tmp, &self.path));
+        written.with_context(|| format!("--metrics-file {}: cannot write it", self.path.display()))
+    }
 }

@@ -315,12 +315,7 @@ pub(crate) async fn run(settings: &Settings, plan: RunPlan) -> anyhow::Result<u8
     check_grace(grace, ttl)?;
     let margin = kill_margin(ttl);
     let resource = plan.resource.as_str();
-    let Some((program, args)) = plan.command.split_first() else {
-        return Err(Failure::usage(
-            "no command given: write it after the resource, e.g. fencelock run job -- ./backup.sh",
-        )
-        .into());
-    };
+    let (program, args) = split_command(&plan.command)?;
 
     // Install the handlers before taking the lock, so that a signal in between is not lost to
     // the default action (which would leave the keys to the TTL).
@@ -329,23 +324,7 @@ pub(crate) async fn run(settings: &Settings, plan: RunPlan) -> anyhow::Result<u8
     // Orphans of the command's processes come to us if the guard itself is killed.
     guard::become_subreaper();
     let client = settings.client(plan.fencing).await?;
-    let lock = match (&plan.elect, plan.permits) {
-        (Some(value), _) => {
-            crate::elect::campaign(&client, settings, resource, value, plan.wait).await?
-        }
-        (None, Some(n)) => {
-            crate::permits::wait_for_permit(&client, settings, resource, n, plan.wait).await?
-        }
-        (None, None) if plan.shared => {
-            crate::shared::wait_for_read_lock(&client, settings, resource, plan.wait).await?
-        }
-        (None, None) => {
-            let lock = wait_for_lock(&client, settings, resource, plan.wait).await?;
-            // The exclusive lock is the read-write lock's write side: shared holders learn its
-            // token.
-            crate::shared::record_for_readers(&client, settings, resource, lock).await?
-        }
-    };
+    let lock = take_lock(&client, settings, &plan).await?;
 
     // The library's extension engine keeps the lock from here on; its lost signal fires at
     // the kill time (the margin), or at once when no quorum holds the lock any more.
@@ -354,30 +333,20 @@ pub(crate) async fn run(settings: &Settings, plan: RunPlan) -> anyhow::Result<u8
             .with_interval(ttl / 3)
             .with_safety_margin(margin),
     );
+    let tokens = (lock.fencing_token(), lock.last_writer_token());
     let Guard {
         mut child,
         control: guard,
-    } = match start_command(
-        program,
-        args,
-        resource,
-        (lock.fencing_token(), lock.last_writer_token()),
-    ) {
+    } = match start_command(program, args, resource, tokens) {
         Ok(guard) => guard,
         Err(err) => {
             let failure =
                 Failure::internal(format!("cannot start the guard of the command: {err}"));
-            let _ = lock.release().await;
-            client.close().await;
+            let_go(lock, &client).await;
             return Err(failure.into());
         }
     };
-    // The guard leads the command's process group.
-    let pgid = child
-        .id()
-        .and_then(|id| i32::try_from(id).ok())
-        .unwrap_or(0);
-    let foreground = Foreground::hand_to(pgid);
+    let foreground = Foreground::hand_to(group_of(&child));
 
     let mut supervisor = Supervisor::new(lock.validity_deadline(), grace, margin);
     let status = supervisor
@@ -387,21 +356,9 @@ pub(crate) async fn run(settings: &Settings, plan: RunPlan) -> anyhow::Result<u8
     if let Some(fg) = foreground {
         fg.restore();
     }
-    // Nothing is left unless the guard was killed; then its orphans came to us.
-    let leftovers = guard::kill_leftovers();
-    if leftovers > 0 {
-        supervisor.lose(format!(
-            "the guard of the command was killed and {leftovers} process(es) of the command had to be killed"
-        ));
-    }
-    if exited_at >= supervisor.deadline {
-        supervisor.lose(
-            "its validity ran out before the command exited (was fencelock suspended?)".to_owned(),
-        );
-    }
+    supervisor.check_after_exit(exited_at);
     if let Some(why) = supervisor.lost.take() {
-        let _ = lock.release().await;
-        client.close().await;
+        let_go(lock, &client).await;
         let signals = (supervisor.term_sent, supervisor.kill_sent);
         return Err(lost_failure(resource, &why, signals, grace).into());
     }
@@ -412,6 +369,51 @@ pub(crate) async fn run(settings: &Settings, plan: RunPlan) -> anyhow::Result<u8
     // The release returned at a quorum: let it reach the other nodes before the process ends.
     client.close().await;
     Ok(code)
+}
+
+/// The program and its arguments.
+fn split_command(command: &[OsString]) -> Result<(&OsString, &[OsString]), Failure> {
+    command.split_first().ok_or_else(|| {
+        Failure::usage(
+            "no command given: write it after the resource, e.g. fencelock run job -- ./backup.sh",
+        )
+    })
+}
+
+/// Takes what `plan` asks for: the leadership, a permit, a read lock, or the exclusive lock.
+async fn take_lock(client: &Client, settings: &Settings, plan: &RunPlan) -> Result<Lock, Failure> {
+    let resource = plan.resource.as_str();
+    match (&plan.elect, plan.permits) {
+        (Some(value), _) => {
+            crate::elect::campaign(client, settings, resource, value, plan.wait).await
+        }
+        (None, Some(n)) => {
+            crate::permits::wait_for_permit(client, settings, resource, n, plan.wait).await
+        }
+        (None, None) if plan.shared => {
+            crate::shared::wait_for_read_lock(client, settings, resource, plan.wait).await
+        }
+        (None, None) => {
+            let lock = wait_for_lock(client, settings, resource, plan.wait).await?;
+            // The exclusive lock is the read-write lock's write side: shared holders learn its
+            // token.
+            crate::shared::record_for_readers(client, settings, resource, lock).await
+        }
+    }
+}
+
+/// The process group of the command: the guard leads it (0 when it has no id any more).
+fn group_of(guard: &tokio::process::Child) -> i32 {
+    guard
+        .id()
+        .and_then(|id| i32::try_from(id).ok())
+        .unwrap_or(0)
+}
+
+/// Gives the lock up after the command could not run or its lock was lost.
+async fn let_go(lock: LockGuard, client: &Client) {
+    let _ = lock.release().await;
+    client.close().await;
 }
 
 /// The signals `run` passes on to its command.
@@ -529,6 +531,24 @@ impl Supervisor {
                 _ = signals.term.recv() => guard.signal_group(libc::SIGTERM),
                 _ = signals.hup.recv() => guard.signal_group(libc::SIGHUP),
             }
+        }
+    }
+
+    /// After the command's guard exited: the lock counts as lost if the guard was killed and
+    /// left processes behind (its orphans came to us), or if the validity ran out meanwhile.
+    fn check_after_exit(&mut self, exited_at: Instant) {
+        // Nothing is left unless the guard was killed; then its orphans came to us.
+        let leftovers = guard::kill_leftovers();
+        if leftovers > 0 {
+            self.lose(format!(
+                "the guard of the command was killed and {leftovers} process(es) of the command had to be killed"
+            ));
+        }
+        if exited_at >= self.deadline {
+            self.lose(
+                "its validity ran out before the command exited (was fencelock suspended?)"
+                    .to_owned(),
+            );
         }
     }
 

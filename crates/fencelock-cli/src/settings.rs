@@ -184,33 +184,21 @@ struct FileConfig {
 /// no nodes from any source.
 pub(crate) fn resolve(global: &Global) -> Result<Settings, Failure> {
     let (file, file_path) = load_config_file(global.config.as_deref())?;
-    let duration = |key: &str, value: &Option<String>, path: &Option<PathBuf>| {
-        value
-            .as_deref()
-            .map(|text| {
-                parse_duration(text).map_err(|e| {
-                    Failure::usage(format!(
-                        "config file {}: key {key}: {e}",
-                        path.as_deref()
-                            .map_or("?".into(), |p| p.display().to_string())
-                    ))
-                })
-            })
-            .transpose()
-    };
+    let path = file_path.as_deref();
     let ttl = match global.ttl {
         Some(ttl) => ttl,
-        None => duration("ttl", &file.ttl, &file_path)?.unwrap_or(DEFAULT_TTL),
+        None => file_duration("ttl", &file.ttl, path)?.unwrap_or(DEFAULT_TTL),
     };
-    check_ttl(ttl, global, file_path.as_deref())?;
+    check_ttl(ttl, global, path)?;
     let node_timeout = match global.node_timeout {
         Some(t) => t,
-        None => duration("node_timeout", &file.node_timeout, &file_path)?
-            .unwrap_or(DEFAULT_NODE_TIMEOUT),
+        None => {
+            file_duration("node_timeout", &file.node_timeout, path)?.unwrap_or(DEFAULT_NODE_TIMEOUT)
+        }
     };
     let connect_timeout = match global.connect_timeout {
         Some(t) => Some(t),
-        None => duration("connect_timeout", &file.connect_timeout, &file_path)?,
+        None => file_duration("connect_timeout", &file.connect_timeout, path)?,
     };
     // Relative paths in the file are taken from the working directory, as on the command line.
     let tls = TlsFiles {
@@ -218,40 +206,7 @@ pub(crate) fn resolve(global: &Global) -> Result<Settings, Failure> {
         cert: global.tls_cert.clone().or(file.tls_cert.clone()),
         key: global.tls_key.clone().or(file.tls_key.clone()),
     };
-
-    let (nodes, source) = if !global.nodes.is_empty() {
-        (clean_list(&global.nodes), Source::Flag)
-    } else if let Some(env) = std::env::var("FENCELOCK_NODES")
-        .ok()
-        .filter(|v| !v.trim().is_empty())
-    {
-        let list: Vec<String> = env.split(',').map(str::to_owned).collect();
-        (clean_list(&list), Source::Env)
-    } else if let (Some(nodes), Some(path)) = (file.nodes.as_ref(), file_path.as_ref()) {
-        (clean_list(nodes), Source::ConfigFile(path.clone()))
-    } else {
-        let state_path = devset::state_path()?;
-        match devset::load(&state_path)? {
-            Some(state) => {
-                eprintln!(
-                    "fencelock: no --nodes, FENCELOCK_NODES or config file; using the dev set of {} node(s) from {}",
-                    state.nodes.len(),
-                    state_path.display()
-                );
-                (state.urls(), Source::DevSet(state_path))
-            }
-            None => {
-                return Err(Failure::usage(
-                    "no nodes: give --nodes redis://127.0.0.1:6379,..., set FENCELOCK_NODES, write a config file (--config), or start a local dev set with `fencelock up`",
-                ))
-            }
-        }
-    };
-    if nodes.is_empty() {
-        return Err(Failure::usage(format!(
-            "the node list from {source} is empty; give at least one node URL such as redis://127.0.0.1:6379"
-        )));
-    }
+    let (nodes, source) = resolve_nodes(global, &file, file_path.as_ref())?;
     let quarantine = if global.no_quarantine {
         Some(false)
     } else {
@@ -271,6 +226,71 @@ pub(crate) fn resolve(global: &Global) -> Result<Settings, Failure> {
         tls,
         holder: holder(global),
     })
+}
+
+/// A duration of the config file at `path` (`None` when the key is not set).
+fn file_duration(
+    key: &str,
+    value: &Option<String>,
+    path: Option<&Path>,
+) -> Result<Option<Duration>, Failure> {
+    value
+        .as_deref()
+        .map(|text| {
+            parse_duration(text).map_err(|e| {
+                Failure::usage(format!(
+                    "config file {}: key {key}: {e}",
+                    path.map_or("?".into(), |p| p.display().to_string())
+                ))
+            })
+        })
+        .transpose()
+}
+
+/// The node list and where it came from: `--nodes`, else `FENCELOCK_NODES`, else the config
+/// file, else the dev set of `fencelock up`.
+fn resolve_nodes(
+    global: &Global,
+    file: &FileConfig,
+    file_path: Option<&PathBuf>,
+) -> Result<(Vec<String>, Source), Failure> {
+    let (nodes, source) = if !global.nodes.is_empty() {
+        (clean_list(&global.nodes), Source::Flag)
+    } else if let Some(env) = std::env::var("FENCELOCK_NODES")
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+    {
+        let list: Vec<String> = env.split(',').map(str::to_owned).collect();
+        (clean_list(&list), Source::Env)
+    } else if let (Some(nodes), Some(path)) = (file.nodes.as_ref(), file_path) {
+        (clean_list(nodes), Source::ConfigFile(path.clone()))
+    } else {
+        dev_set_nodes()?
+    };
+    if nodes.is_empty() {
+        return Err(Failure::usage(format!(
+            "the node list from {source} is empty; give at least one node URL such as redis://127.0.0.1:6379"
+        )));
+    }
+    Ok((nodes, source))
+}
+
+/// The nodes of the dev set `fencelock up` started, when no other source names any.
+fn dev_set_nodes() -> Result<(Vec<String>, Source), Failure> {
+    let state_path = devset::state_path()?;
+    match devset::load(&state_path)? {
+        Some(state) => {
+            eprintln!(
+                "fencelock: no --nodes, FENCELOCK_NODES or config file; using the dev set of {} node(s) from {}",
+                state.nodes.len(),
+                state_path.display()
+            );
+            Ok((state.urls(), Source::DevSet(state_path)))
+        }
+        None => Err(Failure::usage(
+            "no nodes: give --nodes redis://127.0.0.1:6379,..., set FENCELOCK_NODES, write a config file (--config), or start a local dev set with `fencelock up`",
+        )),
+    }
 }
 
 /// The holder label of `--label` and `--no-holder`: this host and process, by default.

@@ -360,5 +360,5 @@ fn permits_never_exceed_n_holders_and_report_their_ratio_to_the_mutex() {
     assert_eq!(v["mutex"]["overlaps"], 0, "{v}");
     assert!(v["fencelock"]["most_holders"].as_u64().unwrap() <= 2, "{v}");
     assert_eq!(v["mutex"]["most_holders"], 1, "{v}");
-    assert!(v["ratio_mutex"].as_f64().is_some(), "{v}");
+    assert!(v["ratio_to_mutex"].as_f64().is_some(), "{v}");
 }

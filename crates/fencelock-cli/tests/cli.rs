@@ -244,6 +244,67 @@ fn run_passes_the_environment_and_the_exit_status() {
     assert_eq!(json["summary"]["max_fence_counter"], token, "{json}");
 }
 
+/// `run --metrics-file`: the run's metrics land in the file when it ends (the grant, the
+/// release, the nodes' votes), whatever the command's status; a path that cannot be written is
+/// refused before the command runs.
+#[test]
+fn run_writes_its_metrics_to_the_metrics_file() {
+    let nodes = RedisNodes::start(3).unwrap();
+    let home = home();
+    let path = home.path().join("run.prom");
+    let out = output(with_nodes(home.path(), &nodes.urls()).args([
+        "run",
+        "--metrics-file",
+        path.to_str().unwrap(),
+        "metrics-job",
+        "--",
+        "sh",
+        "-c",
+        "exit 3",
+    ]));
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    let prom = std::fs::read_to_string(&path).unwrap();
+    assert!(!path.with_extension("prom.tmp").exists());
+    let line = |prefix: &str| -> f64 {
+        prom.lines()
+            .find(|l| l.starts_with(prefix))
+            .and_then(|l| l.rsplit_once(' '))
+            .and_then(|(_, v)| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {prefix} in:\n{prom}"))
+    };
+    // Uncontended, `run` is granted at its first attempt (mode "try").
+    assert_eq!(
+        line("fencelock_acquire_seconds_count{outcome=\"granted\","),
+        1.0
+    );
+    assert_eq!(line("fencelock_releases_total{outcome=\"released\"}"), 1.0);
+    let granted_votes = prom
+        .lines()
+        .filter(|l| {
+            l.starts_with("fencelock_node_votes_total")
+                && l.contains("op=\"acquire\"")
+                && l.contains("outcome=\"granted\"")
+        })
+        .count();
+    // A round returns at its quorum; an answer it did not wait for is not counted.
+    assert!(granted_votes >= 2, "{prom}");
+
+    let marker = home.path().join("ran");
+    let out = output(with_nodes(home.path(), &nodes.urls()).args([
+        "run",
+        "--metrics-file",
+        home.path().join("no/such/dir/run.prom").to_str().unwrap(),
+        "metrics-job",
+        "--",
+        "touch",
+        marker.to_str().unwrap(),
+    ]));
+    assert!(!out.status.success());
+    let err = one_line_error(&out);
+    assert!(err.contains("--metrics-file"), "{err}");
+    assert!(!marker.exists(), "the command ran");
+}
+
 #[test]
 fn the_command_is_stopped_when_the_majority_is_paused() {
     let nodes = RedisNodes::start(3).unwrap();

@@ -101,7 +101,8 @@ struct RunArgs {
     #[arg(long)]
     quiet: bool,
     /// After each mode, print the library metrics its clients recorded (summed over the
-    /// clients; each client's Prometheus text is `client-<id>.prom` in the mode's directory).
+    /// client processes; each one's Prometheus text is `client-<id>.prom` in the mode's
+    /// directory, and in the `run` mode each `fencelock run`'s `client-<id>.<n>.prom`).
     #[arg(long)]
     metrics: bool,
     /// The fencelock binary the `run` mode drives (default: beside this executable, where

@@ -1,6 +1,7 @@
 //! `--metrics`: each client process records the library's metrics (the Prometheus exporter's
-//! recorder, no listener) and writes them as Prometheus text beside its log; the run sums the
-//! clients' counters and histogram counts per series.
+//! recorder, no listener) and writes them as Prometheus text beside its log (in the `run` mode,
+//! each `fencelock run` supervisor writes its own with `--metrics-file`); the run sums the
+//! processes' counters and histogram counts per series.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -50,7 +51,7 @@ pub fn summary(dir: &Path) -> io::Result<String> {
         }
     }
     let mut out = String::new();
-    let _ = writeln!(out, "metrics, summed over {files} client(s):");
+    let _ = writeln!(out, "metrics, summed over {files} client process(es):");
     for (series, value) in &totals {
         let _ = writeln!(out, "  {series} {value}");
     }
@@ -69,7 +70,7 @@ mod tests {
         std::fs::write(dir.path().join("client-1.prom"), text).unwrap();
         std::fs::write(dir.path().join("client-1.jsonl"), "not metrics").unwrap();
         let out = summary(dir.path()).unwrap();
-        assert!(out.contains("summed over 2 client(s)"), "{out}");
+        assert!(out.contains("summed over 2 client process(es)"), "{out}");
         assert!(
             out.contains("fencelock_releases_total{outcome=\"released\"} 6"),
             "{out}"

@@ -271,99 +271,155 @@ impl Plan {
         let gap = self.ttls(0.2, 1.0);
         let kind = self.deal();
         let client = self.rng.u32(..self.clients);
+        Some((gap, self.episode(kind, client)))
+    }
+
+    /// An episode of `kind`; `client` is the one it acts on where it acts on a client. Each
+    /// step below draws from the seeded generator in a fixed order: the same seed gives the
+    /// same schedule.
+    fn episode(&mut self, kind: FaultKind, client: u32) -> Episode {
         // The holder of a staged episode: the job, when the clients' TTLs differ.
         let holder = self.job.unwrap_or(client);
-        // Partitions are staged only with several nodes: with one, there is no "rest".
-        let cut_size = if self.nodes > 1 { self.minority() } else { 0 };
-        let episode = match kind {
-            FaultKind::Kill | FaultKind::KillLeader if self.consensus => Episode::KillMember {
-                leader: kind == FaultKind::KillLeader,
-                pick: self.rng.usize(..self.nodes),
-                down: self.ttls(1.1, 2.0),
-            },
+        match kind {
+            FaultKind::Kill | FaultKind::KillLeader if self.consensus => {
+                self.kill_member(kind == FaultKind::KillLeader)
+            }
             FaultKind::PauseNode | FaultKind::PauseLeader if self.consensus => {
-                Episode::PauseMember {
-                    leader: kind == FaultKind::PauseLeader,
-                    pick: self.rng.usize(..self.nodes),
-                    pause: self.ttls(0.2, 1.5),
-                }
+                self.pause_member(kind == FaultKind::PauseLeader)
             }
             // Leader faults exist on a consensus cluster only (`Mode::skips` drops them
             // elsewhere); should one get here, it is a plain kill or pause.
-            FaultKind::Kill | FaultKind::KillLeader => {
-                let k = self.rng.usize(1..=self.minority());
-                Episode::Kill {
-                    nodes: self.pick(k, &[]),
-                    down: self.ttls(1.1, 2.0),
-                }
-            }
+            FaultKind::Kill | FaultKind::KillLeader => self.kill_minority(),
             FaultKind::RestartNopersist | FaultKind::RestartPersist => {
-                let persist = kind == FaultKind::RestartPersist;
-                let victim = match (persist, self.aof_node) {
-                    (true, Some(aof)) => aof,
-                    _ => {
-                        let except: Vec<usize> = self.aof_node.into_iter().collect();
-                        self.pick(1, &except).first().copied().unwrap_or(0)
-                    }
-                };
-                Episode::Restart {
-                    persist,
-                    cut: self.pick(cut_size, &[victim]),
-                    victim,
-                    client: holder,
-                }
+                self.restart(kind == FaultKind::RestartPersist, holder)
             }
-            FaultKind::PauseNode | FaultKind::PauseLeader => {
-                let k = self.rng.usize(1..=self.minority());
-                Episode::PauseNode {
-                    nodes: self.pick(k, &[]),
-                    pause: self.ttls(0.2, 1.5),
-                }
-            }
-            FaultKind::PauseClient => Episode::PauseClient {
-                client,
-                after_read: self.rng.u8(..3) != 0,
-                // 2-3 of the paused client's own TTLs (as `ttls(2.0, 3.0)` with one TTL).
-                pause: self.client_ttl(client).mul_f64(2.0 + self.rng.f64()),
-            },
-            FaultKind::ClockForward => {
-                let node = self.rng.usize(..self.nodes);
-                Episode::ClockForward {
-                    cut: self.pick(cut_size, &[node]),
-                    node,
-                    client: holder,
-                    jump: self.ttls(3.0, 10.0),
-                }
-            }
-            FaultKind::ClockBackward => Episode::ClockBackward {
-                node: self.rng.usize(..self.nodes),
-                jump: self.ttls(1.0, 3.0),
-            },
-            FaultKind::KillSupervisor => {
-                // Two times in three while the command and its leftovers run (what the guard
-                // must take down), else at any instant (waiting, running, or extending for the
-                // leftovers).
-                let staged = self.rng.u8(..3) != 0;
-                Episode::KillSupervisor {
-                    client,
-                    staged,
-                    after: if staged {
-                        self.ttls(0.0, 0.5)
-                    } else {
-                        self.ttls(0.0, 1.5)
-                    },
-                }
-            }
-            FaultKind::Latency => {
-                let k = self.rng.usize(1..=self.minority());
-                Episode::Latency {
-                    nodes: self.pick(k, &[]),
-                    delay: Duration::from_millis(self.rng.u64(20..=200)),
-                    lasts: self.ttls(0.5, 2.0),
-                }
+            FaultKind::PauseNode | FaultKind::PauseLeader => self.pause_minority(),
+            FaultKind::PauseClient => self.pause_client(client),
+            FaultKind::ClockForward => self.clock_forward(holder),
+            FaultKind::ClockBackward => self.clock_backward(),
+            FaultKind::KillSupervisor => self.kill_supervisor(client),
+            FaultKind::Latency => self.latency(),
+        }
+    }
+
+    /// How many nodes a staged episode cuts off from the rest: partitions are staged only with
+    /// several nodes (with one, there is no "rest").
+    fn cut_size(&self) -> usize {
+        if self.nodes > 1 {
+            self.minority()
+        } else {
+            0
+        }
+    }
+
+    /// Kills a consensus member (the leader, or the one picked).
+    fn kill_member(&mut self, leader: bool) -> Episode {
+        Episode::KillMember {
+            leader,
+            pick: self.rng.usize(..self.nodes),
+            down: self.ttls(1.1, 2.0),
+        }
+    }
+
+    /// Pauses a consensus member (the leader, or the one picked).
+    fn pause_member(&mut self, leader: bool) -> Episode {
+        Episode::PauseMember {
+            leader,
+            pick: self.rng.usize(..self.nodes),
+            pause: self.ttls(0.2, 1.5),
+        }
+    }
+
+    /// Kills up to a minority of the nodes.
+    fn kill_minority(&mut self) -> Episode {
+        let k = self.rng.usize(1..=self.minority());
+        Episode::Kill {
+            nodes: self.pick(k, &[]),
+            down: self.ttls(1.1, 2.0),
+        }
+    }
+
+    /// Restarts one node (the AOF node when `persist`, else any other) while `holder` holds
+    /// the lock, the rest of a minority cut off.
+    fn restart(&mut self, persist: bool, holder: u32) -> Episode {
+        let victim = match (persist, self.aof_node) {
+            (true, Some(aof)) => aof,
+            _ => {
+                let except: Vec<usize> = self.aof_node.into_iter().collect();
+                self.pick(1, &except).first().copied().unwrap_or(0)
             }
         };
-        Some((gap, episode))
+        Episode::Restart {
+            persist,
+            cut: self.pick(self.cut_size(), &[victim]),
+            victim,
+            client: holder,
+        }
+    }
+
+    /// Pauses up to a minority of the nodes.
+    fn pause_minority(&mut self) -> Episode {
+        let k = self.rng.usize(1..=self.minority());
+        Episode::PauseNode {
+            nodes: self.pick(k, &[]),
+            pause: self.ttls(0.2, 1.5),
+        }
+    }
+
+    /// Pauses `client`, two times in three after it read.
+    fn pause_client(&mut self, client: u32) -> Episode {
+        Episode::PauseClient {
+            client,
+            after_read: self.rng.u8(..3) != 0,
+            // 2-3 of the paused client's own TTLs (as `ttls(2.0, 3.0)` with one TTL).
+            pause: self.client_ttl(client).mul_f64(2.0 + self.rng.f64()),
+        }
+    }
+
+    /// Jumps one node's clock forward while `holder` holds the lock, the rest of a minority
+    /// cut off.
+    fn clock_forward(&mut self, holder: u32) -> Episode {
+        let node = self.rng.usize(..self.nodes);
+        Episode::ClockForward {
+            cut: self.pick(self.cut_size(), &[node]),
+            node,
+            client: holder,
+            jump: self.ttls(3.0, 10.0),
+        }
+    }
+
+    /// Jumps one node's clock backward.
+    fn clock_backward(&mut self) -> Episode {
+        Episode::ClockBackward {
+            node: self.rng.usize(..self.nodes),
+            jump: self.ttls(1.0, 3.0),
+        }
+    }
+
+    /// Kills `client`'s supervisor: two times in three while the command and its leftovers run
+    /// (what the guard must take down), else at any instant (waiting, running, or extending for
+    /// the leftovers).
+    fn kill_supervisor(&mut self, client: u32) -> Episode {
+        let staged = self.rng.u8(..3) != 0;
+        Episode::KillSupervisor {
+            client,
+            staged,
+            after: if staged {
+                self.ttls(0.0, 0.5)
+            } else {
+                self.ttls(0.0, 1.5)
+            },
+        }
+    }
+
+    /// Delays up to a minority of the nodes.
+    fn latency(&mut self) -> Episode {
+        let k = self.rng.usize(1..=self.minority());
+        Episode::Latency {
+            nodes: self.pick(k, &[]),
+            delay: Duration::from_millis(self.rng.u64(20..=200)),
+            lasts: self.ttls(0.5, 2.0),
+        }
     }
 }
 

@@ -1,6 +1,6 @@
 //! The text summary and the self-contained HTML timeline.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 
 use crate::history::EventKind;
@@ -11,6 +11,37 @@ use crate::run::{ModeRun, ModeSummary};
 pub fn text(run: &ModeRun) -> String {
     let s = run.summary();
     let mut out = String::new();
+    write_setup(&mut out, run, &s);
+    write_liveness(&mut out, &s);
+    write_fenced_record(&mut out, &s);
+    write_counter(&mut out, &s);
+    write_lock(&mut out, &s);
+    write_family(&mut out, &s);
+    if s.mode == Mode::Run {
+        write_commands(&mut out, &s);
+    }
+    let _ = writeln!(out, "  verdict: {}", verdict(&s));
+    write_examples(&mut out, &s);
+    out
+}
+
+/// `kind count` pairs, comma-separated (empty when there are none).
+fn tally(counts: &BTreeMap<String, u64>) -> String {
+    let parts: Vec<String> = counts.iter().map(|(k, v)| format!("{k} {v}")).collect();
+    parts.join(", ")
+}
+
+/// [`tally`], or `none`.
+fn tally_or_none(counts: &BTreeMap<String, u64>) -> String {
+    if counts.is_empty() {
+        "none".into()
+    } else {
+        tally(counts)
+    }
+}
+
+/// What ran: the mode, its nodes, clients and settings, the faults injected, staged and skipped.
+fn write_setup(out: &mut String, run: &ModeRun, s: &ModeSummary) {
     let on = |b: bool| if b { "on" } else { "off" };
     let _ = writeln!(
         out,
@@ -23,53 +54,36 @@ pub fn text(run: &ModeRun) -> String {
         ttls(run),
         s.seconds
     );
-    let faults: Vec<String> = s.faults.iter().map(|(k, v)| format!("{k} {v}")).collect();
-    let _ = writeln!(
-        out,
-        "  faults injected: {}",
-        if faults.is_empty() {
-            "none".into()
-        } else {
-            faults.join(", ")
-        }
-    );
+    let _ = writeln!(out, "  faults injected: {}", tally_or_none(&s.faults));
     if !s.staged_missed.is_empty() {
-        let missed: Vec<String> = s
-            .staged_missed
-            .iter()
-            .map(|(k, v)| format!("{k} {v}"))
-            .collect();
         let _ = writeln!(
             out,
             "  staged episodes whose holder never got the lock in time (the fault still ran, unstaged): {}",
-            missed.join(", ")
+            tally(&s.staged_missed)
         );
     }
     for (kind, why) in &s.skipped_faults {
         let _ = writeln!(out, "  skipped {kind}: {why}");
     }
-    let failures: Vec<String> = s
-        .liveness
-        .failures
-        .iter()
-        .map(|(k, v)| format!("{k} {v}"))
-        .collect();
+}
+
+/// Attempts, grants, failures and acquire latency.
+fn write_liveness(out: &mut String, s: &ModeSummary) {
     let _ = writeln!(
         out,
         "  acquisitions: {} attempts, {} granted; failures: {}",
         s.liveness.attempts,
         s.liveness.grants,
-        if failures.is_empty() {
-            "none".into()
-        } else {
-            failures.join(", ")
-        }
+        tally_or_none(&s.liveness.failures)
     );
     let _ = writeln!(
         out,
         "  acquire latency: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
         s.liveness.latency_p50_ms, s.liveness.latency_p99_ms, s.liveness.latency_max_ms
     );
+}
+
+fn write_fenced_record(out: &mut String, s: &ModeSummary) {
     let _ = writeln!(
         out,
         "  fenced record ({}): {} writes committed, {} stale reads/writes rejected, {} stale accepted, {} superseded writes accepted, {} token-order, {} duplicate tokens, {} interleaved, {} lost updates",
@@ -83,11 +97,18 @@ pub fn text(run: &ModeRun) -> String {
         s.fenced_interleaved,
         s.fenced_lost_updates
     );
+}
+
+fn write_counter(out: &mut String, s: &ModeSummary) {
     let _ = writeln!(
         out,
         "  unfenced counter (lock only): {} writes, {} interleaved, {} stale reads, {} lost updates",
         s.counter_writes, s.counter_interleaved, s.counter_stale_reads, s.counter_lost_updates
     );
+}
+
+/// The lock's own findings: overlapping validity and grant order.
+fn write_lock(out: &mut String, s: &ModeSummary) {
     let _ = writeln!(
         out,
         "  lock: {} grant(s) inside another client's validity ({} with no clock jump in progress); {} grant(s) with a token not above an earlier, ended grant's{}",
@@ -97,14 +118,13 @@ pub fn text(run: &ModeRun) -> String {
         if s.grant_order_faults.is_empty() {
             String::new()
         } else {
-            let around: Vec<String> = s
-                .grant_order_faults
-                .iter()
-                .map(|(k, v)| format!("{k} {v}"))
-                .collect();
-            format!(" (faults around them: {})", around.join(", "))
+            format!(" (faults around them: {})", tally(&s.grant_order_faults))
         }
     );
+}
+
+/// The semaphore's, the election's and the read-write lock's own lines, for their modes.
+fn write_family(out: &mut String, s: &ModeSummary) {
     if let Some(n) = s.permits {
         let _ = writeln!(
             out,
@@ -126,31 +146,31 @@ pub fn text(run: &ModeRun) -> String {
             s.liveness.shared_grants, s.liveness.most_readers
         );
     }
-    if s.mode == Mode::Run {
-        let c = &s.commands;
-        let procs: Vec<String> = c
-            .processes
-            .iter()
-            .map(|(k, v)| format!("{k} {v}"))
-            .collect();
-        let exits: Vec<String> = c.exits.iter().map(|(k, v)| format!("{k}: {v}")).collect();
-        let _ = writeln!(
-            out,
-            "  run: {} commands ran; processes {}, {} of them killed before their end; {} supervisor(s) killed with SIGKILL, {} while their command ran; fencelock run exits: {}",
-            c.holders,
-            procs.join(", "),
-            c.killed,
-            c.supervisors_killed,
-            c.supervisors_killed_holding,
-            exits.join(", ")
-        );
-        let _ = writeln!(
-            out,
-            "  processes of two holders at once: {}",
-            s.process_overlaps
-        );
-    }
-    let _ = writeln!(out, "  verdict: {}", verdict(&s));
+}
+
+/// The `run` mode: what the commands' processes did.
+fn write_commands(out: &mut String, s: &ModeSummary) {
+    let c = &s.commands;
+    let exits: Vec<String> = c.exits.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+    let _ = writeln!(
+        out,
+        "  run: {} commands ran; processes {}, {} of them killed before their end; {} supervisor(s) killed with SIGKILL, {} while their command ran; fencelock run exits: {}",
+        c.holders,
+        tally(&c.processes),
+        c.killed,
+        c.supervisors_killed,
+        c.supervisors_killed_holding,
+        exits.join(", ")
+    );
+    let _ = writeln!(
+        out,
+        "  processes of two holders at once: {}",
+        s.process_overlaps
+    );
+}
+
+/// Up to three violations, as examples.
+fn write_examples(out: &mut String, s: &ModeSummary) {
     for v in s.examples.iter().take(3) {
         let _ = writeln!(
             out,
@@ -160,7 +180,6 @@ pub fn text(run: &ModeRun) -> String {
             v.detail
         );
     }
-    out
 }
 
 /// `ttl 1s`, or with clients of different TTLs `ttls 500ms (clients 0, 2), 3s (client 1)`.
@@ -188,43 +207,76 @@ fn ttls(run: &ModeRun) -> String {
 /// faults that make this meaningful fired.
 pub fn verdict(s: &ModeSummary) -> String {
     if s.mode == Mode::Run {
-        return if s.process_overlaps > 0 {
-            format!(
-                "UNSAFE: {} time(s) a process of one holder's command ran after another holder's command had started",
-                s.process_overlaps
-            )
-        } else if !s.uncovered_faults.is_empty() {
-            format!(
-                "NOT SHOWN: no {} fired, so this clean history proves little (run longer or add the fault kinds)",
-                s.uncovered_faults.join(", no ")
-            )
-        } else {
-            "SAFE: no process of one holder's command (background and setsid ones included) ran once another holder's command had started".to_owned()
-        };
+        return run_verdict(s);
     }
     if s.quarantine && s.exclusion_violations > 0 {
-        return format!(
-            "UNSAFE: mutual exclusion: {} grant(s) inside another client's validity with no clock jump in progress (restart quarantine must keep a restarted node out until every lock it may have forgotten has expired){}",
-            s.exclusion_violations,
-            match verdict(&ModeSummary {
-                exclusion_violations: 0,
-                ..s.clone()
-            }) {
-                rest if rest.starts_with("UNSAFE: ") => format!("; {}", &rest["UNSAFE: ".len()..]),
-                _ => String::new(),
-            }
-        );
+        return exclusion_verdict(s);
     }
     if !s.fencing {
-        return if s.fenced_record_violations == 0 {
-            "no violation found on the fenced record in this run (no fencing)".to_owned()
-        } else {
-            format!(
-                "VIOLATIONS on the fenced record: {} (expected without fencing)",
-                s.fenced_record_violations
-            )
-        };
+        return unfenced_verdict(s);
     }
+    let why = fenced_violations(s);
+    if !why.is_empty() {
+        return fenced_unsafe_verdict(s, &why);
+    }
+    if !s.uncovered_faults.is_empty() {
+        return not_shown(s);
+    }
+    "SAFE: tokens followed the order of the grants, and the fenced storage accepted no stale or superseded write".to_owned()
+}
+
+/// A clean history without the faults that make it meaningful.
+fn not_shown(s: &ModeSummary) -> String {
+    format!(
+        "NOT SHOWN: no {} fired, so this clean history proves little (run longer or add the fault kinds)",
+        s.uncovered_faults.join(", no ")
+    )
+}
+
+/// The `run` mode: whether the commands of two holders ever ran at once.
+fn run_verdict(s: &ModeSummary) -> String {
+    if s.process_overlaps > 0 {
+        format!(
+            "UNSAFE: {} time(s) a process of one holder's command ran after another holder's command had started",
+            s.process_overlaps
+        )
+    } else if !s.uncovered_faults.is_empty() {
+        not_shown(s)
+    } else {
+        "SAFE: no process of one holder's command (background and setsid ones included) ran once another holder's command had started".to_owned()
+    }
+}
+
+/// A mode with restart quarantine that granted inside another client's validity, followed by
+/// whatever else the run got wrong.
+fn exclusion_verdict(s: &ModeSummary) -> String {
+    format!(
+        "UNSAFE: mutual exclusion: {} grant(s) inside another client's validity with no clock jump in progress (restart quarantine must keep a restarted node out until every lock it may have forgotten has expired){}",
+        s.exclusion_violations,
+        match verdict(&ModeSummary {
+            exclusion_violations: 0,
+            ..s.clone()
+        }) {
+            rest if rest.starts_with("UNSAFE: ") => format!("; {}", &rest["UNSAFE: ".len()..]),
+            _ => String::new(),
+        }
+    )
+}
+
+/// A mode without fencing: the fenced record's violations are expected, not a failure.
+fn unfenced_verdict(s: &ModeSummary) -> String {
+    if s.fenced_record_violations == 0 {
+        "no violation found on the fenced record in this run (no fencing)".to_owned()
+    } else {
+        format!(
+            "VIOLATIONS on the fenced record: {} (expected without fencing)",
+            s.fenced_record_violations
+        )
+    }
+}
+
+/// What a fenced mode got wrong: token order, duplicate tokens, and the fenced record's harms.
+fn fenced_violations(s: &ModeSummary) -> Vec<String> {
     let mut why = Vec::new();
     if s.grant_order > 0 {
         why.push(format!(
@@ -249,37 +301,34 @@ pub fn verdict(s: &ModeSummary) -> String {
     if s.fenced_lost_updates != 0 {
         why.push(format!("{} update(s) lost", s.fenced_lost_updates));
     }
-    if !why.is_empty() {
-        let mut out = format!("UNSAFE: {}", why.join("; "));
-        if s.grant_order > 0 {
-            // Say which of the table's cells this is, without softening the verdict: when every
-            // violation fell within an episode of a kind under which the guarantee is not
-            // claimed, name it.
-            let unclaimed = ["restart-nopersist", "clock-forward"];
-            if let Some(kind) = unclaimed
-                .iter()
-                .find(|k| s.grant_order_faults.get(**k) == Some(&(s.grant_order as u64)))
-            {
-                let _ = write!(
-                    out,
-                    " (each within a {kind} episode: docs/guarantees.md does not claim token order under a restart without persistence or a forward clock jump)"
-                );
-            }
-            if s.fenced_record_violations == 0 {
-                out.push_str(
-                    "; the fenced record itself was not harmed: the storage refused the newer holders, whose work was lost instead",
-                );
-            }
+    why
+}
+
+/// The UNSAFE verdict of a fenced mode, and for grant-order violations which of the table's
+/// cells this is.
+fn fenced_unsafe_verdict(s: &ModeSummary, why: &[String]) -> String {
+    let mut out = format!("UNSAFE: {}", why.join("; "));
+    if s.grant_order > 0 {
+        // Say which of the table's cells this is, without softening the verdict: when every
+        // violation fell within an episode of a kind under which the guarantee is not
+        // claimed, name it.
+        let unclaimed = ["restart-nopersist", "clock-forward"];
+        if let Some(kind) = unclaimed
+            .iter()
+            .find(|k| s.grant_order_faults.get(**k) == Some(&(s.grant_order as u64)))
+        {
+            let _ = write!(
+                out,
+                " (each within a {kind} episode: docs/guarantees.md does not claim token order under a restart without persistence or a forward clock jump)"
+            );
         }
-        return out;
+        if s.fenced_record_violations == 0 {
+            out.push_str(
+                "; the fenced record itself was not harmed: the storage refused the newer holders, whose work was lost instead",
+            );
+        }
     }
-    if !s.uncovered_faults.is_empty() {
-        return format!(
-            "NOT SHOWN: no {} fired, so this clean history proves little (run longer or add the fault kinds)",
-            s.uncovered_faults.join(", no ")
-        );
-    }
-    "SAFE: tokens followed the order of the grants, and the fenced storage accepted no stale or superseded write".to_owned()
+    out
 }
 
 fn esc(s: &str) -> String {
@@ -307,65 +356,222 @@ fn fault_color(kind: FaultKind) -> &'static str {
 
 /// The timeline of one mode, as SVG.
 pub fn svg(run: &ModeRun) -> String {
-    let secs = run.elapsed.as_secs_f64().max(1.0);
-    let px_per_s = (1400.0 / secs).clamp(20.0, 200.0);
-    let left = 120.0;
-    let lane = 26.0;
-    let top = 24.0;
-    let lanes = run.clients as usize + run.nodes;
-    let width = left + secs * px_per_s + 20.0;
-    let height = top + lanes as f64 * lane + 30.0;
-    let x = |ns: u64| left + ns as f64 / 1e9 * px_per_s;
-    let client_y = |c: u32| top + c as f64 * lane;
-    let node_y = |n: usize| top + (run.clients as usize + n) as f64 * lane;
+    let t = Timeline::of(run);
     let mut o = String::new();
     let _ = write!(
         o,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0}" height="{height:.0}" font-family="sans-serif" font-size="11">"#
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{:.0}" height="{:.0}" font-family="sans-serif" font-size="11">"#,
+        t.width, t.height
     );
-    // Time axis.
-    let step = if secs > 600.0 {
-        60
-    } else if secs > 120.0 {
-        10
-    } else if secs > 20.0 {
-        5
-    } else {
-        1
-    };
-    let mut t = 0;
-    while (t as f64) <= secs {
-        let xx = left + t as f64 * px_per_s;
-        let _ = write!(
-            o,
-            r##"<line x1="{xx:.1}" y1="{top}" x2="{xx:.1}" y2="{:.1}" stroke="#eee"/><text x="{xx:.1}" y="{:.1}" fill="#666">{t}s</text>"##,
-            height - 24.0,
-            height - 10.0
-        );
-        t += step;
+    t.draw_axis(&mut o);
+    t.draw_lane_labels(&mut o, run);
+    t.draw_held(&mut o, run);
+    t.draw_faults(&mut o, run);
+    t.draw_rejections(&mut o, run);
+    t.draw_violations(&mut o, run);
+    o.push_str("</svg>");
+    o
+}
+
+/// The timeline's geometry: one lane per client, then one per node, time along x.
+#[derive(Debug)]
+struct Timeline {
+    secs: f64,
+    px_per_s: f64,
+    left: f64,
+    lane: f64,
+    top: f64,
+    clients: usize,
+    width: f64,
+    height: f64,
+}
+
+/// A held interval: granted, validity deadline, release started, token.
+type Held = (u64, u64, Option<u64>, Option<u64>);
+
+impl Timeline {
+    fn of(run: &ModeRun) -> Timeline {
+        let secs = run.elapsed.as_secs_f64().max(1.0);
+        let px_per_s = (1400.0 / secs).clamp(20.0, 200.0);
+        let left = 120.0;
+        let lane = 26.0;
+        let top = 24.0;
+        let lanes = run.clients as usize + run.nodes;
+        Timeline {
+            secs,
+            px_per_s,
+            left,
+            lane,
+            top,
+            clients: run.clients as usize,
+            width: left + secs * px_per_s + 20.0,
+            height: top + lanes as f64 * lane + 30.0,
+        }
     }
-    for c in 0..run.clients {
-        let _ = write!(
-            o,
-            r#"<text x="4" y="{:.1}">client {c}</text>"#,
-            client_y(c) + 16.0
-        );
+
+    fn x(&self, ns: u64) -> f64 {
+        self.left + ns as f64 / 1e9 * self.px_per_s
     }
-    let server = if run.mode.consensus() {
-        "member"
-    } else {
-        "node"
-    };
-    for n in 0..run.nodes {
-        let _ = write!(
-            o,
-            r#"<text x="4" y="{:.1}">{server} {n}</text>"#,
-            node_y(n) + 16.0
-        );
+
+    fn client_y(&self, c: u32) -> f64 {
+        self.top + c as f64 * self.lane
     }
-    // Held intervals: green while valid, red once held past the validity deadline.
-    // (client, acq) -> (granted, validity deadline, release started, token)
-    type Held = (u64, u64, Option<u64>, Option<u64>);
+
+    fn node_y(&self, n: usize) -> f64 {
+        self.top + (self.clients + n) as f64 * self.lane
+    }
+
+    /// The time axis: a grid line and a label every 1, 5, 10 or 60 s.
+    fn draw_axis(&self, o: &mut String) {
+        let (top, height) = (self.top, self.height);
+        let step = if self.secs > 600.0 {
+            60
+        } else if self.secs > 120.0 {
+            10
+        } else if self.secs > 20.0 {
+            5
+        } else {
+            1
+        };
+        let mut t = 0;
+        while (t as f64) <= self.secs {
+            let xx = self.left + t as f64 * self.px_per_s;
+            let _ = write!(
+                o,
+                r##"<line x1="{xx:.1}" y1="{top}" x2="{xx:.1}" y2="{:.1}" stroke="#eee"/><text x="{xx:.1}" y="{:.1}" fill="#666">{t}s</text>"##,
+                height - 24.0,
+                height - 10.0
+            );
+            t += step;
+        }
+    }
+
+    fn draw_lane_labels(&self, o: &mut String, run: &ModeRun) {
+        for c in 0..run.clients {
+            let _ = write!(
+                o,
+                r#"<text x="4" y="{:.1}">client {c}</text>"#,
+                self.client_y(c) + 16.0
+            );
+        }
+        let server = if run.mode.consensus() {
+            "member"
+        } else {
+            "node"
+        };
+        for n in 0..run.nodes {
+            let _ = write!(
+                o,
+                r#"<text x="4" y="{:.1}">{server} {n}</text>"#,
+                self.node_y(n) + 16.0
+            );
+        }
+    }
+
+    /// Held intervals: green while valid, red once held past the validity deadline.
+    fn draw_held(&self, o: &mut String, run: &ModeRun) {
+        let end_ns = run.elapsed.as_nanos() as u64;
+        for (&(c, acq), &(start, deadline, release, token)) in &held_intervals(run) {
+            let end = release.unwrap_or(end_ns);
+            let y = self.client_y(c) + 4.0;
+            let valid_end = end.min(deadline);
+            let tok = token.map_or(String::new(), |t| format!(", token {t}"));
+            let _ = write!(
+                o,
+                r##"<rect x="{:.2}" y="{y:.1}" width="{:.2}" height="16" fill="#2ca02c"><title>client {c} acquisition {acq}{tok}: held {:.3}-{:.3} s</title></rect>"##,
+                self.x(start),
+                (self.x(valid_end) - self.x(start)).max(0.6),
+                start as f64 / 1e9,
+                end as f64 / 1e9
+            );
+            if end > deadline {
+                let _ = write!(
+                    o,
+                    r##"<rect x="{:.2}" y="{y:.1}" width="{:.2}" height="16" fill="#f4a6a6"><title>client {c} acquisition {acq}: still acting {:.3} s past its validity</title></rect>"##,
+                    self.x(deadline),
+                    (self.x(end) - self.x(deadline)).max(0.6),
+                    (end - deadline) as f64 / 1e9
+                );
+            }
+        }
+    }
+
+    /// Faults: a bar on each node lane they touched, a thin one under each client lane.
+    fn draw_faults(&self, o: &mut String, run: &ModeRun) {
+        for f in &run.faults {
+            let color = fault_color(f.kind);
+            let w = (self.x(f.end_ns) - self.x(f.start_ns)).max(2.0);
+            for &n in &f.nodes {
+                let _ = write!(
+                    o,
+                    r#"<rect x="{:.2}" y="{:.1}" width="{w:.2}" height="16" fill="{color}" opacity="0.8"><title>{}: {}</title></rect>"#,
+                    self.x(f.start_ns),
+                    self.node_y(n) + 4.0,
+                    f.kind,
+                    esc(&f.detail)
+                );
+            }
+            for &c in &f.clients {
+                let _ = write!(
+                    o,
+                    r#"<rect x="{:.2}" y="{:.1}" width="{w:.2}" height="4" fill="{color}"><title>{}: {}</title></rect>"#,
+                    self.x(f.start_ns),
+                    self.client_y(c) + 21.0,
+                    f.kind,
+                    esc(&f.detail)
+                );
+            }
+        }
+    }
+
+    /// Rejected stale reads and writes: the fence doing its job.
+    fn draw_rejections(&self, o: &mut String, run: &ModeRun) {
+        for e in &run.history.events {
+            let what = match &e.kind {
+                EventKind::WriteRejected {
+                    presented, current, ..
+                } => format!("write rejected: token {presented} < {current}"),
+                EventKind::ReadRejected {
+                    presented, current, ..
+                } => format!("read rejected: token {presented} < {current}"),
+                _ => continue,
+            };
+            let (xx, y) = (self.x(e.mono_ns), self.client_y(e.client) + 2.0);
+            let _ = write!(
+                o,
+                r##"<path d="M{:.2} {y:.1} l5 9 l-10 0 z" fill="#ff7f0e" stroke="#000" stroke-width="0.5"><title>client {}: {what}</title></path>"##,
+                xx, e.client
+            );
+        }
+    }
+
+    /// Violations: a red line across the lanes, a dot on each client involved.
+    fn draw_violations(&self, o: &mut String, run: &ModeRun) {
+        let (top, height) = (self.top, self.height);
+        for v in run.findings.all() {
+            let xx = self.x(v.mono_ns);
+            let _ = write!(
+                o,
+                r##"<line x1="{xx:.2}" y1="{top}" x2="{xx:.2}" y2="{:.1}" stroke="#d00" stroke-width="1" opacity="0.6"><title>{:?}: {}</title></line>"##,
+                height - 24.0,
+                v.kind,
+                esc(&v.detail)
+            );
+            for &c in &v.clients {
+                let _ = write!(
+                    o,
+                    r##"<circle cx="{xx:.2}" cy="{:.1}" r="4" fill="#d00"><title>{:?}: {}</title></circle>"##,
+                    self.client_y(c) + 12.0,
+                    v.kind,
+                    esc(&v.detail)
+                );
+            }
+        }
+    }
+}
+
+/// Each acquisition's held interval, by (client, acquisition).
+fn held_intervals(run: &ModeRun) -> HashMap<(u32, u64), Held> {
     let mut held: HashMap<(u32, u64), Held> = HashMap::new();
     for e in &run.history.events {
         let key = (e.client, e.acq);
@@ -383,95 +589,7 @@ pub fn svg(run: &ModeRun) -> String {
             _ => {}
         }
     }
-    let end_ns = run.elapsed.as_nanos() as u64;
-    for (&(c, acq), &(start, deadline, release, token)) in &held {
-        let end = release.unwrap_or(end_ns);
-        let y = client_y(c) + 4.0;
-        let valid_end = end.min(deadline);
-        let tok = token.map_or(String::new(), |t| format!(", token {t}"));
-        let _ = write!(
-            o,
-            r##"<rect x="{:.2}" y="{y:.1}" width="{:.2}" height="16" fill="#2ca02c"><title>client {c} acquisition {acq}{tok}: held {:.3}-{:.3} s</title></rect>"##,
-            x(start),
-            (x(valid_end) - x(start)).max(0.6),
-            start as f64 / 1e9,
-            end as f64 / 1e9
-        );
-        if end > deadline {
-            let _ = write!(
-                o,
-                r##"<rect x="{:.2}" y="{y:.1}" width="{:.2}" height="16" fill="#f4a6a6"><title>client {c} acquisition {acq}: still acting {:.3} s past its validity</title></rect>"##,
-                x(deadline),
-                (x(end) - x(deadline)).max(0.6),
-                (end - deadline) as f64 / 1e9
-            );
-        }
-    }
-    // Faults.
-    for f in &run.faults {
-        let color = fault_color(f.kind);
-        let w = (x(f.end_ns) - x(f.start_ns)).max(2.0);
-        for &n in &f.nodes {
-            let _ = write!(
-                o,
-                r#"<rect x="{:.2}" y="{:.1}" width="{w:.2}" height="16" fill="{color}" opacity="0.8"><title>{}: {}</title></rect>"#,
-                x(f.start_ns),
-                node_y(n) + 4.0,
-                f.kind,
-                esc(&f.detail)
-            );
-        }
-        for &c in &f.clients {
-            let _ = write!(
-                o,
-                r#"<rect x="{:.2}" y="{:.1}" width="{w:.2}" height="4" fill="{color}"><title>{}: {}</title></rect>"#,
-                x(f.start_ns),
-                client_y(c) + 21.0,
-                f.kind,
-                esc(&f.detail)
-            );
-        }
-    }
-    // Rejected stale reads and writes: the fence doing its job.
-    for e in &run.history.events {
-        let what = match &e.kind {
-            EventKind::WriteRejected {
-                presented, current, ..
-            } => format!("write rejected: token {presented} < {current}"),
-            EventKind::ReadRejected {
-                presented, current, ..
-            } => format!("read rejected: token {presented} < {current}"),
-            _ => continue,
-        };
-        let (xx, y) = (x(e.mono_ns), client_y(e.client) + 2.0);
-        let _ = write!(
-            o,
-            r##"<path d="M{:.2} {y:.1} l5 9 l-10 0 z" fill="#ff7f0e" stroke="#000" stroke-width="0.5"><title>client {}: {what}</title></path>"##,
-            xx, e.client
-        );
-    }
-    // Violations.
-    for v in run.findings.all() {
-        let xx = x(v.mono_ns);
-        let _ = write!(
-            o,
-            r##"<line x1="{xx:.2}" y1="{top}" x2="{xx:.2}" y2="{:.1}" stroke="#d00" stroke-width="1" opacity="0.6"><title>{:?}: {}</title></line>"##,
-            height - 24.0,
-            v.kind,
-            esc(&v.detail)
-        );
-        for &c in &v.clients {
-            let _ = write!(
-                o,
-                r##"<circle cx="{xx:.2}" cy="{:.1}" r="4" fill="#d00"><title>{:?}: {}</title></circle>"##,
-                client_y(c) + 12.0,
-                v.kind,
-                esc(&v.detail)
-            );
-        }
-    }
-    o.push_str("</svg>");
-    o
+    held
 }
 
 /// The self-contained HTML report of every mode run.

@@ -424,107 +424,236 @@ pub fn fencelock_path(opts: &RunOptions) -> io::Result<PathBuf> {
 /// When nodes, proxies, the storage or the clients cannot be started, or the history cannot be
 /// read back.
 pub fn run_mode(mode: Mode, opts: &RunOptions) -> io::Result<ModeRun> {
-    let dir = opts.out.join(mode.name());
-    if dir.exists() {
-        fs::remove_dir_all(&dir)?;
-    }
-    let control = nemesis::control_dir(&dir);
-    fs::create_dir_all(&control)?;
-    let client_ttls = client_ttls(mode, opts);
-    // The shortest TTL paces the nemesis; the longest bounds every wait on a client.
-    let ttl = client_ttls
-        .iter()
-        .copied()
-        .min()
-        .unwrap_or(mode.ttl(opts.ttl));
-    let longest = client_ttls.iter().copied().max().unwrap_or(ttl);
-    let skipped: Vec<(FaultKind, &'static str)> = opts
-        .faults
-        .iter()
-        .filter_map(|k| mode.skips(*k).map(|why| (*k, why)))
-        .collect();
-    let nodes = Arc::new(Nodes::start(mode)?);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()?;
-    let proxies = (0..nodes.len())
-        .map(|i| runtime.block_on(Proxy::start(nodes.port(i))))
-        .collect::<io::Result<Vec<_>>>()?;
-    let urls: Vec<String> = proxies.iter().map(|p| nodes.url(p.port())).collect();
-    let db = dir.join("storage.db");
-    storage::setup(&db).map_err(io::Error::other)?;
-
+    let files = ModeFiles::create(mode, opts)?;
+    let ttls = Ttls::of(mode, opts);
+    let skipped = skipped_faults(mode, opts);
+    let rig = Rig::start(mode, &files.db)?;
     if mode.quarantine() {
-        // Restart quarantine cannot tell a node that just started from one that just restarted:
-        // every fresh node is excluded until its uptime reaches the TTL. Redis reports uptime in
-        // whole seconds, up to one more than the true age, which the library takes off; after
-        // TTL + 2 s every node's uptime less that second is at least the TTL. The longest TTL:
-        // a fresh node holds no TTL record yet, so a client judges it by its own TTL, and the
-        // job's is the longest.
-        thread::sleep(longest + Duration::from_secs(2));
+        wait_out_quarantine(ttls.longest);
     }
     let epoch = mono::now_ns();
     let started = Instant::now();
+    let mut children = spawn_clients(opts, mode, &ttls, &rig.urls, &files, epoch)?;
+    let nemesis = NemesisThread::start(mode, opts, &rig, &children, &files.control, &ttls, epoch);
+    let outcome = watch_workload(mode, opts, &files, &mut children, &nemesis.faults, started);
+    let elapsed = started.elapsed();
+    let faults = nemesis.stop();
+    stop_clients(&files.control, &mut children, ttls.longest);
+    outcome?;
+    drop(rig);
+
+    let history = collect_history(&files)?;
+    fs::write(
+        files.dir.join("faults.json"),
+        serde_json::to_vec_pretty(&faults).map_err(io::Error::other)?,
+    )?;
+    Ok(judge(mode, opts, ttls, skipped, elapsed, faults, history))
+}
+
+/// Where one mode's run keeps its files: the mode's directory (emptied), the clients' control
+/// directory, the storage database and each client's log.
+#[derive(Debug)]
+struct ModeFiles {
+    dir: PathBuf,
+    control: PathBuf,
+    db: PathBuf,
+    logs: Vec<PathBuf>,
+}
+
+impl ModeFiles {
+    fn create(mode: Mode, opts: &RunOptions) -> io::Result<ModeFiles> {
+        let dir = opts.out.join(mode.name());
+        if dir.exists() {
+            fs::remove_dir_all(&dir)?;
+        }
+        let control = nemesis::control_dir(&dir);
+        fs::create_dir_all(&control)?;
+        let logs = (0..opts.clients)
+            .map(|id| dir.join(format!("client-{id}.jsonl")))
+            .collect();
+        Ok(ModeFiles {
+            db: dir.join("storage.db"),
+            dir,
+            control,
+            logs,
+        })
+    }
+}
+
+/// The clients' TTLs as the mode runs them.
+#[derive(Debug)]
+struct Ttls {
+    each: Vec<Duration>,
+    /// Paces the nemesis.
+    shortest: Duration,
+    /// Bounds every wait on a client.
+    longest: Duration,
+}
+
+impl Ttls {
+    fn of(mode: Mode, opts: &RunOptions) -> Ttls {
+        let each = client_ttls(mode, opts);
+        let shortest = each.iter().copied().min().unwrap_or(mode.ttl(opts.ttl));
+        let longest = each.iter().copied().max().unwrap_or(shortest);
+        Ttls {
+            each,
+            shortest,
+            longest,
+        }
+    }
+}
+
+/// The fault kinds asked for that `mode` cannot take, and why.
+fn skipped_faults(mode: Mode, opts: &RunOptions) -> Vec<(FaultKind, &'static str)> {
+    opts.faults
+        .iter()
+        .filter_map(|k| mode.skips(*k).map(|why| (*k, why)))
+        .collect()
+}
+
+/// The nodes, a proxy in front of each (on their own runtime), and a fresh storage.
+#[derive(Debug)]
+struct Rig {
+    // Dropped in this order: the proxies, their runtime, then the nodes.
+    proxies: Vec<Proxy>,
+    /// Kept only to run the proxies.
+    _runtime: tokio::runtime::Runtime,
+    nodes: Arc<Nodes>,
+    /// The proxies' URLs, the ones the clients dial.
+    urls: Vec<String>,
+}
+
+impl Rig {
+    fn start(mode: Mode, db: &Path) -> io::Result<Rig> {
+        let nodes = Arc::new(Nodes::start(mode)?);
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()?;
+        let proxies = (0..nodes.len())
+            .map(|i| runtime.block_on(Proxy::start(nodes.port(i))))
+            .collect::<io::Result<Vec<_>>>()?;
+        let urls = proxies.iter().map(|p| nodes.url(p.port())).collect();
+        storage::setup(db).map_err(io::Error::other)?;
+        Ok(Rig {
+            proxies,
+            _runtime: runtime,
+            nodes,
+            urls,
+        })
+    }
+}
+
+/// Restart quarantine cannot tell a node that just started from one that just restarted: every
+/// fresh node is excluded until its uptime reaches the TTL. Redis reports uptime in whole
+/// seconds, up to one more than the true age, which the library takes off; after TTL + 2 s every
+/// node's uptime less that second is at least the TTL. The longest TTL: a fresh node holds no
+/// TTL record yet, so a client judges it by its own TTL, and the job's is the longest.
+fn wait_out_quarantine(longest: Duration) {
+    thread::sleep(longest + Duration::from_secs(2));
+}
+
+fn spawn_clients(
+    opts: &RunOptions,
+    mode: Mode,
+    ttls: &Ttls,
+    urls: &[String],
+    files: &ModeFiles,
+    epoch: u64,
+) -> io::Result<Vec<Child>> {
     let mut children = Vec::new();
     for id in 0..opts.clients {
         children.push(spawn_client(
             opts,
             mode,
-            client_ttls[id as usize],
+            ttls.each[id as usize],
             id,
             &urls.join(","),
-            &db,
-            &dir,
+            &files.db,
+            &files.dir,
             epoch,
         )?);
     }
-    let logs: Vec<PathBuf> = (0..opts.clients)
-        .map(|id| dir.join(format!("client-{id}.jsonl")))
-        .collect();
+    Ok(children)
+}
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let faults = Arc::new(Mutex::new(Vec::new()));
-    let nemesis_thread = {
+/// The nemesis on its own thread, and the faults it has injected so far.
+#[derive(Debug)]
+struct NemesisThread {
+    stop: Arc<AtomicBool>,
+    faults: Arc<Mutex<Vec<FaultEvent>>>,
+    thread: thread::JoinHandle<()>,
+}
+
+impl NemesisThread {
+    fn start(
+        mode: Mode,
+        opts: &RunOptions,
+        rig: &Rig,
+        children: &[Child],
+        control: &Path,
+        ttls: &Ttls,
+        epoch: u64,
+    ) -> NemesisThread {
         let mut nemesis = Nemesis {
-            nodes: nodes.clone(),
-            proxies: proxies.iter().map(Proxy::control).collect(),
+            nodes: rig.nodes.clone(),
+            proxies: rig.proxies.iter().map(Proxy::control).collect(),
             clients: children.iter().map(Child::id).collect(),
-            dir: control.clone(),
-            ttl,
-            client_ttls: client_ttls.clone(),
+            dir: control.to_path_buf(),
+            ttl: ttls.shortest,
+            client_ttls: ttls.each.clone(),
             epoch_ns: epoch,
-            offsets: vec![0; nodes.len()],
+            offsets: vec![0; rig.nodes.len()],
         };
         let plan = Plan::new(
             opts.seed ^ (mode as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15),
             &opts.faults,
             mode,
             opts.clients,
-            ttl,
+            ttls.shortest,
         )
-        .with_client_ttls(client_ttls.clone());
-        let (stop, faults) = (stop.clone(), faults.clone());
-        thread::spawn(move || {
-            nemesis.run(plan, &stop, |e| {
-                faults.lock().unwrap_or_else(|p| p.into_inner()).push(e)
-            });
-        })
-    };
+        .with_client_ttls(ttls.each.clone());
+        let stop = Arc::new(AtomicBool::new(false));
+        let faults = Arc::new(Mutex::new(Vec::new()));
+        let thread = {
+            let (stop, faults) = (stop.clone(), faults.clone());
+            thread::spawn(move || {
+                nemesis.run(plan, &stop, |e| {
+                    faults.lock().unwrap_or_else(|p| p.into_inner()).push(e)
+                });
+            })
+        };
+        NemesisThread {
+            stop,
+            faults,
+            thread,
+        }
+    }
 
+    /// Stops the nemesis, waits for it, and returns the faults it injected.
+    fn stop(self) -> Vec<FaultEvent> {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = self.thread.join();
+        std::mem::take(&mut *self.faults.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
+/// Follows the clients' logs, showing progress, until the run's stop condition or
+/// `max_duration`; an error when a client exits first.
+fn watch_workload(
+    mode: Mode,
+    opts: &RunOptions,
+    files: &ModeFiles,
+    children: &mut [Child],
+    faults: &Mutex<Vec<FaultEvent>>,
+    started: Instant,
+) -> io::Result<()> {
     let mut progress = Progress::new(opts.progress);
-    let mut tails: Vec<Option<Tail>> = logs.iter().map(|_| None).collect();
+    let mut tails: Vec<Option<Tail>> = files.logs.iter().map(|_| None).collect();
     let mut grants = 0u64;
     let outcome = loop {
         thread::sleep(Duration::from_millis(200));
-        for (tail, path) in tails.iter_mut().zip(&logs) {
-            if tail.is_none() {
-                *tail = Tail::open(path).ok();
-            }
-            if let Some(t) = tail {
-                grants += t.lines().iter().filter(|l| is_grant(l)).count() as u64;
-            }
-        }
+        grants += count_new_grants(&mut tails, &files.logs);
         let elapsed = started.elapsed();
         let nfaults = faults.lock().map(|f| f.len()).unwrap_or(0);
         let (done, finished) = match opts.stop {
@@ -548,23 +677,33 @@ pub fn run_mode(mode: Mode, opts: &RunOptions) -> io::Result<ModeRun> {
         {
             break Err(io::Error::other(format!(
                 "a client exited early ({code}); see {}",
-                dir.display()
+                files.dir.display()
             )));
         }
     };
     progress.finish();
-    let elapsed = started.elapsed();
-    stop.store(true, Ordering::SeqCst);
-    let _ = nemesis_thread.join();
-    stop_clients(&control, &mut children, longest);
-    outcome?;
-    drop(proxies);
-    drop(runtime);
-    drop(nodes);
+    outcome
+}
 
-    let loaded = storage::load(&db).map_err(io::Error::other)?;
+/// Grants in the lines the clients logged since the last call (opening each log once it exists).
+fn count_new_grants(tails: &mut [Option<Tail>], logs: &[PathBuf]) -> u64 {
+    let mut grants = 0;
+    for (tail, path) in tails.iter_mut().zip(logs) {
+        if tail.is_none() {
+            *tail = Tail::open(path).ok();
+        }
+        if let Some(t) = tail {
+            grants += t.lines().iter().filter(|l| is_grant(l)).count() as u64;
+        }
+    }
+    grants
+}
+
+/// The history from the storage and the clients' logs, also written to `history.json`.
+fn collect_history(files: &ModeFiles) -> io::Result<History> {
+    let loaded = storage::load(&files.db).map_err(io::Error::other)?;
     let mut events = Vec::new();
-    for path in &logs {
+    for path in &files.logs {
         events.extend(read_events(path)?);
     }
     let history = History {
@@ -575,14 +714,22 @@ pub fn run_mode(mode: Mode, opts: &RunOptions) -> io::Result<ModeRun> {
         final_slots: loaded.slots,
     };
     fs::write(
-        dir.join("history.json"),
+        files.dir.join("history.json"),
         serde_json::to_vec(&history).map_err(io::Error::other)?,
     )?;
-    let faults = std::mem::take(&mut *faults.lock().unwrap_or_else(|p| p.into_inner()));
-    fs::write(
-        dir.join("faults.json"),
-        serde_json::to_vec_pretty(&faults).map_err(io::Error::other)?,
-    )?;
+    Ok(history)
+}
+
+/// Checks the history against the faults injected.
+fn judge(
+    mode: Mode,
+    opts: &RunOptions,
+    ttls: Ttls,
+    skipped: Vec<(FaultKind, &'static str)>,
+    elapsed: Duration,
+    faults: Vec<FaultEvent>,
+    history: History,
+) -> ModeRun {
     let mut findings = checker::check(&history);
     check_family(mode, &history, &mut findings);
     let can_take: Vec<FaultKind> = FaultKind::ALL
@@ -592,12 +739,12 @@ pub fn run_mode(mode: Mode, opts: &RunOptions) -> io::Result<ModeRun> {
     let uncovered = checker::uncovered(&can_take, &faults);
     let exclusion = checker::exclusion_violations(&findings.overlapping_validity, &faults);
     let too_many = checker::exclusion_violations(&findings.too_many_holders, &faults);
-    Ok(ModeRun {
+    ModeRun {
         mode,
         nodes: mode.nodes(),
         clients: opts.clients,
-        ttl,
-        client_ttls,
+        ttl: ttls.shortest,
+        client_ttls: ttls.each,
         exclusion,
         too_many,
         skipped,
@@ -606,7 +753,7 @@ pub fn run_mode(mode: Mode, opts: &RunOptions) -> io::Result<ModeRun> {
         history,
         findings,
         uncovered,
-    })
+    }
 }
 
 /// The semaphore's and the election's own rules, for their modes: at most N permit holders at

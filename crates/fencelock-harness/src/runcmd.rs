@@ -184,8 +184,13 @@ pub fn run(args: &ClientArgs, fencelock: &Path) -> io::Result<()> {
             .arg("--node-timeout")
             .arg(ms(args.node_timeout))
             .args(["run", "--wait"])
-            .arg(ms(args.ttl * 5))
-            .args([RESOURCE, "--", "sh", "-c", SCRIPT, "sh"])
+            .arg(ms(args.ttl * 5));
+        if args.metrics {
+            // One file per supervisor: `metrics::summary` sums every `.prom` of the mode.
+            cmd.arg("--metrics-file")
+                .arg(args.log.with_extension(format!("{acq}.prom")));
+        }
+        cmd.args([RESOURCE, "--", "sh", "-c", SCRIPT, "sh"])
             .arg(&exe)
             .arg(main.as_millis().to_string())
             .arg(bg.as_millis().to_string())

@@ -229,6 +229,21 @@ impl EtcdCluster {
         }
     }
 
+    /// Waits for a leader and picks a follower: its index and the endpoints with it listed
+    /// first (a client that starts on the first member then starts on the follower, the member
+    /// a test stops next).
+    ///
+    /// # Errors
+    ///
+    /// As [`wait_for_leader`](Self::wait_for_leader).
+    pub fn follower_first(&self, timeout: Duration) -> io::Result<(usize, Vec<String>)> {
+        let leader = self.wait_for_leader(timeout)?;
+        let follower = (leader + 1) % self.members.len();
+        let mut endpoints = self.endpoints();
+        endpoints.swap(0, follower);
+        Ok((follower, endpoints))
+    }
+
     /// `http://127.0.0.1:<client port>` of every member, in order.
     pub fn endpoints(&self) -> Vec<String> {
         self.members.iter().map(EtcdMember::endpoint).collect()

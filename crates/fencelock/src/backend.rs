@@ -338,11 +338,11 @@ impl ElectionLog {
             }
             #[cfg(feature = "etcd")]
             (ElectionLog::Etcd(..), Held::Etcd(e, h)) => e.proclaim(h, value).await,
-            // An election's lock comes from the election's own client: one backend for both.
-            #[cfg(feature = "etcd")]
+            // An election's lock comes from the election's own client (one backend for both),
+            // and it is a mutex, never a read lock.
             _ => Err(Error::config(
                 "backend",
-                "the lock was taken on another backend than the election's",
+                "the lock is not one this election took (another backend, or a read lock)",
             )),
         }
     }

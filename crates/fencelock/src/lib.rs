@@ -159,7 +159,8 @@
 //!   sqlx 0.8's SQLite driver links (0.30): one build can link only one, so with a newer
 //!   rusqlite no program could use fencelock and sqlx 0.8 on SQLite together.
 //! - `postgres`: `fence::PostgresFence` over tokio-postgres 0.7 (re-exported as
-//!   `fencelock::tokio_postgres`).
+//!   `fencelock::tokio_postgres`); with `blocking`, also `blocking::PostgresFence` over its
+//!   synchronous client, the `postgres` crate 0.19 (re-exported as `fencelock::postgres`).
 //! - `sqlx-postgres`: `fence::SqlxPostgresFence`, the fence check inside your own sqlx 0.8
 //!   transaction on PostgreSQL (re-exported as `fencelock::sqlx`).
 //! - `sqlx-sqlite`: `fence::SqlxSqliteFence`, the same on SQLite.
@@ -170,7 +171,8 @@
 //! - `tls`: `rediss://` node URLs, and `etcds://` with `etcd` (rustls with the ring provider);
 //!   [`TlsConfig`] sets a CA and a client certificate.
 //! - `blocking`: `fencelock::blocking`, the same client, lock, guard and lost signal with
-//!   blocking calls, on a runtime thread of its own.
+//!   blocking calls, on a runtime thread of its own, and with `postgres` the blocking
+//!   PostgreSQL fence (the SQLite fence is blocking already).
 //! - `metrics`: records lock metrics through the `metrics` facade (no exporter; install your
 //!   recorder before taking locks); [`telemetry`] names them. Without it nothing is recorded.
 //!   The warnings an operator acts on (a lost lock, a node that stops answering, a node in
@@ -240,6 +242,9 @@ pub use crate::semaphore::{Semaphore, MAX_PERMITS};
 pub use crate::tls::TlsConfig;
 pub use crate::waiter::Waiter;
 
+#[cfg(all(feature = "blocking", feature = "postgres"))]
+#[cfg_attr(docsrs, doc(cfg(all(feature = "blocking", feature = "postgres"))))]
+pub use postgres;
 #[cfg(feature = "sqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub use rusqlite;

@@ -16,8 +16,8 @@
 //!
 //! Without the feature nothing is recorded and nothing is linked. The warnings are emitted in
 //! every build, through `tracing` at `warn`: a lock lost (with its cause and what to do), a node
-//! that stops answering and the one that answers again (at `info`), a node in restart
-//! quarantine.
+//! (or an etcd cluster) that stops answering and the one that answers again (at `info`), a node
+//! in restart quarantine.
 
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
@@ -88,6 +88,9 @@ pub(crate) struct NodeHealth {
     /// Per node in configured order: [`UNKNOWN`], [`UP`] or [`DOWN`] (after it was up).
     state: Box<[AtomicU8]>,
     quorum: usize,
+    /// Redis nodes, each voting, or one etcd cluster answering as one: what to tell the
+    /// operator differs.
+    etcd: bool,
 }
 
 const UNKNOWN: u8 = 0;
@@ -95,10 +98,17 @@ const UP: u8 = 1;
 const DOWN: u8 = 2;
 
 impl NodeHealth {
-    pub(crate) fn new(nodes: usize, quorum: usize) -> NodeHealth {
+    /// `nodes` Redis nodes of which `quorum` must answer, or (`etcd`) one etcd cluster,
+    /// which answers as one (its members agree through raft; the client sends requests to one
+    /// member, and to the next when it fails, `etcd/members.rs`): then observed as node 0,
+    /// named by its member list, judged down once every member failed in a row. A plain flag,
+    /// not a cfg: only `backend.rs`, `etcd/` and `lib.rs` name the etcd feature
+    /// (`tests/layout.rs`).
+    pub(crate) fn new(nodes: usize, quorum: usize, etcd: bool) -> NodeHealth {
         NodeHealth {
             state: (0..nodes).map(|_| AtomicU8::new(UNKNOWN)).collect(),
             quorum,
+            etcd,
         }
     }
 
@@ -134,6 +144,11 @@ impl NodeHealth {
             return;
         }
         match (was, now) {
+            (UP, DOWN) if self.etcd => tracing::warn!(
+                node,
+                "etcd cluster {node} did not answer ({why}); locks on it cannot be taken, extended or released while its requests fail: check that a majority of its members run and have a leader, and which member does not answer (`fencelock doctor` on these URLs; the client tried each member in turn), then restart or replace the members that are down"
+            ),
+            (DOWN, UP) if self.etcd => tracing::info!(node, "etcd cluster {node} answers again"),
             (UP, DOWN) => {
                 let up = self
                     .state

@@ -1,6 +1,7 @@
 //! `fencelock::blocking` from plain `std::thread`s (no tokio in the test's code) against real
 //! redis-server nodes: mutual exclusion among threads, the lost signal, the release of a dropped
-//! lock by the background task, and a clear refusal inside an async runtime.
+//! lock by the background task, a clear refusal inside an async runtime, and the fences (SQLite,
+//! and PostgreSQL on a real server) written from plain threads.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -137,14 +138,10 @@ fn with_lock_keeps_the_lock_while_the_calling_thread_blocks() {
     assert_eq!(held_throughout, (false, ErrorKind::Contention));
 }
 
-/// Blocking code writes fenced too: the blocking lock's issued token goes to the (blocking)
-/// SQLite fence, which binds the row to the lock and refuses the paused holder's older token.
-#[cfg(feature = "sqlite")]
-#[test]
-fn a_blocking_holder_writes_through_the_fence_and_a_stale_one_is_refused() {
-    use fencelock::fence::SqliteFence;
-
-    let nodes = RedisNodes::start(3).unwrap();
+/// Two fencing clients on `nodes`: one whose locks run out after 300 ms, for a holder that
+/// pauses past its TTL, and one for the next holder.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+fn fencing_clients(nodes: &RedisNodes) -> (Client, Client) {
     let brief = Client::new(
         config(nodes.urls())
             .with_fencing(true)
@@ -153,6 +150,18 @@ fn a_blocking_holder_writes_through_the_fence_and_a_stale_one_is_refused() {
     )
     .unwrap();
     let client = Client::new(config(nodes.urls()).with_fencing(true)).unwrap();
+    (brief, client)
+}
+
+/// Blocking code writes fenced too: the blocking lock's issued token goes to the (blocking)
+/// SQLite fence, which binds the row to the lock and refuses the paused holder's older token.
+#[cfg(feature = "sqlite")]
+#[test]
+fn a_blocking_holder_writes_through_the_fence_and_a_stale_one_is_refused() {
+    use fencelock::fence::SqliteFence;
+
+    let nodes = RedisNodes::start(3).unwrap();
+    let (brief, client) = fencing_clients(&nodes);
     let dir = tempfile::tempdir().unwrap();
     let fence = SqliteFence::open(dir.path().join("blocking.db")).unwrap();
     // A holder whose lock runs out while it is paused.
@@ -172,4 +181,131 @@ fn a_blocking_holder_writes_through_the_fence_and_a_stale_one_is_refused() {
         .unwrap();
     guard.release().unwrap();
     drop(paused);
+}
+
+/// The blocking PostgreSQL fence from plain threads: each thread opens its own fence (one
+/// connection) on a real PostgreSQL; the live holder's write applies, the paused holder's older
+/// token is refused before its statements run, and nothing of it reaches the table.
+#[cfg(feature = "postgres")]
+#[test]
+fn a_blocking_holder_writes_through_the_postgres_fence_and_a_stale_one_is_refused() {
+    use fencelock::blocking::PostgresFence;
+    use fencelock::fence::BoxError;
+    use fencelock::IssuedToken;
+    use fencelock_testkit::Postgres;
+
+    /// A fenced write that records its token as an event; `ran` says whether the closure ran.
+    fn record(url: &str, token: IssuedToken) -> (fencelock::Result<()>, bool) {
+        let mut fence = PostgresFence::connect(url).unwrap();
+        let mut ran = false;
+        let value = i64::try_from(token.value()).unwrap();
+        let result = fence.write("blocking:pg", token, |tx| {
+            ran = true;
+            tx.execute(
+                "INSERT INTO events (resource, token) VALUES ('blocking:pg', $1)",
+                &[&value],
+            )?;
+            Ok(())
+        });
+        (result, ran)
+    }
+
+    let nodes = RedisNodes::start(3).unwrap();
+    let pg = Postgres::start().unwrap();
+    let url = pg.url();
+    let mut fence = PostgresFence::connect(&url).unwrap();
+    fence
+        .client()
+        .batch_execute(
+            "CREATE TABLE events (seq BIGSERIAL PRIMARY KEY, resource TEXT NOT NULL, token BIGINT NOT NULL)",
+        )
+        .unwrap();
+    let (brief, client) = fencing_clients(&nodes);
+
+    // A holder whose lock runs out while it is paused; the next holder writes from its thread.
+    let paused = brief.try_acquire("blocking:pg").unwrap();
+    let old = paused.issued_token().unwrap();
+    thread::sleep(Duration::from_millis(400));
+    let next = client.try_acquire("blocking:pg").unwrap();
+    let token = next.issued_token().unwrap();
+    assert!(token.value() > old.value());
+    let live = {
+        let (url, token) = (url.clone(), token.clone());
+        thread::spawn(move || record(&url, token))
+    };
+    let (result, ran) = live.join().unwrap();
+    result.unwrap();
+    assert!(ran);
+
+    // The paused holder wakes up on its own thread: refused, its closure never runs.
+    let stale = {
+        let url = url.clone();
+        thread::spawn(move || record(&url, old))
+    };
+    let (result, ran) = stale.join().unwrap();
+    let err = result.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::StaleToken, "{err}");
+    assert!(!ran, "the closure of a stale write ran");
+    assert!(err.to_string().contains("the lock was lost"), "{err}");
+
+    // A failing closure rolls back its statements and the token.
+    let guard = next.auto_extend(AutoExtend::new());
+    let newer_row: Result<(), BoxError> = Err("out of stock".into());
+    let err = fence
+        .write("blocking:pg", guard.issued_token().unwrap(), |tx| {
+            tx.execute(
+                "INSERT INTO events (resource, token) VALUES ('blocking:pg', -1)",
+                &[],
+            )?;
+            newer_row
+        })
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Storage, "{err}");
+    // The guard's token is the live holder's: accepted again.
+    fence
+        .write("blocking:pg", guard.issued_token().unwrap(), |_| Ok(()))
+        .unwrap();
+    let tokens: Vec<i64> = fence
+        .client()
+        .query("SELECT token FROM events ORDER BY seq", &[])
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert_eq!(tokens, [i64::try_from(token.value()).unwrap()]);
+    assert_eq!(
+        fence.last_token("blocking:pg").unwrap(),
+        Some(token.value())
+    );
+    guard.release().unwrap();
+    drop(paused);
+}
+
+/// The blocking PostgreSQL fence's errors: an unreachable server is named without its password,
+/// and a call from inside an async runtime is refused instead of blocking (or panicking) it.
+#[cfg(feature = "postgres")]
+#[test]
+fn the_blocking_postgres_fence_names_the_server_and_refuses_inside_a_runtime() {
+    use fencelock::blocking::PostgresFence;
+
+    // A port nothing listens on: bound, then closed.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("postgres://app:s3cret@127.0.0.1:{port}/shop");
+    let err = PostgresFence::connect(&url).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Storage, "{err}");
+    let shown = err.to_string();
+    assert!(shown.contains(&format!("127.0.0.1:{port}")), "{shown}");
+    assert!(!shown.contains("s3cret"), "{shown}");
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let err = rt.block_on(async { PostgresFence::connect(&url).unwrap_err() });
+    assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
+    assert!(err.to_string().contains("fence::PostgresFence"), "{err}");
 }

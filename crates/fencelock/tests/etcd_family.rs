@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use fencelock::{Client, Config, ErrorKind, Leader, RetryPolicy};
-use fencelock_testkit::Etcd;
+use fencelock_testkit::{Etcd, EtcdCluster};
 
 /// Generous: liveness waits on a loaded 2-core machine.
 const LONG: Duration = Duration::from_secs(60);
@@ -378,4 +378,36 @@ async fn a_dead_leaders_successor_takes_over_after_the_ttl_with_a_larger_term() 
         second.term()
     );
     second.resign().await.unwrap();
+}
+
+/// An observer whose watch runs on a member that stops (`kill -STOP`, the follower listed
+/// first) sees the next leader through another member: its watch asks for progress every
+/// request timeout and moves on when the member is silent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_observer_whose_member_stops_sees_the_next_leader_through_another() {
+    let cluster = EtcdCluster::start(3).unwrap();
+    let (follower, endpoints) = cluster.follower_first(LONG).unwrap();
+    let urls: Vec<String> = endpoints
+        .iter()
+        .map(|e| e.replacen("http://", "etcd://", 1))
+        .collect();
+    let ttl = Duration::from_secs(30);
+    let watching = Client::new(Config::new(urls.clone()).with_ttl(ttl)).unwrap();
+    let mut observer = watching.election("e:silent").unwrap().observe();
+    // The observer's first read and its watch, on the follower.
+    let first = tokio::time::timeout(Duration::from_millis(1500), observer.next()).await;
+    assert!(first.is_err(), "no leader yet: {first:?}");
+    cluster.member(follower).pause().unwrap();
+    let candidate = Client::new(Config::new(urls[1..].to_vec()).with_ttl(ttl)).unwrap();
+    let leadership = candidate
+        .election("e:silent")
+        .unwrap()
+        .campaign("after")
+        .await
+        .unwrap();
+    let seen = tokio::time::timeout(Duration::from_secs(8), observer.next()).await;
+    cluster.member(follower).resume().unwrap();
+    let seen = seen.expect("the observer did not see the leader within 8 s");
+    assert_eq!(seen.value(), "after");
+    leadership.resign().await.unwrap();
 }

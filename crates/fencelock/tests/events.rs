@@ -1,6 +1,6 @@
 //! The events an operator acts on, emitted through `tracing` at `warn` in every build: a lost
-//! lock (with its cause and what to do), a node that stops answering (once, and at `info` when
-//! it answers again), a node in restart quarantine. A capturing subscriber of the test's own
+//! lock (with its cause and what to do), a node or an etcd cluster that stops answering (once,
+//! and at `info` when it answers again), a node in restart quarantine. A capturing subscriber of the test's own
 //! (set as the default of the test's thread, where its current-thread runtime runs every task)
 //! reads them from a client on real nodes.
 
@@ -75,6 +75,23 @@ fn config(nodes: &RedisNodes) -> Config {
         .with_quarantine(false)
 }
 
+/// Locks and releases `resource` until the `info` that a node answers again shows up (up to
+/// 20 tries, 100 ms apart); those infos.
+async fn answers_again(capture: &Capture, client: &Client, resource: &str) -> Vec<String> {
+    let mut back = Vec::new();
+    for _ in 0..20 {
+        if let Ok(lock) = client.try_acquire(resource).await {
+            lock.release().await.unwrap();
+        }
+        back = capture.at(Level::INFO, "answers again");
+        if !back.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    back
+}
+
 #[tokio::test]
 async fn a_lost_lock_is_a_warning_that_says_what_to_do() {
     let capture = Capture::default();
@@ -145,16 +162,7 @@ async fn a_node_that_stops_answering_is_one_warning_and_its_return_is_noted() {
     assert!(warnings[0].contains(&name), "{} names {name}", warnings[0]);
     assert!(warnings[0].contains("fencelock doctor"), "{}", warnings[0]);
     nodes.node(2).resume().unwrap();
-    let mut back = Vec::new();
-    for _ in 0..20 {
-        let lock = client.try_acquire("events:e").await.unwrap();
-        lock.release().await.unwrap();
-        back = capture.at(Level::INFO, "answers again");
-        if !back.is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let back = answers_again(&capture, &client, "events:e").await;
     assert_eq!(back.len(), 1, "{back:?}");
     assert!(back[0].contains(&name));
 }
@@ -192,5 +200,112 @@ async fn a_node_in_restart_quarantine_is_a_warning_that_says_what_to_do() {
     assert!(
         warnings.iter().all(|w| w.contains("appendfsync always")),
         "{warnings:?}"
+    );
+}
+
+/// A client of the etcd members at `endpoints` (`http://` URLs) with quick timeouts, after one
+/// lock on `resource` taken and released (the cluster answered).
+#[cfg(feature = "etcd")]
+async fn etcd_client_that_answered(endpoints: &[String], resource: &str) -> Client {
+    let urls: Vec<String> = endpoints
+        .iter()
+        .map(|e| e.replacen("http://", "etcd://", 1))
+        .collect();
+    // The shortest request timeout etcd gets (a write waits for a raft round): 1 s.
+    let client = Client::new(
+        Config::new(urls)
+            .with_ttl(Duration::from_secs(2))
+            .with_node_timeout(Duration::from_millis(300))
+            .with_connect_timeout(Duration::from_millis(500)),
+    )
+    .unwrap();
+    client
+        .try_acquire(resource)
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    client
+}
+
+/// The etcd client sends a request to one member at a time, and every call gets one answer,
+/// the cluster's: a cluster that stops answering (here its only member, stopped with
+/// `kill -STOP`) is one warning that says what to do, however many calls meet it, and its
+/// return is noted at `info`.
+#[cfg(feature = "etcd")]
+#[tokio::test]
+async fn an_etcd_cluster_that_stops_answering_is_one_warning_and_its_return_is_noted() {
+    let capture = Capture::default();
+    let _default = capture.install();
+    let etcd = fencelock_testkit::Etcd::start().unwrap();
+    let client = etcd_client_that_answered(&etcd.endpoints(), "events:etcd").await;
+    assert!(capture.at(Level::WARN, "did not answer").is_empty());
+    etcd.pause().unwrap();
+    for _ in 0..2 {
+        let err = client.try_acquire("events:etcd").await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    }
+    let warnings = capture.at(Level::WARN, "did not answer");
+    etcd.resume().unwrap();
+    assert_eq!(
+        warnings.len(),
+        1,
+        "one warning while it stays down: {warnings:?}"
+    );
+    let name = client.nodes()[0].redacted();
+    assert!(warnings[0].contains(&name), "{} names {name}", warnings[0]);
+    assert!(warnings[0].contains("majority"), "{}", warnings[0]);
+    assert!(warnings[0].contains("fencelock doctor"), "{}", warnings[0]);
+    let back = answers_again(&capture, &client, "events:etcd").await;
+    assert_eq!(back.len(), 1, "{back:?}");
+    assert!(back[0].contains(&name), "{}", back[0]);
+    assert_eq!(capture.at(Level::WARN, "did not answer").len(), 1);
+}
+
+/// A member of three that stops (`kill -STOP`) while the cluster keeps a majority: the client
+/// moves on to the next member, and says so once, naming both; the cluster's own warning does
+/// not come, since the cluster answers.
+#[cfg(feature = "etcd")]
+#[tokio::test]
+async fn an_etcd_member_that_stops_answering_is_one_warning_naming_the_member_used_next() {
+    let capture = Capture::default();
+    let _default = capture.install();
+    let cluster = fencelock_testkit::EtcdCluster::start(3).unwrap();
+    // The follower first: the client starts on it.
+    let (follower, endpoints) = cluster.follower_first(Duration::from_secs(30)).unwrap();
+    let client = etcd_client_that_answered(&endpoints, "events:member").await;
+    cluster.member(follower).pause().unwrap();
+    let mut failed = 0;
+    for _ in 0..4 {
+        match client.try_acquire("events:member").await {
+            Ok(lock) => {
+                lock.release().await.unwrap();
+            }
+            Err(e) => {
+                assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
+                failed += 1;
+            }
+        }
+    }
+    let warnings = capture.at(Level::WARN, "did not answer");
+    cluster.member(follower).resume().unwrap();
+    assert!(failed <= 1, "{failed} of 4 calls failed: {warnings:?}");
+    assert_eq!(
+        warnings.len(),
+        1,
+        "one warning for one member: {warnings:?}"
+    );
+    let stopped = client.nodes()[0].redacted();
+    let next = client.nodes()[1].redacted();
+    assert!(
+        warnings[0].contains(&format!("etcd member {stopped} did not answer")),
+        "{} names {stopped}",
+        warnings[0]
+    );
+    assert!(
+        warnings[0].contains(&format!("using {next}")),
+        "{}",
+        warnings[0]
     );
 }

@@ -35,11 +35,16 @@ mod client;
 mod guard;
 mod lock;
 mod lost;
+#[cfg(feature = "postgres")]
+mod postgres_fence;
 
 pub use self::client::Client;
 pub use self::guard::LockGuard;
 pub use self::lock::Lock;
 pub use self::lost::LostSignal;
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub use self::postgres_fence::PostgresFence;
 
 use std::sync::Arc;
 
@@ -74,12 +79,7 @@ impl Runtime {
 
     /// Runs `future` to completion, blocking the calling thread.
     pub(crate) fn block_on<F: std::future::Future>(&self, future: F) -> Result<F::Output> {
-        if tokio::runtime::Handle::try_current().is_ok() {
-            return Err(Error::config(
-                "fencelock::blocking",
-                "called from inside an async runtime, whose thread it would block; use fencelock::Client (async) there, or call it from tokio::task::spawn_blocking",
-            ));
-        }
+        outside_async("fencelock::Client (async)")?;
         Ok(self.rt().block_on(future))
     }
 
@@ -88,6 +88,20 @@ impl Runtime {
         let _entered = self.rt().enter();
         drop(value);
     }
+}
+
+/// Refuses a blocking call made from inside an async runtime, whose thread it would block (and
+/// where starting another runtime panics); `instead` names the async counterpart.
+pub(crate) fn outside_async(instead: &str) -> Result<()> {
+    if tokio::runtime::Handle::try_current().is_ok() {
+        return Err(Error::config(
+            "fencelock::blocking",
+            format!(
+                "called from inside an async runtime, whose thread it would block; use {instead} there, or call it from tokio::task::spawn_blocking"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 impl Drop for Runtime {

@@ -99,7 +99,11 @@ impl Cluster {
                 Some(PutOptions::new().with_lease(held.lease)),
             )]);
         let resp = self
-            .call(limit.min(self.request_timeout), client.kv_client().txn(txn))
+            .call(
+                &client,
+                limit.min(self.request_timeout),
+                client.kv_client().txn(txn),
+            )
             .await?;
         Ok(resp.succeeded())
     }
@@ -126,7 +130,12 @@ pub(crate) struct LeaderWatch {
     /// The term of the last leader queued for report.
     last: i64,
     ready: VecDeque<(u64, String)>,
-    open: Option<WatchStream>,
+    /// The open watch and the member it runs on.
+    open: Option<(WatchStream, usize)>,
+    /// Whether the open watch was asked for its progress and has not answered since: a member
+    /// that falls silent keeps the stream open, so a request timeout without a message asks,
+    /// and a second one moves the cluster on.
+    asked: bool,
 }
 
 impl std::fmt::Debug for LeaderWatch {
@@ -152,6 +161,7 @@ impl LeaderWatch {
             last: 0,
             ready: VecDeque::new(),
             open: None,
+            asked: false,
         }
     }
 
@@ -170,13 +180,36 @@ impl LeaderWatch {
                 }
                 continue;
             }
-            let Some(open) = self.open.as_mut() else {
+            let Some((open, member)) = self.open.as_mut() else {
                 if self.watch().await.is_err() {
                     tokio::time::sleep(RETRY).await;
                 }
                 continue;
             };
-            match open.message().await {
+            let limit = self.backend.request_timeout;
+            let message = match tokio::time::timeout(limit, open.message()).await {
+                Ok(message) => {
+                    self.asked = false;
+                    message
+                }
+                Err(_) if !self.asked => {
+                    self.asked = true;
+                    if let Err(e) = open.request_progress().await {
+                        tracing::debug!(prefix = %self.prefix, error = %e, "election watch: no progress request");
+                    }
+                    continue;
+                }
+                Err(_) => {
+                    let member = *member;
+                    self.backend
+                        .members
+                        .observe(member, false, &"the election watch fell silent");
+                    self.open = None;
+                    self.asked = false;
+                    continue;
+                }
+            };
+            match message {
                 Ok(Some(resp)) => {
                     if resp.canceled() {
                         self.open = None;
@@ -202,6 +235,12 @@ impl LeaderWatch {
                     }
                 }
                 Ok(None) | Err(_) => {
+                    // A broken watch moves the cluster on (its member may be down): the watch
+                    // opens again on the next member.
+                    let member = *member;
+                    self.backend
+                        .members
+                        .observe(member, false, &"the election watch broke");
                     // Watch again from where we are: no revision is skipped.
                     self.open = None;
                     tokio::time::sleep(RETRY).await;
@@ -216,6 +255,7 @@ impl LeaderWatch {
         let client = c.client().await?;
         let resp = c
             .call(
+                &client,
                 c.request_timeout,
                 client
                     .kv_client()
@@ -245,12 +285,12 @@ impl LeaderWatch {
             .with_start_revision(self.at + 1);
         let mut watcher = client.watch_client();
         let stream = c
-            .call(c.request_timeout, watcher.watch(self.prefix.clone(), Some(options)))
+            .call(&client, c.request_timeout, watcher.watch(self.prefix.clone(), Some(options)))
             .await
             .inspect_err(|f| {
                 tracing::debug!(prefix = %self.prefix, outcome = %f.outcome, "election watch failed");
             })?;
-        self.open = Some(stream);
+        self.open = Some((stream, client.index));
         Ok(())
     }
 

@@ -42,6 +42,10 @@
 //! Requests get at least [`timing::MIN_REQUEST_TIMEOUT`], since a write waits for a raft round.
 //! Requests are sent with etcd's "require leader" flag, so a member cut off from the majority
 //! refuses instead of answering from stale state.
+//! Each request goes to one member, the current one (`members.rs`); a request that member
+//! fails, lets time out or refuses (no leader) moves the cluster on to the next member for the
+//! next request. Nothing is re-sent inside a call: a grant or a create transaction whose answer
+//! was lost may have been applied, and the lease it made is revoked (or expires by TTL).
 //!
 //! URLs: `etcd://[user:password@]host:port` (the login, if given, is shared by all members).
 //! `etcds://` takes TLS (with the `tls` feature: etcd-client's rustls and ring) and the CA and
@@ -55,6 +59,7 @@
 mod election;
 mod endpoints;
 pub(crate) mod keys;
+mod members;
 mod rwlock;
 mod semaphore;
 mod timing;
@@ -67,10 +72,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use etcd_client::{
-    Client as EtcdClient, Compare, CompareOp, ConnectOptions, EventType, PutOptions, SortOrder,
-    SortTarget, Txn, TxnOp, TxnOpResponse, TxnResponse, WatchFilterType, WatchOptions,
+    Compare, CompareOp, EventType, PutOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
+    TxnResponse, WatchFilterType, WatchOptions,
 };
-use tokio::sync::OnceCell;
 
 use crate::config::Config;
 use crate::error::{Error, LostCause, Result};
@@ -82,10 +86,12 @@ use crate::telemetry::{self, ResourceLabel};
 
 pub(crate) use self::election::LeaderWatch;
 use self::endpoints::Endpoints;
+use self::members::{Member, Members};
 use self::rwlock::Side;
 pub(crate) use self::semaphore::PermitKeys;
 
-/// One etcd cluster, reached through one client (connected on first use). Boxed, so that the
+/// One etcd cluster, reached through one client per member (each connected on first use;
+/// requests go to one member at a time, `members.rs`). Boxed, so that the
 /// client's backend enum stays small for the Redis backend.
 #[derive(Debug)]
 pub(crate) struct EtcdBackend(Box<Cluster>);
@@ -100,18 +106,13 @@ impl std::ops::Deref for EtcdBackend {
 
 /// The state and the operations of an [`EtcdBackend`].
 pub(crate) struct Cluster {
-    addrs: Vec<NodeAddr>,
-    endpoints: Endpoints,
-    /// The redacted member list, the `node` of every vote.
-    label: String,
-    connect_timeout: Duration,
+    /// The members' clients and the current member; shared with pending leases, which revoke
+    /// through whichever member answers.
+    members: Arc<Members>,
     request_timeout: Duration,
     ttl: Duration,
     lease_secs: i64,
     drift: Duration,
-    client: OnceCell<EtcdClient>,
-    /// The CA and client certificate for `etcds://` members.
-    tls: Option<crate::tls::TlsMaterial>,
     /// Places in line kept between the calls of a wait split over several calls: the
     /// resources and the entry. Their leases are not renewed here; an abandoned one expires.
     parked: std::sync::Mutex<Vec<(Vec<String>, Entry)>>,
@@ -126,10 +127,9 @@ pub(crate) struct Cluster {
 impl fmt::Debug for Cluster {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("EtcdBackend")
-            .field("members", &self.addrs)
             .field("lease_secs", &self.lease_secs)
             .field("request_timeout", &self.request_timeout)
-            .field("connected", &self.client.initialized())
+            .field("members", &self.members)
             .finish_non_exhaustive()
     }
 }
@@ -282,11 +282,7 @@ impl EtcdBackend {
                 ),
             )
         })?;
-        let label = addrs
-            .iter()
-            .map(NodeAddr::redacted)
-            .collect::<Vec<_>>()
-            .join(",");
+        let names = addrs.iter().map(NodeAddr::redacted).collect::<Vec<_>>();
         let tls = if addrs
             .iter()
             .any(|a| a.scheme() == crate::node::Scheme::EtcdTls)
@@ -295,17 +291,20 @@ impl EtcdBackend {
         } else {
             None
         };
-        Ok(EtcdBackend(Box::new(Cluster {
-            tls,
-            addrs,
+        let request_timeout = timing::request_timeout(config.node_timeout());
+        let members = Members::new(
             endpoints,
-            label,
-            connect_timeout: config.connect_timeout(),
-            request_timeout: timing::request_timeout(config.node_timeout()),
+            names,
+            config.connect_timeout(),
+            config.connect_timeout().max(request_timeout),
+            tls,
+        );
+        Ok(EtcdBackend(Box::new(Cluster {
+            members: Arc::new(members),
+            request_timeout,
             ttl: config.ttl(),
             lease_secs,
             drift: config.drift(),
-            client: OnceCell::new(),
             parked: std::sync::Mutex::default(),
             engine: Engine::default(),
             resource_label: config.metrics_resource_label(),
@@ -648,7 +647,9 @@ impl Cluster {
         if let Some(entry) = w.place.take() {
             return match self.client().await {
                 Ok(client) => {
-                    w.pending.arm(client, entry.lease, self.request_timeout);
+                    drop(client);
+                    w.pending
+                        .arm(&self.members, entry.lease, self.request_timeout);
                     // A place taken back: look at the queues before anything else.
                     Place::Waiting(entry)
                 }
@@ -804,6 +805,7 @@ impl Cluster {
         let sent = Instant::now();
         let grant = self
             .call(
+                &client,
                 self.request_timeout,
                 client.lease_client().grant(self.lease_secs, None),
             )
@@ -814,7 +816,7 @@ impl Cluster {
         if grant.ttl() <= 0 {
             return Err(Fail::failed("lease grant: no TTL granted"));
         }
-        pending.arm(client.clone(), grant.id(), self.request_timeout);
+        pending.arm(&self.members, grant.id(), self.request_timeout);
         let ttl = Duration::from_secs(grant.ttl() as u64);
         let prefixes: Vec<String> = resources.iter().map(|r| keys::queue_prefix(r)).collect();
         let keys: Vec<String> = prefixes.iter().map(|p| side.key(p, grant.id())).collect();
@@ -853,7 +855,7 @@ impl Cluster {
             )
             .or_else(reads().collect::<Vec<_>>());
         let resp = self
-            .call(self.request_timeout, client.kv_client().txn(txn))
+            .call(&client, self.request_timeout, client.kv_client().txn(txn))
             .await?;
         let gets = gets(&resp);
         let Some((mine, rest)) = gets.split_first() else {
@@ -918,7 +920,7 @@ impl Cluster {
                     .collect::<Vec<_>>(),
             );
         let resp = self
-            .call(self.request_timeout, client.kv_client().txn(txn))
+            .call(&client, self.request_timeout, client.kv_client().txn(txn))
             .await?;
         if !resp.succeeded() {
             return Ok(Turn::Gone);
@@ -943,9 +945,13 @@ impl Cluster {
     }
 
     /// Waits until `key` (with `prefix`: any key under it) is deleted after `revision`, or until
-    /// `wake` (time to renew the lease and look again: a watch on a member that hangs would
-    /// otherwise wait forever). Returns whether a delete was seen (a wake-up, not a time to look
-    /// again).
+    /// `wake` (time to renew the lease and look again). Returns whether a delete was seen (a
+    /// wake-up, not a time to look again).
+    ///
+    /// A member that stops answering keeps its watch streams open and silent, so the watch
+    /// asks the member for its progress every request timeout: no answer (of any kind) within
+    /// the next one is the member's failure, which moves the cluster on, like a broken
+    /// stream; the caller then looks again, on the next member.
     async fn wait_delete(
         &self,
         key: &str,
@@ -961,17 +967,43 @@ impl Cluster {
             options = options.with_prefix();
         }
         let wake = tokio::time::Instant::from_std(wake);
+        let member_failed = |fail: Fail| {
+            self.members.observe(client.index, false, &fail.outcome);
+            fail
+        };
+        let timed_out = || Fail {
+            outcome: VoteOutcome::TimedOut,
+            lease_gone: false,
+        };
         let mut watcher = client.watch_client();
         let watch = watcher.watch(key, Some(options));
-        let Ok(watch) = tokio::time::timeout_at(wake, watch).await else {
-            return Ok(false);
+        let opened = tokio::time::Instant::now() + self.request_timeout;
+        let mut stream = match tokio::time::timeout_at(opened.min(wake), watch).await {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(e)) => return Err(member_failed(Fail::failed(describe(&e)))),
+            Err(_) if opened < wake => return Err(member_failed(timed_out())),
+            Err(_) => return Ok(false),
         };
-        let mut stream = watch.map_err(|e| Fail::failed(describe(&e)))?;
+        let mut check = tokio::time::interval_at(opened, self.request_timeout);
+        let mut asked = false;
         loop {
             let message = tokio::select! {
-                message = stream.message() => message,
+                message = stream.message() => Some(message),
                 () = tokio::time::sleep_until(wake) => return Ok(false),
+                _ = check.tick() => None,
             };
+            let Some(message) = message else {
+                if asked {
+                    // Not even the progress answer came: the member does not answer.
+                    return Err(member_failed(timed_out()));
+                }
+                asked = true;
+                if let Err(e) = stream.request_progress().await {
+                    return Err(member_failed(Fail::failed(describe(&e))));
+                }
+                continue;
+            };
+            asked = false;
             match message {
                 Ok(Some(resp)) => {
                     let deleted = resp
@@ -984,7 +1016,7 @@ impl Cluster {
                     }
                 }
                 Ok(None) => return Ok(false),
-                Err(e) => return Err(Fail::failed(describe(&e))),
+                Err(e) => return Err(member_failed(Fail::failed(describe(&e)))),
             }
         }
     }
@@ -996,6 +1028,7 @@ impl Cluster {
         // The client sends one renewal when it opens the stream and reports a lease the
         // server no longer knows; the stream is dropped right after.
         self.call(
+            &client,
             limit.min(self.request_timeout),
             client.lease_client().keep_alive(lease),
         )
@@ -1006,6 +1039,7 @@ impl Cluster {
     async fn revoke(&self, lease: i64, limit: Duration) -> Result<(), Fail> {
         let client = self.client().await?;
         self.call(
+            &client,
             limit.min(self.request_timeout),
             client.lease_client().revoke(lease),
         )
@@ -1043,74 +1077,66 @@ impl Cluster {
         })
     }
 
-    /// Keeps the pending lease when the lock was taken, else revokes it (best effort).
+    /// Keeps the pending lease when the lock was taken, else revokes it (best effort) through
+    /// the current member: after a failed request that is another member than the one the
+    /// lease was granted on.
     async fn settle_pending(&self, pending: &mut PendingLease, keep: bool) {
-        let Some((client, lease, _)) = pending.lease.take() else {
+        let Some((_, lease, _)) = pending.lease.take() else {
             return;
         };
         if keep {
             return;
         }
-        let revoked =
-            tokio::time::timeout(self.request_timeout, client.lease_client().revoke(lease)).await;
-        if !matches!(revoked, Ok(Ok(_))) {
+        if self.revoke(lease, self.request_timeout).await.is_err() {
             tracing::debug!(lease, "could not revoke a lease; it expires by TTL");
         }
     }
 
-    /// The shared client, connecting on first use.
-    async fn client(&self) -> Result<EtcdClient, Fail> {
-        let client = self
-            .client
-            .get_or_try_init(|| async {
-                let mut options = ConnectOptions::new()
-                    .with_connect_timeout(self.connect_timeout)
-                    .with_require_leader(true);
-                if let Some(c) = &self.endpoints.credentials {
-                    options = options
-                        .with_user(c.user.clone(), c.password.clone())
-                        .with_auto_token_refresh(true);
-                }
-                #[cfg(feature = "tls")]
-                if let Some(tls) = &self.tls {
-                    options = options.with_tls(tls::options(tls));
-                }
-                let limit = self.connect_timeout.max(self.request_timeout);
-                let connect = EtcdClient::connect(&self.endpoints.urls, Some(options));
-                match tokio::time::timeout(limit, connect).await {
-                    Ok(Ok(client)) => Ok(client),
-                    Ok(Err(e)) => Err(Fail::failed(format!("connect: {}", describe(&e)))),
-                    Err(_) => Err(Fail {
-                        outcome: VoteOutcome::TimedOut,
-                        lease_gone: false,
-                    }),
-                }
-            })
-            .await?;
-        Ok(client.clone())
+    /// The client of the current member, connecting on first use.
+    async fn client(&self) -> Result<Member, Fail> {
+        self.members.current().await
     }
 
-    /// Runs one request with a timeout, turning its failure into a [`Fail`].
+    /// Runs one request on `member` with a timeout, turning its failure into a [`Fail`]. A
+    /// failure or timeout moves the cluster on to the next member for the next request; the
+    /// request itself is not re-sent (it may have been applied).
     async fn call<T>(
         &self,
+        member: &Member,
         limit: Duration,
         request: impl Future<Output = std::result::Result<T, etcd_client::Error>>,
     ) -> Result<T, Fail> {
-        match tokio::time::timeout(limit, request).await {
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(e)) if lease_not_found(&e) => Err(Fail::lease_gone()),
-            Ok(Err(e)) => Err(Fail::failed(self.closed_for_tls(describe(&e)))),
-            Err(_) => Err(Fail {
-                outcome: VoteOutcome::TimedOut,
-                lease_gone: false,
-            }),
-        }
+        let (result, answered) = match tokio::time::timeout(limit, request).await {
+            Ok(Ok(value)) => (Ok(value), true),
+            Ok(Err(e)) if lease_not_found(&e) => (Err(Fail::lease_gone()), true),
+            Ok(Err(e)) => (
+                Err(Fail::failed(self.closed_for_tls(describe(&e)))),
+                cluster_refused(&e),
+            ),
+            Err(_) => (
+                Err(Fail {
+                    outcome: VoteOutcome::TimedOut,
+                    lease_gone: false,
+                }),
+                false,
+            ),
+        };
+        let why: &dyn fmt::Display = match &result {
+            Err(fail) => &fail.outcome,
+            Ok(_) => &"",
+        };
+        self.members.observe(member.index, answered, why);
+        result
     }
 
     /// Under TLS 1.3 a member that requires a client certificate refuses one's absence after
     /// the handshake, and the client may see only the closed connection: say what it likely is.
     fn closed_for_tls(&self, text: String) -> String {
-        let anonymous = self.tls.as_ref().is_some_and(|t| t.identity.is_none());
+        let anonymous = self
+            .members
+            .tls
+            .as_ref()
+            .is_some_and(|t| t.identity.is_none());
         let closed = ["connection closed", "broken pipe", "reset by peer"]
             .iter()
             .any(|m| text.contains(m));
@@ -1123,7 +1149,7 @@ impl Cluster {
 
     fn votes(&self, outcome: VoteOutcome, latency: Duration) -> Votes {
         Votes::from(vec![NodeVote {
-            node: self.label.as_str().into(),
+            node: self.members.label().into(),
             outcome,
             latency,
         }])
@@ -1141,15 +1167,16 @@ impl Cluster {
 }
 
 /// A lease granted for an acquisition that has not finished. If the acquisition is dropped
-/// (cancelled), `Drop` hands the revoke to a background task: `Drop` itself does no I/O.
+/// (cancelled), `Drop` hands the revoke to a background task (through a member that is
+/// connected, the current one if it is): `Drop` itself does no I/O.
 #[derive(Default)]
 struct PendingLease {
-    lease: Option<(EtcdClient, i64, Duration)>,
+    lease: Option<(Arc<Members>, i64, Duration)>,
 }
 
 impl PendingLease {
-    fn arm(&mut self, client: EtcdClient, lease: i64, timeout: Duration) {
-        self.lease = Some((client, lease, timeout));
+    fn arm(&mut self, members: &Arc<Members>, lease: i64, timeout: Duration) {
+        self.lease = Some((Arc::clone(members), lease, timeout));
     }
 }
 
@@ -1164,10 +1191,13 @@ impl fmt::Debug for PendingLease {
 
 impl Drop for PendingLease {
     fn drop(&mut self) {
-        let Some((client, lease, timeout)) = self.lease.take() else {
+        let Some((members, lease, timeout)) = self.lease.take() else {
             return;
         };
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let Some(client) = members.any_connected() else {
             return;
         };
         runtime.spawn(async move {
@@ -1209,6 +1239,18 @@ fn lease_not_found(e: &etcd_client::Error) -> bool {
     match e {
         etcd_client::Error::GRpcStatus(status) => status.message().contains("lease not found"),
         etcd_client::Error::LeaseKeepAliveError(why) => why.contains("lease not found"),
+        _ => false,
+    }
+}
+
+/// Whether the cluster itself refused the request (permission denied, a bad argument, ...): an
+/// answer, unlike a transport failure or etcd's `Unavailable` (no leader, a member cut off).
+fn cluster_refused(e: &etcd_client::Error) -> bool {
+    // gRPC's status codes (tonic's `Code`, which etcd-client does not re-export): CANCELLED,
+    // UNKNOWN, DEADLINE_EXCEEDED, UNAVAILABLE.
+    const NOT_AN_ANSWER: [i32; 4] = [1, 2, 4, 14];
+    match e {
+        etcd_client::Error::GRpcStatus(status) => !NOT_AN_ANSWER.contains(&(status.code() as i32)),
         _ => false,
     }
 }

@@ -139,7 +139,7 @@ impl Cluster {
                 None,
             )]);
         let resp = self
-            .call(self.request_timeout, client.kv_client().txn(txn))
+            .call(&client, self.request_timeout, client.kv_client().txn(txn))
             .await
             .map_err(|f| self.error_for(&held.resource, f, started))?;
         if resp.succeeded() {

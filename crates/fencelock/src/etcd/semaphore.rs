@@ -280,7 +280,7 @@ impl Cluster {
             )])
             .and_then(reads.collect::<Vec<_>>());
         let resp = self
-            .call(self.request_timeout, client.kv_client().txn(txn))
+            .call(&client, self.request_timeout, client.kv_client().txn(txn))
             .await?;
         if !resp.succeeded() {
             return Ok(Standing::Gone);
@@ -331,7 +331,7 @@ impl Cluster {
                 TxnOp::get(key, None),
             ]);
         let resp = self
-            .call(self.request_timeout, client.kv_client().txn(txn))
+            .call(&client, self.request_timeout, client.kv_client().txn(txn))
             .await?;
         if !resp.succeeded() {
             return Ok(None);

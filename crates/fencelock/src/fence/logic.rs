@@ -90,10 +90,10 @@ pub(crate) async fn finish<R: FenceRow>(
     Ok(())
 }
 
-#[cfg(feature = "sqlite")]
-/// The output of a future that does not wait: a synchronous adapter's (rusqlite's), whose
-/// statements run inside `poll`, so the first poll is ready. Should one ever wait, the thread
-/// parks until it is woken, as an executor would: never a panic.
+#[cfg(any(feature = "sqlite", all(feature = "blocking", feature = "postgres")))]
+/// The output of a future that does not wait: a synchronous adapter's (rusqlite's, the
+/// `postgres` crate's), whose statements run inside `poll`, so the first poll is ready. Should
+/// one ever wait, the thread parks until it is woken, as an executor would: never a panic.
 pub(crate) fn ready<F: Future>(future: F) -> F::Output {
     use std::sync::Arc;
     use std::task::{Context, Poll, Wake};

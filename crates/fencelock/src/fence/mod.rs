@@ -168,11 +168,11 @@ use std::time::Duration;
 use crate::error::{Error, Result};
 use crate::IssuedToken;
 
-mod logic;
+pub(crate) mod logic;
 #[cfg(any(feature = "postgres", feature = "sqlx-postgres"))]
-mod pg_sql;
+pub(crate) mod pg_sql;
 #[cfg(feature = "postgres")]
-mod postgres;
+pub(crate) mod postgres;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 #[cfg(feature = "sqlx-mysql")]

@@ -13,7 +13,7 @@ use crate::IssuedToken;
 
 /// How long [`PostgresFence::connect`] waits for the server unless the URL sets
 /// `connect_timeout`.
-const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Fenced writes to a PostgreSQL database: a write applies only if its fencing token is not
 /// older than the last one the database accepted for the resource (see the
@@ -53,13 +53,7 @@ const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// ```
 pub struct PostgresFence {
     client: Client,
-    /// The connection target with its password redacted, for `Debug` and error messages.
-    target: String,
-    table: String,
-    insert_row: Statement,
-    lock_row: Statement,
-    update_token: Statement,
-    select_token: Statement,
+    prepared: Prepared,
 }
 
 impl PostgresFence {
@@ -159,24 +153,20 @@ impl PostgresFence {
         tx.commit().await.map_err(failed)?;
 
         // Prepared once, so that a fenced write costs no parse round trips.
-        let insert_row = client.prepare(&sql.insert_row).await.map_err(failed)?;
-        let lock_row = client.prepare(&sql.lock_row).await.map_err(failed)?;
-        let update_token = client.prepare(&sql.update_token).await.map_err(failed)?;
-        let select_token = client.prepare(&sql.select_token).await.map_err(failed)?;
-        Ok(PostgresFence {
-            client,
+        let prepared = Prepared {
+            insert_row: client.prepare(&sql.insert_row).await.map_err(failed)?,
+            lock_row: client.prepare(&sql.lock_row).await.map_err(failed)?,
+            update_token: client.prepare(&sql.update_token).await.map_err(failed)?,
+            select_token: client.prepare(&sql.select_token).await.map_err(failed)?,
             target,
             table,
-            insert_row,
-            lock_row,
-            update_token,
-            select_token,
-        })
+        };
+        Ok(PostgresFence { client, prepared })
     }
 
     /// The fence table's name.
     pub fn table(&self) -> &str {
-        &self.table
+        &self.prepared.table
     }
 
     /// The client, for setup (creating the application's tables) and reads outside fenced
@@ -230,20 +220,14 @@ impl PostgresFence {
     {
         let token: IssuedToken = token.into();
         let presented = Presented::new(resource, &token)?;
-        let statements = Statements {
-            target: &self.target,
-            table: &self.table,
-            insert_row: &self.insert_row,
-            lock_row: &self.lock_row,
-            update_token: &self.update_token,
-        };
+        let statements = &self.prepared;
         let tx = self
             .client
             .transaction()
             .await
             .map_err(|e| statements.failed(resource, "BEGIN", e))?;
         let mut rows = PostgresRows {
-            statements: &statements,
+            statements,
             tx: &tx,
         };
         let admitted = match logic::check(&mut rows, resource, &presented).await {
@@ -281,10 +265,34 @@ impl PostgresFence {
     /// [`Error::Storage`] if the query fails or the stored token is negative (not written by
     /// fencelock).
     pub async fn last_token(&self, resource: &str) -> Result<Option<u64>> {
-        let stored: Option<i64> = self
+        let row = self
             .client
-            .query_opt(&self.select_token, &[&resource])
-            .await
+            .query_opt(&self.prepared.select_token, &[&resource])
+            .await;
+        self.prepared.last_token(resource, row)
+    }
+}
+
+/// What a PostgreSQL fence keeps besides its connection, for both drivers' fences (this one
+/// and `blocking::PostgresFence`, whose `Statement` is tokio-postgres's).
+pub(crate) struct Prepared {
+    /// The connection target with its password redacted, for `Debug` and error messages.
+    pub(crate) target: String,
+    pub(crate) table: String,
+    pub(crate) insert_row: Statement,
+    pub(crate) lock_row: Statement,
+    pub(crate) update_token: Statement,
+    pub(crate) select_token: Statement,
+}
+
+impl Prepared {
+    /// The token `select_token` read for `resource`.
+    pub(crate) fn last_token(
+        &self,
+        resource: &str,
+        row: std::result::Result<Option<tokio_postgres::Row>, tokio_postgres::Error>,
+    ) -> Result<Option<u64>> {
+        let stored: Option<i64> = row
             .and_then(|row| row.map(|row| row.try_get(0)).transpose())
             .map_err(|e| {
                 Error::storage(
@@ -296,19 +304,17 @@ impl PostgresFence {
             .map(|stored| token_from_sql(&self.table, resource, stored))
             .transpose()
     }
-}
 
-/// The prepared statements of a fence, borrowed for one write.
-struct Statements<'a> {
-    target: &'a str,
-    table: &'a str,
-    insert_row: &'a Statement,
-    lock_row: &'a Statement,
-    update_token: &'a Statement,
-}
+    /// The fields a fence's `Debug` shows.
+    pub(crate) fn debug(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PostgresFence")
+            .field("target", &self.target)
+            .field("table", &self.table)
+            .finish_non_exhaustive()
+    }
 
-impl Statements<'_> {
-    fn failed(&self, resource: &str, step: &str, e: tokio_postgres::Error) -> Error {
+    /// The error of a failed step of a fenced write, naming the resource and the server.
+    pub(crate) fn failed(&self, resource: &str, step: &str, e: tokio_postgres::Error) -> Error {
         Error::storage(
             format!(
                 "{step} of the fenced write on {resource:?} at {}",
@@ -321,7 +327,7 @@ impl Statements<'_> {
 
 /// The tokio-postgres adapter of the fence logic.
 struct PostgresRows<'a> {
-    statements: &'a Statements<'a>,
+    statements: &'a Prepared,
     tx: &'a Transaction<'a>,
 }
 
@@ -332,17 +338,17 @@ impl FenceRow for PostgresRows<'_> {
         let s = self.statements;
         let issuer = presented.token.issuer();
         self.tx
-            .execute(s.insert_row, &[&resource, &presented.stored, &issuer])
+            .execute(&s.insert_row, &[&resource, &presented.stored, &issuer])
             .await
             .map_err(|e| s.failed(resource, "creating the fence row", e))?;
         let (current, bound): (i64, Option<String>) = self
             .tx
-            .query_one(s.lock_row, &[&resource])
+            .query_one(&s.lock_row, &[&resource])
             .await
             .and_then(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
             .map_err(|e| s.failed(resource, "locking the fence row", e))?;
         Ok(Some(Row {
-            token: token_from_sql(s.table, resource, current)?,
+            token: token_from_sql(&s.table, resource, current)?,
             issuer: bound,
         }))
     }
@@ -351,7 +357,7 @@ impl FenceRow for PostgresRows<'_> {
         let s = self.statements;
         let issuer = presented.token.issuer();
         self.tx
-            .execute(s.update_token, &[&resource, &presented.stored, &issuer])
+            .execute(&s.update_token, &[&resource, &presented.stored, &issuer])
             .await
             .map(drop)
             .map_err(|e| s.failed(resource, "recording the token", e))
@@ -360,16 +366,13 @@ impl FenceRow for PostgresRows<'_> {
 
 impl fmt::Debug for PostgresFence {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PostgresFence")
-            .field("target", &self.target)
-            .field("table", &self.table)
-            .finish_non_exhaustive()
+        self.prepared.debug(f)
     }
 }
 
 /// A PostgreSQL connection string with its passwords hidden, for errors and logs. Handles both
 /// forms tokio-postgres accepts, and never fails: an unparsable string still loses its secrets.
-fn redact(conn: &str) -> String {
+pub(crate) fn redact(conn: &str) -> String {
     match conn.split_once("://") {
         Some((scheme, rest)) => redact_url(scheme, rest),
         None => redact_keywords(conn),

@@ -170,7 +170,7 @@ impl RedisBackend {
             engine: Engine::default(),
             last_token: AtomicU64::new(0),
             waited_for: Mutex::default(),
-            health: Arc::new(crate::telemetry::NodeHealth::new(n, quorum)),
+            health: Arc::new(crate::telemetry::NodeHealth::new(n, quorum, false)),
             holder: config.holder().map(|h| h.to_string().into_boxed_str()),
         })
     }

@@ -93,7 +93,7 @@ pub(crate) const WRITE_BACK_LUA: &str = lua!("counters", "fence", "keys", "write
 /// Returns `{keys deleted, subscribers the messages reached}` (the second figure tells the
 /// releaser that others are waiting), or just the keys deleted when nobody was told.
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_LUA));
-pub(crate) const RELEASE_LUA: &str = lua!("line", "release");
+pub(crate) const RELEASE_LUA: &str = lua!("hold", "line", "release");
 
 /// A queued acquisition of one key (see `queue.rs`): registers the waiter's ticket (or renews
 /// its lease), drops waiters whose lease ran out, and sets the lock key only if it is free and
@@ -124,7 +124,7 @@ const ACQUIRE_QUEUED_LUA: &str = lua!(
 /// TTL (an extension may use a longer TTL than the acquisition did), unless ARGV[3] is given:
 /// the caller announced it just before, on the same connection ([`ANNOUNCE`]).
 pub(crate) static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(EXTEND_LUA));
-const EXTEND_LUA: &str = lua!("announce", "keys", "extend");
+const EXTEND_LUA: &str = lua!("announce", "hold", "keys", "extend");
 
 /// The announcement alone: ARGV: ttl in ms. The batch extender sends it once at the head of its
 /// pipeline, before the extensions (which then skip their own: an announcement costs about
@@ -299,6 +299,7 @@ mod tests {
                 "writer_ahead",
                 "hold",
                 "hold_all",
+                "holder_key",
             ] {
                 let called = script
                     .lines()

@@ -2,7 +2,7 @@
 if not all_owned(#KEYS, ARGV[1]) then return 0 end
 for i = 1, #KEYS do
   redis.call('pexpire', KEYS[i], ARGV[2])
-  redis.call('pexpire', 'fencelock:holder:' .. KEYS[i], ARGV[2])
+  redis.call('pexpire', holder_key(KEYS[i]), ARGV[2])
 end
 if not ARGV[3] then announce(ARGV[2]) end
 return 1

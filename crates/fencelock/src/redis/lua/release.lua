@@ -9,7 +9,7 @@ if n == 1 and not ARGV[2] then
     if not v[1] then redis.call('get', KEYS[1]) end
     return 0
   end
-  redis.call('del', KEYS[1], 'fencelock:holder:' .. KEYS[1])
+  redis.call('del', KEYS[1], holder_key(KEYS[1]))
   if not v[2] then return 1 end
   return {1, wake(KEYS[1], KEYS[2], KEYS[3])}
 end
@@ -22,7 +22,7 @@ for i = 1, n do
   local v = redis.call('mget', KEYS[i], KEYS[3 * n + i])
   if not v[1] then redis.call('get', KEYS[i]) end
   if v[1] == ARGV[1] then
-    redis.call('del', KEYS[i], 'fencelock:holder:' .. KEYS[i])
+    redis.call('del', KEYS[i], holder_key(KEYS[i]))
     deleted = deleted + 1
     if v[2] then heard = heard + wake(KEYS[i], KEYS[n + i], KEYS[2 * n + i]) end
   end
