@@ -1354,11 +1354,16 @@ fn replay_events(cfg: &Config, events: &[Event]) -> Vec<String> {
 
 fn report(name: &str, cfg: &Config, outcome: &Outcome) {
     println!(
-        "{name}: {} nodes x {} clients x {} attempts, faults {:?}: {} states, \
+        "{name}: {} nodes x {} clients x {} attempts, {}, faults {:?}: {} states, \
          {} transitions, {} issues explored{}",
         cfg.nodes,
         cfg.clients,
         cfg.attempts,
+        if cfg.protocol.propose {
+            format!("one round ({:?} proposals)", cfg.protocol.proposals)
+        } else {
+            "two rounds".to_string()
+        },
         cfg.faults,
         outcome.states,
         outcome.transitions,
@@ -1510,12 +1515,19 @@ fn behind(f: Faults) -> Faults {
     }
 }
 
-/// Bounds for the fault tests: two clients, one attempt each; the optimised build lets the
-/// clients propose every token ([`Proposals::All`]), the debug build three ([`Proposals::Few`]).
-/// (Two attempts per client with the one-round path and late requests passed ten million states
-/// with one restart: beyond the suite's budget.)
-fn small(nodes: usize, protocol: Protocol, faults: Faults) -> Config {
-    cfg(nodes, 2, 1, protocol, faults)
+/// The configurations a fault test checks, two clients each: the protocol as the client runs it
+/// (the one-round path, falling back to two rounds) with one attempt per client, proposing every
+/// token in the optimised build ([`Proposals::All`]) and three in the debug build
+/// ([`Proposals::Few`]); and in the optimised build the two rounds alone ([`TWO_ROUNDS`], what
+/// an attempt falls back to) with two attempts per client, the bound these tests had before the
+/// one-round path. (Two attempts per client with proposals and late requests passed ten million
+/// states with one restart: beyond the suite's budget.)
+fn fault_cases(nodes: usize, faults: Faults) -> Vec<Config> {
+    let mut cases = vec![cfg(nodes, 2, 1, GUARDED, faults)];
+    if FAST_BUILD {
+        cases.push(cfg(nodes, 2, 2, TWO_ROUNDS, faults));
+    }
+    cases
 }
 
 /// One attempt per client in both builds, on nodes whose epoch already began: the cases whose
@@ -1531,10 +1543,8 @@ fn narrow(nodes: usize, protocol: Protocol, faults: Faults) -> Config {
 fn pauses_and_honest_expiry_keep_every_property() {
     // Fresh nodes: the first grant starts an epoch, so the client's clock is read once; a
     // clock behind changes nothing then.
-    let mut configs = vec![
-        small(3, GUARDED, PAUSES_ONLY),
-        small(3, GUARDED, behind(PAUSES_ONLY)),
-    ];
+    let mut configs = fault_cases(3, PAUSES_ONLY);
+    configs.extend(fault_cases(3, behind(PAUSES_ONLY)));
     if FAST_BUILD {
         let few = Protocol {
             proposals: Proposals::Few,
@@ -1567,22 +1577,20 @@ fn clock_jump_breaks_order_but_not_uniqueness() {
 
 #[test]
 fn the_guard_survives_restarts_without_persistence() {
-    for (name, c) in [
-        (
-            "guard, one restart without persistence",
-            small(3, GUARDED, faults(0, 1, 0, 0)),
-        ),
-        (
-            "guard, two restarts without persistence",
-            small(3, GUARDED, faults(0, 2, 0, 0)),
-        ),
-        // One restart leaves a node with the counter: no epoch starts, whatever the clock.
-        // (One attempt per client in both builds: the suite's time goes to the cases above.)
-        (
-            "guard, one restart, client clock behind",
-            cfg(3, 2, 1, GUARDED, behind(faults(0, 1, 0, 0))),
-        ),
-    ] {
+    let mut cases = Vec::new();
+    for c in fault_cases(3, faults(0, 1, 0, 0)) {
+        cases.push(("guard, one restart without persistence", c));
+    }
+    for c in fault_cases(3, faults(0, 2, 0, 0)) {
+        cases.push(("guard, two restarts without persistence", c));
+    }
+    // One restart leaves a node with the counter: no epoch starts, whatever the clock.
+    // (One attempt per client in both builds: the suite's time goes to the cases above.)
+    cases.push((
+        "guard, one restart, client clock behind",
+        cfg(3, 2, 1, GUARDED, behind(faults(0, 1, 0, 0))),
+    ));
+    for (name, c) in cases {
         let outcome = explore(&c);
         report(name, &c, &outcome);
         assert_holds(&outcome, &ALL);
@@ -1591,11 +1599,12 @@ fn the_guard_survives_restarts_without_persistence() {
 
 #[test]
 fn after_a_total_loss_the_order_rests_on_the_clock() {
-    let c = small(3, GUARDED, faults(0, 0, 1, 0));
-    let outcome = explore(&c);
-    report("guard, total loss, honest clock", &c, &outcome);
-    assert_holds(&outcome, &ALL);
-    let c = small(3, GUARDED, behind(faults(0, 0, 1, 0)));
+    for c in fault_cases(3, faults(0, 0, 1, 0)) {
+        let outcome = explore(&c);
+        report("guard, total loss, honest clock", &c, &outcome);
+        assert_holds(&outcome, &ALL);
+    }
+    let c = cfg(3, 2, 1, GUARDED, behind(faults(0, 0, 1, 0)));
     let outcome = explore(&c);
     report("guard, total loss, client clock behind", &c, &outcome);
     assert!(outcome.violated("P2 order"));
@@ -1621,10 +1630,11 @@ fn the_guard_with_a_restart_and_a_clock_jump() {
 #[test]
 fn eviction_of_the_counter_under_the_guard() {
     // An evicted counter makes the node's read untrusted, as a restart does.
-    let c = small(3, GUARDED, faults(0, 0, 0, 1));
-    let outcome = explore(&c);
-    report("guard, counter evicted", &c, &outcome);
-    assert_holds(&outcome, &ALL);
+    for c in fault_cases(3, faults(0, 0, 0, 1)) {
+        let outcome = explore(&c);
+        report("guard, counter evicted", &c, &outcome);
+        assert_holds(&outcome, &ALL);
+    }
 }
 
 #[test]
