@@ -171,8 +171,10 @@ pub fn etcd_queue_prefix(resource: &str) -> String {
 /// The key of a node's marker (no TTL).
 pub const NODE_MARKER_KEY: &str = crate::redis::quarantine::MARKER_KEY;
 
-/// The sorted set of the TTLs in use on a node: member the TTL in ms, score the node's time in
-/// ms until which a lock taken or extended with that TTL may live.
+/// The sorted set of the TTLs in use on a node: member the TTL in ms, score a node time in ms
+/// until which a lock taken or extended with that TTL may live, or later (written one TTL
+/// ahead). Beside it, `fencelock:ttls:<ttl>` marks a TTL whose deadline is still more than one
+/// TTL away, so that its next announcements stop at one call ([`ANNOUNCE_FUNCTION`]).
 pub const TTLS_KEY: &str = crate::redis::quarantine::TTLS_KEY;
 
 /// The Lua function `announce(ttl_ms)` that fencelock's acquisition and extension scripts

@@ -1958,30 +1958,68 @@ async fn the_model_fences_as_the_lua_does() {
 // announced), and keeps counting it from then on (`Resolution::confirmed`).
 
 /// The Lua's `announce(ttl)` on a node's staircase of `(ttl, until)` entries, kept sorted by
-/// `until` (the sorted set's order). Returns the time used, as the Lua does.
-fn q_announce(stair: &mut Vec<(u64, u64)>, now: u64, ttl: u64) -> u64 {
-    let mut untl = now + ttl;
-    if let Some(top) = stair.last_mut().filter(|top| top.0 == ttl) {
-        // The Lua's common case: the latest entry has this TTL; its deadline moves.
-        top.1 = top.1.max(untl);
-        return now;
+/// `until` (the sorted set's order), and its marks: `(ttl, until)` for each key
+/// `fencelock:ttls:<ttl>`, which expires at `until`. A mark with more than `ttl` left says
+/// that an entry with this TTL or a longer one lives past `now + ttl`, so the announcement
+/// stops there (one call on the node: the common case). Otherwise the entry is written with one
+/// TTL of slack (`now + 2 * ttl`), so that the next TTL's announcements find the mark, and the
+/// mark is set to the deadline that covers this TTL. Returns the time used, as the Lua does
+/// (`None`: stopped at the mark, the Lua's 0).
+fn q_announce(
+    stair: &mut Vec<(u64, u64)>,
+    marks: &mut Vec<(u64, u64)>,
+    now: u64,
+    ttl: u64,
+) -> Option<u64> {
+    q_announce_with(stair, marks, now, ttl, false)
+}
+
+/// [`q_announce`], or with `any_mark` the mutant that stops at any live mark.
+fn q_announce_with(
+    stair: &mut Vec<(u64, u64)>,
+    marks: &mut Vec<(u64, u64)>,
+    now: u64,
+    ttl: u64,
+    any_mark: bool,
+) -> Option<u64> {
+    // Expired keys are gone (the mark is a key with a TTL).
+    marks.retain(|&(_, until)| until > now);
+    let enough = if any_mark { 0 } else { ttl };
+    if marks
+        .iter()
+        .any(|&(t, until)| t == ttl && until - now > enough)
+    {
+        return None;
     }
-    // zremrangebyscore -inf now
-    stair.retain(|&(_, until)| until > now);
-    while let Some(&(top_ttl, top_until)) = stair.last() {
-        if top_ttl > ttl {
-            if top_until >= untl {
-                return now;
-            }
-            break;
+    let need = now + ttl;
+    let mut untl = now + 2 * ttl;
+    let covered = 'stair: {
+        if let Some(top) = stair.last_mut().filter(|top| top.0 == ttl) {
+            // The Lua's common slow case: the latest entry has this TTL; its deadline moves.
+            top.1 = top.1.max(untl);
+            break 'stair top.1;
         }
-        untl = untl.max(top_until);
-        stair.pop();
-    }
-    // zadd: a member already present (same TTL) was popped above, so this is an insert.
-    stair.push((ttl, untl));
-    stair.sort_by_key(|&(_, until)| until);
-    now
+        // zremrangebyscore -inf now
+        stair.retain(|&(_, until)| until > now);
+        while let Some(&(top_ttl, top_until)) = stair.last() {
+            if top_ttl > ttl {
+                if top_until >= need {
+                    // A longer TTL outlasts this lock: nothing to add, and it covers the mark.
+                    break 'stair top_until;
+                }
+                break;
+            }
+            untl = untl.max(top_until);
+            stair.pop();
+        }
+        // zadd: a member already present (same TTL) was popped above, so this is an insert.
+        stair.push((ttl, untl));
+        stair.sort_by_key(|&(_, until)| until);
+        untl
+    };
+    marks.retain(|&(t, _)| t != ttl);
+    marks.push((ttl, covered));
+    Some(now)
 }
 
 /// The longest TTL whose lock may still live, from one node's staircase (`longest_live`).
@@ -2005,6 +2043,9 @@ struct QRules {
     /// Count it only on a read taken once the quarantine is over (else: on the first read's
     /// reckoning).
     confirm: bool,
+    /// MUTANT: an announcement stops at its mark whatever the mark has left (not only when more
+    /// than the TTL).
+    any_mark: bool,
 }
 
 const Q_CLIENTS: usize = 2;
@@ -2029,6 +2070,8 @@ struct QNode {
     /// The TTLs announced: `(ttl, until)` sorted by `until`, `(0, 0)` for none (an array, not
     /// a Vec, so that states copy and hash fast; one entry per client TTL is enough).
     stair: [(u8, u8); Q_CLIENTS],
+    /// The announcement marks `(ttl, until)`, `(0, 0)` for none (see [`q_announce`]).
+    marks: [(u8, u8); Q_CLIENTS],
     restarted_at: Option<u8>,
     down: bool,
 }
@@ -2208,18 +2251,31 @@ fn q_successors(cfg: &QConfig, s: &QState) -> Vec<(QEvent, QState, bool)> {
                         n.confirmed[c] |= 1 << i;
                     }
                     n.nodes[i].lock = Some((c as u8, s.now + cfg.ttls[c]));
-                    let mut stair: Vec<(u64, u64)> = node
-                        .stair
-                        .iter()
-                        .filter(|e| e.0 != 0)
-                        .map(|&(t, u)| (u64::from(t), u64::from(u)))
-                        .collect();
-                    q_announce(&mut stair, u64::from(s.now), u64::from(cfg.ttls[c]));
-                    let mut packed = [(0u8, 0u8); Q_CLIENTS];
-                    for (slot, (t, u)) in packed.iter_mut().zip(stair) {
-                        *slot = (t as u8, u as u8);
-                    }
-                    n.nodes[i].stair = packed;
+                    let unpack = |entries: &[(u8, u8)]| -> Vec<(u64, u64)> {
+                        entries
+                            .iter()
+                            .filter(|e| e.0 != 0)
+                            .map(|&(t, u)| (u64::from(t), u64::from(u)))
+                            .collect()
+                    };
+                    let pack = |entries: Vec<(u64, u64)>| {
+                        let mut packed = [(0u8, 0u8); Q_CLIENTS];
+                        for (slot, (t, u)) in packed.iter_mut().zip(entries) {
+                            *slot = (t as u8, u as u8);
+                        }
+                        packed
+                    };
+                    let mut stair = unpack(&node.stair);
+                    let mut marks = unpack(&node.marks);
+                    q_announce_with(
+                        &mut stair,
+                        &mut marks,
+                        u64::from(s.now),
+                        u64::from(cfg.ttls[c]),
+                        cfg.rules.any_mark,
+                    );
+                    n.nodes[i].stair = pack(stair);
+                    n.nodes[i].marks = pack(marks);
                     n.clients[c].0 = QPhase::Acquiring {
                         start,
                         granted: granted | 1 << i,
@@ -2330,6 +2386,7 @@ const Q_RULES: QRules = QRules {
     announced: true,
     witnesses: true,
     confirm: true,
+    any_mark: false,
 };
 
 /// A job with a longer TTL than an application client (2 and 1 ticks); one restart without
@@ -2393,6 +2450,62 @@ fn checker_catches_a_quarantine_sized_by_the_own_ttl() {
     assert!(outcome.violation.is_some());
 }
 
+/// Every announcement sequence up to `depth` steps (each step: time forward by 0-3 ticks, a TTL
+/// of 1-3 ticks), through `q_announce_with`: after each step, every lock announced so far that
+/// may still live (taken at `t` with TTL `d`: until `t + d`) is covered by an entry with its TTL
+/// or a longer one that lives at least as long. That is what a client judging a restarted node
+/// reads from the others (`q_longest_live`): the timed model above has each client announce
+/// once, so this is where the marks are checked. Returns the first sequence that breaks it.
+fn announcements_uncovered(depth: usize, any_mark: bool) -> Option<Vec<(u64, u64)>> {
+    fn walk(
+        depth: usize,
+        any_mark: bool,
+        stair: &[(u64, u64)],
+        marks: &[(u64, u64)],
+        locks: &mut Vec<(u64, u64)>,
+        now: u64,
+    ) -> Option<Vec<(u64, u64)>> {
+        if depth == 0 {
+            return None;
+        }
+        for step in 0..4 {
+            for ttl in 1..=3 {
+                let at = now + step;
+                let (mut st, mut mk) = (stair.to_vec(), marks.to_vec());
+                q_announce_with(&mut st, &mut mk, at, ttl, any_mark);
+                locks.push((at, ttl));
+                let covered = locks.iter().all(|&(t, d)| {
+                    t + d <= at || st.iter().any(|&(et, eu)| et >= d && eu >= t + d)
+                });
+                if !covered {
+                    return Some(locks.clone());
+                }
+                if let Some(found) = walk(depth - 1, any_mark, &st, &mk, locks, at) {
+                    return Some(found);
+                }
+                locks.pop();
+            }
+        }
+        None
+    }
+    walk(depth, any_mark, &[], &[], &mut Vec::new(), 0)
+}
+
+#[test]
+fn announcements_cover_every_lock_they_announce() {
+    let depth = if FAST_BUILD { 7 } else { 6 };
+    assert_eq!(announcements_uncovered(depth, false), None);
+}
+
+#[test]
+fn checker_catches_an_announcement_stopped_at_any_mark() {
+    // MUTANT: stopping at a mark with less than the TTL left leaves a lock that outlives every
+    // entry of its TTL.
+    let found = announcements_uncovered(5, true);
+    println!("MUTANT: an announcement stopped at any mark: uncovered after {found:?}");
+    assert!(found.is_some());
+}
+
 #[test]
 fn checker_catches_a_quarantine_without_the_confirming_read() {
     // A node restarts between a job's SET there and its SETs on the others; the application's
@@ -2438,21 +2551,32 @@ fn checker_catches_a_quarantine_that_reads_too_few_nodes() {
 #[test]
 fn the_model_staircase_keeps_one_entry_per_ttl_in_use() {
     let mut stair = Vec::new();
-    q_announce(&mut stair, 0, 60);
-    // A shorter TTL whose lock ends before the longer one's adds nothing.
-    q_announce(&mut stair, 1, 1);
-    q_announce(&mut stair, 59, 1);
-    assert_eq!(stair, vec![(60, 60)]);
+    let mut marks = Vec::new();
+    assert_eq!(q_announce(&mut stair, &mut marks, 0, 60), Some(0));
+    assert_eq!(stair, vec![(60, 120)]);
+    // The mark stops the next announcements of the TTL while more than one TTL is left.
+    assert_eq!(q_announce(&mut stair, &mut marks, 59, 60), None);
+    assert_eq!(stair, vec![(60, 120)]);
+    assert_eq!(q_announce(&mut stair, &mut marks, 60, 60), Some(60));
+    assert_eq!(stair, vec![(60, 180)]);
+    // A shorter TTL whose lock ends before the longer one's adds nothing (the longer one's
+    // deadline marks it).
+    assert_eq!(q_announce(&mut stair, &mut marks, 61, 1), Some(61));
+    assert_eq!(stair, vec![(60, 180)]);
+    assert_eq!(q_announce(&mut stair, &mut marks, 62, 1), None);
     // Once the long one is over, the short one is recorded.
-    q_announce(&mut stair, 60, 1);
-    assert_eq!(stair, vec![(1, 61)]);
+    assert_eq!(q_announce(&mut stair, &mut marks, 180, 1), Some(180));
+    assert_eq!(stair, vec![(1, 182)]);
     // A longer TTL replaces the shorter ones it outlasts; a shorter one that outlasts it stays.
-    q_announce(&mut stair, 61, 100);
-    q_announce(&mut stair, 150, 20);
-    assert_eq!(stair, vec![(100, 161), (20, 170)]);
-    assert_eq!(q_longest_live(&stair, 150), Some(100));
-    assert_eq!(q_longest_live(&stair, 161), Some(20));
-    assert_eq!(q_longest_live(&stair, 170), None);
+    q_announce(&mut stair, &mut marks, 181, 100);
+    assert_eq!(stair, vec![(100, 381)]);
+    assert_eq!(q_announce(&mut stair, &mut marks, 250, 20), Some(250));
+    assert_eq!(stair, vec![(100, 381)]);
+    assert_eq!(q_announce(&mut stair, &mut marks, 370, 20), Some(370));
+    assert_eq!(stair, vec![(100, 381), (20, 410)]);
+    assert_eq!(q_longest_live(&stair, 370), Some(100));
+    assert_eq!(q_longest_live(&stair, 381), Some(20));
+    assert_eq!(q_longest_live(&stair, 410), None);
 }
 
 /// The model's `q_announce` against the Lua on a real node: the same TTLs announced in the same
@@ -2463,28 +2587,48 @@ async fn the_model_announces_as_the_lua_does() {
     use fencelock::protocol::{ANNOUNCE_FUNCTION, TTLS_KEY};
     let node = fencelock_testkit::RedisNode::start().unwrap();
     let script = format!("{ANNOUNCE_FUNCTION}\nreturn announce(ARGV[1])");
+    let node_now = || {
+        let time = node.cli(&["TIME"]).unwrap();
+        let mut t = time.lines();
+        t.next().unwrap().parse::<u64>().unwrap() * 1000
+            + t.next().unwrap().parse::<u64>().unwrap() / 1000
+    };
+    let ttls = [20u64, 40, 300, 900];
     let mut rng = Rng(7);
     let mut model: Vec<(u64, u64)> = Vec::new();
-    for step in 0..120 {
-        if rng.below(5) == 0 {
-            // Long enough for the shortest TTL to run out.
-            tokio::time::sleep(std::time::Duration::from_millis(70)).await;
+    let mut marks: Vec<(u64, u64)> = Vec::new();
+    let (mut stopped, mut written) = (0, 0);
+    for step in 0..240 {
+        if rng.below(3) == 0 {
+            // Long enough for the shortest TTL's mark to run out (and, over the run, the others').
+            tokio::time::sleep(std::time::Duration::from_millis(25)).await;
             continue;
         }
-        let ttl = [40u64, 900, 2_000, 5_000][rng.below(4)];
+        let ttl = ttls[rng.below(4)];
+        let before = node_now();
         let used: u64 = node
             .cli(&["EVAL", &script, "0", &ttl.to_string()])
             .unwrap()
             .parse()
             .unwrap();
-        q_announce(&mut model, used, ttl);
+        if used == 0 {
+            // Stopped at the mark, after `before`: the model's mark had more than the TTL left.
+            stopped += 1;
+            assert!(
+                marks.iter().any(|&(t, u)| t == ttl && u > before + ttl),
+                "step {step}, ttl {ttl}: the Lua stopped at a mark the model does not have: {marks:?}"
+            );
+        } else {
+            written += 1;
+            assert_eq!(
+                q_announce(&mut model, &mut marks, used, ttl),
+                Some(used),
+                "step {step}, ttl {ttl}: the model stops at its mark where the Lua did not"
+            );
+        }
         let lua = node
             .cli(&["ZRANGE", TTLS_KEY, "0", "-1", "WITHSCORES"])
             .unwrap();
-        let time = node.cli(&["TIME"]).unwrap();
-        let mut t = time.lines();
-        let now = t.next().unwrap().parse::<u64>().unwrap() * 1000
-            + t.next().unwrap().parse::<u64>().unwrap() / 1000;
         let mut lines = lua.lines().filter(|l| !l.is_empty());
         let mut from_lua = Vec::new();
         while let (Some(member), Some(score)) = (lines.next(), lines.next()) {
@@ -2493,12 +2637,54 @@ async fn the_model_announces_as_the_lua_does() {
                 score.parse::<u64>().unwrap(),
             ));
         }
+        // The marks: each key's expiry time against the model's.
+        let mut lua_marks = Vec::new();
+        for t in ttls {
+            let at: i64 = node
+                .cli(&["PEXPIRETIME", &format!("{TTLS_KEY}:{t}")])
+                .unwrap()
+                .parse()
+                .unwrap();
+            if at > 0 {
+                lua_marks.push((t, at as u64));
+            }
+        }
+        // The node's time after every read: what expired before it is left out on both sides.
+        let now = node_now();
         let live = |v: &[(u64, u64)]| -> Vec<(u64, u64)> {
-            v.iter()
+            let mut v: Vec<(u64, u64)> = v
+                .iter()
                 .copied()
                 .filter(|&(_, until)| until > now)
-                .collect()
+                .collect();
+            v.sort();
+            v
         };
         assert_eq!(live(&from_lua), live(&model), "step {step}, ttl {ttl}");
+        // A mark is set with PX one millisecond short of the script's reading of TIME (rounded
+        // down), and Redis counts PX from its own clock, up to a millisecond later: it expires up
+        // to two milliseconds before the model's (whose ticks have no milliseconds), never after.
+        // The model then takes the node's expiry for that mark, so that both decide the next
+        // announcements on the same deadline.
+        if used != 0 {
+            let at = lua_marks.iter().find(|m| m.0 == ttl).map(|m| m.1);
+            let mark = marks.iter_mut().find(|m| m.0 == ttl).unwrap();
+            assert!(
+                at.is_some_and(|at| at <= mark.1 && at + 2 >= mark.1),
+                "mark {ttl}, step {step}: the Lua's expires at {at:?}, the model's at {}",
+                mark.1
+            );
+            mark.1 = at.unwrap();
+        }
+        assert_eq!(
+            live(&lua_marks),
+            live(&marks),
+            "marks, step {step}, ttl {ttl}"
+        );
     }
+    // Both paths ran.
+    assert!(
+        stopped > 10 && written > 10,
+        "{stopped} stopped, {written} written"
+    );
 }

@@ -22,14 +22,19 @@ macro_rules! lua {
 /// The Lua function every acquisition and extension script starts with: `announce(ttl)` leaves
 /// the lock's TTL (ms, a decimal string) on the node for the restart quarantine (see
 /// `quarantine.rs`), in the sorted set `fencelock:ttls` ([`super::quarantine::TTLS_KEY`]):
-/// member the TTL, score the node's time (ms) until which a lock with that TTL may live. Only
-/// entries a live lock may need are kept, a staircase where a later deadline has a smaller TTL:
-/// an announcement removes the entries it outlasts with a TTL no larger than its own, and is
+/// member the TTL, score a node time (ms) until which a lock with that TTL may live, or later.
+/// Only entries a live lock may need are kept, a staircase where a later deadline has a smaller
+/// TTL: an announcement removes the entries it outlasts with a TTL no larger than its own, and is
 /// itself left out when a larger TTL already outlasts it. So the set holds at most one live entry
 /// per TTL in use (expired ones are pruned when another TTL is announced), and the key expires
-/// with its last entry. Announcing the TTL of the latest entry again (every extension of a lock,
-/// most acquisitions) only moves its deadline: four calls. Returns the node time (ms) it used,
-/// for the test that holds the model checker's copy of this function to it
+/// with its last entry. Entries are written one TTL ahead (`now + 2 ttl`), and each write leaves
+/// the mark `fencelock:ttls:<ttl>`, a plain key that expires no later than the deadline covering
+/// that TTL: an announcement that finds its mark with more than the TTL left ends there, one
+/// `PTTL` (every extension of a lock and most acquisitions; about a third of the acquisition
+/// script's time on the node before the mark, measured with redis-benchmark: docs/performance.md).
+/// A TTL thus counts as in use for up to one TTL longer than its last lock could live, which
+/// only lengthens a quarantine. Returns the node time (ms) it used, 0 when it stopped at the
+/// mark, for the test that holds the model checker's copy of this function to it
 /// (`tests/fencing_model.rs`). Redis >= 5 (TIME before a write). Published in `protocol`.
 pub(crate) const ANNOUNCE_LUA: &str = lua!("announce");
 

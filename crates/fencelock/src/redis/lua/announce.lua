@@ -1,19 +1,32 @@
 -- announce(ttl): leaves the lock's TTL (ms, a decimal string) on the node for the restart
 -- quarantine, in the sorted set fencelock:ttls (member the TTL, score the node's time in ms
--- until which a lock with that TTL may live). Kept as a staircase (see scripts.rs). Returns the
--- node time (ms) it used.
+-- until which a lock with that TTL may live, or later). Kept as a staircase (see scripts.rs).
+-- The mark fencelock:ttls:<ttl>, a plain key, expires no later than the deadline of an entry
+-- with this TTL or a longer one; while it has more than the TTL left, this lock is covered and
+-- the announcement ends at one call (the common case: the same TTL again and again). Otherwise
+-- the entry is written one TTL ahead (now + 2 ttl), so that the next TTL's announcements stop
+-- at the mark. Returns the node time (ms) it used, 0 when it stopped at the mark.
+-- mark_until(mark, left): the mark expires `left` ms from now, less a millisecond: `now` is
+-- TIME rounded down, and Redis counts PX from its own clock, up to a millisecond later.
+local function mark_until(mark, left)
+  if left > 1 then redis.call('set', mark, '1', 'PX', left - 1) end
+end
 local function announce(ttl)
   local k = 'fencelock:ttls'
+  local mark = k .. ':' .. ttl
   local ms = tonumber(ttl)
+  if redis.call('pttl', mark) > ms then return 0 end
   local t = redis.call('time')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  local untl = now + ms
+  local need = now + ms
+  local untl = now + 2 * ms
   local top = redis.call('zrange', k, -1, -1, 'withscores')
   if top[1] == ttl then
-    -- The common case: this TTL is already the latest entry; move its deadline.
+    -- This TTL is already the latest entry; move its deadline.
     if tonumber(top[2]) > untl then untl = tonumber(top[2]) end
     redis.call('zadd', k, untl, ttl)
     redis.call('pexpire', k, math.ceil(untl - now))
+    mark_until(mark, untl - now)
     return now
   end
   redis.call('zremrangebyscore', k, '-inf', now)
@@ -21,7 +34,12 @@ local function announce(ttl)
     local top = redis.call('zrange', k, -1, -1, 'withscores')
     if not top[1] then break end
     if tonumber(top[1]) > ms then
-      if tonumber(top[2]) >= untl then return now end
+      local until_top = tonumber(top[2])
+      if until_top >= need then
+        -- A longer TTL outlasts this lock: nothing to add, and its deadline covers the mark.
+        mark_until(mark, until_top - now)
+        return now
+      end
       break
     end
     if tonumber(top[2]) > untl then untl = tonumber(top[2]) end
@@ -29,5 +47,6 @@ local function announce(ttl)
   end
   redis.call('zadd', k, untl, ttl)
   redis.call('pexpire', k, math.ceil(untl - now))
+  mark_until(mark, untl - now)
   return now
 end
