@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 use crate::fence::logic::{self, ready, FenceRow, Presented};
 use crate::fence::pg_sql::{advisory_key, PgSql};
 use crate::fence::postgres::{redact, Prepared, DEFAULT_CONNECT_TIMEOUT};
-use crate::fence::{closure_failed, token_from_sql, BoxError, FenceOptions, Row};
+use crate::fence::{closure_failed, BoxError, FenceOptions, Row};
 use crate::IssuedToken;
 
 /// What the blocking fence's calls name as their async counterpart, when refused inside a
@@ -231,15 +231,8 @@ impl FenceRow for BlockingRows<'_, '_> {
         self.tx
             .execute(&s.insert_row, &[&resource, &presented.stored, &issuer])
             .map_err(|e| s.failed(resource, "creating the fence row", e))?;
-        let (current, bound): (i64, Option<String>) = self
-            .tx
-            .query_one(&s.lock_row, &[&resource])
-            .and_then(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
-            .map_err(|e| s.failed(resource, "locking the fence row", e))?;
-        Ok(Some(Row {
-            token: token_from_sql(&s.table, resource, current)?,
-            issuer: bound,
-        }))
+        let read = self.tx.query_one(&s.lock_row, &[&resource]);
+        s.locked_row(resource, read)
     }
 
     async fn record(&mut self, resource: &str, presented: &Presented<'_>) -> Result<()> {

@@ -305,6 +305,23 @@ impl Prepared {
             .transpose()
     }
 
+    /// The fence row `lock_row` read for `resource` (its token and issuer), for both adapters:
+    /// tokio-postgres here and the blocking `postgres` crate, whose rows and errors are the same
+    /// types.
+    pub(crate) fn locked_row(
+        &self,
+        resource: &str,
+        read: std::result::Result<tokio_postgres::Row, tokio_postgres::Error>,
+    ) -> Result<Option<Row>> {
+        let (current, bound): (i64, Option<String>) = read
+            .and_then(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
+            .map_err(|e| self.failed(resource, "locking the fence row", e))?;
+        Ok(Some(Row {
+            token: token_from_sql(&self.table, resource, current)?,
+            issuer: bound,
+        }))
+    }
+
     /// The fields a fence's `Debug` shows.
     pub(crate) fn debug(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PostgresFence")
@@ -341,16 +358,8 @@ impl FenceRow for PostgresRows<'_> {
             .execute(&s.insert_row, &[&resource, &presented.stored, &issuer])
             .await
             .map_err(|e| s.failed(resource, "creating the fence row", e))?;
-        let (current, bound): (i64, Option<String>) = self
-            .tx
-            .query_one(&s.lock_row, &[&resource])
-            .await
-            .and_then(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
-            .map_err(|e| s.failed(resource, "locking the fence row", e))?;
-        Ok(Some(Row {
-            token: token_from_sql(&s.table, resource, current)?,
-            issuer: bound,
-        }))
+        let read = self.tx.query_one(&s.lock_row, &[&resource]).await;
+        s.locked_row(resource, read)
     }
 
     async fn record(&mut self, resource: &str, presented: &Presented<'_>) -> Result<()> {
