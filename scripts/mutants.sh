@@ -178,6 +178,16 @@ mutant rw-no-record "a write lock is granted without recording its token for rea
   's/let Some\(token\) = lock\.fencing_token\(\) else \{/let Some(token) = lock.fencing_token().filter(|_| false) else {/' \
   "-p fencelock --test rwlock readers_learn_the_last_writers_token"
 
+mutant ahead-never-announced "a plain lock on several nodes is a bare SET NX PX with no TTL announced ahead" \
+  crates/fencelock/src/redis/ops.rs \
+  's/let ahead = \(plain_set && self\.nodes\.len\(\) > 1\)/let ahead = (false \&\& plain_set \&\& self.nodes.len() > 1)/' \
+  "-p fencelock --test quarantine a_restarted_node_waits_for_the_longest_ttl_any_client_uses" \
+  "-p fencelock --test quarantine plain_grants_announce_their_ttl_ahead_once_per_window_on_each_node"
+mutant ahead-kept-across-connections "the announcement sent ahead is kept per process, not per connection" \
+  crates/fencelock/src/redis/conn.rs \
+  's/self\.ahead\.lock\(\)/MUTANT_AHEAD.lock()/g; s/\z/\nstatic MUTANT_AHEAD: Mutex<Vec<(Duration, Ahead)>> = Mutex::new(Vec::new());\n/' \
+  "-p fencelock --test quarantine a_node_restarted_empty_is_announced_to_again_before_its_next_plain_grant"
+
 index_of() {
   local i
   for i in "${!NAMES[@]}"; do [[ "${NAMES[$i]}" == "$1" ]] && { echo "$i"; return 0; }; done

@@ -30,8 +30,10 @@
 //!   tool that starts a node that never held a lock may mark it new with [`new_node_marker`]
 //!   (`fencelock up` does), so that clients count it at once.
 //! - [`TTLS_KEY`]: the TTLs in use. Every fencelock acquisition and extension leaves its TTL
-//!   there in the same script ([`ANNOUNCE_FUNCTION`], called as `announce(ttl_ms)`); a client
-//!   judging a restarted node reads it from the other nodes. A client in another language that
+//!   there in the same script ([`ANNOUNCE_FUNCTION`], called as `announce(ttl_ms)`), except a
+//!   plain lock of one key on several nodes, a bare `SET NX PX` whose TTL the client announces
+//!   ahead on the node's connection ([`ANNOUNCE_AHEAD_SCRIPT`]) and which counts only while
+//!   that announcement covers it; a client judging a restarted node reads it from the others. A client in another language that
 //!   shares the nodes and uses a longer TTL than fencelock's clients should announce it too.
 //!
 //! Every key and pub/sub channel fencelock uses besides the lock keys starts with
@@ -180,6 +182,13 @@ pub const TTLS_KEY: &str = crate::redis::quarantine::TTLS_KEY;
 /// The Lua function `announce(ttl_ms)` that fencelock's acquisition and extension scripts
 /// start with and call once a key was set or extended.
 pub const ANNOUNCE_FUNCTION: &str = crate::redis::scripts::ANNOUNCE_LUA;
+
+/// The whole script a client sends on a node's connection ahead of plain `SET NX PX` grants,
+/// instead of announcing in each grant: ARGV[1] the TTL in ms; it calls `announce` and returns
+/// the `PTTL` of the TTL's mark. A lock of that TTL set on the node within (the reply - the TTL)
+/// ms after the call is covered by the TTLs in use; a grant whose reply came later is not
+/// counted.
+pub const ANNOUNCE_AHEAD_SCRIPT: &str = crate::redis::scripts::ANNOUNCE_AHEAD_LUA;
 
 /// The oldest Redis (major version) fencelock's scripts run on: they read the node's clock
 /// (`TIME`) before they write, which Redis allows from version 5 (it replicates scripts by their

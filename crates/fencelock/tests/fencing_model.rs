@@ -2457,9 +2457,29 @@ fn checker_catches_a_quarantine_sized_by_the_own_ttl() {
 /// reads from the others (`q_longest_live`): the timed model above has each client announce
 /// once, so this is where the marks are checked. Returns the first sequence that breaks it.
 fn announcements_uncovered(depth: usize, any_mark: bool) -> Option<Vec<(u64, u64)>> {
+    grants_uncovered(depth, any_mark, Grant::InScript)
+}
+
+/// Where a plain grant's lock is set relative to the announcement of its TTL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Grant {
+    /// In the same script call (the acquisition scripts).
+    InScript,
+    /// A bare `SET NX PX` after an announcement sent ahead (`ANNOUNCE_AHEAD`), counted when it
+    /// landed within what the TTL's mark had left after the announcement, less the TTL
+    /// (`pure/ahead.rs`): the walk sets it at the last tick of that window, whose lock lives
+    /// longest.
+    Ahead,
+    /// MUTANT: the same, with the window the mark's whole remaining time (the TTL forgotten).
+    AheadWholeMark,
+}
+
+/// [`announcements_uncovered`] with the lock of each announcement set as `grant` says.
+fn grants_uncovered(depth: usize, any_mark: bool, grant: Grant) -> Option<Vec<(u64, u64)>> {
     fn walk(
         depth: usize,
         any_mark: bool,
+        grant: Grant,
         stair: &[(u64, u64)],
         marks: &[(u64, u64)],
         locks: &mut Vec<(u64, u64)>,
@@ -2473,14 +2493,26 @@ fn announcements_uncovered(depth: usize, any_mark: bool) -> Option<Vec<(u64, u64
                 let at = now + step;
                 let (mut st, mut mk) = (stair.to_vec(), marks.to_vec());
                 q_announce_with(&mut st, &mut mk, at, ttl, any_mark);
-                locks.push((at, ttl));
+                // What the TTL's mark has left after the call: the Lua's PTTL.
+                let left = mk
+                    .iter()
+                    .find(|m| m.0 == ttl)
+                    .map_or(0, |&(_, until)| until.saturating_sub(at));
+                let set_at = match grant {
+                    Grant::InScript => Some(at),
+                    Grant::Ahead => left.checked_sub(ttl).map(|window| at + window),
+                    Grant::AheadWholeMark => Some(at + left),
+                };
+                // No window: the client announces again and counts nothing under this one.
+                let Some(set_at) = set_at else { continue };
+                locks.push((set_at, ttl));
                 let covered = locks.iter().all(|&(t, d)| {
                     t + d <= at || st.iter().any(|&(et, eu)| et >= d && eu >= t + d)
                 });
                 if !covered {
                     return Some(locks.clone());
                 }
-                if let Some(found) = walk(depth - 1, any_mark, &st, &mk, locks, at) {
+                if let Some(found) = walk(depth - 1, any_mark, grant, &st, &mk, locks, at) {
                     return Some(found);
                 }
                 locks.pop();
@@ -2488,13 +2520,31 @@ fn announcements_uncovered(depth: usize, any_mark: bool) -> Option<Vec<(u64, u64
         }
         None
     }
-    walk(depth, any_mark, &[], &[], &mut Vec::new(), 0)
+    walk(depth, any_mark, grant, &[], &[], &mut Vec::new(), 0)
 }
 
 #[test]
 fn announcements_cover_every_lock_they_announce() {
     let depth = if FAST_BUILD { 7 } else { 6 };
     assert_eq!(announcements_uncovered(depth, false), None);
+}
+
+/// The plain path (issue 18): a bare `SET NX PX` counted under an announcement sent ahead on
+/// its connection, within the mark's remaining time less the TTL. Every such lock stays
+/// covered, as the locks of the acquisition scripts do.
+#[test]
+fn ahead_grants_are_covered_by_their_announcement() {
+    let depth = if FAST_BUILD { 7 } else { 6 };
+    assert_eq!(grants_uncovered(depth, false, Grant::Ahead), None);
+}
+
+#[test]
+fn checker_catches_an_ahead_window_that_forgets_the_ttl() {
+    // MUTANT: counting a SET until the mark itself runs out leaves its lock alive a TTL after
+    // every entry that covers it.
+    let found = grants_uncovered(3, false, Grant::AheadWholeMark);
+    println!("MUTANT: a window of the whole mark: uncovered after {found:?}");
+    assert!(found.is_some());
 }
 
 #[test]
@@ -2687,4 +2737,44 @@ async fn the_model_announces_as_the_lua_does() {
         stopped > 10 && written > 10,
         "{stopped} stopped, {written} written"
     );
+}
+
+/// The script sent ahead of plain grants replies with what its TTL's mark has left, which is
+/// the window the client and `grants_uncovered(.., Grant::Ahead)` take: checked against the
+/// mark's own `PTTL` read right after, over both of `announce`'s paths.
+#[tokio::test]
+async fn the_ahead_announcement_replies_with_its_marks_time_left() {
+    use fencelock::protocol::{ANNOUNCE_AHEAD_SCRIPT, TTLS_KEY};
+    let node = fencelock_testkit::RedisNode::start().unwrap();
+    let ttls = [20u64, 40, 300];
+    let mut rng = Rng(11);
+    let mut full = 0;
+    for step in 0..120 {
+        if rng.below(3) == 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+            continue;
+        }
+        let ttl = ttls[rng.below(3)];
+        let left: i64 = node
+            .cli(&["EVAL", ANNOUNCE_AHEAD_SCRIPT, "0", &ttl.to_string()])
+            .unwrap()
+            .parse()
+            .unwrap();
+        let pttl: i64 = node
+            .cli(&["PTTL", &format!("{TTLS_KEY}:{ttl}")])
+            .unwrap()
+            .parse()
+            .unwrap();
+        // The mark was read after the reply: it can only have less left, by the time between.
+        assert!(
+            pttl <= left && left - pttl <= 20,
+            "step {step}, ttl {ttl}: replied {left} ms, the mark has {pttl} ms"
+        );
+        // Every path leaves the mark with at least the TTL left, less the millisecond of PX.
+        assert!(left >= ttl as i64 - 1, "step {step}, ttl {ttl}: {left} ms");
+        if left >= 2 * ttl as i64 - 2 {
+            full += 1;
+        }
+    }
+    assert!(full > 5, "{full} full announcements");
 }

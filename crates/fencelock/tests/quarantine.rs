@@ -249,3 +249,133 @@ async fn a_node_that_lost_its_data_dir_is_quarantined_whatever_its_configuration
         "{err}"
     );
 }
+
+/// The calls node `i` has served of `command` (`INFO commandstats`).
+fn calls(nodes: &RedisNodes, i: usize, command: &str) -> u64 {
+    let stats = nodes.node(i).cli(&["INFO", "commandstats"]).unwrap();
+    let prefix = format!("cmdstat_{command}:calls=");
+    stats
+        .lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+/// A plain lock on several nodes is a bare `SET NX PX` (issue 18); its TTL is announced ahead
+/// on each connection, once per window (the first lock's), and the quarantine still finds it
+/// on every node.
+#[tokio::test]
+async fn plain_grants_announce_their_ttl_ahead_once_per_window_on_each_node() {
+    let nodes = RedisNodes::start(3).unwrap();
+    let ttl = Duration::from_secs(10);
+    let client = Client::new(
+        Config::new(nodes.urls())
+            .with_ttl(ttl)
+            .with_node_timeout(Duration::from_millis(800))
+            .with_quarantine(false),
+    )
+    .unwrap();
+    client.connect().await;
+    // The first lock announces its TTL on each connection; what the set-up sent (the marker)
+    // and that first cycle are not counted.
+    client
+        .try_acquire("r")
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before: Vec<(u64, u64)> = (0..3)
+        .map(|i| (calls(&nodes, i, "set"), calls(&nodes, i, "evalsha")))
+        .collect();
+    for k in 0..20 {
+        let lock = client.try_acquire(&format!("r{k}")).await.unwrap();
+        lock.release().await.unwrap();
+    }
+    for (i, &(set, evalsha)) in before.iter().enumerate() {
+        // The last rounds' stragglers land (each node answers every request).
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while (calls(&nodes, i, "set") < set + 20 || calls(&nodes, i, "evalsha") < evalsha + 20)
+            && Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(
+            calls(&nodes, i, "set") - set,
+            20,
+            "node {i}: one SET per acquisition"
+        );
+        // The 20 releases are the only script calls: no announcement within the window.
+        assert_eq!(calls(&nodes, i, "evalsha") - evalsha, 20, "node {i}");
+        let until: f64 = nodes
+            .node(i)
+            .cli(&["ZSCORE", fencelock::protocol::TTLS_KEY, "10000"])
+            .unwrap()
+            .parse()
+            .unwrap();
+        let mark: i64 = nodes
+            .node(i)
+            .cli(&["PTTL", &format!("{}:10000", fencelock::protocol::TTLS_KEY)])
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(
+            until > 0.0 && mark > 10_000,
+            "node {i}: entry {until}, mark {mark} ms"
+        );
+    }
+}
+
+/// The announcement lives with the node's data and the client keeps it with the connection: a
+/// node that restarted empty is announced to again before its first plain grant.
+#[tokio::test]
+async fn a_node_restarted_empty_is_announced_to_again_before_its_next_plain_grant() {
+    let nodes = RedisNodes::start(3).unwrap();
+    let client = Client::new(
+        Config::new(nodes.urls())
+            .with_ttl(Duration::from_secs(10))
+            .with_node_timeout(Duration::from_millis(800))
+            .with_quarantine(false),
+    )
+    .unwrap();
+    client.connect().await;
+    client
+        .try_acquire("a")
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    nodes.node(2).kill().unwrap();
+    nodes.node(2).restart().unwrap();
+    assert_eq!(
+        nodes
+            .node(2)
+            .cli(&["EXISTS", fencelock::protocol::TTLS_KEY])
+            .unwrap(),
+        "0"
+    );
+    // The first round after the restart may meet the broken connection; the client reconnects.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let lock = client.try_acquire("b").await.unwrap();
+        // Node 2's request may still be on its way when the round returns at the quorum.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let on_2 = nodes.node(2).cli(&["GET", "b"]).unwrap() == lock.token();
+        lock.release().await.unwrap();
+        if on_2 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "node 2 never granted again");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let entry = nodes
+        .node(2)
+        .cli(&["ZSCORE", fencelock::protocol::TTLS_KEY, "10000"])
+        .unwrap();
+    assert!(
+        entry.parse::<f64>().is_ok(),
+        "no TTL announced on node 2: {entry:?}"
+    );
+}

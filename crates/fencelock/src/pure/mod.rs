@@ -11,11 +11,13 @@
 //! - `token`: the owner token.
 //! - `etcd_keys`: where a lock lives in etcd's key space (its queue prefix).
 //! - `vote`, `node_error`: per-node votes and what a node's failure means.
+//! - `ahead`: the TTL announcement sent ahead of plain grants, and the grants it covers.
 //!
 //! `fencing` and `quorum` are re-exported at the crate root with `#[doc(hidden)]`: the benches,
 //! the model checker (`tests/fencing_model.rs`) and the CLI use them; they are not part of the
 //! API. The public types (`Votes`, `RetryPolicy`, ...) are re-exported by `lib.rs`.
 
+pub(crate) mod ahead;
 pub(crate) mod etcd_keys;
 pub(crate) mod extension;
 pub mod fencing;

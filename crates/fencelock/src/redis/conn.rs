@@ -14,6 +14,7 @@ use super::scripts;
 use super::version;
 use crate::error::Error;
 use crate::node::NodeAddr;
+use crate::pure::ahead::{self, Ahead};
 use crate::tls::TlsMaterial;
 
 /// What a node told us when we connected, and where it stands in the restart quarantine.
@@ -25,6 +26,10 @@ pub(crate) struct NodeInfo {
     marker: Option<String>,
     /// For a suspect node: when it counts again, once the longest TTL in use was read.
     standing: Mutex<Resolution>,
+    /// The latest announcement sent ahead of plain grants on this connection, per TTL (ms). Kept
+    /// with the connection: a node that restarts breaks it, and the next connection announces
+    /// anew before its first plain grant.
+    ahead: Mutex<Vec<(Duration, Ahead)>>,
 }
 
 #[derive(Debug, Default)]
@@ -327,6 +332,7 @@ impl NodeConn {
             verdict,
             marker,
             standing: Mutex::new(Resolution::default()),
+            ahead: Mutex::new(Vec::new()),
         }
     }
 }
@@ -353,6 +359,32 @@ fn info_field(text: &str, name: &str) -> Option<String> {
 }
 
 impl NodeInfo {
+    /// The announcement of `ttl` on this connection that a plain grant sent now (its reply
+    /// counted within `limit`) can rely on, if there is one (`pure/ahead.rs`).
+    pub(crate) fn ahead(
+        &self,
+        ttl: Duration,
+        now: Instant,
+        limit: Duration,
+        drift: Duration,
+    ) -> Option<Ahead> {
+        let kept = self.ahead.lock().expect("ahead mutex poisoned");
+        kept.iter()
+            .find(|(t, _)| *t == ttl)
+            .map(|(_, a)| *a)
+            .filter(|a| a.serves(now, limit, ttl, drift))
+    }
+
+    /// Keeps `fresh`, an announcement of `ttl` this connection just sent, when it covers longer
+    /// than the one kept.
+    pub(crate) fn announced(&self, ttl: Duration, drift: Duration, fresh: Ahead) {
+        let mut kept = self.ahead.lock().expect("ahead mutex poisoned");
+        match kept.iter_mut().find(|(t, _)| *t == ttl) {
+            Some((_, a)) => *a = ahead::later(*a, fresh, ttl, drift),
+            None => kept.push((ttl, fresh)),
+        }
+    }
+
     /// Where the node stands now.
     pub(crate) fn standing(&self) -> Standing {
         if !matches!(self.verdict, Verdict::Suspect { .. }) {

@@ -9,7 +9,7 @@ use redis::{Cmd, RedisError, RedisResult, Script, Value};
 use super::extender::{Count, ExtendedLock};
 use super::guard::FenceRead;
 use super::order::Slot;
-use super::round::{Answer, Mode, Round, WantsMore};
+use super::round::{AnnounceAhead, Answer, Mode, Round, WantsMore};
 use super::{scripts, RedisBackend};
 use crate::pure::fencing;
 use crate::pure::queue::{self, Ticket};
@@ -105,7 +105,7 @@ impl RedisBackend {
                 cmd.arg(&**holder);
             }
             let cmd = Arc::new(cmd);
-            let mode = Mode::Acquire { token };
+            let mode = Mode::Acquire { token, ahead: None };
             return self
                 .round(mode, &self.all, node_timeout, move |mut conn, slot| {
                     let cmd = cmd.clone();
@@ -144,7 +144,7 @@ impl RedisBackend {
                 cmd.arg(&**holder);
             }
             let cmd = Arc::new(cmd);
-            let mode = Mode::Acquire { token };
+            let mode = Mode::Acquire { token, ahead: None };
             return self
                 .round(mode, &self.all, node_timeout, move |mut conn, slot| {
                     let cmd = cmd.clone();
@@ -174,7 +174,10 @@ impl RedisBackend {
             cmd.arg(token).arg(ttl_ms).arg(proposal);
             self.mark_and_holder(&mut cmd, mark);
             cmd
-        } else if let ([key], None, 1, None) = (keys, mark, self.nodes.len(), &self.holder) {
+        } else if let ([key], None, None) = (keys, mark, &self.holder) {
+            // One key, nothing beside it: a bare SET NX PX, as other Redlock clients send. On
+            // several nodes the TTL is announced ahead on each connection, once per window
+            // (`Mode::Acquire`'s `ahead`): a script call costs a node several times a SET.
             let mut cmd = redis::cmd("SET");
             cmd.arg(key).arg(token).arg("NX").arg("PX").arg(ttl_ms);
             cmd
@@ -185,10 +188,17 @@ impl RedisBackend {
             self.mark_and_holder(&mut cmd, mark);
             cmd
         };
-        let plain_set =
-            keys.len() == 1 && mark.is_none() && self.nodes.len() == 1 && self.holder.is_none();
+        let plain_set = !fencing && keys.len() == 1 && mark.is_none() && self.holder.is_none();
         let (cmd, script) = (Arc::new(cmd), !fencing && !plain_set);
-        let mode = Mode::Acquire { token };
+        // A single node has no other node to learn from: it announces nothing, and its restart
+        // quarantine is its client's own TTL.
+        let ahead = (plain_set && self.nodes.len() > 1).then_some(AnnounceAhead {
+            ttl: self.settings.ttl,
+            ttl_ms,
+            drift: self.settings.drift,
+            limit: node_timeout,
+        });
+        let mode = Mode::Acquire { token, ahead };
         self.round(mode, &self.all, node_timeout, move |mut conn, slot| {
             let cmd = cmd.clone();
             async move {

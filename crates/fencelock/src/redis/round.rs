@@ -15,6 +15,7 @@ use super::conn::{self, NodeConn, Standing};
 use super::describe::describe;
 use super::inflight::Inflight;
 use super::{order, quarantine, scripts, RedisBackend};
+use crate::pure::ahead::Ahead;
 use crate::pure::node_error::NodeError;
 use crate::pure::quorum::{Decision, Tally};
 use crate::pure::vote::{NodeVote, VoteOutcome, Votes};
@@ -50,7 +51,12 @@ pub(crate) enum Mode<'a> {
     /// request in flight, so that the release that follows reaches each node after its SET. A
     /// request still in flight after a success is registered, so that a release of the token
     /// waits for it on its node (see `order.rs`).
-    Acquire { token: &'a str },
+    Acquire {
+        token: &'a str,
+        /// A plain grant (a bare `SET NX PX`, which announces nothing): its TTL is announced
+        /// ahead on each connection, and a grant counts only under that announcement.
+        ahead: Option<AnnounceAhead>,
+    },
     /// Returns at the quorum decision; the rest finish in the background (a write-back, an
     /// extension: each acts only where the key is ours).
     UntilQuorum,
@@ -65,6 +71,19 @@ pub(crate) enum Mode<'a> {
     /// round returns are already behind our earlier commands on their connections and finish in
     /// the background, counted until they do ([`RedisBackend::settle_releases`]).
     Release { after: Arc<str> },
+}
+
+/// What a plain acquisition's requests need to announce its TTL ahead of the grant and to judge
+/// whether a grant is covered (`pure/ahead.rs`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AnnounceAhead {
+    pub(crate) ttl: Duration,
+    /// The TTL in ms, as every script announces it (`ops::ttl_millis`).
+    pub(crate) ttl_ms: u64,
+    pub(crate) drift: Duration,
+    /// The round's node timeout: a request announces first when its reply, counted until then,
+    /// could arrive after the kept announcement stops covering it.
+    pub(crate) limit: Duration,
 }
 
 /// Whether a round that reached its quorum waits for the answers still in flight (each within
@@ -105,17 +124,17 @@ impl RedisBackend {
         let need = self.quorum.min(nodes.len().max(1));
         let mut tally = Tally::new(nodes.len().max(1), need);
         let started = Instant::now();
-        let (quarantine, after, acquiring) = match &mode {
-            Mode::Acquire { token } => (Some(limit), None, Some(*token)),
-            Mode::UntilQuorum => (None, None, None),
-            Mode::All { after } => (None, after.clone(), None),
-            Mode::Release { after } => (None, Some(after.clone()), None),
+        let (quarantine, after, acquiring, ahead) = match &mode {
+            Mode::Acquire { token, ahead } => (Some(limit), None, Some(*token), *ahead),
+            Mode::UntilQuorum => (None, None, None, None),
+            Mode::All { after } => (None, after.clone(), None, None),
+            Mode::Release { after } => (None, Some(after.clone()), None, None),
         };
         let every_answer = matches!(mode, Mode::All { .. });
         let releasing = matches!(mode, Mode::Release { .. });
         // Where each request of an acquisition stands, for a release of its token (`order.rs`).
         let sent = acquiring.map(|_| order::Sent::new(nodes.len()));
-        let mut inflight = self.launch(nodes, quarantine, sent.as_ref(), after, op);
+        let mut inflight = self.launch(nodes, quarantine, sent.as_ref(), after, ahead, op);
         let mut deadline = std::pin::pin!(tokio::time::sleep(limit));
         let mut votes = self.pending_votes(nodes);
         let mut granted = Vec::new();
@@ -241,13 +260,16 @@ impl RedisBackend {
     /// (the round's node timeout), nodes in restart quarantine are not asked and not counted.
     /// With `sent` (an acquisition), each request records when its command is handed to its
     /// connection. With `after` (an owner token), each request first waits for that token's
-    /// acquisition requests not yet handed to their connection on its node.
+    /// acquisition requests not yet handed to their connection on its node. With `ahead` (a plain
+    /// acquisition), each request first makes sure its connection announced the TTL recently
+    /// enough, and its grant counts only if the announcement covers it.
     pub(super) fn launch<T, F, Fut>(
         &self,
         nodes: &[usize],
         quarantine: Option<Duration>,
         sent: Option<&Arc<order::Sent>>,
         after: Option<Arc<str>>,
+        ahead: Option<AnnounceAhead>,
         op: F,
     ) -> Inflight<impl Future<Output = Result<Answer<T>, NodeFailure>> + Send + 'static>
     where
@@ -285,6 +307,21 @@ impl RedisBackend {
                     // request's future.
                     Box::pin(check_quarantine(&all, i, &handle, node_timeout)).await?;
                 }
+                let covering = match ahead {
+                    None => None,
+                    Some(ask) => Some(
+                        match handle
+                            .info
+                            .ahead(ask.ttl, Instant::now(), ask.limit, ask.drift)
+                        {
+                            Some(kept) => kept,
+                            // Once per window and connection: boxed.
+                            None => Box::pin(announce_ahead(&handle, ask))
+                                .await
+                                .map_err(|e| NodeFailure::Failed(describe(&e)))?,
+                        },
+                    ),
+                };
                 let answer = match slot {
                     None => op(handle.conn.clone(), order::Slot::default()).await,
                     Some((slot, stragglers)) => {
@@ -305,6 +342,19 @@ impl RedisBackend {
                         }
                     }
                 };
+                if let (Some(ahead), Some(ask), Ok(Answer::Granted(_))) = (covering, ahead, &answer)
+                {
+                    if !ahead.covers(Instant::now(), ask.ttl, ask.drift) {
+                        return Err(NodeFailure::Failed(NodeError::other(format!(
+                            "its grant came back after the TTL announcement sent ahead of it \
+                             stopped covering it (the reply took longer than {:?} after the \
+                             announcement); not counted",
+                            ahead
+                                .covered_until(ask.ttl, ask.drift)
+                                .map_or(Duration::ZERO, |until| until - ahead.sent)
+                        ))));
+                    }
+                }
                 answer.map_err(|e| {
                     if conn::is_broken(&e) {
                         node.discard(&handle);
@@ -503,6 +553,24 @@ fn time_out(votes: &mut [NodeVote], node_timeout: Duration) {
     }
 }
 
+/// Announces `ask.ttl` on the handle's connection ahead of plain grants and keeps the
+/// announcement with the connection (`scripts::ANNOUNCE_AHEAD`, `pure/ahead.rs`).
+async fn announce_ahead(handle: &conn::Handle, ask: AnnounceAhead) -> Result<Ahead, RedisError> {
+    let sent = Instant::now();
+    // `invoke_async` loads the script and calls it again after NOSCRIPT (a rare call: the
+    // invocation it builds is no cost here).
+    let left: i64 = scripts::ANNOUNCE_AHEAD
+        .arg(ask.ttl_ms)
+        .invoke_async(&mut handle.conn.clone())
+        .await?;
+    let fresh = Ahead {
+        sent,
+        left: Duration::from_millis(u64::try_from(left).unwrap_or(0)),
+    };
+    handle.info.announced(ask.ttl, ask.drift, fresh);
+    Ok(fresh)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -519,7 +587,7 @@ mod tests {
             .with_quarantine(false);
         let backend = RedisBackend::new(vec![addr], &config).unwrap();
         let cmd = Arc::new(redis::cmd("PING"));
-        let inflight = backend.launch(&[0], None, None, None, move |mut conn, _| {
+        let inflight = backend.launch(&[0], None, None, None, None, move |mut conn, _| {
             let cmd = cmd.clone();
             async move {
                 let _: i64 = super::super::ops::eval(&scripts::EXTEND, &cmd, &mut conn).await?;

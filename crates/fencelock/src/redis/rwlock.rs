@@ -115,7 +115,7 @@ impl RedisBackend {
                 .arg(ttl_millis(queue::keep(t.lease)));
         }
         let cmd = Arc::new(cmd);
-        let mode = Mode::Acquire { token };
+        let mode = Mode::Acquire { token, ahead: None };
         self.round(
             mode,
             &self.all,

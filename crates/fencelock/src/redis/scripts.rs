@@ -43,9 +43,10 @@ pub(crate) const ANNOUNCE_LUA: &str = lua!("announce");
 /// with ARGV[3]). ARGV: owner token, ttl in ms[, wait mark ms (`''` for none)[, holder label]]
 /// (the label: `lua/hold.lua`). Returns 1 when all were set, 0
 /// when any is held; a waiting client (ARGV[3]) then marks every key as waited for, so that
-/// releases wake it. A grant announces its TTL (see [`ANNOUNCE_LUA`]). (One key on a single node
-/// uses a plain `SET NX PX`, exactly as other Redlock clients do: a single node's quarantine
-/// cannot learn from other nodes, so it announces nothing.)
+/// releases wake it. A grant announces its TTL (see [`ANNOUNCE_LUA`]). (One key with no mark
+/// and no label uses a plain `SET NX PX`, exactly as other Redlock clients do: on several nodes
+/// its TTL is announced ahead ([`ANNOUNCE_AHEAD`]); a single node's quarantine cannot learn from
+/// other nodes, so it announces nothing there.)
 pub(crate) static ACQUIRE_MANY: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_MANY_LUA));
 const ACQUIRE_MANY_LUA: &str = lua!("announce", "hold", "keys", "wait_marks", "acquire_many");
 
@@ -139,6 +140,19 @@ const EXTEND_LUA: &str = lua!("announce", "hold", "keys", "extend");
 pub(crate) static ANNOUNCE: LazyLock<Script> = LazyLock::new(|| Script::new(ANNOUNCE_ONLY_LUA));
 const ANNOUNCE_ONLY_LUA: &str = concat!(lua!("announce"), "return announce(ARGV[1])\n");
 
+/// The announcement sent ahead of plain grants: a plain lock on several nodes is taken with a
+/// bare `SET NX PX` (as the raw Redlock fan-out does: a script call costs a node several times a
+/// `SET`), and the TTL is announced on the node's connection before, once per window, not in
+/// the grant. ARGV: ttl in ms. Announces it, then returns the TTL's mark's `PTTL` (ms; negative
+/// when there is none). The mark expires no later than the deadline of an entry with this TTL
+/// or a longer one, so a lock of this TTL set on the node within (that figure - the TTL) after
+/// the call is covered: the client counts a grant only when its reply arrived within that
+/// window, less the clock drift, from the announcement's send time (`pure/ahead.rs`; the model
+/// checker's `ahead_grants_are_covered_by_their_announcement`). Published in `protocol`.
+pub(crate) static ANNOUNCE_AHEAD: LazyLock<Script> =
+    LazyLock::new(|| Script::new(ANNOUNCE_AHEAD_LUA));
+pub(crate) const ANNOUNCE_AHEAD_LUA: &str = lua!("announce", "announce_ahead");
+
 /// Compare-and-set of a node's marker (see `quarantine.rs`): KEYS: the marker. ARGV: the value
 /// it must hold, the new value. Returns 1 when set, 0 when the marker held something else.
 pub(crate) static MARK: LazyLock<Script> = LazyLock::new(|| Script::new(MARK_LUA));
@@ -223,7 +237,7 @@ pub(crate) static WRITE_RECORD: LazyLock<Script> = LazyLock::new(|| Script::new(
 pub(crate) const WRITE_RECORD_LUA: &str = lua!("counters", "keys", "write_record");
 
 /// The source of every script, for `SCRIPT LOAD` on a new connection.
-pub(crate) const ALL: [&str; 15] = [
+pub(crate) const ALL: [&str; 16] = [
     ACQUIRE_MANY_LUA,
     ACQUIRE_QUEUED_LUA,
     ACQUIRE_FENCED_LUA,
@@ -232,6 +246,7 @@ pub(crate) const ALL: [&str; 15] = [
     EXTEND_LUA,
     MARK_LUA,
     ANNOUNCE_ONLY_LUA,
+    ANNOUNCE_AHEAD_LUA,
     RESEED_LUA,
     ELECTION_APPEND_LUA,
     ACQUIRE_PERMIT_LUA,
