@@ -184,10 +184,14 @@ pub const TTLS_KEY: &str = crate::redis::quarantine::TTLS_KEY;
 pub const ANNOUNCE_FUNCTION: &str = crate::redis::scripts::ANNOUNCE_LUA;
 
 /// The whole script a client sends on a node's connection ahead of plain `SET NX PX` grants,
-/// instead of announcing in each grant: ARGV[1] the TTL in ms; it calls `announce` and returns
-/// the `PTTL` of the TTL's mark. A lock of that TTL set on the node within (the reply - the TTL)
-/// ms after the call is covered by the TTLs in use; a grant whose reply came later is not
-/// counted.
+/// instead of announcing in each grant: ARGV[1] the TTL in ms, ARGV[2] a margin in ms (the
+/// window it asks for beyond one TTL); it calls `announce(ttl, margin)` and returns the `PTTL`
+/// of the TTL's mark. A lock of that TTL set on the node within (the reply - the TTL) ms after
+/// the script ran is covered by the TTLs in use. A client that cannot see the node's clock
+/// counts a `SET` sent after the script's reply, on the same connection, only when the `SET`'s
+/// reply arrived within (the reply - the TTL - its clock drift) of the moment *before it sent
+/// the script*; measured from when the script's reply arrived, it would count grants that are
+/// not covered.
 pub const ANNOUNCE_AHEAD_SCRIPT: &str = crate::redis::scripts::ANNOUNCE_AHEAD_LUA;
 
 /// The oldest Redis (major version) fencelock's scripts run on: they read the node's clock

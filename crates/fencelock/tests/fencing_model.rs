@@ -1971,27 +1971,30 @@ fn q_announce(
     now: u64,
     ttl: u64,
 ) -> Option<u64> {
-    q_announce_with(stair, marks, now, ttl, false)
+    q_announce_with(stair, marks, now, ttl, false, 0)
 }
 
-/// [`q_announce`], or with `any_mark` the mutant that stops at any live mark.
+/// [`q_announce`], or with `any_mark` the mutant that stops at any live mark; with `margin`,
+/// the Lua's `announce(ttl, margin)`: it stops at the mark, or at a longer TTL's entry, only when
+/// that covers `margin` beyond one TTL from now (the announcement sent ahead of plain grants).
 fn q_announce_with(
     stair: &mut Vec<(u64, u64)>,
     marks: &mut Vec<(u64, u64)>,
     now: u64,
     ttl: u64,
     any_mark: bool,
+    margin: u64,
 ) -> Option<u64> {
     // Expired keys are gone (the mark is a key with a TTL).
     marks.retain(|&(_, until)| until > now);
-    let enough = if any_mark { 0 } else { ttl };
+    let enough = if any_mark { 0 } else { ttl + margin };
     if marks
         .iter()
         .any(|&(t, until)| t == ttl && until - now > enough)
     {
         return None;
     }
-    let need = now + ttl;
+    let need = now + ttl + margin;
     let mut untl = now + 2 * ttl;
     let covered = 'stair: {
         if let Some(top) = stair.last_mut().filter(|top| top.0 == ttl) {
@@ -2273,6 +2276,7 @@ fn q_successors(cfg: &QConfig, s: &QState) -> Vec<(QEvent, QState, bool)> {
                         u64::from(s.now),
                         u64::from(cfg.ttls[c]),
                         cfg.rules.any_mark,
+                        0,
                     );
                     n.nodes[i].stair = pack(stair);
                     n.nodes[i].marks = pack(marks);
@@ -2465,13 +2469,13 @@ fn announcements_uncovered(depth: usize, any_mark: bool) -> Option<Vec<(u64, u64
 enum Grant {
     /// In the same script call (the acquisition scripts).
     InScript,
-    /// A bare `SET NX PX` after an announcement sent ahead (`ANNOUNCE_AHEAD`), counted when it
-    /// landed within what the TTL's mark had left after the announcement, less the TTL
-    /// (`pure/ahead.rs`): the walk sets it at the last tick of that window, whose lock lives
-    /// longest.
-    Ahead,
+    /// A bare `SET NX PX` after an announcement sent ahead (`ANNOUNCE_AHEAD`, announcing with
+    /// the margin), counted when it landed within what the TTL's mark had left after the
+    /// announcement, less the TTL (`pure/ahead.rs`): the walk sets it at the last tick of that
+    /// window, whose lock lives longest.
+    Ahead { margin: u64 },
     /// MUTANT: the same, with the window the mark's whole remaining time (the TTL forgotten).
-    AheadWholeMark,
+    AheadWholeMark { margin: u64 },
 }
 
 /// [`announcements_uncovered`] with the lock of each announcement set as `grant` says.
@@ -2492,7 +2496,11 @@ fn grants_uncovered(depth: usize, any_mark: bool, grant: Grant) -> Option<Vec<(u
             for ttl in 1..=3 {
                 let at = now + step;
                 let (mut st, mut mk) = (stair.to_vec(), marks.to_vec());
-                q_announce_with(&mut st, &mut mk, at, ttl, any_mark);
+                let margin = match grant {
+                    Grant::InScript => 0,
+                    Grant::Ahead { margin } | Grant::AheadWholeMark { margin } => margin,
+                };
+                q_announce_with(&mut st, &mut mk, at, ttl, any_mark, margin);
                 // What the TTL's mark has left after the call: the Lua's PTTL.
                 let left = mk
                     .iter()
@@ -2500,8 +2508,8 @@ fn grants_uncovered(depth: usize, any_mark: bool, grant: Grant) -> Option<Vec<(u
                     .map_or(0, |&(_, until)| until.saturating_sub(at));
                 let set_at = match grant {
                     Grant::InScript => Some(at),
-                    Grant::Ahead => left.checked_sub(ttl).map(|window| at + window),
-                    Grant::AheadWholeMark => Some(at + left),
+                    Grant::Ahead { .. } => left.checked_sub(ttl).map(|window| at + window),
+                    Grant::AheadWholeMark { .. } => Some(at + left),
                 };
                 // No window: the client announces again and counts nothing under this one.
                 let Some(set_at) = set_at else { continue };
@@ -2535,14 +2543,20 @@ fn announcements_cover_every_lock_they_announce() {
 #[test]
 fn ahead_grants_are_covered_by_their_announcement() {
     let depth = if FAST_BUILD { 7 } else { 6 };
-    assert_eq!(grants_uncovered(depth, false, Grant::Ahead), None);
+    for margin in 0..=2 {
+        assert_eq!(
+            grants_uncovered(depth, false, Grant::Ahead { margin }),
+            None,
+            "margin {margin}"
+        );
+    }
 }
 
 #[test]
 fn checker_catches_an_ahead_window_that_forgets_the_ttl() {
     // MUTANT: counting a SET until the mark itself runs out leaves its lock alive a TTL after
     // every entry that covers it.
-    let found = grants_uncovered(3, false, Grant::AheadWholeMark);
+    let found = grants_uncovered(3, false, Grant::AheadWholeMark { margin: 1 });
     println!("MUTANT: a window of the whole mark: uncovered after {found:?}");
     assert!(found.is_some());
 }
@@ -2630,13 +2644,13 @@ fn the_model_staircase_keeps_one_entry_per_ttl_in_use() {
 }
 
 /// The model's `q_announce` against the Lua on a real node: the same TTLs announced in the same
-/// order leave the same entries. Changing the Lua without the model (or the other way round)
-/// fails here.
+/// order, with and without a margin (the announcement sent ahead of plain grants), leave the
+/// same entries. Changing the Lua without the model (or the other way round) fails here.
 #[tokio::test]
 async fn the_model_announces_as_the_lua_does() {
     use fencelock::protocol::{ANNOUNCE_FUNCTION, TTLS_KEY};
     let node = fencelock_testkit::RedisNode::start().unwrap();
-    let script = format!("{ANNOUNCE_FUNCTION}\nreturn announce(ARGV[1])");
+    let script = format!("{ANNOUNCE_FUNCTION}\nreturn announce(ARGV[1], tonumber(ARGV[2]))");
     let node_now = || {
         let time = node.cli(&["TIME"]).unwrap();
         let mut t = time.lines();
@@ -2655,23 +2669,25 @@ async fn the_model_announces_as_the_lua_does() {
             continue;
         }
         let ttl = ttls[rng.below(4)];
+        let margin = [0u64, 0, 15, 50][rng.below(4)];
         let before = node_now();
         let used: u64 = node
-            .cli(&["EVAL", &script, "0", &ttl.to_string()])
+            .cli(&["EVAL", &script, "0", &ttl.to_string(), &margin.to_string()])
             .unwrap()
             .parse()
             .unwrap();
         if used == 0 {
-            // Stopped at the mark, after `before`: the model's mark had more than the TTL left.
+            // Stopped at the mark, after `before`: the model's mark had more than the TTL and
+            // the margin left.
             stopped += 1;
             assert!(
-                marks.iter().any(|&(t, u)| t == ttl && u > before + ttl),
+                marks.iter().any(|&(t, u)| t == ttl && u > before + ttl + margin),
                 "step {step}, ttl {ttl}: the Lua stopped at a mark the model does not have: {marks:?}"
             );
         } else {
             written += 1;
             assert_eq!(
-                q_announce(&mut model, &mut marks, used, ttl),
+                q_announce_with(&mut model, &mut marks, used, ttl, false, margin),
                 Some(used),
                 "step {step}, ttl {ttl}: the model stops at its mark where the Lua did not"
             );
@@ -2741,7 +2757,8 @@ async fn the_model_announces_as_the_lua_does() {
 
 /// The script sent ahead of plain grants replies with what its TTL's mark has left, which is
 /// the window the client and `grants_uncovered(.., Grant::Ahead)` take: checked against the
-/// mark's own `PTTL` read right after, over both of `announce`'s paths.
+/// mark's own `PTTL` read right after, over both of `announce`'s paths, and at least the TTL
+/// and the margin asked for (or two TTLs).
 #[tokio::test]
 async fn the_ahead_announcement_replies_with_its_marks_time_left() {
     use fencelock::protocol::{ANNOUNCE_AHEAD_SCRIPT, TTLS_KEY};
@@ -2755,8 +2772,15 @@ async fn the_ahead_announcement_replies_with_its_marks_time_left() {
             continue;
         }
         let ttl = ttls[rng.below(3)];
+        let margin = [0u64, 10, 30][rng.below(3)];
         let left: i64 = node
-            .cli(&["EVAL", ANNOUNCE_AHEAD_SCRIPT, "0", &ttl.to_string()])
+            .cli(&[
+                "EVAL",
+                ANNOUNCE_AHEAD_SCRIPT,
+                "0",
+                &ttl.to_string(),
+                &margin.to_string(),
+            ])
             .unwrap()
             .parse()
             .unwrap();
@@ -2770,8 +2794,13 @@ async fn the_ahead_announcement_replies_with_its_marks_time_left() {
             pttl <= left && left - pttl <= 20,
             "step {step}, ttl {ttl}: replied {left} ms, the mark has {pttl} ms"
         );
-        // Every path leaves the mark with at least the TTL left, less the millisecond of PX.
-        assert!(left >= ttl as i64 - 1, "step {step}, ttl {ttl}: {left} ms");
+        // Every path leaves the mark with at least the TTL and the margin left (or two TTLs,
+        // if less), less the millisecond of PX: the window is at least the margin.
+        let least = (ttl + margin).min(2 * ttl) as i64 - 1;
+        assert!(
+            left >= least,
+            "step {step}, ttl {ttl}, margin {margin}: {left} ms"
+        );
         if left >= 2 * ttl as i64 - 2 {
             full += 1;
         }

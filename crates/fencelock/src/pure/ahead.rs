@@ -28,7 +28,13 @@ impl Ahead {
     /// The latest arrival of a grant's reply that this announcement covers, `None` when it
     /// covers none.
     pub(crate) fn covered_until(&self, ttl: Duration, drift: Duration) -> Option<Instant> {
-        let window = self.left.checked_sub(ttl)?.checked_sub(drift)?;
+        // A millisecond less: the mark's PTTL is truncated to whole milliseconds, which matters
+        // when the drift is configured to zero.
+        let window = self
+            .left
+            .checked_sub(ttl)?
+            .checked_sub(drift)?
+            .checked_sub(Duration::from_millis(1))?;
         self.sent.checked_add(window)
     }
 
@@ -50,6 +56,20 @@ impl Ahead {
         self.covered_until(ttl, drift)
             .is_some_and(|until| now.checked_add(limit).is_some_and(|by| by <= until))
     }
+}
+
+/// The margin (ms) an announcement sent ahead asks of the node: what its mark reports covers at
+/// least that beyond one TTL (or a TTL, if shorter), so that its window is at least two node
+/// timeouts after the drift. Then the grant sent with it is covered whenever its reply comes
+/// within the round, and the next requests can rely on it for at least a node timeout. Without
+/// it, a mark with between the TTL and the TTL plus the drift left stopped the announcement and
+/// covered no grant: every plain grant on the node failed for about the drift, once per TTL
+/// (`tests/quarantine.rs`, `plain_locks_are_granted_through_whole_announcement_cycles`).
+pub(crate) fn margin_ms(drift: Duration, limit: Duration) -> u64 {
+    let margin = drift.saturating_add(limit.saturating_mul(2));
+    u64::try_from(margin.as_millis())
+        .unwrap_or(u64::MAX)
+        .saturating_add(1)
 }
 
 /// The later-covering of two announcements of the same TTL.
@@ -80,9 +100,9 @@ mod tests {
         // A full announcement: the entry one TTL ahead, the mark at 2 TTL less a millisecond.
         let a = ahead(t0, 19_999);
         let (ttl, drift) = (10_000 * MS, 102 * MS);
-        assert_eq!(a.covered_until(ttl, drift), Some(t0 + 9_897 * MS));
-        assert!(a.covers(t0 + 9_897 * MS, ttl, drift));
-        assert!(!a.covers(t0 + 9_898 * MS, ttl, drift));
+        assert_eq!(a.covered_until(ttl, drift), Some(t0 + 9_896 * MS));
+        assert!(a.covers(t0 + 9_896 * MS, ttl, drift));
+        assert!(!a.covers(t0 + 9_897 * MS, ttl, drift));
         // A reply before the send time cannot happen, but is covered all the same.
         assert!(a.covers(t0, ttl, drift));
     }
@@ -91,12 +111,12 @@ mod tests {
     fn a_mark_with_no_more_than_the_ttl_and_the_drift_left_covers_nothing() {
         let t0 = Instant::now();
         let (ttl, drift) = (10_000 * MS, 102 * MS);
-        for left in [0, 9_999, 10_000, 10_101, 10_102] {
+        for left in [0, 9_999, 10_000, 10_101, 10_102, 10_103] {
             let a = ahead(t0, left);
             assert!(!a.covers(t0 + MS, ttl, drift), "left {left}");
             assert!(!a.serves(t0, MS, ttl, drift), "left {left}");
         }
-        assert!(ahead(t0, 10_103).covers(t0 + MS, ttl, drift));
+        assert!(ahead(t0, 10_104).covers(t0 + MS, ttl, drift));
     }
 
     #[test]
@@ -104,8 +124,21 @@ mod tests {
         let t0 = Instant::now();
         let a = ahead(t0, 19_999);
         let (ttl, drift, limit) = (10_000 * MS, 102 * MS, 50 * MS);
-        assert!(a.serves(t0 + 9_847 * MS, limit, ttl, drift));
-        assert!(!a.serves(t0 + 9_848 * MS, limit, ttl, drift));
+        assert!(a.serves(t0 + 9_846 * MS, limit, ttl, drift));
+        assert!(!a.serves(t0 + 9_847 * MS, limit, ttl, drift));
+    }
+
+    #[test]
+    fn the_margin_leaves_a_window_of_two_node_timeouts_after_the_drift() {
+        let (ttl, drift, limit) = (10_000 * MS, 102 * MS, 50 * MS);
+        let margin = margin_ms(drift, limit);
+        assert_eq!(margin, 203);
+        // The least a mark reports with that margin: one TTL and the margin, less the
+        // millisecond of PX.
+        let t0 = Instant::now();
+        let least = ahead(t0, 10_000 + margin - 1);
+        assert!(least.serves(t0 + limit - MS, limit, ttl, drift));
+        assert!(least.covers(t0 + limit, ttl, drift));
     }
 
     #[test]

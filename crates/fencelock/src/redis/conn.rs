@@ -27,7 +27,9 @@ pub(crate) struct NodeInfo {
     /// For a suspect node: when it counts again, once the longest TTL in use was read.
     standing: Mutex<Resolution>,
     /// The latest announcement sent ahead of plain grants on this connection, per TTL (ms). Kept
-    /// with the connection: a node that restarts breaks it, and the next connection announces
+    /// with the connection: a node that restarts breaks it (on a direct connection; a proxy in
+    /// front of the node, or a `FLUSHALL`, can lose the data without breaking it: then the grants
+    /// go unannounced for up to a window, docs/fencing.md), and the next connection announces
     /// anew before its first plain grant.
     ahead: Mutex<Vec<(Duration, Ahead)>>,
 }

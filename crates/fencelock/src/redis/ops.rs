@@ -176,7 +176,7 @@ impl RedisBackend {
             cmd
         } else if let ([key], None, None) = (keys, mark, &self.holder) {
             // One key, nothing beside it: a bare SET NX PX, as other Redlock clients send. On
-            // several nodes the TTL is announced ahead on each connection, once per window
+            // several nodes the TTL is announced ahead on each connection, about once per TTL
             // (`Mode::Acquire`'s `ahead`): a script call costs a node several times a SET.
             let mut cmd = redis::cmd("SET");
             cmd.arg(key).arg(token).arg("NX").arg("PX").arg(ttl_ms);

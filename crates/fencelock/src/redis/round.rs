@@ -15,7 +15,7 @@ use super::conn::{self, NodeConn, Standing};
 use super::describe::describe;
 use super::inflight::Inflight;
 use super::{order, quarantine, scripts, RedisBackend};
-use crate::pure::ahead::Ahead;
+use crate::pure::ahead::{self, Ahead};
 use crate::pure::node_error::NodeError;
 use crate::pure::quorum::{Decision, Tally};
 use crate::pure::vote::{NodeVote, VoteOutcome, Votes};
@@ -316,9 +316,12 @@ impl RedisBackend {
                         {
                             Some(kept) => kept,
                             // Once per window and connection: boxed.
-                            None => Box::pin(announce_ahead(&handle, ask))
-                                .await
-                                .map_err(|e| NodeFailure::Failed(describe(&e)))?,
+                            None => Box::pin(announce_ahead(&handle, ask)).await.map_err(|e| {
+                                if conn::is_broken(&e) {
+                                    node.discard(&handle);
+                                }
+                                NodeFailure::Failed(describe(&e))
+                            })?,
                         },
                     ),
                 };
@@ -345,13 +348,18 @@ impl RedisBackend {
                 if let (Some(ahead), Some(ask), Ok(Answer::Granted(_))) = (covering, ahead, &answer)
                 {
                     if !ahead.covers(Instant::now(), ask.ttl, ask.drift) {
+                        // Rare: the round's reply came later than the window its
+                        // announcement reported (or the node reported none).
+                        let why = match ahead.covered_until(ask.ttl, ask.drift) {
+                            Some(until) => format!(
+                                "the reply took longer than {:?} after the announcement",
+                                until - ahead.sent
+                            ),
+                            None => "the node reported a window too short for any grant".into(),
+                        };
                         return Err(NodeFailure::Failed(NodeError::other(format!(
-                            "its grant came back after the TTL announcement sent ahead of it \
-                             stopped covering it (the reply took longer than {:?} after the \
-                             announcement); not counted",
-                            ahead
-                                .covered_until(ask.ttl, ask.drift)
-                                .map_or(Duration::ZERO, |until| until - ahead.sent)
+                            "its grant is not covered by the TTL announcement sent ahead of it \
+                             ({why}); not counted"
                         ))));
                     }
                 }
@@ -561,6 +569,7 @@ async fn announce_ahead(handle: &conn::Handle, ask: AnnounceAhead) -> Result<Ahe
     // invocation it builds is no cost here).
     let left: i64 = scripts::ANNOUNCE_AHEAD
         .arg(ask.ttl_ms)
+        .arg(ahead::margin_ms(ask.drift, ask.limit))
         .invoke_async(&mut handle.conn.clone())
         .await?;
     let fresh = Ahead {

@@ -34,7 +34,9 @@ macro_rules! lua {
 /// more than half of the acquisition script's time on the node, about 11 of 19-21 µs, measured
 /// with redis-benchmark: docs/performance.md).
 /// A TTL thus counts as in use for up to one TTL longer than its last lock could live, which
-/// only lengthens a quarantine. Returns the node time (ms) it used, 0 when it stopped at the
+/// only lengthens a quarantine. `announce(ttl, margin)` stops at the mark, or at a longer TTL's
+/// entry, only when that covers `margin` ms beyond one TTL (the announcement sent ahead of plain
+/// grants, [`ANNOUNCE_AHEAD`]); a margin only makes it write more. Returns the node time (ms) it used, 0 when it stopped at the
 /// mark, for the test that holds the model checker's copy of this function to it
 /// (`tests/fencing_model.rs`). Redis >= 5 (TIME before a write). Published in `protocol`.
 pub(crate) const ANNOUNCE_LUA: &str = lua!("announce");
@@ -142,13 +144,17 @@ const ANNOUNCE_ONLY_LUA: &str = concat!(lua!("announce"), "return announce(ARGV[
 
 /// The announcement sent ahead of plain grants: a plain lock on several nodes is taken with a
 /// bare `SET NX PX` (as the raw Redlock fan-out does: a script call costs a node several times a
-/// `SET`), and the TTL is announced on the node's connection before, once per window, not in
-/// the grant. ARGV: ttl in ms. Announces it, then returns the TTL's mark's `PTTL` (ms; negative
-/// when there is none). The mark expires no later than the deadline of an entry with this TTL
-/// or a longer one, so a lock of this TTL set on the node within (that figure - the TTL) after
-/// the call is covered: the client counts a grant only when its reply arrived within that
-/// window, less the clock drift, from the announcement's send time (`pure/ahead.rs`; the model
-/// checker's `ahead_grants_are_covered_by_their_announcement`). Published in `protocol`.
+/// `SET`), and the TTL is announced on the node's connection before, not in the grant: about
+/// once per TTL and connection (`pure/ahead.rs`). ARGV: ttl in ms, margin in ms. Announces it
+/// with the margin (`announce(ttl, margin)` stops at the mark or at a longer TTL's entry only
+/// when that covers the margin beyond one TTL), then returns the TTL's mark's `PTTL` (ms;
+/// negative when there is none). The mark expires no later than the deadline of an entry with
+/// this TTL or a longer one, so a lock of this TTL set on the node within (that figure - the
+/// TTL) after the call is covered: the client counts a grant only when its reply arrived within
+/// that window, less the clock drift, from the announcement's send time
+/// (`ahead_grants_are_covered_by_their_announcement` in the model checker). The margin (the
+/// drift and two node timeouts) keeps the window long enough for the grants that follow.
+/// Published in `protocol`.
 pub(crate) static ANNOUNCE_AHEAD: LazyLock<Script> =
     LazyLock::new(|| Script::new(ANNOUNCE_AHEAD_LUA));
 pub(crate) const ANNOUNCE_AHEAD_LUA: &str = lua!("announce", "announce_ahead");

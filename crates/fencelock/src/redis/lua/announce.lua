@@ -6,19 +6,24 @@
 -- the announcement ends at one call (the common case: the same TTL again and again). Otherwise
 -- the entry is written one TTL ahead (now + 2 ttl), so that the next TTL's announcements stop
 -- at the mark. Returns the node time (ms) it used, 0 when it stopped at the mark.
+-- announce(ttl, margin): the same, but it stops at the mark, or at a longer TTL's entry, only
+-- when that covers `margin` ms (a number) beyond one TTL from now: the announcement sent ahead
+-- of plain grants (announce_ahead.lua) asks for that much, so that what it reports covers a
+-- grant sent after it. A margin only makes it write more. Without one: 0.
 -- mark_until(mark, left): the mark expires `left` ms from now, less a millisecond: `now` is
 -- TIME rounded down, and Redis counts PX from its own clock, up to a millisecond later.
 local function mark_until(mark, left)
   if left > 1 then redis.call('set', mark, '1', 'PX', left - 1) end
 end
-local function announce(ttl)
+local function announce(ttl, margin)
   local k = 'fencelock:ttls'
   local mark = k .. ':' .. ttl
   local ms = tonumber(ttl)
-  if redis.call('pttl', mark) > ms then return 0 end
+  local slack = margin or 0
+  if redis.call('pttl', mark) > ms + slack then return 0 end
   local t = redis.call('time')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  local need = now + ms
+  local need = now + ms + slack
   local untl = now + 2 * ms
   local top = redis.call('zrange', k, -1, -1, 'withscores')
   if top[1] == ttl then
