@@ -10,10 +10,15 @@
 -- when that covers `margin` ms (a number) beyond one TTL from now: the announcement sent ahead
 -- of plain grants (announce_ahead.lua) asks for that much, so that what it reports covers a
 -- grant sent after it. A margin only makes it write more. Without one: 0.
--- mark_until(mark, left): the mark expires `left` ms from now, less a millisecond: `now` is
--- TIME rounded down, and Redis counts PX from its own clock, up to a millisecond later.
-local function mark_until(mark, left)
-  if left > 1 then redis.call('set', mark, '1', 'PX', left - 1) end
+-- mark_until(mark, deadline, now): the mark expires a millisecond before `deadline` (node time
+-- in ms, as TIME gives it), set as an absolute time: a PX counted from when the SET runs would
+-- outlive the deadline by however long the script was held up after its TIME (a loaded box
+-- held one 8 ms; the model's cross-check saw the mark expire 7 ms after the deadline).
+local function mark_until(mark, deadline, now)
+  if deadline - now > 1 then
+    redis.call('set', mark, '1')
+    redis.call('pexpireat', mark, deadline - 1)
+  end
 end
 local function announce(ttl, margin)
   local k = 'fencelock:ttls'
@@ -31,7 +36,7 @@ local function announce(ttl, margin)
     if tonumber(top[2]) > untl then untl = tonumber(top[2]) end
     redis.call('zadd', k, untl, ttl)
     redis.call('pexpire', k, math.ceil(untl - now))
-    mark_until(mark, untl - now)
+    mark_until(mark, untl, now)
     return now
   end
   redis.call('zremrangebyscore', k, '-inf', now)
@@ -42,7 +47,7 @@ local function announce(ttl, margin)
       local until_top = tonumber(top[2])
       if until_top >= need then
         -- A longer TTL outlasts this lock: nothing to add, and its deadline covers the mark.
-        mark_until(mark, until_top - now)
+        mark_until(mark, until_top, now)
         return now
       end
       break
@@ -52,6 +57,6 @@ local function announce(ttl, margin)
   end
   redis.call('zadd', k, untl, ttl)
   redis.call('pexpire', k, math.ceil(untl - now))
-  mark_until(mark, untl - now)
+  mark_until(mark, untl, now)
   return now
 end
