@@ -2808,14 +2808,19 @@ async fn the_ahead_announcement_replies_with_its_marks_time_left() {
             expires - before,
             expires - after
         );
-        // Every path leaves the mark with at least the TTL and the margin left (or two TTLs,
-        // if less), less the millisecond of PX: the window is at least the margin.
+        // Every path leaves the mark expiring at least the TTL and the margin (or two TTLs, if
+        // less), less a millisecond, after the script's reading of TIME, which came after
+        // `before`; the reply, read later in the script, may be short of that by the script's
+        // own time (at most `after - before`).
         let least = (ttl + margin).min(2 * ttl) as i64 - 1;
         assert!(
-            left >= least,
-            "step {step}, ttl {ttl}, margin {margin}: {left} ms"
+            (expires < 0 || expires - before >= least) && left + (after - before) + 1 >= least,
+            "step {step}, ttl {ttl}, margin {margin}: replied {left} ms, the mark expires {} ms \
+             after the first reading",
+            expires - before
         );
-        if left >= 2 * ttl as i64 - 2 {
+        // A full announcement: the mark one TTL past the entry's TTL, less a millisecond.
+        if expires - before >= 2 * ttl as i64 - 1 {
             full += 1;
         }
     }
