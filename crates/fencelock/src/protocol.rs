@@ -33,8 +33,9 @@
 //!   there in the same script ([`ANNOUNCE_FUNCTION`], called as `announce(ttl_ms)`), except a
 //!   plain lock of one key on several nodes, a bare `SET NX PX` whose TTL the client announces
 //!   ahead on the node's connection ([`ANNOUNCE_AHEAD_SCRIPT`]) and which counts only while
-//!   that announcement covers it; a client judging a restarted node reads it from the others. A client in another language that
-//!   shares the nodes and uses a longer TTL than fencelock's clients should announce it too.
+//!   that announcement covers it; a client judging a restarted node reads it from the others.
+//!   A client in another language that shares the nodes and uses a longer TTL than
+//!   fencelock's clients should announce it too.
 //!
 //! Every key and pub/sub channel fencelock uses besides the lock keys starts with
 //! [`RESERVED_PREFIX`]. An ACL user limited to the lock keys' pattern, `~fencelock:*` and

@@ -261,6 +261,19 @@ fn calls(nodes: &RedisNodes, i: usize, command: &str) -> u64 {
         .map_or(0, |n| n.parse().unwrap())
 }
 
+/// A connected client of plain locks on `nodes` (fresh nodes: no quarantine, on purpose).
+async fn plain_client(nodes: &RedisNodes, ttl: Duration, node_timeout_ms: u64) -> Client {
+    let client = Client::new(
+        Config::new(nodes.urls())
+            .with_ttl(ttl)
+            .with_node_timeout(Duration::from_millis(node_timeout_ms))
+            .with_quarantine(false),
+    )
+    .unwrap();
+    client.connect().await;
+    client
+}
+
 /// A plain lock on several nodes is a bare `SET NX PX` (issue 18); its TTL is announced ahead
 /// on each connection, once per window (the first lock's), and the quarantine still finds it
 /// on every node.
@@ -268,14 +281,7 @@ fn calls(nodes: &RedisNodes, i: usize, command: &str) -> u64 {
 async fn plain_grants_announce_their_ttl_ahead_once_per_window_on_each_node() {
     let nodes = RedisNodes::start(3).unwrap();
     let ttl = Duration::from_secs(10);
-    let client = Client::new(
-        Config::new(nodes.urls())
-            .with_ttl(ttl)
-            .with_node_timeout(Duration::from_millis(800))
-            .with_quarantine(false),
-    )
-    .unwrap();
-    client.connect().await;
+    let client = plain_client(&nodes, ttl, 800).await;
     // The first lock announces its TTL on each connection; what the set-up sent (the marker)
     // and that first cycle are not counted.
     client
@@ -332,14 +338,7 @@ async fn plain_grants_announce_their_ttl_ahead_once_per_window_on_each_node() {
 #[tokio::test]
 async fn a_node_restarted_empty_is_announced_to_again_before_its_next_plain_grant() {
     let nodes = RedisNodes::start(3).unwrap();
-    let client = Client::new(
-        Config::new(nodes.urls())
-            .with_ttl(Duration::from_secs(10))
-            .with_node_timeout(Duration::from_millis(800))
-            .with_quarantine(false),
-    )
-    .unwrap();
-    client.connect().await;
+    let client = plain_client(&nodes, Duration::from_secs(10), 800).await;
     client
         .try_acquire("a")
         .await
@@ -389,14 +388,7 @@ async fn a_node_restarted_empty_is_announced_to_again_before_its_next_plain_gran
 #[tokio::test]
 async fn plain_locks_are_granted_through_whole_announcement_cycles() {
     let nodes = RedisNodes::start(3).unwrap();
-    let client = Client::new(
-        Config::new(nodes.urls())
-            .with_ttl(Duration::from_secs(1))
-            .with_node_timeout(Duration::from_millis(500))
-            .with_quarantine(false),
-    )
-    .unwrap();
-    client.connect().await;
+    let client = plain_client(&nodes, Duration::from_secs(1), 500).await;
     let until = Instant::now() + Duration::from_millis(2_500);
     let (mut granted, mut refused, mut other) = (0u32, Vec::new(), 0u32);
     while Instant::now() < until {

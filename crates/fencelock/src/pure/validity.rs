@@ -10,6 +10,11 @@ pub(crate) fn drift(ttl: Duration, factor: f64, fixed: Duration) -> Duration {
     ttl.mul_f64(factor) + fixed
 }
 
+/// A TTL in whole milliseconds, as the scripts take it and announce it (at least 1).
+pub(crate) fn ttl_millis(ttl: Duration) -> u64 {
+    u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
 /// The time a lock may still be considered held: `ttl - elapsed - drift`, or `None` when that is
 /// not positive (the lock must not be granted).
 pub(crate) fn validity(ttl: Duration, elapsed: Duration, drift: Duration) -> Option<Duration> {

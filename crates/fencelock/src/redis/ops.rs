@@ -194,7 +194,6 @@ impl RedisBackend {
         // quarantine is its client's own TTL.
         let ahead = (plain_set && self.nodes.len() > 1).then_some(AnnounceAhead {
             ttl: self.settings.ttl,
-            ttl_ms,
             drift: self.settings.drift,
             limit: node_timeout,
         });
@@ -559,9 +558,7 @@ async fn if_owned(
     })
 }
 
-pub(super) fn ttl_millis(ttl: Duration) -> u64 {
-    u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1)
-}
+pub(super) use crate::pure::validity::ttl_millis;
 
 #[cfg(test)]
 mod tests {

@@ -5,9 +5,9 @@
 //! release handed over after the acquisition's request cannot overtake it: it needs no wait.
 //! But a request may still be on its way to the connection when the round returns: waiting for
 //! the connection to open, for the other nodes to report the TTLs in use (a node in restart
-//! quarantine), or for the TTL announcement a plain grant sends ahead (`pure/ahead.rs`: once
-//! per window and connection, a round trip before its `SET`); and after `NOSCRIPT` it sends its script again, a second command that a release
-//! handed over meanwhile would precede. A release of the same owner token sent before such a
+//! quarantine), or for the TTL announcement a plain grant sends ahead (`pure/ahead.rs`: about
+//! once per TTL and connection, a round trip before its `SET`); and after `NOSCRIPT` it sends
+//! its script again, a second command that a release handed over meanwhile would precede. A release of the same owner token sent before such a
 //! command would find nothing to delete there, and the late `SET` would leave our key for a
 //! whole TTL.
 //!

@@ -15,7 +15,8 @@
 //!   whatever its configuration says; a node whose marker came back from an earlier run kept it.
 //! * the TTLs in use [`TTLS_KEY`]: every acquisition and extension leaves its TTL there, in the
 //!   same script that sets the key (a plain lock of one key, a bare `SET NX PX`, is announced
-//!   ahead on its connection instead, and counts only while that covers it: `pure/ahead.rs`), scored by a time its lock may live until, or later (see
+//!   ahead on its connection instead, and counts only while that covers it: `pure/ahead.rs`),
+//!   scored by a time its lock may live until, or later (see
 //!   `scripts::ANNOUNCE_LUA`: written one TTL ahead, with a mark that lets the next
 //!   announcements of that TTL stop at one call). A restarted node forgot them, so a client judging it reads them
 //!   from the other nodes, and needs enough of them to answer (see [`witnesses_needed`]).

@@ -18,6 +18,7 @@ use super::{order, quarantine, scripts, RedisBackend};
 use crate::pure::ahead::{self, Ahead};
 use crate::pure::node_error::NodeError;
 use crate::pure::quorum::{Decision, Tally};
+use crate::pure::validity;
 use crate::pure::vote::{NodeVote, VoteOutcome, Votes};
 
 /// One node's answer to one request, before it becomes a vote.
@@ -78,8 +79,6 @@ pub(crate) enum Mode<'a> {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct AnnounceAhead {
     pub(crate) ttl: Duration,
-    /// The TTL in ms, as every script announces it (`ops::ttl_millis`).
-    pub(crate) ttl_ms: u64,
     pub(crate) drift: Duration,
     /// The round's node timeout: a request announces first when its reply, counted until then,
     /// could arrive after the kept announcement stops covering it.
@@ -315,7 +314,7 @@ impl RedisBackend {
                             .ahead(ask.ttl, Instant::now(), ask.limit, ask.drift)
                         {
                             Some(kept) => kept,
-                            // Once per window and connection: boxed.
+                            // About once per TTL and connection: boxed.
                             None => Box::pin(announce_ahead(&handle, ask)).await.map_err(|e| {
                                 if conn::is_broken(&e) {
                                     node.discard(&handle);
@@ -359,7 +358,8 @@ impl RedisBackend {
                         };
                         return Err(NodeFailure::Failed(NodeError::other(format!(
                             "its grant is not covered by the TTL announcement sent ahead of it \
-                             ({why}); not counted"
+                             ({why}); not counted. The window is about the TTL less the drift: \
+                             use a TTL well above the node timeout"
                         ))));
                     }
                 }
@@ -568,7 +568,7 @@ async fn announce_ahead(handle: &conn::Handle, ask: AnnounceAhead) -> Result<Ahe
     // `invoke_async` loads the script and calls it again after NOSCRIPT (a rare call: the
     // invocation it builds is no cost here).
     let left: i64 = scripts::ANNOUNCE_AHEAD
-        .arg(ask.ttl_ms)
+        .arg(validity::ttl_millis(ask.ttl))
         .arg(ahead::margin_ms(ask.drift, ask.limit))
         .invoke_async(&mut handle.conn.clone())
         .await?;

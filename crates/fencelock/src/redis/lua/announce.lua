@@ -12,8 +12,8 @@
 -- grant sent after it. A margin only makes it write more. Without one: 0.
 -- mark_until(mark, deadline, now): the mark expires a millisecond before `deadline` (node time
 -- in ms, as TIME gives it), set as an absolute time: a PX counted from when the SET runs would
--- outlive the deadline by however long the script was held up after its TIME (a loaded box
--- held one 8 ms; the model's cross-check saw the mark expire 7 ms after the deadline).
+-- outlive the deadline by however long the script was held up after its TIME (on a loaded box
+-- the model's cross-check saw a mark expire 7 ms after its deadline).
 local function mark_until(mark, deadline, now)
   if deadline - now > 1 then
     redis.call('set', mark, '1')
