@@ -187,6 +187,14 @@ mutant ahead-kept-across-connections "the announcement sent ahead is kept per pr
   crates/fencelock/src/redis/conn.rs \
   's/self\.ahead\.lock\(\)/MUTANT_AHEAD.lock()/g; s/\z/\nstatic MUTANT_AHEAD: Mutex<Vec<(Duration, Ahead)>> = Mutex::new(Vec::new());\n/' \
   "-p fencelock --test quarantine a_node_restarted_empty_is_announced_to_again_before_its_next_plain_grant"
+mutant etcd-carried-lease-reuses-the-key "a lease carried over to the next lock writes the old lock's key again" \
+  crates/fencelock/src/etcd/mod.rs \
+  's/Some\(n\) => keys::carried_key\(p, lease, n\),/Some(_) => side.key(p, lease),/' \
+  "-p fencelock --test etcd a_released_lease_carries_the_next_lock_and_a_stale_token_touches_neither"
+mutant etcd-carried-extension-trusts-the-lease "an extension of a carried lease does not check that the lock's key is still there" \
+  crates/fencelock/src/etcd/mod.rs \
+  's/Ok\(sent\) if matches!\(held\.ending, Ending::DeleteKey \{ \.\. \}\)/Ok(sent) if false \&\& matches!(held.ending, Ending::DeleteKey { .. })/' \
+  "-p fencelock --test etcd a_released_lease_carries_the_next_lock_and_a_stale_token_touches_neither"
 
 index_of() {
   local i

@@ -743,3 +743,74 @@ async fn another_process_releases_and_extends_by_the_token() {
     let err = other.release_token("by-token", &token).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Lost, "{err}");
 }
+
+/// The lease named by a lock key: its 16 hex digits after the queue prefix.
+fn lease_of(token: &str, resource: &str) -> String {
+    token
+        .strip_prefix(&format!("fencelock/{resource}/"))
+        .and_then(|rest| rest.get(..16))
+        .unwrap_or_else(|| panic!("{token} is not a lock key of {resource}"))
+        .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_released_lease_carries_the_next_lock_and_a_stale_token_touches_neither() {
+    let etcd = Etcd::start().unwrap();
+    let eps = etcd.endpoints();
+    let owner = client(&eps, Duration::from_secs(10));
+    let other = client(&eps, Duration::from_secs(10));
+
+    let first = owner.try_acquire("carry").await.unwrap();
+    let stale = first.token().to_string();
+    let first_token = first.fencing_token().unwrap();
+    first.release().await.unwrap();
+    assert_eq!(queue_len(&eps, "carry").await, 0);
+
+    // The next lock of this client rides the lease the first one left: no grant, and a key of
+    // its own, so that the first lock's token does not name it.
+    let mut second = owner.try_acquire("carry").await.unwrap();
+    assert_eq!(
+        lease_of(second.token(), "carry"),
+        lease_of(&stale, "carry"),
+        "the second lock did not carry the first one's lease over"
+    );
+    assert_ne!(second.token(), stale, "a carried lease reused the old key");
+    assert!(second.fencing_token().unwrap() > first_token);
+    assert!(
+        second.remaining() > Duration::from_secs(8),
+        "{:?}",
+        second.remaining()
+    );
+
+    // The stale token of the released lock neither releases nor extends the lock that now
+    // rides its lease.
+    let err = other.release_token("carry", &stale).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Lost, "{err}");
+    let err = other.extend_token("carry", &stale).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Lost, "{err}");
+    assert_eq!(
+        other.try_acquire("carry").await.unwrap_err().kind(),
+        ErrorKind::Contention,
+        "a stale token freed the lock that rides its lease"
+    );
+    assert_eq!(queue_len(&eps, "carry").await, 1);
+
+    // A token of the live lock releases it from another process; its holder then learns that
+    // it lost the lock, from an extension and from its release, though the lease lives on.
+    let live = second.token().to_string();
+    other.release_token("carry", &live).await.unwrap();
+    assert_eq!(queue_len(&eps, "carry").await, 0);
+    let err = second.extend().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Lost, "{err}");
+    let err = second.release().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Lost, "{err}");
+
+    // A lock on several resources never carries a lease over: its token is released by
+    // revoking the lease, which holds its keys only.
+    let set = owner.try_acquire_many(&["carry", "carry-2"]).await.unwrap();
+    let set_token = set.token().to_string();
+    other.release_token("carry", &set_token).await.unwrap();
+    assert_eq!(queue_len(&eps, "carry").await, 0);
+    assert_eq!(queue_len(&eps, "carry-2").await, 0);
+    drop(set);
+}

@@ -3,7 +3,9 @@
 //! Every lock of a resource is a queue of keys under one prefix,
 //! `fencelock/<resource, escaped>/`. A waiter's key is the prefix followed by its lease id in
 //! hex, so a key names the lease that keeps it alive and a restarted client never collides with
-//! an old key of its own.
+//! an old key of its own. A lease carried over from one mutex to the client's next (see
+//! "Leases carried over" in `mod.rs`) holds a new key each time: the lease id, a dot and the
+//! number of the lease's use, so that the token of a released lock never names a later one.
 
 pub(crate) use crate::pure::etcd_keys::queue_prefix;
 
@@ -29,6 +31,36 @@ pub(crate) fn lock_key(prefix: &str, lease: i64) -> String {
     format!("{prefix}{:016x}", lease as u64)
 }
 
+/// The key of a lock whose lease may carry other locks before and after it: the lease id as
+/// 16 hex digits, a dot and the number of the lease's use (from 0). Still a writer's key for
+/// a read-write lock: it starts with a hex digit.
+pub(crate) fn carried_key(prefix: &str, lease: i64, lease_use: u32) -> String {
+    format!("{prefix}{:016x}.{lease_use}", lease as u64)
+}
+
+/// What a lock key of the queue at `prefix` names: its lease, and the number of the lease's
+/// use when the lease may carry other locks ([`carried_key`]); `None` when `key` is neither
+/// form.
+pub(crate) fn parse_key(prefix: &str, key: &str) -> Option<(i64, Option<u32>)> {
+    let rest = key.strip_prefix(prefix)?;
+    let (hex, lease_use) = match rest.split_once('.') {
+        Some((hex, n)) => {
+            let plain = !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit());
+            let canonical = n == "0" || !n.starts_with('0');
+            (
+                hex,
+                Some(n.parse::<u32>().ok().filter(|_| plain && canonical)?),
+            )
+        }
+        None => (rest, None),
+    };
+    if hex.len() != 16 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    let lease = u64::from_str_radix(hex, 16).ok()?;
+    Some((lease as i64, lease_use))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -42,6 +74,32 @@ mod tests {
             "fencelock/order:42/694d7a1b22c41f05"
         );
         assert_eq!(lock_key(&prefix, 7), "fencelock/order:42/0000000000000007");
+    }
+
+    #[test]
+    fn a_carried_key_names_its_lease_and_its_use() {
+        let prefix = queue_prefix("order:42");
+        let key = carried_key(&prefix, 0x694d_7a1b_22c4_1f05, 3);
+        assert_eq!(key, "fencelock/order:42/694d7a1b22c41f05.3");
+        assert_eq!(
+            parse_key(&prefix, &key),
+            Some((0x694d_7a1b_22c4_1f05, Some(3)))
+        );
+        let plain = lock_key(&prefix, 7);
+        assert_eq!(parse_key(&prefix, &plain), Some((7, None)));
+        // A writer's key either way (the range of `rwlock.rs`).
+        assert!(key >= format!("{prefix}0") && key < format!("{prefix}g"));
+        for bad in [
+            "fencelock/order:42/694d7a1b22c41f0",
+            "fencelock/order:42/694d7a1b22c41f05.",
+            "fencelock/order:42/694d7a1b22c41f05.03",
+            "fencelock/order:42/694d7a1b22c41f05.+3",
+            "fencelock/order:42/694d7a1b22c41f05.4294967296",
+            "fencelock/order:42/694d7a1b22c41g05.1",
+            "fencelock/other/694d7a1b22c41f05.1",
+        ] {
+            assert_eq!(parse_key(&prefix, bad), None, "{bad}");
+        }
     }
 
     #[test]

@@ -17,6 +17,30 @@
 //!    so no delete is missed; when it goes, look again (an older one may still be there).
 //!    Waiters thus take turns in creation order, and each watches one key instead of polling.
 //!
+//! # Leases carried over
+//!
+//! A mutex (or a writer) of one resource does not grant a lease of its own each time: its
+//! release deletes its key (only while it is the key it created, compared by create revision)
+//! and keeps the lease, which now holds no key, for the client's next such lock, which puts its
+//! key on it instead of granting a new one. That saves a raft write per lock (the grant; the
+//! revoke becomes the delete). A spare lease carries a lock only while a tenth of its TTL or
+//! less has passed since it was granted or last renewed ([`timing::spare_usable`]), so the lock
+//! gets at least nine tenths of a fresh lease, counted, as always, from the send time of the
+//! request that last granted or renewed it; older spares are left to expire, and a new lease is
+//! granted. A spare that turns out gone is replaced by a new grant at once. The spares a client
+//! holds when it is dropped expire by TTL, as a crashed client's do; they hold no key.
+//!
+//! Each lock on a carried lease has a key of its own, `<lease id>.<use>`
+//! ([`keys::carried_key`]): the token of a released lock names its key, not the lease, so
+//! `release --token` and `extend --token` with it find nothing (`Lost`) and leave the later
+//! lock on the same lease alone; a release by token deletes the key and leaves the lease to
+//! its client. Since the lease may outlive the key, an extension of such a lock renews the
+//! lease and then checks that the key is still the one the lock created: a lock released by its
+//! token elsewhere is reported lost to its holder
+//! (`a_released_lease_carries_the_next_lock_and_a_stale_token_touches_neither`, tests/etcd.rs;
+//! mutants `etcd-carried-lease-reuses-the-key`, `etcd-carried-extension-trusts-the-lease`).
+//! Sets of resources, readers and semaphores keep a lease per lock and end it by revoking it.
+//!
 //! # Several resources, no deadlock
 //!
 //! Because a waiter's keys are created together, every waiter has one place, its revision, in
@@ -31,8 +55,8 @@
 //! [`timing::MAX_TXN_OPS`] operations (etcd's default `--max-txn-ops`), which bounds a set to
 //! [`timing::MAX_RESOURCES`] resources; a longer list is refused before any I/O.
 //!
-//! The lease is the lock's lifetime: revoking it (release) or letting it expire deletes the
-//! keys and wakes the next waiters. While waiting, the lease is renewed every third of its TTL.
+//! The lease is the lock's lifetime: revoking it (release; for a mutex, deleting the key, see
+//! "Leases carried over") or letting it expire deletes the keys and wakes the next waiters. While waiting, the lease is renewed every third of its TTL.
 //! A wait split over several calls ([`crate::Waiter`]) keeps its keys
 //! between the calls, so it keeps its place in line; if no call comes back, the lease expires
 //! after the TTL.
@@ -122,6 +146,32 @@ pub(crate) struct Cluster {
     resource_label: bool,
     /// The value of our keys: the holder label as text, or empty (`holder.rs`).
     holder: Vec<u8>,
+    /// Leases whose locks were released, for the next locks (see "Leases carried over").
+    spares: std::sync::Mutex<Vec<Spare>>,
+}
+
+/// A lease that carried a lock now released, and holds no key: the next lock of one resource
+/// may ride it instead of granting a new one.
+#[derive(Debug, Clone, Copy)]
+struct Spare {
+    lease: i64,
+    ttl: Duration,
+    /// When the request that last granted or renewed the lease was sent.
+    renewed: Instant,
+    /// The number of the lease's next use, for its next key ([`keys::carried_key`]).
+    next_use: u32,
+}
+
+/// How a lock on etcd ends, and what its token acts on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ending {
+    /// The lease is the lock's alone: revoking it deletes the keys.
+    Revoke,
+    /// The lease may carry other locks before and after this one: the lock is its key, which
+    /// release deletes (only while it is the key this lock created), and an extension renews
+    /// the lease and then checks that the key is still there. `next_use`: the lease is ours to
+    /// carry the next lock, with this use number; `None` for a lock named by a token.
+    DeleteKey { next_use: Option<u32> },
 }
 
 impl fmt::Debug for Cluster {
@@ -157,6 +207,10 @@ pub(crate) struct EtcdHeld {
     pub(crate) shared: bool,
     /// A read lock: the last write lock's token, as recorded when it was granted.
     pub(crate) last_writer: Option<u64>,
+    /// When the request that granted or last renewed the lease before the grant was sent.
+    pub(crate) renewed: Instant,
+    /// How the lock ends.
+    pub(crate) ending: Ending,
 }
 
 /// Why a request did not do its job, before it is turned into an [`Error`] for a resource.
@@ -199,6 +253,9 @@ struct Entry {
     side: Side,
     /// A reader's last look at the writer record (0 when there is none).
     last_writer: u64,
+    /// The number of the lease's use when the lease may carry other locks (a key of
+    /// [`keys::carried_key`]); `None` when it is this entry's alone.
+    lease_use: Option<u32>,
 }
 
 /// The state of one `acquire` that outlives its timeout (see [`Cluster::wait_for_turn`]).
@@ -218,6 +275,9 @@ struct WaitState {
     waited: bool,
     /// When the key ahead of ours went, for the hand-over metric.
     woken: Option<Instant>,
+    /// Whether the lock may ride a spare lease and leave its lease for the next one (a mutex
+    /// or a writer of one resource; see "Leases carried over").
+    carry: bool,
 }
 
 /// Where a join (or a place taken back) left us.
@@ -307,6 +367,7 @@ impl EtcdBackend {
             drift: config.drift(),
             parked: std::sync::Mutex::default(),
             engine: Engine::default(),
+            spares: std::sync::Mutex::default(),
             resource_label: config.metrics_resource_label(),
             holder: config
                 .holder()
@@ -359,7 +420,10 @@ impl Cluster {
         check_count(resources)?;
         let started = Instant::now();
         let mut pending = PendingLease::default();
-        let result = self.try_once(resources, &mut pending, started, side).await;
+        let carry = carries(resources, side);
+        let result = self
+            .try_once(resources, &mut pending, started, side, carry)
+            .await;
         self.settle_pending(&mut pending, result.is_ok()).await;
         result
     }
@@ -404,6 +468,7 @@ impl Cluster {
         let mut w = WaitState {
             place: if resume { self.unpark(resources) } else { None },
             side,
+            carry: carries(resources, side),
             ..WaitState::default()
         };
         let outcome = tokio::time::timeout(wait, self.wait_for_turn(resources, &mut w)).await;
@@ -500,7 +565,20 @@ impl Cluster {
             );
             return (outcome, Votes::default());
         }
-        match self.keep_alive(held.lease, budget).await {
+        let renewed = match self.keep_alive(held.lease, budget).await {
+            // A lease that may carry other locks outlives this lock's key: the renewal counts
+            // only if the key is still there after it (the key was attached to the lease then).
+            Ok(sent) if matches!(held.ending, Ending::DeleteKey { .. }) => {
+                let left = budget.saturating_sub(started.elapsed());
+                match self.key_still_ours(held, left).await {
+                    Ok(true) => Ok(sent),
+                    Ok(false) => Err(Fail::lease_gone()),
+                    Err(fail) => Err(fail),
+                }
+            }
+            other => other,
+        };
+        match renewed {
             Ok(sent) => {
                 let drift = timing::drift_for(held.ttl, self.ttl, self.drift);
                 let votes = self.votes(VoteOutcome::Granted, started.elapsed());
@@ -526,13 +604,16 @@ impl Cluster {
         }
     }
 
-    /// Revokes the lease, which deletes the key and wakes the next waiter.
+    /// Revokes the lease, which deletes the key and wakes the next waiter; a lock on a lease
+    /// that may carry others ([`Ending::DeleteKey`]) deletes its key instead, and leaves the
+    /// lease for the next lock.
     ///
     /// # Errors
     ///
     /// [`Error::Lost`] when the lease was already gone (it expired: work done since the
-    /// validity deadline was unprotected); [`Error::Unavailable`] when the cluster did not
-    /// answer within two request timeouts (the lease then expires by TTL).
+    /// validity deadline was unprotected), or the key (released by its token elsewhere);
+    /// [`Error::Unavailable`] when the cluster did not answer within two request timeouts (the
+    /// lease then expires by TTL).
     ///
     /// # Cancel safety
     ///
@@ -544,18 +625,36 @@ impl Cluster {
         let mut tries = 0u32;
         loop {
             tries += 1;
-            let left = end.saturating_duration_since(Instant::now());
-            match self.revoke(held.lease, left.max(timing::RETRY_DELAY)).await {
-                Ok(()) => return Ok(()),
-                // After a failed try the revoke may have been applied even so: then "not found"
-                // is our own doing, and the lock is released either way.
-                Err(fail) if fail.lease_gone && tries > 1 => return Ok(()),
-                Err(fail) if fail.lease_gone => {
+            let limit = end
+                .saturating_duration_since(Instant::now())
+                .max(timing::RETRY_DELAY);
+            let ended = match held.ending {
+                Ending::Revoke => match self.revoke(held.lease, limit).await {
+                    Ok(()) => Ok(true),
+                    Err(fail) if fail.lease_gone => Ok(false),
+                    Err(fail) => Err(fail),
+                },
+                Ending::DeleteKey { .. } => match self.delete_key(held, limit).await {
+                    // The lease expired, and the key with it.
+                    Err(fail) if fail.lease_gone => Ok(false),
+                    other => other,
+                },
+            };
+            match ended {
+                Ok(deleted) if deleted || tries > 1 => {
+                    // After a failed try the release may have been applied even so: then "not
+                    // found" is our own doing, and the lock is released either way (its lease
+                    // is not carried over then).
+                    self.leave_lease(held, deleted);
+                    return Ok(());
+                }
+                Ok(_) => {
+                    self.leave_lease(held, false);
                     return Err(Error::lost(
                         resource,
-                        self.votes(fail.outcome, started.elapsed()),
+                        self.votes(VoteOutcome::NotHeld, started.elapsed()),
                         LostCause::NotHeld,
-                    ))
+                    ));
                 }
                 Err(fail) if Instant::now() + timing::RETRY_DELAY >= end => {
                     return Err(Error::Unavailable {
@@ -576,26 +675,29 @@ impl Cluster {
     /// [`Error::InvalidConfig`] when the token is not a key of `resource`'s queue.
     pub(crate) fn held_by_token(&self, resource: &str, token: &str) -> Result<EtcdHeld> {
         let prefix = keys::queue_prefix(resource);
-        let lease = token
-            .strip_prefix(&prefix)
-            .filter(|hex| hex.len() == 16)
-            .and_then(|hex| u64::from_str_radix(hex, 16).ok())
-            .ok_or_else(|| {
-                Error::config(
-                    "token",
-                    format!("on etcd a token is the lock key `fencelock acquire` printed, {prefix}<16 hex digits>; this one is not a key of {resource:?}"),
-                )
-            })?;
+        let (lease, lease_use) = keys::parse_key(&prefix, token).ok_or_else(|| {
+            Error::config(
+                "token",
+                format!("on etcd a token is the lock key `fencelock acquire` printed, {prefix}<16 hex digits>[.<use>]; this one is not a key of {resource:?}"),
+            )
+        })?;
         Ok(EtcdHeld {
             resource: resource.to_string(),
             key: token.to_string(),
-            lease: lease as i64,
+            lease,
             revision: 0,
             deadline: Instant::now() + self.request_timeout,
             votes: Votes::default(),
             ttl: self.ttl,
             shared: false,
             last_writer: None,
+            renewed: Instant::now(),
+            // A key with a use number is one lock of a lease that may carry others: only the
+            // key is this token's.
+            ending: match lease_use {
+                Some(_) => Ending::DeleteKey { next_use: None },
+                None => Ending::Revoke,
+            },
         })
     }
 
@@ -605,10 +707,11 @@ impl Cluster {
         pending: &mut PendingLease,
         started: Instant,
         side: Side,
+        carry: bool,
     ) -> Result<EtcdHeld> {
         let resource = resources[0].as_str();
         let (entry, head) = self
-            .enqueue(resources, pending, side)
+            .enqueue(resources, pending, side, carry)
             .await
             .map_err(|f| self.error_for(resource, f, started))?;
         if !head {
@@ -661,7 +764,10 @@ impl Cluster {
                 }
             };
         }
-        let (entry, head) = match self.enqueue(resources, &mut w.pending, w.side).await {
+        let (entry, head) = match self
+            .enqueue(resources, &mut w.pending, w.side, w.carry)
+            .await
+        {
             Ok(joined) => joined,
             Err(fail) => {
                 w.last = Some(self.error_for(resource, fail, started));
@@ -792,34 +898,75 @@ impl Cluster {
         }
     }
 
-    /// Grants a lease and creates our key in the queue of every resource, in one transaction;
-    /// returns the entry and whether each of our keys is the oldest of its queue (the lock is
-    /// ours).
+    /// Grants a lease (or, with `carry`, takes a spare one) and creates our key in the queue of
+    /// every resource, in one transaction; returns the entry and whether each of our keys is
+    /// the oldest of its queue (the lock is ours).
     async fn enqueue(
         &self,
         resources: &[String],
         pending: &mut PendingLease,
         side: Side,
+        carry: bool,
+    ) -> Result<(Entry, bool), Fail> {
+        if let Some(spare) = carry.then(|| self.take_spare()).flatten() {
+            match self
+                .join(resources, pending, side, carry, Some(spare))
+                .await
+            {
+                // The spare lease is gone after all (revoked, or etcd's clock ran ahead of
+                // ours): a new lease then.
+                Err(fail) if fail.lease_gone => {
+                    tracing::debug!(
+                        lease = spare.lease,
+                        "a spare lease was gone; granting a new one"
+                    );
+                }
+                joined => return joined,
+            }
+        }
+        self.join(resources, pending, side, carry, None).await
+    }
+
+    /// [`Cluster::enqueue`] on `spare`, or on a lease granted now.
+    async fn join(
+        &self,
+        resources: &[String],
+        pending: &mut PendingLease,
+        side: Side,
+        carry: bool,
+        spare: Option<Spare>,
     ) -> Result<(Entry, bool), Fail> {
         let client = self.client().await?;
-        let sent = Instant::now();
-        let grant = self
-            .call(
-                &client,
-                self.request_timeout,
-                client.lease_client().grant(self.lease_secs, None),
-            )
-            .await?;
-        if !grant.error().is_empty() {
-            return Err(Fail::failed(format!("lease grant: {}", grant.error())));
-        }
-        if grant.ttl() <= 0 {
-            return Err(Fail::failed("lease grant: no TTL granted"));
-        }
-        pending.arm(&self.members, grant.id(), self.request_timeout);
-        let ttl = Duration::from_secs(grant.ttl() as u64);
+        let (lease, ttl, sent, lease_use) = match spare {
+            Some(spare) => (spare.lease, spare.ttl, spare.renewed, Some(spare.next_use)),
+            None => {
+                let sent = Instant::now();
+                let grant = self
+                    .call(
+                        &client,
+                        self.request_timeout,
+                        client.lease_client().grant(self.lease_secs, None),
+                    )
+                    .await?;
+                if !grant.error().is_empty() {
+                    return Err(Fail::failed(format!("lease grant: {}", grant.error())));
+                }
+                if grant.ttl() <= 0 {
+                    return Err(Fail::failed("lease grant: no TTL granted"));
+                }
+                let ttl = Duration::from_secs(grant.ttl() as u64);
+                (grant.id(), ttl, sent, carry.then_some(0))
+            }
+        };
+        pending.arm(&self.members, lease, self.request_timeout);
         let prefixes: Vec<String> = resources.iter().map(|r| keys::queue_prefix(r)).collect();
-        let keys: Vec<String> = prefixes.iter().map(|p| side.key(p, grant.id())).collect();
+        let keys: Vec<String> = prefixes
+            .iter()
+            .map(|p| match lease_use {
+                Some(n) => keys::carried_key(p, lease, n),
+                None => side.key(p, lease),
+            })
+            .collect();
         let oldest = |p: &str| {
             let (from, options) = side.ahead(p);
             let options = options
@@ -833,8 +980,9 @@ impl Cluster {
                 .chain(prefixes.iter().map(|p| oldest(p)))
                 .chain(side.record_read(&resources[0]))
         };
-        // The keys are named after a lease that was just created, so they cannot exist; the
-        // comparisons only make a repeated request harmless.
+        // The keys are named after a lease that was just created, or after a use of a spare
+        // lease that no key had, so they cannot exist; the comparisons only make a repeated
+        // request harmless.
         let txn = Txn::new()
             .when(
                 keys.iter()
@@ -847,7 +995,7 @@ impl Cluster {
                         TxnOp::put(
                             k.clone(),
                             self.holder.clone(),
-                            Some(PutOptions::new().with_lease(grant.id())),
+                            Some(PutOptions::new().with_lease(lease)),
                         )
                     })
                     .chain(reads())
@@ -878,12 +1026,13 @@ impl Cluster {
         Ok((
             Entry {
                 keys,
-                lease: grant.id(),
+                lease,
                 revision,
                 ttl,
                 renewed: sent,
                 side,
                 last_writer: rwlock::record_value(record)?,
+                lease_use,
             },
             head,
         ))
@@ -1074,7 +1223,98 @@ impl Cluster {
             ttl: entry.ttl,
             shared: entry.side == Side::Shared,
             last_writer: (entry.side == Side::Shared).then_some(entry.last_writer),
+            renewed: entry.renewed,
+            ending: match entry.lease_use {
+                Some(n) => Ending::DeleteKey {
+                    next_use: n.checked_add(1),
+                },
+                None => Ending::Revoke,
+            },
         })
+    }
+
+    /// A spare lease that may carry a new lock without a renewal (the latest one kept);
+    /// forgets those too old for that (they hold no key and expire by TTL).
+    fn take_spare(&self) -> Option<Spare> {
+        let mut spares = self
+            .spares
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        spares.retain(|s| timing::spare_usable(s.renewed.elapsed(), s.ttl));
+        spares.pop()
+    }
+
+    /// After `held`'s key was deleted by its release: keeps its lease for the next lock if it
+    /// is ours to carry over and young enough, else revokes it in the background (a lease
+    /// without keys would otherwise wait out its TTL in the cluster).
+    fn leave_lease(&self, held: &EtcdHeld, deleted: bool) {
+        // A lease named by a token is another client's. (A lease whose use numbers ran out
+        // would be too, but a lease carries locks for a tenth of its TTL only.)
+        let Ending::DeleteKey {
+            next_use: Some(next_use),
+        } = held.ending
+        else {
+            return;
+        };
+        if deleted && timing::spare_usable(held.renewed.elapsed(), held.ttl) {
+            let mut spares = self
+                .spares
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if spares.len() < timing::MAX_SPARE_LEASES {
+                spares.push(Spare {
+                    lease: held.lease,
+                    ttl: held.ttl,
+                    renewed: held.renewed,
+                    next_use,
+                });
+                return;
+            }
+        }
+        let mut revoke = PendingLease::default();
+        revoke.arm(&self.members, held.lease, self.request_timeout);
+    }
+
+    /// Deletes `held`'s key while it is the one this lock created (for a lock named by a token,
+    /// while it exists: its name is this lock's alone); whether it was deleted.
+    async fn delete_key(&self, held: &EtcdHeld, limit: Duration) -> Result<bool, Fail> {
+        let client = self.client().await?;
+        let txn = Txn::new()
+            .when([self.key_is_ours(held)])
+            .and_then([TxnOp::delete(held.key.clone(), None)]);
+        let resp = self
+            .call(
+                &client,
+                limit.min(self.request_timeout),
+                client.kv_client().txn(txn),
+            )
+            .await?;
+        Ok(resp.succeeded())
+    }
+
+    /// The comparison that holds while `held`'s key is the one its lock created.
+    fn key_is_ours(&self, held: &EtcdHeld) -> Compare {
+        match i64::try_from(held.revision) {
+            Ok(revision) if revision > 0 => {
+                Compare::create_revision(held.key.clone(), CompareOp::Equal, revision)
+            }
+            _ => Compare::create_revision(held.key.clone(), CompareOp::NotEqual, 0),
+        }
+    }
+
+    /// Whether `held`'s key is still the one its lock created (after a renewal of a lease
+    /// that may carry other locks).
+    async fn key_still_ours(&self, held: &EtcdHeld, limit: Duration) -> Result<bool, Fail> {
+        let client = self.client().await?;
+        let txn = Txn::new().when([self.key_is_ours(held)]);
+        let resp = self
+            .call(
+                &client,
+                limit.min(self.request_timeout),
+                client.kv_client().txn(txn),
+            )
+            .await?;
+        Ok(resp.succeeded())
     }
 
     /// Keeps the pending lease when the lock was taken, else revokes it (best effort) through
@@ -1204,6 +1444,13 @@ impl Drop for PendingLease {
             let _ = tokio::time::timeout(timeout, client.lease_client().revoke(lease)).await;
         });
     }
+}
+
+/// Whether a lock on `resources` as `side` may ride a spare lease and leave its own for the
+/// next lock: a mutex (or a writer) of one resource. A set's token names its first key only,
+/// and a semaphore's lease holds its slots' keys too: both end by revoking their lease.
+fn carries(resources: &[String], side: Side) -> bool {
+    resources.len() == 1 && side == Side::Exclusive
 }
 
 /// Refuses, before any I/O, a set of resources too large for one transaction.

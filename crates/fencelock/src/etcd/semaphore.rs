@@ -127,7 +127,12 @@ impl Cluster {
         w.attempts = 1;
         let fail = |f| self.error_for(k.name, f, started);
         let (entry, _) = self
-            .enqueue(&[k.line.to_string()], &mut w.pending, Side::Exclusive)
+            .enqueue(
+                &[k.line.to_string()],
+                &mut w.pending,
+                Side::Exclusive,
+                false,
+            )
             .await
             .map_err(fail)?;
         let free = match self.standing(k, &entry).await.map_err(fail)? {
@@ -156,7 +161,12 @@ impl Cluster {
         loop {
             w.attempts += 1;
             let entry = match self
-                .enqueue(&[k.line.to_string()], &mut w.pending, Side::Exclusive)
+                .enqueue(
+                    &[k.line.to_string()],
+                    &mut w.pending,
+                    Side::Exclusive,
+                    false,
+                )
                 .await
             {
                 Ok((entry, _)) => entry,

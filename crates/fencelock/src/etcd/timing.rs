@@ -68,6 +68,17 @@ pub(crate) fn renew_interval(granted: Duration) -> Duration {
     (granted / 3).max(Duration::from_millis(100))
 }
 
+/// The most leases a client keeps for its next locks (see "Leases carried over" in `mod.rs`):
+/// enough for as many locks at once as a busy service holds; one beyond is left to expire.
+pub(crate) const MAX_SPARE_LEASES: usize = 256;
+
+/// Whether a lease last granted or renewed `age` ago may carry a new lock of `granted` without
+/// a renewal: while the lock still gets nine tenths of a fresh lease. Older ones are left to
+/// expire (they hold no key) and a new lease is granted.
+pub(crate) fn spare_usable(age: Duration, granted: Duration) -> bool {
+    age <= granted / 10
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -130,5 +141,13 @@ mod tests {
     fn waiters_renew_three_times_per_lease() {
         assert_eq!(renew_interval(3 * S), S);
         assert_eq!(renew_interval(Duration::ZERO), 100 * MS);
+    }
+
+    #[test]
+    fn a_spare_lease_carries_a_lock_while_nine_tenths_of_it_are_left() {
+        assert!(spare_usable(Duration::ZERO, 10 * S));
+        assert!(spare_usable(S, 10 * S));
+        assert!(!spare_usable(S + MS, 10 * S));
+        assert!(!spare_usable(MS, Duration::ZERO));
     }
 }
