@@ -195,6 +195,14 @@ mutant etcd-carried-extension-trusts-the-lease "an extension of a carried lease 
   crates/fencelock/src/etcd/mod.rs \
   's/Ok\(sent\) if matches!\(held\.ending, Ending::DeleteKey \{ \.\. \}\)/Ok(sent) if false \&\& matches!(held.ending, Ending::DeleteKey { .. })/' \
   "-p fencelock --test etcd a_released_lease_carries_the_next_lock_and_a_stale_token_touches_neither"
+mutant etcd-token-renews-before-looking "an extension by token renews the lease before it looks for the token's key" \
+  crates/fencelock/src/etcd/mod.rs \
+  's/if by_token && !self\.key_still_ours\(held, budget\)\.await\?/if false \&\& by_token \&\& !self.key_still_ours(held, budget).await?/' \
+  "-p fencelock --test etcd a_released_lease_carries_the_next_lock_and_a_stale_token_touches_neither"
+mutant etcd-token-revokes-without-looking "a release by a token without a use number revokes its lease without looking for its key" \
+  crates/fencelock/src/etcd/mod.rs \
+  's/if look && !self\.key_still_ours\(held, limit\)\.await\?/if false \&\& look \&\& !self.key_still_ours(held, limit).await?/' \
+  "-p fencelock --test etcd a_released_lease_carries_the_next_lock_and_a_stale_token_touches_neither"
 
 index_of() {
   local i

@@ -178,7 +178,8 @@ impl Backend {
     }
 
     /// Releases `keys` if `token` still owns them (a token handed between processes). On etcd
-    /// the token is the lock key, which names its lease: revoking the lease deletes the keys.
+    /// the token is the lock key, which names its lease: the release deletes the key, or, for a
+    /// key without a use number (a lease of its own), revokes the lease, which deletes the keys.
     ///
     /// # Errors
     ///

@@ -138,9 +138,10 @@ impl Client {
     ///
     /// [`Error::Lost`] when the key does not hold this token on a quorum of nodes (wrong token,
     /// or it expired); [`Error::Unavailable`] when too many nodes failed to answer. On etcd the
-    /// token is the lock key (`fencelock/<resource>/<lease>`): the release revokes its lease,
-    /// [`Error::Lost`] when that lease is gone, [`Error::InvalidConfig`] for a token that is no
-    /// key of `resource`.
+    /// token is the lock key (`fencelock/<resource>/<lease>[.<use>]`): the release deletes the
+    /// key (a key with a use number, on a lease that carries a client's consecutive locks) or
+    /// revokes its lease, once the key is seen there; [`Error::Lost`] when the key is gone,
+    /// [`Error::InvalidConfig`] for a token that is no key of `resource`.
     pub async fn release_token(&self, resource: &str, token: &str) -> Result<Votes> {
         let keys = check_resources(&[resource])?;
         let result = self.inner.backend.release_token(&keys, token).await;

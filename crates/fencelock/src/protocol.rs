@@ -165,8 +165,8 @@ pub fn holder_key(resource: &str) -> String {
 
 /// On etcd: the prefix of the waiting line of `resource`, `fencelock/<resource>/` with `/`
 /// and `%` percent-escaped. Each waiter's key is the prefix and its lease id in 16 hex digits
-/// (for a mutex, then a dot and the number of the lease's use: a client's consecutive mutexes
-/// may ride one lease), with the holder label as its value ([`crate::Config::with_holder`]);
+/// (for a mutex of one resource, then a dot and the number of the lease's use: a client's
+/// consecutive mutexes may ride one lease), with the holder label as its value ([`crate::Config::with_holder`]);
 /// the oldest key (by create revision) holds the lock, and that revision is its fencing token.
 pub fn etcd_queue_prefix(resource: &str) -> String {
     crate::pure::etcd_keys::queue_prefix(resource)

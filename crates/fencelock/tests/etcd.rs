@@ -739,7 +739,7 @@ async fn another_process_releases_and_extends_by_the_token() {
     assert_eq!(queue_len(&endpoints, "by-token").await, 0);
     let next = other.try_acquire("by-token").await.unwrap();
     next.release().await.unwrap();
-    // Released already: the lease is gone, nothing changed.
+    // Released already: the key is gone (its lease waits out its TTL), nothing changed.
     let err = other.release_token("by-token", &token).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Lost, "{err}");
 }
@@ -783,11 +783,27 @@ async fn a_released_lease_carries_the_next_lock_and_a_stale_token_touches_neithe
     );
 
     // The stale token of the released lock neither releases nor extends the lock that now
-    // rides its lease.
+    // rides its lease, nor renews the lease; nor does it without its use number.
+    tokio::time::sleep(Duration::from_millis(2100)).await;
     let err = other.release_token("carry", &stale).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Lost, "{err}");
     let err = other.extend_token("carry", &stale).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Lost, "{err}");
+    let bare = stale
+        .rsplit_once('.')
+        .map(|(bare, _)| bare.to_string())
+        .unwrap();
+    let err = other.release_token("carry", &bare).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Lost, "{err}");
+    let err = other.extend_token("carry", &bare).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Lost, "{err}");
+    let lease = i64::from_str_radix(&lease_of(second.token(), "carry"), 16).unwrap();
+    let mut raw = etcd_client::Client::connect(&eps, None).await.unwrap();
+    let left = raw.lease_time_to_live(lease, None).await.unwrap().ttl();
+    assert!(
+        (1..=8).contains(&left),
+        "the lease has {left} s of its 10 s left 2.1 s after its grant: a stale token renewed it"
+    );
     assert_eq!(
         other.try_acquire("carry").await.unwrap_err().kind(),
         ErrorKind::Contention,
@@ -813,4 +829,30 @@ async fn a_released_lease_carries_the_next_lock_and_a_stale_token_touches_neithe
     assert_eq!(queue_len(&eps, "carry").await, 0);
     assert_eq!(queue_len(&eps, "carry-2").await, 0);
     drop(set);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_released_after_a_tenth_of_its_ttl_revokes_its_lease_and_the_next_grants_one() {
+    let etcd = Etcd::start().unwrap();
+    let eps = etcd.endpoints();
+    let owner = client(&eps, Duration::from_secs(3));
+    let lock = owner.try_acquire("aged").await.unwrap();
+    let lease = i64::from_str_radix(&lease_of(lock.token(), "aged"), 16).unwrap();
+    // A tenth of the 3 s lease is 300 ms: past it the lease is not carried over.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    lock.release().await.unwrap();
+    assert_eq!(queue_len(&eps, "aged").await, 0);
+    let mut raw = etcd_client::Client::connect(&eps, None).await.unwrap();
+    let left = raw.lease_time_to_live(lease, None).await.unwrap().ttl();
+    assert_eq!(
+        left, -1,
+        "the aged lock's lease was not revoked ({left} s left)"
+    );
+    let next = owner.try_acquire("aged").await.unwrap();
+    assert_ne!(
+        lease_of(next.token(), "aged"),
+        lease_of(&format!("fencelock/aged/{:016x}", lease as u64), "aged"),
+        "a lease past its tenth carried the next lock"
+    );
+    next.release().await.unwrap();
 }

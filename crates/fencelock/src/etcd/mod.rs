@@ -19,24 +19,29 @@
 //!
 //! # Leases carried over
 //!
-//! A mutex (or a writer) of one resource does not grant a lease of its own each time: its
-//! release deletes its key (only while it is the key it created, compared by create revision)
-//! and keeps the lease, which now holds no key, for the client's next such lock, which puts its
-//! key on it instead of granting a new one. That saves a raft write per lock (the grant; the
-//! revoke becomes the delete). A spare lease carries a lock only while a tenth of its TTL or
-//! less has passed since it was granted or last renewed ([`timing::spare_usable`]), so the lock
-//! gets at least nine tenths of a fresh lease, counted, as always, from the send time of the
-//! request that last granted or renewed it; older spares are left to expire, and a new lease is
-//! granted. A spare that turns out gone is replaced by a new grant at once. The spares a client
-//! holds when it is dropped expire by TTL, as a crashed client's do; they hold no key.
+//! A mutex (or a writer, or an election candidate) of one resource does not grant a lease of
+//! its own each time: its release deletes its key (only while it is the key it created,
+//! compared by create revision) and keeps the lease, which now holds no key, for the client's
+//! next such lock, which puts its key on it instead of granting a new one. That saves a raft
+//! write per lock (the grant; the revoke becomes the delete). A spare lease carries a lock only
+//! while a tenth of its TTL or less has passed since it was granted
+//! ([`timing::spare_usable`]; a waiter's renewals in line count as grants), so the lock gets at
+//! least nine tenths of a fresh lease, counted, as always, from the send time of the request
+//! that granted it. A lock released later than that ends by revoking its lease, as a lock on a
+//! lease of its own does (after a look at its key: one write, as before); spares that age in
+//! the pool are forgotten there, and a new lease is granted. A spare that turns out gone is
+//! replaced by a new grant at once. The spares a client holds when it is dropped expire by TTL,
+//! as a crashed client's do; they hold no key.
 //!
 //! Each lock on a carried lease has a key of its own, `<lease id>.<use>`
 //! ([`keys::carried_key`]): the token of a released lock names its key, not the lease, so
 //! `release --token` and `extend --token` with it find nothing (`Lost`) and leave the later
-//! lock on the same lease alone; a release by token deletes the key and leaves the lease to
-//! its client. Since the lease may outlive the key, an extension of such a lock renews the
-//! lease and then checks that the key is still the one the lock created: a lock released by its
-//! token elsewhere is reported lost to its holder
+//! lock on the same lease alone, as does the same token without its use number: an operation
+//! by token looks for the token's key before it renews or revokes (a race with the key's
+//! release may still renew the lease once). A release by token deletes the key and leaves the
+//! lease to its client. Since the lease may outlive the key, an extension of such a lock renews
+//! the lease and then checks that the key is still the one the lock created: a lock released by
+//! its token elsewhere is reported lost to its holder
 //! (`a_released_lease_carries_the_next_lock_and_a_stale_token_touches_neither`, tests/etcd.rs;
 //! mutants `etcd-carried-lease-reuses-the-key`, `etcd-carried-extension-trusts-the-lease`).
 //! Sets of resources, readers and semaphores keep a lease per lock and end it by revoking it.
@@ -56,7 +61,8 @@
 //! [`timing::MAX_RESOURCES`] resources; a longer list is refused before any I/O.
 //!
 //! The lease is the lock's lifetime: revoking it (release; for a mutex, deleting the key, see
-//! "Leases carried over") or letting it expire deletes the keys and wakes the next waiters. While waiting, the lease is renewed every third of its TTL.
+//! "Leases carried over") or letting it expire deletes the keys and wakes the next waiters.
+//! While waiting, the lease is renewed every third of its TTL.
 //! A wait split over several calls ([`crate::Waiter`]) keeps its keys
 //! between the calls, so it keeps its place in line; if no call comes back, the lease expires
 //! after the TTL.
@@ -156,7 +162,8 @@ pub(crate) struct Cluster {
 struct Spare {
     lease: i64,
     ttl: Duration,
-    /// When the request that last granted or renewed the lease was sent.
+    /// When the request that granted the lease (or renewed it for a waiter in line) was sent;
+    /// an extension of a lock on it is not counted (it would only make the lease live longer).
     renewed: Instant,
     /// The number of the lease's next use, for its next key ([`keys::carried_key`]).
     next_use: u32,
@@ -565,19 +572,7 @@ impl Cluster {
             );
             return (outcome, Votes::default());
         }
-        let renewed = match self.keep_alive(held.lease, budget).await {
-            // A lease that may carry other locks outlives this lock's key: the renewal counts
-            // only if the key is still there after it (the key was attached to the lease then).
-            Ok(sent) if matches!(held.ending, Ending::DeleteKey { .. }) => {
-                let left = budget.saturating_sub(started.elapsed());
-                match self.key_still_ours(held, left).await {
-                    Ok(true) => Ok(sent),
-                    Ok(false) => Err(Fail::lease_gone()),
-                    Err(fail) => Err(fail),
-                }
-            }
-            other => other,
-        };
+        let renewed = self.renew_held(held, budget, started).await;
         match renewed {
             Ok(sent) => {
                 let drift = timing::drift_for(held.ttl, self.ttl, self.drift);
@@ -622,18 +617,15 @@ impl Cluster {
         let started = Instant::now();
         let end = started + 2 * self.request_timeout;
         let resource = held.resource.clone();
+        let ending = self.ending_now(held);
         let mut tries = 0u32;
         loop {
             tries += 1;
             let limit = end
                 .saturating_duration_since(Instant::now())
                 .max(timing::RETRY_DELAY);
-            let ended = match held.ending {
-                Ending::Revoke => match self.revoke(held.lease, limit).await {
-                    Ok(()) => Ok(true),
-                    Err(fail) if fail.lease_gone => Ok(false),
-                    Err(fail) => Err(fail),
-                },
+            let ended = match ending {
+                Ending::Revoke => self.revoke_if_ours(held, limit).await,
                 Ending::DeleteKey { .. } => match self.delete_key(held, limit).await {
                     // The lease expired, and the key with it.
                     Err(fail) if fail.lease_gone => Ok(false),
@@ -645,11 +637,11 @@ impl Cluster {
                     // After a failed try the release may have been applied even so: then "not
                     // found" is our own doing, and the lock is released either way (its lease
                     // is not carried over then).
-                    self.leave_lease(held, deleted);
+                    self.leave_lease(held, ending, deleted);
                     return Ok(());
                 }
                 Ok(_) => {
-                    self.leave_lease(held, false);
+                    self.leave_lease(held, ending, false);
                     return Err(Error::lost(
                         resource,
                         self.votes(VoteOutcome::NotHeld, started.elapsed()),
@@ -1233,6 +1225,69 @@ impl Cluster {
         })
     }
 
+    /// One renewal of `held`'s lease. A lease that may carry other locks outlives this lock's
+    /// key: the renewal counts only if the key is still the lock's after it (the key was
+    /// attached to the lease then). A lock named by a token is looked at before the renewal
+    /// too, so that a token whose key is gone renews nothing (but a race with its release
+    /// may still renew the lease once).
+    async fn renew_held(
+        &self,
+        held: &EtcdHeld,
+        budget: Duration,
+        started: Instant,
+    ) -> Result<Instant, Fail> {
+        let by_token = held.revision == 0;
+        let keyed = matches!(held.ending, Ending::DeleteKey { .. });
+        if by_token && !self.key_still_ours(held, budget).await? {
+            return Err(Fail::lease_gone());
+        }
+        let left = budget.saturating_sub(started.elapsed());
+        let sent = self.keep_alive(held.lease, left).await?;
+        if !keyed {
+            return Ok(sent);
+        }
+        let left = budget.saturating_sub(started.elapsed());
+        if left.is_zero() {
+            return Err(Fail::failed(
+                "no time was left to check the lock key after the lease's renewal",
+            ));
+        }
+        match self.key_still_ours(held, left).await? {
+            true => Ok(sent),
+            false => Err(Fail::lease_gone()),
+        }
+    }
+
+    /// How `held` ends now: a lock on a lease of its own that will not carry the next one (a
+    /// tenth of its TTL has passed since the grant) revokes it, one write instead of a delete
+    /// and a revoke.
+    fn ending_now(&self, held: &EtcdHeld) -> Ending {
+        match held.ending {
+            Ending::DeleteKey { next_use: Some(_) }
+                if !timing::spare_usable(held.renewed.elapsed(), held.ttl) =>
+            {
+                Ending::Revoke
+            }
+            ending => ending,
+        }
+    }
+
+    /// Revokes `held`'s lease; whether it was there. A lock named by a token (or one whose
+    /// lease may have carried others) is looked at first: a token whose key is gone revokes
+    /// nothing. (Its key seen there, the work before the look was the lock's; a release by
+    /// token that races it only ends the same lock.)
+    async fn revoke_if_ours(&self, held: &EtcdHeld, limit: Duration) -> Result<bool, Fail> {
+        let look = held.revision == 0 || matches!(held.ending, Ending::DeleteKey { .. });
+        if look && !self.key_still_ours(held, limit).await? {
+            return Ok(false);
+        }
+        match self.revoke(held.lease, limit).await {
+            Ok(()) => Ok(true),
+            Err(fail) if fail.lease_gone => Ok(false),
+            Err(fail) => Err(fail),
+        }
+    }
+
     /// A spare lease that may carry a new lock without a renewal (the latest one kept);
     /// forgets those too old for that (they hold no key and expire by TTL).
     fn take_spare(&self) -> Option<Spare> {
@@ -1244,10 +1299,13 @@ impl Cluster {
         spares.pop()
     }
 
-    /// After `held`'s key was deleted by its release: keeps its lease for the next lock if it
-    /// is ours to carry over and young enough, else revokes it in the background (a lease
-    /// without keys would otherwise wait out its TTL in the cluster).
-    fn leave_lease(&self, held: &EtcdHeld, deleted: bool) {
+    /// After `held`'s release: keeps its lease for the next lock if the release deleted the key
+    /// and the lease is ours to carry over and young enough, else revokes it in the background
+    /// (a lease without keys would otherwise wait out its TTL in the cluster). Nothing for a
+    /// lease the release revoked.
+    /// `ending`: how the release ended it ([`Cluster::ending_now`]); `done`: whether that
+    /// deleted the key or revoked the lease.
+    fn leave_lease(&self, held: &EtcdHeld, ending: Ending, done: bool) {
         // A lease named by a token is another client's. (A lease whose use numbers ran out
         // would be too, but a lease carries locks for a tenth of its TTL only.)
         let Ending::DeleteKey {
@@ -1256,7 +1314,13 @@ impl Cluster {
         else {
             return;
         };
-        if deleted && timing::spare_usable(held.renewed.elapsed(), held.ttl) {
+        if ending == Ending::Revoke && done {
+            return;
+        }
+        if ending != Ending::Revoke
+            && done
+            && timing::spare_usable(held.renewed.elapsed(), held.ttl)
+        {
             let mut spares = self
                 .spares
                 .lock()
