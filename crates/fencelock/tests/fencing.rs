@@ -130,9 +130,28 @@ async fn fenced_and_plain_redlock_clients_exclude_each_other() {
     let lock = plain.try_acquire("mixed").await.unwrap();
     assert!(f.try_acquire("mixed").await.is_err());
     lock.release().await.unwrap();
+    // A release returns at a quorum; the last node's delete may still be on its way, and a
+    // fenced client on nodes that never had a counter must hear every node (a node that
+    // answers "held" leaves it unable to tell a fresh cluster from a forgotten counter, and it
+    // fails closed). CI saw exactly that once: wait for the straggler.
+    wait_until_gone(&nodes, "mixed").await;
     let lock = f.try_acquire("mixed").await.unwrap();
     assert!(plain.try_acquire("mixed").await.is_err());
     // A third-party Redlock client sees a plain SET NX key holding a random value.
     assert_eq!(nodes.node(0).cli(&["GET", "mixed"]).unwrap(), lock.token());
     lock.release().await.unwrap();
+}
+
+/// Waits (generously) until no node holds `key`.
+async fn wait_until_gone(nodes: &RedisNodes, key: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    for i in 0..nodes.len() {
+        while nodes.node(i).cli(&["EXISTS", key]).unwrap() != "0" {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "node {i} still holds {key} 30 s after the release"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
 }
