@@ -85,7 +85,6 @@ impl Cluster {
         value: &str,
         limit: Duration,
     ) -> Result<bool, Fail> {
-        let client = self.client().await?;
         let revision = i64::try_from(held.revision).unwrap_or(i64::MAX);
         let txn = Txn::new()
             .when([Compare::create_revision(
@@ -98,14 +97,7 @@ impl Cluster {
                 value,
                 Some(PutOptions::new().with_lease(held.lease)),
             )]);
-        let resp = self
-            .call(
-                &client,
-                limit.min(self.request_timeout),
-                client.kv_client().txn(txn),
-            )
-            .await?;
-        Ok(resp.succeeded())
+        self.txn_within(txn, limit).await
     }
 }
 

@@ -1342,35 +1342,23 @@ impl Cluster {
     /// Deletes `held`'s key while it is the one this lock created (for a lock named by a token,
     /// while it exists: its name is this lock's alone); whether it was deleted.
     async fn delete_key(&self, held: &EtcdHeld, limit: Duration) -> Result<bool, Fail> {
-        let client = self.client().await?;
         let txn = Txn::new()
-            .when([self.key_is_ours(held)])
+            .when([key_is_ours(held)])
             .and_then([TxnOp::delete(held.key.clone(), None)]);
-        let resp = self
-            .call(
-                &client,
-                limit.min(self.request_timeout),
-                client.kv_client().txn(txn),
-            )
-            .await?;
-        Ok(resp.succeeded())
-    }
-
-    /// The comparison that holds while `held`'s key is the one its lock created.
-    fn key_is_ours(&self, held: &EtcdHeld) -> Compare {
-        match i64::try_from(held.revision) {
-            Ok(revision) if revision > 0 => {
-                Compare::create_revision(held.key.clone(), CompareOp::Equal, revision)
-            }
-            _ => Compare::create_revision(held.key.clone(), CompareOp::NotEqual, 0),
-        }
+        self.txn_within(txn, limit).await
     }
 
     /// Whether `held`'s key is still the one its lock created (after a renewal of a lease
     /// that may carry other locks).
     async fn key_still_ours(&self, held: &EtcdHeld, limit: Duration) -> Result<bool, Fail> {
+        self.txn_within(Txn::new().when([key_is_ours(held)]), limit)
+            .await
+    }
+
+    /// Runs `txn` on the current member within `limit` (at most a request timeout); whether its
+    /// comparisons held.
+    async fn txn_within(&self, txn: Txn, limit: Duration) -> Result<bool, Fail> {
         let client = self.client().await?;
-        let txn = Txn::new().when([self.key_is_ours(held)]);
         let resp = self
             .call(
                 &client,
@@ -1515,6 +1503,17 @@ impl Drop for PendingLease {
 /// and a semaphore's lease holds its slots' keys too: both end by revoking their lease.
 fn carries(resources: &[String], side: Side) -> bool {
     resources.len() == 1 && side == Side::Exclusive
+}
+
+/// The comparison that holds while `held`'s key is the one its lock created (for a lock named
+/// by a token, whose revision is unknown: while the key exists).
+fn key_is_ours(held: &EtcdHeld) -> Compare {
+    match i64::try_from(held.revision) {
+        Ok(revision) if revision > 0 => {
+            Compare::create_revision(held.key.clone(), CompareOp::Equal, revision)
+        }
+        _ => Compare::create_revision(held.key.clone(), CompareOp::NotEqual, 0),
+    }
 }
 
 /// Refuses, before any I/O, a set of resources too large for one transaction.
