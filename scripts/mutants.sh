@@ -203,6 +203,10 @@ mutant etcd-token-revokes-without-looking "a release by a token without a use nu
   crates/fencelock/src/etcd/mod.rs \
   's/if look && !self\.key_still_ours\(held, limit\)\.await\?/if false \&\& look \&\& !self.key_still_ours(held, limit).await?/' \
   "-p fencelock --test etcd a_released_lease_carries_the_next_lock_and_a_stale_token_touches_neither"
+mutant etcd-gone-spare-not-replaced "a spare lease found gone fails the acquisition instead of a new grant" \
+  crates/fencelock/src/etcd/mod.rs \
+  's/Err\(fail\) if fail\.lease_gone => \{\n(\s*)tracing::debug!\(\n(\s*)lease = spare\.lease/Err(fail) if false \&\& fail.lease_gone => {\n$1tracing::debug!(\n$2lease = spare.lease/' \
+  "-p fencelock --test etcd a_spare_lease_revoked_from_outside_is_replaced_by_a_new_grant"
 
 index_of() {
   local i

@@ -856,3 +856,26 @@ async fn a_lock_released_after_a_tenth_of_its_ttl_revokes_its_lease_and_the_next
     );
     next.release().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spare_lease_revoked_from_outside_is_replaced_by_a_new_grant() {
+    let etcd = Etcd::start().unwrap();
+    let eps = etcd.endpoints();
+    let owner = client(&eps, Duration::from_secs(10));
+    let first = owner.try_acquire("spare").await.unwrap();
+    let lease = lease_of(first.token(), "spare");
+    first.release().await.unwrap();
+    let mut raw = etcd_client::Client::connect(&eps, None).await.unwrap();
+    raw.lease_revoke(i64::from_str_radix(&lease, 16).unwrap())
+        .await
+        .unwrap();
+    // The client's spare is gone: the next lock is granted a lease of its own, at once.
+    let next = owner.try_acquire("spare").await.unwrap();
+    assert_ne!(lease_of(next.token(), "spare"), lease);
+    assert!(
+        next.remaining() > Duration::from_secs(8),
+        "{:?}",
+        next.remaining()
+    );
+    next.release().await.unwrap();
+}

@@ -30,7 +30,8 @@
 //! that granted it. A lock released later than that ends by revoking its lease, as a lock on a
 //! lease of its own does (after a look at its key: one write, as before); spares that age in
 //! the pool are forgotten there, and a new lease is granted. A spare that turns out gone is
-//! replaced by a new grant at once. The spares a client holds when it is dropped expire by TTL,
+//! replaced by a new grant at once
+//! (`a_spare_lease_revoked_from_outside_is_replaced_by_a_new_grant`). The spares a client holds when it is dropped expire by TTL,
 //! as a crashed client's do; they hold no key.
 //!
 //! Each lock on a carried lease has a key of its own, `<lease id>.<use>`
