@@ -430,13 +430,23 @@ async fn round_trip(raw: &Baseline) -> Duration {
     samples[samples.len() / 2]
 }
 
-/// What `drive` measured: latencies of the successes, failures, wall time, CPU time.
+/// What `drive` measured: latencies of the successes, failures, wall time, CPU time (and,
+/// where the nodes report it, their CPU time over the run, summed over the nodes).
 #[derive(Debug, Default)]
 struct Run {
     samples: Vec<Duration>,
     errors: usize,
     elapsed: Duration,
     cpu: Duration,
+    node_cpu: Option<NodeCpu>,
+}
+
+/// The nodes' CPU time (user + system, as `INFO cpu` reports it) over a run, summed over the
+/// `nodes` nodes that reported it.
+#[derive(Debug, Default, Clone, Copy)]
+struct NodeCpu {
+    total: Duration,
+    nodes: usize,
 }
 
 impl Run {
@@ -445,6 +455,13 @@ impl Run {
         self.errors += other.errors;
         self.elapsed += other.elapsed;
         self.cpu += other.cpu;
+        self.node_cpu = match (self.node_cpu, other.node_cpu) {
+            (Some(a), Some(b)) => Some(NodeCpu {
+                total: a.total + b.total,
+                nodes: a.nodes.min(b.nodes),
+            }),
+            (a, b) => a.or(b),
+        };
     }
 }
 
@@ -501,6 +518,16 @@ fn series(name: &'static str, mut run: Run) -> Series {
         .filter(|n| *n > 0)
         .map_or(Duration::ZERO, |n| run.cpu / n);
     extra.insert("cpu_us_per_cycle".into(), micros(per_cycle).into());
+    if let (Some(node), Some(n)) = (
+        run.node_cpu,
+        u32::try_from(summary.count).ok().filter(|n| *n > 0),
+    ) {
+        extra.insert(
+            "node_cpu_us_per_cycle".into(),
+            micros(node.total / n).into(),
+        );
+        extra.insert("nodes_measured".into(), node.nodes.into());
+    }
     Series {
         name,
         summary,
@@ -553,17 +580,19 @@ async fn cycles_both(
     } else {
         1
     };
+    // Each block's node CPU is read around it (with the baseline's connections), so that each
+    // series is charged with what the nodes spent on it alone.
     for b in 0..blocks {
         let (from, to) = (n * b / blocks, n * (b + 1) / blocks);
         // Alternate which goes first, so neither always runs on the warmer caches.
         if b % 2 == 0 || raw.is_none() {
-            lib.add(drive(from, to, c, lib_cycle.clone()).await);
+            lib.add(with_node_cpu(raw, drive(from, to, c, lib_cycle.clone())).await);
             if raw.is_some() {
-                base.add(drive(from, to, c, raw_cycle.clone()).await);
+                base.add(with_node_cpu(raw, drive(from, to, c, raw_cycle.clone())).await);
             }
         } else {
-            base.add(drive(from, to, c, raw_cycle.clone()).await);
-            lib.add(drive(from, to, c, lib_cycle.clone()).await);
+            base.add(with_node_cpu(raw, drive(from, to, c, raw_cycle.clone())).await);
+            lib.add(with_node_cpu(raw, drive(from, to, c, lib_cycle.clone())).await);
         }
     }
     let mut out = vec![series("fencelock", lib)];
@@ -933,12 +962,38 @@ fn cpu_time() -> Duration {
 }
 
 /// Counters of one node: commands processed, EVALSHA calls, read events (about one per
-/// request or pipeline that arrives).
+/// request or pipeline that arrives), CPU time (user + system; `None` when the node did not
+/// report it).
 #[derive(Debug, Clone, Copy, Default)]
 struct NodeCounters {
     commands: u64,
     evalsha: u64,
     reads: u64,
+    cpu: Option<Duration>,
+}
+
+/// Runs `run` and adds to its result the CPU time the nodes spent meanwhile (Redis nodes that
+/// answer `INFO cpu`; none on etcd). The nodes are shared with nothing else during a bench
+/// run, so this is the run's own cost on the nodes, give or take the two `INFO` calls.
+async fn with_node_cpu(raw: Option<&Baseline>, run: impl Future<Output = Run>) -> Run {
+    let Some(raw) = raw else {
+        return run.await;
+    };
+    let before = node_counters(raw).await;
+    let mut out = run.await;
+    let after = node_counters(raw).await;
+    let spent: Vec<Duration> = before
+        .iter()
+        .zip(&after)
+        .filter_map(|(b, a)| Some(a.cpu?.saturating_sub(b.cpu?)))
+        .collect();
+    if !spent.is_empty() {
+        out.node_cpu = Some(NodeCpu {
+            total: spent.iter().sum(),
+            nodes: spent.len(),
+        });
+    }
+    out
 }
 
 /// Per node, for Redis nodes (an etcd cluster has no such counters: none).
@@ -951,6 +1006,7 @@ async fn node_counters(raw: &Baseline) -> Vec<NodeCounters> {
         let text: String = redis::cmd("INFO")
             .arg("stats")
             .arg("commandstats")
+            .arg("cpu")
             .query_async(&mut conn.clone())
             .await
             .unwrap_or_default();
@@ -965,10 +1021,16 @@ async fn node_counters(raw: &Baseline) -> Vec<NodeCounters> {
             .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
             .and_then(|v| v.split(',').next()?.parse::<u64>().ok())
             .unwrap_or(0);
+        let seconds = |name: &str| info.get(name).and_then(|v| v.parse::<f64>().ok());
+        let cpu = match (seconds("used_cpu_user"), seconds("used_cpu_sys")) {
+            (Some(user), Some(sys)) => Duration::try_from_secs_f64(user + sys).ok(),
+            _ => None,
+        };
         out.push(NodeCounters {
             commands: field("total_commands_processed"),
             evalsha,
             reads: field("total_reads_processed"),
+            cpu,
         });
     }
     out
@@ -1339,7 +1401,16 @@ impl Report {
                 n("write_cycles"),
                 n("overlaps")
             ),
-            Workload::Seq | Workload::Par | Workload::Shared => {}
+            Workload::Seq | Workload::Par => {
+                if let Some(nodes) = e.get("nodes_measured") {
+                    println!(
+                        "{}: node CPU per cycle {} over {nodes} node(s)",
+                        s.name,
+                        us("node_cpu_us_per_cycle")
+                    );
+                }
+            }
+            Workload::Shared => {}
         }
     }
 

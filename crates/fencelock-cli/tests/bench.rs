@@ -79,6 +79,15 @@ fn seq_and_par_report_both_series_and_the_ratio() {
     assert_series(&v["fencelock"], 50);
     assert_series(&v["raw"], 50);
     assert!(v["ratio"].as_f64().unwrap() > 0.0);
+    // With the baseline's connections, each series reports what it cost the three nodes.
+    for series in ["fencelock", "raw"] {
+        assert_eq!(v[series]["nodes_measured"], 3, "{}", v[series]);
+        assert!(
+            v[series]["node_cpu_us_per_cycle"].as_u64().unwrap() > 0,
+            "{}",
+            v[series]
+        );
+    }
     let svg = std::fs::read_to_string(&plot).unwrap();
     assert!(svg.starts_with("<svg") && svg.matches("<polyline").count() == 2);
 
@@ -99,6 +108,8 @@ fn seq_and_par_report_both_series_and_the_ratio() {
     assert_eq!(v["fencing"], true);
     assert_series(&v, 50);
     assert!(v["raw"].is_null() && v["ratio"].is_null());
+    // Without the baseline there is no connection to read the nodes' CPU with: no figure, not 0.
+    assert!(v["fencelock"]["node_cpu_us_per_cycle"].is_null(), "{v}");
 }
 
 #[test]
