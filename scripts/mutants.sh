@@ -207,6 +207,10 @@ mutant etcd-gone-spare-not-replaced "a spare lease found gone fails the acquisit
   crates/fencelock/src/etcd/mod.rs \
   's/Err\(fail\) if fail\.lease_gone => \{\n(\s*)tracing::debug!\(\n(\s*)lease = spare\.lease/Err(fail) if false \&\& fail.lease_gone => {\n$1tracing::debug!(\n$2lease = spare.lease/' \
   "-p fencelock --test etcd a_spare_lease_revoked_from_outside_is_replaced_by_a_new_grant"
+mutant etcd-aged-spare-not-renewed "the lease of a lock released past a tenth of its TTL is kept for the next lock without a renewal, as if renewed" \
+  crates/fencelock/src/etcd/mod.rs \
+  's/match self\.keep_alive\(held\.lease, limit\)\.await \{/match { let _ = limit; Ok::<Instant, Fail>(Instant::now()) } {/' \
+  "-p fencelock --test etcd a_lock_released_after_a_tenth_of_its_ttl_renews_its_lease_and_the_next_lock_rides_it"
 
 index_of() {
   local i

@@ -79,7 +79,8 @@ pub(crate) struct BenchArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=15))]
     pub(crate) local: Option<u16>,
     /// `held`: how long to hold (default: three extension intervals, i.e. one TTL); `permits`:
-    /// how long each section holds its permit (default 5ms).
+    /// how long each section holds its permit (default 5ms); `seq`, `par`: how long each cycle
+    /// holds its lock before the release, the library and the baseline alike (default 0).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub(crate) hold: Option<Duration>,
     /// `permits`: the semaphore's permits (default 4).
@@ -333,7 +334,8 @@ async fn run_cycles(
     };
     let client = client(settings, plan.fencing).await?;
     let base = args.raw.then_some(baseline);
-    Ok(cycles_both(&client, base, plan.cycles, c, &plan.prefix).await)
+    let hold = args.hold.unwrap_or(Duration::ZERO);
+    Ok(cycles_both(&client, base, plan.cycles, c, hold, &plan.prefix).await)
 }
 
 /// `contended`: the library's workers, then (with `--raw`) the polling and the barging
@@ -546,6 +548,7 @@ async fn cycles_both(
     raw: Option<&Baseline>,
     n: usize,
     c: usize,
+    hold: Duration,
     prefix: &str,
 ) -> Vec<Series> {
     let (mut lib, mut base) = (Run::default(), Run::default());
@@ -557,7 +560,10 @@ async fn cycles_both(
             async move {
                 let key = format!("{prefix}:lib:{i}");
                 match client.try_acquire(&key).await {
-                    Ok(lock) => lock.release().await.is_ok(),
+                    Ok(lock) => {
+                        hold_for(hold).await;
+                        lock.release().await.is_ok()
+                    }
                     Err(_) => false,
                 }
             }
@@ -571,7 +577,11 @@ async fn cycles_both(
                 let Some(raw) = raw else { return false };
                 let key = format!("{prefix}:raw:{i}");
                 let token = Raw::token();
-                raw.acquire(&key, &token).await && raw.release(&key, &token).await
+                if !raw.acquire(&key, &token).await {
+                    return false;
+                }
+                hold_for(hold).await;
+                raw.release(&key, &token).await
             }
         }
     };
@@ -600,6 +610,13 @@ async fn cycles_both(
         out.push(series("raw", base));
     }
     out
+}
+
+/// A cycle's time in its critical section (none for zero: no timer).
+async fn hold_for(hold: Duration) {
+    if !hold.is_zero() {
+        tokio::time::sleep(hold).await;
+    }
 }
 
 /// What the contended workers share. They run on threads of their own, so the overlap check

@@ -110,6 +110,29 @@ fn seq_and_par_report_both_series_and_the_ratio() {
     assert!(v["raw"].is_null() && v["ratio"].is_null());
     // Without the baseline there is no connection to read the nodes' CPU with: no figure, not 0.
     assert!(v["fencelock"]["node_cpu_us_per_cycle"].is_null(), "{v}");
+
+    // --hold: every cycle of both series holds its lock that long before the release.
+    let v = bench(
+        home.path(),
+        &nodes.urls(),
+        &[
+            "--workload",
+            "seq",
+            "--cycles",
+            "4",
+            "--raw",
+            "--hold",
+            "30ms",
+        ],
+    );
+    for series in ["fencelock", "raw"] {
+        assert_series(&v[series], 4);
+        assert!(
+            v[series]["p50_us"].as_u64().unwrap() >= 30_000,
+            "{}",
+            v[series]
+        );
+    }
 }
 
 #[test]

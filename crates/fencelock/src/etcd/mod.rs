@@ -27,9 +27,14 @@
 //! while a tenth of its TTL or less has passed since it was granted
 //! ([`timing::spare_usable`]; a waiter's renewals in line count as grants), so the lock gets at
 //! least nine tenths of a fresh lease, counted, as always, from the send time of the request
-//! that granted it. A lock released later than that ends by revoking its lease, as a lock on a
-//! lease of its own does (after a look at its key: one write, as before); spares that age in
-//! the pool are forgotten there, and a new lease is granted. A spare that turns out gone is
+//! that granted it. A lock released later than that deletes its key all the same and then
+//! renews the lease, now keyless, before it pools it: etcd's leader renews a lease without a
+//! raft write, where revoking it and granting the next lock a lease would be two; the spare
+//! then counts from the renewal's send time
+//! (`a_lock_released_after_a_tenth_of_its_ttl_renews_its_lease_and_the_next_lock_rides_it`;
+//! mutant `etcd-aged-spare-not-renewed`). A lease whose renewal fails (or that finds the pool
+//! full) is revoked in the background. Spares that age in the pool are forgotten there (they
+//! hold no key and expire by TTL), and a new lease is granted. A spare that turns out gone is
 //! replaced by a new grant at once
 //! (`a_spare_lease_revoked_from_outside_is_replaced_by_a_new_grant`). The spares a client holds when it is dropped expire by TTL,
 //! as a crashed client's do; they hold no key.
@@ -163,8 +168,9 @@ pub(crate) struct Cluster {
 struct Spare {
     lease: i64,
     ttl: Duration,
-    /// When the request that granted the lease (or renewed it for a waiter in line) was sent;
-    /// an extension of a lock on it is not counted (it would only make the lease live longer).
+    /// When the request that granted the lease (or renewed it for a waiter in line, or at the
+    /// release of the lock it carried) was sent; an extension of a lock on it is not counted
+    /// (it would only make the lease live longer).
     renewed: Instant,
     /// The number of the lease's next use, for its next key ([`keys::carried_key`]).
     next_use: u32,
@@ -618,7 +624,7 @@ impl Cluster {
         let started = Instant::now();
         let end = started + 2 * self.request_timeout;
         let resource = held.resource.clone();
-        let ending = self.ending_now(held);
+        let ending = held.ending;
         let mut tries = 0u32;
         loop {
             tries += 1;
@@ -638,11 +644,11 @@ impl Cluster {
                     // After a failed try the release may have been applied even so: then "not
                     // found" is our own doing, and the lock is released either way (its lease
                     // is not carried over then).
-                    self.leave_lease(held, ending, deleted);
+                    self.leave_lease(held, deleted, end).await;
                     return Ok(());
                 }
                 Ok(_) => {
-                    self.leave_lease(held, ending, false);
+                    self.leave_lease(held, false, end).await;
                     return Err(Error::lost(
                         resource,
                         self.votes(VoteOutcome::NotHeld, started.elapsed()),
@@ -1259,26 +1265,11 @@ impl Cluster {
         }
     }
 
-    /// How `held` ends now: a lock on a lease of its own that will not carry the next one (a
-    /// tenth of its TTL has passed since the grant) revokes it, one write instead of a delete
-    /// and a revoke.
-    fn ending_now(&self, held: &EtcdHeld) -> Ending {
-        match held.ending {
-            Ending::DeleteKey { next_use: Some(_) }
-                if !timing::spare_usable(held.renewed.elapsed(), held.ttl) =>
-            {
-                Ending::Revoke
-            }
-            ending => ending,
-        }
-    }
-
-    /// Revokes `held`'s lease; whether it was there. A lock named by a token (or one whose
-    /// lease may have carried others) is looked at first: a token whose key is gone revokes
-    /// nothing. (Its key seen there, the work before the look was the lock's; a release by
+    /// Revokes `held`'s lease; whether it was there. A lock named by a token is looked at
+    /// first: a token whose key is gone revokes nothing. (Its key seen there, the work before the look was the lock's; a release by
     /// token that races it only ends the same lock.)
     async fn revoke_if_ours(&self, held: &EtcdHeld, limit: Duration) -> Result<bool, Fail> {
-        let look = held.revision == 0 || matches!(held.ending, Ending::DeleteKey { .. });
+        let look = held.revision == 0;
         if look && !self.key_still_ours(held, limit).await? {
             return Ok(false);
         }
@@ -1300,13 +1291,15 @@ impl Cluster {
         spares.pop()
     }
 
-    /// After `held`'s release: keeps its lease for the next lock if the release deleted the key
-    /// and the lease is ours to carry over and young enough, else revokes it in the background
-    /// (a lease without keys would otherwise wait out its TTL in the cluster). Nothing for a
-    /// lease the release revoked.
-    /// `ending`: how the release ended it ([`Cluster::ending_now`]); `done`: whether that
-    /// deleted the key or revoked the lease.
-    fn leave_lease(&self, held: &EtcdHeld, ending: Ending, done: bool) {
+    /// After `held`'s release: when it deleted the key of a lock whose lease is ours to carry
+    /// over (`deleted`), keeps the lease for the next lock, as it stands while it is young
+    /// enough ([`timing::spare_usable`]), else after renewing it (etcd's leader renews a lease
+    /// without a raft write, where a revoke and the next lock's grant would be two): the spare
+    /// then counts from the renewal's send time. A lease that cannot be kept (the renewal
+    /// failed by `end`, or the pool is full, or the key was not deleted) is revoked in the
+    /// background (a lease without keys would otherwise wait out its TTL in the cluster).
+    /// Nothing for a lock whose ending revokes its lease ([`Ending::Revoke`]).
+    async fn leave_lease(&self, held: &EtcdHeld, deleted: bool, end: Instant) {
         // A lease named by a token is another client's. (A lease whose use numbers ran out
         // would be too, but a lease carries locks for a tenth of its TTL only.)
         let Ending::DeleteKey {
@@ -1315,25 +1308,38 @@ impl Cluster {
         else {
             return;
         };
-        if ending == Ending::Revoke && done {
-            return;
-        }
-        if ending != Ending::Revoke
-            && done
-            && timing::spare_usable(held.renewed.elapsed(), held.ttl)
-        {
-            let mut spares = self
-                .spares
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            if spares.len() < timing::MAX_SPARE_LEASES {
-                spares.push(Spare {
-                    lease: held.lease,
-                    ttl: held.ttl,
-                    renewed: held.renewed,
-                    next_use,
-                });
-                return;
+        if deleted {
+            let renewed = if timing::spare_usable(held.renewed.elapsed(), held.ttl) {
+                Some(held.renewed)
+            } else {
+                // No renewal is sent with no time left (a request timing out marks the
+                // member as failing).
+                match end.checked_duration_since(Instant::now()) {
+                    Some(limit) if !limit.is_zero() => {
+                        match self.keep_alive(held.lease, limit).await {
+                            Ok(sent) => Some(sent),
+                            // Expired meanwhile: nothing to revoke.
+                            Err(fail) if fail.lease_gone => return,
+                            Err(_) => None,
+                        }
+                    }
+                    _ => None,
+                }
+            };
+            if let Some(renewed) = renewed {
+                let mut spares = self
+                    .spares
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                if spares.len() < timing::MAX_SPARE_LEASES {
+                    spares.push(Spare {
+                        lease: held.lease,
+                        ttl: held.ttl,
+                        renewed,
+                        next_use,
+                    });
+                    return;
+                }
             }
         }
         let mut revoke = PendingLease::default();
