@@ -209,8 +209,20 @@ mutant etcd-gone-spare-not-replaced "a spare lease found gone fails the acquisit
   "-p fencelock --test etcd a_spare_lease_revoked_from_outside_is_replaced_by_a_new_grant"
 mutant etcd-aged-spare-not-renewed "the lease of a lock released past a tenth of its TTL is kept for the next lock without a renewal, as if renewed" \
   crates/fencelock/src/etcd/mod.rs \
-  's/match self\.keep_alive\(held\.lease, limit\)\.await \{/match { let _ = limit; Ok::<Instant, Fail>(Instant::now()) } {/' \
-  "-p fencelock --test etcd a_lock_released_after_a_tenth_of_its_ttl_renews_its_lease_and_the_next_lock_rides_it"
+  's/match self\.keep_alive\(held\.lease, left\)\.await \{/match { let _ = left; Ok::<Instant, Fail>(Instant::now()) } {/' \
+  "-p fencelock --test etcd a_lock_in_a_run_released_after_a_tenth_of_its_ttl_renews_its_lease_for_the_next"
+mutant etcd-spare-counted-from-its-take "a lock on a spare lease counts its validity from when it takes the spare, not from the lease's last grant or renewal" \
+  crates/fencelock/src/etcd/mod.rs \
+  's/Some\(spare\) => \(spare\.lease, spare\.ttl, spare\.renewed, Some\(spare\.next_use\)\)/Some(spare) => (spare.lease, spare.ttl, Instant::now(), Some(spare.next_use))/' \
+  "-p fencelock --test etcd a_lock_in_a_run_released_after_a_tenth_of_its_ttl_renews_its_lease_for_the_next"
+mutant etcd-lone-aged-lock-carries "a lone lock (no release of its client just before) released past a tenth of its TTL renews its lease for a next lock instead of revoking it" \
+  crates/fencelock/src/etcd/mod.rs \
+  's/in_a_run: self\.in_a_run\(started, entry\.ttl\),/in_a_run: true,/' \
+  "-p fencelock --test etcd a_lone_lock_released_after_a_tenth_of_its_ttl_revokes_its_lease_and_the_next_grants_one"
+mutant etcd-run-never-seen "no lock counts as one of a run: a lock released past a tenth of its TTL always revokes its lease" \
+  crates/fencelock/src/etcd/mod.rs \
+  's/in_a_run: self\.in_a_run\(started, entry\.ttl\),/in_a_run: false,/' \
+  "-p fencelock --test etcd a_lock_in_a_run_released_after_a_tenth_of_its_ttl_renews_its_lease_for_the_next"
 
 index_of() {
   local i

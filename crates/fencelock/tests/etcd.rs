@@ -832,45 +832,90 @@ async fn a_released_lease_carries_the_next_lock_and_a_stale_token_touches_neithe
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lock_released_after_a_tenth_of_its_ttl_renews_its_lease_and_the_next_lock_rides_it() {
+async fn a_lock_in_a_run_released_after_a_tenth_of_its_ttl_renews_its_lease_for_the_next() {
     let etcd = Etcd::start().unwrap();
     let eps = etcd.endpoints();
-    let owner = client(&eps, Duration::from_secs(10));
-    let lock = owner.try_acquire("aged").await.unwrap();
-    let lease = lease_of(lock.token(), "aged");
+    let ttl = Duration::from_secs(10);
+    let owner = client(&eps, ttl);
+    let mut raw = etcd_client::Client::connect(&eps, None).await.unwrap();
+    // A run of locks: the second starts right after the first's release, on its lease.
+    let first = owner.try_acquire("aged").await.unwrap();
+    let lease = lease_of(first.token(), "aged");
     let id = i64::from_str_radix(&lease, 16).unwrap();
+    first.release().await.unwrap();
+    let lock = owner.try_acquire("aged").await.unwrap();
+    assert_eq!(lease_of(lock.token(), "aged"), lease);
     // A tenth of the 10 s lease is 1 s: past it the lease cannot carry a lock as it stands.
     tokio::time::sleep(Duration::from_millis(1500)).await;
+    let release_started = Instant::now();
     lock.release().await.unwrap();
-    assert_eq!(
-        queue_len(&eps, "aged").await,
-        0,
-        "the released key is still there"
-    );
-    // The release renewed the keyless lease: etcd reports whole seconds left, rounded down, so
-    // 9 s (not the 8 s left 1.5 s after the grant) says it was renewed just now.
-    let mut raw = etcd_client::Client::connect(&eps, None).await.unwrap();
+    let release_returned = Instant::now();
+    // etcd reports whole seconds left, rounded down: 9 s (not the 8 s left 1.5 s after the
+    // grant) says the release renewed the lease.
     let left = raw.lease_time_to_live(id, None).await.unwrap().ttl();
     assert!(
         left >= 9,
         "the aged lock's lease was not renewed at its release ({left} s left)"
     );
-    // The next lock rides it, under a key of its own, with the validity of the renewal (more
-    // than 9 of 10 s: counted from the grant it would have about 8.4).
+    assert_eq!(
+        queue_len(&eps, "aged").await,
+        0,
+        "the released key is still there"
+    );
+    // The next lock rides it under a key of its own, with the validity of the renewal, which
+    // was sent between the release's start and its return: counted from the grant it would
+    // be 1.5 s shorter; counted from when the spare is taken, 300 ms longer than the renewal
+    // can give.
+    tokio::time::sleep(Duration::from_millis(300)).await;
     let next = owner.try_acquire("aged").await.unwrap();
+    let (remaining, since_start, since_return) = (
+        next.remaining(),
+        release_started.elapsed(),
+        release_returned.elapsed(),
+    );
     assert_eq!(
         lease_of(next.token(), "aged"),
         lease,
         "the renewed lease did not carry the next lock"
     );
-    assert_ne!(next.token(), format!("fencelock/aged/{lease}"));
     assert!(
-        next.remaining() > Duration::from_secs(9),
-        "{:?}",
-        next.remaining()
+        remaining + since_start >= Duration::from_millis(9500),
+        "validity not counted from the renewal: {remaining:?} left, {since_start:?} after the release began"
+    );
+    assert!(
+        remaining + since_return <= ttl,
+        "validity counted from after the renewal: {remaining:?} left, {since_return:?} after the release returned"
     );
     next.release().await.unwrap();
     assert_eq!(queue_len(&eps, "aged").await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lone_lock_released_after_a_tenth_of_its_ttl_revokes_its_lease_and_the_next_grants_one() {
+    let etcd = Etcd::start().unwrap();
+    let eps = etcd.endpoints();
+    let owner = client(&eps, Duration::from_secs(3));
+    let lock = owner.try_acquire("aged").await.unwrap();
+    let lease = i64::from_str_radix(&lease_of(lock.token(), "aged"), 16).unwrap();
+    // A tenth of the 3 s lease is 300 ms: past it, and with no release of this client just
+    // before the lock (a lone lock, as a job's), the release revokes the lease (one write)
+    // rather than renew it for a next lock that may not come.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    lock.release().await.unwrap();
+    assert_eq!(queue_len(&eps, "aged").await, 0);
+    let mut raw = etcd_client::Client::connect(&eps, None).await.unwrap();
+    let left = raw.lease_time_to_live(lease, None).await.unwrap().ttl();
+    assert_eq!(
+        left, -1,
+        "the aged lock's lease was not revoked ({left} s left)"
+    );
+    let next = owner.try_acquire("aged").await.unwrap();
+    assert_ne!(
+        lease_of(next.token(), "aged"),
+        lease_of(&format!("fencelock/aged/{:016x}", lease as u64), "aged"),
+        "a lease past its tenth carried the next lock"
+    );
+    next.release().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -27,14 +27,21 @@
 //! while a tenth of its TTL or less has passed since it was granted
 //! ([`timing::spare_usable`]; a waiter's renewals in line count as grants), so the lock gets at
 //! least nine tenths of a fresh lease, counted, as always, from the send time of the request
-//! that granted it. A lock released later than that deletes its key all the same and then
-//! renews the lease, now keyless, before it pools it: etcd's leader renews a lease without a
-//! raft write, where revoking it and granting the next lock a lease would be two; the spare
-//! then counts from the renewal's send time
-//! (`a_lock_released_after_a_tenth_of_its_ttl_renews_its_lease_and_the_next_lock_rides_it`;
-//! mutant `etcd-aged-spare-not-renewed`). A lease whose renewal fails (or that finds the pool
-//! full) is revoked in the background. Spares that age in the pool are forgotten there (they
-//! hold no key and expire by TTL), and a new lease is granted. A spare that turns out gone is
+//! that granted it. A lock released later than that, whose acquisition started within a tenth
+//! of its TTL after its client's last release (a run of locks, [`timing::in_a_run`]), deletes
+//! its key all the same and then renews the lease, now keyless, before it pools it: etcd's
+//! leader renews a lease without a raft write (unless the cluster runs with the experimental
+//! lease checkpoints), where revoking it and granting the next lock a lease would be two; the
+//! spare then counts from the renewal's send time
+//! (`a_lock_in_a_run_released_after_a_tenth_of_its_ttl_renews_its_lease_for_the_next`; mutants
+//! `etcd-aged-spare-not-renewed`, `etcd-spare-counted-from-its-take`, `etcd-run-never-seen`).
+//! A lone lock released that late (a job's, whose client may take no other lock soon) revokes
+//! its lease, after a look at its key: one write, where a deleted key would leave the lease to
+//! a second, its expiry (`a_lone_lock_released_after_a_tenth_of_its_ttl_revokes_its_lease_and_the_next_grants_one`;
+//! mutant `etcd-lone-aged-lock-carries`). The choice is [`timing::leave`]. A lease whose
+//! renewal fails (or is left less than a request timeout of the release's time, or finds the
+//! pool full) is revoked in the background. Spares that age in the pool are forgotten there
+//! (they hold no key and expire by TTL), and a new lease is granted. A spare that turns out gone is
 //! replaced by a new grant at once
 //! (`a_spare_lease_revoked_from_outside_is_replaced_by_a_new_grant`). The spares a client holds when it is dropped expire by TTL,
 //! as a crashed client's do; they hold no key.
@@ -160,6 +167,8 @@ pub(crate) struct Cluster {
     holder: Vec<u8>,
     /// Leases whose locks were released, for the next locks (see "Leases carried over").
     spares: std::sync::Mutex<Vec<Spare>>,
+    /// When this client's last release of a lock returned ([`timing::in_a_run`]).
+    last_release: std::sync::Mutex<Option<Instant>>,
 }
 
 /// A lease that carried a lock now released, and holds no key: the next lock of one resource
@@ -225,6 +234,10 @@ pub(crate) struct EtcdHeld {
     pub(crate) renewed: Instant,
     /// How the lock ends.
     pub(crate) ending: Ending,
+    /// The acquisition started within a tenth of the TTL after its client's last release
+    /// ([`timing::in_a_run`]): released late, its lease is renewed for the next lock rather
+    /// than revoked ([`timing::leave`]).
+    pub(crate) in_a_run: bool,
 }
 
 /// Why a request did not do its job, before it is turned into an [`Error`] for a resource.
@@ -382,6 +395,7 @@ impl EtcdBackend {
             parked: std::sync::Mutex::default(),
             engine: Engine::default(),
             spares: std::sync::Mutex::default(),
+            last_release: std::sync::Mutex::default(),
             resource_label: config.metrics_resource_label(),
             holder: config
                 .holder()
@@ -624,7 +638,20 @@ impl Cluster {
         let started = Instant::now();
         let end = started + 2 * self.request_timeout;
         let resource = held.resource.clone();
-        let ending = held.ending;
+        // A lease ours to carry over: kept, renewed and kept, or (a lone lock released late)
+        // revoked like a lease of its own, after a look at the key.
+        let leave = match held.ending {
+            Ending::DeleteKey { next_use: Some(_) } => Some(timing::leave(
+                held.renewed.elapsed(),
+                held.ttl,
+                held.in_a_run,
+            )),
+            _ => None,
+        };
+        let ending = match leave {
+            Some(timing::Leave::Revoke) => Ending::Revoke,
+            _ => held.ending,
+        };
         let mut tries = 0u32;
         loop {
             tries += 1;
@@ -644,11 +671,13 @@ impl Cluster {
                     // After a failed try the release may have been applied even so: then "not
                     // found" is our own doing, and the lock is released either way (its lease
                     // is not carried over then).
-                    self.leave_lease(held, deleted, end).await;
+                    self.note_release();
+                    self.leave_lease(held, leave, deleted, end).await;
                     return Ok(());
                 }
                 Ok(_) => {
-                    self.leave_lease(held, false, end).await;
+                    self.note_release();
+                    self.leave_lease(held, leave, false, end).await;
                     return Err(Error::lost(
                         resource,
                         self.votes(VoteOutcome::NotHeld, started.elapsed()),
@@ -697,6 +726,7 @@ impl Cluster {
                 Some(_) => Ending::DeleteKey { next_use: None },
                 None => Ending::Revoke,
             },
+            in_a_run: false,
         })
     }
 
@@ -1229,6 +1259,7 @@ impl Cluster {
                 },
                 None => Ending::Revoke,
             },
+            in_a_run: self.in_a_run(started, entry.ttl),
         })
     }
 
@@ -1265,11 +1296,12 @@ impl Cluster {
         }
     }
 
-    /// Revokes `held`'s lease; whether it was there. A lock named by a token is looked at
-    /// first: a token whose key is gone revokes nothing. (Its key seen there, the work before the look was the lock's; a release by
+    /// Revokes `held`'s lease; whether it was there. A lock named by a token (or one whose
+    /// lease may have carried others) is looked at first: a token whose key is gone revokes
+    /// nothing. (Its key seen there, the work before the look was the lock's; a release by
     /// token that races it only ends the same lock.)
     async fn revoke_if_ours(&self, held: &EtcdHeld, limit: Duration) -> Result<bool, Fail> {
-        let look = held.revision == 0;
+        let look = held.revision == 0 || matches!(held.ending, Ending::DeleteKey { .. });
         if look && !self.key_still_ours(held, limit).await? {
             return Ok(false);
         }
@@ -1291,40 +1323,69 @@ impl Cluster {
         spares.pop()
     }
 
-    /// After `held`'s release: when it deleted the key of a lock whose lease is ours to carry
-    /// over (`deleted`), keeps the lease for the next lock, as it stands while it is young
-    /// enough ([`timing::spare_usable`]), else after renewing it (etcd's leader renews a lease
-    /// without a raft write, where a revoke and the next lock's grant would be two): the spare
-    /// then counts from the renewal's send time. A lease that cannot be kept (the renewal
-    /// failed by `end`, or the pool is full, or the key was not deleted) is revoked in the
-    /// background (a lease without keys would otherwise wait out its TTL in the cluster).
-    /// Nothing for a lock whose ending revokes its lease ([`Ending::Revoke`]).
-    async fn leave_lease(&self, held: &EtcdHeld, deleted: bool, end: Instant) {
-        // A lease named by a token is another client's. (A lease whose use numbers ran out
-        // would be too, but a lease carries locks for a tenth of its TTL only.)
+    /// When a release returns: the start of the window of [`timing::in_a_run`].
+    fn note_release(&self) {
+        *self
+            .last_release
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Instant::now());
+    }
+
+    /// Whether an acquisition that started at `started` comes in a run of this client's locks.
+    fn in_a_run(&self, started: Instant, ttl: Duration) -> bool {
+        let last = *self
+            .last_release
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        timing::in_a_run(last.map(|t| started.saturating_duration_since(t)), ttl)
+    }
+
+    /// After `held`'s release, for a lease ours to carry over (`leave`, from [`timing::leave`];
+    /// `None` for any other): when the release deleted the key (`done`), keeps the lease for
+    /// the next lock, as it stands ([`timing::Leave::Keep`]) or after renewing it
+    /// ([`timing::Leave::RenewAndKeep`]: the spare then counts from the renewal's send time).
+    /// A lease that cannot be kept (the key not deleted, the renewal failed or had less than a
+    /// request timeout left before `end`, the pool full) is revoked in the background (a lease
+    /// without keys would otherwise wait out its TTL in the cluster). A lease the release
+    /// revoked ([`timing::Leave::Revoke`]) is left alone, or revoked in the background if that
+    /// failed.
+    async fn leave_lease(
+        &self,
+        held: &EtcdHeld,
+        leave: Option<timing::Leave>,
+        done: bool,
+        end: Instant,
+    ) {
+        let Some(leave) = leave else { return };
+        // A lease named by a token is another client's, and a lease whose use numbers ran out
+        // (after 2^32 locks) is left to expire: `leave` is `None` for both.
         let Ending::DeleteKey {
             next_use: Some(next_use),
         } = held.ending
         else {
             return;
         };
-        if deleted {
-            let renewed = if timing::spare_usable(held.renewed.elapsed(), held.ttl) {
-                Some(held.renewed)
-            } else {
-                // No renewal is sent with no time left (a request timing out marks the
-                // member as failing).
-                match end.checked_duration_since(Instant::now()) {
-                    Some(limit) if !limit.is_zero() => {
-                        match self.keep_alive(held.lease, limit).await {
+        if leave == timing::Leave::Revoke && done {
+            return;
+        }
+        if done && leave != timing::Leave::Revoke {
+            let renewed = match leave {
+                timing::Leave::RenewAndKeep => {
+                    // Sent only with a request's time left: a request that times out marks
+                    // its member as failing, and the lock is released already.
+                    let left = end.saturating_duration_since(Instant::now());
+                    if left >= self.request_timeout {
+                        match self.keep_alive(held.lease, left).await {
                             Ok(sent) => Some(sent),
                             // Expired meanwhile: nothing to revoke.
                             Err(fail) if fail.lease_gone => return,
                             Err(_) => None,
                         }
+                    } else {
+                        None
                     }
-                    _ => None,
                 }
+                _ => Some(held.renewed),
             };
             if let Some(renewed) = renewed {
                 let mut spares = self

@@ -79,6 +79,41 @@ pub(crate) fn spare_usable(age: Duration, granted: Duration) -> bool {
     age <= granted / 10
 }
 
+/// Whether a lock whose acquisition started `since_release` after its client's last release
+/// (`None`: the client has released nothing yet) comes in a run of locks: within a tenth of its
+/// TTL `granted`, the window in which a spare lease carries a lock. Such a client is likely to
+/// take the next lock as soon: the bet that [`leave`] makes for a lease too old to carry one
+/// as it stands.
+pub(crate) fn in_a_run(since_release: Option<Duration>, granted: Duration) -> bool {
+    since_release.is_some_and(|d| d <= granted / 10)
+}
+
+/// What the release of a lock on a lease that may carry the next one does with that lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Leave {
+    /// Delete the key and keep the lease as it stands: young enough to carry a lock.
+    Keep,
+    /// Delete the key, renew the lease (etcd's leader does that without a raft write) and keep
+    /// it: too old to carry a lock as it stands, but its client takes locks one after another,
+    /// so the next lock saves its grant.
+    RenewAndKeep,
+    /// Revoke the lease, one write: a lone lock held past the tenth, whose client may take no
+    /// other lock soon (a deleted key would leave the lease to a second write, its expiry).
+    Revoke,
+}
+
+/// How the release of a lock whose lease was last granted or renewed `age` ago (of TTL
+/// `granted`) leaves it, `in_a_run` as [`in_a_run`] says.
+pub(crate) fn leave(age: Duration, granted: Duration, in_a_run: bool) -> Leave {
+    if spare_usable(age, granted) {
+        Leave::Keep
+    } else if in_a_run {
+        Leave::RenewAndKeep
+    } else {
+        Leave::Revoke
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -141,6 +176,18 @@ mod tests {
     fn waiters_renew_three_times_per_lease() {
         assert_eq!(renew_interval(3 * S), S);
         assert_eq!(renew_interval(Duration::ZERO), 100 * MS);
+    }
+
+    #[test]
+    fn an_old_lease_is_renewed_for_the_next_lock_only_in_a_run_of_locks() {
+        assert!(in_a_run(Some(Duration::ZERO), 10 * S));
+        assert!(in_a_run(Some(S), 10 * S));
+        assert!(!in_a_run(Some(S + MS), 10 * S));
+        assert!(!in_a_run(None, 10 * S));
+        assert_eq!(leave(S, 10 * S, false), Leave::Keep);
+        assert_eq!(leave(S, 10 * S, true), Leave::Keep);
+        assert_eq!(leave(S + MS, 10 * S, true), Leave::RenewAndKeep);
+        assert_eq!(leave(S + MS, 10 * S, false), Leave::Revoke);
     }
 
     #[test]
