@@ -622,7 +622,8 @@ impl Cluster {
 
     /// Revokes the lease, which deletes the key and wakes the next waiter; a lock on a lease
     /// that may carry others ([`Ending::DeleteKey`]) deletes its key instead, and leaves the
-    /// lease for the next lock.
+    /// lease for the next lock, renewed first when it is too old to carry one as it stands,
+    /// or revokes it when it is that old and the lock was a lone one ([`timing::leave`]).
     ///
     /// # Errors
     ///
