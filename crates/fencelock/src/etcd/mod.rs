@@ -641,16 +641,17 @@ impl Cluster {
         let resource = held.resource.clone();
         // A lease ours to carry over: kept, renewed and kept, or (a lone lock released late)
         // revoked like a lease of its own, after a look at the key.
-        let leave = match held.ending {
-            Ending::DeleteKey { next_use: Some(_) } => Some(timing::leave(
-                held.renewed.elapsed(),
-                held.ttl,
-                held.in_a_run,
+        let carry = match held.ending {
+            Ending::DeleteKey {
+                next_use: Some(next_use),
+            } => Some((
+                timing::leave(held.renewed.elapsed(), held.ttl, held.in_a_run),
+                next_use,
             )),
             _ => None,
         };
-        let ending = match leave {
-            Some(timing::Leave::Revoke) => Ending::Revoke,
+        let ending = match carry {
+            Some((timing::Leave::Revoke, _)) => Ending::Revoke,
             _ => held.ending,
         };
         let mut tries = 0u32;
@@ -673,12 +674,12 @@ impl Cluster {
                     // found" is our own doing, and the lock is released either way (its lease
                     // is not carried over then).
                     self.note_release();
-                    self.leave_lease(held, leave, deleted, end).await;
+                    self.leave_lease(held, carry, deleted, end).await;
                     return Ok(());
                 }
                 Ok(_) => {
                     self.note_release();
-                    self.leave_lease(held, leave, false, end).await;
+                    self.leave_lease(held, carry, false, end).await;
                     return Err(Error::lost(
                         resource,
                         self.votes(VoteOutcome::NotHeld, started.elapsed()),
@@ -1341,67 +1342,59 @@ impl Cluster {
         timing::in_a_run(last.map(|t| started.saturating_duration_since(t)), ttl)
     }
 
-    /// After `held`'s release, for a lease ours to carry over (`leave`, from [`timing::leave`];
-    /// `None` for any other): when the release deleted the key (`done`), keeps the lease for
-    /// the next lock, as it stands ([`timing::Leave::Keep`]) or after renewing it
-    /// ([`timing::Leave::RenewAndKeep`]: the spare then counts from the renewal's send time).
-    /// A lease that cannot be kept (the key not deleted, the renewal failed or had less than a
-    /// request timeout left before `end`, the pool full) is revoked in the background (a lease
-    /// without keys would otherwise wait out its TTL in the cluster). A lease the release
-    /// revoked ([`timing::Leave::Revoke`]) is left alone, or revoked in the background if that
-    /// failed.
+    /// After `held`'s release, for a lease ours to carry over (`carry`: what [`timing::leave`]
+    /// said and the lease's next use number; `None` for a lease named by a token, or whose use
+    /// numbers ran out after 2^32 locks, left to expire): when the release deleted the key
+    /// (`done`), keeps the lease for the next lock, as it stands ([`timing::Leave::Keep`]) or
+    /// after renewing it ([`timing::Leave::RenewAndKeep`]: the spare then counts from the
+    /// renewal's send time). A lease that cannot be kept (the key not deleted, the renewal
+    /// failed or had less than a request timeout left before `end`, the pool full) is revoked
+    /// in the background (a lease without keys would otherwise wait out its TTL in the
+    /// cluster). A lease the release revoked ([`timing::Leave::Revoke`]) is left alone, or
+    /// revoked in the background if that failed.
     async fn leave_lease(
         &self,
         held: &EtcdHeld,
-        leave: Option<timing::Leave>,
+        carry: Option<(timing::Leave, u32)>,
         done: bool,
         end: Instant,
     ) {
-        let Some(leave) = leave else { return };
-        // A lease named by a token is another client's, and a lease whose use numbers ran out
-        // (after 2^32 locks) is left to expire: `leave` is `None` for both.
-        let Ending::DeleteKey {
-            next_use: Some(next_use),
-        } = held.ending
-        else {
+        let Some((leave, next_use)) = carry else {
             return;
         };
-        if leave == timing::Leave::Revoke && done {
-            return;
-        }
-        if done && leave != timing::Leave::Revoke {
-            let renewed = match leave {
-                timing::Leave::RenewAndKeep => {
-                    // Sent only with a request's time left: a request that times out marks
-                    // its member as failing, and the lock is released already.
-                    let left = end.saturating_duration_since(Instant::now());
-                    if left >= self.request_timeout {
-                        match self.keep_alive(held.lease, left).await {
-                            Ok(sent) => Some(sent),
-                            // Expired meanwhile: nothing to revoke.
-                            Err(fail) if fail.lease_gone => return,
-                            Err(_) => None,
-                        }
-                    } else {
-                        None
+        let renewed = match (leave, done) {
+            (timing::Leave::Revoke, true) => return,
+            (_, false) => None,
+            (timing::Leave::Keep, true) => Some(held.renewed),
+            (timing::Leave::RenewAndKeep, true) => {
+                // Sent only with a request's time left: a request that times out marks its
+                // member as failing, and the lock is released already.
+                let left = end.saturating_duration_since(Instant::now());
+                if left < self.request_timeout {
+                    None
+                } else {
+                    match self.keep_alive(held.lease, left).await {
+                        Ok(sent) => Some(sent),
+                        // Expired meanwhile: nothing to revoke.
+                        Err(fail) if fail.lease_gone => return,
+                        Err(_) => None,
                     }
                 }
-                _ => Some(held.renewed),
-            };
-            if let Some(renewed) = renewed {
-                let mut spares = self
-                    .spares
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                if spares.len() < timing::MAX_SPARE_LEASES {
-                    spares.push(Spare {
-                        lease: held.lease,
-                        ttl: held.ttl,
-                        renewed,
-                        next_use,
-                    });
-                    return;
-                }
+            }
+        };
+        if let Some(renewed) = renewed {
+            let mut spares = self
+                .spares
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if spares.len() < timing::MAX_SPARE_LEASES {
+                spares.push(Spare {
+                    lease: held.lease,
+                    ttl: held.ttl,
+                    renewed,
+                    next_use,
+                });
+                return;
             }
         }
         let mut revoke = PendingLease::default();
