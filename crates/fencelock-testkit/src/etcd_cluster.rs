@@ -8,9 +8,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use serde_json::Value;
 use tempfile::TempDir;
 
 use crate::etcd_member::{EtcdMember, START_TIMEOUT};
+use crate::http;
 use crate::ports::free_port;
 use crate::process::retry_addr_in_use;
 
@@ -242,6 +244,56 @@ impl EtcdCluster {
         let mut endpoints = self.endpoints();
         endpoints.swap(0, follower);
         Ok((follower, endpoints))
+    }
+
+    /// What an operator must do to bring back a member whose data directory was lost (etcd
+    /// refuses it under its old identity: [`EtcdMember::start_expecting_refusal`]): kills
+    /// member `i` and deletes its data directory, removes it from the cluster (`etcdctl member
+    /// remove`), adds it back as a new member with the same peer URL (`etcdctl member add`), and
+    /// starts it with `--initial-cluster-state existing` on an empty data directory. It then
+    /// catches up from the leader. Waits until every running member is healthy.
+    ///
+    /// # Errors
+    ///
+    /// Fails when no other member answers the membership calls (a quorum is needed), or the
+    /// member does not serve within 30 s.
+    pub fn replace_member_empty(&self, i: usize) -> io::Result<()> {
+        let member = &self.members[i];
+        member.kill_and_wipe()?;
+        let via = self
+            .members
+            .iter()
+            .enumerate()
+            .find(|(j, m)| *j != i && m.is_running())
+            .map(|(_, m)| m.client_port())
+            .ok_or_else(|| io::Error::other("no other etcd member runs"))?;
+        let call = |path: &str, body: &str| -> io::Result<Value> {
+            let (code, reply) = http::request(via, path, Some(body), Duration::from_secs(5))?;
+            if code != 200 {
+                return Err(io::Error::other(format!(
+                    "etcd {path} answered HTTP {code}: {reply}"
+                )));
+            }
+            serde_json::from_str(&reply).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+        };
+        let peer_url = format!("http://127.0.0.1:{}", member.peer_port());
+        let list = call("/v3/cluster/member/list", "{}")?;
+        let old = list["members"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|m| m["peerURLs"][0].as_str() == Some(peer_url.as_str()))
+            .and_then(|m| m["ID"].as_str().map(str::to_owned));
+        if let Some(id) = old {
+            call("/v3/cluster/member/remove", &format!(r#"{{"ID":"{id}"}}"#))?;
+        }
+        call(
+            "/v3/cluster/member/add",
+            &format!(r#"{{"peerURLs":["{peer_url}"]}}"#),
+        )?;
+        member.join_existing();
+        member.start_serving()?;
+        self.wait_healthy(START_TIMEOUT)
     }
 
     /// `http://127.0.0.1:<client port>` of every member, in order.

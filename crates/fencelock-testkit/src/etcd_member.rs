@@ -3,9 +3,10 @@
 use std::io;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -39,6 +40,9 @@ pub struct EtcdMember {
     process: ServerProcess,
     /// A second client port serving TLS, and the TLS flags (see `etcd_tls.rs`).
     tls: Option<(u16, Vec<String>)>,
+    /// Joins a running cluster (`--initial-cluster-state existing`): set once the member was
+    /// removed and added back as a new member (see `EtcdCluster::replace_member_empty`).
+    joins_existing: AtomicBool,
 }
 
 impl EtcdMember {
@@ -61,6 +65,7 @@ impl EtcdMember {
             token,
             member_id: Mutex::new(None),
             tls: None,
+            joins_existing: AtomicBool::new(false),
         }
     }
 
@@ -95,7 +100,14 @@ impl EtcdMember {
             .args(["--listen-peer-urls", &peer])
             .args(["--initial-advertise-peer-urls", &peer])
             .args(["--initial-cluster", &self.initial_cluster])
-            .args(["--initial-cluster-state", "new"])
+            .args([
+                "--initial-cluster-state",
+                if self.joins_existing.load(Ordering::SeqCst) {
+                    "existing"
+                } else {
+                    "new"
+                },
+            ])
             .args(["--initial-cluster-token", &self.token])
             .args(["--heartbeat-interval", HEARTBEAT_MS])
             .args(["--election-timeout", ELECTION_TIMEOUT_MS])
@@ -271,6 +283,61 @@ impl EtcdMember {
             self.spawn()?;
             self.wait_serving(START_TIMEOUT)
         })
+    }
+
+    /// Kills the member (SIGKILL) and deletes its data directory: a disk lost with the machine.
+    ///
+    /// # Errors
+    ///
+    /// Fails when the process cannot be reaped or the directory cannot be removed.
+    pub fn kill_and_wipe(&self) -> io::Result<()> {
+        self.kill()?;
+        match std::fs::remove_dir_all(&self.data_dir) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    /// Starts the member again under its old identity on whatever its data directory holds,
+    /// and waits up to `timeout` for the process to exit: what etcd does with a member whose
+    /// data directory was emptied (it refuses to start; see
+    /// [`EtcdCluster::replace_member_empty`](crate::EtcdCluster::replace_member_empty) for the
+    /// way back). Returns the member's log since that start.
+    ///
+    /// # Errors
+    ///
+    /// Fails when the process cannot be spawned, or when it still runs after `timeout` (it
+    /// is then killed): etcd accepted the member.
+    pub fn start_expecting_refusal(&self, timeout: Duration) -> io::Result<String> {
+        let from = self.log().len();
+        self.spawn()?;
+        let deadline = Instant::now() + timeout;
+        while self.process.exit_status().is_none() {
+            if Instant::now() >= deadline {
+                self.kill()?;
+                return Err(io::Error::other(format!(
+                    "etcd {} still runs {timeout:?} after starting on an emptied data directory",
+                    self.name
+                )));
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+        // Clears the exited process, so the cluster's health checks do not report its exit.
+        self.kill()?;
+        Ok(self.log().get(from..).unwrap_or_default().to_owned())
+    }
+
+    /// From now on the member starts as one joining a running cluster, with a raft id it
+    /// learns anew (its old one was removed from the cluster).
+    pub(crate) fn join_existing(&self) {
+        self.joins_existing.store(true, Ordering::SeqCst);
+        *self.member_id.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
+    /// Starts the member (not running) and waits until it serves clients.
+    pub(crate) fn start_serving(&self) -> io::Result<()> {
+        self.spawn()?;
+        self.wait_serving(START_TIMEOUT)
     }
 
     /// Freezes the member with SIGSTOP (a stalled or partitioned node).

@@ -33,6 +33,7 @@
 //!   run as the `postgres` user when the test runs as root).
 //! - [`Etcd`], [`EtcdCluster`], [`EtcdMember`]: single-member and static
 //!   multi-member etcd clusters with quick elections.
+//! - [`DelayProxy`]: a TCP proxy that delays what clients send to a server.
 //! - [`ClockOffset`] and [`clock_shim_path`]: an `LD_PRELOAD` shim that
 //!   shifts a child's wall clock by an offset read from a file.
 //! - Internal: `process` (spawn, signal, reap, logs), `ports` (free ports
@@ -49,6 +50,7 @@
 
 mod clock_offset;
 mod clock_shim;
+mod delay_proxy;
 mod etcd;
 mod etcd_cluster;
 mod etcd_member;
@@ -70,6 +72,7 @@ mod workspace_build;
 
 pub use clock_offset::ClockOffset;
 pub use clock_shim::clock_shim_path;
+pub use delay_proxy::DelayProxy;
 pub use etcd::Etcd;
 pub use etcd_cluster::EtcdCluster;
 pub use etcd_member::EtcdMember;
