@@ -57,7 +57,9 @@ mutant writeback-off-by-one "the write-back stores token - 1, a value no holder 
 mutant validity-ignores-elapsed "validity counted from the reply, not from before the request" \
   crates/fencelock/src/pure/validity.rs \
   's/ttl\.checked_sub\(elapsed\)\?/ttl.checked_sub(elapsed * 0)?/' \
-  "-p fencelock --test redlock validity_is_below_the_ttl_and_shrinks"
+  "-p fencelock --test redlock validity_is_below_the_ttl_and_shrinks" \
+  "-p fencelock --test guarantees a_delayed_single_node_shortens_the_validity_by_the_delay" \
+  "-p fencelock --test guarantees fenced_redlock_under_network_delay_counts_validity_from_the_send"
 mutant round-waits-three-timeouts "a round waits three node timeouts for paused nodes" \
   crates/fencelock/src/redis/round.rs \
   's/std::pin::pin!\(tokio::time::sleep\(limit\)\)/std::pin::pin!(tokio::time::sleep(limit * 3))/' \
@@ -78,7 +80,8 @@ mutant contention-as-unavailable "a lock held by another client is reported as u
 mutant etcd-validity-outlasts-lease "etcd: the validity deadline runs half a TTL past the lease" \
   crates/fencelock/src/etcd/timing.rs \
   's/    sent\.checked_add\(valid\)\n/    sent.checked_add(valid + granted \/ 2)\n/' \
-  "-p fencelock --test etcd extend_keeps_the_lease_and_reports_it_lost_once_expired"
+  "-p fencelock --test etcd extend_keeps_the_lease_and_reports_it_lost_once_expired" \
+  "-p fencelock --test guarantees etcd_network_delay_shortens_the_validity"
 mutant acquire-without-nx "acquisition sets the key whether or not another client holds it" \
   crates/fencelock/src/redis/ops.rs \
   's/cmd\.arg\(key\)\.arg\(token\)\.arg\("NX"\)\.arg\("PX"\)/cmd.arg(key).arg(token).arg("PX")/' \
@@ -223,6 +226,19 @@ mutant etcd-run-never-seen "no lock counts as one of a run: a lock released past
   crates/fencelock/src/etcd/mod.rs \
   's/in_a_run: self\.in_a_run\(started, entry\.ttl\),/in_a_run: false,/' \
   "-p fencelock --test etcd a_lock_in_a_run_released_after_a_tenth_of_its_ttl_renews_its_lease_for_the_next"
+
+mutant citation-unfenced "docs/guarantees.md: the fenced row's minority cell cites a test whose clients never turn fencing on (issue 36)" \
+  docs/guarantees.md \
+  's/\| T-minority-fenced, H-fenced; M-guard \|/| T-minority, H-fenced; M-guard |/' \
+  "-p fencelock --test guarantees every_cell_cites_tests_that_make_its_fault_in_its_mode"
+mutant quorum-a-minority "a quorum of one node in three: a majority down still grants" \
+  crates/fencelock/src/pure/quorum.rs \
+  's/    n \/ 2 \+ 1\n/    n \/ 2 + 1 - usize::from(n > 1)\n/' \
+  "-p fencelock --test guarantees fenced_redlock_with_a_majority_down_fails_closed"
+mutant fence-admits-stale "the fence admits a token below the row's (a stale holder's write lands)" \
+  crates/fencelock/src/fence/logic.rs \
+  's/    verdict\?;\n/    let _ = verdict;\n/' \
+  "-p fencelock --test guarantees etcd_a_paused_holder_process_is_refused_by_the_fence"
 
 index_of() {
   local i

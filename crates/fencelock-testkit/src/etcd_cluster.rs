@@ -287,10 +287,21 @@ impl EtcdCluster {
         if let Some(id) = old {
             call("/v3/cluster/member/remove", &format!(r#"{{"ID":"{id}"}}"#))?;
         }
-        call(
-            "/v3/cluster/member/add",
-            &format!(r#"{{"peerURLs":["{peer_url}"]}}"#),
-        )?;
+        // Right after a removal the leader may call the cluster unhealthy (etcd's strict
+        // reconfiguration check waits for every remaining member to be connected): retry.
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            match call(
+                "/v3/cluster/member/add",
+                &format!(r#"{{"peerURLs":["{peer_url}"]}}"#),
+            ) {
+                Ok(_) => break,
+                Err(e) if e.to_string().contains("unhealthy cluster") && Instant::now() < deadline => {
+                    thread::sleep(Duration::from_millis(100));
+                }
+                Err(e) => return Err(e),
+            }
+        }
         member.join_existing();
         member.start_serving()?;
         self.wait_healthy(START_TIMEOUT)
