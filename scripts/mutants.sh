@@ -117,7 +117,8 @@ mutant one-round-below-quorum "the one-round path issues a proposal that one nod
 mutant quorum-of-one "one node's grant counts as a quorum" \
   crates/fencelock/src/pure/quorum.rs \
   's/pub fn quorum\(n: usize\) -> usize \{\n    n \/ 2 \+ 1\n/pub fn quorum(_n: usize) -> usize {\n    1\n/' \
-  "-p fencelock-cli --test bench contended_sections_never_overlap_and_every_increment_counts"
+  "-p fencelock-cli --test bench contended_sections_never_overlap_and_every_increment_counts" \
+  "-p fencelock --test guarantees fenced_redlock_with_a_majority_down_fails_closed"
 
 mutant quarantine-own-ttl "restart quarantine sized by the asking client's own TTL, not the longest TTL in use (issue 13's finding 2)" \
   crates/fencelock/src/redis/round.rs \
@@ -231,10 +232,6 @@ mutant citation-unfenced "docs/guarantees.md: the fenced row's minority cell cit
   docs/guarantees.md \
   's/\| T-minority-fenced, H-fenced; M-guard \|/| T-minority, H-fenced; M-guard |/' \
   "-p fencelock --test guarantees every_cell_cites_tests_that_make_its_fault_in_its_mode"
-mutant quorum-a-minority "a quorum of one node in three: a majority down still grants" \
-  crates/fencelock/src/pure/quorum.rs \
-  's/    n \/ 2 \+ 1\n/    n \/ 2 + 1 - usize::from(n > 1)\n/' \
-  "-p fencelock --test guarantees fenced_redlock_with_a_majority_down_fails_closed"
 mutant fence-admits-stale "the fence admits a token below the row's (a stale holder's write lands)" \
   crates/fencelock/src/fence/logic.rs \
   's/    verdict\?;\n/    let _ = verdict;\n/' \

@@ -88,7 +88,13 @@ impl Drop for DelayProxy {
         self.shared.closed.store(true, Ordering::SeqCst);
         // Wakes the accept loop, which then sees `closed`.
         let _ = TcpStream::connect(("127.0.0.1", self.port));
-        for socket in self.shared.sockets.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+        for socket in self
+            .shared
+            .sockets
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
             let _ = socket.shutdown(Shutdown::Both);
         }
     }
@@ -136,7 +142,10 @@ fn forward(client: TcpStream, upstream: u16, shared: &Arc<Shared>) -> io::Result
             return Ok(());
         }
         let delay = Duration::from_micros(shared.delay_us.load(Ordering::SeqCst));
-        if tx.send((Instant::now() + delay, buf[..n].to_vec())).is_err() {
+        if tx
+            .send((Instant::now() + delay, buf[..n].to_vec()))
+            .is_err()
+        {
             return Ok(());
         }
     }

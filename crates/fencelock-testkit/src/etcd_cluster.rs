@@ -296,7 +296,9 @@ impl EtcdCluster {
                 &format!(r#"{{"peerURLs":["{peer_url}"]}}"#),
             ) {
                 Ok(_) => break,
-                Err(e) if e.to_string().contains("unhealthy cluster") && Instant::now() < deadline => {
+                Err(e)
+                    if e.to_string().contains("unhealthy cluster") && Instant::now() < deadline =>
+                {
                     thread::sleep(Duration::from_millis(100));
                 }
                 Err(e) => return Err(e),

@@ -229,7 +229,11 @@ fn the_citation_check_fails_on_a_wrong_citation() {
             "no test of T-minority makes minority in modes [\"redlock\", \"fenced\"]",
         ),
         // A clock-jump test cited for eviction.
-        ("M-evict (counter); T-evict", "T-clock-single; T-evict", "claims faults [\"clock\"], not evict"),
+        (
+            "M-evict (counter); T-evict",
+            "T-clock-single; T-evict",
+            "claims faults [\"clock\"], not evict",
+        ),
     ];
     for (right, bad, want) in wrong {
         assert!(doc.contains(right), "the doc no longer has {right:?}");
@@ -340,7 +344,10 @@ async fn fenced_redlock_with_a_minority_down_stays_available_and_tokens_increase
             let err = other.try_acquire("m").await.unwrap_err();
             assert_eq!(err.kind(), ErrorKind::Contention, "{err}");
             let token = lock.fencing_token().unwrap();
-            assert!(token > last, "token {token} after {last} (quarantine {quarantine})");
+            assert!(
+                token > last,
+                "token {token} after {last} (quarantine {quarantine})"
+            );
             write(&fence, "m", token).await.unwrap();
             lock.release().await.unwrap();
             last = token;
@@ -467,7 +474,12 @@ async fn fenced_redlock_on_aof_always_nodes_keeps_lock_and_counters_across_kill_
         for _ in 0..100 {
             before = nodes
                 .iter()
-                .map(|n| (n.cli(&["GET", counter]).unwrap(), n.cli(&["EXISTS", "k"]).unwrap()))
+                .map(|n| {
+                    (
+                        n.cli(&["GET", counter]).unwrap(),
+                        n.cli(&["EXISTS", "k"]).unwrap(),
+                    )
+                })
                 .collect();
             if before.iter().all(|(c, k)| c != "(nil)" && k == "1") {
                 break;
@@ -482,9 +494,17 @@ async fn fenced_redlock_on_aof_always_nodes_keeps_lock_and_counters_across_kill_
         }
         let after: Vec<(String, String)> = nodes
             .iter()
-            .map(|n| (n.cli(&["GET", counter]).unwrap(), n.cli(&["EXISTS", "k"]).unwrap()))
+            .map(|n| {
+                (
+                    n.cli(&["GET", counter]).unwrap(),
+                    n.cli(&["EXISTS", "k"]).unwrap(),
+                )
+            })
             .collect();
-        assert_eq!(after, before, "counters and lock keys (quarantine {quarantine})");
+        assert_eq!(
+            after, before,
+            "counters and lock keys (quarantine {quarantine})"
+        );
         // The clients' connections broke with the kills; a refused attempt may first meet one.
         let mut refused = None;
         for _ in 0..20 {
@@ -535,7 +555,10 @@ async fn a_single_node_restarted_without_persistence_lets_a_second_client_take_t
         }
     }
     assert!(second.is_some(), "the second client never got the lock");
-    assert!(held.is_valid(), "the first holder still believes it holds the lock");
+    assert!(
+        held.is_valid(),
+        "the first holder still believes it holds the lock"
+    );
 }
 
 /// Efficiency lock on one node with `appendfsync always`, the node killed with SIGKILL and
@@ -654,14 +677,24 @@ async fn an_evicted_lock_key_on_two_of_three_nodes_lets_a_second_client_in() {
                     break;
                 }
             }
-            assert_eq!(node.cli(&["EXISTS", "evict"]).unwrap(), "0", "never evicted");
+            assert_eq!(
+                node.cli(&["EXISTS", "evict"]).unwrap(),
+                "0",
+                "never evicted"
+            );
             // Room for the next grant (the fillers have no TTL, so nothing is left to evict).
             for i in 0..filled {
                 node.cli(&["DEL", &format!("fill:{i}")]).unwrap();
             }
         }
-        let second = b.try_acquire("evict").await.expect("the evicted lock is free");
-        assert!(held.is_valid(), "the first holder is still within its validity");
+        let second = b
+            .try_acquire("evict")
+            .await
+            .expect("the evicted lock is free");
+        assert!(
+            held.is_valid(),
+            "the first holder is still within its validity"
+        );
         if fencing {
             let (first, next) = (
                 held.fencing_token().unwrap(),
@@ -675,6 +708,57 @@ async fn an_evicted_lock_key_on_two_of_three_nodes_lets_a_second_client_in() {
             );
         }
     }
+}
+
+/// Fenced Redlock on three nodes, the clocks of two of them jumping forward by a TTL while a
+/// holder is within its validity: its keys there expire, and a second client gets a quorum
+/// (two holders at once: the lock alone is unsafe). Tokens stay unique: five such rounds, with
+/// the clients' roles alternating, never issue a token twice, and the storage refuses each
+/// round's first holder after the second wrote. (A jump during the later holder's own
+/// acquisition can invert the order: the model's trace, M-clock.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fenced_tokens_stay_unique_when_clocks_jump_forward_under_a_holder() {
+    let nodes = RedisNodes::start_with(3, RedisOptions::new().clock_shift(true)).unwrap();
+    let ttl = Duration::from_secs(30);
+    let make = || {
+        Client::new(
+            Config::new(nodes.urls())
+                .with_ttl(ttl)
+                .with_node_timeout(Duration::from_millis(2_000))
+                .with_fencing(true)
+                .with_quarantine(false),
+        )
+        .unwrap()
+    };
+    let clients = [make(), make()];
+    let (_dir, fence) = storage();
+    let mut tokens = Vec::new();
+    let mut offset = 0;
+    for round in 0..5 {
+        let (first, second) = (&clients[round % 2], &clients[1 - round % 2]);
+        let held = first.try_acquire("jump").await.unwrap();
+        let err = second.try_acquire("jump").await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Contention, "{err}");
+        offset += 2 * ttl.as_millis() as i64;
+        nodes.node(1).set_clock_offset(offset).unwrap();
+        nodes.node(2).set_clock_offset(offset).unwrap();
+        let next = second.try_acquire("jump").await.unwrap();
+        assert!(
+            held.is_valid(),
+            "the first holder is still within its validity"
+        );
+        let (a, b) = (held.fencing_token().unwrap(), next.fencing_token().unwrap());
+        assert_ne!(a, b, "one token for two holders");
+        write(&fence, "jump", b).await.unwrap();
+        assert_eq!(write(&fence, "jump", a).await, Err(ErrorKind::StaleToken));
+        tokens.extend([a, b]);
+        let _ = held.release().await;
+        next.release().await.unwrap();
+    }
+    let issued = tokens.len();
+    tokens.sort_unstable();
+    tokens.dedup();
+    assert_eq!(tokens.len(), issued, "a token was issued twice: {tokens:?}");
 }
 
 /// The etcd cells, on a 3-member cluster.
@@ -817,7 +901,10 @@ mod on_etcd {
             if let Some(kv) = reply.kvs().first() {
                 break kv.create_revision();
             }
-            assert!(Instant::now() < deadline, "the restarted member never had the key");
+            assert!(
+                Instant::now() < deadline,
+                "the restarted member never had the key"
+            );
             tokio::time::sleep(Duration::from_millis(50)).await;
         };
         assert_eq!(revision as u64, token);
@@ -873,7 +960,11 @@ mod on_etcd {
         let err = c.try_acquire("re").await.unwrap_err();
         assert_eq!(err.kind(), ErrorKind::AlreadyHeld, "{err}");
         // "At once": far below the 30 s wait budget (generous for a loaded machine).
-        assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            started.elapsed()
+        );
         let other = c.clone();
         let waiter = tokio::spawn(async move {
             let l = other.acquire("re").await.unwrap();
@@ -882,7 +973,10 @@ mod on_etcd {
             token
         });
         tokio::time::sleep(Duration::from_millis(300)).await;
-        assert!(!waiter.is_finished(), "the other task must wait for the holder");
+        assert!(
+            !waiter.is_finished(),
+            "the other task must wait for the holder"
+        );
         let first = lock.fencing_token().unwrap();
         lock.release().await.unwrap();
         assert!(waiter.await.unwrap() > first);
@@ -965,7 +1059,10 @@ mod on_etcd {
         assert_eq!(tokens.len(), n, "a write revision granted twice");
         assert_eq!(violations.load(Ordering::SeqCst), 0);
         let all = grants.load(Ordering::SeqCst);
-        println!("etcd rwlock: {all} grants, {} after the kill began", all - before);
+        println!(
+            "etcd rwlock: {all} grants, {} after the kill began",
+            all - before
+        );
         assert!(all > before, "no grant after the leader was killed");
     }
 
@@ -1007,7 +1104,11 @@ mod on_etcd {
         let (dir, fence) = storage();
         let db = dir.path().join("fenced.db");
         let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "on_etcd::etcd_pause_child_process", "--nocapture"])
+            .args([
+                "--exact",
+                "on_etcd::etcd_pause_child_process",
+                "--nocapture",
+            ])
             .env("FENCELOCK_TEST_PAUSE_ENDPOINTS", eps.join(","))
             .env("FENCELOCK_TEST_PAUSE_DB", &db)
             .stdout(Stdio::piped())

@@ -53,7 +53,13 @@ pub(crate) struct Citation {
 
 /// A cell that may fail for a reason tracked elsewhere: (table, row start, fault, key, why).
 /// An entry that no longer fails is itself an error, so the list cannot go stale.
-pub(crate) type Pending = (&'static str, &'static str, &'static str, &'static str, &'static str);
+pub(crate) type Pending = (
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static str,
+);
 
 /// What the check found.
 #[derive(Debug, Default)]
@@ -412,7 +418,10 @@ fn harness_runs(text: &str) -> Vec<Run> {
 
 /// The runs of one cited test (`FILE::NAME`; FILE is `crates/fencelock/tests/FILE.rs` unless it
 /// has a `/`).
-pub(crate) fn runs_of(test: &str, read: &dyn Fn(&Path) -> Option<String>) -> Result<Vec<Run>, String> {
+pub(crate) fn runs_of(
+    test: &str,
+    read: &dyn Fn(&Path) -> Option<String>,
+) -> Result<Vec<Run>, String> {
     let (file, name) = test
         .split_once("::")
         .ok_or_else(|| format!("{test}: want FILE::NAME"))?;
@@ -498,7 +507,11 @@ pub(crate) fn keys_in(cell: &str) -> Vec<String> {
 
 /// The table that follows the first line starting with `after` (or the first table whose
 /// header has `header_has`): header cells and rows of cells.
-pub(crate) fn table(doc: &str, after: Option<&str>, header_has: &str) -> Option<(Vec<String>, Vec<Vec<String>>)> {
+pub(crate) fn table(
+    doc: &str,
+    after: Option<&str>,
+    header_has: &str,
+) -> Option<(Vec<String>, Vec<Vec<String>>)> {
     let mut lines = doc.lines().peekable();
     if let Some(marker) = after {
         lines.find(|l| l.starts_with(marker))?;
@@ -556,7 +569,8 @@ impl Checker<'_> {
                 Err(e) => return Some(e),
                 Ok(runs) => {
                     for run in runs {
-                        if run.faults.contains(fault) && modes.iter().all(|m| run.modes.contains(m)) {
+                        if run.faults.contains(fault) && modes.iter().all(|m| run.modes.contains(m))
+                        {
                             return None;
                         }
                         seen.push(format!(
@@ -625,7 +639,9 @@ pub(crate) fn check(
             for row in &rows {
                 for (col, cell) in row.iter().enumerate().skip(1) {
                     let Some(fault) = header.get(col).and_then(|h| fault_of(h)) else {
-                        report.errors.push(format!("backing table: column {col} names no fault"));
+                        report
+                            .errors
+                            .push(format!("backing table: column {col} names no fault"));
                         continue;
                     };
                     report.cells += 1;
@@ -646,7 +662,8 @@ pub(crate) fn check(
                     let mut failed = false;
                     for key in &keys {
                         if key.starts_with("A-") {
-                            if !citations.contains_key(key) && !doc.contains(&format!("**{key}**")) {
+                            if !citations.contains_key(key) && !doc.contains(&format!("**{key}**"))
+                            {
                                 report.errors.push(format!("{key} is not defined"));
                             }
                             continue;
@@ -674,7 +691,9 @@ pub(crate) fn check(
             let last = header.len() - 1;
             for row in &rows {
                 let Some(fault) = fault_of(&row[0]) else {
-                    report.errors.push(format!("README: row {:?} names no fault", row[0]));
+                    report
+                        .errors
+                        .push(format!("README: row {:?} names no fault", row[0]));
                     continue;
                 };
                 for key in keys_in(&row[last]) {
@@ -715,7 +734,9 @@ pub(crate) fn check(
 /// table"), partly ("N partly"), argued only ("N rests on argument only"), n/a ("N are n/a").
 pub(crate) fn stated_count(doc: &str) -> Option<[usize; 5]> {
     let start = doc.find("\n**Count**")?;
-    let end = doc[start + 1..].find("\n\n").map_or(doc.len(), |e| start + 1 + e);
+    let end = doc[start + 1..]
+        .find("\n\n")
+        .map_or(doc.len(), |e| start + 1 + e);
     let text = doc[start..end].replace('\n', " ");
     let before = |phrase: &str| -> Option<usize> {
         let head = &text[..text.find(phrase)?];
