@@ -236,6 +236,11 @@ mutant fence-admits-stale "the fence admits a token below the row's (a stale hol
   crates/fencelock/src/fence/logic.rs \
   's/    verdict\?;\n/    let _ = verdict;\n/' \
   "-p fencelock --test guarantees etcd_a_paused_holder_process_is_refused_by_the_fence"
+mutant reentry-unchecked "a task asking again for a lock it holds is not refused: it waits on itself" \
+  crates/fencelock/src/reentry.rs \
+  's/\.is_some_and\(\|v\| v\.iter\(\)\.any\(\|\(h, _\)\| \*h == me\)\)/.is_some_and(|v| v.iter().any(|(h, _)| *h == me) \&\& false)/' \
+  "-p fencelock --test reentrancy the_same_task_is_refused_at_once_and_other_tasks_wait" \
+  "-p fencelock --test guarantees etcd_the_same_task_is_refused_at_once_and_other_tasks_wait"
 
 index_of() {
   local i
