@@ -242,6 +242,15 @@ fn the_citation_check_fails_on_a_wrong_citation() {
         let all = citations::describe(&report);
         assert!(all.contains(want), "{bad:?} not caught: {all}");
     }
+    // A README key the doc does not define.
+    let readme = "| primitive | Redis | etcd | backed by |\n| --- | --- | --- | --- |\n\
+                  | semaphore | ... | ... | T-sem-16, T-no-such-key |\n";
+    let report = citations::check(&doc, Some(readme), &read_repo_file, &[]);
+    assert!(
+        citations::describe(&report).contains("README cites T-no-such-key"),
+        "{}",
+        citations::describe(&report)
+    );
     let doc = doc.replacen(
         "redlock::still_acquires_with_one_of_three_nodes_stopped",
         "redlock::no_such_test",

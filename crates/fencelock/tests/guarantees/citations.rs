@@ -687,6 +687,21 @@ pub(crate) fn check(
     }
 
     if let Some(readme) = readme {
+        // Every key README's tables cite is defined here (its own bold entry or a citations line).
+        for header_has in ["backed by", "| primitive |"] {
+            for row in table(readme, None, header_has)
+                .map(|t| t.1)
+                .unwrap_or_default()
+            {
+                for key in row.iter().flat_map(|cell| keys_in(cell)) {
+                    if !citations.contains_key(&key) && !doc.contains(&format!("**{key}**")) {
+                        report.errors.push(format!(
+                            "README cites {key}, which docs/guarantees.md does not define"
+                        ));
+                    }
+                }
+            }
+        }
         if let Some((header, rows)) = table(readme, None, "backed by") {
             let last = header.len() - 1;
             for row in &rows {
