@@ -1023,15 +1023,21 @@ pub enum FaultClass {
     Restart,
     /// A `fencelock run` supervisor killed with SIGKILL (`kill-supervisor`, the `run` mode).
     SupervisorKill,
+    /// A node lost its data while a client held the lock (`restart-nopersist`,
+    /// `restart-two-nopersist`, `flushall`): the case the restart quarantine and the amnesia
+    /// guard exist for. A plain `kill` does not count here, although its node comes back empty
+    /// too: nobody held the lock on purpose when it struck.
+    DataLoss,
 }
 
 impl FaultClass {
     /// Every class.
-    pub const ALL: [FaultClass; 4] = [
+    pub const ALL: [FaultClass; 5] = [
         FaultClass::ClientPause,
         FaultClass::ClockJump,
         FaultClass::Restart,
         FaultClass::SupervisorKill,
+        FaultClass::DataLoss,
     ];
 
     /// The fault kinds of the class.
@@ -1046,6 +1052,11 @@ impl FaultClass {
                 FaultKind::KillLeader,
             ],
             FaultClass::SupervisorKill => &[FaultKind::KillSupervisor],
+            FaultClass::DataLoss => &[
+                FaultKind::RestartNopersist,
+                FaultKind::RestartTwoNopersist,
+                FaultKind::Flushall,
+            ],
         }
     }
 
@@ -1056,6 +1067,7 @@ impl FaultClass {
             FaultClass::ClockJump => "clock jump",
             FaultClass::Restart => "node restart",
             FaultClass::SupervisorKill => "supervisor kill",
+            FaultClass::DataLoss => "node data loss while held",
         }
     }
 }
@@ -1735,9 +1747,11 @@ mod tests {
             vec![
                 FaultClass::ClientPause,
                 FaultClass::ClockJump,
-                FaultClass::Restart
+                FaultClass::Restart,
+                FaultClass::DataLoss
             ]
         );
+        // A restart that keeps the data (AOF) is a restart, not a data loss.
         assert_eq!(
             uncovered(
                 &redis,
@@ -1745,6 +1759,18 @@ mod tests {
                     FaultKind::PauseClient,
                     FaultKind::ClockBackward,
                     FaultKind::RestartPersist
+                ])
+            ),
+            vec![FaultClass::DataLoss]
+        );
+        assert_eq!(
+            uncovered(
+                &redis,
+                &fired(&[
+                    FaultKind::PauseClient,
+                    FaultKind::ClockBackward,
+                    FaultKind::RestartPersist,
+                    FaultKind::Flushall
                 ])
             ),
             vec![]

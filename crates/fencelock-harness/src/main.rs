@@ -85,9 +85,15 @@ struct RunArgs {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "kill,kill-leader,restart-nopersist,restart-persist,pause-node,pause-leader,pause-client,clock-forward,clock-backward,latency,kill-supervisor"
+        default_value = "kill,kill-leader,restart-nopersist,restart-persist,pause-node,pause-leader,pause-client,clock-forward,clock-backward,latency,kill-supervisor,restart-two-nopersist,flushall"
     )]
     faults: Vec<FaultKind>,
+    /// Client i's wall clock runs i times this behind (client 0 on time; the test kit's clock
+    /// shim): the clients behind propose fencing tokens below the counters, so their grants
+    /// take the amnesia guard's derive path, not the one-round one. Default: every client on
+    /// time.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    client_clocks_behind: Option<Duration>,
     /// Write the HTML timeline here.
     #[arg(long)]
     report: Option<PathBuf>,
@@ -229,6 +235,7 @@ fn run_modes(args: RunArgs) -> anyhow::Result<ExitCode> {
         node_timeout: args.node_timeout,
         window: args.window,
         faults: args.faults.clone(),
+        client_clocks_behind: args.client_clocks_behind,
         out: args.out.clone(),
         exe: std::env::current_exe().context("locating the harness executable")?,
         fencelock: args.fencelock.clone(),

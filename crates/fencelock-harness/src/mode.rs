@@ -141,8 +141,17 @@ impl Mode {
             (false, K::RestartPersist) if self.aof_node().is_none() => {
                 Some("no node persists with appendfsync always in this mode")
             }
+            (false, K::RestartTwoNopersist) if self.nodes() < 3 => {
+                Some("two nodes losing their data is a majority of fewer than three nodes")
+            }
             (true, K::RestartNopersist) => Some(
                 "an etcd member cannot come back empty under the same identity (that breaks raft itself, not the lock); its kill -9 and restart is `kill`",
+            ),
+            (true, K::RestartTwoNopersist) => Some(
+                "an etcd member cannot come back empty under the same identity (that breaks raft itself, not the lock)",
+            ),
+            (true, K::Flushall) => Some(
+                "etcd has no FLUSHALL; deleting keys through the API is a write that raft orders like any other",
             ),
             (true, K::RestartPersist) => Some(
                 "etcd members always persist (WAL fsync): a kill -9 and restart is `kill` / `kill-leader`",
@@ -232,11 +241,19 @@ pub enum FaultKind {
     Latency,
     /// `run` mode only: SIGKILL of a client's `fencelock run` supervisor at a random instant.
     KillSupervisor,
+    /// While a client holds the lock, two of its nodes lose their data within one TTL: each is
+    /// killed with SIGKILL and restarted at once without persistence, the second a fraction of
+    /// a TTL after the first.
+    RestartTwoNopersist,
+    /// While a client holds the lock, `FLUSHALL` on some of its nodes: data lost without a
+    /// restart (the run id stays the same). In fenced modes at most a minority of the nodes, so
+    /// that a quorum keeps its fence counter; otherwise up to every node the holder holds.
+    Flushall,
 }
 
 impl FaultKind {
     /// Every fault kind: the full mix.
-    pub const ALL: [FaultKind; 11] = [
+    pub const ALL: [FaultKind; 13] = [
         FaultKind::Kill,
         FaultKind::KillLeader,
         FaultKind::RestartNopersist,
@@ -248,6 +265,8 @@ impl FaultKind {
         FaultKind::ClockBackward,
         FaultKind::Latency,
         FaultKind::KillSupervisor,
+        FaultKind::RestartTwoNopersist,
+        FaultKind::Flushall,
     ];
 
     /// The name used on the command line.
@@ -264,6 +283,8 @@ impl FaultKind {
             FaultKind::ClockBackward => "clock-backward",
             FaultKind::Latency => "latency",
             FaultKind::KillSupervisor => "kill-supervisor",
+            FaultKind::RestartTwoNopersist => "restart-two-nopersist",
+            FaultKind::Flushall => "flushall",
         }
     }
 }

@@ -119,6 +119,27 @@ pub enum Episode {
         /// How long after the hold (or the episode) starts.
         after: Duration,
     },
+    /// Cut `cut` off, let `client` take a long lock, kill -9 and restart `victims[0]` empty,
+    /// then, `gap` later, `victims[1]`; heal.
+    RestartTwo {
+        /// Nodes cut off while the client acquires.
+        cut: Vec<usize>,
+        /// The two nodes that lose their data, in order.
+        victims: Vec<usize>,
+        /// Between the two restarts (under the holder's TTL).
+        gap: Duration,
+        /// The holder.
+        client: u32,
+    },
+    /// Cut `cut` off, let `client` take a long lock, `FLUSHALL` on `nodes`, heal.
+    Flush {
+        /// Nodes cut off while the client acquires.
+        cut: Vec<usize>,
+        /// The nodes flushed (among the holder's).
+        nodes: Vec<usize>,
+        /// The holder.
+        client: u32,
+    },
     /// Delay `nodes`' connections by `delay` for `lasts`.
     Latency {
         /// Nodes.
@@ -146,6 +167,8 @@ impl Episode {
             Episode::ClockBackward { .. } => FaultKind::ClockBackward,
             Episode::Latency { .. } => FaultKind::Latency,
             Episode::KillSupervisor { .. } => FaultKind::KillSupervisor,
+            Episode::RestartTwo { .. } => FaultKind::RestartTwoNopersist,
+            Episode::Flush { .. } => FaultKind::Flushall,
         }
     }
 }
@@ -166,6 +189,8 @@ pub struct Plan {
     clients: u32,
     ttl: Duration,
     aof_node: Option<usize>,
+    /// Fencing on: a flush then spares a quorum of fence counters.
+    fencing: bool,
     /// Each client's TTL, when they differ (see [`Plan::with_client_ttls`]).
     client_ttls: Vec<Duration>,
     /// The client with the longest TTL (the job), when the TTLs differ.
@@ -192,6 +217,7 @@ impl Plan {
             clients: clients.max(1),
             ttl,
             aof_node: mode.aof_node(),
+            fencing: mode.fencing(),
             client_ttls: Vec::new(),
             job: None,
         }
@@ -299,6 +325,8 @@ impl Plan {
             FaultKind::ClockBackward => self.clock_backward(),
             FaultKind::KillSupervisor => self.kill_supervisor(client),
             FaultKind::Latency => self.latency(),
+            FaultKind::RestartTwoNopersist => self.restart_two(holder),
+            FaultKind::Flushall => self.flush(holder),
         }
     }
 
@@ -353,6 +381,46 @@ impl Plan {
             persist,
             cut: self.pick(self.cut_size(), &[victim]),
             victim,
+            client: holder,
+        }
+    }
+
+    /// Two nodes (never the AOF node) lose their data within `holder`'s TTL while it holds the
+    /// lock taken without the rest of a minority: its key then lives on fewer than a quorum.
+    fn restart_two(&mut self, holder: u32) -> Episode {
+        let except: Vec<usize> = self.aof_node.into_iter().collect();
+        let victims = self.pick(2, &except);
+        let cut = self.pick(self.cut_size(), &victims);
+        let mut victims = victims;
+        self.rng.shuffle(&mut victims);
+        let ttl = self.client_ttl(holder);
+        Episode::RestartTwo {
+            cut,
+            victims,
+            gap: ttl.mul_f64(0.1 + 0.8 * self.rng.f64()),
+            client: holder,
+        }
+    }
+
+    /// `FLUSHALL` on some of the nodes `holder` holds the lock on (taken without a minority
+    /// cut off): in fenced modes at most a minority of all nodes, so that a quorum keeps its
+    /// fence counter (with fewer, fenced grants fail closed until `fencelock reseed`).
+    fn flush(&mut self, holder: u32) -> Episode {
+        let cut = self.pick(self.cut_size(), &[]);
+        let held: Vec<usize> = (0..self.nodes).filter(|n| !cut.contains(n)).collect();
+        let most = if self.fencing {
+            self.minority().min(held.len())
+        } else {
+            held.len()
+        };
+        let k = self.rng.usize(1..=most.max(1));
+        let mut nodes = held;
+        self.rng.shuffle(&mut nodes);
+        nodes.truncate(k);
+        nodes.sort_unstable();
+        Episode::Flush {
+            cut,
+            nodes,
             client: holder,
         }
     }
@@ -554,6 +622,13 @@ impl Nemesis {
                 staged,
                 after,
             } => self.kill_supervisor(*client, *staged, *after),
+            Episode::RestartTwo {
+                cut,
+                victims,
+                gap,
+                client,
+            } => self.restart_two_while_held(cut, victims, *gap, *client),
+            Episode::Flush { cut, nodes, client } => self.flush_while_held(cut, nodes, *client),
         };
         FaultEvent {
             kind: episode.kind(),
@@ -598,6 +673,62 @@ impl Nemesis {
             format!(
                 "node {victim} kill -9 + restart ({}) while client {client} held the lock{held}; nodes {cut:?} cut off meanwhile",
                 if persist { "AOF always" } else { "no persistence" },
+            ),
+        )
+    }
+
+    /// `restart-two-nopersist`: `victims` killed and restarted empty, `gap` apart, while
+    /// `client` holds the lock taken without the `cut` nodes.
+    fn restart_two_while_held(
+        &mut self,
+        cut: &[usize],
+        victims: &[usize],
+        gap: Duration,
+        client: u32,
+    ) -> Affected {
+        let first = victims.first().copied().unwrap_or(0);
+        let (mut nodes, held) = self.around_hold(cut, client, first, |me| {
+            for (i, &v) in victims.iter().enumerate() {
+                if i > 0 {
+                    thread::sleep(gap);
+                }
+                let _ = me.nodes.kill(v);
+                me.restart(&[v]);
+            }
+        });
+        nodes.extend(victims.iter().skip(1));
+        (
+            nodes,
+            vec![client],
+            format!(
+                "nodes {victims:?} kill -9 + restart (no persistence) {gap:.1?} apart while client {client} held the lock{held}; nodes {cut:?} cut off meanwhile",
+            ),
+        )
+    }
+
+    /// `flushall`: `FLUSHALL` on `flushed` while `client` holds the lock taken without the
+    /// `cut` nodes.
+    fn flush_while_held(&mut self, cut: &[usize], flushed: &[usize], client: u32) -> Affected {
+        let first = flushed.first().copied().unwrap_or(0);
+        let mut failed = Vec::new();
+        let (mut nodes, held) = self.around_hold(cut, client, first, |me| {
+            for &n in flushed {
+                if me.nodes.flushall(n).is_err() {
+                    failed.push(n);
+                }
+            }
+        });
+        nodes.extend(flushed.iter().skip(1));
+        let failed = if failed.is_empty() {
+            String::new()
+        } else {
+            format!(" (FLUSHALL failed on {failed:?})")
+        };
+        (
+            nodes,
+            vec![client],
+            format!(
+                "FLUSHALL on nodes {flushed:?}{failed} while client {client} held the lock{held}; nodes {cut:?} cut off meanwhile",
             ),
         )
     }
@@ -866,7 +997,7 @@ mod tests {
     #[test]
     fn the_first_episodes_cover_every_class_and_each_round_deals_every_kind() {
         let ttl = Duration::from_secs(1);
-        for (mode, classes) in [(Mode::RedlockFenced, 3), (Mode::Etcd, 2)] {
+        for (mode, classes) in [(Mode::RedlockFenced, 4), (Mode::Etcd, 2)] {
             for seed in 0..20 {
                 let mut plan = Plan::new(seed, &FaultKind::ALL, mode, 3, ttl);
                 let kinds: Vec<FaultKind> = (0..plan.kinds.len())
@@ -917,6 +1048,22 @@ mod tests {
                 }
                 Episode::PauseClient { pause, .. } => assert!(pause >= ttl * 2),
                 Episode::ClockBackward { .. } => {}
+                Episode::RestartTwo {
+                    cut, victims, gap, ..
+                } => {
+                    // The holder holds on a bare quorum, two of whose nodes lose their data
+                    // within one TTL; the AOF node never does.
+                    assert_eq!(cut.len(), 2);
+                    assert_eq!(victims.len(), 2);
+                    assert!(victims.iter().all(|v| !cut.contains(v) && *v != 4));
+                    assert!(gap < ttl);
+                }
+                Episode::Flush { cut, nodes, .. } => {
+                    // Redlock without fencing: up to every node the holder holds.
+                    assert_eq!(cut.len(), 2);
+                    assert!((1..=3).contains(&nodes.len()));
+                    assert!(nodes.iter().all(|n| !cut.contains(n)));
+                }
                 Episode::KillMember { .. } | Episode::PauseMember { .. } => {
                     panic!("a member episode on Redis nodes: {ep:?}")
                 }

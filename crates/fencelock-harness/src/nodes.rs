@@ -108,6 +108,28 @@ impl Nodes {
         }
     }
 
+    /// `FLUSHALL` on Redis node `i`: its data is gone, its process and run id stay.
+    ///
+    /// # Errors
+    ///
+    /// For an etcd member (no such command), or when the node does not answer `OK`.
+    pub fn flushall(&self, i: usize) -> io::Result<()> {
+        match self {
+            Nodes::Redis(n) => {
+                let reply = n[i].cli(&["FLUSHALL"])?;
+                if reply.trim() == "OK" {
+                    Ok(())
+                } else {
+                    Err(io::Error::other(format!("FLUSHALL answered {reply:?}")))
+                }
+            }
+            Nodes::Etcd(_) => Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "etcd has no FLUSHALL",
+            )),
+        }
+    }
+
     /// SIGSTOP of server `i`.
     ///
     /// # Errors

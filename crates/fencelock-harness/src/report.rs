@@ -351,6 +351,8 @@ fn fault_color(kind: FaultKind) -> &'static str {
         FaultKind::ClockBackward => "#bcbd22",
         FaultKind::Latency => "#8c564b",
         FaultKind::KillSupervisor => "#000000",
+        FaultKind::RestartTwoNopersist => "#8b0000",
+        FaultKind::Flushall => "#ff1493",
     }
 }
 

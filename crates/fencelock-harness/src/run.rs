@@ -21,6 +21,7 @@ use crate::nemesis::{self, Nemesis, Plan};
 use crate::nodes::Nodes;
 use crate::proxy::Proxy;
 use crate::storage;
+use fencelock_testkit::ClockOffset;
 
 /// When a mode's run ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,6 +54,11 @@ pub struct RunOptions {
     pub window: Duration,
     /// Fault kinds to inject.
     pub faults: Vec<FaultKind>,
+    /// Client `i`'s wall clock runs `i` times this behind (client 0 on time), under the test
+    /// kit's clock shim: the clients behind propose fencing tokens below the counters the
+    /// others raised, so their grants take the amnesia guard's derive path instead of the
+    /// one-round one.
+    pub client_clocks_behind: Option<Duration>,
     /// Clients record the library's metrics (`client-<id>.prom` in the mode's directory).
     pub metrics: bool,
     /// Where logs, databases and the history go (one directory per mode).
@@ -355,6 +361,7 @@ fn spawn_client(
     db: &Path,
     dir: &Path,
     epoch: u64,
+    clock: Option<&ClockOffset>,
 ) -> io::Result<Child> {
     let log = dir.join(format!("client-{id}.jsonl"));
     let stderr = File::create(dir.join(format!("client-{id}.stderr")))?;
@@ -392,6 +399,9 @@ fn spawn_client(
     .stderr(stderr);
     if opts.metrics {
         cmd.arg("--metrics");
+    }
+    if let Some(clock) = clock {
+        clock.apply(&mut cmd);
     }
     cmd.spawn()
 }
@@ -433,7 +443,8 @@ pub fn run_mode(mode: Mode, opts: &RunOptions) -> io::Result<ModeRun> {
     }
     let epoch = mono::now_ns();
     let started = Instant::now();
-    let mut children = spawn_clients(opts, mode, &ttls, &rig.urls, &files, epoch)?;
+    let (mut children, _client_clocks) =
+        spawn_clients(opts, mode, &ttls, &rig.urls, &files, epoch)?;
     let nemesis = NemesisThread::start(mode, opts, &rig, &children, &files.control, &ttls, epoch);
     let outcome = watch_workload(mode, opts, &files, &mut children, &nemesis.faults, started);
     let elapsed = started.elapsed();
@@ -560,9 +571,19 @@ fn spawn_clients(
     urls: &[String],
     files: &ModeFiles,
     epoch: u64,
-) -> io::Result<Vec<Child>> {
+) -> io::Result<(Vec<Child>, Vec<ClockOffset>)> {
     let mut children = Vec::new();
+    let mut clocks = Vec::new();
     for id in 0..opts.clients {
+        let clock = match opts.client_clocks_behind {
+            Some(behind) if id > 0 => {
+                let clock = ClockOffset::new()?;
+                let ms = i64::try_from(behind.as_millis()).unwrap_or(i64::MAX / 2);
+                clock.set(-ms.saturating_mul(i64::from(id)))?;
+                Some(clock)
+            }
+            _ => None,
+        };
         children.push(spawn_client(
             opts,
             mode,
@@ -572,9 +593,11 @@ fn spawn_clients(
             &files.db,
             &files.dir,
             epoch,
+            clock.as_ref(),
         )?);
+        clocks.extend(clock);
     }
-    Ok(children)
+    Ok((children, clocks))
 }
 
 /// The nemesis on its own thread, and the faults it has injected so far.

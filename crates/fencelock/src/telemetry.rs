@@ -56,9 +56,14 @@ pub const NODE_VOTE_SECONDS: &str = "fencelock_node_vote_seconds";
 /// `reset`, `refused`: a token of another lock or out of range) and `storage` (`sqlite`,
 /// `postgres`, `sqlx-postgres`, `sqlx-sqlite`, `sqlx-mysql`).
 pub const FENCED_WRITES_TOTAL: &str = "fencelock_fenced_writes_total";
+/// Counter: fencing tokens issued on Redis nodes, label `path`: `one-round` (a quorum took the
+/// proposal with the grant), `derived` (the largest trusted counter + 1, written back in a second
+/// round: the proposal missed, or a granting node had no counter) or `epoch` (no node had a
+/// counter: a new epoch from the clock).
+pub const FENCING_TOKENS_TOTAL: &str = "fencelock_fencing_tokens_total";
 
 /// Every metric name fencelock records.
-pub const ALL: [&str; 9] = [
+pub const ALL: [&str; 10] = [
     ACQUIRE_SECONDS,
     WAIT_SECONDS,
     HANDOVER_SECONDS,
@@ -68,6 +73,7 @@ pub const ALL: [&str; 9] = [
     NODE_VOTES_TOTAL,
     NODE_VOTE_SECONDS,
     FENCED_WRITES_TOTAL,
+    FENCING_TOKENS_TOTAL,
 ];
 
 /// What one client records: whether metrics carry the resource, and its per-node handles.
@@ -361,6 +367,16 @@ pub(crate) fn fenced_write<T>(storage: &'static str, result: &Result<T, Error>) 
     record::counter(
         FENCED_WRITES_TOTAL,
         &[("outcome", outcome), ("storage", storage)],
+        &ResourceLabel::default(),
+    );
+}
+
+/// A fencing token issued on Redis nodes, by the path that made it (see
+/// [`FENCING_TOKENS_TOTAL`]).
+pub(crate) fn token_issued(path: &'static str) {
+    record::counter(
+        FENCING_TOKENS_TOTAL,
+        &[("path", path)],
         &ResourceLabel::default(),
     );
 }

@@ -263,16 +263,25 @@ async fn fenced_writes_are_counted_accepted_and_stale() {
     let brief = Client::new(
         config(&nodes)
             .with_fencing(true)
-            .with_ttl(Duration::from_millis(300))
-            .with_node_timeout(Duration::from_millis(100)),
+            .with_ttl(Duration::from_millis(1000))
+            .with_node_timeout(Duration::from_millis(300)),
     )
     .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let fence = SqliteFence::open(dir.path().join("m.db")).unwrap();
+    // Fresh nodes start an epoch, which needs every node's grant: the patient client does
+    // that, so that a loaded machine's late reply cannot fail the brief client's first grant.
+    client
+        .acquire("metrics:warm")
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
     // A holder whose lock runs out (a paused holder): its token is stale once the next wrote.
-    let first = brief.try_acquire("metrics:fence").await.unwrap();
+    let first = brief.acquire("metrics:fence").await.unwrap();
     let old = first.issued_token().unwrap();
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    tokio::time::sleep(Duration::from_millis(1300)).await;
     drop(first);
     let second = client.try_acquire("metrics:fence").await.unwrap();
     fence
@@ -300,6 +309,48 @@ async fn fenced_writes_are_counted_accepted_and_stale() {
         count(&all, names::FENCED_WRITES_TOTAL, &[s, ("outcome", "stale")]),
         1
     );
+}
+
+/// Each fencing token is counted by the path that made it: an epoch on fresh nodes, one round
+/// where the nodes take the proposal, and the derived path (largest counter + 1, written back)
+/// where the counters are above the client's clock, as they are above a client whose clock is
+/// behind. Only this test's client issues derived tokens in this binary; the fence test's
+/// client issues an epoch and one-round tokens too, so those two are counted from below.
+#[tokio::test]
+async fn fencing_tokens_are_counted_by_the_path_that_made_them() {
+    snapshotter();
+    let nodes = RedisNodes::start(3).unwrap();
+    let client = Client::new(config(&nodes).with_fencing(true)).unwrap();
+    let derived = |all: &[Series]| count(all, names::FENCING_TOKENS_TOTAL, &[("path", "derived")]);
+    let before = derived(&recorded());
+    for _ in 0..2 {
+        client
+            .acquire("metrics:path")
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+    }
+    // Counters far above any clock in microseconds: the next proposals miss.
+    let high = "4000000000000000000";
+    for n in nodes.iter() {
+        n.cli(&["SET", "fencelock:fence", high]).unwrap();
+    }
+    let mut last = 0;
+    for _ in 0..2 {
+        let lock = client.acquire("metrics:path").await.unwrap();
+        last = lock.fencing_token().unwrap();
+        lock.release().await.unwrap();
+    }
+    assert!(last > 4_000_000_000_000_000_000, "{last}");
+    client.close().await;
+    let all = recorded();
+    assert!(count(&all, names::FENCING_TOKENS_TOTAL, &[("path", "epoch")]) >= 1);
+    assert!(count(&all, names::FENCING_TOKENS_TOTAL, &[("path", "one-round")]) >= 1);
+    // The first proposal above the raised counters misses; the client then proposes one
+    // above what it read, which the nodes take in one round.
+    assert!(derived(&all) - before >= 1, "no derived token counted");
 }
 
 #[tokio::test]

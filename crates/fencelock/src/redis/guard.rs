@@ -51,6 +51,8 @@ pub(crate) use crate::pure::fencing::LOST_COUNTER;
 pub(crate) struct Fenced {
     pub(crate) token: u64,
     seeds: Vec<usize>,
+    /// How the token was made, for the metrics: `one-round`, `derived` or `epoch`.
+    pub(crate) path: &'static str,
 }
 
 impl RedisBackend {
@@ -106,7 +108,11 @@ impl RedisBackend {
                 .filter(|(_, r)| !r.exists)
                 .map(|(i, _)| *i)
                 .collect();
-            return Ok(Fenced { token, seeds });
+            return Ok(Fenced {
+                token,
+                seeds,
+                path: "one-round",
+            });
         }
         let reads = || {
             granted
@@ -115,7 +121,7 @@ impl RedisBackend {
         };
         let epoch =
             fencing::is_epoch_start(granted.iter().map(|(_, r)| r.exists), self.nodes.len());
-        let (token, targets, seeds) = match fencing::derive(reads(), self.quorum, epoch) {
+        let (token, targets, seeds, path) = match fencing::derive(reads(), self.quorum, epoch) {
             Derivation::Token(t) => {
                 let (trusted, untrusted): (Vec<_>, Vec<_>) =
                     granted.iter().partition(|(_, r)| r.exists);
@@ -123,12 +129,14 @@ impl RedisBackend {
                     t,
                     trusted.iter().map(|(i, _)| *i).collect::<Vec<_>>(),
                     untrusted.iter().map(|(i, _)| *i).collect(),
+                    "derived",
                 )
             }
             Derivation::EpochStart => (
                 fencing::epoch_floor(SystemTime::now()),
                 granted.iter().map(|(i, _)| *i).collect(),
                 Vec::new(),
+                "epoch",
             ),
             Derivation::TooFewTrusted { .. } => {
                 return Err(self.too_few_trusted(resource, granted, votes));
@@ -158,7 +166,7 @@ impl RedisBackend {
                 }
             });
         }
-        Ok(Fenced { token, seeds })
+        Ok(Fenced { token, seeds, path })
     }
 
     /// Seeds the granting nodes that had no counter with the issued token (the same

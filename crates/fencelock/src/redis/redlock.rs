@@ -75,6 +75,7 @@ impl RedisBackend {
         let deadline = started + (elapsed + valid_for);
         // Issued: only now are the granting nodes without a counter seeded (`guard.rs`).
         if let Some(f) = &fenced {
+            crate::telemetry::token_issued(f.path);
             self.seed(f, keys, token.as_str()).await;
         }
         let fencing_token = fenced.map(|f| f.token);
