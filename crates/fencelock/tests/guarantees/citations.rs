@@ -401,7 +401,11 @@ fn harness_runs(text: &str) -> Vec<Run> {
                     let fault = match kind {
                         "pause-client" => "pause",
                         "clock-forward" => "clock",
-                        "restart-nopersist" => "restart-empty",
+                        // A node's data lost: by a restart, two of them within a TTL, or a
+                        // FLUSHALL without a restart (what such a restart leaves).
+                        "restart-nopersist" | "restart-two-nopersist" | "flushall" => {
+                            "restart-empty"
+                        }
                         "restart-persist" => "crash-persist",
                         "kill" | "kill-leader" | "pause-node" | "pause-leader" => "minority",
                         "latency" => "delay",
