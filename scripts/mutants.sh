@@ -216,6 +216,10 @@ mutant etcd-permit-take-unread "a look at the semaphore's line ignores the mark 
   crates/fencelock/src/etcd/semaphore.rs \
   's/if modified != entry\.revision \{/if false \&\& modified != entry.revision {/' \
   "-p fencelock --test etcd_family a_waiter_finds_the_slot_a_take_without_an_answer_gave_it"
+mutant election-log-trim-by-rank "the election log's append trims by rank (score, then member text), not by the terms' exact value (issue 27 item 8)" \
+  crates/fencelock/src/redis/lua/election_append.lua \
+  's/for i = 1, extra do redis\.call\(\x27zrem\x27, KEYS\[2\], low\[i\]\) end/redis.call(\x27zremrangebyrank\x27, KEYS[2], 0, extra - 1)/' \
+  "-p fencelock --lib redis::script_checks::the_election_log_keeps_its_newest_terms_exactly_above_2_pow_53"
 mutant etcd-aged-spare-not-renewed "the lease of a lock released past a tenth of its TTL is kept for the next lock without a renewal, as if renewed" \
   crates/fencelock/src/etcd/mod.rs \
   's/match self\.keep_alive\(held\.lease, left\)\.await \{/match { let _ = left; Ok::<Instant, Fail>(Instant::now()) } {/' \
