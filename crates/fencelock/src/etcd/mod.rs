@@ -688,10 +688,7 @@ impl Cluster {
                     self.leave_lease(held, carry, false, end).await;
                     return Err(Error::Unavailable {
                         resource,
-                        votes: self.votes(
-                            Fail::failed(UNTOLD_RELEASE).outcome,
-                            started.elapsed(),
-                        ),
+                        votes: self.votes(Fail::failed(UNTOLD_RELEASE).outcome, started.elapsed()),
                     });
                 }
                 Ok(false) => {
