@@ -220,6 +220,10 @@ mutant election-log-trim-by-rank "the election log's append trims by rank (score
   crates/fencelock/src/redis/lua/election_append.lua \
   's/for i = 1, extra do redis\.call\(\x27zrem\x27, KEYS\[2\], low\[i\]\) end/redis.call(\x27zremrangebyrank\x27, KEYS[2], 0, extra - 1)/' \
   "-p fencelock --lib redis::script_checks::the_election_log_keeps_its_newest_terms_exactly_above_2_pow_53"
+mutant election-failed-campaign-not-withdrawn "a campaign that fails after its append leaves its log entry for observers to report (issue 35 item 4)" \
+  crates/fencelock/src/election.rs \
+  's/self\.log\.withdraw\(term, value\)\.await;/let _ = (term, value);/' \
+  "-p fencelock --lib election::tests::a_campaign_whose_append_reached_a_minority_is_not_reported"
 mutant etcd-aged-spare-not-renewed "the lease of a lock released past a tenth of its TTL is kept for the next lock without a renewal, as if renewed" \
   crates/fencelock/src/etcd/mod.rs \
   's/match self\.keep_alive\(held\.lease, left\)\.await \{/match { let _ = left; Ok::<Instant, Fail>(Instant::now()) } {/' \

@@ -74,6 +74,23 @@ impl ElectionLog {
         appended >= self.quorum
     }
 
+    /// Removes the entry `<term> <value>` from every node that answers within the node
+    /// timeout: a campaign that failed takes back its announcement (see `election.rs`).
+    pub(crate) async fn withdraw(&self, term: u64, value: &str) {
+        let member = format!("{term} {value}");
+        self.on_every_node(self.node_timeout, |mut conn| {
+            let (log, member) = (self.log.clone(), member.clone());
+            async move {
+                redis::cmd("ZREM")
+                    .arg(log)
+                    .arg(member)
+                    .query_async::<i64>(&mut conn)
+                    .await
+            }
+        })
+        .await;
+    }
+
     /// A reader of the log, from the latest leader on.
     pub(crate) fn reader(&self) -> LogReader {
         LogReader {
