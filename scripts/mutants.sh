@@ -211,6 +211,23 @@ mutant etcd-gone-spare-not-replaced "a spare lease found gone fails the acquisit
   crates/fencelock/src/etcd/mod.rs \
   's/Err\(fail\) if fail\.lease_gone => \{\n(\s*)tracing::debug!\(\n(\s*)lease = spare\.lease/Err(fail) if false \&\& fail.lease_gone => {\n$1tracing::debug!(\n$2lease = spare.lease/' \
   "-p fencelock --test etcd a_spare_lease_revoked_from_outside_is_replaced_by_a_new_grant"
+mutant etcd-retried-release-trusts-gone "a release whose first try got no answer reports the lock released when the next try finds it gone (issue 35 item 1)" \
+  crates/fencelock/src/etcd/mod.rs \
+  's/Ok\(false\) if unanswered => \{/Ok(false) if unanswered => {\n                    if unanswered { self.note_release(); return Ok(()); }/' \
+  "-p fencelock --test etcd a_release_that_retried_does_not_report_a_lock_deleted_by_its_token_released" \
+  "-p fencelock --test etcd a_set_release_that_retried_does_not_report_a_lease_revoked_by_its_token_released"
+mutant etcd-permit-take-unread "a look at the semaphore's line ignores the mark a take of ours left (issue 35 item 2)" \
+  crates/fencelock/src/etcd/semaphore.rs \
+  's/if modified != entry\.revision \{/if false \&\& modified != entry.revision {/' \
+  "-p fencelock --test etcd_family a_waiter_finds_the_slot_a_take_without_an_answer_gave_it"
+mutant election-log-trim-by-rank "the election log's append trims by rank (score, then member text), not by the terms' exact value (issue 27 item 8)" \
+  crates/fencelock/src/redis/lua/election_append.lua \
+  's/for i = 1, extra do redis\.call\(\x27zrem\x27, KEYS\[2\], low\[i\]\) end/redis.call(\x27zremrangebyrank\x27, KEYS[2], 0, extra - 1)/' \
+  "-p fencelock --lib redis::script_checks::the_election_log_keeps_its_newest_terms_exactly_above_2_pow_53"
+mutant election-failed-campaign-not-withdrawn "a campaign that fails after its append leaves its log entry for observers to report (issue 35 item 4)" \
+  crates/fencelock/src/election.rs \
+  's/self\.log\.withdraw\(term, value\)\.await;/let _ = (term, value);/' \
+  "-p fencelock --lib election::tests::a_campaign_whose_append_reached_a_minority_is_not_reported"
 mutant etcd-aged-spare-not-renewed "the lease of a lock released past a tenth of its TTL is kept for the next lock without a renewal, as if renewed" \
   crates/fencelock/src/etcd/mod.rs \
   's/match self\.keep_alive\(held\.lease, left\)\.await \{/match { let _ = left; Ok::<Instant, Fail>(Instant::now()) } {/' \

@@ -348,6 +348,17 @@ impl ElectionLog {
         }
     }
 
+    /// Takes back the announcement of term `term` with `value` after a campaign that failed:
+    /// on Redis, removes the log entry from every node that answers (best effort); on etcd,
+    /// nothing (the release deletes the key, which is the announcement).
+    pub(crate) async fn withdraw(&self, term: u64, value: &str) {
+        match self {
+            ElectionLog::Redis(log) => log.withdraw(term, value).await,
+            #[cfg(feature = "etcd")]
+            ElectionLog::Etcd(..) => {}
+        }
+    }
+
     /// A stream of the leaders from the latest one on. No I/O until it is read.
     pub(crate) fn leaders(&self) -> LeaderStream {
         match self {

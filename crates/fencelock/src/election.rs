@@ -22,6 +22,14 @@
 //! the one its lock created; observers follow the election's keys with one watch and report
 //! the oldest live key once it has its value (see `etcd/election.rs`).
 //!
+//! A campaign that fails after its announcement (an append that reached no quorum, no validity
+//! left) withdraws it before releasing the lock: on Redis its entry is removed from every node
+//! that answers. An observer's report therefore means "announced, and seen by the observer's
+//! reads", not "the campaign returned `Ok`": a failed candidate is reported only if a read met
+//! its entry before the withdrawal. A node that acts on a report confirms with its own
+//! [`Leadership`] (the same term, not lost). docs/guarantees.md (A-elect-observe) states this
+//! and the observer's limit with a node restarted without persistence.
+//!
 //! A resignation or a leader's death is not an entry: it shows as the next leader's term.
 
 use std::time::Instant;
@@ -140,21 +148,32 @@ impl Election {
     /// As [`Election::campaign`].
     pub async fn campaign_lock(&self, value: &str) -> Result<Lock> {
         let lock = self.client.acquire(&self.key).await?;
+        self.lead(lock, value).await
+    }
+
+    /// A campaign's steps once it holds the lock: announce, then check the validity left. A
+    /// campaign that fails here withdraws its announcement before it releases the lock (on
+    /// Redis, its log entry is removed from every node that answers), so that an observer
+    /// reports it only if a read of its own met the entry in between (see docs/guarantees.md,
+    /// A-elect-observe).
+    async fn lead(&self, lock: Lock, value: &str) -> Result<Lock> {
         let term = lock.fencing_token().unwrap_or_default();
-        if let Err(e) = self
+        let failed = match self
             .log
             .announce(&self.name, lock.held(), term, value)
             .await
         {
-            let _ = lock.release().await;
-            return Err(e);
-        }
-        if !lock.is_valid() {
-            let _ = lock.release().await;
-            return Err(Error::TooSlow {
+            Err(e) => Some(e),
+            Ok(()) if !lock.is_valid() => Some(Error::TooSlow {
                 resource: self.name.clone(),
                 votes: Votes::default(),
-            });
+            }),
+            Ok(()) => None,
+        };
+        if let Some(e) = failed {
+            self.log.withdraw(term, value).await;
+            let _ = lock.release().await;
+            return Err(e);
         }
         Ok(lock)
     }
@@ -247,6 +266,43 @@ impl Leadership {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 35, item 4 (Redis): a candidate holds the lock, but by its append the key is gone
+    /// on two nodes of three: the append reaches one node, and the campaign fails
+    /// (`Unavailable`). An observer must not report it; the next leader, which holds, it must.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_campaign_whose_append_reached_a_minority_is_not_reported() {
+        use std::time::Duration;
+
+        let nodes = fencelock_testkit::RedisNodes::start(3).unwrap();
+        let config = crate::Config::new(nodes.urls())
+            .with_fencing(true)
+            .with_quarantine(false)
+            .with_node_timeout(Duration::from_millis(500))
+            .with_ttl(Duration::from_secs(10));
+        let client = Client::new(config).unwrap();
+        let election = client.election("minority").unwrap();
+        let mut observer = election.observe();
+        let lock = client.acquire(&election.key).await.unwrap();
+        for i in 1..3 {
+            nodes.node(i).cli(&["DEL", &election.key]).unwrap();
+        }
+        let err = election.lead(lock, "never-led").await.unwrap_err();
+        assert_eq!(err.kind(), crate::ErrorKind::Unavailable, "{err}");
+        // Several polls (100 ms each): a report would come by the second read.
+        let seen = tokio::time::timeout(Duration::from_millis(1500), observer.next()).await;
+        assert!(
+            seen.is_err(),
+            "the observer reported a candidate whose append reached one node of three: {seen:?}"
+        );
+        let leader = election.campaign("leads").await.unwrap();
+        let reported = tokio::time::timeout(Duration::from_secs(20), observer.next())
+            .await
+            .expect("the leader that holds is reported");
+        assert_eq!(reported.term(), leader.term());
+        assert_eq!(reported.value(), "leads");
+        leader.resign().await.unwrap();
+    }
 
     #[test]
     fn the_keys_sit_where_the_protocol_says() {

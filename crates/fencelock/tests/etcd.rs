@@ -941,3 +941,46 @@ async fn a_spare_lease_revoked_from_outside_is_replaced_by_a_new_grant() {
     );
     next.release().await.unwrap();
 }
+
+/// Issue 35, item 1: A holds `job`; its key is deleted elsewhere (as `fencelock release
+/// --token` does) and B takes the lock; the member A talks to stops, so A's release times out
+/// once and tries again on another member, which finds the key (or, for a set, the lease)
+/// gone. A must not hear that it released the lock: B held it while A thought it did. The
+/// release cannot tell its own unanswered request from the delete by the token, so it says
+/// `Unavailable` (with a healthy member, the same release says `Lost`).
+async fn a_release_that_retried_does_not_report_a_lost_lock_released(resources: &[&str]) {
+    let cluster = EtcdCluster::start(3).unwrap();
+    let (follower, eps) = cluster.follower_first(LONG).unwrap();
+    let a = client(&eps, Duration::from_secs(10));
+    let b = client(&eps[1..], Duration::from_secs(10));
+    let lock = a.try_acquire_many(resources).await.unwrap();
+    let token = lock.token().to_string();
+    b.release_token(resources[0], &token).await.unwrap();
+    let next = b.try_acquire(resources[0]).await.unwrap();
+    assert!(next.fencing_token().unwrap() > lock.fencing_token().unwrap());
+    cluster.member(follower).pause().unwrap();
+    let released = lock.release().await;
+    cluster.member(follower).resume().unwrap();
+    let err = match released {
+        Ok(_) => panic!(
+            "{resources:?}: the release reported a lock released that B held since its key was deleted by its token"
+        ),
+        Err(e) => e,
+    };
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{resources:?}: {err}");
+    assert!(
+        err.to_string().contains("cannot tell"),
+        "{resources:?}: {err}"
+    );
+    next.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_that_retried_does_not_report_a_lock_deleted_by_its_token_released() {
+    a_release_that_retried_does_not_report_a_lost_lock_released(&["job"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_set_release_that_retried_does_not_report_a_lease_revoked_by_its_token_released() {
+    a_release_that_retried_does_not_report_a_lost_lock_released(&["job", "job-2"]).await;
+}

@@ -411,3 +411,78 @@ async fn an_observer_whose_member_stops_sees_the_next_leader_through_another() {
     assert_eq!(seen.value(), "after");
     leadership.resign().await.unwrap();
 }
+
+/// Issue 35, item 2: a take of a slot ("if our line key lives and the slot is free, create our
+/// key there") whose answer is lost, as when the waiter's member stops at the take, may have
+/// been applied: the waiter's lease then holds the slot without the waiter knowing it. Here
+/// that take is applied from outside, with the waiter's lease, in the transaction that frees
+/// the slot, writing what the waiter's own request writes (its slot key, and its line key
+/// again, which marks the take); a pause cannot be timed from outside between the waiter's look
+/// and its take. With one permit, the waiter must find the slot its lease holds and take the
+/// permit there, with that key's revision as its token. Before the fix it went on renewing the
+/// lease that kept the slot, blocking itself (and everyone) until its wait ran out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_finds_the_slot_a_take_without_an_answer_gave_it() {
+    use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
+
+    let etcd = Etcd::start().unwrap();
+    let x = client(&etcd, Duration::from_secs(10));
+    // A mutex on the slot's resource holds the only slot: the waiter, admitted, waits for it.
+    let blocker = x.try_acquire("sem:orphan:permit:0").await.unwrap();
+    let config = config(&etcd, Duration::from_secs(10))
+        .with_retry(RetryPolicy::new().with_wait(Duration::from_secs(8)));
+    let w = Client::new(config).unwrap();
+    let waiter = tokio::spawn(async move {
+        let sem = w.semaphore("sem:orphan", 1).unwrap();
+        sem.acquire().await.map(|p| (p.resource().to_string(), p))
+    });
+    let line = "fencelock/fencelock:permits:sem:orphan/";
+    wait_count(&etcd, line, 1).await;
+    let mut raw = etcd_client::Client::connect(etcd.endpoints(), None)
+        .await
+        .unwrap();
+    let listed = raw
+        .get(line, Some(GetOptions::new().with_prefix()))
+        .await
+        .unwrap();
+    let mine = listed.kvs()[0].clone();
+    let (line_key, lease) = (mine.key().to_vec(), mine.lease());
+    let slot_key = format!("fencelock/sem:orphan:permit:0/{:016x}", lease as u64);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let taken = raw
+        .txn(
+            Txn::new()
+                .when([Compare::create_revision(
+                    line_key.clone(),
+                    CompareOp::Equal,
+                    mine.create_revision(),
+                )])
+                .and_then([
+                    TxnOp::delete(blocker.token(), None),
+                    TxnOp::put(
+                        slot_key.clone(),
+                        Vec::<u8>::new(),
+                        Some(PutOptions::new().with_lease(lease)),
+                    ),
+                    TxnOp::put(
+                        line_key,
+                        mine.value().to_vec(),
+                        Some(PutOptions::new().with_lease(lease)),
+                    ),
+                ]),
+        )
+        .await
+        .unwrap();
+    assert!(taken.succeeded(), "the waiter's line key was gone");
+    let revision = taken.header().unwrap().revision();
+    let (slot, permit) = match waiter.await.unwrap() {
+        Ok(held) => held,
+        Err(e) => panic!("the waiter did not find the slot its lease held: {e}"),
+    };
+    assert_eq!(slot, "sem:orphan:permit:0");
+    assert_eq!(permit.token(), slot_key);
+    assert_eq!(permit.fencing_token(), Some(revision as u64));
+    let _ = blocker.release().await;
+    permit.release().await.unwrap();
+    assert_eq!(count(&etcd, "fencelock/sem:orphan:permit:").await, 0);
+}

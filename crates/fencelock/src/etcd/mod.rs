@@ -630,7 +630,11 @@ impl Cluster {
     /// [`Error::Lost`] when the lease was already gone (it expired: work done since the
     /// validity deadline was unprotected), or the key (released by its token elsewhere);
     /// [`Error::Unavailable`] when the cluster did not answer within two request timeouts (the
-    /// lease then expires by TTL).
+    /// lease then expires by TTL), or when a try got no answer and the next found the key or
+    /// the lease gone: `Ok` only when the answer of the try that deleted the key (or revoked
+    /// the lease) came back, since a lock released by its token or expired looks the same
+    /// afterwards (`a_release_that_retried_does_not_report_a_lock_deleted_by_its_token_released`,
+    /// tests/etcd.rs; mutant `etcd-retried-release-trusts-gone`).
     ///
     /// # Cancel safety
     ///
@@ -654,9 +658,10 @@ impl Cluster {
             Some((timing::Leave::Revoke, _)) => Ending::Revoke,
             _ => held.ending,
         };
-        let mut tries = 0u32;
+        // Whether an earlier try failed: it may have been applied all the same (its answer
+        // lost), and then a key or lease found gone may be our own doing, or not.
+        let mut unanswered = false;
         loop {
-            tries += 1;
             let limit = end
                 .saturating_duration_since(Instant::now())
                 .max(timing::RETRY_DELAY);
@@ -669,15 +674,24 @@ impl Cluster {
                 },
             };
             match ended {
-                Ok(deleted) if deleted || tries > 1 => {
-                    // After a failed try the release may have been applied even so: then "not
-                    // found" is our own doing, and the lock is released either way (its lease
-                    // is not carried over then).
+                Ok(true) => {
                     self.note_release();
-                    self.leave_lease(held, carry, deleted, end).await;
+                    self.leave_lease(held, carry, true, end).await;
                     return Ok(());
                 }
-                Ok(_) => {
+                Ok(false) if unanswered => {
+                    // The key (or the lease) is gone after a try whose answer never came: that
+                    // try may have released it, or the lock was lost before (its key deleted by
+                    // its token, its lease revoked or expired) while its holder worked. Nothing
+                    // etcd keeps tells the two apart, so the release may not say `Ok`.
+                    self.note_release();
+                    self.leave_lease(held, carry, false, end).await;
+                    return Err(Error::Unavailable {
+                        resource,
+                        votes: self.votes(Fail::failed(UNTOLD_RELEASE).outcome, started.elapsed()),
+                    });
+                }
+                Ok(false) => {
                     self.note_release();
                     self.leave_lease(held, carry, false, end).await;
                     return Err(Error::lost(
@@ -692,7 +706,10 @@ impl Cluster {
                         votes: self.votes(fail.outcome, started.elapsed()),
                     })
                 }
-                Err(_) => tokio::time::sleep(timing::RETRY_DELAY).await,
+                Err(_) => {
+                    unanswered = true;
+                    tokio::time::sleep(timing::RETRY_DELAY).await;
+                }
             }
         }
     }
@@ -1559,6 +1576,9 @@ impl Drop for PendingLease {
         });
     }
 }
+
+/// Why a release that tried again says neither `Ok` nor `Lost` (issue 35, item 1).
+const UNTOLD_RELEASE: &str = "a release request got no answer, and the next found the lock already gone: the first may have released it, or the lock was lost before (deleted by its token, its lease revoked or expired), and the release cannot tell which; treat work done under the lock as possibly unprotected";
 
 /// Whether a lock on `resources` as `side` may ride a spare lease and leave its own for the
 /// next lock: a mutex (or a writer) of one resource. A set's token names its first key only,

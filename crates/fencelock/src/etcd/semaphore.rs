@@ -29,6 +29,23 @@
 //! revoke or the expiry of its lease), so at a larger revision. Tokens of two slots are not
 //! ordered between each other: fence storage per slot, as on Redis.
 //!
+//! # A take whose answer is lost
+//!
+//! A take that times out or loses its answer (its member failed) may have been applied, then
+//! or later (a proposal in the raft log commits once the cluster can). The take therefore
+//! writes the waiter's line key again in its transaction, and applies only while that key is
+//! unmodified since it was created: at most one take of a waiter's line key ever applies, and
+//! a line key modified after its creation says that one did, at the revision of its last
+//! modification, which is the slot key's creation and the permit's token. Each look at the
+//! line reads the waiter's line key with the rest; after a take that failed, the waiter looks
+//! again (it takes no other slot meanwhile), and a look that finds the mark reads back which
+//! slot holds its key and holds the permit there. A lease therefore never holds two slots,
+//! and a slot its waiter does not know of is found at the next look, at the latest when the
+//! lease is next renewed (a third of its TTL)
+//! (`a_waiter_finds_the_slot_a_take_without_an_answer_gave_it`, tests/etcd_family.rs; mutant
+//! `etcd-permit-take-unread`). A marked line key whose slot key is gone (revoked by its
+//! token) is a place that can take no slot: the waiter leaves the line and joins again.
+//!
 //! Every admitted waiter keeps its line key with its slot (one lease holds both): the holders
 //! are the first live keys of the line, and a waiter counts them ahead of it. A waiter that is
 //! admitted but finds no free slot (a slot held by a mutex on the slot's resource, or by a
@@ -62,6 +79,9 @@ enum Standing {
     Admitted { free: Vec<usize>, revision: i64 },
     /// N or more ahead; the read was at `revision`.
     Queued { revision: i64 },
+    /// A take of ours was applied (our line key was modified): its slot and the slot key's
+    /// create revision, or `None` when the slot key is gone (revoked by its token).
+    Took { slot: Option<(usize, i64)> },
     /// Our key is gone (the lease expired while we could not renew it).
     Gone,
 }
@@ -138,7 +158,7 @@ impl Cluster {
         let free = match self.standing(k, &entry).await.map_err(fail)? {
             Standing::Admitted { free, .. } => free,
             Standing::Queued { .. } => return Err(self.contention(k.name, started)),
-            Standing::Gone => return Err(fail(Fail::lease_gone())),
+            Standing::Gone | Standing::Took { .. } => return Err(fail(Fail::lease_gone())),
         };
         for i in rotated(free) {
             if let Some(revision) = self.take_slot(k, i, &entry).await.map_err(fail)? {
@@ -236,8 +256,16 @@ impl Cluster {
             let wake = entry.renewed + renew_every;
             let (watch, revision) = match standing {
                 Standing::Gone => return None,
+                // A take of ours applied although we did not hear it (see the module docs).
+                Standing::Took { slot: Some(took) } => {
+                    taken = Some(took);
+                    continue;
+                }
+                // Its slot key gone, this place can take no slot: join again.
+                Standing::Took { slot: None, .. } => return None,
                 Standing::Queued { revision } => (keys::queue_prefix(k.line), revision),
                 Standing::Admitted { free, revision } => {
+                    let mut unknown = false;
                     for i in rotated(free) {
                         match self.take_slot(k, i, &entry).await {
                             Ok(Some(rev)) => {
@@ -245,10 +273,19 @@ impl Cluster {
                                 break;
                             }
                             Ok(None) => {}
-                            Err(fail) => w.last = Some(self.error_for(k.name, fail, started)),
+                            Err(fail) => {
+                                // It may have been applied: look again (the look finds it)
+                                // rather than take another slot.
+                                w.last = Some(self.error_for(k.name, fail, started));
+                                unknown = true;
+                                break;
+                            }
                         }
                     }
-                    if taken.is_some() {
+                    if unknown {
+                        tokio::time::sleep(timing::RETRY_DELAY).await;
+                    }
+                    if taken.is_some() || unknown {
                         continue;
                     }
                     // Admitted, but every slot is held: wait for one to be freed.
@@ -277,11 +314,16 @@ impl Cluster {
             .with_keys_only()
             .with_max_create_revision(entry.revision - 1)
             .with_limit(k.slots.len() as i64);
-        let reads = std::iter::once(TxnOp::get(keys::queue_prefix(k.line), Some(ahead))).chain(
-            k.slots
-                .iter()
-                .map(|s| TxnOp::get(keys::queue_prefix(s), Some(count()))),
-        );
+        let reads = std::iter::once(TxnOp::get(keys::queue_prefix(k.line), Some(ahead)))
+            .chain(
+                k.slots
+                    .iter()
+                    .map(|s| TxnOp::get(keys::queue_prefix(s), Some(count()))),
+            )
+            .chain(std::iter::once(TxnOp::get(
+                entry.keys[0].clone(),
+                Some(GetOptions::new().with_keys_only()),
+            )));
         let txn = Txn::new()
             .when([Compare::create_revision(
                 entry.keys[0].clone(),
@@ -300,9 +342,21 @@ impl Cluster {
             .map(|h| h.revision())
             .ok_or_else(|| Fail::failed("response without a header"))?;
         let gets = gets(&resp);
-        let Some((ahead, slots)) = gets.split_first() else {
+        let Some((ahead, rest)) = gets.split_first() else {
             return Err(Fail::failed("unexpected transaction response"));
         };
+        let Some((line_key, slots)) = rest.split_last() else {
+            return Err(Fail::failed("unexpected transaction response"));
+        };
+        let modified = line_key
+            .kvs()
+            .first()
+            .map_or(entry.revision, |kv| kv.mod_revision());
+        if modified != entry.revision {
+            return Ok(Standing::Took {
+                slot: self.slot_of_ours(k, entry).await?,
+            });
+        }
         let ahead = ahead.kvs().len() as i64;
         let slots: Vec<i64> = slots.iter().map(|g| g.count()).collect();
         if slots.len() != k.slots.len() {
@@ -326,9 +380,12 @@ impl Cluster {
     ) -> Result<Option<i64>, Fail> {
         let client = self.client().await?;
         let key = slot_key(k, i, entry.lease);
+        // The line key, unmodified since its creation, is written again: at most one take of
+        // it ever applies, and the look tells one that did (see the module docs).
         let txn = Txn::new()
             .when([
                 Compare::create_revision(entry.keys[0].clone(), CompareOp::Equal, entry.revision),
+                Compare::mod_revision(entry.keys[0].clone(), CompareOp::Equal, entry.revision),
                 Compare::create_revision(keys::queue_prefix(&k.slots[i]), CompareOp::Equal, 0)
                     .with_prefix(),
             ])
@@ -336,6 +393,11 @@ impl Cluster {
                 TxnOp::put(
                     key.clone(),
                     Vec::<u8>::new(),
+                    Some(PutOptions::new().with_lease(entry.lease)),
+                ),
+                TxnOp::put(
+                    entry.keys[0].clone(),
+                    self.holder.clone(),
                     Some(PutOptions::new().with_lease(entry.lease)),
                 ),
                 TxnOp::get(key, None),
@@ -351,6 +413,38 @@ impl Cluster {
             .and_then(|g| g.kvs().first().map(|kv| kv.create_revision()))
             .map(Some)
             .ok_or_else(|| Fail::failed("the slot key vanished right after it was written"))
+    }
+}
+
+impl Cluster {
+    /// Which slot holds our key, and the key's create revision, once our line key says a take
+    /// of ours applied: one read of each slot's key for our lease (at most one exists, see
+    /// the module docs).
+    async fn slot_of_ours(
+        &self,
+        k: &PermitKeys<'_>,
+        entry: &super::Entry,
+    ) -> Result<Option<(usize, i64)>, Fail> {
+        let client = self.client().await?;
+        let reads: Vec<TxnOp> = (0..k.slots.len())
+            .map(|i| {
+                TxnOp::get(
+                    slot_key(k, i, entry.lease),
+                    Some(GetOptions::new().with_keys_only()),
+                )
+            })
+            .collect();
+        let resp = self
+            .call(
+                &client,
+                self.request_timeout,
+                client.kv_client().txn(Txn::new().and_then(reads)),
+            )
+            .await?;
+        Ok(gets(&resp)
+            .iter()
+            .enumerate()
+            .find_map(|(i, g)| g.kvs().first().map(|kv| (i, kv.create_revision()))))
     }
 }
 

@@ -74,6 +74,23 @@ impl ElectionLog {
         appended >= self.quorum
     }
 
+    /// Removes the entry `<term> <value>` from every node that answers within the node
+    /// timeout: a campaign that failed takes back its announcement (see `election.rs`).
+    pub(crate) async fn withdraw(&self, term: u64, value: &str) {
+        let member = format!("{term} {value}");
+        self.on_every_node(self.node_timeout, |mut conn| {
+            let (log, member) = (self.log.clone(), member.clone());
+            async move {
+                redis::cmd("ZREM")
+                    .arg(log)
+                    .arg(member)
+                    .query_async::<i64>(&mut conn)
+                    .await
+            }
+        })
+        .await;
+    }
+
     /// A reader of the log, from the latest leader on.
     pub(crate) fn reader(&self) -> LogReader {
         LogReader {
@@ -123,7 +140,10 @@ impl ElectionLog {
     }
 
     /// One read of the log on every node: the union of entries with a term of at least
-    /// `from`, in term order, or `None` when fewer than a quorum answered.
+    /// `from`, in term order, or `None` when fewer than a quorum answered. The score bound is
+    /// `from` rounded to a double, as Redis rounds the terms it scores: rounding keeps order,
+    /// so no term at or above `from` is left out; the terms themselves are read exactly from
+    /// the members' text (above 2^53 the bound may let in a few smaller ones, dropped later).
     async fn read(&self, from: u64) -> Option<Vec<(u64, String)>> {
         let timeout = self.node_timeout.max(POLL);
         let answers = self
@@ -184,24 +204,10 @@ impl LogReader {
                 tokio::time::sleep(POLL).await;
                 continue;
             };
-            match self.seen {
-                None => {
-                    // The first read: report from the latest leader on, once confirmed.
-                    if entries.len() >= 2 {
-                        self.last = entries[entries.len() - 2].0;
-                    }
-                }
-                Some(seen) => {
-                    let last = self.last;
-                    self.ready = entries
-                        .iter()
-                        .filter(|l| l.0 > last && l.0 <= seen)
-                        .cloned()
-                        .collect();
-                }
-            }
-            let max = entries.last().map_or(0, |l| l.0);
-            self.seen = Some(self.seen.unwrap_or(0).max(max));
+            let (last, ready, seen) = after_read(self.last, self.seen, &entries);
+            self.last = last;
+            self.ready = ready.into();
+            self.seen = Some(seen);
             if self.ready.is_empty() {
                 tokio::time::sleep(POLL).await;
             }
@@ -209,9 +215,67 @@ impl LogReader {
     }
 }
 
+/// What an observer makes of one read that a quorum answered (`entries`: the union of the
+/// entries above `last`, in term order), given the last term reported (`last`) and the largest
+/// term an earlier complete read saw (`seen`, `None` before the first): the last term reported
+/// once the leaders returned are (on the first read, the one before the latest, so that the
+/// latest is reported once a later read confirms it), the leaders to report now, in term
+/// order, and the largest term seen so far. Pure, for the simulator.
+///
+/// A term is reported only once an earlier complete read saw it or a later one (the argument
+/// is in `election.rs`). What a report means, and the limits (an append that reached a
+/// minority, a node restarted empty), are in docs/guarantees.md (A-elect-observe).
+pub(crate) fn after_read(
+    last: u64,
+    seen: Option<u64>,
+    entries: &[(u64, String)],
+) -> (u64, Vec<(u64, String)>, u64) {
+    let max = entries.last().map_or(0, |l| l.0);
+    match seen {
+        None => {
+            let last = match entries.len() {
+                n if n >= 2 => entries[n - 2].0,
+                _ => last,
+            };
+            (last, Vec::new(), max)
+        }
+        Some(seen) => {
+            let ready: Vec<(u64, String)> = entries
+                .iter()
+                .filter(|l| l.0 > last && l.0 <= seen)
+                .cloned()
+                .collect();
+            (last, ready, seen.max(max))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn terms(list: &[u64]) -> Vec<(u64, String)> {
+        list.iter().map(|&t| (t, format!("n{t}"))).collect()
+    }
+
+    #[test]
+    fn a_term_is_reported_once_an_earlier_read_saw_it_and_each_once_in_order() {
+        // First read: 3, 5, 7 are in the log; report from the latest (7) on, once confirmed.
+        let (last, ready, seen) = after_read(0, None, &terms(&[3, 5, 7]));
+        assert_eq!((last, ready.len(), seen), (5, 0, 7));
+        // Second read: 7 (seen before) is reported; 9, seen for the first time, waits.
+        let (last, ready, seen) = after_read(last, Some(seen), &terms(&[7, 9]));
+        assert_eq!(ready, terms(&[7]));
+        assert_eq!(seen, 9);
+        let last = ready.last().map_or(last, |l| l.0);
+        let (_, ready, seen) = after_read(last, Some(seen), &terms(&[9, 11]));
+        assert_eq!(ready, terms(&[9]));
+        assert_eq!(seen, 11);
+        // Terms above 2^53 are compared exactly.
+        let big = (1u64 << 53) + 1;
+        let (_, ready, _) = after_read(big - 1, Some(big + 1), &terms(&[big, big + 1, big + 2]));
+        assert_eq!(ready, terms(&[big, big + 1]));
+    }
 
     #[test]
     fn members_carry_the_term_and_any_value() {

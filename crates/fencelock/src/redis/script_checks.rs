@@ -245,3 +245,56 @@ async fn a_queued_grant_takes_a_proposal_by_the_same_rule() {
     let err = queued_proposing(&mut conn, "a", "007").await.unwrap_err();
     assert!(err.to_string().contains("proposed fencing token"), "{err}");
 }
+
+/// Issue 27, item 8: the election log scores entries by term, a double, exact only below 2^53,
+/// while terms (fencing tokens) reach 2^63 - 1 after a reseed. Above 2^53 neighbouring terms
+/// share a score, and Redis orders ties by the member's text: across a power of ten,
+/// `10000000000000000 …` sorts before `9999999999999999 …`. The append's trim must still drop
+/// the oldest terms, by their exact value.
+#[tokio::test]
+async fn the_election_log_keeps_its_newest_terms_exactly_above_2_pow_53() {
+    let node = RedisNode::start().unwrap();
+    let mut conn = connect(&node).await;
+    node.cli(&["SET", "election:big", "me", "PX", "60000"])
+        .unwrap();
+    let first: u64 = 9_999_999_999_999_999;
+    assert!(first > 1 << 53);
+    for term in first..first + 65 {
+        let appended: i64 = scripts::ELECTION_APPEND
+            .key("election:big")
+            .key("fencelock:leaders:big")
+            .arg("me")
+            .arg(term.to_string())
+            .arg(format!("{term} host-{term}"))
+            .arg(64)
+            .invoke_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(appended, 1, "term {term}");
+    }
+    let members: Vec<String> = redis::cmd("ZRANGE")
+        .arg("fencelock:leaders:big")
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let mut kept: Vec<u64> = members
+        .iter()
+        .map(|m| super::election::parse_member(m).unwrap().0)
+        .collect();
+    kept.sort_unstable();
+    let want: Vec<u64> = (first + 1..first + 65).collect();
+    assert_eq!(
+        kept.len(),
+        64,
+        "the log holds {} entries, not 64",
+        kept.len()
+    );
+    assert_eq!(
+        kept.first(),
+        want.first(),
+        "the trim dropped a newer term and kept the oldest ({first})"
+    );
+    assert_eq!(kept, want);
+}
