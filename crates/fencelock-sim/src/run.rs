@@ -1,0 +1,317 @@
+//! One seeded run: several real `fencelock::Client`s (their own TTLs, node timeouts and
+//! fencing) take and release locks on simulated nodes while a fault task breaks things, and a
+//! checker judges the history. A run is a function of its seed and options.
+
+use std::cell::RefCell;
+use std::fmt::Write as _;
+use std::rc::Rc;
+use std::time::{Duration, Instant as StdInstant};
+
+use fencelock::{Client, Config};
+
+use crate::net::{Net, World, EPOCH_MS};
+use crate::node::Persistence;
+
+/// Which faults a run may inject.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Faults {
+    /// None: the protocol alone, with seeded delays.
+    None,
+    /// What the library claims to survive on today's main: restarts with persistence and
+    /// without (with the quarantine on), script cache flushes, broken connections, partitions,
+    /// late replies.
+    Claimed,
+    /// Everything, known holes included (FLUSHALL of a majority while a lock is held, issue 27
+    /// item 4; several nodes restarting empty within a TTL; short TTLs beside long ones).
+    All,
+}
+
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub nodes: usize,
+    pub clients: usize,
+    /// Virtual run length.
+    pub duration: Duration,
+    pub faults: Faults,
+    /// Keep every command and reply in the trace.
+    pub verbose: bool,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            nodes: 3,
+            clients: 3,
+            duration: Duration::from_secs(6),
+            faults: Faults::Claimed,
+            verbose: false,
+        }
+    }
+}
+
+/// A grant as the client saw it, in virtual ms since the run began.
+#[derive(Clone, Debug)]
+struct Grant {
+    client: usize,
+    resource: String,
+    token: Option<u64>,
+    /// When the attempt began.
+    started: i64,
+    granted: i64,
+    valid_until: i64,
+    /// When the holder stopped acting (released, or its validity ran out first).
+    ended: Option<i64>,
+}
+
+#[derive(Debug)]
+pub struct Outcome {
+    pub seed: u64,
+    pub violations: Vec<String>,
+    pub trace: Vec<String>,
+    pub grants: usize,
+    pub commands: u64,
+}
+
+impl Outcome {
+    pub fn ok(&self) -> bool {
+        self.violations.is_empty()
+    }
+}
+
+/// Runs seed `seed` on this thread (a fresh current-thread runtime on tokio's paused clock).
+pub fn run(seed: u64, opts: &Options) -> Outcome {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .expect("a runtime");
+    let local = tokio::task::LocalSet::new();
+    // The library's jitter and retry delays draw from fastrand's thread-local generator.
+    fastrand::seed(seed);
+    local.block_on(&rt, async move {
+        let _clock = crate::clock::activate(EPOCH_MS);
+        let world = World::new(opts.nodes, seed, opts.verbose);
+        let _seam = fencelock::sim::install(Rc::new(Net(world.clone())));
+        let history: Rc<RefCell<Vec<Grant>>> = Rc::default();
+        let end = opts.duration.as_millis() as i64;
+        let mut tasks = Vec::new();
+        for c in 0..opts.clients {
+            let (ttl, timeout) = world.rng(|r| {
+                let ttl = [1000, 2000, 4000][r.usize(..3)];
+                let timeout = [50, 100, 200][r.usize(..3)];
+                (ttl, timeout)
+            });
+            let config = Config::new(world.urls())
+                .with_ttl(Duration::from_millis(ttl))
+                .with_node_timeout(Duration::from_millis(timeout))
+                .with_fencing(true);
+            world.log(format!("client {c}: ttl {ttl}ms, node timeout {timeout}ms, fencing"));
+            let client = Client::new(config).expect("a valid config");
+            tasks.push(tokio::task::spawn_local(client_loop(
+                world.clone(),
+                history.clone(),
+                client,
+                c,
+                ttl,
+                end,
+            )));
+        }
+        if opts.faults != Faults::None {
+            tasks.push(tokio::task::spawn_local(fault_loop(world.clone(), opts.faults, end)));
+        }
+        for t in tasks {
+            let _ = t.await;
+        }
+        let grants = history.borrow().clone();
+        let violations = check(&grants);
+        let mut trace = world.trace.borrow().clone();
+        for g in &grants {
+            trace.push(format!(
+                "grant: client {} {} token {:?} attempt {}ms granted {}ms valid until {}ms ended {:?}",
+                g.client, g.resource, g.token, g.started, g.granted, g.valid_until, g.ended
+            ));
+        }
+        Outcome {
+            seed,
+            violations,
+            trace,
+            grants: grants.len(),
+            commands: world.commands.get(),
+        }
+    })
+}
+
+fn virtual_ms(world: &World, at: StdInstant) -> i64 {
+    let now_std = StdInstant::now();
+    let now = world.elapsed_ms();
+    if at >= now_std {
+        now + at.duration_since(now_std).as_millis() as i64
+    } else {
+        now - now_std.duration_since(at).as_millis() as i64
+    }
+}
+
+async fn client_loop(
+    world: Rc<World>,
+    history: Rc<RefCell<Vec<Grant>>>,
+    client: Client,
+    c: usize,
+    ttl: u64,
+    end: i64,
+) {
+    while world.elapsed_ms() < end {
+        let pause = world.rng(|r| r.u64(0..100));
+        tokio::time::sleep(Duration::from_millis(pause)).await;
+        let resource = world.rng(|r| format!("r{}", r.usize(..2)));
+        let started = world.elapsed_ms();
+        let attempt = client.try_acquire(&resource).await;
+        let lock = match attempt {
+            Ok(lock) => lock,
+            Err(e) => {
+                if world.verbose {
+                    world.log(format!("client {c}: {resource} refused: {e}"));
+                }
+                continue;
+            }
+        };
+        let granted = world.elapsed_ms();
+        let valid_until = virtual_ms(&world, lock.validity_deadline());
+        let token = lock.fencing_token();
+        world.log(format!(
+            "client {c}: granted {resource} token {token:?} valid until {valid_until}ms"
+        ));
+        let index = {
+            let mut h = history.borrow_mut();
+            h.push(Grant {
+                client: c,
+                resource: resource.clone(),
+                token,
+                started,
+                granted,
+                valid_until,
+                ended: None,
+            });
+            h.len() - 1
+        };
+        // Hold for a while; sometimes past the validity (a paused or slow holder).
+        let hold = world.rng(|r| r.u64(0..ttl * 5 / 4));
+        tokio::time::sleep(Duration::from_millis(hold)).await;
+        let ended = world.elapsed_ms().min(valid_until);
+        history.borrow_mut()[index].ended = Some(ended);
+        let _ = lock.release().await;
+    }
+    client.close().await;
+}
+
+async fn fault_loop(world: Rc<World>, faults: Faults, end: i64) {
+    let n = world.nodes.len();
+    while world.elapsed_ms() < end {
+        let wait = world.rng(|r| r.u64(100..1500));
+        tokio::time::sleep(Duration::from_millis(wait)).await;
+        let i = world.rng(|r| r.usize(..n));
+        let pick = world.rng(|r| r.u32(..100));
+        match pick {
+            0..=14 => world.restart(i, Persistence::None),
+            15..=29 => world.restart(i, Persistence::AofAlways),
+            30..=44 => {
+                world.nodes[i]
+                    .borrow_mut()
+                    .node
+                    .exec(world.node_now(i), &[b"SCRIPT".to_vec(), b"FLUSH".to_vec()]);
+                world.log(format!("fault: node {i} SCRIPT FLUSH"));
+            }
+            45..=59 => {
+                world.cut(i);
+                world.log(format!("fault: node {i} connections cut"));
+            }
+            60..=74 => {
+                let ms = world.rng(|r| r.u64(100..2000));
+                world.nodes[i].borrow_mut().partitioned = true;
+                world.log(format!("fault: node {i} partitioned for {ms}ms"));
+                let w = world.clone();
+                tokio::task::spawn_local(async move {
+                    tokio::time::sleep(Duration::from_millis(ms)).await;
+                    w.nodes[i].borrow_mut().partitioned = false;
+                    w.log(format!("fault: node {i} partition heals"));
+                });
+            }
+            75..=89 => {
+                let hi = world.rng(|r| r.u64(5..400));
+                world.nodes[i].borrow_mut().delay_ms = (0, hi);
+                world.log(format!("fault: node {i} replies late, up to {hi}ms"));
+            }
+            _ if faults == Faults::All => {
+                world.nodes[i]
+                    .borrow_mut()
+                    .node
+                    .exec(world.node_now(i), &[b"FLUSHALL".to_vec()]);
+                world.log(format!("fault: node {i} FLUSHALL"));
+            }
+            _ => world.nodes[i].borrow_mut().delay_ms = (0, 2),
+        }
+    }
+}
+
+/// Judges a history: two holders of one resource at once, and a later grant (its attempt began
+/// after an earlier holder stopped) with a token not above the earlier one's.
+fn check(grants: &[Grant]) -> Vec<String> {
+    let mut out = Vec::new();
+    for (a_i, a) in grants.iter().enumerate() {
+        let a_end = a.ended.unwrap_or(a.valid_until).min(a.valid_until);
+        for b in grants.iter().skip(a_i + 1) {
+            if a.resource != b.resource {
+                continue;
+            }
+            let b_end = b.ended.unwrap_or(b.valid_until).min(b.valid_until);
+            if a.granted < b_end && b.granted < a_end {
+                out.push(format!(
+                    "two holders of {}: client {} (granted {}ms, valid to {}ms, token {:?}) and client {} (granted {}ms, valid to {}ms, token {:?})",
+                    a.resource, a.client, a.granted, a_end, a.token, b.client, b.granted, b_end, b.token
+                ));
+            }
+            for (first, first_end, second) in [(a, a_end, b), (b, b_end, a)] {
+                if first_end <= second.started {
+                    if let (Some(t1), Some(t2)) = (first.token, second.token) {
+                        if t2 <= t1 {
+                            out.push(format!(
+                                "token order on {}: client {} (token {t1}, ended {first_end}ms) then client {} (attempt {}ms) got token {t2}",
+                                first.resource, first.client, second.client, second.started
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The report of a failing seed: its violations, its trace and the command that reruns it.
+pub fn report(outcome: &Outcome, opts: &Options) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "seed {} FAILED: {} violation(s)",
+        outcome.seed,
+        outcome.violations.len()
+    );
+    for v in &outcome.violations {
+        let _ = writeln!(s, "  {v}");
+    }
+    let _ = writeln!(s, "trace:");
+    for line in &outcome.trace {
+        let _ = writeln!(s, "  {line}");
+    }
+    let _ = writeln!(
+        s,
+        "rerun: ./dev sim --seed {} --faults {} --duration {}s --verbose",
+        outcome.seed,
+        match opts.faults {
+            Faults::None => "none",
+            Faults::Claimed => "claimed",
+            Faults::All => "all",
+        },
+        opts.duration.as_secs()
+    );
+    s
+}
