@@ -70,8 +70,20 @@ impl World {
         let mut w = w;
         for i in 0..nodes {
             let run_id = w.run_id();
+            let mut node = Node::new(run_id.clone(), EPOCH_MS, Persistence::None, 6379 + i as u16);
+            // Fresh nodes that never held a lock, marked new as `fencelock up` does: counted
+            // at once.
+            let marker = fencelock::protocol::new_node_marker(&run_id);
+            node.exec(
+                EPOCH_MS,
+                &[
+                    b"SET".to_vec(),
+                    fencelock::protocol::NODE_MARKER_KEY.as_bytes().to_vec(),
+                    marker.into_bytes(),
+                ],
+            );
             w.nodes.push(RefCell::new(SimNode {
-                node: Node::new(run_id, EPOCH_MS, Persistence::None, 6379 + i as u16),
+                node,
                 offset_ms: 0,
                 partitioned: false,
                 incarnation: 0,
@@ -237,13 +249,38 @@ impl World {
     }
 }
 
-/// The connector the client's seam calls.
+/// The connector the client's seam calls. The library opens connections from tasks of its own,
+/// outside the run's `LocalSet`: each new connection's server end goes to [`accept`], which
+/// serves it from inside.
 #[allow(missing_debug_implementations)]
-pub struct Net(pub Rc<World>);
+pub struct Net {
+    world: Rc<World>,
+    accepted: mpsc::UnboundedSender<(usize, u64, DuplexStream)>,
+}
+
+impl Net {
+    /// The connector, and the task that must run (spawned locally) to serve its connections.
+    pub fn new(world: Rc<World>) -> (Net, impl std::future::Future<Output = ()>) {
+        let (tx, mut rx) = mpsc::unbounded_channel::<(usize, u64, DuplexStream)>();
+        let w = world.clone();
+        let accept = async move {
+            while let Some((i, conn, stream)) = rx.recv().await {
+                tokio::task::spawn_local(serve(w.clone(), i, conn, stream));
+            }
+        };
+        (
+            Net {
+                world,
+                accepted: tx,
+            },
+            accept,
+        )
+    }
+}
 
 impl Connector for Net {
     fn connect(&self, addr: &str) -> Connecting {
-        let world = self.0.clone();
+        let world = self.world.clone();
         let i: Option<usize> = addr
             .strip_prefix("sim")
             .and_then(|r| r.split(':').next())
@@ -265,7 +302,11 @@ impl Connector for Net {
         let (client, server) = tokio::io::duplex(1 << 16);
         let conn = world.next_conn.get();
         world.next_conn.set(conn + 1);
-        tokio::task::spawn_local(serve(world, i, conn, server));
+        if self.accepted.send((i, conn, server)).is_err() {
+            return Box::pin(async {
+                Err(io::Error::new(io::ErrorKind::ConnectionRefused, "the simulation has ended"))
+            });
+        }
         Box::pin(async move { Ok(Box::new(client) as Box<dyn Stream>) })
     }
 }

@@ -91,7 +91,9 @@ pub fn run(seed: u64, opts: &Options) -> Outcome {
     local.block_on(&rt, async move {
         let _clock = crate::clock::activate(EPOCH_MS);
         let world = World::new(opts.nodes, seed, opts.verbose);
-        let _seam = fencelock::sim::install(Rc::new(Net(world.clone())));
+        let (net, accept) = Net::new(world.clone());
+        let _seam = fencelock::sim::install(Rc::new(net));
+        let acceptor = tokio::task::spawn_local(accept);
         let history: Rc<RefCell<Vec<Grant>>> = Rc::default();
         let end = opts.duration.as_millis() as i64;
         let mut tasks = Vec::new();
@@ -119,11 +121,16 @@ pub fn run(seed: u64, opts: &Options) -> Outcome {
         if opts.faults != Faults::None {
             tasks.push(tokio::task::spawn_local(fault_loop(world.clone(), opts.faults, end)));
         }
+        let mut broken = Vec::new();
         for t in tasks {
-            let _ = t.await;
+            if let Err(e) = t.await {
+                broken.push(format!("the simulation itself failed (a bug of the harness): {e}"));
+            }
         }
+        acceptor.abort();
         let grants = history.borrow().clone();
-        let violations = check(&grants);
+        let mut violations = check(&grants);
+        violations.extend(broken);
         let mut trace = world.trace.borrow().clone();
         for g in &grants {
             trace.push(format!(
@@ -214,10 +221,8 @@ async fn fault_loop(world: Rc<World>, faults: Faults, end: i64) {
             0..=14 => world.restart(i, Persistence::None),
             15..=29 => world.restart(i, Persistence::AofAlways),
             30..=44 => {
-                world.nodes[i]
-                    .borrow_mut()
-                    .node
-                    .exec(world.node_now(i), &[b"SCRIPT".to_vec(), b"FLUSH".to_vec()]);
+                let now = world.node_now(i);
+                world.nodes[i].borrow_mut().node.exec(now, &[b"SCRIPT".to_vec(), b"FLUSH".to_vec()]);
                 world.log(format!("fault: node {i} SCRIPT FLUSH"));
             }
             45..=59 => {
@@ -241,10 +246,8 @@ async fn fault_loop(world: Rc<World>, faults: Faults, end: i64) {
                 world.log(format!("fault: node {i} replies late, up to {hi}ms"));
             }
             _ if faults == Faults::All => {
-                world.nodes[i]
-                    .borrow_mut()
-                    .node
-                    .exec(world.node_now(i), &[b"FLUSHALL".to_vec()]);
+                let now = world.node_now(i);
+                world.nodes[i].borrow_mut().node.exec(now, &[b"FLUSHALL".to_vec()]);
                 world.log(format!("fault: node {i} FLUSHALL"));
             }
             _ => world.nodes[i].borrow_mut().delay_ms = (0, 2),
