@@ -53,6 +53,8 @@ impl Default for Options {
 #[derive(Clone, Debug)]
 struct Grant {
     client: usize,
+    /// Exclusion is claimed across restarts without persistence only with the quarantine on.
+    quarantine: bool,
     resource: String,
     token: Option<u64>,
     /// When the attempt began.
@@ -98,23 +100,43 @@ pub fn run(seed: u64, opts: &Options) -> Outcome {
         let end = opts.duration.as_millis() as i64;
         let mut tasks = Vec::new();
         for c in 0..opts.clients {
-            let (ttl, timeout) = world.rng(|r| {
+            // Under every fault, clients with short and long TTLs side by side; under `All`,
+            // node timeouts near a short TTL (issue 27 item 1) and the quarantine off for some
+            // (issue 27 item 3: the amnesia guard alone).
+            let all = opts.faults == Faults::All;
+            let (ttl, timeout, quarantine, fencing) = world.rng(|r| {
                 let ttl = [1000, 2000, 4000][r.usize(..3)];
-                let timeout = [50, 100, 200][r.usize(..3)];
-                (ttl, timeout)
+                let timeout = if all {
+                    [50, 500, 980][r.usize(..3)]
+                } else {
+                    [50, 100, 200][r.usize(..3)]
+                };
+                (ttl, timeout, !all || r.bool(), r.bool())
             });
             let config = Config::new(world.urls())
                 .with_ttl(Duration::from_millis(ttl))
                 .with_node_timeout(Duration::from_millis(timeout))
-                .with_fencing(true);
-            world.log(format!("client {c}: ttl {ttl}ms, node timeout {timeout}ms, fencing"));
-            let client = Client::new(config).expect("a valid config");
+                .with_quarantine(quarantine)
+                .with_fencing(fencing);
+            world.log(format!(
+                "client {c}: ttl {ttl}ms, node timeout {timeout}ms, fencing {}, quarantine {}",
+                if fencing { "on" } else { "off" },
+                if quarantine { "on" } else { "off" }
+            ));
+            let client = match Client::new(config) {
+                Ok(client) => client,
+                Err(e) => {
+                    world.log(format!("client {c}: refused configuration: {e}"));
+                    continue;
+                }
+            };
             tasks.push(tokio::task::spawn_local(client_loop(
                 world.clone(),
                 history.clone(),
                 client,
                 c,
                 ttl,
+                quarantine,
                 end,
             )));
         }
@@ -164,6 +186,7 @@ async fn client_loop(
     client: Client,
     c: usize,
     ttl: u64,
+    quarantine: bool,
     end: i64,
 ) {
     while world.elapsed_ms() < end {
@@ -191,6 +214,7 @@ async fn client_loop(
             let mut h = history.borrow_mut();
             h.push(Grant {
                 client: c,
+                quarantine,
                 resource: resource.clone(),
                 token,
                 started,
@@ -212,17 +236,28 @@ async fn client_loop(
 
 async fn fault_loop(world: Rc<World>, faults: Faults, end: i64) {
     let n = world.nodes.len();
+    let majority = n / 2 + 1;
+    // The claim for restarts without persistence: at most one node of a lock's quorum loses
+    // its data within the longest TTL (4 s here); `Claimed` keeps such restarts 5 s apart.
+    let mut last_amnesia = i64::MIN / 2;
     while world.elapsed_ms() < end {
         let wait = world.rng(|r| r.u64(100..1500));
         tokio::time::sleep(Duration::from_millis(wait)).await;
         let i = world.rng(|r| r.usize(..n));
         let pick = world.rng(|r| r.u32(..100));
+        let now_ms = world.elapsed_ms();
         match pick {
-            0..=14 => world.restart(i, Persistence::None),
-            15..=29 => world.restart(i, Persistence::AofAlways),
+            0..=14 if faults == Faults::All || now_ms - last_amnesia >= 5000 => {
+                last_amnesia = now_ms;
+                world.restart(i, Persistence::None);
+            }
+            0..=29 => world.restart(i, Persistence::AofAlways),
             30..=44 => {
                 let now = world.node_now(i);
-                world.nodes[i].borrow_mut().node.exec(now, &[b"SCRIPT".to_vec(), b"FLUSH".to_vec()]);
+                world.nodes[i]
+                    .borrow_mut()
+                    .node
+                    .exec(now, &[b"SCRIPT".to_vec(), b"FLUSH".to_vec()]);
                 world.log(format!("fault: node {i} SCRIPT FLUSH"));
             }
             45..=59 => {
@@ -240,15 +275,29 @@ async fn fault_loop(world: Rc<World>, faults: Faults, end: i64) {
                     w.log(format!("fault: node {i} partition heals"));
                 });
             }
-            75..=89 => {
+            75..=84 => {
                 let hi = world.rng(|r| r.u64(5..400));
                 world.nodes[i].borrow_mut().delay_ms = (0, hi);
                 world.log(format!("fault: node {i} replies late, up to {hi}ms"));
             }
-            _ if faults == Faults::All => {
-                let now = world.node_now(i);
-                world.nodes[i].borrow_mut().node.exec(now, &[b"FLUSHALL".to_vec()]);
-                world.log(format!("fault: node {i} FLUSHALL"));
+            // Issue 27 item 4: FLUSHALL on a majority while locks are held.
+            85..=92 if faults == Faults::All => {
+                for k in 0..majority {
+                    let j = (i + k) % n;
+                    let now = world.node_now(j);
+                    world.nodes[j]
+                        .borrow_mut()
+                        .node
+                        .exec(now, &[b"FLUSHALL".to_vec()]);
+                    world.log(format!("fault: node {j} FLUSHALL"));
+                }
+            }
+            // Issue 27 item 3: a second node loses its data within a TTL of the first.
+            93..=99 if faults == Faults::All => {
+                world.restart(i, Persistence::None);
+                let gap = world.rng(|r| r.u64(0..1000));
+                tokio::time::sleep(Duration::from_millis(gap)).await;
+                world.restart((i + 1) % n, Persistence::None);
             }
             _ => world.nodes[i].borrow_mut().delay_ms = (0, 2),
         }
@@ -266,7 +315,7 @@ fn check(grants: &[Grant]) -> Vec<String> {
                 continue;
             }
             let b_end = b.ended.unwrap_or(b.valid_until).min(b.valid_until);
-            if a.granted < b_end && b.granted < a_end {
+            if a.granted < b_end && b.granted < a_end && a.quarantine && b.quarantine {
                 out.push(format!(
                     "two holders of {}: client {} (granted {}ms, valid to {}ms, token {:?}) and client {} (granted {}ms, valid to {}ms, token {:?})",
                     a.resource, a.client, a.granted, a_end, a.token, b.client, b.granted, b_end, b.token
