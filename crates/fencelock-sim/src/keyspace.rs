@@ -14,6 +14,9 @@ const SYNTAX: &str = "ERR syntax error";
 const NOT_FLOAT: &str = "ERR value is not a valid float";
 const MINMAX: &str = "ERR min or max is not a float";
 
+/// A sorted set's members, by (score, member).
+type Zset = Vec<(f64, Vec<u8>)>;
+
 #[derive(Clone, Debug)]
 enum Val {
     Str(Vec<u8>),
@@ -51,7 +54,7 @@ pub(crate) fn arity(name: &str) -> Reply {
 fn int(arg: &[u8]) -> Result<i64, Reply> {
     std::str::from_utf8(arg)
         .ok()
-        .filter(|s| !s.starts_with('+') && !(s.len() > 1 && s.starts_with('0')))
+        .filter(|s| !(s.starts_with('+') || (s.len() > 1 && s.starts_with('0'))))
         .and_then(|s| s.parse::<i64>().ok())
         .ok_or_else(|| Reply::err(NOT_INT))
 }
@@ -163,7 +166,7 @@ impl Keyspace {
         }
     }
 
-    fn zset(&mut self, key: &[u8]) -> Result<Option<&mut Vec<(f64, Vec<u8>)>>, Reply> {
+    fn zset(&mut self, key: &[u8]) -> Result<Option<&mut Zset>, Reply> {
         match self.live(key) {
             None => Ok(None),
             Some(Entry {
@@ -484,7 +487,7 @@ impl Keyspace {
             i += 1;
         }
         let pairs = &a[i..];
-        if pairs.is_empty() || pairs.len() % 2 != 0 {
+        if pairs.is_empty() || !pairs.len().is_multiple_of(2) {
             return Err(Reply::err(SYNTAX));
         }
         if nx && xx {
@@ -492,7 +495,7 @@ impl Keyspace {
                 "ERR XX and NX options at the same time are not compatible",
             ));
         }
-        if (gt && nx) || (lt && nx) || (gt && lt) {
+        if (nx && (gt || lt)) || (gt && lt) {
             return Err(Reply::err(
                 "ERR GT, LT, and/or NX options at the same time are not compatible",
             ));

@@ -304,7 +304,10 @@ impl Connector for Net {
         world.next_conn.set(conn + 1);
         if self.accepted.send((i, conn, server)).is_err() {
             return Box::pin(async {
-                Err(io::Error::new(io::ErrorKind::ConnectionRefused, "the simulation has ended"))
+                Err(io::Error::new(
+                    io::ErrorKind::ConnectionRefused,
+                    "the simulation has ended",
+                ))
             });
         }
         Box::pin(async move { Ok(Box::new(client) as Box<dyn Stream>) })

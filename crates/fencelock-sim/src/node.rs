@@ -75,7 +75,7 @@ unsafe extern "C-unwind" fn redis_call(l: *mut mlua::ffi::lua_State) -> std::os:
             let failed = ffi::lua_type(l, -1) == ffi::LUA_TSTRING;
             ffi::lua_settop(l, -2);
             if failed {
-                return ffi::lua_error(l);
+                ffi::lua_error(l)
             }
         }
         1
@@ -147,7 +147,7 @@ fn to_lua(lua: &Lua, r: Reply) -> mlua::Result<Value> {
 fn from_lua(v: &Value) -> Reply {
     match v {
         Value::String(s) => Reply::Bulk(s.as_bytes().to_vec()),
-        Value::Integer(i) => Reply::Int(*i as i64),
+        Value::Integer(i) => Reply::Int(*i),
         // Redis casts the double to a long long: the fraction is dropped.
         Value::Number(n) => Reply::Int(*n as i64),
         Value::Boolean(true) => Reply::Int(1),

@@ -27,7 +27,10 @@ fn a_fixed_set_of_seeds_under_the_claimed_faults_is_safe() {
         grants += outcome.grants;
     }
     // The runs did take locks (a run where every attempt failed would check nothing).
-    assert!(grants as u64 > SEEDS * 3, "only {grants} grants in {SEEDS} runs");
+    assert!(
+        grants as u64 > SEEDS * 3,
+        "only {grants} grants in {SEEDS} runs"
+    );
 }
 
 /// The owner tokens come from the OS (getrandom): the trace is the same up to them.
