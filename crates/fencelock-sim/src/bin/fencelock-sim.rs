@@ -1,7 +1,7 @@
 //! `./dev sim`: runs seeds of the simulation and reports the failing ones with their traces.
 //!
 //! fencelock-sim [--seeds N | --seed S] [--first S] [--duration D (virtual, per run; e.g. 6s)]
-//!               [--for D (wall clock: keep running seeds this long)] [--faults none|claimed|all]
+//!               [--for D (wall clock: keep running seeds this long)] [--faults none|claimed|amnesia|all]
 //!               [--nodes N] [--clients N] [--verbose]
 
 use std::time::{Duration, Instant};
@@ -71,8 +71,9 @@ fn real_main() -> Result<(), String> {
                 opts.faults = match value("--faults")?.as_str() {
                     "none" => Faults::None,
                     "claimed" => Faults::Claimed,
+                    "amnesia" => Faults::Amnesia,
                     "all" => Faults::All,
-                    other => return Err(format!("--faults {other:?}: use none, claimed or all")),
+                    other => return Err(format!("--faults {other:?}: use none, claimed, amnesia or all")),
                 }
             }
             "--verbose" => opts.verbose = true,
