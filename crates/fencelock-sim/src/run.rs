@@ -371,3 +371,40 @@ pub fn report(outcome: &Outcome, opts: &Options) -> String {
     );
     s
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn grant(client: usize, token: Option<u64>, started: i64, granted: i64, ended: i64) -> Grant {
+        Grant {
+            client,
+            quarantine: true,
+            resource: "r".into(),
+            token,
+            started,
+            granted,
+            valid_until: ended + 100,
+            ended: Some(ended),
+        }
+    }
+
+    #[test]
+    fn the_checker_sees_two_holders_and_a_smaller_later_token() {
+        // In turn, tokens rising: nothing to report.
+        let fine = [grant(0, Some(5), 0, 1, 10), grant(1, Some(6), 10, 11, 20)];
+        assert!(check(&fine).is_empty());
+        // Overlapping validity.
+        let two = [grant(0, None, 0, 1, 10), grant(1, None, 5, 6, 20)];
+        assert_eq!(check(&two).len(), 1, "{:?}", check(&two));
+        assert!(check(&two)[0].starts_with("two holders of r"));
+        // A later attempt, a smaller token.
+        let order = [grant(0, Some(9), 0, 1, 10), grant(1, Some(7), 12, 13, 20)];
+        assert_eq!(check(&order).len(), 1);
+        assert!(check(&order)[0].starts_with("token order on r"));
+        // Exclusion is not judged for a client without the quarantine.
+        let mut off = two.clone();
+        off[1].quarantine = false;
+        assert!(check(&off).is_empty());
+    }
+}

@@ -73,7 +73,11 @@ fn real_main() -> Result<(), String> {
                     "claimed" => Faults::Claimed,
                     "amnesia" => Faults::Amnesia,
                     "all" => Faults::All,
-                    other => return Err(format!("--faults {other:?}: use none, claimed, amnesia or all")),
+                    other => {
+                        return Err(format!(
+                            "--faults {other:?}: use none, claimed, amnesia or all"
+                        ))
+                    }
                 }
             }
             "--verbose" => opts.verbose = true,
