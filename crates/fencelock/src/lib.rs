@@ -214,6 +214,8 @@ mod reseed;
 mod rwlock;
 mod scoped;
 mod semaphore;
+#[doc(hidden)]
+pub mod sim;
 pub mod telemetry;
 mod tls;
 mod waiter;

@@ -227,3 +227,9 @@ pub fn release_keys(resource: &str) -> [String; 4] {
         waiting_key(resource),
     ]
 }
+
+/// Every script a client loads on a new connection, in the order it sends `SCRIPT LOAD`: for
+/// the simulation (`crates/fencelock-sim`), which runs these very texts on its simulated nodes
+/// and holds them to a real redis-server. Not a stable interface.
+#[doc(hidden)]
+pub const ALL_SCRIPTS: [&str; 16] = crate::redis::scripts::ALL;

@@ -235,10 +235,7 @@ impl NodeConn {
             .set_connection_timeout(Some(self.connect_timeout))
             .set_response_timeout(None);
         let setup = async {
-            let mut conn = self
-                .client
-                .get_multiplexed_async_connection_with_config(&config)
-                .await?;
+            let mut conn = crate::sim::multiplexed(&self.client, &config).await?;
             let mut pipe = redis::pipe();
             for code in scripts::ALL {
                 pipe.cmd("SCRIPT").arg("LOAD").arg(code).ignore();

@@ -116,7 +116,11 @@ impl ElectionLog {
                     let conn = match slot.as_ref() {
                         Some(c) => c.clone(),
                         None => {
-                            let c = self.nodes[i].get_multiplexed_async_connection().await?;
+                            let c = crate::sim::multiplexed(
+                                &self.nodes[i],
+                                &redis::AsyncConnectionConfig::new(),
+                            )
+                            .await?;
                             *slot = Some(c.clone());
                             c
                         }

@@ -165,7 +165,7 @@ impl ReleaseWatch {
         let mut opened = false;
         let sink = cell
             .get_or_try_init(|| async {
-                let (mut sink, mut stream) = self.clients[i].get_async_pubsub().await?.split();
+                let (mut sink, mut stream) = crate::sim::pubsub(&self.clients[i]).await?.split();
                 let waiters = self.waiters.clone();
                 let watch = Arc::downgrade(self);
                 let turn = self.turn_channel.clone();

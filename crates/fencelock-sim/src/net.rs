@@ -1,0 +1,395 @@
+//! The simulated network: nodes behind in-memory streams that the real client connects to
+//! through `fencelock::sim` (its one connection seam). Each connection is served by a task that
+//! reads the client's commands in order and answers each after a seeded delay, at the node's
+//! own clock; faults break connections, partition nodes, restart them with or without their
+//! data, flush them, and move their clocks. Everything runs on one thread, on tokio's paused
+//! clock: a run is a function of its seed.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::io;
+use std::rc::Rc;
+use std::time::Duration;
+
+use fencelock::sim::{Connecting, Connector, Stream};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
+use tokio::sync::{mpsc, Notify};
+use tokio::time::Instant;
+
+use crate::node::{Node, Persistence};
+use crate::resp::{decode_command, Incomplete, Reply};
+
+/// The node time (ms since the epoch) at the start of every run.
+pub const EPOCH_MS: i64 = 1_767_225_600_000;
+
+/// A node as the network sees it.
+#[allow(missing_debug_implementations)]
+pub struct SimNode {
+    pub node: Node,
+    /// The node clock's offset from the virtual time (ms).
+    pub offset_ms: i64,
+    /// Unreachable: connections hang, new ones time out.
+    pub partitioned: bool,
+    /// Bumped by a restart or a cut: connections of an older incarnation are dropped.
+    incarnation: u64,
+    kill: Rc<Notify>,
+    /// Subscribers: channel -> (connection id, its push queue).
+    subs: HashMap<Vec<u8>, Vec<(u64, mpsc::UnboundedSender<Reply>)>>,
+    /// Delay of each reply: uniform in [min, max] ms.
+    pub delay_ms: (u64, u64),
+}
+
+/// The simulated world: the nodes, the virtual clock, the seeded randomness and the trace.
+#[allow(missing_debug_implementations)]
+pub struct World {
+    pub nodes: Vec<RefCell<SimNode>>,
+    start: Instant,
+    rng: RefCell<fastrand::Rng>,
+    next_conn: Cell<u64>,
+    next_run: Cell<u64>,
+    pub trace: RefCell<Vec<String>>,
+    /// Whether each command and reply goes to the trace (costly; on for a rerun of one seed).
+    pub verbose: bool,
+    /// Commands served, for the throughput figures.
+    pub commands: Cell<u64>,
+}
+
+impl World {
+    pub fn new(nodes: usize, seed: u64, verbose: bool) -> Rc<World> {
+        let start = Instant::now();
+        let w = World {
+            nodes: Vec::new(),
+            start,
+            rng: RefCell::new(fastrand::Rng::with_seed(seed)),
+            next_conn: Cell::new(0),
+            next_run: Cell::new(0),
+            trace: RefCell::new(Vec::new()),
+            verbose,
+            commands: Cell::new(0),
+        };
+        let mut w = w;
+        for i in 0..nodes {
+            let run_id = w.run_id();
+            let mut node = Node::new(run_id.clone(), EPOCH_MS, Persistence::None, 6379 + i as u16);
+            // Fresh nodes that never held a lock, marked new as `fencelock up` does: counted
+            // at once.
+            let marker = fencelock::protocol::new_node_marker(&run_id);
+            node.exec(
+                EPOCH_MS,
+                &[
+                    b"SET".to_vec(),
+                    fencelock::protocol::NODE_MARKER_KEY.as_bytes().to_vec(),
+                    marker.into_bytes(),
+                ],
+            );
+            w.nodes.push(RefCell::new(SimNode {
+                node,
+                offset_ms: 0,
+                partitioned: false,
+                incarnation: 0,
+                kill: Rc::new(Notify::new()),
+                subs: HashMap::new(),
+                delay_ms: (0, 2),
+            }));
+        }
+        Rc::new(w)
+    }
+
+    fn run_id(&self) -> String {
+        let n = self.next_run.get();
+        self.next_run.set(n + 1);
+        format!("{:040x}", 0x51u128 << 100 | u128::from(n))
+    }
+
+    /// Virtual milliseconds since the run began.
+    pub fn elapsed_ms(&self) -> i64 {
+        Instant::now().duration_since(self.start).as_millis() as i64
+    }
+
+    pub fn node_now(&self, i: usize) -> i64 {
+        EPOCH_MS + self.elapsed_ms() + self.nodes[i].borrow().offset_ms
+    }
+
+    pub fn rng<R>(&self, f: impl FnOnce(&mut fastrand::Rng) -> R) -> R {
+        f(&mut self.rng.borrow_mut())
+    }
+
+    pub fn log(&self, line: impl Into<String>) {
+        let line = format!("{:>7}ms {}", self.elapsed_ms(), line.into());
+        self.trace.borrow_mut().push(line);
+    }
+
+    /// The node URLs the clients are given.
+    pub fn urls(&self) -> Vec<String> {
+        (0..self.nodes.len())
+            .map(|i| format!("redis://sim{i}:6379"))
+            .collect()
+    }
+
+    /// Breaks every connection to node `i`.
+    pub fn cut(&self, i: usize) {
+        let mut n = self.nodes[i].borrow_mut();
+        n.incarnation += 1;
+        n.subs.clear();
+        n.node.keyspace().subscribers.clear();
+        n.kill.notify_waiters();
+    }
+
+    /// Restarts node `i` (its connections break; its data survives only with persistence).
+    pub fn restart(&self, i: usize, persistence: Persistence) {
+        let run_id = self.run_id();
+        let now = self.node_now(i);
+        {
+            let mut n = self.nodes[i].borrow_mut();
+            n.node.set_persistence(persistence);
+            n.node.restart(run_id.clone(), now);
+        }
+        self.cut(i);
+        self.log(format!(
+            "fault: node {i} restarts ({persistence:?}), run {}",
+            &run_id[36..]
+        ));
+    }
+
+    /// Runs one command of connection `conn` on node `i`: the replies (a subscription answers
+    /// once per channel).
+    fn exec(
+        &self,
+        i: usize,
+        conn: u64,
+        push: &mpsc::UnboundedSender<Reply>,
+        args: Vec<Vec<u8>>,
+    ) -> Vec<Reply> {
+        self.commands.set(self.commands.get() + 1);
+        let now = self.node_now(i);
+        let mut n = self.nodes[i].borrow_mut();
+        let name = String::from_utf8_lossy(&args[0]).to_ascii_uppercase();
+        let replies = match name.as_str() {
+            "SUBSCRIBE" => args[1..]
+                .iter()
+                .map(|ch| {
+                    let list = n.subs.entry(ch.clone()).or_default();
+                    if !list.iter().any(|(c, _)| *c == conn) {
+                        list.push((conn, push.clone()));
+                    }
+                    let count = list.len() as i64;
+                    n.node.keyspace().subscribers.insert(ch.clone(), count);
+                    let mine = n
+                        .subs
+                        .values()
+                        .filter(|l| l.iter().any(|(c, _)| *c == conn))
+                        .count();
+                    Reply::Array(vec![
+                        Reply::bulk("subscribe"),
+                        Reply::Bulk(ch.clone()),
+                        Reply::Int(mine as i64),
+                    ])
+                })
+                .collect(),
+            "UNSUBSCRIBE" => {
+                let chans: Vec<Vec<u8>> = if args.len() > 1 {
+                    args[1..].to_vec()
+                } else {
+                    n.subs
+                        .iter()
+                        .filter(|(_, l)| l.iter().any(|(c, _)| *c == conn))
+                        .map(|(k, _)| k.clone())
+                        .collect()
+                };
+                chans
+                    .into_iter()
+                    .map(|ch| {
+                        if let Some(list) = n.subs.get_mut(&ch) {
+                            list.retain(|(c, _)| *c != conn);
+                            let count = list.len() as i64;
+                            n.node.keyspace().subscribers.insert(ch.clone(), count);
+                        }
+                        let mine = n
+                            .subs
+                            .values()
+                            .filter(|l| l.iter().any(|(c, _)| *c == conn))
+                            .count();
+                        Reply::Array(vec![
+                            Reply::bulk("unsubscribe"),
+                            Reply::Bulk(ch),
+                            Reply::Int(mine as i64),
+                        ])
+                    })
+                    .collect()
+            }
+            _ => vec![n.node.exec(now, &args)],
+        };
+        for (ch, msg) in n.node.take_published() {
+            if let Some(list) = n.subs.get(&ch) {
+                for (_, tx) in list {
+                    let _ = tx.send(Reply::Array(vec![
+                        Reply::bulk("message"),
+                        Reply::Bulk(ch.clone()),
+                        Reply::Bulk(msg.clone()),
+                    ]));
+                }
+            }
+        }
+        if self.verbose {
+            let shown: Vec<String> = args
+                .iter()
+                .map(|a| {
+                    let s = String::from_utf8_lossy(a);
+                    if s.len() > 40 {
+                        format!("{}…", &s[..40.min(s.len())])
+                    } else {
+                        s.into_owned()
+                    }
+                })
+                .collect();
+            drop(n);
+            self.log(format!("n{i} c{conn} {} -> {:?}", shown.join(" "), replies));
+        }
+        replies
+    }
+}
+
+/// The connector the client's seam calls. The library opens connections from tasks of its own,
+/// outside the run's `LocalSet`: each new connection's server end goes to [`accept`], which
+/// serves it from inside.
+#[allow(missing_debug_implementations)]
+pub struct Net {
+    world: Rc<World>,
+    accepted: mpsc::UnboundedSender<(usize, u64, DuplexStream)>,
+}
+
+impl Net {
+    /// The connector, and the task that must run (spawned locally) to serve its connections.
+    pub fn new(world: Rc<World>) -> (Net, impl std::future::Future<Output = ()>) {
+        let (tx, mut rx) = mpsc::unbounded_channel::<(usize, u64, DuplexStream)>();
+        let w = world.clone();
+        let accept = async move {
+            while let Some((i, conn, stream)) = rx.recv().await {
+                tokio::task::spawn_local(serve(w.clone(), i, conn, stream));
+            }
+        };
+        (
+            Net {
+                world,
+                accepted: tx,
+            },
+            accept,
+        )
+    }
+}
+
+impl Connector for Net {
+    fn connect(&self, addr: &str) -> Connecting {
+        let world = self.world.clone();
+        let i: Option<usize> = addr
+            .strip_prefix("sim")
+            .and_then(|r| r.split(':').next())
+            .and_then(|n| n.parse().ok())
+            .filter(|i| *i < world.nodes.len());
+        let Some(i) = i else {
+            let addr = addr.to_string();
+            return Box::pin(async move {
+                Err(io::Error::new(
+                    io::ErrorKind::NotFound,
+                    format!("no simulated node at {addr}"),
+                ))
+            });
+        };
+        if world.nodes[i].borrow().partitioned {
+            // No answer at all: the client's connect timeout decides.
+            return Box::pin(std::future::pending());
+        }
+        let (client, server) = tokio::io::duplex(1 << 16);
+        let conn = world.next_conn.get();
+        world.next_conn.set(conn + 1);
+        if self.accepted.send((i, conn, server)).is_err() {
+            return Box::pin(async {
+                Err(io::Error::new(
+                    io::ErrorKind::ConnectionRefused,
+                    "the simulation has ended",
+                ))
+            });
+        }
+        Box::pin(async move { Ok(Box::new(client) as Box<dyn Stream>) })
+    }
+}
+
+async fn serve(world: Rc<World>, i: usize, conn: u64, mut io: DuplexStream) {
+    let (incarnation, kill) = {
+        let n = world.nodes[i].borrow();
+        (n.incarnation, n.kill.clone())
+    };
+    let alive = |w: &World| w.nodes[i].borrow().incarnation == incarnation;
+    let (push_tx, mut push_rx) = mpsc::unbounded_channel::<Reply>();
+    let mut buf = Vec::with_capacity(4096);
+    let mut out = Vec::with_capacity(4096);
+    loop {
+        loop {
+            let (args, used) = match decode_command(&buf) {
+                Ok(c) => c,
+                Err(Incomplete::More) => break,
+                Err(Incomplete::Bad(_)) => return,
+            };
+            buf.drain(..used);
+            let (lo, hi) = world.nodes[i].borrow().delay_ms;
+            let delay = world.rng(|r| r.u64(lo..=hi));
+            if delay > 0 {
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(delay)) => {}
+                    _ = kill.notified() => return,
+                }
+            }
+            // A partitioned node hears nothing until the partition heals; the connection is
+            // then gone (as TCP's would be, after its retransmissions gave up).
+            while world.nodes[i].borrow().partitioned {
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+                    _ = kill.notified() => return,
+                }
+                if !world.nodes[i].borrow().partitioned {
+                    return;
+                }
+            }
+            if !alive(&world) || args.is_empty() {
+                return;
+            }
+            for r in world.exec(i, conn, &push_tx, args) {
+                r.encode(&mut out);
+            }
+            if io.write_all(&out).await.is_err() {
+                return;
+            }
+            out.clear();
+        }
+        tokio::select! {
+            read = io.read_buf(&mut buf) => match read {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            },
+            Some(push) = push_rx.recv() => {
+                push.encode(&mut out);
+                if io.write_all(&out).await.is_err() {
+                    break;
+                }
+                out.clear();
+            }
+            _ = kill.notified() => break,
+        }
+        if !alive(&world) {
+            break;
+        }
+    }
+    let mut n = world.nodes[i].borrow_mut();
+    if n.incarnation == incarnation {
+        let mut emptied = Vec::new();
+        for (ch, list) in n.subs.iter_mut() {
+            if list.iter().any(|(c, _)| *c == conn) {
+                list.retain(|(c, _)| *c != conn);
+                emptied.push((ch.clone(), list.len() as i64));
+            }
+        }
+        for (ch, count) in emptied {
+            n.node.keyspace().subscribers.insert(ch, count);
+        }
+    }
+}
