@@ -688,19 +688,31 @@ async fn a_batched_extension_is_covered_by_its_own_announcement() {
     // expiry (the next is due about 1 s later and would announce anew: read at once).
     let deadline = Instant::now() + Duration::from_secs(5);
     while expires(last) <= granted_until + 1_000 {
-        assert!(Instant::now() < deadline, "the extension never reached node 0");
+        assert!(
+            Instant::now() < deadline,
+            "the extension never reached node 0"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let entries = nodes
         .node(0)
-        .cli(&["ZRANGE", fencelock::protocol::TTLS_KEY, "0", "-1", "WITHSCORES"])
+        .cli(&[
+            "ZRANGE",
+            fencelock::protocol::TTLS_KEY,
+            "0",
+            "-1",
+            "WITHSCORES",
+        ])
         .unwrap();
     let set_expires = expires(fencelock::protocol::TTLS_KEY);
     let key_expires = expires(last);
     let mut lines = entries.lines().filter(|l| !l.is_empty());
     let mut covering = None;
     while let (Some(member), Some(score)) = (lines.next(), lines.next()) {
-        let (member, score) = (member.parse::<u64>().unwrap(), score.parse::<f64>().unwrap());
+        let (member, score) = (
+            member.parse::<u64>().unwrap(),
+            score.parse::<f64>().unwrap(),
+        );
         if member >= 8_000 && score as i64 >= key_expires {
             covering = Some(score);
         }
