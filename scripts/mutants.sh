@@ -191,6 +191,24 @@ mutant ahead-kept-across-connections "the announcement sent ahead is kept per pr
   crates/fencelock/src/redis/conn.rs \
   's/self\.ahead\.lock\(\)/MUTANT_AHEAD.lock()/g; s/\z/\nstatic MUTANT_AHEAD: Mutex<Vec<(Duration, Ahead)>> = Mutex::new(Vec::new());\n/' \
   "-p fencelock --test quarantine a_node_restarted_empty_is_announced_to_again_before_its_next_plain_grant"
+mutant ttls-set-expires-with-the-writer "announce expires the whole set at the writer's own deadline, cutting a longer TTL's entry (issue 27, item 1)" \
+  crates/fencelock/src/redis/lua/announce.lua \
+  's/redis\.call\(\x27pexpireat\x27, k, latest\)/redis.call(\x27pexpireat\x27, k, untl)/' \
+  "-p fencelock --test quarantine a_short_ttl_never_shortens_the_record_of_a_longer_one" \
+  "-p fencelock --test fencing_model the_model_announces_as_the_lua_does"
+mutant extension-unannounced "an extension does not announce its TTL in its script (as the batch's extensions did, behind an announcement at the head of the pipeline; issue 27, item 2)" \
+  crates/fencelock/src/redis/lua/extend.lua \
+  's/^announce\(ARGV\[2\]\)$/-- mutant: not announced/m' \
+  "-p fencelock --test quarantine a_batched_extension_is_covered_by_its_own_announcement"
+mutant flush-aged-by-uptime "a node without its marker is judged as old as its uptime (a FLUSHALL counted at once; issue 27, item 4)" \
+  crates/fencelock/src/redis/quarantine.rs \
+  's/let Some\(value\) = report\.marker else \{\n(\s*)return seen_now\(/let Some(value) = report.marker else {\n$1return suspect(/' \
+  "-p fencelock --test quarantine a_flush_on_a_majority_while_a_lock_is_held_starts_the_quarantine" \
+  "-p fencelock --lib redis::quarantine::tests::a_loss_without_a_restart_is_counted_from_when_it_is_seen"
+mutant grant-marker-unchecked "a grant counts whatever the node's marker reads right behind it (an open connection never sees a flush; issue 27, item 4)" \
+  crates/fencelock/src/redis/round.rs \
+  's/Ok\(found\) if handle\.info\.marker_holds\(found\.as_deref\(\)\) => \{\}/Ok(found) if true || handle.info.marker_holds(found.as_deref()) => {}/' \
+  "-p fencelock --test quarantine a_flush_on_a_majority_while_a_lock_is_held_starts_the_quarantine"
 mutant etcd-carried-lease-reuses-the-key "a lease carried over to the next lock writes the old lock's key again" \
   crates/fencelock/src/etcd/mod.rs \
   's/Some\(n\) => keys::carried_key\(p, lease, n\),/Some(_) => side.key(p, lease),/' \

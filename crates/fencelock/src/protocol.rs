@@ -25,10 +25,13 @@
 //! Per node, for the restart quarantine (a node that lost its data must not count until every
 //! lock it may have forgotten expired):
 //!
-//! - [`NODE_MARKER_KEY`]: the node's marker, written by the first client that sees a run of the
-//!   node; it lives with the data, so its absence after a restart shows the data was lost. A
-//!   tool that starts a node that never held a lock may mark it new with [`new_node_marker`]
-//!   (`fencelock up` does), so that clients count it at once.
+//! - [`NODE_MARKER_KEY`]: the node's marker, `<run_id> <ms>`, written by the first client that
+//!   finds it missing, with the node's time (ms) it saw the loss; it lives with the data, so its
+//!   absence shows the data was lost (a restart, or a `FLUSHALL`, `FLUSHDB`, `DEL` or failover
+//!   that keeps the node running), and such a loss counts from when it was first seen. A client
+//!   reads it again right behind each grant and does not count a grant on a node whose marker
+//!   changed. A tool that starts a node that never held a lock may mark it new with
+//!   [`new_node_marker`] (`fencelock up` does), so that clients count it at once.
 //! - [`TTLS_KEY`]: the TTLs in use. Every fencelock acquisition and extension leaves its TTL
 //!   there in the same script ([`ANNOUNCE_FUNCTION`], called as `announce(ttl_ms)`), except a
 //!   plain lock of one key on several nodes, a bare `SET NX PX` whose TTL the client announces

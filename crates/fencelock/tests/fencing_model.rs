@@ -1985,6 +1985,20 @@ fn q_announce_with(
     any_mark: bool,
     margin: u64,
 ) -> Option<u64> {
+    q_announce_core(stair, marks, now, ttl, any_mark, margin).0
+}
+
+/// [`q_announce_with`], and the deadline the Lua of issue 27 item 1 gave the whole set when it
+/// wrote it (`PEXPIRE` to its own `untl`), `None` where it sets no expiry. The set's expiry
+/// itself is modelled in [`q_announce_expiring`].
+fn q_announce_core(
+    stair: &mut Vec<(u64, u64)>,
+    marks: &mut Vec<(u64, u64)>,
+    now: u64,
+    ttl: u64,
+    any_mark: bool,
+    margin: u64,
+) -> (Option<u64>, Option<u64>) {
     // Expired keys are gone (the mark is a key with a TTL).
     marks.retain(|&(_, until)| until > now);
     let enough = if any_mark { 0 } else { ttl + margin };
@@ -1992,14 +2006,16 @@ fn q_announce_with(
         .iter()
         .any(|&(t, until)| t == ttl && until - now > enough)
     {
-        return None;
+        return (None, None);
     }
     let need = now + ttl + margin;
     let mut untl = now + 2 * ttl;
+    let mut expired_to = None;
     let covered = 'stair: {
         if let Some(top) = stair.last_mut().filter(|top| top.0 == ttl) {
             // The Lua's common slow case: the latest entry has this TTL; its deadline moves.
             top.1 = top.1.max(untl);
+            expired_to = Some(top.1);
             break 'stair top.1;
         }
         // zremrangebyscore -inf now
@@ -2015,14 +2031,18 @@ fn q_announce_with(
             untl = untl.max(top_until);
             stair.pop();
         }
-        // zadd: a member already present (same TTL) was popped above, so this is an insert.
+        // zadd sets the member's score. With a margin above the TTL the entry may go below a
+        // longer TTL's entry, where a later announcement of the TTL finds it again (it is not
+        // popped: the loop stops at the longer entry).
+        stair.retain(|&(t, _)| t != ttl);
         stair.push((ttl, untl));
         stair.sort_by_key(|&(_, until)| until);
+        expired_to = Some(untl);
         untl
     };
     marks.retain(|&(t, _)| t != ttl);
     marks.push((ttl, covered));
-    Some(now)
+    (Some(now), expired_to)
 }
 
 /// The longest TTL whose lock may still live, from one node's staircase (`longest_live`).
@@ -2552,6 +2572,143 @@ fn ahead_grants_are_covered_by_their_announcement() {
     }
 }
 
+// Issue 27, item 1: the whole set `fencelock:ttls` expires as one key. The walks above keep a
+// deadline per entry and no expiry for the set; `announce` also sets one for the whole set
+// when it writes, and before the fix it was the caller's own `now + 2 ttl`: an announcement
+// whose margin exceeds its TTL (a client with a TTL below two node timeouts) stops at no longer
+// entry that ends within the margin, writes its own entry below it and expired the whole set,
+// the longer entry with it, before the longer TTL's lock ended.
+
+/// How `announce` expires the whole set when it writes an entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SetExpiry {
+    /// Before issue 27: `PEXPIRE` to the caller's own deadline, `now + 2 ttl` (or the deadline
+    /// of the entry it moved).
+    Caller,
+    /// The latest deadline in the set (`PEXPIREAT` to it): never shortens the record.
+    Latest,
+}
+
+/// `announce` with the set's own expiry: `set_until` is the node time after which the key
+/// `fencelock:ttls` is gone (`None`: no key). A set gone takes every entry with it.
+fn q_announce_expiring(
+    stair: &mut Vec<(u64, u64)>,
+    marks: &mut Vec<(u64, u64)>,
+    set_until: &mut Option<u64>,
+    now: u64,
+    ttl: u64,
+    margin: u64,
+    expiry: SetExpiry,
+) -> Option<u64> {
+    if set_until.is_some_and(|until| now > until) {
+        stair.clear();
+        *set_until = None;
+    }
+    let (used, expired_to) = q_announce_core(stair, marks, now, ttl, false, margin);
+    if let Some(untl) = expired_to {
+        *set_until = Some(match expiry {
+            SetExpiry::Caller => untl,
+            SetExpiry::Latest => stair.iter().map(|&(_, until)| until).max().unwrap_or(untl),
+        });
+    }
+    used
+}
+
+/// Every sequence of up to `depth` announcements (time forward by 0-3 ticks; a TTL of 1-3
+/// ticks; each with one of `margins`, as clients with different node timeouts announce), each
+/// followed by its lock: with margin 0 in the same script (an acquisition script), otherwise a
+/// bare `SET NX PX` at the last tick of its window (`Grant::Ahead`). Each lock is a resource of
+/// its own. After each step, every lock that may still live must be covered by a visible entry
+/// (its TTL or longer, lasting as long, in a set that has not expired). Returns the first
+/// sequence (locks as `(set at, ttl)`) that breaks it.
+fn set_expiry_uncovered(
+    depth: usize,
+    margins: &[u64],
+    expiry: SetExpiry,
+) -> Option<Vec<(u64, u64)>> {
+    struct Walk<'a> {
+        margins: &'a [u64],
+        expiry: SetExpiry,
+        locks: Vec<(u64, u64)>,
+    }
+    fn walk(
+        w: &mut Walk<'_>,
+        depth: usize,
+        stair: &[(u64, u64)],
+        marks: &[(u64, u64)],
+        set_until: Option<u64>,
+        now: u64,
+    ) -> Option<Vec<(u64, u64)>> {
+        if depth == 0 {
+            return None;
+        }
+        for step in 0..4 {
+            for ttl in 1..=3 {
+                for &margin in w.margins {
+                    let at = now + step;
+                    let (mut st, mut mk, mut su) = (stair.to_vec(), marks.to_vec(), set_until);
+                    q_announce_expiring(&mut st, &mut mk, &mut su, at, ttl, margin, w.expiry);
+                    let left = mk
+                        .iter()
+                        .find(|m| m.0 == ttl)
+                        .map_or(0, |&(_, until)| until.saturating_sub(at));
+                    let set_at = if margin == 0 {
+                        Some(at)
+                    } else {
+                        left.checked_sub(ttl).map(|window| at + window)
+                    };
+                    let Some(set_at) = set_at else { continue };
+                    w.locks.push((set_at, ttl));
+                    let covered = w.locks.iter().all(|&(t, d)| {
+                        t + d <= at
+                            || (su.is_some_and(|until| until >= t + d)
+                                && st.iter().any(|&(et, eu)| et >= d && eu >= t + d))
+                    });
+                    if !covered {
+                        return Some(w.locks.clone());
+                    }
+                    if let Some(found) = walk(w, depth - 1, &st, &mk, su, at) {
+                        return Some(found);
+                    }
+                    w.locks.pop();
+                }
+            }
+        }
+        None
+    }
+    let mut w = Walk {
+        margins,
+        expiry,
+        locks: Vec::new(),
+    };
+    walk(&mut w, depth, &[], &[], None, 0)
+}
+
+/// Margins side by side: none (acquisition scripts), below the shortest TTL, and above the
+/// TTLs of 1 and 2 ticks (a TTL below two node timeouts).
+const SET_EXPIRY_MARGINS: [u64; 3] = [0, 1, 3];
+
+#[test]
+fn the_set_expires_with_its_latest_entry_and_covers_every_lock() {
+    let depth = if FAST_BUILD { 5 } else { 4 };
+    assert_eq!(
+        set_expiry_uncovered(depth, &SET_EXPIRY_MARGINS, SetExpiry::Latest),
+        None
+    );
+}
+
+#[test]
+fn checker_catches_a_set_expired_to_the_callers_own_deadline() {
+    // Issue 27, item 1, on the old Lua: a long TTL's lock, granted late in its announcement's
+    // window, then a short TTL announced with a margin above it cuts the set.
+    // Deepened one step at a time, so that the sequence found is a shortest one.
+    let found = (1..=4)
+        .find_map(|depth| set_expiry_uncovered(depth, &SET_EXPIRY_MARGINS, SetExpiry::Caller));
+    println!("old Lua (set expired to the caller's own deadline): uncovered after {found:?}");
+    let found = found.expect("the checker must find the cut record");
+    assert_eq!(found.len(), 2, "{found:?}");
+}
+
 #[test]
 fn checker_catches_an_ahead_window_that_forgets_the_ttl() {
     // MUTANT: counting a SET until the mark itself runs out leaves its lock alive a TTL after
@@ -2661,6 +2818,7 @@ async fn the_model_announces_as_the_lua_does() {
     let mut rng = Rng(7);
     let mut model: Vec<(u64, u64)> = Vec::new();
     let mut marks: Vec<(u64, u64)> = Vec::new();
+    let mut set_until = None;
     let (mut stopped, mut written) = (0, 0);
     for step in 0..240 {
         if rng.below(3) == 0 {
@@ -2669,7 +2827,9 @@ async fn the_model_announces_as_the_lua_does() {
             continue;
         }
         let ttl = ttls[rng.below(4)];
-        let margin = [0u64, 0, 15, 50][rng.below(4)];
+        // 1000 ms: above every TTL here, as a client with a TTL below two node timeouts asks
+        // (issue 27, item 1: its announcements write below longer entries).
+        let margin = [0u64, 0, 15, 50, 1000][rng.below(5)];
         let before = node_now();
         let used: u64 = node
             .cli(&["EVAL", &script, "0", &ttl.to_string(), &margin.to_string()])
@@ -2687,7 +2847,15 @@ async fn the_model_announces_as_the_lua_does() {
         } else {
             written += 1;
             assert_eq!(
-                q_announce_with(&mut model, &mut marks, used, ttl, false, margin),
+                q_announce_expiring(
+                    &mut model,
+                    &mut marks,
+                    &mut set_until,
+                    used,
+                    ttl,
+                    margin,
+                    SetExpiry::Latest
+                ),
                 Some(used),
                 "step {step}, ttl {ttl}: the model stops at its mark where the Lua did not"
             );
@@ -2747,6 +2915,19 @@ async fn the_model_announces_as_the_lua_does() {
             live(&marks),
             "marks, step {step}, ttl {ttl}"
         );
+        // The whole set expires exactly with its latest entry (issue 27, item 1).
+        let set_at: i64 = node
+            .cli(&["PEXPIRETIME", TTLS_KEY])
+            .unwrap()
+            .parse()
+            .unwrap();
+        if set_at > 0 {
+            assert_eq!(
+                Some(set_at as u64),
+                set_until,
+                "the set's expiry, step {step}, ttl {ttl}: {from_lua:?}"
+            );
+        }
     }
     // Both paths ran.
     assert!(

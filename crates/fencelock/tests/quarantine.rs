@@ -415,3 +415,320 @@ async fn plain_locks_are_granted_through_whole_announcement_cycles() {
         "only {granted} locks in 2.5 s ({other} failed otherwise)"
     );
 }
+
+/// Issue 27, item 1: a client whose ahead margin (drift + 2 node timeouts) exceeds its TTL
+/// announced its TTL with a whole-set expiry of its own `now + 2 ttl`, cutting the record of a
+/// longer TTL whose lock still lived: a restarted node then counted too early, and a third
+/// client held the lock beside the first. Three nodes, all new. L (TTL 4 s) announces at `a`
+/// (its entry lives until `a + 8 s`) and takes `r` late in that announcement's window, at
+/// `a + 3.7 s`, on nodes 0 and 1 (a stranger holds node 2), so its key lives until about
+/// `a + 7.7 s`. Node 1 restarts empty. S (TTL 1 s, node timeout 980 ms) takes an unrelated
+/// plain lock at `a + 5.1 s`: its announcement wants more than L's entry has left, and before
+/// the fix expired the whole set at `a + 7.1 s`. From then on C (TTL 1 s) found no longer TTL in
+/// use, counted node 1 and took `r` on nodes 1 and 2 while L's key still lived on node 0.
+#[tokio::test]
+async fn a_short_ttl_never_shortens_the_record_of_a_longer_one() {
+    let nodes = RedisNodes::start(3).unwrap();
+    mark_new(&nodes);
+    let long = Client::new(
+        Config::new(nodes.urls())
+            .with_ttl(Duration::from_secs(4))
+            .with_node_timeout(Duration::from_millis(150))
+            .with_quarantine(false),
+    )
+    .unwrap();
+    long.connect().await;
+    let short = Client::new(
+        Config::new(nodes.urls())
+            .with_ttl(Duration::from_secs(1))
+            .with_node_timeout(Duration::from_millis(980)),
+    )
+    .unwrap();
+    short.connect().await;
+    nodes
+        .node(2)
+        .cli(&["SET", "r", "stranger", "PX", "60000"])
+        .unwrap();
+    // L's announcement (the first plain grant on each connection announces its TTL).
+    let a = Instant::now();
+    long.try_acquire("warm-up")
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    tokio::time::sleep_until((a + Duration::from_millis(3_700)).into()).await;
+    let held = long.try_acquire("r").await.unwrap();
+    assert_eq!(held.votes().granted(), 2, "{}", held.votes());
+    nodes.node(1).kill().unwrap();
+    nodes.node(1).restart().unwrap();
+    assert_eq!(nodes.node(2).cli(&["GET", "r"]).unwrap(), "stranger");
+    nodes.node(2).cli(&["DEL", "r"]).unwrap();
+
+    tokio::time::sleep_until((a + Duration::from_millis(5_100)).into()).await;
+    short
+        .try_acquire("unrelated")
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let record = |i: usize| {
+        let set = key_ttl(&nodes, i, fencelock::protocol::TTLS_KEY);
+        let entry = nodes
+            .node(i)
+            .cli(&["ZSCORE", fencelock::protocol::TTLS_KEY, "4000"])
+            .unwrap();
+        format!("the set's PTTL {set:?}, the 4 s entry's deadline {entry}")
+    };
+    println!(
+        "after S: node 0: {}; node 2: {}; r on node 0 lives {:?}",
+        record(0),
+        record(2),
+        key_ttl(&nodes, 0, "r")
+    );
+    // Every node keeps L's 4 s entry as long as L's key may live (checked after C's tries, so
+    // that a failure shows the two holders first).
+    let cut: Vec<String> = [0, 2]
+        .into_iter()
+        .filter(|&i| key_ttl(&nodes, i, fencelock::protocol::TTLS_KEY) < key_ttl(&nodes, 0, "r"))
+        .map(|i| format!("node {i}: {}", record(i)))
+        .collect();
+
+    // C tries from the moment the cut set would have expired until L's key is gone: never
+    // granted while L's key lives on node 0.
+    tokio::time::sleep_until((a + Duration::from_millis(7_150)).into()).await;
+    let mut tries = 0;
+    while nodes.node(0).cli(&["GET", "r"]).unwrap() == held.token() {
+        let third = app(&nodes, Duration::from_secs(1));
+        tries += 1;
+        if let Ok(stolen) = third.try_acquire("r").await {
+            let on_0 = nodes.node(0).cli(&["GET", "r"]).unwrap();
+            assert_ne!(
+                on_0,
+                held.token(),
+                "C took \"r\" while L still holds it on node 0 ({:?} left): {}",
+                key_ttl(&nodes, 0, "r"),
+                stolen.votes()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    println!("C tried {tries} time(s) while L held r");
+    assert!(
+        cut.is_empty(),
+        "the record of the TTLs in use expired before L's key: {cut:?}"
+    );
+}
+
+/// Issue 27, item 4: data lost without a restart (here FLUSHALL on 3 of 5 nodes, older than the
+/// TTL) while a lock is held. Before the fix a client that connected afterwards judged the
+/// flushed nodes by their uptime (the loss counted as old as the node) and one connected before
+/// counted their grants without judging them again: each took the lock beside its holder.
+/// Default settings but the TTL and the node timeout (500 ms: this box is loaded, and a request
+/// timed out would hide what a node answered).
+#[tokio::test]
+async fn a_flush_on_a_majority_while_a_lock_is_held_starts_the_quarantine() {
+    let nodes = RedisNodes::start(5).unwrap();
+    mark_new(&nodes);
+    let ttl = Duration::from_secs(2);
+    // Nodes older than the TTL by their whole-second uptime, less the second a client takes
+    // off it.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for node in nodes.iter() {
+        loop {
+            let info = node.cli(&["INFO", "server"]).unwrap();
+            let uptime: u64 = info
+                .lines()
+                .find_map(|l| l.strip_prefix("uptime_in_seconds:"))
+                .unwrap()
+                .trim()
+                .parse()
+                .unwrap();
+            if uptime >= ttl.as_secs() + 2 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the nodes never aged");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    let config = || {
+        Config::new(nodes.urls())
+            .with_ttl(ttl)
+            .with_node_timeout(Duration::from_millis(500))
+    };
+    let before = Client::new(config()).unwrap();
+    before.connect().await;
+    let holder = Client::new(config()).unwrap();
+    holder.connect().await;
+    // Two locks, one for each client below, so that neither's attempt stands in the other's way.
+    let mut locks = Vec::new();
+    for resource in ["r1", "r2"] {
+        let held = holder.try_acquire(resource).await.unwrap();
+        // The round returned at a quorum; the other requests land meanwhile.
+        for node in nodes.iter() {
+            let deadline = Instant::now() + Duration::from_secs(1);
+            while node.cli(&["GET", resource]).unwrap() != held.token() {
+                assert!(Instant::now() < deadline, "{}", held.votes());
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+        locks.push(held);
+    }
+    for i in 0..3 {
+        assert_eq!(nodes.node(i).cli(&["FLUSHALL"]).unwrap(), "OK");
+    }
+    let after = Client::new(config()).unwrap();
+    let mut stolen = Vec::new();
+    // The new client first: it finds no marker on the flushed nodes (the other client, refused
+    // there, reconnects and writes the marker with the time it saw the loss).
+    for (who, client, held) in [
+        ("new", &after, &locks[1]),
+        ("connected before the flush", &before, &locks[0]),
+    ] {
+        let resource = held.resource();
+        match client.try_acquire(resource).await {
+            Ok(lock) if held.is_valid() => stolen.push(format!(
+                "a client {who} took {resource:?} while the holder's lock is valid ({:?} left): {}",
+                held.remaining(),
+                lock.votes()
+            )),
+            Ok(_) => panic!("the test ran too slowly: the holder's lock expired"),
+            Err(err) => {
+                println!("a client {who}: {err}");
+                let votes = err.votes().unwrap();
+                assert!(votes.granted() < 3, "{err}");
+                assert_eq!(excluded(votes), 3, "{err}");
+            }
+        }
+    }
+    assert!(stolen.is_empty(), "{stolen:#?}");
+    assert!(
+        locks.iter().all(|l| l.is_valid()),
+        "the test ran too slowly to show anything"
+    );
+}
+
+/// Sends a command on `stream` (a connection of its own, opened beforehand) and reads its reply
+/// (dropped) in a thread: the node may be paused meanwhile.
+fn send_raw(mut stream: std::net::TcpStream, args: &[&str]) -> std::thread::JoinHandle<()> {
+    use std::io::{Read, Write};
+    let mut bytes = format!("*{}\r\n", args.len()).into_bytes();
+    for arg in args {
+        bytes.extend(format!("${}\r\n{arg}\r\n", arg.len()).into_bytes());
+    }
+    stream.write_all(&bytes).unwrap();
+    std::thread::spawn(move || {
+        stream
+            .set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
+        let _ = stream.read(&mut [0u8; 64]);
+    })
+}
+
+/// Issue 27, item 2: the batch extender sent one announcement at the head of its pipeline, with
+/// no margin and its reply unread, and the extensions skipped their own. A pipeline is not
+/// atomic: here the extension of a lock of many keys is longer than what Redis reads from a
+/// connection at once (16 KB), and another client's script (1 s of work) runs between the
+/// announcement and it. The announcement had stopped at its mark (more than one TTL left), the
+/// extension ran a second later, and the lock outlived every entry that recorded its TTL: a node
+/// restarted then would have been counted while the lock lived (the effect of item 1). Node 0
+/// is paused (SIGSTOP) while the batch and then the script reach it, so that it reads them in
+/// that order when it resumes.
+#[tokio::test]
+async fn a_batched_extension_is_covered_by_its_own_announcement() {
+    use fencelock::AutoExtend;
+    let nodes = RedisNodes::start(3).unwrap();
+    let ttl = Duration::from_secs(8);
+    let client = plain_client(&nodes, ttl, 500).await;
+    // The TTL's announcement: its entry lives until t + 16 s, its mark a millisecond less.
+    let t = Instant::now();
+    client
+        .try_acquire("warm-up")
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let keys: Vec<String> = (0..400)
+        .map(|k| format!("many-{k:03}-{}", "k".repeat(120)))
+        .collect();
+    tokio::time::sleep_until((t + Duration::from_millis(3_500)).into()).await;
+    let lock = client.try_acquire_many(&keys).await.unwrap();
+    // The first extension is due at about t + 6.5 s, the next (which would announce anew) at
+    // t + 9.5 s.
+    let guard = lock.auto_extend(AutoExtend::new().with_interval(Duration::from_secs(3)));
+    let last = keys.last().unwrap();
+    let expires = |key: &str| -> i64 {
+        nodes
+            .node(0)
+            .cli(&["PEXPIRETIME", key])
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    tokio::time::sleep_until((t + Duration::from_millis(6_200)).into()).await;
+    // What the acquisition left (the extension is not due yet; the script is atomic, so the
+    // last key is extended with the first).
+    let granted_until = expires(last);
+    // Accepted before the pause: the node reads what comes on it in the order it arrived.
+    let other = std::net::TcpStream::connect(("127.0.0.1", nodes.node(0).port())).unwrap();
+    assert_eq!(nodes.node(0).cli(&["PING"]).unwrap(), "PONG");
+    nodes.node(0).pause().unwrap();
+    tokio::time::sleep_until((t + Duration::from_millis(7_000)).into()).await;
+    let busy = "local s = redis.call('time') local n repeat n = redis.call('time') \
+                until (n[1] - s[1]) * 1000000 + (n[2] - s[2]) > 1000000 return 1";
+    let script = send_raw(other, &["EVAL", busy, "0"]);
+    tokio::time::sleep_until((t + Duration::from_millis(7_300)).into()).await;
+    nodes.node(0).resume().unwrap();
+    tokio::task::spawn_blocking(move || script.join().unwrap())
+        .await
+        .unwrap();
+    // The first extension has landed on node 0 once its key lives past the acquisition's
+    // expiry (the next is due about 1 s later and would announce anew: read at once).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while expires(last) <= granted_until + 1_000 {
+        assert!(
+            Instant::now() < deadline,
+            "the extension never reached node 0"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let entries = nodes
+        .node(0)
+        .cli(&[
+            "ZRANGE",
+            fencelock::protocol::TTLS_KEY,
+            "0",
+            "-1",
+            "WITHSCORES",
+        ])
+        .unwrap();
+    let set_expires = expires(fencelock::protocol::TTLS_KEY);
+    let key_expires = expires(last);
+    let mut lines = entries.lines().filter(|l| !l.is_empty());
+    let mut covering = None;
+    while let (Some(member), Some(score)) = (lines.next(), lines.next()) {
+        let (member, score) = (
+            member.parse::<u64>().unwrap(),
+            score.parse::<f64>().unwrap(),
+        );
+        if member >= 8_000 && score as i64 >= key_expires {
+            covering = Some(score);
+        }
+    }
+    guard.release().await.unwrap();
+    assert!(
+        covering.is_some() && set_expires >= key_expires,
+        "the extended lock outlives every announcement on node 0 by {} ms: the key expires at \
+         {key_expires}, the TTLs in use are {entries:?} (the set expires at {set_expires})",
+        entries
+            .lines()
+            .skip(1)
+            .step_by(2)
+            .filter_map(|s| s.parse::<f64>().ok())
+            .map(|s| key_expires - s as i64)
+            .min()
+            .unwrap_or(0)
+    );
+}

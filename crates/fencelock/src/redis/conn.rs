@@ -27,10 +27,10 @@ pub(crate) struct NodeInfo {
     /// For a suspect node: when it counts again, once the longest TTL in use was read.
     standing: Mutex<Resolution>,
     /// The latest announcement sent ahead of plain grants on this connection, per TTL (ms). Kept
-    /// with the connection: a node that restarts breaks it (on a direct connection; a proxy in
-    /// front of the node, or a `FLUSHALL`, can lose the data without breaking it: then the grants
-    /// go unannounced for up to a window, docs/fencing.md), and the next connection announces
-    /// anew before its first plain grant.
+    /// with the connection: a node that restarts breaks it (on a direct connection), and the next
+    /// connection announces anew before its first plain grant. A loss that does not break it (a
+    /// proxy in front of the node, a `FLUSHALL`) takes the marker too: the grant's marker check
+    /// (`round.rs`) drops the connection (docs/fencing.md).
     ahead: Mutex<Vec<(Duration, Ahead)>>,
 }
 
@@ -245,9 +245,15 @@ impl NodeConn {
                 .cmd("INFO")
                 .arg("persistence")
                 .cmd("GET")
-                .arg(quarantine::MARKER_KEY);
-            let (server, persistence, mut marker): (String, String, Option<String>) =
-                pipe.query_async(&mut conn).await?;
+                .arg(quarantine::MARKER_KEY)
+                .cmd("TIME");
+            let (server, persistence, mut marker, time): (
+                String,
+                String,
+                Option<String>,
+                (u64, u64),
+            ) = pipe.query_async(&mut conn).await?;
+            let node_ms = time.0.saturating_mul(1000).saturating_add(time.1 / 1000);
             // A node too old for the scripts is refused before anything is written to it.
             check_version(&server, &self.name)?;
             // CONFIG may be renamed or forbidden (managed Redis): then the policy is unknown,
@@ -263,9 +269,10 @@ impl NodeConn {
             // clearing must replace.
             let found = marker.clone();
             if let (None, Some(run_id)) = (&marker, &run_id) {
-                // The first client to see this run of the node marks it; the marker lives with
-                // the data, so its absence after a restart shows the data was lost.
-                let value = quarantine::marker(run_id);
+                // The first client to find the marker missing writes it, with the node's time:
+                // the marker lives with the data, so its absence shows the data was lost (by a
+                // restart or not), and its time tells later clients when that was first seen.
+                let value = quarantine::marker(run_id, node_ms);
                 let _: Option<String> = redis::cmd("SET")
                     .arg(quarantine::MARKER_KEY)
                     .arg(&value)
@@ -277,9 +284,17 @@ impl NodeConn {
                     .query_async(&mut conn)
                     .await?;
             }
-            Ok::<_, RedisError>((conn, server, persistence, appendfsync, found, marker))
+            Ok::<_, RedisError>((
+                conn,
+                server,
+                persistence,
+                appendfsync,
+                found,
+                marker,
+                node_ms,
+            ))
         };
-        let (conn, server, persistence, appendfsync, found, marker) =
+        let (conn, server, persistence, appendfsync, found, marker, node_ms) =
             tokio::time::timeout(self.connect_timeout, setup)
                 .await
                 .map_err(|_| {
@@ -289,7 +304,7 @@ impl NodeConn {
                     ))
                 })??;
         let appendfsync = appendfsync.map(|(_, v)| v);
-        let info = self.judge(&server, &persistence, appendfsync, found, marker);
+        let info = self.judge(&server, &persistence, appendfsync, found, marker, node_ms);
         Ok((conn, Arc::new(info)))
     }
 
@@ -301,6 +316,7 @@ impl NodeConn {
         appendfsync: Option<String>,
         found: Option<String>,
         marker: Option<String>,
+        node_ms: u64,
     ) -> NodeInfo {
         let run_id = info_field(server, "run_id").unwrap_or_default();
         let uptime = info_field(server, "uptime_in_seconds")
@@ -312,6 +328,7 @@ impl NodeConn {
             uptime,
             fsync_always: aof && appendfsync.as_deref() == Some("always"),
             marker: found.as_deref(),
+            node_ms: Some(node_ms),
         };
         let verdict = if self.quarantine.enabled {
             quarantine::judge(&report, Instant::now())
@@ -382,6 +399,26 @@ impl NodeInfo {
             Some((_, a)) => *a = ahead::later(*a, fresh, ttl, drift),
             None => kept.push((ttl, fresh)),
         }
+    }
+
+    /// Whether `found`, the node's marker read right behind a grant on this connection, shows
+    /// that the node kept its data since this connection judged it: the marker it had then, or
+    /// the clear marker of the same run (a quarantine seen to end by some client). Anything else
+    /// (gone, or written again after a loss) means the grant may be on a node that forgot the
+    /// locks it granted before (issue 27, item 4).
+    pub(crate) fn marker_holds(&self, found: Option<&str>) -> bool {
+        match found {
+            None => false,
+            Some(found) => {
+                self.marker.as_deref() == Some(found)
+                    || (!self.run_id.is_empty() && found == quarantine::clear_marker(&self.run_id))
+            }
+        }
+    }
+
+    /// The marker this connection found the node with, for messages.
+    pub(crate) fn marker(&self) -> Option<&str> {
+        self.marker.as_deref()
     }
 
     /// Where the node stands now.

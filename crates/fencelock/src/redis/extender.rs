@@ -1,6 +1,6 @@
 //! The Redis side of the extension engine (`keepalive.rs`): one attempt for a batch of locks is
-//! one pipeline per node (the TTL announced once at its head, then a compare-and-extend per
-//! lock), sent through the round engine like every other Redis operation, so that the traffic
+//! one pipeline per node (a compare-and-extend per lock, each announcing its TTL in the same
+//! script), sent through the round engine like every other Redis operation, so that the traffic
 //! grows with the number of batches, not the number of locks, and requests still in flight when
 //! the round returns reach their node in the background.
 

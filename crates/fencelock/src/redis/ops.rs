@@ -357,8 +357,8 @@ impl RedisBackend {
         .await
     }
 
-    /// Extends many locks at once: one pipeline per node (the TTL announced at its head, then
-    /// the extend script for each lock), a round of all nodes in [`Mode::UntilQuorum`]: it
+    /// Extends many locks at once: one pipeline per node (the extend script for each lock, which
+    /// announces its TTL), a round of all nodes in [`Mode::UntilQuorum`]: it
     /// returns once every lock has a quorum of extensions, or no more can come (every node
     /// answered, too many failed, or `timeout` passed); requests still in flight then reach
     /// their node in the background. Returns, per lock, how many nodes extended it and how many
@@ -371,13 +371,10 @@ impl RedisBackend {
         let ttl_ms = ttl_millis(self.settings.ttl);
         let sha = scripts::EXTEND.get_hash().to_string();
         let mut pipe = redis::pipe();
-        // The TTL is announced once, ahead of the extensions (for the restart quarantine), and
-        // the extensions skip their own announcement. Its reply is not a lock's.
-        pipe.cmd("EVALSHA")
-            .arg(scripts::ANNOUNCE.get_hash())
-            .arg(0)
-            .arg(ttl_ms)
-            .ignore();
+        // Each extension announces its TTL in its own script, atomically with the new expiry
+        // (issue 27, item 2): an announcement at the head of the pipeline, with no margin and
+        // its reply unread, did not cover extensions that ran later (a pipeline is not atomic).
+        // After the first, an announcement stops at its mark: one PTTL per lock.
         for lock in locks {
             if lock.shared {
                 // A read lock (`rwlock.rs`): the readers' script, on the key and its readers.
@@ -392,7 +389,7 @@ impl RedisBackend {
                     .arg(lock.keys.len())
                     .arg(&*lock.keys);
             }
-            pipe.arg(&*lock.token).arg(ttl_ms).arg("announced");
+            pipe.arg(&*lock.token).arg(ttl_ms);
         }
         let pipe = Arc::new(pipe);
         let round = self

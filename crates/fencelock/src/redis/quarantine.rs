@@ -8,11 +8,18 @@
 //!
 //! Two records on each node make that judgment without a setting the user keeps in sync:
 //!
-//! * the marker [`MARKER_KEY`] (no TTL, lives with the data): `<run_id>`, written by the first
-//!   client that sees the node (`SET NX`), or `<run_id> clear` once no lock it may have lost can
-//!   still be live (written by the client that saw its quarantine end, or at birth by a tool
-//!   that starts new nodes, as `fencelock up` does). A node whose marker is gone lost its data,
-//!   whatever its configuration says; a node whose marker came back from an earlier run kept it.
+//! * the marker [`MARKER_KEY`] (no TTL, lives with the data): `<run_id> <ms>`, written by the
+//!   first client that finds it missing (`SET NX`), with the node's time (`TIME`, ms) at which
+//!   the loss was seen, or `<run_id> clear` once no lock it may have lost can still be live
+//!   (written by the client that saw its quarantine end, or at birth by a tool that starts new
+//!   nodes, as `fencelock up` does). A node whose marker is gone lost its data, whatever its
+//!   configuration says, and whenever it did: a restart, but also `FLUSHALL`, `FLUSHDB`, a `DEL`
+//!   of the marker or a failover to an empty replica, which leave the uptime as it was. So a
+//!   missing marker is a loss of unknown time, counted from when it is seen, and the time it
+//!   was first seen is kept in the marker for the clients that come later. A node whose marker
+//!   came back from an earlier run kept its data. A client checks the marker again right behind
+//!   every grant, on the same connection (`round.rs`): a grant on a node whose marker changed
+//!   since the client connected is not counted, and the node is judged again.
 //! * the TTLs in use [`TTLS_KEY`]: every acquisition and extension leaves its TTL there, in the
 //!   same script that sets the key (a plain lock of one key, a bare `SET NX PX`, is announced
 //!   ahead on its connection instead, and counts only while that covers it: `pure/ahead.rs`),
@@ -31,9 +38,10 @@ pub(crate) const TTLS_KEY: &str = "fencelock:ttls";
 /// The word after the run id in the marker of a node that cannot have lost a live lock.
 const CLEAR: &str = "clear";
 
-/// The marker of a node, as its first client writes it.
-pub(crate) fn marker(run_id: &str) -> String {
-    run_id.to_string()
+/// The marker of a node, as the first client that finds it missing writes it: with the node's
+/// time (ms) at which the loss was seen.
+pub(crate) fn marker(run_id: &str, seen_ms: u64) -> String {
+    format!("{run_id} {seen_ms}")
 }
 
 /// The marker of a node that cannot have lost a live lock in its current run.
@@ -53,6 +61,8 @@ pub(crate) struct Report<'a> {
     pub(crate) fsync_always: bool,
     /// The marker's value, if the key exists.
     pub(crate) marker: Option<&'a str>,
+    /// The node's `TIME` in ms, read with the report.
+    pub(crate) node_ms: Option<u64>,
 }
 
 /// How a node stands, from its report alone.
@@ -89,16 +99,40 @@ pub(crate) fn judge(report: &Report<'_>, now: Instant) -> Verdict {
     let Some(run_id) = report.run_id.filter(|r| !r.is_empty()) else {
         return suspect("its run id is unknown (a restart cannot be ruled out)");
     };
+    // A loss whose time is unknown (a FLUSHALL leaves the uptime as it was) is counted from
+    // when it is seen.
+    let seen_now = |why: &str| Verdict::Suspect {
+        seen: now,
+        age: Duration::ZERO,
+        why: why.to_string(),
+    };
     let Some(value) = report.marker else {
-        return suspect("has no fencelock:node marker (new, or it lost its data)");
+        return seen_now(
+            "has no fencelock:node marker: new, or it lost its data (a restart, FLUSHALL, \
+             FLUSHDB, a DEL or a failover to an empty replica; counted from now)",
+        );
     };
-    let (marked_run, clear) = match value.split_once(' ') {
-        Some((run, word)) => (run, word == CLEAR),
-        None => (value, false),
+    let (marked_run, word) = match value.split_once(' ') {
+        Some((run, word)) => (run, Some(word)),
+        None => (value, None),
     };
+    let clear = word == Some(CLEAR);
+    if marked_run == run_id && !clear {
+        // The loss this run's marker records: when it was first seen, in the node's time.
+        return match (word.and_then(|w| w.parse::<u64>().ok()), report.node_ms) {
+            (Some(seen_ms), Some(node_ms)) => Verdict::Suspect {
+                seen: now,
+                age: Duration::from_millis(node_ms.saturating_sub(seen_ms)),
+                why: "lost its data, its quarantine not yet seen to end".to_string(),
+            },
+            _ => seen_now(
+                "lost its data at a time its marker does not say, its quarantine not yet seen \
+                 to end (counted from now)",
+            ),
+        };
+    }
     match (marked_run == run_id, clear, report.fsync_always) {
-        (true, true, _) => Verdict::Counted("its marker says it lost no live lock in this run"),
-        (true, false, _) => suspect("started empty, its quarantine not yet seen to end"),
+        (true, _, _) => Verdict::Counted("its marker says it lost no live lock in this run"),
         (false, true, true) => Verdict::Counted(
             "it kept its data across a restart (its marker came back, appendfsync always)",
         ),
@@ -160,6 +194,7 @@ mod tests {
             uptime: uptime.map(Duration::from_secs),
             fsync_always: fsync,
             marker,
+            node_ms: Some(4_000),
         }
     }
 
@@ -209,13 +244,42 @@ mod tests {
         let now = Instant::now();
         let v = judge(&report(Some(3), true, None), now);
         assert!(suspect(&v), "{v:?}");
-        // Up to 3 s old by its uptime, at least 2 s.
         assert_eq!(
             v.counted_from(Duration::from_secs(10)),
-            Some(now + Duration::from_secs(8))
+            Some(now + Duration::from_secs(10))
         );
-        // Older than the longest TTL: counted from the start.
-        assert!(v.counted_from(Duration::from_secs(2)).unwrap() <= now);
+    }
+
+    #[test]
+    fn a_loss_without_a_restart_is_counted_from_when_it_is_seen() {
+        // Issue 27, item 4: a FLUSHALL leaves the uptime as it was; before, a node up for an
+        // hour whose marker was flushed counted at once, as if it had lost its data an hour ago.
+        let now = Instant::now();
+        let v = judge(&report(Some(3_600), false, None), now);
+        assert_eq!(
+            v.counted_from(Duration::from_secs(2)),
+            Some(now + Duration::from_secs(2))
+        );
+        // A later client reads when the loss was first seen (node time, ms) from the marker.
+        let v = judge(&report(Some(3_600), false, Some("r2 1000")), now);
+        assert_eq!(
+            v.counted_from(Duration::from_secs(10)),
+            Some(now + Duration::from_secs(7))
+        );
+        // Without the node's time, or with a marker that does not say: from now.
+        let r = Report {
+            node_ms: None,
+            ..report(Some(3_600), false, Some("r2 1000"))
+        };
+        assert_eq!(
+            judge(&r, now).counted_from(Duration::from_secs(10)),
+            Some(now + Duration::from_secs(10))
+        );
+        assert_eq!(
+            judge(&report(Some(3_600), false, Some("r2")), now)
+                .counted_from(Duration::from_secs(10)),
+            Some(now + Duration::from_secs(10))
+        );
     }
 
     #[test]
@@ -247,7 +311,7 @@ mod tests {
             now
         )));
         assert_eq!(clear_marker("r2"), "r2 clear");
-        assert_eq!(marker("r2"), "r2");
+        assert_eq!(marker("r2", 5), "r2 5");
     }
 
     #[test]

@@ -324,8 +324,42 @@ impl RedisBackend {
                         },
                     ),
                 };
+                // An acquisition under the quarantine reads the node's marker right behind its
+                // request, on the same connection (no extra round trip): a grant counts only if
+                // the node kept its data since the connection judged it (issue 27, item 4).
+                let checks_marker = quarantine.is_some() && node.quarantine().enabled;
+                let mut marker = None;
                 let answer = match slot {
                     None => op(handle.conn.clone(), order::Slot::default()).await,
+                    Some((slot, stragglers)) if checks_marker => {
+                        let mut request = std::pin::pin!(op(handle.conn.clone(), slot.clone()));
+                        let first = std::future::poll_fn(|cx| {
+                            std::task::Poll::Ready(request.as_mut().poll(cx))
+                        })
+                        .await;
+                        let handed = slot.handed();
+                        if handed {
+                            stragglers.handed();
+                        }
+                        let rest = async move {
+                            match first {
+                                std::task::Poll::Ready(answer) => answer,
+                                std::task::Poll::Pending => request.await,
+                            }
+                        };
+                        if handed {
+                            // `join` polls the request first: the GET is handed over behind it.
+                            let (answer, found) =
+                                futures_util::future::join(rest, read_marker(&handle)).await;
+                            marker = Some(found);
+                            answer
+                        } else {
+                            // Rare (not handed at its first poll): read after the reply.
+                            let answer = rest.await;
+                            marker = Some(read_marker(&handle).await);
+                            answer
+                        }
+                    }
                     Some((slot, stragglers)) => {
                         let mut request = std::pin::pin!(op(handle.conn.clone(), slot.clone()));
                         // Its first poll hands the command to the connection's queue (the
@@ -344,6 +378,28 @@ impl RedisBackend {
                         }
                     }
                 };
+                if let (Some(found), Ok(Answer::Granted(_))) = (marker, &answer) {
+                    match found {
+                        Ok(found) if handle.info.marker_holds(found.as_deref()) => {}
+                        Ok(found) => {
+                            // The next request connects again and judges the node afresh.
+                            node.discard(&handle);
+                            return Err(NodeFailure::Excluded(format!(
+                                "its fencelock:node marker changed since this client connected \
+                                 ({:?}, now {found:?}): it lost its data (a restart, FLUSHALL, \
+                                 FLUSHDB, a DEL or a failover to an empty replica); its grant is \
+                                 not counted, and the node is judged again (restart quarantine)",
+                                handle.info.marker().unwrap_or("none")
+                            )));
+                        }
+                        Err(e) => {
+                            if conn::is_broken(&e) {
+                                node.discard(&handle);
+                            }
+                            return Err(NodeFailure::Failed(describe(&e)));
+                        }
+                    }
+                }
                 if let (Some(ahead), Some(ask), Ok(Answer::Granted(_))) = (covering, ahead, &answer)
                 {
                     if !ahead.covers(Instant::now(), ask.ttl, ask.drift) {
@@ -559,6 +615,20 @@ fn time_out(votes: &mut [NodeVote], node_timeout: Duration) {
         vote.outcome = VoteOutcome::TimedOut;
         vote.latency = node_timeout;
     }
+}
+
+/// The node's marker (`quarantine::MARKER_KEY`), read on the handle's connection. Boxed: it
+/// rides along every acquisition's request, whose future must stay small.
+fn read_marker(
+    handle: &conn::Handle,
+) -> Pin<Box<dyn Future<Output = Result<Option<String>, RedisError>> + Send>> {
+    let mut conn = handle.conn.clone();
+    Box::pin(async move {
+        redis::cmd("GET")
+            .arg(quarantine::MARKER_KEY)
+            .query_async(&mut conn)
+            .await
+    })
 }
 
 /// Announces `ask.ttl` on the handle's connection ahead of plain grants and keeps the

@@ -130,17 +130,11 @@ const ACQUIRE_QUEUED_LUA: &str = lua!(
 /// Compare-and-extend: renew every key's TTL if all still hold our token. Never creates a key:
 /// an expired lock stays expired. KEYS: locks. ARGV: owner token, new ttl in ms. Returns 1 when
 /// extended, 0 when some key is not ours (nothing extended then). An extension announces its
-/// TTL (an extension may use a longer TTL than the acquisition did), unless ARGV[3] is given:
-/// the caller announced it just before, on the same connection ([`ANNOUNCE`]).
+/// TTL in the same script (an extension may use a longer TTL than the acquisition did), the
+/// batch extender's too: an announcement sent ahead in its pipeline did not cover an extension
+/// delayed behind it (issue 27, item 2).
 pub(crate) static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(EXTEND_LUA));
 const EXTEND_LUA: &str = lua!("announce", "hold", "keys", "extend");
-
-/// The announcement alone: ARGV: ttl in ms. The batch extender sends it once at the head of its
-/// pipeline, before the extensions (which then skip their own: an announcement that writes cost
-/// about three times a bare extension on the node, measured with redis-benchmark before the
-/// mark; one that stops at its mark costs a `PTTL`).
-pub(crate) static ANNOUNCE: LazyLock<Script> = LazyLock::new(|| Script::new(ANNOUNCE_ONLY_LUA));
-const ANNOUNCE_ONLY_LUA: &str = concat!(lua!("announce"), "return announce(ARGV[1])\n");
 
 /// The announcement sent ahead of plain grants: a plain lock on several nodes is taken with a
 /// bare `SET NX PX` (as the raw Redlock fan-out does: a script call costs a node several times a
@@ -219,8 +213,7 @@ pub(crate) const ACQUIRE_PERMIT_LUA: &str = lua!(
 pub(crate) static READ_ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(READ_ACQUIRE_LUA));
 pub(crate) const READ_ACQUIRE_LUA: &str = lua!("announce", "line", "readers", "read_acquire");
 
-/// Extends a reader: KEYS: lock, readers. ARGV: owner token, ttl ms[, anything: the TTL was
-/// announced just before on the same connection, as for [`EXTEND`]]. Returns 1 when the
+/// Extends a reader: KEYS: lock, readers. ARGV: owner token, ttl ms. Returns 1 when the
 /// reader's entry was live and the lock key holds the marker (the entry then lives `ttl` from
 /// now, and the marker as long as the longest live reader), else 0 (nothing changed). Announces
 /// its TTL.
@@ -243,7 +236,7 @@ pub(crate) static WRITE_RECORD: LazyLock<Script> = LazyLock::new(|| Script::new(
 pub(crate) const WRITE_RECORD_LUA: &str = lua!("counters", "keys", "write_record");
 
 /// The source of every script, for `SCRIPT LOAD` on a new connection.
-pub(crate) const ALL: [&str; 16] = [
+pub(crate) const ALL: [&str; 15] = [
     ACQUIRE_MANY_LUA,
     ACQUIRE_QUEUED_LUA,
     ACQUIRE_FENCED_LUA,
@@ -251,7 +244,6 @@ pub(crate) const ALL: [&str; 16] = [
     RELEASE_LUA,
     EXTEND_LUA,
     MARK_LUA,
-    ANNOUNCE_ONLY_LUA,
     ANNOUNCE_AHEAD_LUA,
     RESEED_LUA,
     ELECTION_APPEND_LUA,

@@ -10,6 +10,9 @@
 -- when that covers `margin` ms (a number) beyond one TTL from now: the announcement sent ahead
 -- of plain grants (announce_ahead.lua) asks for that much, so that what it reports covers a
 -- grant sent after it. A margin only makes it write more. Without one: 0.
+-- The whole set expires with its latest entry, never sooner (PEXPIREAT to the largest score): a
+-- caller whose margin exceeds its TTL writes its entry below a longer TTL's, and expiring the set
+-- at its own deadline cut that entry while its lock lived (issue 27, item 1).
 -- mark_until(mark, deadline, now): the mark expires a millisecond before `deadline` (node time
 -- in ms, as TIME gives it), set as an absolute time: a PX counted from when the SET runs would
 -- outlive the deadline by however long the script was held up after its TIME (on a loaded box
@@ -35,11 +38,12 @@ local function announce(ttl, margin)
     -- This TTL is already the latest entry; move its deadline.
     if tonumber(top[2]) > untl then untl = tonumber(top[2]) end
     redis.call('zadd', k, untl, ttl)
-    redis.call('pexpire', k, math.ceil(untl - now))
+    redis.call('pexpireat', k, untl)
     mark_until(mark, untl, now)
     return now
   end
   redis.call('zremrangebyscore', k, '-inf', now)
+  local latest = untl
   while true do
     local top = redis.call('zrange', k, -1, -1, 'withscores')
     if not top[1] then break end
@@ -50,13 +54,15 @@ local function announce(ttl, margin)
         mark_until(mark, until_top, now)
         return now
       end
+      if until_top > latest then latest = until_top end
       break
     end
     if tonumber(top[2]) > untl then untl = tonumber(top[2]) end
     redis.call('zrem', k, top[1])
   end
   redis.call('zadd', k, untl, ttl)
-  redis.call('pexpire', k, math.ceil(untl - now))
+  if untl > latest then latest = untl end
+  redis.call('pexpireat', k, latest)
   mark_until(mark, untl, now)
   return now
 end

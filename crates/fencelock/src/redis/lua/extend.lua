@@ -4,5 +4,5 @@ for i = 1, #KEYS do
   redis.call('pexpire', KEYS[i], ARGV[2])
   redis.call('pexpire', holder_key(KEYS[i]), ARGV[2])
 end
-if not ARGV[3] then announce(ARGV[2]) end
+announce(ARGV[2])
 return 1

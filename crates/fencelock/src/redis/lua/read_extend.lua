@@ -8,5 +8,5 @@ end
 local renewed = now + tonumber(ARGV[2])
 if renewed > until_ms then redis.call('zadd', KEYS[2], renewed, ARGV[1]) end
 cover(KEYS[1], KEYS[2], now)
-if not ARGV[3] then announce(ARGV[2]) end
+announce(ARGV[2])
 return 1
