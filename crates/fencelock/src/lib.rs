@@ -73,9 +73,10 @@
 //!         )
 //!     })?;
 //!     let lock = client.acquire("sku:42").await?;
-//!     let token = lock.fencing_token().expect("the client is in fencing mode");
+//!     // The token and the lock that issued it: the fence row remembers which lock it follows.
+//!     let token = lock.issued_token().expect("the client is in fencing mode");
 //!     let left: i64 = stock
-//!         .write_async("sku:42", token, |tx| {
+//!         .write_async("sku:42", token.clone(), |tx| {
 //!             tx.execute(
 //!                 "UPDATE inventory SET stock = stock - 1 WHERE sku = 'sku:42'",
 //!                 [],
@@ -88,7 +89,7 @@
 //!         })
 //!         .await?;
 //!     lock.release().await?;
-//!     println!("reserved one of sku:42 with fencing token {token}; {left} left");
+//!     println!("reserved one of sku:42 with fencing token {}; {left} left", token.value());
 //!
 //!     nightly_report(client, &stock).await
 //! }
