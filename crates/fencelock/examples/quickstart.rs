@@ -4,7 +4,7 @@
 //! ```text
 //! fencelock up                          # 5 local redis-server nodes (the dev set)
 //! eval "$(fencelock nodes --export)"    # export FENCELOCK_NODES=redis://127.0.0.1:...,...
-//! cargo run -p fencelock --example quickstart
+//! cargo run -p fencelock --features sqlite --example quickstart
 //! ```
 //!
 //! The SQLite database is `fencelock-quickstart.db` in the temporary directory. The crate docs
