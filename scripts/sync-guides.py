@@ -52,5 +52,9 @@ def sync(page):
         print(f"updated {page.relative_to(root)}")
 
 
-for page in [root / "README.md", *sorted((root / "docs/guide").glob("*.md"))]:
+for page in [
+    root / "README.md",
+    root / "crates/fencelock/README.md",
+    *sorted((root / "docs/guide").glob("*.md")),
+]:
     sync(page)

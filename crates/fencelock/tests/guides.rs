@@ -19,9 +19,13 @@ fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()))
 }
 
-/// The user-facing pages: README.md and every page of docs/guide/.
+/// The user-facing pages: the READMEs and every page of docs/guide/.
 fn pages() -> Vec<PathBuf> {
-    let mut pages = vec![repo().join("README.md")];
+    let mut pages = vec![
+        repo().join("README.md"),
+        repo().join("crates/fencelock/README.md"),
+        repo().join("crates/fencelock-cli/README.md"),
+    ];
     let dir = repo().join("docs/guide");
     let mut guides: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("cannot list {}: {e}", dir.display()))
@@ -414,6 +418,32 @@ fn the_fenced_writes_guide_runs_on_postgres() {
             stdout.trim(),
             format!("apple: {left} left\npear: {left} left"),
             "{stdout}"
+        );
+    }
+}
+
+#[test]
+fn the_published_crates_readmes_link_only_to_absolute_addresses() {
+    // crates.io shows a crate's README without the repository around it: a relative link there
+    // leads nowhere.
+    for krate in ["fencelock", "fencelock-cli"] {
+        let path = repo().join(format!("crates/{krate}/README.md"));
+        let text = read(&path);
+        for (n, line) in text.lines().enumerate() {
+            for target in line.split("](").skip(1) {
+                let target = target.split(')').next().unwrap_or("");
+                assert!(
+                    target.starts_with("https://"),
+                    "{}:{}: link {target:?} is relative; crates.io cannot follow it",
+                    path.display(),
+                    n + 1
+                );
+            }
+        }
+        let manifest = read(&repo().join(format!("crates/{krate}/Cargo.toml")));
+        assert!(
+            manifest.contains("readme = \"README.md\""),
+            "crates/{krate}/Cargo.toml must publish its own README.md"
         );
     }
 }
