@@ -8,6 +8,9 @@ use tracing::Instrument;
 
 use crate::backend::Grant;
 use crate::client::{check_resources, Client};
+// The error variants the docs name.
+#[cfg(doc)]
+use crate::error::Error;
 use crate::error::Result;
 use crate::lock::Lock;
 use crate::pure::retry::RetryPolicy;

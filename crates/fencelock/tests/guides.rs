@@ -447,3 +447,66 @@ fn the_published_crates_readmes_link_only_to_absolute_addresses() {
         );
     }
 }
+
+/// GitHub's anchor for a heading: lower case, spaces to hyphens, other punctuation dropped.
+fn slug(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn every_relative_link_of_readme_and_the_guides_leads_to_a_file_and_heading() {
+    let mut pages = pages();
+    pages.retain(|p| !p.starts_with(repo().join("crates")));
+    for page in pages {
+        let text = read(&page);
+        let dir = page.parent().unwrap();
+        let mut targets = Vec::new();
+        for line in text.lines() {
+            // Inline links, and the definitions of reference links (`[name]: target`).
+            for rest in line.split("](").skip(1) {
+                targets.push(rest.split(')').next().unwrap_or("").to_owned());
+            }
+            if let Some((_, target)) = line.strip_prefix('[').and_then(|l| l.split_once("]: ")) {
+                targets.push(target.trim().to_owned());
+            }
+        }
+        for target in targets {
+            if target.starts_with("https://") || target.starts_with("http://") {
+                continue;
+            }
+            let (file, anchor) = target.split_once('#').unwrap_or((&target, ""));
+            let file = if file.is_empty() {
+                page.clone()
+            } else {
+                dir.join(file)
+            };
+            assert!(
+                file.exists(),
+                "{}: link {target:?} leads to no file",
+                page.display()
+            );
+            if !anchor.is_empty() {
+                let headings: Vec<String> = read(&file)
+                    .lines()
+                    .filter_map(|l| l.strip_prefix('#'))
+                    .map(|l| slug(l.trim_start_matches('#')))
+                    .collect();
+                assert!(
+                    headings.iter().any(|h| h == anchor),
+                    "{}: link {target:?}: {} has no heading #{anchor}",
+                    page.display(),
+                    file.display()
+                );
+            }
+        }
+    }
+}
