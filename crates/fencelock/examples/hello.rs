@@ -21,14 +21,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let lock = client.acquire("nightly-report").await?; // waits in line
     let token = lock.issued_token().expect("the client is in fencing mode");
-    db.write_async("nightly-report", token.clone(), move |tx| {
+    let n = token.value();
+    db.write_async("nightly-report", token, move |tx| {
         // Runs only if no later holder of "nightly-report" has written yet.
-        Ok(tx.execute("INSERT INTO runs VALUES (?1)", [token.value()])?)
+        Ok(tx.execute("INSERT INTO runs VALUES (?1)", [n])?)
     })
     .await?;
     lock.release().await?;
     client.close().await;
-    println!("wrote under fencing token {}", token.value());
+    println!("wrote under fencing token {n}");
     Ok(())
 }
 // endregion: main
