@@ -12,6 +12,7 @@ use crate::keepalive::LostSignal;
 /// extension) and its lost signal. Cheap to clone, `Send` and `'static`: move a clone into a
 /// task the work spawns. It cannot release or extend the lock, and it does not hold the owner
 /// token.
+///
 /// # Example
 ///
 /// ```no_run

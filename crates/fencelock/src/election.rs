@@ -65,6 +65,7 @@ impl Leader {
 }
 
 /// An election on the client's nodes. Made by [`Client::election`]; cheap to clone.
+///
 /// # Example
 ///
 /// ```no_run
@@ -187,6 +188,7 @@ impl Election {
 /// A stream of leader changes (made by [`Election::observe`]): each leader once, in term
 /// order. The first one reported is the latest leader elected when the observer started (on
 /// etcd: the leader at that moment, if there is one).
+///
 /// # Example
 ///
 /// ```no_run

@@ -40,6 +40,7 @@ impl Lock {
 ///
 /// Extension stops on [`LockGuard::release`] or drop (drop releases in the background, like
 /// [`Lock`]). Watch [`LockGuard::lost`] to learn at once when the lock is lost.
+///
 /// # Example
 ///
 /// ```no_run

@@ -29,6 +29,7 @@ use crate::keepalive::GuardState;
 /// deadline when `issued_token` was called (call it again after [`Lock::extend`](crate::Lock::extend));
 /// from a `LockGuard`, the guard's live state (its lost signal and its deadline as extensions
 /// move it). Equality compares the value and the issuer only.
+///
 /// # Example
 ///
 /// ```no_run

@@ -20,6 +20,7 @@ use crate::pure::vote::Votes;
 /// Dropping a lock without releasing it does no I/O in `Drop`: it asks a background task of the
 /// client to release it, and if there is none, the keys expire after the TTL. A runtime that
 /// shuts down does not run that task: call [`Client::close`] before `main` returns.
+///
 /// # Example
 ///
 /// ```no_run

@@ -88,6 +88,7 @@ use crate::scoped::Scoped;
 /// through a client and asks the same client for either again gets
 /// [`Error::AlreadyHeld`](crate::Error::AlreadyHeld) at once (a second read would deadlock
 /// behind a writer waiting for the first).
+///
 /// # Example
 ///
 /// ```no_run

@@ -53,6 +53,7 @@ pub fn permit_line(resource: &str) -> String {
 /// A semaphore of N permits on the client's nodes. Made by [`Client::semaphore`]; cheap to
 /// clone. Every client of one semaphore must use the same N: a client that uses a larger N
 /// also takes the extra slots.
+///
 /// # Example
 ///
 /// ```no_run

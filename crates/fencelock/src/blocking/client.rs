@@ -13,6 +13,7 @@ use crate::pure::vote::Votes;
 /// A blocking [`crate::Client`]: takes locks on the calling thread, runs the background work
 /// (connections, extensions, releases of dropped locks) on its own runtime thread. Cheap to
 /// clone; the clones share the runtime and the connections.
+///
 /// # Example
 ///
 /// ```no_run

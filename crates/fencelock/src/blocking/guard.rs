@@ -11,6 +11,7 @@ use crate::pure::vote::Votes;
 /// A lock kept extended by the client's runtime thread, as [`crate::LockGuard`]: the calling
 /// thread may block in its work meanwhile. Dropping it stops the extension and releases the lock
 /// from the runtime thread.
+///
 /// # Example
 ///
 /// ```no_run

@@ -11,6 +11,7 @@ use crate::pure::vote::Votes;
 /// A held lock, as [`crate::Lock`], with blocking calls. Dropping it without
 /// [`release`](Lock::release) releases it from the client's runtime thread (the drop itself
 /// never blocks).
+///
 /// # Example
 ///
 /// ```no_run
