@@ -22,7 +22,7 @@ acquisitions':
             as a one-member sorted set, which fencelock does not do: it is here to bound what
             any one-round fencing could cost)
 
-docs/performance.md ("What a fenced cycle costs a node") has the figures and what they mean.
+docs/notes/performance-log.md ("What a fenced cycle costs a node") has the figures and what they mean.
 Needs only python3's standard library and redis-server; not part of the build or the tests.
 """
 

@@ -101,7 +101,7 @@ pub(crate) struct BenchArgs {
     #[arg(long, value_enum, default_value = "replies", requires = "delay_nodes")]
     pub(crate) delay_on: proxy::DelayOn,
     /// Print the metrics the library recorded during the run (Prometheus text format, the
-    /// `fencelock_*` series; see the README's "In production" table).
+    /// `fencelock_*` series; see the table in docs/guide/operating.md).
     #[arg(long)]
     pub(crate) metrics: bool,
 }

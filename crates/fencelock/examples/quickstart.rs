@@ -4,12 +4,13 @@
 //! ```text
 //! fencelock up                          # 5 local redis-server nodes (the dev set)
 //! eval "$(fencelock nodes --export)"    # export FENCELOCK_NODES=redis://127.0.0.1:...,...
-//! cargo run -p fencelock --example quickstart
+//! cargo run -p fencelock --features sqlite --example quickstart
 //! ```
 //!
-//! The SQLite database is `fencelock-quickstart.db` in the temporary directory. README.md and
-//! the crate docs show the regions marked below; `tests/first_hour.rs` checks that they are the same
-//! text, and runs this program against real nodes.
+//! The SQLite database is `fencelock-quickstart.db` in the temporary directory. The crate docs
+//! and docs/guide/mutex.md show the regions marked below; `tests/first_hour.rs` and
+//! `tests/guides.rs` check that they are the same text, and the first runs this program against
+//! real nodes.
 
 // region: main
 use std::process::ExitCode;
@@ -59,9 +60,10 @@ async fn run(client: &Client) -> Result<(), Box<dyn std::error::Error>> {
         )
     })?;
     let lock = client.acquire("sku:42").await?;
-    let token = lock.fencing_token().expect("the client is in fencing mode");
+    // The token and the lock that issued it: the fence row remembers which lock it follows.
+    let token = lock.issued_token().expect("the client is in fencing mode");
     let left: i64 = stock
-        .write_async("sku:42", token, |tx| {
+        .write_async("sku:42", token.clone(), |tx| {
             tx.execute(
                 "UPDATE inventory SET stock = stock - 1 WHERE sku = 'sku:42'",
                 [],
@@ -74,7 +76,10 @@ async fn run(client: &Client) -> Result<(), Box<dyn std::error::Error>> {
         })
         .await?;
     lock.release().await?;
-    println!("reserved one of sku:42 with fencing token {token}; {left} left");
+    println!(
+        "reserved one of sku:42 with fencing token {}; {left} left",
+        token.value()
+    );
 
     nightly_report(client, &stock).await
 }
@@ -89,7 +94,7 @@ async fn nightly_report(
 ) -> Result<(), Box<dyn std::error::Error>> {
     let rows = client
         .try_with_lock("report:nightly", async |lock| {
-            let token = lock.fencing_token().expect("the client is in fencing mode");
+            let token = lock.issued_token().expect("the client is in fencing mode");
             let mut rows = 0;
             for step in 0..3 {
                 tokio::time::sleep(Duration::from_millis(50)).await; // a slice of long work
@@ -97,7 +102,7 @@ async fn nightly_report(
                     return Err(format!("lost {} at step {step}", lock.resource()).into());
                 }
                 rows += stock
-                    .write_async("report:nightly", token, move |tx| {
+                    .write_async("report:nightly", token.clone(), move |tx| {
                         Ok(tx.execute("INSERT INTO report (step) VALUES (?1)", [step])?)
                     })
                     .await?;

@@ -8,6 +8,9 @@ use tracing::Instrument;
 
 use crate::backend::Grant;
 use crate::client::{check_resources, Client};
+// The error variants the docs name.
+#[cfg(doc)]
+use crate::error::Error;
 use crate::error::Result;
 use crate::lock::Lock;
 use crate::pure::retry::RetryPolicy;
@@ -25,6 +28,24 @@ impl Client {
     /// # Cancel safety
     ///
     /// Not cancel-safe: a cancelled attempt may leave keys that expire after the TTL.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo(client: fencelock::Client) -> fencelock::Result<()> {
+    /// use fencelock::ErrorKind;
+    ///
+    /// match client.try_acquire("cache:rebuild").await {
+    ///     Ok(lock) => {
+    ///         // ... rebuild the cache ...
+    ///         lock.release().await?;
+    ///     }
+    ///     Err(e) if e.kind() == ErrorKind::Contention => println!("another client rebuilds it"),
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn try_acquire(&self, resource: &str) -> Result<Lock> {
         self.try_acquire_many(&[resource]).await
     }
@@ -76,6 +97,17 @@ impl Client {
     ///
     /// Not cancel-safe: see [`Client::try_acquire`]. Dropping the future between attempts is
     /// harmless: the waiter leaves the line in the background.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo(client: fencelock::Client) -> fencelock::Result<()> {
+    /// let lock = client.acquire("report:daily").await?; // waits in line, per the retry policy
+    /// // ... the work, finished before lock.validity_deadline() ...
+    /// lock.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn acquire(&self, resource: &str) -> Result<Lock> {
         let policy = self.config().retry().clone();
         self.acquire_with(resource, &policy).await
@@ -95,6 +127,18 @@ impl Client {
     /// # Errors
     ///
     /// As [`Client::acquire`] and [`Client::try_acquire_many`].
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo(client: fencelock::Client) -> fencelock::Result<()> {
+    /// // Both accounts or neither: no deadlock between transfers in opposite directions.
+    /// let lock = client.acquire_many(&["account:7", "account:9"]).await?;
+    /// // ... move the money ...
+    /// lock.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn acquire_many<S: AsRef<str>>(&self, resources: &[S]) -> Result<Lock> {
         let policy = self.config().retry().clone();
         self.acquire_many_with(resources, &policy).await

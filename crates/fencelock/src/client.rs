@@ -10,6 +10,9 @@ use tokio::sync::mpsc;
 use crate::backend::{Backend, Held};
 use crate::config::Config;
 use crate::error::{Error, Result};
+// The lock handle the docs name (it depends on this module, not the other way round).
+#[cfg(doc)]
+use crate::lock::Lock;
 use crate::node::NodeAddr;
 use crate::pure::vote::Votes;
 use crate::telemetry::Telemetry;

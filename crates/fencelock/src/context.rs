@@ -12,6 +12,24 @@ use crate::keepalive::LostSignal;
 /// extension) and its lost signal. Cheap to clone, `Send` and `'static`: move a clone into a
 /// task the work spawns. It cannot release or extend the lock, and it does not hold the owner
 /// token.
+///
+/// # Example
+///
+/// ```no_run
+/// # async fn demo(client: fencelock::Client) -> fencelock::Result<()> {
+/// client
+///     .with_lock("report:nightly", async |lock| {
+///         for step in 0..3 {
+///             if lock.is_lost() {
+///                 return; // another client may hold it now
+///             }
+///             println!("step {step} of {}, {:?} left", lock.resource(), lock.remaining());
+///         }
+///     })
+///     .await?;
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, Clone)]
 pub struct LockContext {
     keys: Arc<[String]>,

@@ -73,6 +73,23 @@ impl Leader {
 }
 
 /// An election on the client's nodes. Made by [`Client::election`]; cheap to clone.
+///
+/// # Example
+///
+/// ```no_run
+/// # async fn demo(client: fencelock::Client) -> fencelock::Result<()> {
+/// // On Redis the client must be in fencing mode: the term is the fencing token.
+/// let election = client.election("scheduler")?;
+/// let leadership = election.campaign("web-1").await?; // waits while another leads
+/// println!("leading in term {}", leadership.term());
+/// while !leadership.is_lost() {
+///     // ... act as the leader, passing the term to fenced storage ...
+/// #   break;
+/// }
+/// leadership.resign().await?;
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, Clone)]
 pub struct Election {
     client: Client,
@@ -190,6 +207,18 @@ impl Election {
 /// A stream of leader changes (made by [`Election::observe`]): each leader once, in term
 /// order. The first one reported is the latest leader elected when the observer started (on
 /// etcd: the leader at that moment, if there is one).
+///
+/// # Example
+///
+/// ```no_run
+/// # async fn demo(election: fencelock::Election) {
+/// let mut leaders = election.observe();
+/// loop {
+///     let leader = leaders.next().await; // each leader once, in term order
+///     println!("{} leads in term {}", leader.value(), leader.term());
+/// }
+/// # }
+/// ```
 #[derive(Debug)]
 pub struct Observer {
     leaders: LeaderStream,

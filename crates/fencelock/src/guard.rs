@@ -40,6 +40,27 @@ impl Lock {
 ///
 /// Extension stops on [`LockGuard::release`] or drop (drop releases in the background, like
 /// [`Lock`]). Watch [`LockGuard::lost`] to learn at once when the lock is lost.
+///
+/// # Example
+///
+/// ```no_run
+/// # async fn demo(client: fencelock::Client) -> fencelock::Result<()> {
+/// use fencelock::AutoExtend;
+///
+/// let guard = client
+///     .acquire("index:rebuild")
+///     .await?
+///     .auto_extend(AutoExtend::new());
+/// let lost = guard.lost();
+/// tokio::select! {
+///     () = lost.fired() => eprintln!("lost {}: the rebuild stops", guard.resource()),
+///     () = rebuild_index() => {}
+/// }
+/// guard.release().await?;
+/// # Ok(())
+/// # }
+/// # async fn rebuild_index() {}
+/// ```
 #[must_use = "the lock is released when the guard is dropped"]
 #[derive(Debug)]
 pub struct LockGuard {

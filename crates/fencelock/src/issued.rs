@@ -29,6 +29,20 @@ use crate::keepalive::GuardState;
 /// deadline when `issued_token` was called (call it again after [`Lock::extend`](crate::Lock::extend));
 /// from a `LockGuard`, the guard's live state (its lost signal and its deadline as extensions
 /// move it). Equality compares the value and the issuer only.
+///
+/// # Example
+///
+/// ```no_run
+/// # async fn demo(client: fencelock::Client) -> fencelock::Result<()> {
+/// // The client is in fencing mode (Config::with_fencing(true)).
+/// let lock = client.acquire("sku:42").await?;
+/// let token = lock.issued_token().expect("fencing mode");
+/// println!("token {} issued by {:?}", token.value(), token.issuer());
+/// // fence.write("sku:42", token, ...) with any fence of fencelock::fence
+/// lock.release().await?;
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, Clone)]
 pub struct IssuedToken {
     value: u64,

@@ -17,6 +17,8 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::LostCause;
+#[cfg(doc)]
+use crate::lock::Lock;
 use crate::pure::extension::{self, Attempt, Next, Schedule};
 use crate::pure::vote::Votes;
 use crate::telemetry::{self, ResourceLabel};

@@ -16,13 +16,14 @@
 //! or Redlock is enough when two holders at once only cost duplicate work (a cron job, a cache
 //! rebuild). When two holders at once would corrupt data, take the lock in fencing mode and
 //! write through fenced storage: the storage, not the lock, then rejects the stale holder. The
-//! README's table and `docs/guarantees.md` say which faults each mode survives.
+//! README's table and `docs/guarantees.md` say which faults each mode survives; the guides in
+//! `docs/guide/` show each primitive in a complete program.
 //!
 //! # Quick start
 //!
 //! Start local nodes with the `fencelock` command (`fencelock up`, then
 //! `eval "$(fencelock nodes --export)"` sets `FENCELOCK_NODES`), and run
-//! `cargo run -p fencelock --example quickstart`: the program below, which is
+//! `cargo run -p fencelock --features sqlite --example quickstart`: the program below, which is
 //! `examples/quickstart.rs` (the test suite runs it against real nodes).
 //!
 //! ```no_run
@@ -73,9 +74,10 @@
 //!         )
 //!     })?;
 //!     let lock = client.acquire("sku:42").await?;
-//!     let token = lock.fencing_token().expect("the client is in fencing mode");
+//!     // The token and the lock that issued it: the fence row remembers which lock it follows.
+//!     let token = lock.issued_token().expect("the client is in fencing mode");
 //!     let left: i64 = stock
-//!         .write_async("sku:42", token, |tx| {
+//!         .write_async("sku:42", token.clone(), |tx| {
 //!             tx.execute(
 //!                 "UPDATE inventory SET stock = stock - 1 WHERE sku = 'sku:42'",
 //!                 [],
@@ -88,7 +90,10 @@
 //!         })
 //!         .await?;
 //!     lock.release().await?;
-//!     println!("reserved one of sku:42 with fencing token {token}; {left} left");
+//!     println!(
+//!         "reserved one of sku:42 with fencing token {}; {left} left",
+//!         token.value()
+//!     );
 //!
 //!     nightly_report(client, &stock).await
 //! }
@@ -153,7 +158,9 @@
 //! # Feature flags
 //!
 //! - The Redis backend is always built.
-//! - `sqlite` (default): [`fence::SqliteFence`], SQLite bundled, over rusqlite 0.32
+//! - No feature is on by default: the Redis backend alone, with no SQLite and no database
+//!   driver to build.
+//! - `sqlite`: [`fence::SqliteFence`], SQLite bundled, over rusqlite 0.32
 //!   (re-exported as `fencelock::rusqlite`: use it for the transaction the fenced write hands
 //!   you, so that your build links one SQLite). 0.32 because it links the libsqlite3-sys that
 //!   sqlx 0.8's SQLite driver links (0.30): one build can link only one, so with a newer

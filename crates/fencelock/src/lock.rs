@@ -20,6 +20,19 @@ use crate::pure::vote::Votes;
 /// Dropping a lock without releasing it does no I/O in `Drop`: it asks a background task of the
 /// client to release it, and if there is none, the keys expire after the TTL. A runtime that
 /// shuts down does not run that task: call [`Client::close`] before `main` returns.
+///
+/// # Example
+///
+/// ```no_run
+/// # async fn demo(client: fencelock::Client) -> fencelock::Result<()> {
+/// let mut lock = client.acquire("report:daily").await?;
+/// // ... a step of the work, finished before lock.validity_deadline() ...
+/// lock.extend().await?; // a new TTL from now, if the lock is still held
+/// // ... the next step ...
+/// lock.release().await?; // an error here means the lock was lost meanwhile
+/// # Ok(())
+/// # }
+/// ```
 #[must_use = "the lock is held until release() or the TTL; dropping it releases it in the background"]
 pub struct Lock {
     client: Client,

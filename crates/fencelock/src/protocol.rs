@@ -189,7 +189,7 @@ pub const TTLS_KEY: &str = crate::redis::quarantine::TTLS_KEY;
 pub const ANNOUNCE_FUNCTION: &str = crate::redis::scripts::ANNOUNCE_LUA;
 
 /// The whole script a client sends on a node's connection ahead of plain `SET NX PX` grants,
-/// instead of announcing in each grant: ARGV[1] the TTL in ms, ARGV[2] a margin in ms (the
+/// instead of announcing in each grant: `ARGV[1]` the TTL in ms, `ARGV[2]` a margin in ms (the
 /// window it asks for beyond one TTL); it calls `announce(ttl, margin)` and returns the `PTTL`
 /// of the TTL's mark. A lock of that TTL set on the node within (the reply - the TTL) ms after
 /// the script ran is covered by the TTLs in use. A client that cannot see the node's clock

@@ -88,6 +88,26 @@ use crate::scoped::Scoped;
 /// through a client and asks the same client for either again gets
 /// [`Error::AlreadyHeld`](crate::Error::AlreadyHeld) at once (a second read would deadlock
 /// behind a writer waiting for the first).
+///
+/// # Example
+///
+/// ```no_run
+/// # async fn demo(client: fencelock::Client) -> fencelock::Result<()> {
+/// let prices = client.rwlock("price-list")?;
+///
+/// let read = prices.read().await?; // shared with other readers
+/// // ... read the price list ...
+/// read.release().await?;
+///
+/// prices
+///     .with_write(async |lock| {
+///         // ... alone: no reader, no other writer ...
+///         println!("writing under token {:?}", lock.fencing_token());
+///     })
+///     .await?;
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, Clone)]
 pub struct RwLock {
     client: Client,

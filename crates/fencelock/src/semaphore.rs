@@ -53,6 +53,22 @@ pub fn permit_line(resource: &str) -> String {
 /// A semaphore of N permits on the client's nodes. Made by [`Client::semaphore`]; cheap to
 /// clone. Every client of one semaphore must use the same N: a client that uses a larger N
 /// also takes the extra slots.
+///
+/// # Example
+///
+/// ```no_run
+/// # async fn demo(client: fencelock::Client) -> fencelock::Result<()> {
+/// // At most 4 encoders at once, across every client of these nodes.
+/// let encoder = client.semaphore("encoder", 4)?;
+/// encoder
+///     .with_permit(async |permit| println!("encoding under {}", permit.resource()))
+///     .await?;
+///
+/// let permit = encoder.acquire().await?; // or hold a permit as a Lock
+/// permit.release().await?;
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, Clone)]
 pub struct Semaphore {
     client: Client,

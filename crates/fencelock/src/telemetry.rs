@@ -3,8 +3,8 @@
 //! With the `metrics` feature, fencelock records through the [`metrics`](https://docs.rs/metrics)
 //! facade: it installs no exporter and no recorder, so the application picks one
 //! (`metrics-exporter-prometheus`, StatsD, ...) and installs it before it takes locks; without a
-//! recorder every call is a no-op. The names below are the ones recorded; the README's "In
-//! production" section holds the table of their kinds, units, labels and meaning
+//! recorder every call is a no-op. The names below are the ones recorded; the operating guide
+//! (`docs/guide/operating.md`, "Metrics") holds the table of their kinds, units, labels and meaning
 //! (`tests/metrics.rs` checks that the table lists every one of them, and reads the values a
 //! real client records against real nodes).
 //!

@@ -1,5 +1,5 @@
-//! The first hour with the library, on real nodes: README's examples are the example program
-//! (and it runs), scoped long work that ends late or loses its keys, and a process that drops a
+//! The first hour with the library, on real nodes: the crate docs' quick start is the example
+//! program (and it runs), scoped long work that ends late or loses its keys, and a process that drops a
 //! lock on its error path.
 
 use std::path::{Path, PathBuf};
@@ -27,7 +27,7 @@ fn assert_no_key(nodes: &RedisNodes, key: &str) {
     }
 }
 
-// ---- README and the crate docs show the example program, which runs ----
+// ---- the crate docs show the example program, which runs ----
 
 fn repo_file(path: &str) -> (PathBuf, String) {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
@@ -95,46 +95,6 @@ fn assert_same(place: &str, name: &str, shown: &str, region: &str) {
             ),
         }
     }
-}
-
-#[test]
-fn every_rust_block_of_the_readme_is_a_region_of_the_example() {
-    let (path, readme) = repo_file("../../README.md");
-    let lines: Vec<&str> = readme.lines().collect();
-    let mut checked = 0;
-    let mut i = 0;
-    while i < lines.len() {
-        if lines[i].trim() != "```rust" {
-            i += 1;
-            continue;
-        }
-        let start = i + 1;
-        let marker = lines[..i]
-            .iter()
-            .rev()
-            .find(|l| !l.trim().is_empty())
-            .and_then(|l| l.trim().strip_prefix("<!-- quickstart: "))
-            .and_then(|l| l.strip_suffix(" -->"))
-            .unwrap_or_else(|| {
-                panic!(
-                    "{}:{start}: this ```rust block is not taken from an example, so nothing \
-                     compiles or runs it; put it in a region of examples/quickstart.rs and mark \
-                     the block with <!-- quickstart: NAME --> on the line before",
-                    path.display()
-                )
-            });
-        let end = lines[start..]
-            .iter()
-            .position(|l| l.trim() == "```")
-            .map(|n| start + n)
-            .expect("an unclosed code block");
-        let block = lines[start..end].join("\n");
-        let place = format!("{}:{start} (<!-- quickstart: {marker} -->)", path.display());
-        assert_same(&place, marker, &block, &region(marker));
-        checked += 1;
-        i = end + 1;
-    }
-    assert!(checked >= 2, "README lost its examples");
 }
 
 #[test]

@@ -1,6 +1,6 @@
 //! The metrics a client records (feature `metrics`), read back through a test recorder
 //! (metrics-util's `DebuggingRecorder`, installed once for this binary) against real nodes, with
-//! exact counts where the case makes them exact; and the README's table, which must list every
+//! exact counts where the case makes them exact; and docs/guide/operating.md's table, which must list every
 //! name. Each test uses its own resources (the client labels metrics with them on request) or
 //! its own nodes (the `node` label), so that tests running side by side do not count each
 //! other's locks.
@@ -390,14 +390,17 @@ async fn nodes_in_restart_quarantine_are_counted_as_excluded() {
 }
 
 #[test]
-fn the_readme_table_lists_every_metric_with_its_kind() {
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
+fn the_operating_guides_table_lists_every_metric_with_its_kind() {
+    let readme = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/guide/operating.md"
+    ))
+    .unwrap();
     for name in names::ALL {
         let row = readme
             .lines()
             .find(|l| l.starts_with('|') && l.contains(&format!("`{name}`")))
-            .unwrap_or_else(|| panic!("README has no table row for {name}"));
+            .unwrap_or_else(|| panic!("docs/guide/operating.md has no table row for {name}"));
         let kind = if name.ends_with("_total") {
             "counter"
         } else {
@@ -410,7 +413,7 @@ fn the_readme_table_lists_every_metric_with_its_kind() {
         let name = line.split('`').nth(1).unwrap();
         assert!(
             names::ALL.contains(&name),
-            "README lists {name}, which is not recorded"
+            "docs/guide/operating.md lists {name}, which is not recorded"
         );
     }
 }

@@ -13,6 +13,22 @@ use crate::pure::vote::Votes;
 /// A blocking [`crate::Client`]: takes locks on the calling thread, runs the background work
 /// (connections, extensions, releases of dropped locks) on its own runtime thread. Cheap to
 /// clone; the clones share the runtime and the connections.
+///
+/// # Example
+///
+/// ```no_run
+/// use fencelock::blocking::Client;
+/// use fencelock::Config;
+///
+/// let client = Client::new(Config::new(["redis://127.0.0.1:6379"]))?;
+/// let rows = client.with_lock("nightly-report", |lock| {
+///     // Blocking work; the lock is extended on the client's own thread meanwhile.
+///     println!("working under {}", lock.resource());
+///     42
+/// })?;
+/// client.close();
+/// # Ok::<(), fencelock::Error>(())
+/// ```
 #[derive(Debug, Clone)]
 pub struct Client {
     inner: crate::Client,

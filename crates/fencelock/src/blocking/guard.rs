@@ -11,6 +11,26 @@ use crate::pure::vote::Votes;
 /// A lock kept extended by the client's runtime thread, as [`crate::LockGuard`]: the calling
 /// thread may block in its work meanwhile. Dropping it stops the extension and releases the lock
 /// from the runtime thread.
+///
+/// # Example
+///
+/// ```no_run
+/// # fn demo(client: fencelock::blocking::Client) -> fencelock::Result<()> {
+/// use fencelock::AutoExtend;
+///
+/// let guard = client
+///     .acquire("nightly-report")?
+///     .auto_extend(AutoExtend::new());
+/// for step in 0..10 {
+///     if guard.is_lost() {
+///         break; // another client may hold it now
+///     }
+///     // ... step `step` of the work ...
+/// }
+/// guard.release()?;
+/// # Ok(())
+/// # }
+/// ```
 #[must_use = "dropping the guard releases the lock; hold it while you work"]
 #[derive(Debug)]
 pub struct LockGuard {

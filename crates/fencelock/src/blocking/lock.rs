@@ -11,6 +11,18 @@ use crate::pure::vote::Votes;
 /// A held lock, as [`crate::Lock`], with blocking calls. Dropping it without
 /// [`release`](Lock::release) releases it from the client's runtime thread (the drop itself
 /// never blocks).
+///
+/// # Example
+///
+/// ```no_run
+/// # fn demo(client: fencelock::blocking::Client) -> fencelock::Result<()> {
+/// let lock = client.acquire("nightly-report")?;
+/// let token = lock.issued_token(); // Some in fencing mode: pass it to a fence
+/// // ... the work, finished before lock.validity_deadline() ...
+/// lock.release()?;
+/// # Ok(())
+/// # }
+/// ```
 #[must_use = "dropping the lock releases it in the background; hold it while you work"]
 #[derive(Debug)]
 pub struct Lock {

@@ -12,7 +12,7 @@
 //! restarted without its data (or had its counter evicted) comes back without the counter, and
 //! a missing counter there is not a true 0: the node may have forgotten the largest token. So a
 //! read is [`CounterRead::Trusted`] only if the node has the counter (or, while migrating from
-//! per-resource counters, the resource's legacy key [`counter_key`]). An attempt needs at
+//! per-resource counters, the resource's legacy key [`counter_key`](crate::protocol::counter_key)). An attempt needs at
 //! least a quorum of trusted reads among its granting nodes; the token is the largest trusted
 //! read + 1; it is written back to the trusted granting nodes only, and a quorum of them must
 //! acknowledge; only once the token is issued are the untrusted granting nodes seeded with it

@@ -3,7 +3,7 @@
 //! A round sends one request per node and collects the answers as they come. Boxing each
 //! request's future for a `FuturesUnordered` cost two allocations of about 2.6 KB per node and
 //! round (above the allocator's fast path), which profiling showed as the largest single cost of
-//! a round on the client (see `docs/performance.md`). Here the futures of a round live side by
+//! a round on the client (see `docs/notes/performance-log.md`, "Where the time goes"). Here the futures of a round live side by
 //! side in one pinned slice, and every poll polls those still pending: with a handful of nodes,
 //! polling them all is cheaper than the bookkeeping that would avoid it.
 

@@ -32,7 +32,7 @@ macro_rules! lua {
 /// that TTL: an announcement that finds its mark with more than the TTL left ends there, one
 /// `PTTL` (every extension of a lock and most acquisitions; before the mark the announcement was
 /// more than half of the acquisition script's time on the node, about 11 of 19-21 µs, measured
-/// with redis-benchmark: docs/performance.md).
+/// with redis-benchmark: docs/notes/performance-log.md).
 /// A TTL thus counts as in use for up to one TTL longer than its last lock could live, which
 /// only lengthens a quarantine. `announce(ttl, margin)` stops at the mark, or at a longer TTL's
 /// entry, only when that covers `margin` ms beyond one TTL (the announcement sent ahead of plain
