@@ -104,7 +104,9 @@ pub(crate) enum Command {
     /// environment. It runs in its own process group; SIGINT, SIGTERM and SIGHUP sent to fencelock
     /// are forwarded to that group. If the lock is lost, or its validity would run out before an
     /// extension succeeds, the group gets SIGTERM, then SIGKILL after --grace, before the keys can
-    /// expire on a majority; fencelock then exits with 76.
+    /// expire on a majority; fencelock then exits with 76. The SIGKILL holds when fencelock itself
+    /// is stopped or starved (a helper process keeps its time); it does not when the whole host
+    /// is paused, nor when that helper (`fencelock-guard`) is itself stopped.
     Run(RunArgs),
     /// Run a command while leader of the election NAME (like `etcdctl elect`): campaign, run
     /// the command as leader (FENCELOCK_TOKEN holds the term), resign when it exits; stopped

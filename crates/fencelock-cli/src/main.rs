@@ -81,6 +81,7 @@ mod settings;
 mod shared;
 mod shell;
 mod spinner;
+mod watchdog;
 
 use crate::cli::{Cli, Command};
 use crate::exit::Failure;
