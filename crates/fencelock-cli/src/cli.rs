@@ -316,8 +316,14 @@ pub(crate) struct UpArgs {
 #[derive(Debug, Args)]
 pub(crate) struct NodesArgs {
     /// Print `export FENCELOCK_NODES=...`, for `eval` in a shell.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "record")]
     pub(crate) export: bool,
+    /// Record this list as the node set on every node, replacing the set they record. Clients
+    /// of another list refuse the nodes with a configuration error; after changing the list on
+    /// purpose (a node replaced by one at another address), stop every client of the old list,
+    /// then run this once with the new list, then start the clients. Every node must answer.
+    #[arg(long)]
+    pub(crate) record: bool,
 }
 
 /// A duration in the unit a reader takes in at a glance, the one way every command writes one: `0.4 ms`, `12 ms`, `1.02 s`.
