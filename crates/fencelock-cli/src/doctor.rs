@@ -175,7 +175,10 @@ fn node_set_check(facts: &[NodeFacts]) -> Check {
         .filter(|f| f.reachable.is_ok())
         .filter_map(|f| {
             let text = f.set.record.as_deref()?;
-            Some((f.set.addr.clone(), nodeset::decode(text).unwrap_or_default()))
+            Some((
+                f.set.addr.clone(),
+                nodeset::decode(text).unwrap_or_default(),
+            ))
         })
         .collect();
     match nodeset::check(&own, &records) {
@@ -599,7 +602,10 @@ async fn gather(node: &Node) -> NodeFacts {
         (fencelock::protocol::NODE_MARKER_KEY, &mut facts.set.marker),
         (fencelock::protocol::NODE_SET_KEY, &mut facts.set.record),
     ] {
-        if let Ok(value) = conn.query::<Option<String>>(redis::cmd("GET").arg(key)).await {
+        if let Ok(value) = conn
+            .query::<Option<String>>(redis::cmd("GET").arg(key))
+            .await
+        {
             *slot = value;
         }
     }
@@ -755,17 +761,35 @@ mod tests {
     #[test]
     fn a_node_that_records_another_set_fails() {
         let mut facts = three();
-        assert_eq!(worst(&evaluate(&facts, limits()), "node set"), Some(Status::Pass));
+        assert_eq!(
+            worst(&evaluate(&facts, limits()), "node set"),
+            Some(Status::Pass)
+        );
         let same = "1 a:1\n2 b:1\n3 c:1";
         facts[0].set.record = Some(same.into());
-        assert_eq!(worst(&evaluate(&facts, limits()), "node set"), Some(Status::Pass));
+        assert_eq!(
+            worst(&evaluate(&facts, limits()), "node set"),
+            Some(Status::Pass)
+        );
         // Nodes b and c serve a, b and d: this list (a, b, c) is another set.
         facts[1].set.record = Some("1 a:1\n2 b:1\n9 d:1".into());
         let checks = evaluate(&facts, limits());
-        assert_eq!(worst(&checks, "node set"), Some(Status::Fail), "{checks:#?}");
+        assert_eq!(
+            worst(&checks, "node set"),
+            Some(Status::Fail),
+            "{checks:#?}"
+        );
         let failed = checks.iter().find(|c| c.check == "node set").unwrap();
-        assert!(failed.detail.contains("[a:1, b:1, d:1]"), "{}", failed.detail);
-        assert!(failed.detail.contains("[a:1, b:1, c:1]"), "{}", failed.detail);
+        assert!(
+            failed.detail.contains("[a:1, b:1, d:1]"),
+            "{}",
+            failed.detail
+        );
+        assert!(
+            failed.detail.contains("[a:1, b:1, c:1]"),
+            "{}",
+            failed.detail
+        );
     }
 
     fn three() -> Vec<NodeFacts> {

@@ -121,6 +121,9 @@ mod tests {
         let before = now_ns();
         let ns = at_ns(at);
         assert!(ns <= now_ns() + 3_000_000_000, "{ns}");
-        assert!(ns + 50_000_000 >= before + 3_000_000_000, "{ns} vs {before}");
+        assert!(
+            ns + 50_000_000 >= before + 3_000_000_000,
+            "{ns} vs {before}"
+        );
     }
 }

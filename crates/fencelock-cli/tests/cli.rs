@@ -482,14 +482,23 @@ fn overlapping_lists_are_refused_and_doctor_and_record_say_so() {
     let out = acquire(old, "a");
     assert!(out.status.success(), "{}", text(&out.stderr));
     let out = acquire(new, "b");
-    assert!(!out.status.success(), "a client of nodes 4-8 took a lock beside nodes 1-5");
+    assert!(
+        !out.status.success(),
+        "a client of nodes 4-8 took a lock beside nodes 1-5"
+    );
     let err = text(&out.stderr);
     assert!(err.contains("another node set"), "{err}");
     let (code, json) = doctor_json(home.path(), new);
     assert_eq!(code, Some(1), "{json:#}");
-    assert!(failed_checks(&json).contains(&"node set".to_owned()), "{json:#}");
+    assert!(
+        failed_checks(&json).contains(&"node set".to_owned()),
+        "{json:#}"
+    );
     let (_, json) = doctor_json(home.path(), old);
-    assert!(!failed_checks(&json).contains(&"node set".to_owned()), "{json:#}");
+    assert!(
+        !failed_checks(&json).contains(&"node set".to_owned()),
+        "{json:#}"
+    );
 
     let out = output(with_nodes(home.path(), new).args(["nodes", "--record"]));
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -497,7 +506,11 @@ fn overlapping_lists_are_refused_and_doctor_and_record_say_so() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     let out = acquire(old, "c");
     assert!(!out.status.success(), "the old list still took a lock");
-    assert!(text(&out.stderr).contains("another node set"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("another node set"),
+        "{}",
+        text(&out.stderr)
+    );
 }
 
 #[test]

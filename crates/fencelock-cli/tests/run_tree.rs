@@ -241,13 +241,19 @@ fn a_stopped_supervisor_does_not_let_the_command_outlive_its_validity() {
         // SAFETY: cleans up a process this test started.
         unsafe { libc::kill(command, libc::SIGKILL) };
     }
-    assert_eq!(unexpected, None, "run --no-wait exited with an unexpected code");
+    assert_eq!(
+        unexpected, None,
+        "run --no-wait exited with an unexpected code"
+    );
     assert_eq!(
         overlap, None,
         "another client took the lock {overlap:?} after the supervisor was stopped while the command still ran"
     );
     let died_after = died_after.unwrap_or_else(|| {
-        panic!("the command still ran {:?} after its supervisor was stopped with a TTL of {TTL:?}", TTL + Duration::from_secs(6))
+        panic!(
+            "the command still ran {:?} after its supervisor was stopped with a TTL of {TTL:?}",
+            TTL + Duration::from_secs(6)
+        )
     });
     assert!(
         died_after <= TTL + SLACK,

@@ -259,8 +259,16 @@ mod tests {
             m(Some("new3"), "ip:3"),
         ];
         assert!(check(&own, &[("h:1".into(), a.clone())]).is_err());
-        let relinked = vec![m(Some("id1"), "h:1"), m(Some("id2"), "h:2"), m(Some("new3"), "h:3")];
-        assert!(check(&own, &[("h:1".into(), a.clone()), ("ip:3".into(), relinked)]).is_ok());
+        let relinked = vec![
+            m(Some("id1"), "h:1"),
+            m(Some("id2"), "h:2"),
+            m(Some("new3"), "h:3"),
+        ];
+        assert!(check(
+            &own,
+            &[("h:1".into(), a.clone()), ("ip:3".into(), relinked)]
+        )
+        .is_ok());
         // Unknown identities (nodes not reached yet) match by address.
         let own = vec![m(Some("id1"), "h:1"), m(None, "h:2"), m(None, "h:3")];
         assert!(check(&own, &[("h:1".into(), a)]).is_ok());

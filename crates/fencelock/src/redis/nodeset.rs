@@ -88,10 +88,7 @@ impl NodeSet {
             return Ok(());
         }
         let id = marker.and_then(nodeset::identity).map(str::to_owned);
-        let found: Option<String> = redis::cmd("GET")
-            .arg(RECORD_KEY)
-            .query_async(conn)
-            .await?;
+        let found: Option<String> = redis::cmd("GET").arg(RECORD_KEY).query_async(conn).await?;
         let text = match found {
             Some(text) => text,
             None => {
