@@ -110,9 +110,9 @@ async fn a_client_counts_no_node_before_the_slow_shared_ones_answer() {
     resume.join().unwrap();
     nodes.node(3).resume().unwrap();
     nodes.node(4).resume().unwrap();
-    let err = first
-        .err()
-        .expect("B counted its own nodes before the shared ones answered: two holders of \"r\"");
+    let err = first.expect_err(
+        "B counted its own nodes before the shared ones answered: two holders of \"r\"",
+    );
     assert!(err.to_string().contains("another node set"), "{err}");
     assert!(b.try_acquire("r").await.is_err());
 }
