@@ -132,6 +132,22 @@ mutant run-guard-spares-orphans "when the supervisor dies, fencelock run's guard
   crates/fencelock-cli/src/guard.rs \
   's/(The supervisor is gone, and with it the lock\x27s keeper: nothing may run on\.\n)(\s*)kill_tree\(me, libc::SIGKILL, true\);/$1$2\/\/ mutant: nothing killed/' \
   "-p fencelock-harness --test harness run_never_lets_two_holders_processes_run_at_once"
+mutant run-watchdog-never-fires "the guard of fencelock run never kills at the deadline by its own clock: a stopped supervisor lets the command outlive the lock" \
+  crates/fencelock-cli/src/watchdog.rs \
+  's/Some\(at\) if !self\.fired && now_ns >= at => \{/Some(at) if false \&\& !self.fired \&\& now_ns >= at => {/' \
+  "-p fencelock-cli --test run_tree a_stopped_supervisor_does_not_let_the_command_outlive_its_validity"
+mutant run-watchdog-not-moved "the supervisor never moves the guard's kill time after an extension: the command is killed at the first deadline" \
+  crates/fencelock-cli/src/run.rs \
+  's/guard\.kill_at\(self\.kill_at\);/\/\/ mutant: not moved/' \
+  "-p fencelock-cli --test run_tree a_background_job_keeps_the_lock_until_it_exits"
+mutant nodeset-no-check "a client accepts a node that records another node set: clients of overlapping lists both hold a lock" \
+  crates/fencelock/src/pure/nodeset.rs \
+  's/if let Some\(why\) = mismatch\(&mut aliases, own, record\) \{/if let Some(why) = mismatch(\&mut aliases, own, record).filter(|_| false) {/' \
+  "-p fencelock --test node_set clients_given_overlapping_node_lists_do_not_both_hold_a_lock"
+mutant nodeset-no-wait "a client's first connections do not wait for each other: its own nodes count before a shared node shows the other set" \
+  crates/fencelock/src/redis/nodeset.rs \
+  's/tokio::time::timeout\(self\.wait, /tokio::time::timeout(Duration::ZERO, /' \
+  "-p fencelock --test node_set a_client_counts_no_node_before_the_slow_shared_ones_answer"
 
 mutant bench-counter-alone "the bench's sections run after the release and overlaps are not counted: only the counter can tell" \
   crates/fencelock-cli/src/bench.rs \

@@ -104,7 +104,9 @@ pub(crate) enum Command {
     /// environment. It runs in its own process group; SIGINT, SIGTERM and SIGHUP sent to fencelock
     /// are forwarded to that group. If the lock is lost, or its validity would run out before an
     /// extension succeeds, the group gets SIGTERM, then SIGKILL after --grace, before the keys can
-    /// expire on a majority; fencelock then exits with 76.
+    /// expire on a majority; fencelock then exits with 76. The SIGKILL holds when fencelock itself
+    /// is stopped or starved (a helper process keeps its time); it does not when the whole host
+    /// is paused, nor when that helper (`fencelock-guard`) is itself stopped.
     Run(RunArgs),
     /// Run a command while leader of the election NAME (like `etcdctl elect`): campaign, run
     /// the command as leader (FENCELOCK_TOKEN holds the term), resign when it exits; stopped
@@ -314,8 +316,14 @@ pub(crate) struct UpArgs {
 #[derive(Debug, Args)]
 pub(crate) struct NodesArgs {
     /// Print `export FENCELOCK_NODES=...`, for `eval` in a shell.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "record")]
     pub(crate) export: bool,
+    /// Record this list as the node set on every node, replacing the set they record. Clients
+    /// of another list refuse the nodes with a configuration error; after changing the list on
+    /// purpose (a node replaced by one at another address), stop every client of the old list,
+    /// then run this once with the new list, then start the clients. Every node must answer.
+    #[arg(long)]
+    pub(crate) record: bool,
 }
 
 /// A duration in the unit a reader takes in at a glance, the one way every command writes one: `0.4 ms`, `12 ms`, `1.02 s`.

@@ -67,6 +67,17 @@ pub(crate) struct NodeFacts {
     /// The node's clock minus the local clock, in microseconds, and the uncertainty (half the
     /// round trip of the TIME request).
     pub(crate) clock_offset: Option<(i64, Duration)>,
+    /// The node set's view of the node: its `host:port`, its marker (whose first word is its
+    /// identity) and the node set it records, if any.
+    pub(crate) set: SetFacts,
+}
+
+/// What the node set check reads of a node (see `fencelock::nodeset`).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct SetFacts {
+    pub(crate) addr: String,
+    pub(crate) marker: Option<String>,
+    pub(crate) record: Option<String>,
 }
 
 /// The settings the checks are measured against.
@@ -139,7 +150,60 @@ pub(crate) fn evaluate(facts: &[NodeFacts], limits: Limits) -> Vec<Check> {
     }
     checks.extend(duplicate_run_ids(&reachable));
     checks.extend(skew_between_nodes(&reachable));
+    checks.push(node_set_check(facts));
     checks
+}
+
+/// Whether the node set recorded on the nodes is this list's (issue 27, item 5): clients given
+/// different lists can both hold a lock.
+fn node_set_check(facts: &[NodeFacts]) -> Check {
+    use fencelock::nodeset::{self, Member};
+    let own: Vec<Member> = facts
+        .iter()
+        .map(|f| Member {
+            id: f
+                .set
+                .marker
+                .as_deref()
+                .and_then(nodeset::identity)
+                .map(str::to_owned),
+            addr: f.set.addr.clone(),
+        })
+        .collect();
+    let records: Vec<(String, Vec<Member>)> = facts
+        .iter()
+        .filter(|f| f.reachable.is_ok())
+        .filter_map(|f| {
+            let text = f.set.record.as_deref()?;
+            Some((
+                f.set.addr.clone(),
+                nodeset::decode(text).unwrap_or_default(),
+            ))
+        })
+        .collect();
+    match nodeset::check(&own, &records) {
+        Err(why) => check(
+            "node set",
+            None,
+            Status::Fail,
+            why,
+            Some("every client must use the same node list: a client of another list can hold the same lock"),
+        ),
+        Ok(()) if records.is_empty() => check(
+            "node set",
+            None,
+            Status::Pass,
+            "no node records a node set yet: the first client to connect records this list",
+            None,
+        ),
+        Ok(()) => check(
+            "node set",
+            None,
+            Status::Pass,
+            format!("{} node(s) record this node set", records.len()),
+            None,
+        ),
+    }
 }
 
 fn node_count(n: usize, quorum: usize) -> Check {
@@ -477,6 +541,10 @@ async fn gather(node: &Node) -> NodeFacts {
         info: BTreeMap::new(),
         config: Ok(BTreeMap::new()),
         clock_offset: None,
+        set: SetFacts {
+            addr: node.addr.clone(),
+            ..SetFacts::default()
+        },
     };
     let mut conn = match node.connect(PROBE_TIMEOUT).await {
         Ok(conn) => conn,
@@ -528,6 +596,18 @@ async fn gather(node: &Node) -> NodeFacts {
     }
     if facts.config.is_ok() {
         facts.config = Ok(config);
+    }
+
+    for (key, slot) in [
+        (fencelock::protocol::NODE_MARKER_KEY, &mut facts.set.marker),
+        (fencelock::protocol::NODE_SET_KEY, &mut facts.set.record),
+    ] {
+        if let Ok(value) = conn
+            .query::<Option<String>>(redis::cmd("GET").arg(key))
+            .await
+        {
+            *slot = value;
+        }
     }
 
     let before = SystemTime::now();
@@ -670,7 +750,46 @@ mod tests {
                 .map(|(k, v)| ((*k).into(), (*v).into()))
                 .collect()),
             clock_offset: Some((200, Duration::from_micros(150))),
+            set: SetFacts {
+                addr: format!("{name}:1"),
+                marker: Some(format!("{run_id} clear")),
+                record: None,
+            },
         }
+    }
+
+    #[test]
+    fn a_node_that_records_another_set_fails() {
+        let mut facts = three();
+        assert_eq!(
+            worst(&evaluate(&facts, limits()), "node set"),
+            Some(Status::Pass)
+        );
+        let same = "1 a:1\n2 b:1\n3 c:1";
+        facts[0].set.record = Some(same.into());
+        assert_eq!(
+            worst(&evaluate(&facts, limits()), "node set"),
+            Some(Status::Pass)
+        );
+        // Nodes b and c serve a, b and d: this list (a, b, c) is another set.
+        facts[1].set.record = Some("1 a:1\n2 b:1\n9 d:1".into());
+        let checks = evaluate(&facts, limits());
+        assert_eq!(
+            worst(&checks, "node set"),
+            Some(Status::Fail),
+            "{checks:#?}"
+        );
+        let failed = checks.iter().find(|c| c.check == "node set").unwrap();
+        assert!(
+            failed.detail.contains("[a:1, b:1, d:1]"),
+            "{}",
+            failed.detail
+        );
+        assert!(
+            failed.detail.contains("[a:1, b:1, c:1]"),
+            "{}",
+            failed.detail
+        );
     }
 
     fn three() -> Vec<NodeFacts> {

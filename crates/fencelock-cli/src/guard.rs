@@ -24,6 +24,10 @@
 //! - The supervisor's signals go through the control pipe: forward a signal to the command's
 //!   process group (SIGINT, SIGTERM, SIGHUP sent to `fencelock run`), or send one to every
 //!   descendant (the SIGTERM/SIGKILL deadline of a lock that is lost or running out).
+//! - The supervisor also sends the SIGKILL time of the validity deadline, at the start and after
+//!   every extension: the guard kills every descendant at that time by its own clock, so a
+//!   supervisor that is stopped or starved cannot let the command outlive the lock (see
+//!   `watchdog.rs`).
 //! - When the supervisor dies, however it dies (kill -9, the OOM killer), the kernel closes its
 //!   end of the pipe; the guard reads end-of-file and SIGKILLs every descendant before it exits.
 //!   The pipe needs no thread to outlive anything, unlike `PR_SET_PDEATHSIG`, which fires when
@@ -43,9 +47,15 @@ use std::time::Duration;
 /// The hidden first argument that makes the binary a guard. Never typed by users.
 pub(crate) const GUARD_ARG: &str = "__fencelock-run-guard";
 
-/// Control messages: two bytes, an operation and a signal number.
+/// Control messages: [`MSG_LEN`] bytes, an operation, a signal number and a time (nanoseconds
+/// of `CLOCK_MONOTONIC`, little-endian, for [`KILL_AT`]). Each is one `write` below `PIPE_BUF`,
+/// so the kernel never splits or interleaves one, and a read of a multiple of `MSG_LEN` bytes
+/// returns whole messages.
+const MSG_LEN: usize = 10;
 const TO_GROUP: u8 = b'g';
 const TO_ALL: u8 = b'a';
+/// The watchdog's SIGKILL time (the signal byte is unused).
+const KILL_AT: u8 = b'k';
 
 /// Makes this process a child subreaper. Errors are ignored: on a kernel without it (before
 /// 3.4) orphans go to init, as they did before.
@@ -66,8 +76,9 @@ pub(crate) struct Guard {
 pub(crate) struct Control(OwnedFd);
 
 impl Guard {
-    /// Starts the guard, which starts `program args`; `env` sets (`Some`) or removes (`None`)
-    /// variables of the environment both inherit.
+    /// Starts the guard, which starts `program args` and SIGKILLs it at `kill_at` unless told a
+    /// later time ([`Control::kill_at`]); `env` sets (`Some`) or removes (`None`) variables of
+    /// the environment both inherit.
     ///
     /// # Errors
     ///
@@ -76,6 +87,7 @@ impl Guard {
         program: &OsStr,
         args: &[OsString],
         env: &[(&str, Option<OsString>)],
+        kill_at: std::time::Instant,
     ) -> std::io::Result<Guard> {
         let mut fds = [0; 2];
         // SAFETY: pipe2 fills two fresh descriptors, both close-on-exec.
@@ -87,6 +99,10 @@ impl Guard {
         // The supervisor must never block on a guard that does not read.
         // SAFETY: fcntl on our own descriptor.
         unsafe { libc::fcntl(write.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK) };
+        let control = Control(write);
+        // In the pipe before the guard exists: the guard reads it before it starts the command,
+        // so no stop of the supervisor can leave the command without a deadline.
+        control.kill_at(kill_at);
         let read_fd = read.as_raw_fd();
         let mut cmd = tokio::process::Command::new("/proc/self/exe");
         cmd.arg0("fencelock")
@@ -116,10 +132,7 @@ impl Guard {
         // module docs).
         let child = cmd.spawn()?;
         drop(read);
-        Ok(Guard {
-            child,
-            control: Control(write),
-        })
+        Ok(Guard { child, control })
     }
 }
 
@@ -134,8 +147,21 @@ impl Control {
         self.send(TO_ALL, sig);
     }
 
+    /// Sets the time at which the guard SIGKILLs every process the command started, by its own
+    /// clock, unless a later time comes first: the stop of a supervisor that cannot send it.
+    pub(crate) fn kill_at(&self, at: std::time::Instant) {
+        self.write(KILL_AT, 0, crate::watchdog::at_ns(at));
+    }
+
     fn send(&self, op: u8, sig: i32) {
-        let msg = [op, u8::try_from(sig).unwrap_or(libc::SIGKILL as u8)];
+        self.write(op, sig, 0);
+    }
+
+    fn write(&self, op: u8, sig: i32, at_ns: u64) {
+        let mut msg = [0u8; MSG_LEN];
+        msg[0] = op;
+        msg[1] = u8::try_from(sig).unwrap_or(libc::SIGKILL as u8);
+        msg[2..].copy_from_slice(&at_ns.to_le_bytes());
         // A full pipe or a gone guard: nothing better to do; the guard's exit is what counts.
         // SAFETY: writes two bytes from a live buffer to our own descriptor.
         unsafe { libc::write(self.0.as_raw_fd(), msg.as_ptr().cast(), msg.len()) };
@@ -181,6 +207,14 @@ fn guard(control: RawFd, program: &OsStr, args: &[OsString]) -> u8 {
     keep_control_and_outlive_signals(control);
     // SAFETY: getpid has no preconditions.
     let me = unsafe { libc::getpid() };
+    let mut watchdog = crate::watchdog::Watchdog::default();
+    // The first deadline was written before the guard started (`Guard::spawn`).
+    let Some(first) = next_orders(control, 0) else {
+        return 137;
+    };
+    for (op, sig, at) in first {
+        obey(me, op, sig, at, &mut watchdog);
+    }
     let child = match spawn_command(program, args, me) {
         Ok(child) => child,
         Err(err) => {
@@ -197,14 +231,21 @@ fn guard(control: RawFd, program: &OsStr, args: &[OsString]) -> u8 {
         if let Some(code) = reaper.reap() {
             return code;
         }
-        let Some(orders) = next_orders(control) else {
+        if watchdog.due(crate::watchdog::now_ns()) {
+            // The supervisor did not move the deadline in time: stopped, starved or hung.
+            kill_tree(me, libc::SIGKILL, true);
+            continue;
+        }
+        // A short wait: exits are found by waitpid, the deadline by the clock.
+        let wait = watchdog.wait_ms(crate::watchdog::now_ns(), Duration::from_millis(20));
+        let Some(orders) = next_orders(control, wait) else {
             // The supervisor is gone, and with it the lock's keeper: nothing may run on.
             kill_tree(me, libc::SIGKILL, true);
             reap_all();
             return 137;
         };
-        for (op, sig) in orders {
-            obey(me, op, sig);
+        for (op, sig, at) in orders {
+            obey(me, op, sig, at, &mut watchdog);
         }
     }
 }
@@ -297,17 +338,17 @@ impl Reaper {
     }
 }
 
-/// Waits briefly for the supervisor's orders, `(op, signal)` pairs (none when it sent none);
-/// `None` when the supervisor is gone.
-fn next_orders(control: RawFd) -> Option<Vec<(u8, i32)>> {
+/// Waits up to `wait_ms` for the supervisor's orders, `(op, signal, time)` triples (none when it
+/// sent none); `None` when the supervisor is gone.
+fn next_orders(control: RawFd, wait_ms: i32) -> Option<Vec<(u8, i32, u64)>> {
     let mut pfd = libc::pollfd {
         fd: control,
         events: libc::POLLIN,
         revents: 0,
     };
-    // SAFETY: polls one live descriptor. A short timeout: exits are found by waitpid.
-    unsafe { libc::poll(&mut pfd, 1, 20) };
-    let mut msg = [0u8; 64];
+    // SAFETY: polls one live descriptor.
+    unsafe { libc::poll(&mut pfd, 1, wait_ms.max(0)) };
+    let mut msg = [0u8; MSG_LEN * 16];
     // SAFETY: reads into a live buffer from our own descriptor.
     let n = unsafe { libc::read(control, msg.as_mut_ptr().cast(), msg.len()) };
     if n == 0 {
@@ -316,16 +357,21 @@ fn next_orders(control: RawFd) -> Option<Vec<(u8, i32)>> {
     let n = usize::try_from(n).unwrap_or(0);
     Some(
         msg[..n]
-            .chunks_exact(2)
-            .map(|pair| (pair[0], i32::from(pair[1])))
+            .chunks_exact(MSG_LEN)
+            .map(|m| {
+                let mut at = [0u8; 8];
+                at.copy_from_slice(&m[2..]);
+                (m[0], i32::from(m[1]), u64::from_le_bytes(at))
+            })
             .collect(),
     )
 }
 
 /// Carries out one order: `sig` to the command's process group, or to every process below the
-/// guard (`me`).
-fn obey(me: i32, op: u8, sig: i32) {
+/// guard (`me`), or a new SIGKILL time for the watchdog.
+fn obey(me: i32, op: u8, sig: i32, at_ns: u64, watchdog: &mut crate::watchdog::Watchdog) {
     match op {
+        KILL_AT => watchdog.set(at_ns),
         TO_GROUP => {
             // SAFETY: signals our own process group, the command's (we ignore it).
             unsafe { libc::kill(-me, sig) };

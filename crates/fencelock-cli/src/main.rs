@@ -81,6 +81,7 @@ mod settings;
 mod shared;
 mod shell;
 mod spinner;
+mod watchdog;
 
 use crate::cli::{Cli, Command};
 use crate::exit::Failure;
@@ -115,6 +116,7 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Down => devset::down(global.json).await,
         Command::Completions(args) => Ok(manual::completions(args.shell)),
         Command::Man(args) => manual::man(args.command.as_deref()),
+        Command::Nodes(args) if args.record => nodes_cmd::record(global).await,
         Command::Nodes(args) => nodes_cmd::nodes(global, args.export),
         Command::Demo(args) => demo::demo(global, args).await,
         Command::Bench(args) => bench::bench(global, args).await,

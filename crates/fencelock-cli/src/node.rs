@@ -55,6 +55,8 @@ fn tls_material(tls: &TlsFiles) -> Result<Option<redis::TlsCertificates>, Failur
 #[derive(Debug, Clone)]
 pub(crate) struct Node {
     pub(crate) name: String,
+    /// `host:port`, as the node set's record spells a node.
+    pub(crate) addr: String,
     client: redis::Client,
 }
 
@@ -82,7 +84,11 @@ impl Node {
                 e.detail().unwrap_or(e.category())
             ))
         })?;
-        Ok(Node { name, client })
+        Ok(Node {
+            name,
+            addr: addr.host_port(),
+            client,
+        })
     }
 
     /// Parses every URL of a list.

@@ -12,7 +12,8 @@
 //! so they are dead before the keys can expire on a majority; the guard's lost signal (no
 //! quorum holds the lock any more) sends SIGTERM at once. The supervisor never waits on a node:
 //! the engine does, so a hung extension cannot delay the kill. If the supervisor itself dies,
-//! the guard kills them all at once.
+//! the guard kills them all at once; if it is stopped or starved, the guard's watchdog sends the
+//! SIGKILL at its time all the same (`watchdog.rs`), from the deadline of the last extension.
 
 use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;
@@ -287,6 +288,7 @@ fn start_command(
     args: &[OsString],
     resource: &str,
     (fencing_token, last_writer): (Option<u64>, Option<u64>),
+    kill_at: Instant,
 ) -> std::io::Result<Guard> {
     let env = [
         ("FENCELOCK_RESOURCE", Some(OsString::from(resource))),
@@ -300,7 +302,7 @@ fn start_command(
             last_writer.map(|t| OsString::from(t.to_string())),
         ),
     ];
-    Guard::spawn(program, args, &env)
+    Guard::spawn(program, args, &env, kill_at)
 }
 
 /// `fencelock run`.
@@ -337,7 +339,13 @@ pub(crate) async fn run(settings: &Settings, plan: RunPlan) -> anyhow::Result<u8
     let Guard {
         mut child,
         control: guard,
-    } = match start_command(program, args, resource, tokens) {
+    } = match start_command(
+        program,
+        args,
+        resource,
+        tokens,
+        stop_schedule(lock.validity_deadline(), grace, margin).1,
+    ) {
         Ok(guard) => guard,
         Err(err) => {
             let failure =
@@ -488,7 +496,14 @@ impl Supervisor {
     ) -> std::io::Result<std::process::ExitStatus> {
         let mut extensions = lock.extensions();
         let lost_signal = lock.lost();
+        let mut guard_kills_at = self.kill_at;
         loop {
+            // The guard's watchdog kills at the same time by its own clock (`watchdog.rs`):
+            // this process may be stopped before its timer fires.
+            if self.kill_at != guard_kills_at {
+                guard.kill_at(self.kill_at);
+                guard_kills_at = self.kill_at;
+            }
             tokio::select! {
                 // Timers first: after a suspension of this process, stopping the command wins
                 // over noticing that it exited.

@@ -467,6 +467,52 @@ fn doctor_passes_a_clean_set_and_fails_replicas_and_eviction() {
     );
 }
 
+/// Issue 27, item 5 through the CLI: a client of nodes 4-8 is refused where one of nodes 1-5
+/// recorded its set, `doctor` fails the `node set` check, and `nodes --record` moves the
+/// recorded set to the new list, after which the old list is the one refused.
+#[test]
+fn overlapping_lists_are_refused_and_doctor_and_record_say_so() {
+    let home = home();
+    let nodes = RedisNodes::start(8).unwrap();
+    let urls = nodes.urls();
+    let (old, new) = (&urls[0..5], &urls[3..8]);
+    let acquire = |list: &[String], resource: &str| {
+        output(with_nodes(home.path(), list).args(["acquire", resource]))
+    };
+    let out = acquire(old, "a");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = acquire(new, "b");
+    assert!(
+        !out.status.success(),
+        "a client of nodes 4-8 took a lock beside nodes 1-5"
+    );
+    let err = text(&out.stderr);
+    assert!(err.contains("another node set"), "{err}");
+    let (code, json) = doctor_json(home.path(), new);
+    assert_eq!(code, Some(1), "{json:#}");
+    assert!(
+        failed_checks(&json).contains(&"node set".to_owned()),
+        "{json:#}"
+    );
+    let (_, json) = doctor_json(home.path(), old);
+    assert!(
+        !failed_checks(&json).contains(&"node set".to_owned()),
+        "{json:#}"
+    );
+
+    let out = output(with_nodes(home.path(), new).args(["nodes", "--record"]));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = acquire(new, "b");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = acquire(old, "c");
+    assert!(!out.status.success(), "the old list still took a lock");
+    assert!(
+        text(&out.stderr).contains("another node set"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
 #[test]
 fn doctor_reports_an_unreachable_node_as_a_failing_check() {
     let nodes = RedisNodes::start(2).unwrap();

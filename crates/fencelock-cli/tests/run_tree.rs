@@ -187,6 +187,81 @@ fn killing_runs_whole_job_leaves_none_of_the_commands_processes() {
     killed_supervisor_leaves_nothing_running("victim-job", true);
 }
 
+/// Stops `fencelock run` (the supervisor, not the command) with SIGSTOP past its TTL: the
+/// command must be dead by the validity deadline, which is at most a TTL after the stop (the
+/// last extension started before it), and before another client takes the lock.
+#[test]
+fn a_stopped_supervisor_does_not_let_the_command_outlive_its_validity() {
+    const TTL: Duration = Duration::from_secs(4);
+    // Room for the watchdog to notice and for the kernel to tear the command down on a loaded
+    // machine; the unfixed code kept the command running until SIGCONT (TTL + 6 s here).
+    const SLACK: Duration = Duration::from_millis(2500);
+    let nodes = RedisNodes::start(3).unwrap();
+    let urls = nodes.urls();
+    let home = tempfile::tempdir().unwrap();
+    let pidfile = home.path().join("cmd.pid");
+    let script = format!("echo $$ > {}; exec sleep 60", pidfile.display());
+    let mut run = fencelock(home.path(), &urls)
+        .args(["--ttl", "4s", "run", "stopped", "--", "sh", "-c", &script])
+        .spawn()
+        .unwrap();
+    let command = read_pid(&pidfile);
+    // Past the first extension, so that the deadline is an extension's, not the grant's.
+    std::thread::sleep(TTL / 2);
+    assert!(!pid_gone(command), "the command ended before the stop");
+    let supervisor = i32::try_from(run.id()).unwrap();
+    let stopped_at = Instant::now();
+    // SAFETY: stops the process this test started; SIGCONT below resumes it.
+    unsafe { libc::kill(supervisor, libc::SIGSTOP) };
+    let mut died_after = None;
+    let mut overlap = None;
+    let mut unexpected = None;
+    while stopped_at.elapsed() < TTL + Duration::from_secs(6) {
+        if pid_gone(command) {
+            died_after = Some(stopped_at.elapsed());
+            break;
+        }
+        match try_run(home.path(), &urls, "stopped") {
+            Some(0) if !pid_gone(command) => {
+                overlap = Some(stopped_at.elapsed());
+                break;
+            }
+            Some(0 | 75) => {}
+            other => {
+                unexpected = Some(other);
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // SAFETY: resumes the process this test stopped.
+    unsafe { libc::kill(supervisor, libc::SIGCONT) };
+    let status = wait_status(&mut run, LONG);
+    if !pid_gone(command) {
+        // SAFETY: cleans up a process this test started.
+        unsafe { libc::kill(command, libc::SIGKILL) };
+    }
+    assert_eq!(
+        unexpected, None,
+        "run --no-wait exited with an unexpected code"
+    );
+    assert_eq!(
+        overlap, None,
+        "another client took the lock {overlap:?} after the supervisor was stopped while the command still ran"
+    );
+    let died_after = died_after.unwrap_or_else(|| {
+        panic!(
+            "the command still ran {:?} after its supervisor was stopped with a TTL of {TTL:?}",
+            TTL + Duration::from_secs(6)
+        )
+    });
+    assert!(
+        died_after <= TTL + SLACK,
+        "the command died {died_after:?} after its supervisor was stopped, past the validity deadline (at most {TTL:?})"
+    );
+    assert_eq!(status.code(), Some(76), "run must report the lost lock");
+}
+
 #[test]
 fn suggested_commands_quote_the_resource_name() {
     let nodes = RedisNodes::start(1).unwrap();

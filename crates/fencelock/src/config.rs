@@ -35,6 +35,7 @@ pub struct Config {
     retry: RetryPolicy,
     fencing: bool,
     quarantine: Option<bool>,
+    node_set_check: bool,
     long_ttl: bool,
     tls: TlsConfig,
     metrics_resource_label: bool,
@@ -78,6 +79,7 @@ impl Config {
             retry: RetryPolicy::new(),
             fencing: false,
             quarantine: None,
+            node_set_check: true,
             long_ttl: false,
             tls: TlsConfig::new(),
             metrics_resource_label: false,
@@ -136,6 +138,18 @@ impl Config {
     /// for Redlock (several nodes), off for a single node.
     pub fn with_quarantine(mut self, on: bool) -> Config {
         self.quarantine = Some(on);
+        self
+    }
+
+    /// The node set check (Redis): each node records the node set its clients use, and a client
+    /// whose list differs (nodes 1-5 here, 4-8 there, as a rolling replacement leaves them)
+    /// refuses every node with a configuration error naming both sets, instead of holding a
+    /// lock that the other list's clients can hold too. The first connections wait for each
+    /// other (at most the connect timeout) so that the check sees every node that answers.
+    /// Default: on. Off only for tools and tests that reach nodes of one set on purpose through
+    /// another list; such a client must not take locks that clients of the full list take.
+    pub fn with_node_set_check(mut self, on: bool) -> Config {
+        self.node_set_check = on;
         self
     }
 
@@ -221,6 +235,11 @@ impl Config {
     /// Whether fencing mode is on.
     pub fn fencing(&self) -> bool {
         self.fencing
+    }
+
+    /// Whether the node set check is on ([`Config::with_node_set_check`]).
+    pub fn node_set_check(&self) -> bool {
+        self.node_set_check
     }
 
     /// Whether restart quarantine is on (its default depends on the node count).
@@ -348,6 +367,7 @@ impl std::fmt::Debug for Config {
             .field("retry", &self.retry)
             .field("fencing", &self.fencing)
             .field("quarantine", &self.quarantine())
+            .field("node_set_check", &self.node_set_check)
             .field("long_ttl", &self.long_ttl)
             .field("tls", &self.tls)
             .field("metrics_resource_label", &self.metrics_resource_label)

@@ -230,7 +230,7 @@ mod waiter;
 // Public for the benches, the model checker and the CLI only: not part of the API. The key
 // names that other clients need are in `protocol`.
 #[doc(hidden)]
-pub use crate::pure::{fencing, quorum};
+pub use crate::pure::{fencing, nodeset, quorum};
 
 pub use crate::client::Client;
 pub use crate::config::Config;

@@ -178,6 +178,10 @@ pub fn etcd_queue_prefix(resource: &str) -> String {
 /// The key of a node's marker (no TTL).
 pub const NODE_MARKER_KEY: &str = crate::redis::quarantine::MARKER_KEY;
 
+/// The node set a node serves, as its clients recorded it (no TTL; the format and the rule are
+/// in `fencelock::nodeset`): a client configured with another list refuses the node.
+pub const NODE_SET_KEY: &str = crate::pure::nodeset::RECORD_KEY;
+
 /// The sorted set of the TTLs in use on a node: member the TTL in ms, score a node time in ms
 /// until which a lock taken or extended with that TTL may live, or later (written one TTL
 /// ahead). Beside it, `fencelock:ttls:<ttl>` marks a TTL whose deadline is still more than one

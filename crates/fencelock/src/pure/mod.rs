@@ -22,6 +22,7 @@ pub(crate) mod etcd_keys;
 pub(crate) mod extension;
 pub mod fencing;
 pub(crate) mod node_error;
+pub mod nodeset;
 pub(crate) mod queue;
 pub mod quorum;
 pub(crate) mod readers;

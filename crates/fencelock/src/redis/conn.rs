@@ -9,6 +9,7 @@ use futures_util::future::{BoxFuture, FutureExt, Shared};
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, RedisError};
 
+use super::nodeset::NodeSet;
 use super::quarantine::{self, Verdict};
 use super::scripts;
 use super::version;
@@ -98,6 +99,9 @@ pub(crate) struct NodeConn {
     client: redis::Client,
     connect_timeout: Duration,
     quarantine: Quarantine,
+    /// This node's place in the client's list, and the client's node set (`nodeset.rs`).
+    index: usize,
+    set: Arc<NodeSet>,
     slot: Mutex<Arc<Slot>>,
 }
 
@@ -123,6 +127,7 @@ impl NodeConn {
         connect_timeout: Duration,
         quarantine: Quarantine,
         tls: Option<&TlsMaterial>,
+        (index, set): (usize, Arc<NodeSet>),
     ) -> Result<NodeConn, Error> {
         let client = super::tls::open(&addr, tls)?;
         Ok(NodeConn {
@@ -131,6 +136,8 @@ impl NodeConn {
             client,
             connect_timeout,
             quarantine,
+            index,
+            set,
             slot: Mutex::new(Arc::new(Slot::default())),
         })
     }
@@ -228,6 +235,17 @@ impl NodeConn {
     }
 
     async fn connect(&self) -> Result<(MultiplexedConnection, Arc<NodeInfo>), RedisError> {
+        let setup = self.set_up().await;
+        if setup.is_err() {
+            self.set.failed(self.index);
+        }
+        let setup = setup?;
+        // Not before the other nodes' records were read too (`nodeset.rs`).
+        self.set.admit().await?;
+        Ok(setup)
+    }
+
+    async fn set_up(&self) -> Result<(MultiplexedConnection, Arc<NodeInfo>), RedisError> {
         // No response timeout in the driver: each request is bounded by its round's deadline
         // (the node timeout), and a driver timer per request would be a second, redundant timer
         // on the hot path. The set-up below is bounded by the connect timeout instead.
@@ -284,6 +302,9 @@ impl NodeConn {
                     .query_async(&mut conn)
                     .await?;
             }
+            self.set
+                .read(self.index, &mut conn, marker.as_deref())
+                .await?;
             Ok::<_, RedisError>((
                 conn,
                 server,

@@ -31,6 +31,10 @@ pub(crate) fn describe(e: &RedisError) -> NodeError {
             (cause, detail) => NodeError::new(cause, detail.unwrap_or_default()),
         };
     }
+    if e.kind() == ErrorKind::Client && e.to_string().starts_with(crate::pure::nodeset::CONFLICT) {
+        // Another node set's record: the detail names both sets and the way out.
+        return NodeError::other(e.detail().unwrap_or_default());
+    }
     if e.kind() == ErrorKind::Client && e.to_string().starts_with(super::version::UNSUPPORTED) {
         // A node too old for the scripts: the detail says which version, where, and what to do.
         return NodeError::other(e.detail().unwrap_or_default());

@@ -26,6 +26,7 @@ mod extender;
 pub(crate) mod guard;
 mod inflight;
 mod line;
+mod nodeset;
 mod ops;
 mod order;
 pub(crate) mod permit;
@@ -142,10 +143,18 @@ impl RedisBackend {
         };
         let tls = config.tls().load()?;
         let quorum = crate::pure::quorum::quorum(addrs.len());
+        let set = Arc::new(nodeset::NodeSet::new(
+            addrs.iter().map(NodeAddr::host_port).collect(),
+            config.node_set_check(),
+            (config.node_timeout() / 2).min(config.connect_timeout()),
+        ));
         let nodes = addrs
             .into_iter()
-            .map(|a| {
-                NodeConn::new(a, config.connect_timeout(), quarantine, Some(&tls)).map(Arc::new)
+            .enumerate()
+            .map(|(i, a)| {
+                let place = (i, set.clone());
+                NodeConn::new(a, config.connect_timeout(), quarantine, Some(&tls), place)
+                    .map(Arc::new)
             })
             .collect::<Result<Arc<[_]>, _>>()?;
         let watch = Arc::new(ReleaseWatch::new(
