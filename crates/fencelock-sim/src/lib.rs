@@ -16,7 +16,7 @@ pub use resp::Reply;
 
 /// The scripts a client loads on every new connection, by name, in the order of
 /// `fencelock::protocol::ALL_SCRIPTS`.
-pub const SCRIPT_NAMES: [&str; 16] = [
+pub const SCRIPT_NAMES: [&str; 15] = [
     "acquire_many",
     "acquire_queued",
     "acquire_fenced",
@@ -24,7 +24,6 @@ pub const SCRIPT_NAMES: [&str; 16] = [
     "release",
     "extend",
     "mark",
-    "announce",
     "announce_ahead",
     "reseed",
     "election_append",
@@ -60,8 +59,6 @@ mod tests {
         assert_eq!(script("read_extend"), p::READ_EXTEND_SCRIPT);
         assert_eq!(script("read_release"), p::READ_RELEASE_SCRIPT);
         assert_eq!(script("write_record"), p::WRITE_RECORD_SCRIPT);
-        assert!(script("announce").starts_with(p::ANNOUNCE_FUNCTION));
-        assert!(script("announce").ends_with("return announce(ARGV[1])\n"));
         assert!(script("extend").starts_with(p::ANNOUNCE_FUNCTION));
         assert!(
             script("acquire_many").contains("acquire_many")

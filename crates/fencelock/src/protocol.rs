@@ -239,4 +239,4 @@ pub fn release_keys(resource: &str) -> [String; 4] {
 /// the simulation (`crates/fencelock-sim`), which runs these very texts on its simulated nodes
 /// and holds them to a real redis-server. Not a stable interface.
 #[doc(hidden)]
-pub const ALL_SCRIPTS: [&str; 16] = crate::redis::scripts::ALL;
+pub const ALL_SCRIPTS: [&str; 15] = crate::redis::scripts::ALL;
