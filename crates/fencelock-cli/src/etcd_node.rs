@@ -11,7 +11,8 @@ use serde::Serialize;
 
 use crate::doctor::{Check, Status};
 use crate::exit::{self, Failure};
-use crate::settings::{Settings, TlsFiles};
+use crate::node::TlsFiles;
+use crate::settings::Settings;
 
 /// Bound on each request: generous, doctor measures slowness and must not fail on it.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
