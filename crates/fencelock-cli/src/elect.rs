@@ -62,7 +62,7 @@ pub(crate) async fn campaign(
         WaitMode::NoWait => RetryPolicy::once(),
         WaitMode::Wait(total) => RetryPolicy::new().with_wait(total),
         // One wait, not chunks: a new wait would join the end of the line again.
-        WaitMode::Forever => RetryPolicy::new().with_wait(crate::permits::FOREVER),
+        WaitMode::Forever => RetryPolicy::new().with_wait(crate::hold::permit::FOREVER),
     };
     let client = Client::new(client.config().clone().with_retry(policy)).map_err(usage)?;
     let election = client.election(name).map_err(usage)?;
@@ -75,7 +75,7 @@ pub(crate) async fn campaign(
             if held {
                 failure.message = format!(
                     "election {name:?} has another leader{}; the command was not run. Wait with --wait 1m, or watch it with `fencelock elect --observe {}`",
-                    crate::permits::waited(mode, started),
+                    crate::hold::permit::waited(mode, started),
                     crate::shell::quote(name)
                 );
             }

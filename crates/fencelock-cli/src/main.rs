@@ -66,7 +66,7 @@ mod doctor;
 mod elect;
 mod etcd_node;
 mod exit;
-mod guard;
+mod hold;
 mod inspect;
 mod lockcmds;
 mod logging;
@@ -74,11 +74,9 @@ mod manual;
 mod metrics;
 mod node;
 mod nodes_cmd;
-mod permits;
 mod reseed;
 mod run;
 mod settings;
-mod shared;
 mod shell;
 mod spinner;
 
@@ -87,7 +85,7 @@ use crate::exit::Failure;
 
 fn main() -> ExitCode {
     // `fencelock run` starts this binary again as the guard of its command.
-    if let Some(code) = guard::main_if_guard() {
+    if let Some(code) = run::guard::main_if_guard() {
         return code;
     }
     // clap prints its own usage errors and exits with 2, and 0 for --help and --version.

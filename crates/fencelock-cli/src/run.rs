@@ -24,11 +24,13 @@ use tokio::signal::unix::{signal, SignalKind};
 
 use crate::cli::human;
 use crate::exit::{self, Failure};
-use crate::guard::{self, Guard};
+use self::guard::Guard;
 use crate::lockcmds::lock_failure;
 use crate::settings::Settings;
 pub(crate) use crate::settings::WaitMode;
 use crate::spinner::Spinner;
+
+pub(crate) mod guard;
 
 /// Largest default grace between SIGTERM and SIGKILL.
 const MAX_DEFAULT_GRACE: Duration = Duration::from_secs(5);
@@ -388,16 +390,16 @@ async fn take_lock(client: &Client, settings: &Settings, plan: &RunPlan) -> Resu
             crate::elect::campaign(client, settings, resource, value, plan.wait).await
         }
         (None, Some(n)) => {
-            crate::permits::wait_for_permit(client, settings, resource, n, plan.wait).await
+            crate::hold::permit::wait_for_permit(client, settings, resource, n, plan.wait).await
         }
         (None, None) if plan.shared => {
-            crate::shared::wait_for_read_lock(client, settings, resource, plan.wait).await
+            crate::hold::shared::wait_for_read_lock(client, settings, resource, plan.wait).await
         }
         (None, None) => {
             let lock = wait_for_lock(client, settings, resource, plan.wait).await?;
             // The exclusive lock is the read-write lock's write side: shared holders learn its
             // token.
-            crate::shared::record_for_readers(client, settings, resource, lock).await
+            crate::hold::shared::record_for_readers(client, settings, resource, lock).await
         }
     }
 }

@@ -10,7 +10,7 @@ use fencelock::{Client, ErrorKind, Lock, RetryPolicy};
 
 use crate::exit::{self, Failure};
 use crate::lockcmds::lock_failure;
-use crate::permits::waited;
+use crate::hold::permit::waited;
 use crate::run::WaitMode;
 use crate::settings::Settings;
 
