@@ -130,7 +130,7 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
         }
         Command::Acquire(args) => {
             let settings = settings::resolve(global)?;
-            let wait = settings::wait_mode(false, args.wait, run::WaitMode::NoWait)?;
+            let wait = settings::wait_mode(false, args.wait, settings::WaitMode::NoWait)?;
             lockcmds::acquire(&settings, &args.resource, wait, args.fencing, global.json).await
         }
         Command::Extend(args) => with_token(global, lockcmds::TokenOp::Extend, args).await,
@@ -172,16 +172,14 @@ async fn with_token(
 /// `fencelock run`: the plan from its arguments.
 async fn run_command(global: &cli::Global, args: cli::RunArgs) -> anyhow::Result<u8> {
     let settings = settings::resolve(global)?;
-    let wait = settings::wait_mode(args.no_wait, args.wait, run::WaitMode::Forever)?;
+    let wait = settings::wait_mode(args.no_wait, args.wait, settings::WaitMode::Forever)?;
     let plan = run::RunPlan {
         resource: args.resource,
         command: args.command,
         wait,
         fencing: args.fencing,
         grace: args.grace,
-        permits: args.permits,
-        shared: args.shared,
-        elect: None,
+        hold: hold::Hold::of_run(args.permits, args.shared),
     };
     let metrics = args
         .metrics_file
