@@ -548,8 +548,8 @@ async fn gather(node: &Node) -> NodeFacts {
 ///
 /// A usage failure for a bad node URL; unreachable nodes are a failing check, not an error.
 pub(crate) async fn doctor(settings: &Settings, json: bool) -> anyhow::Result<u8> {
-    if crate::etcd_node::is_etcd(settings) {
-        return crate::etcd_node::doctor(settings, json).await;
+    if crate::probe::etcd::is_etcd(settings) {
+        return crate::probe::etcd::doctor(settings, json).await;
     }
     let nodes = Node::parse_all(&settings.nodes, &settings.tls)?;
     let facts = futures_util::future::join_all(nodes.iter().map(gather)).await;

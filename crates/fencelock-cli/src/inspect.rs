@@ -371,8 +371,8 @@ pub(crate) async fn inspect(settings: &Settings, resource: &str, json: bool) -> 
         )
         .into());
     }
-    if crate::etcd_node::is_etcd(settings) {
-        return crate::etcd_node::inspect(settings, resource, json).await;
+    if crate::probe::etcd::is_etcd(settings) {
+        return crate::probe::etcd::inspect(settings, resource, json).await;
     }
     let nodes = Node::parse_all(&settings.nodes, &settings.tls)?;
     let timeout = PROBE_TIMEOUT.max(settings.node_timeout);

@@ -1,0 +1,3 @@
+//! Reading nodes for `inspect` and `doctor`, one file per backend.
+
+pub(crate) mod etcd;
