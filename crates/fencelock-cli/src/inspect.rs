@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use crate::exit;
 use crate::node::Node;
+use crate::probe::show_holder;
 use crate::settings::Settings;
 
 /// Bound on each inspect request: long enough for a loaded node, short enough for a dead one.
@@ -205,17 +206,6 @@ pub(crate) async fn explain_wrong_type(settings: &Settings, resource: &str) -> O
         "the key {resource:?} is not a lock key on {}: some other data uses this name; choose another resource name, or delete that key if it is stale",
         summary.wrong_type.join(", ")
     ))
-}
-
-/// A stored holder label in words: `"job" (process 4121 on web-3)`.
-pub(crate) fn show_holder(text: &str) -> String {
-    match fencelock::Holder::parse(text) {
-        Some(h) => match h.label() {
-            Some(l) => format!("{l:?} (process {} on {})", h.pid(), h.host()),
-            None => format!("process {} on {}", h.pid(), h.host()),
-        },
-        None => text.to_string(),
-    }
 }
 
 fn fmt_pttl(pttl: Option<i64>) -> String {

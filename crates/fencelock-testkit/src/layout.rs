@@ -233,6 +233,9 @@ mod tests {
         .map(|(n, c)| (n.to_string(), code(c)))
         .collect();
         let graph = imports(&mods);
-        assert_eq!(cycles(&graph), vec![vec!["a", "b", "a"], vec!["c", "d", "c"]]);
+        assert_eq!(
+            cycles(&graph),
+            vec![vec!["a", "b", "a"], vec!["c", "d", "c"]]
+        );
     }
 }
