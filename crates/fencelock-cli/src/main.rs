@@ -3,21 +3,26 @@
 //!
 //! # Layout
 //!
-//! - `cli`: the command line (clap derive).
-//! - `settings`: where nodes and settings come from (`--nodes`, `FENCELOCK_NODES`, the config
-//!   file, the dev set).
-//! - `run`: `fencelock run`, the supervisor that keeps the lock and stops the command if it is
-//!   lost; `guard`: the process between it and the command, which keeps every process the
-//!   command starts in its subtree and kills them all if the supervisor dies.
-//! - `lockcmds`: `acquire`, `extend`, `release`.
-//! - `inspect`, `doctor`: read-only views of the nodes; `reseed`: the way back after every node
-//!   lost its fence counter.
-//! - `devset`: `up` and `down`; `nodes_cmd`: `nodes`, the URLs for other programs; `demo`: the article's story on nodes of its own.
-//! - `bench`: throughput and latency beside a raw redis-rs baseline.
-//! - `node`: bounded connections to single nodes; `spinner`; `exit`: exit codes; `shell`:
-//!   quoting of the commands suggested in messages.
-//! - `manual`: `completions` and `man`, generated from the clap definition; `logging`: the
-//!   tracing subscriber behind `-v` and `RUST_LOG`.
+//! Each layer uses only the ones below it; `tests/layout.rs` fails on an import cycle.
+//!
+//! - `main` (this file): parses, resolves the settings once, dispatches to one command.
+//! - Commands, one file or folder each: `run` (the supervisor that keeps the lock and stops
+//!   the command if it is lost; `run/guard.rs`: the process between it and the command, which
+//!   keeps every process the command starts in its subtree and kills them all if the supervisor
+//!   dies), `elect`, `lockcmds` (`acquire`, `extend`, `release`), `inspect`, `doctor`, `reseed`
+//!   (the way back after every node lost its fence counter), `devset` (`up`, `down`),
+//!   `nodes_cmd` (`nodes`), `demo`, `bench`, `manual` (`completions`, `man`).
+//! - `hold`: what a command runs under, one `hold::Hold` taken by `Hold::take`: the exclusive
+//!   lock, a shared lock, a permit, the leadership (one file each); `run` and `elect` name it,
+//!   nothing in it calls a command.
+//! - `probe`: reading nodes for `inspect` and `doctor`, one file per backend (`probe/etcd.rs`),
+//!   and what their reports share (the doctor's checks and table, a holder in words).
+//! - `cli`: the command line (clap derive), every argument struct, `human` and
+//!   `parse_duration`; it imports no command. `settings`: where nodes and settings come from
+//!   (`--nodes`, `FENCELOCK_NODES`, the config file, the dev set), and the wait mode.
+//! - `node`: bounded connections to single nodes and their TLS files; `spinner`; `exit`: exit
+//!   codes and `Failure`; `shell`: quoting of the commands suggested in messages; `logging`:
+//!   the tracing subscriber behind `-v` and `RUST_LOG`; `metrics`.
 //! - The print macros below shadow std's in every module, so that no write can panic.
 //!
 //! # Exit codes
