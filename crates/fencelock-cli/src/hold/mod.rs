@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use fencelock::{Client, ErrorKind, Lock, VoteOutcome};
 
 use crate::exit::{self, Failure};
-use crate::inspect;
+use crate::probe;
 use crate::settings::{Settings, WaitMode};
 
 pub(crate) mod exclusive;
@@ -90,7 +90,7 @@ pub(crate) async fn lock_failure(
     // SET NX sees a list at the name as "held", and the scripts fail on it: both look like
     // contention or broken nodes unless we look at the key.
     if code == exit::NOT_ACQUIRED || err.kind() == ErrorKind::Unavailable {
-        if let Some(why) = inspect::explain_wrong_type(settings, resource).await {
+        if let Some(why) = probe::redis::explain_wrong_type(settings, resource).await {
             return Failure::usage(why);
         }
     }

@@ -12,6 +12,7 @@ use crate::exit;
 use crate::settings::Settings;
 
 pub(crate) mod etcd;
+pub(crate) mod redis;
 
 /// A check's verdict.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]

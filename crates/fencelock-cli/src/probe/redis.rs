@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use crate::exit;
 use crate::node::Node;
-use crate::probe::show_holder;
+use super::show_holder;
 use crate::settings::Settings;
 
 /// Bound on each inspect request: long enough for a loaded node, short enough for a dead one.
