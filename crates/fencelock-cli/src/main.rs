@@ -71,6 +71,7 @@ mod doctor;
 mod elect;
 mod exit;
 mod hold;
+mod inspect;
 mod lockcmds;
 mod logging;
 mod manual;
@@ -126,7 +127,7 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
         }
         Command::Inspect(args) => {
             let settings = settings::resolve(global)?;
-            probe::redis::inspect(&settings, &args.resource, global.json).await
+            inspect::inspect(&settings, &args.resource, global.json).await
         }
         Command::Reseed(args) => {
             let settings = settings::resolve(global)?;

@@ -14,6 +14,42 @@ use crate::settings::Settings;
 pub(crate) mod etcd;
 pub(crate) mod redis;
 
+/// Which backend's nodes a node set names: the one interface `inspect` and `doctor` read nodes
+/// through. A new backend (a cluster, Sentinel, ZooKeeper, PostgreSQL) is a variant and a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Backend {
+    Redis,
+    Etcd,
+}
+
+impl Backend {
+    /// The backend of the settings' node list (the first URL decides, as in the library).
+    pub(crate) fn of(settings: &Settings) -> Backend {
+        if etcd::is_etcd(settings) {
+            Backend::Etcd
+        } else {
+            Backend::Redis
+        }
+    }
+
+    /// `inspect RESOURCE` on these nodes.
+    ///
+    /// # Errors
+    ///
+    /// A usage failure for a bad node URL; unreachable nodes are shown, not errors.
+    pub(crate) async fn inspect(
+        self,
+        settings: &Settings,
+        resource: &str,
+        json: bool,
+    ) -> anyhow::Result<u8> {
+        match self {
+            Backend::Redis => redis::inspect(settings, resource, json).await,
+            Backend::Etcd => etcd::inspect(settings, resource, json).await,
+        }
+    }
+}
+
 /// A check's verdict.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -83,7 +119,7 @@ pub(crate) fn report(
 }
 
 /// The human table.
-fn render(checks: &[Check]) -> String {
+pub(crate) fn render(checks: &[Check]) -> String {
     let node_width = checks
         .iter()
         .map(|c| c.node.as_deref().map_or(1, str::len))

@@ -1,4 +1,5 @@
-//! `fencelock inspect`: what each node holds for one resource. Read-only: it never changes a key.
+//! A Redis node set's reading for `inspect` (what each node holds for one resource) and for
+//! the lock commands' errors (a key of the wrong type). Read-only: it never changes a key.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -6,9 +7,9 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use super::show_holder;
 use crate::exit;
 use crate::node::Node;
-use super::show_holder;
 use crate::settings::Settings;
 
 /// Bound on each inspect request: long enough for a loaded node, short enough for a dead one.
@@ -348,22 +349,12 @@ fn write_table(out: &mut String, states: &[NodeState], summary: &Summary) {
     }
 }
 
-/// `fencelock inspect RESOURCE`.
+/// `fencelock inspect RESOURCE` on Redis nodes.
 ///
 /// # Errors
 ///
-/// A usage failure for a bad node URL or an empty resource; unreachable nodes are shown, not
-/// errors.
+/// A usage failure for a bad node URL; unreachable nodes are shown, not errors.
 pub(crate) async fn inspect(settings: &Settings, resource: &str, json: bool) -> anyhow::Result<u8> {
-    if resource.is_empty() {
-        return Err(crate::exit::Failure::usage(
-            "the resource name is empty; name what the lock protects, e.g. order:42",
-        )
-        .into());
-    }
-    if crate::probe::etcd::is_etcd(settings) {
-        return crate::probe::etcd::inspect(settings, resource, json).await;
-    }
     let nodes = Node::parse_all(&settings.nodes, &settings.tls)?;
     let timeout = PROBE_TIMEOUT.max(settings.node_timeout);
     let states = probe(&nodes, resource, timeout).await;
