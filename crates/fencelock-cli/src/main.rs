@@ -15,7 +15,7 @@
 //! - `hold`: what a command runs under, one `hold::Hold` taken by `Hold::take`: the exclusive
 //!   lock, a shared lock, a permit, the leadership (one file each); `run` and `elect` name it,
 //!   nothing in it calls a command.
-//! - `probe`: reading nodes for `inspect` and `doctor`, one file per backend (`probe/etcd.rs`),
+//! - `probe`: reading nodes for `inspect` and `doctor`, one file per backend (`probe/redis.rs`, `probe/etcd.rs`) behind `probe::Backend`,
 //!   and what their reports share (the doctor's checks and table, a holder in words).
 //! - `cli`: the command line (clap derive), every argument struct, `human` and
 //!   `parse_duration`; it imports no command. `settings`: where nodes and settings come from

@@ -22,9 +22,9 @@ pub fn modules(src: &Path) -> BTreeMap<String, String> {
                 .components()
                 .map(|c| c.as_os_str().to_string_lossy().into_owned())
                 .collect();
-            if parts.len() == 1 && matches!(parts[0].as_str(), "lib" | "main") {
-                parts.pop();
-            } else if parts.last().is_some_and(|p| p == "mod") {
+            // lib.rs and main.rs are the crate root; a folder's mod.rs is the folder's module.
+            let root = parts.len() == 1 && matches!(parts[0].as_str(), "lib" | "main");
+            if root || parts.last().is_some_and(|p| p == "mod") {
                 parts.pop();
             }
             (parts.join("::"), code(&fs::read_to_string(&path).unwrap()))

@@ -1,5 +1,6 @@
 //! Reading nodes for `inspect` and `doctor`: what each backend's nodes say, one file per
-//! backend (`etcd`; the Redis node's reading is still in `inspect.rs` and `doctor.rs`), and
+//! backend behind [`Backend`] (`redis`, `etcd`; the Redis node's doctor checks are still in
+//! `doctor.rs`), and
 //! what every backend's report shares: the doctor's checks and their table, a holder in words.
 //! Nothing here imports a command.
 
