@@ -125,11 +125,11 @@ mutant quarantine-own-ttl "restart quarantine sized by the asking client's own T
   's/info\.resolve\(longest\.max\(nodes\[i\]\.quarantine\(\)\.own_ttl\)\)/info.resolve(nodes[i].quarantine().own_ttl)/' \
   "-p fencelock-harness --test harness clients_with_different_ttls_never_hold_at_once_across_restarts_without_persistence"
 mutant run-no-subreaper "fencelock run's guard and supervisor are not child subreapers: a background job of the command escapes them" \
-  crates/fencelock-cli/src/guard.rs \
+  crates/fencelock-cli/src/run/guard.rs \
   's/unsafe \{ libc::prctl\(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0\) \};/\/\/ mutant: not a subreaper/' \
   "-p fencelock-harness --test harness run_never_lets_two_holders_processes_run_at_once"
 mutant run-guard-spares-orphans "when the supervisor dies, fencelock run's guard waits for the command's processes instead of killing them" \
-  crates/fencelock-cli/src/guard.rs \
+  crates/fencelock-cli/src/run/guard.rs \
   's/(The supervisor is gone, and with it the lock\x27s keeper: nothing may run on\.\n)(\s*)kill_tree\(me, libc::SIGKILL, true\);/$1$2\/\/ mutant: nothing killed/' \
   "-p fencelock-harness --test harness run_never_lets_two_holders_processes_run_at_once"
 mutant run-watchdog-never-fires "the guard of fencelock run never kills at the deadline by its own clock: a stopped supervisor lets the command outlive the lock" \

@@ -34,88 +34,20 @@ mod stats;
 
 use std::cell::Cell;
 use std::future::Future;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use clap::{Args, ValueEnum};
 use futures_util::future::join_all;
 use serde_json::{json, Map, Value};
 
 use self::baseline::{Baseline, Counter};
 use self::raw::Raw;
 use self::stats::{human, micros, round2, Summary};
-use crate::cli::{parse_duration, Global};
+use crate::cli::{BenchArgs, Global, Workload};
 use crate::exit::{self, Failure};
 use crate::settings::{self, Settings};
-
-/// `bench`.
-#[derive(Debug, Args)]
-pub(crate) struct BenchArgs {
-    /// What to measure.
-    #[arg(long, value_enum)]
-    pub(crate) workload: Workload,
-    /// Cycles (critical sections for `contended`); default 2000 (seq, shared), 10000 (par),
-    /// 200 (contended). Ignored by `held`.
-    #[arg(long, value_name = "N")]
-    pub(crate) cycles: Option<usize>,
-    /// Concurrent tasks (par, default 64; shared, default 16), workers (contended, default 8)
-    /// or locks held (held, default 10000).
-    #[arg(long, value_name = "C")]
-    pub(crate) concurrency: Option<usize>,
-    /// Also run the raw redis-rs baseline and print the ratio.
-    #[arg(long)]
-    pub(crate) raw: bool,
-    /// Take fencing tokens (the baseline stays plain, so the ratio is fencing's cost).
-    #[arg(long)]
-    pub(crate) fencing: bool,
-    /// Write the latency distribution as an SVG plot to FILE.
-    #[arg(long, value_name = "FILE")]
-    pub(crate) plot: Option<PathBuf>,
-    /// Start N local redis-server nodes for this run (stopped at the end) instead of using
-    /// --nodes or the usual node resolution.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=15))]
-    pub(crate) local: Option<u16>,
-    /// `held`: how long to hold (default: three extension intervals, i.e. one TTL); `permits`:
-    /// how long each section holds its permit (default 5ms); `seq`, `par`: how long each cycle
-    /// holds its lock before the release, the library and the baseline alike (default 0).
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
-    pub(crate) hold: Option<Duration>,
-    /// `permits`: the semaphore's permits (default 4).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=256))]
-    pub(crate) permits: Option<u32>,
-    /// `contended`, raw baseline: how long a refused poller waits before it tries again
-    /// (drawn from [D/2, 3D/2)).
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "50ms")]
-    pub(crate) poll_delay: Duration,
-    /// Put K of the nodes (the last K) behind a proxy on 127.0.0.1 that delays them by
-    /// --delay: nodes at different distances, for the library and the baselines alike.
-    #[arg(long, value_name = "K", requires = "delay")]
-    pub(crate) delay_nodes: Option<usize>,
-    /// How long the proxy of --delay-nodes holds back each reply (see --delay-on).
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, requires = "delay_nodes")]
-    pub(crate) delay: Option<Duration>,
-    /// What the proxy of --delay-nodes delays: the nodes' replies, the requests, or both.
-    #[arg(long, value_enum, default_value = "replies", requires = "delay_nodes")]
-    pub(crate) delay_on: proxy::DelayOn,
-    /// Print the metrics the library recorded during the run (Prometheus text format, the
-    /// `fencelock_*` series; see the table in docs/guide/operating.md).
-    #[arg(long)]
-    pub(crate) metrics: bool,
-}
-
-/// The workloads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub(crate) enum Workload {
-    Seq,
-    Par,
-    Contended,
-    Held,
-    Permits,
-    Shared,
-}
 
 impl Workload {
     fn name(self) -> &'static str {

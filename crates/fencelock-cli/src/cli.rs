@@ -4,7 +4,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::exit::{help_table, NOT_ACQUIRED};
 
@@ -151,10 +151,10 @@ pub(crate) enum Command {
     Nodes(NodesArgs),
     /// Tell the article's story on 5 local nodes it starts and stops itself: contention, a node
     /// killed, concurrent inventory reservations, and a paused holder with and without fencing.
-    Demo(crate::demo::DemoArgs),
+    Demo(DemoArgs),
     /// Measure acquire/release throughput and latency (seq, par, contended, held), with
     /// --raw beside a hand-written redis-rs baseline; --local N starts its own nodes.
-    Bench(crate::bench::BenchArgs),
+    Bench(BenchArgs),
     /// Print a shell completion script, e.g. fencelock completions bash >
     /// /usr/share/bash-completion/completions/fencelock
     Completions(CompletionsArgs),
@@ -324,6 +324,92 @@ pub(crate) struct NodesArgs {
     /// then run this once with the new list, then start the clients. Every node must answer.
     #[arg(long)]
     pub(crate) record: bool,
+}
+
+/// `demo`'s options.
+#[derive(Debug, Args)]
+pub(crate) struct DemoArgs {
+    /// Internal: run as client A of scene 4 (the demo starts this process itself).
+    #[arg(long, hide = true, value_name = "SPEC")]
+    pub(crate) worker: Option<String>,
+}
+
+/// `bench`.
+#[derive(Debug, Args)]
+pub(crate) struct BenchArgs {
+    /// What to measure.
+    #[arg(long, value_enum)]
+    pub(crate) workload: Workload,
+    /// Cycles (critical sections for `contended`); default 2000 (seq, shared), 10000 (par),
+    /// 200 (contended). Ignored by `held`.
+    #[arg(long, value_name = "N")]
+    pub(crate) cycles: Option<usize>,
+    /// Concurrent tasks (par, default 64; shared, default 16), workers (contended, default 8)
+    /// or locks held (held, default 10000).
+    #[arg(long, value_name = "C")]
+    pub(crate) concurrency: Option<usize>,
+    /// Also run the raw redis-rs baseline and print the ratio.
+    #[arg(long)]
+    pub(crate) raw: bool,
+    /// Take fencing tokens (the baseline stays plain, so the ratio is fencing's cost).
+    #[arg(long)]
+    pub(crate) fencing: bool,
+    /// Write the latency distribution as an SVG plot to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) plot: Option<PathBuf>,
+    /// Start N local redis-server nodes for this run (stopped at the end) instead of using
+    /// --nodes or the usual node resolution.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=15))]
+    pub(crate) local: Option<u16>,
+    /// `held`: how long to hold (default: three extension intervals, i.e. one TTL); `permits`:
+    /// how long each section holds its permit (default 5ms); `seq`, `par`: how long each cycle
+    /// holds its lock before the release, the library and the baseline alike (default 0).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub(crate) hold: Option<Duration>,
+    /// `permits`: the semaphore's permits (default 4).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub(crate) permits: Option<u32>,
+    /// `contended`, raw baseline: how long a refused poller waits before it tries again
+    /// (drawn from [D/2, 3D/2)).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "50ms")]
+    pub(crate) poll_delay: Duration,
+    /// Put K of the nodes (the last K) behind a proxy on 127.0.0.1 that delays them by
+    /// --delay: nodes at different distances, for the library and the baselines alike.
+    #[arg(long, value_name = "K", requires = "delay")]
+    pub(crate) delay_nodes: Option<usize>,
+    /// How long the proxy of --delay-nodes holds back each reply (see --delay-on).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, requires = "delay_nodes")]
+    pub(crate) delay: Option<Duration>,
+    /// What the proxy of --delay-nodes delays: the nodes' replies, the requests, or both.
+    #[arg(long, value_enum, default_value = "replies", requires = "delay_nodes")]
+    pub(crate) delay_on: DelayOn,
+    /// Print the metrics the library recorded during the run (Prometheus text format, the
+    /// `fencelock_*` series; see the table in docs/guide/operating.md).
+    #[arg(long)]
+    pub(crate) metrics: bool,
+}
+
+/// The workloads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Workload {
+    Seq,
+    Par,
+    Contended,
+    Held,
+    Permits,
+    Shared,
+}
+
+/// Which direction of a proxied connection is delayed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum DelayOn {
+    /// The node's replies (the default: a request reaches the node at once, its answer comes
+    /// back D later).
+    Replies,
+    /// The client's requests.
+    Requests,
+    /// Both: a round trip costs 2 D.
+    Both,
 }
 
 /// A duration in the unit a reader takes in at a glance, the one way every command writes one: `0.4 ms`, `12 ms`, `1.02 s`.

@@ -17,13 +17,12 @@ mod stock;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use clap::Args;
 use fencelock::{Client, Config, RetryPolicy};
 use tokio::signal::unix::{signal, SignalKind};
 
 use self::nodes::LocalNodes;
 use self::out::{human, Out, Tone};
-use crate::cli::Global;
+use crate::cli::{DemoArgs, Global};
 use crate::devset;
 use crate::exit::{self, Failure};
 
@@ -32,14 +31,6 @@ const NODES: usize = 5;
 /// Per-node timeout: far above a local round trip, so that a loaded machine does not turn the
 /// story into timeouts; no scene is about slow nodes.
 const NODE_TIMEOUT: Duration = Duration::from_millis(200);
-
-/// `demo`'s options.
-#[derive(Debug, Args)]
-pub(crate) struct DemoArgs {
-    /// Internal: run as client A of scene 4 (the demo starts this process itself).
-    #[arg(long, hide = true, value_name = "SPEC")]
-    pub(crate) worker: Option<String>,
-}
 
 /// What the scenes share.
 #[derive(Debug)]

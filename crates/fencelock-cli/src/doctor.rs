@@ -3,14 +3,11 @@
 //! so every verdict is unit-tested below.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use serde::Serialize;
-
 use crate::cli::human;
-use crate::exit;
 use crate::node::{parse_info, Node};
+use crate::probe::{report, Check, Status};
 use crate::settings::Settings;
 
 /// Generous bound on each doctor request: doctor measures slowness, it must not fail on it.
@@ -21,36 +18,6 @@ const PINGS: usize = 5;
 const SKEW_WARN: Duration = Duration::from_millis(100);
 /// Clock offsets above this are a failure.
 const SKEW_FAIL: Duration = Duration::from_secs(1);
-
-/// A check's verdict.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub(crate) enum Status {
-    Pass,
-    Warn,
-    Fail,
-}
-
-impl Status {
-    fn label(self) -> &'static str {
-        match self {
-            Status::Pass => "pass",
-            Status::Warn => "warn",
-            Status::Fail => "fail",
-        }
-    }
-}
-
-/// One line of the report.
-#[derive(Debug, Clone, Serialize)]
-pub(crate) struct Check {
-    pub(crate) check: &'static str,
-    pub(crate) node: Option<String>,
-    pub(crate) status: Status,
-    pub(crate) detail: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) hint: Option<String>,
-}
 
 /// What was learned from one node.
 #[derive(Debug, Clone)]
@@ -628,8 +595,10 @@ async fn gather(node: &Node) -> NodeFacts {
 ///
 /// A usage failure for a bad node URL; unreachable nodes are a failing check, not an error.
 pub(crate) async fn doctor(settings: &Settings, json: bool) -> anyhow::Result<u8> {
-    if crate::etcd_node::is_etcd(settings) {
-        return crate::etcd_node::doctor(settings, json).await;
+    // The Redis node's checks below move to probe/redis.rs as `Backend::doctor` once the
+    // node-set check being added here has landed.
+    if crate::probe::Backend::of(settings) == crate::probe::Backend::Etcd {
+        return crate::probe::etcd::doctor(settings, json).await;
     }
     let nodes = Node::parse_all(&settings.nodes, &settings.tls)?;
     let facts = futures_util::future::join_all(nodes.iter().map(gather)).await;
@@ -642,77 +611,10 @@ pub(crate) async fn doctor(settings: &Settings, json: bool) -> anyhow::Result<u8
     report(&checks, &names, settings, json)
 }
 
-/// Prints the checks (the table or JSON) and returns the exit code: 0, or 1 when one failed.
-///
-/// # Errors
-///
-/// None today; a `Result` as the commands return.
-pub(crate) fn report(
-    checks: &[Check],
-    nodes: &[String],
-    settings: &Settings,
-    json: bool,
-) -> anyhow::Result<u8> {
-    let failed = checks.iter().any(|c| c.status == Status::Fail);
-    let count = |s: Status| checks.iter().filter(|c| c.status == s).count();
-    if json {
-        let value = serde_json::json!({
-            "nodes": nodes,
-            "ttl_ms": u64::try_from(settings.ttl.as_millis()).unwrap_or(u64::MAX),
-            "node_timeout_ms": u64::try_from(settings.node_timeout.as_millis()).unwrap_or(u64::MAX),
-            "checks": checks,
-            "summary": {"pass": count(Status::Pass), "warn": count(Status::Warn), "fail": count(Status::Fail)},
-            "ok": !failed,
-        });
-        println!("{value}");
-    } else {
-        print!("{}", render(checks));
-        println!(
-            "{} pass, {} warn, {} fail (TTL {}, per-node timeout {}, nodes from {})",
-            count(Status::Pass),
-            count(Status::Warn),
-            count(Status::Fail),
-            human(settings.ttl),
-            human(settings.node_timeout),
-            settings.source
-        );
-    }
-    Ok(if failed { exit::CHECK_FAILED } else { exit::OK })
-}
-
-/// The human table.
-fn render(checks: &[Check]) -> String {
-    let node_width = checks
-        .iter()
-        .map(|c| c.node.as_deref().map_or(1, str::len))
-        .max()
-        .unwrap_or(4)
-        .max(4);
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "{:<6}{:<16}{:<node_width$}  DETAIL",
-        "", "CHECK", "NODE"
-    );
-    for c in checks {
-        let _ = writeln!(
-            out,
-            "{:<6}{:<16}{:<node_width$}  {}",
-            c.status.label(),
-            c.check,
-            c.node.as_deref().unwrap_or("-"),
-            c.detail
-        );
-        if let (Some(hint), true) = (&c.hint, c.status != Status::Pass) {
-            let _ = writeln!(out, "{:<6}  hint: {hint}", "");
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::probe::render;
 
     fn limits() -> Limits {
         Limits {

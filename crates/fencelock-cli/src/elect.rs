@@ -1,13 +1,9 @@
 //! `fencelock elect`: run a command while leader of an election, or observe its leaders.
 
-use std::time::Instant;
-
-use fencelock::{Client, Lock, RetryPolicy};
-
-use crate::exit::{self, Failure};
-use crate::lockcmds::lock_failure;
-use crate::run::{RunPlan, WaitMode};
-use crate::settings::Settings;
+use crate::exit::Failure;
+use crate::hold::Hold;
+use crate::run::RunPlan;
+use crate::settings::{Settings, WaitMode};
 
 /// `fencelock elect`.
 pub(crate) async fn elect(
@@ -33,9 +29,7 @@ pub(crate) async fn elect(
         // The term is the fencing token.
         fencing: true,
         grace: args.grace,
-        permits: None,
-        shared: false,
-        elect: Some(value),
+        hold: Hold::Leader(value),
     };
     crate::run::run(settings, plan).await
 }
@@ -46,42 +40,6 @@ fn default_value() -> String {
         .map(|h| h.trim().to_string())
         .unwrap_or_else(|_| "unknown-host".to_string());
     format!("{host}:{}", std::process::id())
-}
-
-/// Campaigns per the wait mode; the lock is the leadership, its fencing token the term.
-pub(crate) async fn campaign(
-    client: &Client,
-    settings: &Settings,
-    name: &str,
-    value: &str,
-    mode: WaitMode,
-) -> Result<Lock, Failure> {
-    let usage = |e: fencelock::Error| Failure::usage(format!("election {name:?}: {e}"));
-    let started = Instant::now();
-    let policy = match mode {
-        WaitMode::NoWait => RetryPolicy::once(),
-        WaitMode::Wait(total) => RetryPolicy::new().with_wait(total),
-        // One wait, not chunks: a new wait would join the end of the line again.
-        WaitMode::Forever => RetryPolicy::new().with_wait(crate::permits::FOREVER),
-    };
-    let client = Client::new(client.config().clone().with_retry(policy)).map_err(usage)?;
-    let election = client.election(name).map_err(usage)?;
-    let result = election.campaign_lock(value).await;
-    match result {
-        Ok(lock) => Ok(lock),
-        Err(err) => {
-            let held = exit::code_for(&err) == exit::NOT_ACQUIRED;
-            let mut failure = lock_failure(settings, name, err).await;
-            if held {
-                failure.message = format!(
-                    "election {name:?} has another leader{}; the command was not run. Wait with --wait 1m, or watch it with `fencelock elect --observe {}`",
-                    crate::permits::waited(mode, started),
-                    crate::shell::quote(name)
-                );
-            }
-            Err(failure)
-        }
-    }
 }
 
 /// Prints each new leader, one line each, until interrupted.

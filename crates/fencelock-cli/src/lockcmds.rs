@@ -3,11 +3,11 @@
 
 use std::time::Instant;
 
-use fencelock::{ErrorKind, RetryPolicy, VoteOutcome, Votes};
+use fencelock::{RetryPolicy, Votes};
 
 use crate::cli::human;
 use crate::exit::{self, Failure};
-use crate::inspect;
+use crate::hold::lock_failure;
 use crate::settings::{Settings, WaitMode};
 
 /// The votes as JSON.
@@ -22,34 +22,6 @@ pub(crate) fn votes_json(votes: &Votes) -> serde_json::Value {
             })
         })
         .collect()
-}
-
-/// The failure for a lock error, with the explanation of a key of the wrong type when that is
-/// why the lock looked taken.
-pub(crate) async fn lock_failure(
-    settings: &Settings,
-    resource: &str,
-    err: fencelock::Error,
-) -> Failure {
-    let code = exit::code_for(&err);
-    // SET NX sees a list at the name as "held", and the scripts fail on it: both look like
-    // contention or broken nodes unless we look at the key.
-    if code == exit::NOT_ACQUIRED || err.kind() == ErrorKind::Unavailable {
-        if let Some(why) = inspect::explain_wrong_type(settings, resource).await {
-            return Failure::usage(why);
-        }
-    }
-    let quarantined = err.votes().is_some_and(|votes| {
-        votes
-            .iter()
-            .any(|v| matches!(v.outcome, VoteOutcome::Excluded(_)))
-    });
-    let mut message = err.to_string();
-    if quarantined {
-        // The library's hint names its setting; the CLI's is the flag.
-        message = message.replace("with_quarantine(false)", "--no-quarantine");
-    }
-    Failure::new(code, message)
 }
 
 /// `fencelock acquire`.

@@ -3,21 +3,26 @@
 //!
 //! # Layout
 //!
-//! - `cli`: the command line (clap derive).
-//! - `settings`: where nodes and settings come from (`--nodes`, `FENCELOCK_NODES`, the config
-//!   file, the dev set).
-//! - `run`: `fencelock run`, the supervisor that keeps the lock and stops the command if it is
-//!   lost; `guard`: the process between it and the command, which keeps every process the
-//!   command starts in its subtree and kills them all if the supervisor dies.
-//! - `lockcmds`: `acquire`, `extend`, `release`.
-//! - `inspect`, `doctor`: read-only views of the nodes; `reseed`: the way back after every node
-//!   lost its fence counter.
-//! - `devset`: `up` and `down`; `nodes_cmd`: `nodes`, the URLs for other programs; `demo`: the article's story on nodes of its own.
-//! - `bench`: throughput and latency beside a raw redis-rs baseline.
-//! - `node`: bounded connections to single nodes; `spinner`; `exit`: exit codes; `shell`:
-//!   quoting of the commands suggested in messages.
-//! - `manual`: `completions` and `man`, generated from the clap definition; `logging`: the
-//!   tracing subscriber behind `-v` and `RUST_LOG`.
+//! Each layer uses only the ones below it; `tests/layout.rs` fails on an import cycle.
+//!
+//! - `main` (this file): parses, resolves the settings once, dispatches to one command.
+//! - Commands, one file or folder each: `run` (the supervisor that keeps the lock and stops
+//!   the command if it is lost; `run/guard.rs`: the process between it and the command, which
+//!   keeps every process the command starts in its subtree and kills them all if the supervisor
+//!   dies), `elect`, `lockcmds` (`acquire`, `extend`, `release`), `inspect`, `doctor`, `reseed`
+//!   (the way back after every node lost its fence counter), `devset` (`up`, `down`),
+//!   `nodes_cmd` (`nodes`), `demo`, `bench`, `manual` (`completions`, `man`).
+//! - `hold`: what a command runs under, one `hold::Hold` taken by `Hold::take`: the exclusive
+//!   lock, a shared lock, a permit, the leadership (one file each); `run` and `elect` name it,
+//!   nothing in it calls a command.
+//! - `probe`: reading nodes for `inspect` and `doctor`, one file per backend (`probe/redis.rs`, `probe/etcd.rs`) behind `probe::Backend`,
+//!   and what their reports share (the doctor's checks and table, a holder in words).
+//! - `cli`: the command line (clap derive), every argument struct, `human` and
+//!   `parse_duration`; it imports no command. `settings`: where nodes and settings come from
+//!   (`--nodes`, `FENCELOCK_NODES`, the config file, the dev set), and the wait mode.
+//! - `node`: bounded connections to single nodes and their TLS files; `spinner`; `exit`: exit
+//!   codes and `Failure`; `shell`: quoting of the commands suggested in messages; `logging`:
+//!   the tracing subscriber behind `-v` and `RUST_LOG`; `metrics`.
 //! - The print macros below shadow std's in every module, so that no write can panic.
 //!
 //! # Exit codes
@@ -64,9 +69,8 @@ mod demo;
 mod devset;
 mod doctor;
 mod elect;
-mod etcd_node;
 mod exit;
-mod guard;
+mod hold;
 mod inspect;
 mod lockcmds;
 mod logging;
@@ -74,11 +78,10 @@ mod manual;
 mod metrics;
 mod node;
 mod nodes_cmd;
-mod permits;
+mod probe;
 mod reseed;
 mod run;
 mod settings;
-mod shared;
 mod shell;
 mod spinner;
 mod watchdog;
@@ -88,7 +91,7 @@ use crate::exit::Failure;
 
 fn main() -> ExitCode {
     // `fencelock run` starts this binary again as the guard of its command.
-    if let Some(code) = guard::main_if_guard() {
+    if let Some(code) = run::guard::main_if_guard() {
         return code;
     }
     // clap prints its own usage errors and exits with 2, and 0 for --help and --version.
@@ -134,7 +137,7 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
         }
         Command::Acquire(args) => {
             let settings = settings::resolve(global)?;
-            let wait = settings::wait_mode(false, args.wait, run::WaitMode::NoWait)?;
+            let wait = settings::wait_mode(false, args.wait, settings::WaitMode::NoWait)?;
             lockcmds::acquire(&settings, &args.resource, wait, args.fencing, global.json).await
         }
         Command::Extend(args) => with_token(global, lockcmds::TokenOp::Extend, args).await,
@@ -176,16 +179,14 @@ async fn with_token(
 /// `fencelock run`: the plan from its arguments.
 async fn run_command(global: &cli::Global, args: cli::RunArgs) -> anyhow::Result<u8> {
     let settings = settings::resolve(global)?;
-    let wait = settings::wait_mode(args.no_wait, args.wait, run::WaitMode::Forever)?;
+    let wait = settings::wait_mode(args.no_wait, args.wait, settings::WaitMode::Forever)?;
     let plan = run::RunPlan {
         resource: args.resource,
         command: args.command,
         wait,
         fencing: args.fencing,
         grace: args.grace,
-        permits: args.permits,
-        shared: args.shared,
-        elect: None,
+        hold: hold::Hold::of_run(args.permits, args.shared),
     };
     let metrics = args
         .metrics_file

@@ -1,13 +1,48 @@
 //! Direct connections to single nodes, for `doctor`, `inspect`, `up` and `down`: each request is
 //! bounded by a timeout so that a dead or paused node costs at most that long.
 
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, FromRedisValue};
 
 use crate::exit::Failure;
-use crate::settings::TlsFiles;
+
+/// The TLS files of the command line or config file. `Debug` never shows the key's path.
+#[derive(Clone, Default)]
+pub(crate) struct TlsFiles {
+    pub(crate) ca: Option<PathBuf>,
+    pub(crate) cert: Option<PathBuf>,
+    pub(crate) key: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for TlsFiles {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsFiles")
+            .field("ca", &self.ca)
+            .field("cert", &self.cert)
+            .field("key", &self.key.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+impl TlsFiles {
+    /// The library's TLS settings for these files.
+    pub(crate) fn config(&self) -> fencelock::TlsConfig {
+        let mut tls = fencelock::TlsConfig::new();
+        if let Some(ca) = &self.ca {
+            tls = tls.with_ca_file(ca);
+        }
+        if let Some(cert) = &self.cert {
+            tls = tls.with_client_cert_file(cert);
+        }
+        if let Some(key) = &self.key {
+            tls = tls.with_client_key_file(key);
+        }
+        tls
+    }
+}
 
 /// The TLS files read, in the driver's form; `None` when none is given.
 fn tls_material(tls: &TlsFiles) -> Result<Option<redis::TlsCertificates>, Failure> {

@@ -20,25 +20,20 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
-use fencelock::{AutoExtend, Client, ErrorKind, Lock, LockGuard, LostCause, RetryPolicy};
+use fencelock::{AutoExtend, Client, ErrorKind, LockGuard, LostCause};
 use tokio::signal::unix::{signal, SignalKind};
 
+use self::guard::Guard;
 use crate::cli::human;
 use crate::exit::{self, Failure};
-use crate::guard::{self, Guard};
-use crate::lockcmds::lock_failure;
+use crate::hold::Hold;
 use crate::settings::Settings;
-pub(crate) use crate::settings::WaitMode;
-use crate::spinner::Spinner;
+use crate::settings::WaitMode;
+
+pub(crate) mod guard;
 
 /// Largest default grace between SIGTERM and SIGKILL.
 const MAX_DEFAULT_GRACE: Duration = Duration::from_secs(5);
-/// With no `--wait`, how long the nodes may stay unavailable before `run` gives up: waiting is
-/// for a lock held by someone else, not for a broken node set.
-const UNAVAILABLE_PATIENCE: Duration = Duration::from_secs(10);
-/// With no `--wait`, how long each library `acquire` call may retry before we look again.
-const WAIT_CHUNK: Duration = Duration::from_secs(2);
-
 /// What `run` was asked to do.
 #[derive(Debug)]
 pub(crate) struct RunPlan {
@@ -47,12 +42,9 @@ pub(crate) struct RunPlan {
     pub(crate) wait: WaitMode,
     pub(crate) fencing: bool,
     pub(crate) grace: Option<Duration>,
-    /// `--permits N`: one of N permits of a semaphore instead of the mutex.
-    pub(crate) permits: Option<u32>,
-    /// `--shared`: a read lock of the resource instead of the mutex (its write side).
-    pub(crate) shared: bool,
-    /// `fencelock elect`: campaign with this leader value instead of taking the mutex.
-    pub(crate) elect: Option<String>,
+    /// What the command runs under: the exclusive lock, a shared lock, a permit, or the
+    /// leadership.
+    pub(crate) hold: Hold,
 }
 
 /// The default grace: the smaller of 5 s and TTL/4.
@@ -105,115 +97,6 @@ pub(crate) fn status_code(status: ExitStatus) -> u8 {
         128u8.saturating_add(u8::try_from(sig).unwrap_or(127))
     } else {
         exit::INTERNAL
-    }
-}
-
-fn not_acquired(
-    resource: &str,
-    err: &fencelock::Error,
-    waited: Option<Duration>,
-) -> Option<String> {
-    let votes = err.votes()?;
-    let quoted = crate::shell::quote(resource);
-    match (err.kind(), waited) {
-        (ErrorKind::Contention, None) => Some(format!(
-            "lock {resource:?} is held by another client (on {} of {} node(s)); the command was not run. Wait for it with --wait 1m, or see who holds it with `fencelock inspect {quoted}`",
-            votes.held_by_other(),
-            votes.len()
-        )),
-        (ErrorKind::Timeout | ErrorKind::Contention, Some(waited))
-            if exit::code_for(err) == exit::NOT_ACQUIRED =>
-        {
-            Some(format!(
-            "lock {resource:?} was still held by another client after waiting {}; the command was not run. Wait longer with --wait, or see who holds it with `fencelock inspect {quoted}`",
-            humantime::format_duration(Duration::from_millis(u64::try_from(waited.as_millis()).unwrap_or(u64::MAX)))
-        ))
-        }
-        _ => None,
-    }
-}
-
-/// The failure for a lock that was not taken, in `run`'s words when someone else holds it.
-async fn acquire_failure(
-    settings: &Settings,
-    resource: &str,
-    err: fencelock::Error,
-    waited: Option<Duration>,
-) -> Failure {
-    let msg = not_acquired(resource, &err, waited);
-    let mut failure = lock_failure(settings, resource, err).await;
-    if let (Some(msg), exit::NOT_ACQUIRED) = (msg, failure.code) {
-        failure.message = msg;
-    }
-    failure
-}
-
-/// Takes the lock per the wait mode, with a spinner on a terminal while waiting.
-async fn wait_for_lock(
-    client: &Client,
-    settings: &Settings,
-    resource: &str,
-    mode: WaitMode,
-) -> Result<Lock, Failure> {
-    let started = Instant::now();
-    let first = match client.try_acquire(resource).await {
-        Ok(lock) => return Ok(lock),
-        Err(err) => err,
-    };
-    if mode == WaitMode::NoWait || !first.is_retryable() {
-        return Err(acquire_failure(settings, resource, first, None).await);
-    }
-
-    let reason = |err: &fencelock::Error| match err.kind() {
-        ErrorKind::Contention => "held by another client".to_owned(),
-        ErrorKind::Timeout => "held by another client".to_owned(),
-        _ => format!(
-            "nodes unavailable: {} failed",
-            err.votes().map_or(0, |v| v.failed())
-        ),
-    };
-    // The wait's place in line dates from the first refusal; every chunk takes it back.
-    let mut waiter = match client.waiter(&[resource]) {
-        Ok(waiter) => waiter,
-        Err(err) => return Err(acquire_failure(settings, resource, err, None).await),
-    };
-    let spinner = Spinner::start(format!("waiting for lock {resource:?}: {}", reason(&first)));
-    let mut unavailable_since = (!matches!(first.kind(), ErrorKind::Contention)).then_some(started);
-    let result = loop {
-        let chunk = match mode {
-            WaitMode::Wait(total) => {
-                let left = total.saturating_sub(started.elapsed());
-                if left.is_zero() {
-                    // The first attempt alone took the whole wait: its answer is the reason.
-                    break Err(first);
-                }
-                left
-            }
-            _ => WAIT_CHUNK,
-        };
-        match waiter.acquire(&RetryPolicy::new().with_wait(chunk)).await {
-            Ok(lock) => break Ok(lock),
-            Err(err) if mode != WaitMode::Forever => break Err(err),
-            Err(err) => {
-                let unavailable = exit::code_for(&err) == exit::UNAVAILABLE;
-                if !unavailable {
-                    unavailable_since = None;
-                } else if unavailable_since.get_or_insert_with(Instant::now).elapsed()
-                    >= UNAVAILABLE_PATIENCE
-                {
-                    break Err(err);
-                }
-                if !err.is_retryable() && err.kind() != ErrorKind::Timeout {
-                    break Err(err);
-                }
-                spinner.set(format!("waiting for lock {resource:?}: {}", reason(&err)));
-            }
-        }
-    };
-    spinner.stop().await;
-    match result {
-        Ok(lock) => Ok(lock),
-        Err(err) => Err(acquire_failure(settings, resource, err, Some(started.elapsed())).await),
     }
 }
 
@@ -326,7 +209,10 @@ pub(crate) async fn run(settings: &Settings, plan: RunPlan) -> anyhow::Result<u8
     // Orphans of the command's processes come to us if the guard itself is killed.
     guard::become_subreaper();
     let client = settings.client(plan.fencing).await?;
-    let lock = take_lock(&client, settings, &plan).await?;
+    let lock = plan
+        .hold
+        .take(&client, settings, resource, plan.wait)
+        .await?;
 
     // The library's extension engine keeps the lock from here on; its lost signal fires at
     // the kill time (the margin), or at once when no quorum holds the lock any more.
@@ -386,28 +272,6 @@ fn split_command(command: &[OsString]) -> Result<(&OsString, &[OsString]), Failu
             "no command given: write it after the resource, e.g. fencelock run job -- ./backup.sh",
         )
     })
-}
-
-/// Takes what `plan` asks for: the leadership, a permit, a read lock, or the exclusive lock.
-async fn take_lock(client: &Client, settings: &Settings, plan: &RunPlan) -> Result<Lock, Failure> {
-    let resource = plan.resource.as_str();
-    match (&plan.elect, plan.permits) {
-        (Some(value), _) => {
-            crate::elect::campaign(client, settings, resource, value, plan.wait).await
-        }
-        (None, Some(n)) => {
-            crate::permits::wait_for_permit(client, settings, resource, n, plan.wait).await
-        }
-        (None, None) if plan.shared => {
-            crate::shared::wait_for_read_lock(client, settings, resource, plan.wait).await
-        }
-        (None, None) => {
-            let lock = wait_for_lock(client, settings, resource, plan.wait).await?;
-            // The exclusive lock is the read-write lock's write side: shared holders learn its
-            // token.
-            crate::shared::record_for_readers(client, settings, resource, lock).await
-        }
-    }
 }
 
 /// The process group of the command: the guard leads it (0 when it has no id any more).

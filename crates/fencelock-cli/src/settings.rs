@@ -15,6 +15,7 @@ use serde::Deserialize;
 use crate::cli::{parse_duration, Global};
 use crate::devset;
 use crate::exit::Failure;
+pub(crate) use crate::node::TlsFiles;
 
 /// Default time to live of the lock keys: the library's.
 pub(crate) const DEFAULT_TTL: Duration = fencelock::Config::DEFAULT_TTL;
@@ -60,41 +61,6 @@ pub(crate) struct Settings {
     pub(crate) tls: TlsFiles,
     /// Who holds the locks this command takes (host, pid, `--label`); `None` with --no-holder.
     pub(crate) holder: Option<fencelock::Holder>,
-}
-
-/// The TLS files of the command line or config file. `Debug` never shows the key's path.
-#[derive(Clone, Default)]
-pub(crate) struct TlsFiles {
-    pub(crate) ca: Option<PathBuf>,
-    pub(crate) cert: Option<PathBuf>,
-    pub(crate) key: Option<PathBuf>,
-}
-
-impl std::fmt::Debug for TlsFiles {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TlsFiles")
-            .field("ca", &self.ca)
-            .field("cert", &self.cert)
-            .field("key", &self.key.as_ref().map(|_| "<redacted>"))
-            .finish()
-    }
-}
-
-impl TlsFiles {
-    /// The library's TLS settings for these files.
-    pub(crate) fn config(&self) -> fencelock::TlsConfig {
-        let mut tls = fencelock::TlsConfig::new();
-        if let Some(ca) = &self.ca {
-            tls = tls.with_ca_file(ca);
-        }
-        if let Some(cert) = &self.cert {
-            tls = tls.with_client_cert_file(cert);
-        }
-        if let Some(key) = &self.key {
-            tls = tls.with_client_key_file(key);
-        }
-        tls
-    }
 }
 
 impl Settings {

@@ -39,6 +39,8 @@
 //! - Internal: `process` (spawn, signal, reap, logs), `ports` (free ports
 //!   never handed out twice in one process), `resp` (RESP2 codec), `http`
 //!   (tiny HTTP/1.1 client for etcd's JSON gateway).
+//! - [`layout`]: the import graph of a crate's sources and its cycles, for the layout tests of
+//!   the library and the CLI.
 //!
 //! # Requirements
 //!
@@ -56,6 +58,7 @@ mod etcd_cluster;
 mod etcd_member;
 mod etcd_tls;
 mod http;
+pub mod layout;
 mod mariadb;
 mod persistence;
 mod pki;

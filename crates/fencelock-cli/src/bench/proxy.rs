@@ -11,23 +11,12 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use clap::ValueEnum;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-/// Which direction of a proxied connection is delayed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub(crate) enum DelayOn {
-    /// The node's replies (the default: a request reaches the node at once, its answer comes
-    /// back D later).
-    Replies,
-    /// The client's requests.
-    Requests,
-    /// Both: a round trip costs 2 D.
-    Both,
-}
+pub(crate) use crate::cli::DelayOn;
 
 /// Proxies that run until dropped (their tasks are aborted then).
 #[derive(Debug)]

@@ -2,18 +2,13 @@
 //! (`fencelock::Semaphore`) instead of the mutex. The permit is a lock on its slot, so `run`
 //! keeps, extends and releases it as it does the mutex.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use fencelock::{Client, Lock, RetryPolicy};
 
+use super::{lock_failure, waited, FOREVER};
 use crate::exit::{self, Failure};
-use crate::lockcmds::lock_failure;
-use crate::run::WaitMode;
-use crate::settings::Settings;
-
-/// With no `--wait`: one wait without end (a century), not a wait in chunks, since each new
-/// wait would join the end of the line again (on etcd it leaves its place when it times out).
-pub(crate) const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+use crate::settings::{Settings, WaitMode};
 
 /// Takes a permit of the semaphore `resource` of `permits` permits, per the wait mode.
 pub(crate) async fn wait_for_permit(
@@ -48,14 +43,5 @@ pub(crate) async fn wait_for_permit(
             }
             Err(failure)
         }
-    }
-}
-
-/// " after waiting 2.5s" for a wait that waited, nothing for `--no-wait`: the tail of the
-/// messages of `run --permits` and `elect` when someone else holds.
-pub(crate) fn waited(mode: WaitMode, started: Instant) -> String {
-    match mode {
-        WaitMode::NoWait => String::new(),
-        _ => format!(" after waiting {:.1}s", started.elapsed().as_secs_f64()),
     }
 }

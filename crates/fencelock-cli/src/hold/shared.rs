@@ -8,11 +8,9 @@ use std::time::{Duration, Instant};
 
 use fencelock::{Client, ErrorKind, Lock, RetryPolicy};
 
+use super::{lock_failure, waited};
 use crate::exit::{self, Failure};
-use crate::lockcmds::lock_failure;
-use crate::permits::waited;
-use crate::run::WaitMode;
-use crate::settings::Settings;
+use crate::settings::{Settings, WaitMode};
 
 /// With no `--wait`, how long each library call may wait before we look again.
 const WAIT_CHUNK: Duration = Duration::from_secs(60);

@@ -9,9 +9,10 @@ use std::time::{Duration, Instant};
 use etcd_client::{Client, ConnectOptions, GetOptions, SortOrder, SortTarget};
 use serde::Serialize;
 
-use crate::doctor::{Check, Status};
+use super::{show_holder, Check, Status};
 use crate::exit::{self, Failure};
-use crate::settings::{Settings, TlsFiles};
+use crate::node::TlsFiles;
+use crate::settings::Settings;
 
 /// Bound on each request: generous, doctor measures slowness and must not fail on it.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -216,14 +217,14 @@ pub(crate) fn render_line(resource: &str, line: &[Waiter]) -> String {
         first.key, first.revision, first.lease, ttl(first)
     );
     if let Some(h) = &first.holder {
-        let _ = writeln!(out, "holder: {}", crate::inspect::show_holder(h));
+        let _ = writeln!(out, "holder: {}", show_holder(h));
     }
     if rest.is_empty() {
         let _ = writeln!(out, "nobody waits");
     } else {
         let _ = writeln!(out, "{} waiting, in order:", rest.len());
         for w in rest {
-            let who = w.holder.as_deref().map(crate::inspect::show_holder);
+            let who = w.holder.as_deref().map(show_holder);
             let _ = writeln!(
                 out,
                 "  revision {}  lease {} ({} left)  {}{}",
@@ -532,7 +533,7 @@ pub(crate) async fn doctor(settings: &Settings, json: bool) -> anyhow::Result<u8
         node_timeout: settings.node_timeout,
     };
     let checks = evaluate(&facts, limits);
-    crate::doctor::report(
+    super::report(
         &checks,
         &facts.iter().map(|f| f.name.clone()).collect::<Vec<_>>(),
         settings,
