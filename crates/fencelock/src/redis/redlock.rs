@@ -75,7 +75,7 @@ impl RedisBackend {
         let deadline = started + (elapsed + valid_for);
         // Issued: only now are the granting nodes without a counter seeded (`guard.rs`).
         if let Some(f) = &fenced {
-            self.seed(f, keys, token.as_str()).await;
+            self.seed(f, keys, token.as_str(), started).await;
         }
         let fencing_token = fenced.map(|f| f.token);
         tracing::debug!(resource, ?elapsed, validity = ?valid_for, fencing_token, "acquired");
