@@ -118,7 +118,8 @@ mutant token-proposed-past-i64 "issue 27 item 7: the client proposes a token abo
 mutant token-derived-past-i64 "issue 27 item 7: a token above i64::MAX is derived from a counter at i64::MAX" \
   crates/fencelock/src/pure/fencing.rs \
   's/if max >= TOKEN_MAX \{/if max == u64::MAX {/' \
-  "-p fencelock --lib fencing::tests::derive_takes_the_largest_trusted_read_plus_one"
+  "-p fencelock --lib fencing::tests::derive_takes_the_largest_trusted_read_plus_one" \
+  "-p fencelock --test counter tokens_stop_at_the_largest_the_fences_store"
 mutant node-takes-past-i64 "issue 27 item 7: a node takes a proposal above i64::MAX" \
   crates/fencelock/src/redis/lua/fence.lua \
   's/ and not bigger\(arg, TOKEN_MAX\)//' \

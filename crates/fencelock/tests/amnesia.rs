@@ -110,6 +110,8 @@ async fn a_node_restarted_without_its_counter_never_yields_a_smaller_token() {
     let lock = b.acquire("R").await.unwrap();
     let t = lock.fencing_token().unwrap();
     assert!(t > last, "{t} after {last}");
+    // The wait outlasts the lock's TTL.
+    lock.release().await.unwrap();
     let mut seeded = None;
     for _ in 0..300 {
         // The seed is sent once the token is issued; n0 may not have granted (the round
@@ -126,7 +128,6 @@ async fn a_node_restarted_without_its_counter_never_yields_a_smaller_token() {
     let seeded = seeded.expect("n0 was seeded by a later grant");
     let seeded: u64 = seeded.parse().unwrap();
     assert!(seeded > last, "n0 seeded with {seeded}, not above {last}");
-    lock.release().await.unwrap();
     // Everything later is above, through n0 too.
     nodes.node(2).pause().unwrap();
     let next = b.acquire("R").await.unwrap();
