@@ -52,7 +52,7 @@ mutant release-no-compare "the release deletes the key without comparing the own
   "-p fencelock --test redlock release_with_a_wrong_token_leaves_the_key"
 mutant writeback-off-by-one "the write-back stores token - 1, a value no holder got" \
   crates/fencelock/src/redis/guard.rs \
-  's/self\.write_back\(&targets, keys, owner, token\)/self.write_back(&targets, keys, owner, token - 1)/' \
+  's/self\.write_back\(&targets, keys, owner, token, None\)/self.write_back(\&targets, keys, owner, token - 1, None)/' \
   "-p fencelock --test fencing tokens_increase_across_1000"
 mutant validity-ignores-elapsed "validity counted from the reply, not from before the request" \
   crates/fencelock/src/pure/validity.rs \
@@ -86,9 +86,9 @@ mutant acquire-without-nx "acquisition sets the key whether or not another clien
   crates/fencelock/src/redis/ops.rs \
   's/cmd\.arg\(key\)\.arg\(token\)\.arg\("NX"\)\.arg\("PX"\)/cmd.arg(key).arg(token).arg("PX")/' \
   "-p fencelock --test redlock on_one_node_a_second_client_cannot_acquire_while_the_first_holds"
-mutant guard-seed-before-issue "the amnesia guard seeds the nodes without a counter before the token is issued" \
+mutant guard-seed-before-issue "the amnesia guard seeds the nodes without a counter before the token is issued (and without the seed wait)" \
   crates/fencelock/src/redis/guard.rs \
-  's/\n(\s*)let wb = self\.write_back\(/\n$1self.seed(&Fenced { token, seeds: seeds.clone() }, keys, owner).await;\n$1let wb = self.write_back(/' \
+  's/\n(\s*)let wb = self\.write_back\(/\n$1self.write_back(\&seeds, keys, owner, token, None).await;\n$1let wb = self.write_back(/' \
   "-p fencelock --test amnesia a_failed_attempt_seeds_no_node"
 mutant guard-untrusted-counted "the amnesia guard counts a read from a node without a counter as trusted (0)" \
   crates/fencelock/src/redis/ops.rs \
@@ -99,6 +99,34 @@ mutant guard-epoch-on-quorum "a new epoch starts when a quorum (not every node) 
   's/granting >= nodes && nodes > 0/granting > nodes \/ 2 && nodes > 0/' \
   "-p fencelock --lib fencing::tests::an_epoch_starts_only_when_every_node_granted" \
   "-p fencelock --test amnesia no_epoch_starts_while_a_node_with_the_counter_does_not_grant"
+mutant writeback-seed-without-wait "issue 27 item 3: a node without its counter takes a seed at once, not a seed wait after it was first found so" \
+  crates/fencelock/src/redis/lua/write_back.lua \
+  's/if exists == 0 and ARGV\[3\] then/if false and ARGV[3] then/' \
+  "-p fencelock --test counter a_seed_from_another_resource_never_makes_a_node_trusted_below_its_lost_record" \
+  "-p fencelock --test counter a_restarted_node_is_seeded_only_after_the_seed_wait"
+mutant guard-seed-without-wait "issue 27 item 3: the client seeds without asking for the seed wait (a plain write-back)" \
+  crates/fencelock/src/redis/guard.rs \
+  's/Some\(Seed \{ wait \}\)/None/' \
+  "-p fencelock --test counter a_restarted_node_is_seeded_only_after_the_seed_wait"
+mutant reseed-creates-lost-counters "issue 27 item 6: reseed creates a counter on a node that lost its own while others have theirs" \
+  crates/fencelock/src/redis/lua/reseed.lua \
+  's/elseif ARGV\[2\] ~= \x271\x27 then/elseif false then/' \
+  "-p fencelock --lib redis::reseed::tests::the_reseed_script_creates_a_counter_only_when_asked" \
+  "-p fencelock-cli --test reseed reseed_creates_no_counter_on_a_node_that_lost_it"
+mutant token-proposed-past-i64 "issue 27 item 7: the client proposes a token above i64::MAX" \
+  crates/fencelock/src/pure/fencing.rs \
+  's/if p > TOKEN_MAX \{/if false \&\& p > TOKEN_MAX {/' \
+  "-p fencelock --lib fencing::tests::a_proposal_is_above_the_last_token_and_the_clock" \
+  "-p fencelock --test counter tokens_stop_at_the_largest_the_fences_store"
+mutant token-derived-past-i64 "issue 27 item 7: a token above i64::MAX is derived from a counter at i64::MAX" \
+  crates/fencelock/src/pure/fencing.rs \
+  's/if max >= TOKEN_MAX \{/if max == u64::MAX {/' \
+  "-p fencelock --lib fencing::tests::derive_takes_the_largest_trusted_read_plus_one" \
+  "-p fencelock --test counter tokens_stop_at_the_largest_the_fences_store"
+mutant node-takes-past-i64 "issue 27 item 7: a node takes a proposal above i64::MAX" \
+  crates/fencelock/src/redis/lua/fence.lua \
+  's/ and not bigger\(arg, TOKEN_MAX\)//' \
+  "-p fencelock --test counter no_node_takes_a_token_beyond_the_fences_range"
 mutant fence-accept-equal "the one-round path: a node takes a proposal equal to its counter (the token the last holder got)" \
   crates/fencelock/src/redis/lua/fence.lua \
   's/if exists == 0 or not bigger\(p, best\) then/if exists == 0 or (p ~= best and not bigger(p, best)) then/' \

@@ -10,6 +10,9 @@ use crate::lockcmds::votes_json;
 use crate::node::Node;
 use crate::settings::Settings;
 
+/// How the library's vote names a node without a counter (`Client::reseed_fence`).
+const NO_COUNTER: &str = "has no fence counter";
+
 /// Bound on reading each node's counter back for the report.
 const READ_TIMEOUT: Duration = Duration::from_secs(1);
 
@@ -29,8 +32,16 @@ pub(crate) async fn reseed(settings: &Settings, above: u64, json: bool) -> anyho
             let code = exit::code_for(&err);
             let message = match &err {
                 fencelock::Error::Unavailable { votes, .. } if code == exit::UNAVAILABLE => {
+                    let lost = votes.iter().any(|v| {
+                        matches!(&v.outcome, fencelock::VoteOutcome::Excluded(why) if why.starts_with(NO_COUNTER))
+                    });
+                    let next = if lost {
+                        "a node without its fence counter lost its data and keeps none: reseed creates the counters only when every node lacks one. If TOKEN is at least every token ever issued, delete fencelock:fence on every node (no fenced grant is possible meanwhile) and run reseed again"
+                    } else {
+                        "run the same command again once the others are back"
+                    };
                     format!(
-                        "reseed reached only {} of {} node(s), {} needed: {}; the nodes that answered hold a counter of at least {above} now; run the same command again once the others are back",
+                        "reseed raised the counter on only {} of {} node(s), {} needed: {}; those hold a counter of at least {above} now; {next}",
                         votes.granted(),
                         votes.len(),
                         client.quorum(),

@@ -42,10 +42,12 @@ fn reseed_raises_every_nodes_counter_and_never_lowers_one() {
     let nodes = RedisNodes::start(3).unwrap();
     let home = tempfile::tempdir().unwrap();
     // One node already above the token: it keeps its counter.
-    nodes
-        .node(2)
-        .cli(&["SET", FENCE_COUNTER_KEY, "5000000"])
-        .unwrap();
+    for (i, counter) in ["1", "1", "5000000"].iter().enumerate() {
+        nodes
+            .node(i)
+            .cli(&["SET", FENCE_COUNTER_KEY, counter])
+            .unwrap();
+    }
     let out = output(with_nodes(home.path(), &nodes.urls()).args(["reseed", "--above", "1000000"]));
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(
@@ -85,10 +87,73 @@ fn reseed_raises_every_nodes_counter_and_never_lowers_one() {
     assert_eq!(counter(&nodes, 0), "1000000");
 }
 
+/// Issue 27 item 6: a node without a counter lost its data, and may have recorded a token above
+/// TOKEN (the storage's last token can lag the last one issued); a counter created there would
+/// make it trusted below what it recorded. Reseed raises the counters that exist and names the
+/// nodes it left alone; it creates counters only when every node lacks one (a total loss).
+/// Before the fix it set n0's counter to 1000.
+#[test]
+fn reseed_creates_no_counter_on_a_node_that_lost_it() {
+    let nodes = RedisNodes::start(3).unwrap();
+    let home = tempfile::tempdir().unwrap();
+    for i in 1..3 {
+        nodes.node(i).cli(&["SET", FENCE_COUNTER_KEY, "5"]).unwrap();
+    }
+    let lost = nodes.node(0).port().to_string();
+    let out = output(with_nodes(home.path(), &nodes.urls()).args(["reseed", "--above", "1000"]));
+    assert_eq!(
+        counter(&nodes, 0),
+        "(nil)",
+        "reseed created a counter on the node that lost its own: {}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(counter(&nodes, 1), "1000");
+    assert_eq!(counter(&nodes, 2), "1000");
+    let stdout = text(&out.stdout);
+    let line = stdout.lines().find(|l| l.contains(&lost)).unwrap();
+    assert!(
+        line.contains("not set") && line.contains("no fence counter"),
+        "{stdout}"
+    );
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("on 2 of 3 node(s)"), "{stderr}");
+
+    // Two of three without a counter: fewer than a quorum can be raised; exit 69, one line
+    // naming both, nothing created.
+    nodes.node(1).cli(&["DEL", FENCE_COUNTER_KEY]).unwrap();
+    let other = nodes.node(1).port().to_string();
+    let out = output(with_nodes(home.path(), &nodes.urls()).args(["reseed", "--above", "2000"]));
+    assert_eq!(out.status.code(), Some(69), "{}", text(&out.stderr));
+    let err = one_line_error(&out);
+    assert!(
+        err.contains(&lost) && err.contains(&other) && err.contains("no fence counter"),
+        "{err}"
+    );
+    assert!(err.contains("every node"), "{err}");
+    assert_eq!(counter(&nodes, 0), "(nil)");
+    assert_eq!(counter(&nodes, 1), "(nil)");
+    assert_eq!(counter(&nodes, 2), "2000");
+
+    // Every node without one: a total loss, and reseed is the way back: it creates them all.
+    nodes.node(2).cli(&["DEL", FENCE_COUNTER_KEY]).unwrap();
+    let out = output(with_nodes(home.path(), &nodes.urls()).args(["reseed", "--above", "3000"]));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(
+        (0..3).map(|i| counter(&nodes, i)).collect::<Vec<_>>(),
+        ["3000", "3000", "3000"]
+    );
+}
+
 #[test]
 fn reseed_needs_a_quorum_and_names_the_nodes_that_did_not_answer() {
     let nodes = RedisNodes::start(3).unwrap();
     let home = tempfile::tempdir().unwrap();
+    // Nodes that have their counters (reseed raises only those while any node has one).
+    for node in nodes.iter() {
+        node.cli(&["SET", FENCE_COUNTER_KEY, "1"]).unwrap();
+    }
     nodes.node(0).kill().unwrap();
     let dead = nodes.node(0).port().to_string();
 
@@ -113,7 +178,7 @@ fn reseed_needs_a_quorum_and_names_the_nodes_that_did_not_answer() {
     assert_eq!(out.status.code(), Some(69), "{}", text(&out.stderr));
     let err = one_line_error(&out);
     assert!(
-        err.contains("reached only 1 of 3 node(s), 2 needed"),
+        err.contains("raised the counter on only 1 of 3 node(s), 2 needed"),
         "{err}"
     );
     assert!(err.contains(&dead) && err.contains(&other), "{err}");

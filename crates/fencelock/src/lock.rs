@@ -101,15 +101,16 @@ impl Lock {
     /// The fencing token, in fencing mode (always, with etcd). Pass it to the storage with every
     /// write.
     ///
-    /// On Redis it is strictly greater than the token of every holder whose token was issued
-    /// before this lock was granted **under the conditions `docs/fencing.md` states** ("Why a
+    /// On Redis it is strictly greater than the token of every holder of the same resources
+    /// whose token was issued before this lock was granted **under the conditions `docs/fencing.md` states** ("Why a
     /// later holder's token is larger" and "The holes"): the nodes keep their counters (no
     /// restart without persistence, no eviction: `appendfsync always` and `noeviction`, which
     /// `fencelock doctor` checks) and no node's clock jumps. Outside them tokens stay unique but
     /// may be out of order. On etcd it is the revision that created the lock's keys: larger than
     /// every earlier holder's of each of its resources, by etcd's consensus. Tokens from
-    /// different locks (other names, other node sets, Redis and etcd) are not comparable: the
-    /// fenced storage refuses them on one fence row.
+    /// different locks (other names, other node sets, Redis and etcd) are not comparable (two
+    /// concurrent grants of different names may even get equal tokens): the fenced storage
+    /// keeps one row per resource and refuses them on one fence row.
     pub fn fencing_token(&self) -> Option<u64> {
         self.fencing_token
     }

@@ -3,8 +3,10 @@
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::pure::fencing::FENCE_COUNTER_KEY;
-use crate::pure::quorum::Decision;
-use crate::pure::vote::Votes;
+use crate::pure::vote::{VoteOutcome, Votes};
+
+/// How a reseed's vote names a node that has no fence counter (the CLI looks for it).
+pub(crate) const NO_COUNTER: &str = "has no fence counter";
 
 impl Client {
     /// Raises the fence counter of every node ([`FENCE_COUNTER_KEY`]) to at least `above`
@@ -14,11 +16,15 @@ impl Client {
     /// write failed with [`Error::CounterReset`], whose message names the token to pass: the
     /// fenced storage's last accepted token. `fencelock reseed --above TOKEN` calls this.
     ///
-    /// It succeeds once a quorum of the nodes answered: every later grant's quorum meets at
-    /// least one of them and reads its counter. Nodes in restart quarantine are asked too (a
-    /// higher counter is safe on any node). Running it again, or with a smaller `above`, is
-    /// harmless. The votes are in node order; a granted one means the node's counter is now at
-    /// least `above`.
+    /// It succeeds once a quorum of the nodes raised their counter: every later grant's quorum
+    /// meets at least one of them and reads its counter. Nodes in restart quarantine are asked
+    /// too (a higher counter is safe on any node). A node without a counter is left without
+    /// one, its vote [`VoteOutcome::Excluded`] saying so, unless every node answered without
+    /// one (a total loss): such a node lost its data and may have recorded a token above
+    /// `above` (the storage's last token can lag the last one issued), and a counter created
+    /// below that token would make the node trusted below it. Running it again, or with a
+    /// smaller `above`, is harmless. The votes are in node order; a granted one means the
+    /// node's counter is now at least `above`.
     ///
     /// On etcd there is nothing to reseed: its fencing tokens are the cluster's revisions,
     /// which it keeps with its data, and no client can raise them. This returns
@@ -30,8 +36,8 @@ impl Client {
     ///   token, `above + 1`, would not fit the fenced storages' signed 64-bit column; or if the
     ///   client is on etcd.
     /// - [`Error::Unavailable`] (resource [`FENCE_COUNTER_KEY`]) if fewer than a quorum of
-    ///   nodes answered; its votes name the nodes that did not, and why. The nodes that did
-    ///   answer were raised; run it again once the others are back.
+    ///   nodes raised their counter: some did not answer, or have no counter while another node
+    ///   has one; its votes name them, and why. The nodes that did were raised.
     ///
     /// # Cancel safety
     ///
@@ -57,13 +63,37 @@ impl Client {
         // An operator's one-shot command, not a latency-bound round: a fresh connection may
         // take up to the connect timeout.
         let timeout = config.node_timeout().max(config.connect_timeout());
-        let round = backend.reseed(above, timeout).await;
-        match round.decision {
-            Decision::Reached => Ok(round.votes),
-            _ => Err(Error::Unavailable {
+        let mut round = backend.reseed(above, false, timeout).await;
+        let nodes = round.votes.len();
+        // A total loss (every node answered, none has a counter) is what reseed is for: the
+        // counters are created. Otherwise a node without one keeps none: it lost its data and
+        // may have recorded a token above `above` (the storage's last token can lag the last
+        // issued), and a counter there would make it trusted below that token.
+        if round.granted.len() == nodes && round.granted.iter().all(|(_, c)| c.is_none()) {
+            round = backend.reseed(above, true, timeout).await;
+        }
+        let lacking = |i: usize| round.granted.iter().any(|(j, c)| *j == i && c.is_none());
+        let votes: Votes = round
+            .votes
+            .iter()
+            .enumerate()
+            .map(|(i, vote)| {
+                let mut vote = vote.clone();
+                if lacking(i) {
+                    vote.outcome = VoteOutcome::Excluded(format!(
+                        "{NO_COUNTER} (it lost its data, and may have recorded a token above {above}): not created there; the counters are created only when every node lacks one"
+                    ));
+                }
+                vote
+            })
+            .collect();
+        if votes.granted() >= backend.quorum() {
+            Ok(votes)
+        } else {
+            Err(Error::Unavailable {
                 resource: FENCE_COUNTER_KEY.to_owned(),
-                votes: round.votes,
-            }),
+                votes,
+            })
         }
     }
 }

@@ -54,6 +54,8 @@ use fencelock::fencing::{derive, is_epoch_start, next_token, one_round, CounterR
 
 const MAX_NODES: usize = 5;
 const MAX_CLIENTS: usize = 3;
+/// Resources whose lock keys share the node's one counter (issue 27 item 3): X and Z.
+const RESOURCES: usize = 2;
 
 /// Model tokens stay below 64 (the `issued` bit set).
 const TOKEN_LIMIT: u64 = 64;
@@ -97,6 +99,15 @@ struct Protocol {
     accept_equal: bool,
     /// MUTANT: a node without its counter accepts a proposal (the guard's trust rule ignored).
     accept_untrusted: bool,
+    /// The seed wait (issue 27 item 3): a node that lost its counter (restart, eviction) is
+    /// seeded only by an attempt that started once every round in flight at the loss was over
+    /// (the client waits its TTL, longer than any client's node timeout, which bounds a round),
+    /// and that found the node still without its counter at its grant there. A round that
+    /// recorded a token on the node before the loss may still land counted records elsewhere
+    /// until it ends; a seed taken from reads before those records can make the node trusted
+    /// below a token it had recorded. Without it (the protocol before issue 27): any issued
+    /// attempt seeds its untrusted granting nodes.
+    seed_wait: bool,
 }
 
 /// The proposals an attempt may make, relative to M, the largest token that can still matter
@@ -129,6 +140,7 @@ const GUARDED: Protocol = Protocol {
     },
     accept_equal: false,
     accept_untrusted: false,
+    seed_wait: true,
 };
 
 /// The two-round protocol alone (before issue 18): no proposals.
@@ -192,11 +204,28 @@ struct Config {
     /// The nodes start with counter 0 (an epoch already began) instead of fresh (no counter:
     /// the first grant starts an epoch). Saves the first epoch's steps in small bounds.
     started: bool,
+    /// The resource each client locks (0: X, 1: Z); every client locks X unless said.
+    resources: [u8; MAX_CLIENTS],
+    /// Attempts of each client where not 0 (else `attempts`).
+    attempts_of: [u8; MAX_CLIENTS],
 }
 
 impl Config {
     fn quorum(&self) -> u32 {
         (self.nodes / 2 + 1) as u32
+    }
+
+    fn resource(&self, c: usize) -> usize {
+        usize::from(self.resources[c])
+    }
+
+    /// How many resources the clients lock.
+    fn resources_used(&self) -> usize {
+        1 + self.resources[..self.clients]
+            .iter()
+            .map(|&r| usize::from(r))
+            .max()
+            .unwrap_or(0)
     }
 }
 
@@ -206,9 +235,10 @@ impl Config {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 struct Node {
-    /// The client whose key is set. A client's keys never outlive its attempt (release deletes
-    /// them all), so the client index identifies the random value of its current attempt.
-    lock: Option<u8>,
+    /// Per resource, the client whose key is set. A client's keys never outlive its attempt
+    /// (release deletes them all), so the client index identifies the random value of its
+    /// current attempt.
+    lock: [Option<u8>; RESOURCES],
     /// The node's fence counter (`fencelock:fence`); `None` when the key is missing.
     counter: Option<u8>,
     /// The resource's legacy per-resource counter (`fencelock:fence:<resource>`), from before
@@ -220,6 +250,12 @@ struct Node {
     /// Clients that were acquiring when this node restarted (their validity ends before the
     /// quarantine does).
     acquiring_at_restart: u8,
+    /// Lost its counter (restart, eviction) and its seed wait is not over
+    /// (`Protocol::seed_wait`): no attempt may seed it yet.
+    waiting: bool,
+    /// Clients whose round (step 1 or the write-back) was in flight when this node lost its
+    /// counter and has not ended yet: the seed wait is longer than any round.
+    acquiring_at_loss: u8,
 }
 
 /// What the acquisition script answers: granted or not, the largest counter after the call
@@ -253,10 +289,10 @@ impl AcceptRule {
 /// accept the proposal `proposal` (0: none) if the key was set, a counter exists and the
 /// proposal is above it: the node counter becomes the proposal and the legacy key goes, in the
 /// same atomic step.
-fn node_acquire(node: &mut Node, owner: u8, proposal: u8, rule: AcceptRule) -> NodeRead {
-    let granted = node.lock.is_none();
+fn node_acquire(node: &mut Node, r: usize, owner: u8, proposal: u8, rule: AcceptRule) -> NodeRead {
+    let granted = node.lock[r].is_none();
     if granted {
-        node.lock = Some(owner);
+        node.lock[r] = Some(owner);
     }
     let value = node.counter.unwrap_or(0).max(node.legacy.unwrap_or(0));
     let exists = node.counter.is_some() || node.legacy.is_some();
@@ -276,8 +312,8 @@ fn node_acquire(node: &mut Node, owner: u8, proposal: u8, rule: AcceptRule) -> N
 
 /// The node side of step 3 and of seeding (`WRITE_BACK`): if `owner` still holds the key (or
 /// without the ownership check), raise the node counter to the token and drop the legacy key.
-fn node_write_back(node: &mut Node, owner: u8, token: u8, ownership_check: bool) -> bool {
-    if ownership_check && node.lock != Some(owner) {
+fn node_write_back(node: &mut Node, r: usize, owner: u8, token: u8, ownership_check: bool) -> bool {
+    if ownership_check && node.lock[r] != Some(owner) {
         return false;
     }
     let raised = node
@@ -340,6 +376,9 @@ struct Client {
     late: u8,
     /// The proposal those requests carry.
     late_proposal: u8,
+    /// The nodes this attempt may seed (`Protocol::seed_wait`): not waiting when it started,
+    /// nor at its grant there.
+    fresh: u8,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
@@ -350,14 +389,16 @@ struct State {
     restarts_left: u8,
     losses_left: u8,
     evictions_left: u8,
-    /// Last token the fenced storage accepted.
-    storage_last: u8,
+    /// Per resource (P1, P2 and P3 are properties of one resource's grants; tokens of
+    /// different resources may tie: issue 27 item 10), the last token its fenced storage
+    /// accepted.
+    storage_last: [u8; RESOURCES],
     /// Bit t set: token t was issued (model tokens stay below 64).
-    issued: u64,
-    max_issued: u8,
-    n_issued: u8,
+    issued: [u64; RESOURCES],
+    max_issued: [u8; RESOURCES],
+    n_issued: [u8; RESOURCES],
     /// Largest issue order among holders whose write the storage accepted.
-    max_order_written: Option<u8>,
+    max_order_written: [Option<u8>; RESOURCES],
 }
 
 impl State {
@@ -370,8 +411,11 @@ impl State {
             evictions_left: cfg.faults.evictions,
             ..State::default()
         };
-        for client in &mut s.clients[..cfg.clients] {
-            client.attempts_left = cfg.attempts;
+        for (c, client) in s.clients[..cfg.clients].iter_mut().enumerate() {
+            client.attempts_left = match cfg.attempts_of[c] {
+                0 => cfg.attempts,
+                n => n,
+            };
         }
         if cfg.started {
             for node in &mut s.nodes[..cfg.nodes] {
@@ -397,18 +441,19 @@ impl State {
         self.nodes[..cfg.nodes]
             .iter()
             .enumerate()
-            .filter(|(i, n)| mask & (1 << i) != 0 && n.lock == Some(c as u8))
+            .filter(|(i, n)| mask & (1 << i) != 0 && n.lock[cfg.resource(c)] == Some(c as u8))
             .count() as u32
     }
 
     /// The largest token anyone derived so far that can still matter: issued, on a node, or
     /// held by an attempt. The honest clock's reading is above it.
     fn max_known_token(&self, cfg: &Config) -> u8 {
-        let mut m = if self.n_issued > 0 {
-            self.max_issued
-        } else {
-            0
-        };
+        let mut m = 0;
+        for r in 0..RESOURCES {
+            if self.n_issued[r] > 0 {
+                m = m.max(self.max_issued[r]);
+            }
+        }
         for node in &self.nodes[..cfg.nodes] {
             m = m
                 .max(node.counter.unwrap_or(0))
@@ -422,17 +467,36 @@ impl State {
         m
     }
 
+    /// The clients whose round (step 1 or the write-back) is in flight.
+    fn in_rounds(&self, cfg: &Config) -> u8 {
+        (0..cfg.clients)
+            .filter(|&c| self.acquiring(c))
+            .fold(0u8, |m, c| m | 1 << c)
+    }
+
+    /// Client `c`'s round ended (decided, or the write-back's step 4): no counted record of it
+    /// lands any more.
+    fn round_over(&mut self, c: usize) {
+        for node in &mut self.nodes {
+            node.acquiring_at_loss &= !(1 << c);
+        }
+    }
+
     /// Ends client `c`'s attempt: compare-and-delete on every node.
     fn release(&mut self, c: usize) {
         for node in &mut self.nodes {
-            if node.lock == Some(c as u8) {
-                node.lock = None;
+            for key in &mut node.lock {
+                if *key == Some(c as u8) {
+                    *key = None;
+                }
             }
             node.acquiring_at_restart &= !(1 << c);
+            node.acquiring_at_loss &= !(1 << c);
         }
         self.clients[c].phase = Phase::Idle;
         self.clients[c].late = 0;
         self.clients[c].late_proposal = 0;
+        self.clients[c].fresh = 0;
     }
 }
 
@@ -453,8 +517,8 @@ const PROPERTIES: [(u8, &str); 4] = [
 
 #[derive(Debug, Clone, Copy)]
 enum Event {
-    /// Client, its proposal (0: none).
-    Start(u8, u8),
+    /// Client, its proposal (0: none), its resource.
+    Start(u8, u8, u8),
     /// Client, node, counter read, whether the read is trusted, whether it accepted the proposal.
     Set(u8, u8, Option<u8>, bool, bool),
     Decide(u8, Result<(u8, bool), &'static str>),
@@ -470,19 +534,36 @@ enum Event {
     TotalLoss,
     QuarantineEnds(u8),
     Evict(u8),
+    /// The longest TTL in use has passed since the node lost its counter.
+    SeedWaitEnds(u8),
 }
 
 fn client_name(c: u8) -> char {
     (b'A' + c) as char
 }
 
+fn resource_name(r: u8) -> char {
+    [b'X', b'Z'][usize::from(r)] as char
+}
+
 impl fmt::Display for Event {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {
-            Event::Start(c, 0) => write!(f, "{} starts an attempt", client_name(c)),
-            Event::Start(c, p) => {
+            Event::Start(c, 0, 0) => write!(f, "{} starts an attempt", client_name(c)),
+            Event::Start(c, p, 0) => {
                 write!(f, "{} starts an attempt proposing {p}", client_name(c))
             }
+            Event::Start(c, p, r) => write!(
+                f,
+                "{} starts an attempt on {}{}",
+                client_name(c),
+                resource_name(r),
+                if p == 0 {
+                    String::new()
+                } else {
+                    format!(" proposing {p}")
+                }
+            ),
             Event::Set(c, n, counter, trusted, accepted) => write!(
                 f,
                 "{} SET NX on n{n}: granted, counter {}{}{}",
@@ -533,19 +614,33 @@ impl fmt::Display for Event {
             Event::TotalLoss => write!(f, "EVERY node restarts without persistence"),
             Event::QuarantineEnds(n) => write!(f, "n{n} ends its quarantine (max-TTL passed)"),
             Event::Evict(n) => write!(f, "n{n} evicts the counter key"),
+            Event::SeedWaitEnds(n) => write!(
+                f,
+                "n{n}'s seed wait ends (every round in flight when it lost its counter is over)"
+            ),
         }
     }
 }
 
 fn describe(cfg: &Config, s: &State) -> String {
     let mut out = String::new();
+    let used = cfg.resources_used();
     for (i, n) in s.nodes[..cfg.nodes].iter().enumerate() {
-        let lock = n.lock.map_or('-', client_name);
+        let lock: String = n.lock[..used]
+            .iter()
+            .map(|l| l.map_or('-', client_name))
+            .collect();
         let counter = n.counter.map_or("none".to_owned(), |v| v.to_string());
-        let flags = if n.quarantined { " quarantined" } else { "" };
+        let flags = match (n.quarantined, n.waiting) {
+            (true, true) => " quarantined waiting",
+            (true, false) => " quarantined",
+            (false, true) => " waiting",
+            (false, false) => "",
+        };
         out.push_str(&format!("n{i}[{lock} c={counter}{flags}] "));
     }
-    out.push_str(&format!("storage={}", s.storage_last));
+    let storage: Vec<String> = s.storage_last[..used].iter().map(u8::to_string).collect();
+    out.push_str(&format!("storage={}", storage.join("/")));
     out
 }
 
@@ -576,10 +671,15 @@ fn successors(cfg: &Config, s: &State, out: &mut Vec<Successor>) {
 
 fn client_steps(cfg: &Config, s: &State, c: usize, out: &mut Vec<Successor>) {
     let cu = c as u8;
+    let r = cfg.resource(c);
     let client = s.clients[c];
     match client.phase {
         Phase::Idle => {
             if client.attempts_left > 0 {
+                // The nodes whose seed wait is over now (every node without the seed wait).
+                let fresh = (0..cfg.nodes)
+                    .filter(|&i| !s.nodes[i].waiting)
+                    .fold(0u8, |m, i| m | 1 << i);
                 for proposal in proposals(cfg, s) {
                     let mut n = s.clone();
                     n.clients[c] = Client {
@@ -594,8 +694,9 @@ fn client_steps(cfg: &Config, s: &State, c: usize, out: &mut Vec<Successor>) {
                         valid: true,
                         late: 0,
                         late_proposal: 0,
+                        fresh,
                     };
-                    out.push((Event::Start(cu, proposal), n, 0));
+                    out.push((Event::Start(cu, proposal, r as u8), n, 0));
                 }
             }
         }
@@ -613,12 +714,15 @@ fn client_steps(cfg: &Config, s: &State, c: usize, out: &mut Vec<Successor>) {
             for i in 0..cfg.nodes {
                 let bit = 1u8 << i;
                 let node = s.nodes[i];
-                if granted & bit != 0 || node.quarantined || node.lock.is_some() {
+                if granted & bit != 0 || node.quarantined || node.lock[r].is_some() {
                     continue;
                 }
                 let mut n = s.clone();
                 let rule = AcceptRule::of(&cfg.protocol);
-                let read = node_acquire(&mut n.nodes[i], cu, proposal, rule);
+                let read = node_acquire(&mut n.nodes[i], r, cu, proposal, rule);
+                if node.waiting {
+                    n.clients[c].fresh &= !bit;
+                }
                 let is_trusted = !cfg.protocol.guard || read.exists;
                 n.clients[c].phase = Phase::Acquiring {
                     granted: granted | bit,
@@ -665,7 +769,7 @@ fn client_steps(cfg: &Config, s: &State, c: usize, out: &mut Vec<Successor>) {
                 let mut n = s.clone();
                 // "Not owner" changes nothing (the key cannot come back), so only the applied
                 // write-back is a transition; the refused one is a timeout.
-                if node_write_back(&mut n.nodes[i], cu, token, cfg.protocol.ownership_check) {
+                if node_write_back(&mut n.nodes[i], r, cu, token, cfg.protocol.ownership_check) {
                     n.clients[c].phase = Phase::WriteBack {
                         token,
                         targets,
@@ -688,14 +792,15 @@ fn client_steps(cfg: &Config, s: &State, c: usize, out: &mut Vec<Successor>) {
             land_late(cfg, s, c, out);
             if !written {
                 let mut n = s.clone();
-                let accepted = token >= s.storage_last;
+                let accepted = token >= s.storage_last[r];
                 let mut violations = 0;
                 if accepted {
-                    if s.max_order_written.is_some_and(|m| m > order) {
+                    if s.max_order_written[r].is_some_and(|m| m > order) {
                         violations |= P3;
                     }
-                    n.storage_last = token;
-                    n.max_order_written = Some(s.max_order_written.map_or(order, |m| m.max(order)));
+                    n.storage_last[r] = token;
+                    n.max_order_written[r] =
+                        Some(s.max_order_written[r].map_or(order, |m| m.max(order)));
                 }
                 n.clients[c].phase = Phase::Holding {
                     token,
@@ -721,7 +826,7 @@ fn land_late(cfg: &Config, s: &State, c: usize, out: &mut Vec<Successor>) {
     for i in 0..cfg.nodes {
         let bit = 1u8 << i;
         let node = s.nodes[i];
-        if client.late & bit == 0 || node.quarantined || node.lock.is_some() {
+        if client.late & bit == 0 || node.quarantined || node.lock[cfg.resource(c)].is_some() {
             continue;
         }
         let mut n = s.clone();
@@ -730,7 +835,13 @@ fn land_late(cfg: &Config, s: &State, c: usize, out: &mut Vec<Successor>) {
             n.clients[c].late_proposal = 0;
         }
         let rule = AcceptRule::of(&cfg.protocol);
-        node_acquire(&mut n.nodes[i], c as u8, client.late_proposal, rule);
+        node_acquire(
+            &mut n.nodes[i],
+            cfg.resource(c),
+            c as u8,
+            client.late_proposal,
+            rule,
+        );
         out.push((Event::LateSet(c as u8, i as u8), n, 0));
     }
 }
@@ -750,6 +861,7 @@ fn land_delayed(cfg: &Config, s: &State, c: usize, pending: u8, out: &mut Vec<Su
         let applied = !s.nodes[i].quarantined
             && node_write_back(
                 &mut n.nodes[i],
+                cfg.resource(c),
                 c as u8,
                 token,
                 cfg.protocol.ownership_check,
@@ -793,6 +905,7 @@ fn decide(cfg: &Config, s: &State, c: usize, phase: Phase, out: &mut Vec<Success
     let q = cfg.quorum();
     let cu = c as u8;
     let mut n = s.clone();
+    n.round_over(c);
     // A successful decision leaves the requests to the other nodes in flight.
     let late = if cfg.faults.late_sets {
         (0..cfg.nodes)
@@ -820,7 +933,7 @@ fn decide(cfg: &Config, s: &State, c: usize, phase: Phase, out: &mut Vec<Success
         } else {
             // Accepted on a quorum: the mutants that accept untrusted proposals seed nothing
             // more than the client would (granting nodes without a counter).
-            let seeds = granted & !trusted & !accepted;
+            let seeds = granted & !trusted & !accepted & s.clients[c].fresh;
             let violations = issue(cfg, &mut n, c, proposal, seeds, accepted);
             keep_late(&mut n);
             out.push((Event::Finish(cu, Ok(proposal), live), n, violations));
@@ -894,7 +1007,7 @@ fn decide(cfg: &Config, s: &State, c: usize, phase: Phase, out: &mut Vec<Success
             } else {
                 trusted
             };
-            let seeds = granted & !targets;
+            let seeds = granted & !targets & s.clients[c].fresh;
             // The mutant seeds at once: its seeds are in flight during the write-back.
             let (seeds, pending) = if cfg.protocol.seed_before_issue {
                 (0, seeds)
@@ -930,6 +1043,7 @@ fn finish(
     let cu = c as u8;
     let live = s.keys_of(cfg, c);
     let mut n = s.clone();
+    n.round_over(c);
     if acked.count_ones() < cfg.quorum() {
         n.release(c);
         out.push((
@@ -952,24 +1066,25 @@ fn finish(
 /// accepted it in one round), for P2q.
 fn issue(cfg: &Config, s: &mut State, c: usize, token: u8, pending: u8, recorded: u8) -> u8 {
     let mut violations = 0;
-    if s.issued & (1u64 << token) != 0 {
+    let r = cfg.resource(c);
+    if s.issued[r] & (1u64 << token) != 0 {
         violations |= P1;
     }
-    if s.n_issued > 0 && token <= s.max_issued {
+    if s.n_issued[r] > 0 && token <= s.max_issued[r] {
         violations |= P2;
         if s.keys_among(cfg, c, recorded) >= cfg.quorum() {
             violations |= P2Q;
         }
     }
-    s.issued |= 1u64 << token;
-    s.max_issued = s.max_issued.max(token);
+    s.issued[r] |= 1u64 << token;
+    s.max_issued[r] = s.max_issued[r].max(token);
     s.clients[c].phase = Phase::Holding {
         token,
-        order: s.n_issued,
+        order: s.n_issued[r],
         written: false,
         pending,
     };
-    s.n_issued += 1;
+    s.n_issued[r] += 1;
     violations
 }
 
@@ -986,6 +1101,12 @@ fn restarted(cfg: &Config, s: &State) -> Node {
         } else {
             0
         },
+        waiting: cfg.protocol.seed_wait,
+        acquiring_at_loss: if cfg.protocol.seed_wait {
+            s.in_rounds(cfg)
+        } else {
+            0
+        },
         ..Node::default()
     }
 }
@@ -993,11 +1114,12 @@ fn restarted(cfg: &Config, s: &State) -> Node {
 fn node_faults(cfg: &Config, s: &State, i: usize, out: &mut Vec<Successor>) {
     let node = s.nodes[i];
     let iu = i as u8;
-    if let Some(owner) = node.lock {
+    for r in 0..RESOURCES {
+        let Some(owner) = node.lock[r] else { continue };
         let o = owner as usize;
         // An honest expiry: the TTL ran out, so the owner's validity did too.
         let mut n = s.clone();
-        n.nodes[i].lock = None;
+        n.nodes[i].lock[r] = None;
         if s.acquiring(o) {
             n.clients[o].valid = false;
         }
@@ -1005,7 +1127,7 @@ fn node_faults(cfg: &Config, s: &State, i: usize, out: &mut Vec<Successor>) {
         // A clock jump differs from an honest expiry only while the owner still checks validity.
         if s.jumps_left > 0 && s.acquiring(o) && s.clients[o].valid {
             let mut n = s.clone();
-            n.nodes[i].lock = None;
+            n.nodes[i].lock[r] = None;
             n.jumps_left -= 1;
             out.push((Event::Expire(iu, owner, true), n, 0));
         }
@@ -1032,7 +1154,18 @@ fn node_faults(cfg: &Config, s: &State, i: usize, out: &mut Vec<Successor>) {
         let mut n = s.clone();
         n.evictions_left -= 1;
         n.nodes[i].counter = None;
+        if cfg.protocol.seed_wait {
+            n.nodes[i].waiting = true;
+            n.nodes[i].acquiring_at_loss = s.in_rounds(cfg);
+        }
         out.push((Event::Evict(iu), n, 0));
+    }
+    if node.waiting && node.acquiring_at_loss == 0 {
+        // The wait (a TTL) is longer than any round (a node timeout): it ends once every round
+        // in flight at the loss is over, at any moment after that.
+        let mut n = s.clone();
+        n.nodes[i].waiting = false;
+        out.push((Event::SeedWaitEnds(iu), n, 0));
     }
 }
 // ---------------------------------------------------------------------------------------------
@@ -1127,7 +1260,7 @@ fn client_permutations(clients: usize) -> Vec<Vec<usize>> {
 }
 
 /// How many node masks a client has at most ([`masks`]).
-const MASKS: usize = 6;
+const MASKS: usize = 7;
 
 /// Every node mask of a client: its phase's, then its late requests (unused slots 0).
 fn masks(client: &Client) -> [u8; MASKS] {
@@ -1150,6 +1283,7 @@ fn masks(client: &Client) -> [u8; MASKS] {
         } => m[..5].copy_from_slice(&[targets, seeds, sent, acked, pending]),
         Phase::Holding { pending, .. } => m[0] = pending,
     }
+    m[MASKS - 2] = client.fresh;
     m[MASKS - 1] = client.late;
     m
 }
@@ -1174,6 +1308,7 @@ fn set_masks(client: &mut Client, m: [u8; MASKS]) {
         } => [*targets, *seeds, *sent, *acked, *pending] = [m[0], m[1], m[2], m[3], m[4]],
         Phase::Holding { pending, .. } => *pending = m[0],
     }
+    client.fresh = m[MASKS - 2];
     client.late = m[MASKS - 1];
 }
 
@@ -1193,8 +1328,11 @@ fn permute_clients(cfg: &Config, s: &State, order: &[usize]) -> State {
         inverse[old] = new as u8;
     }
     for node in &mut n.nodes[..cfg.nodes] {
-        node.lock = node.lock.map(|o| inverse[o as usize]);
+        for key in &mut node.lock {
+            *key = key.map(|o| inverse[o as usize]);
+        }
         node.acquiring_at_restart = permute_bits(node.acquiring_at_restart, order);
+        node.acquiring_at_loss = permute_bits(node.acquiring_at_loss, order);
     }
     n
 }
@@ -1242,7 +1380,13 @@ fn explore(cfg: &Config) -> Outcome {
 /// As [`explore`], but stops once a shortest counterexample to each property in `wanted` (a mask
 /// of `P1`..`P3`; 0: none) was found: the mutants' checks need no more.
 fn explore_until(cfg: &Config, wanted: u8) -> Outcome {
-    let perms = client_permutations(cfg.clients);
+    let mut perms = client_permutations(cfg.clients);
+    // Only clients of the same resource are interchangeable.
+    perms.retain(|p| {
+        p.iter()
+            .enumerate()
+            .all(|(new, &old)| cfg.resources[new] == cfg.resources[old])
+    });
     let init = canonical(cfg, &perms, &State::initial(cfg));
     let mut index: FastMap<State, u32> = FastMap::default();
     let mut states = vec![init.clone()];
@@ -1392,6 +1536,8 @@ fn cfg(nodes: usize, clients: usize, attempts: u8, protocol: Protocol, faults: F
         protocol,
         faults,
         started: false,
+        resources: [0; MAX_CLIENTS],
+        attempts_of: [0; MAX_CLIENTS],
     }
 }
 
@@ -1446,7 +1592,11 @@ fn simulate(cfg: &Config, seeds: std::ops::Range<u64>) -> (usize, Vec<Counterexa
                 .filter(|(e, _, _)| {
                     !matches!(
                         e,
-                        Event::Expire(..) | Event::Restart(_) | Event::Evict(_) | Event::TotalLoss
+                        Event::Expire(..)
+                            | Event::Restart(_)
+                            | Event::Evict(_)
+                            | Event::TotalLoss
+                            | Event::SeedWaitEnds(_)
                     )
                 })
                 .count();
@@ -1461,6 +1611,7 @@ fn simulate(cfg: &Config, seeds: std::ops::Range<u64>) -> (usize, Vec<Counterexa
                                 | Event::Restart(_)
                                 | Event::Evict(_)
                                 | Event::TotalLoss
+                                | Event::SeedWaitEnds(_)
                         )
                     })
                     .nth(k)
@@ -1877,7 +2028,7 @@ async fn the_model_fences_as_the_lua_does() {
                 let rule = AcceptRule::default();
                 assert_eq!(
                     lua,
-                    node_acquire(&mut model, owner, proposal, rule),
+                    node_acquire(&mut model, 0, owner, proposal, rule),
                     "{label}, proposal {proposal}"
                 );
             }
@@ -1895,12 +2046,12 @@ async fn the_model_fences_as_the_lua_does() {
                         &token.to_string(),
                     ])
                     .unwrap();
-                let applied = node_write_back(&mut model, owner, token, true);
+                let applied = node_write_back(&mut model, 0, owner, token, true);
                 assert_eq!(reply.trim() == "1", applied, "{label}");
             }
             7 => {
                 node.cli(&["DEL", "R"]).unwrap();
-                model.lock = None;
+                model.lock[0] = None;
             }
             8 => {
                 if rng.below(2) == 0 {
@@ -1919,7 +2070,7 @@ async fn the_model_fences_as_the_lua_does() {
         }
         assert_eq!(
             get("R"),
-            model.lock.map(|o| format!("o{o}")),
+            model.lock[0].map(|o| format!("o{o}")),
             "lock key, {label}"
         );
         assert_eq!(
@@ -1932,6 +2083,106 @@ async fn the_model_fences_as_the_lua_does() {
             model.legacy.map(|v| v.to_string()),
             "legacy counter, {label}"
         );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Two resources on one counter, quarantine off (issue 27 item 3)
+// ---------------------------------------------------------------------------------------------
+//
+// The node counter is shared by every resource, so a grant of Z can seed a node that lost the
+// record of a grant of X. The guard's argument needs a seeded node to be at least every token it
+// had recorded before the loss; a seed taken from reads that come before a counted record of a
+// round that was in flight at the loss breaks that (the round's other records land after the
+// reads): with the restart quarantine off (it keeps the node out for a TTL), a later holder of
+// X reads the seed on the node and is issued a smaller token. The seed wait
+// (`Protocol::seed_wait`) closes it: a node that lost its counter is seeded only by an attempt
+// that started once every round in flight at the loss was over.
+
+/// The protocol before the seed wait (the client's before issue 27).
+const NO_SEED_WAIT: Protocol = Protocol {
+    seed_wait: false,
+    ..GUARDED
+};
+
+/// Client A locks X with two attempts (its second is the later holder of X), B locks Z with one,
+/// on nodes whose epoch began, every proposal from 0 to two above the largest token that can
+/// matter (the trace needs A's proposal above B's). The requests that land after their round (late
+/// SETs, delayed write-backs) are left out: the issue's trace needs neither (A's request to n2
+/// lands within A's round), and with them the search passed the suite's budget.
+fn two_resources(protocol: Protocol, faults: Faults) -> Config {
+    let faults = Faults {
+        late_sets: false,
+        delayed_write_backs: false,
+        ..faults
+    };
+    let protocol = Protocol {
+        proposals: Proposals::All,
+        ..protocol
+    };
+    Config {
+        started: true,
+        resources: [0, 1, 0],
+        attempts_of: [2, 1, 0],
+        ..cfg(3, 2, 2, protocol, faults)
+    }
+}
+
+#[test]
+fn without_the_seed_wait_a_seed_from_another_resource_breaks_order() {
+    if !FAST_BUILD {
+        // Beyond the debug build's budget (minutes): `cargo test -p fencelock-model`.
+        println!("two resources, no seed wait: run by the optimised build only");
+        return;
+    }
+    let protocol = Protocol {
+        quarantine: false,
+        ..NO_SEED_WAIT
+    };
+    let c = two_resources(protocol, faults(0, 1, 0, 0));
+    let outcome = explore_until(&c, P2);
+    report(
+        "two resources, no quarantine, one restart, seeds without the wait",
+        &c,
+        &outcome,
+    );
+    assert!(outcome.violated("P2 order"));
+    println!("{}", outcome.get("P2 order"));
+    for cx in outcome.found.iter().filter(|cx| cx.property != "P2 order") {
+        println!("{cx}");
+    }
+}
+
+#[test]
+fn the_seed_wait_keeps_every_property_with_two_resources() {
+    if !FAST_BUILD {
+        println!("two resources, the seed wait: run by the optimised build only");
+        return;
+    }
+    let mut cases = Vec::new();
+    for quarantine in [false, true] {
+        let protocol = Protocol {
+            quarantine,
+            ..GUARDED
+        };
+        let q = if quarantine {
+            "quarantine"
+        } else {
+            "no quarantine"
+        };
+        cases.push((
+            format!("seed wait, two resources, {q}, one restart"),
+            two_resources(protocol, faults(0, 1, 0, 0)),
+        ));
+        cases.push((
+            format!("seed wait, two resources, {q}, counter evicted"),
+            two_resources(protocol, faults(0, 0, 0, 1)),
+        ));
+    }
+    for (name, c) in &cases {
+        let outcome = explore(c);
+        report(name, c, &outcome);
+        assert_holds(&outcome, &ALL);
     }
 }
 

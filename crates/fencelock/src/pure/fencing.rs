@@ -21,11 +21,18 @@
 //! data), it starts a new epoch: every granting node counts as a trusted 0 and the token is
 //! [`epoch_floor`] of the client's clock.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// The key of a node's fence counter: [`crate::protocol::FENCE_COUNTER_KEY`] (defined here, so
 /// that the implementation never imports `protocol`, which only names what it defines).
 pub const FENCE_COUNTER_KEY: &str = "fencelock:fence";
+
+/// Where a node without its fence counter keeps the time (the node's clock, ms since the Unix
+/// epoch) at which a seed first found it so (issue 27 item 3): `WRITE_BACK` sets it and refuses
+/// that seed, and takes a later seed only if its attempt began [`seed_wait`] after that time; the
+/// scripts that create the counter (a write-back, `reseed`) delete it, and a loss of the data
+/// loses it with the counter. Not `fencelock:fence:...`: that is a resource's legacy counter.
+pub const LOST_KEY: &str = "fencelock:lost";
 
 /// How a vote names a granting node whose counter is gone (`vote::advice` tells it from a node
 /// in restart quarantine by this prefix).
@@ -39,6 +46,11 @@ pub(crate) fn counter_key(resource: &str) -> String {
     format!("{FENCE_COUNTER_KEY}:{resource}")
 }
 
+/// The largest token fencelock issues, proposes or lets a node accept: `i64::MAX`, what the
+/// fenced storages' signed 64-bit (`BIGINT`) columns hold. A token above it could never be
+/// written, so at this limit acquisition fails closed ([`Derivation::Exhausted`]).
+pub const TOKEN_MAX: u64 = i64::MAX.unsigned_abs();
+
 /// One more than the largest counter. Returns `None` if no counter was given or the largest
 /// is `u64::MAX`.
 pub fn next_token<I>(counters: I) -> Option<u64>
@@ -46,6 +58,20 @@ where
     I: IntoIterator<Item = u64>,
 {
     counters.into_iter().max()?.checked_add(1)
+}
+
+/// How long a node must have been without its counter, at the start of the attempt that seeds
+/// it: the seeding client's TTL and drift allowance (issue 27 item 3). A counted record of a
+/// token (an acceptance, a write-back) is an answer within its round's node timeout, and every
+/// client's node timeout is shorter than every client's TTL, so by then every round that
+/// recorded a token on the node before it lost the counter has ended, each of its other counted
+/// records has landed, and the seeding attempt's trusted reads (a quorum, which meets that
+/// round's) are at least its token. A seed from reads taken earlier could make the node trusted
+/// below a token it had recorded: with one counter for every resource, a grant of another
+/// resource seeds it, and a later holder of the first resource reads the seed there and is
+/// issued a smaller token (the model checker's `without_the_seed_wait_...` trace).
+pub fn seed_wait(ttl: Duration, drift: Duration) -> Duration {
+    ttl.saturating_add(drift)
 }
 
 /// What one granting node's counter read is worth under the amnesia guard.
@@ -128,8 +154,14 @@ pub fn epoch_floor(now: SystemTime) -> u64 {
 /// makes the one-round path miss, never unsafe. The clock term makes a client that has not
 /// seen the latest tokens (another process took the lock in between) still propose above them:
 /// counters then follow the clocks of the issuing clients, as an epoch's first token does.
+/// At [`TOKEN_MAX`] and beyond there is nothing to propose: 0, which no node accepts.
 pub fn propose(last: u64, now: SystemTime) -> u64 {
-    last.saturating_add(1).max(epoch_floor(now))
+    let p = last.saturating_add(1).max(epoch_floor(now));
+    if p > TOKEN_MAX {
+        0
+    } else {
+        p
+    }
 }
 
 /// The token issued in one round: the proposal, if at least `quorum` granting nodes accepted
@@ -138,7 +170,7 @@ pub fn propose(last: u64, now: SystemTime) -> u64 {
 /// over the reads (which then include the accepted proposal as those nodes' counter) and the
 /// write-back.
 pub fn one_round(proposal: u64, accepted: usize, quorum: usize) -> Option<u64> {
-    (proposal > 0 && quorum > 0 && accepted >= quorum).then_some(proposal)
+    (proposal > 0 && proposal <= TOKEN_MAX && quorum > 0 && accepted >= quorum).then_some(proposal)
 }
 
 /// What an attempt does with the reads of its granting nodes (see the module's trust rule).
@@ -155,7 +187,7 @@ pub enum Derivation {
         /// How many granting nodes had their counter.
         trusted: usize,
     },
-    /// The largest trusted counter is `u64::MAX`: no larger token exists.
+    /// The largest trusted counter is [`TOKEN_MAX`] or above: no larger token fits the fences.
     Exhausted,
 }
 
@@ -179,10 +211,10 @@ where
     if trusted < quorum || trusted == 0 {
         return Derivation::TooFewTrusted { trusted };
     }
-    match max.checked_add(1) {
-        Some(t) => Derivation::Token(t),
-        None => Derivation::Exhausted,
+    if max >= TOKEN_MAX {
+        return Derivation::Exhausted;
     }
+    Derivation::Token(max + 1)
 }
 
 #[cfg(test)]
@@ -234,6 +266,15 @@ mod tests {
             derive([Trusted(u64::MAX), Trusted(1)], 2, false),
             Derivation::Exhausted
         );
+        // The fences store signed 64-bit tokens: i64::MAX is the last one issued.
+        assert_eq!(
+            derive([Trusted(TOKEN_MAX - 1), Trusted(1)], 2, false),
+            Derivation::Token(TOKEN_MAX)
+        );
+        assert_eq!(
+            derive([Trusted(TOKEN_MAX), Trusted(1)], 2, false),
+            Derivation::Exhausted
+        );
         // No salt: consecutive grants are consecutive integers.
         assert_eq!(
             derive([Trusted(0), Trusted(0)], 2, false),
@@ -264,10 +305,26 @@ mod tests {
         let t = UNIX_EPOCH + Duration::from_micros(1_764_556_800_123_456);
         assert_eq!(propose(5, t), 1_764_556_800_123_456);
         assert_eq!(propose(1_764_556_800_123_456, t), 1_764_556_800_123_457);
-        assert_eq!(propose(u64::MAX, t), u64::MAX);
+        // Nothing above the fences' range is proposed (0: no proposal, never accepted).
+        assert_eq!(propose(TOKEN_MAX - 1, t), TOKEN_MAX);
+        assert_eq!(propose(TOKEN_MAX, t), 0);
+        assert_eq!(propose(u64::MAX, t), 0);
+        assert_eq!(one_round(TOKEN_MAX + 1, 3, 2), None);
         assert_eq!(one_round(9, 2, 2), Some(9));
         assert_eq!(one_round(9, 1, 2), None);
         assert_eq!(one_round(0, 3, 2), None);
+    }
+
+    #[test]
+    fn the_seed_wait_is_the_ttl_and_its_drift() {
+        let s = Duration::from_secs;
+        assert_eq!(
+            seed_wait(s(2), Duration::from_millis(22)),
+            Duration::from_millis(2022)
+        );
+        assert_eq!(seed_wait(Duration::MAX, s(1)), Duration::MAX);
+        assert_eq!(LOST_KEY, "fencelock:lost");
+        assert!(!LOST_KEY.starts_with(&counter_key("")));
     }
 
     #[test]

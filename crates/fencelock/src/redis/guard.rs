@@ -15,8 +15,9 @@
 //! all N granting nodes show that no counter exists anywhere at the last grant.
 
 use std::sync::atomic::Ordering;
-use std::time::SystemTime;
+use std::time::{Instant, SystemTime};
 
+use super::ops::Seed;
 use super::round::WantsMore;
 use super::RedisBackend;
 use crate::error::Error;
@@ -142,15 +143,17 @@ impl RedisBackend {
                 return Err(self.too_few_trusted(resource, granted, votes));
             }
             Derivation::Exhausted => {
+                let max = fencing::TOKEN_MAX;
                 return Err(Error::config(
                     "fence counter",
                     format!(
-                        "the fence counter of the nodes granting {resource:?} is at u64::MAX; no larger token exists"
+                        "the fence counter of the nodes granting {resource:?} is at {max} (i64::MAX), the largest token a fenced storage's signed 64-bit column holds, so no larger token can be issued; once no holder is left, delete {} on every node and the fence rows, then run `fencelock reseed --above` with a smaller token",
+                        fencing::FENCE_COUNTER_KEY
                     ),
                 ));
             }
         };
-        let wb = self.write_back(&targets, keys, owner, token).await;
+        let wb = self.write_back(&targets, keys, owner, token, None).await;
         self.last_token.fetch_max(token, Ordering::Relaxed);
         if wb.decision != Decision::Reached {
             return Err(if wb.votes.failed() > 0 {
@@ -171,13 +174,29 @@ impl RedisBackend {
 
     /// Seeds the granting nodes that had no counter with the issued token (the same
     /// ownership-checked write-back; best effort, one round bounded by the node timeout), so
-    /// that their later reads are trusted.
-    pub(crate) async fn seed(&self, fenced: &Fenced, keys: &[String], owner: &str) {
+    /// that their later reads are trusted. A node takes the seed only once it has been without
+    /// its counter for the seed wait before this attempt (`started`) began
+    /// (`fencing::seed_wait`): the first seed that finds it so starts the wait.
+    pub(crate) async fn seed(
+        &self,
+        fenced: &Fenced,
+        keys: &[String],
+        owner: &str,
+        started: Instant,
+    ) {
         if fenced.seeds.is_empty() {
             return;
         }
+        let wait = fencing::seed_wait(self.settings.ttl, self.settings.drift)
+            .saturating_add(started.elapsed());
         let round = self
-            .write_back(&fenced.seeds, keys, owner, fenced.token)
+            .write_back(
+                &fenced.seeds,
+                keys,
+                owner,
+                fenced.token,
+                Some(Seed { wait }),
+            )
             .await;
         tracing::debug!(resource = %keys[0], votes = %round.votes, "seeded nodes without a fence counter");
     }

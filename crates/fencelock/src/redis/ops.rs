@@ -279,9 +279,14 @@ impl RedisBackend {
         keys: &[String],
         token: &str,
         fencing_token: u64,
+        seed: Option<Seed>,
     ) -> Round<()> {
         let mut cmd = evalsha(&scripts::WRITE_BACK, &with_counter_keys(keys));
         cmd.arg(token).arg(fencing_token.to_string());
+        if let Some(seed) = seed {
+            cmd.arg(ttl_millis(seed.wait))
+                .arg(ttl_millis(self.settings.ttl));
+        }
         let cmd = Arc::new(cmd);
         let limit = self.settings.node_timeout;
         self.round(Mode::UntilQuorum, nodes, limit, move |mut conn, _| {
@@ -553,6 +558,15 @@ async fn if_owned(
     } else {
         Answer::NotHeld
     })
+}
+
+/// A seed's condition, sent with the write-back to a node without a counter (`WRITE_BACK`'s
+/// ARGV[3]): the node takes it only if our keys there were set at least `wait` after it was
+/// first found without its counter (`fencing::seed_wait`, plus the time since the attempt
+/// started: the keys were set after the start, at most that long after it).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Seed {
+    pub(crate) wait: Duration,
 }
 
 pub(super) use crate::pure::validity::ttl_millis;

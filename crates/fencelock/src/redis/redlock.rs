@@ -76,7 +76,7 @@ impl RedisBackend {
         // Issued: only now are the granting nodes without a counter seeded (`guard.rs`).
         if let Some(f) = &fenced {
             crate::telemetry::token_issued(f.path);
-            self.seed(f, keys, token.as_str()).await;
+            self.seed(f, keys, token.as_str(), started).await;
         }
         let fencing_token = fenced.map(|f| f.token);
         tracing::debug!(resource, ?elapsed, validity = ?valid_for, fencing_token, "acquired");

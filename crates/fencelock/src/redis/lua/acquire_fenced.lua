@@ -5,7 +5,7 @@ local n = (#KEYS - 1) / 2
 if mark then n = (#KEYS - 1) / 3 end
 local p = proposal(ARGV[3])
 if not p then
-  return redis.error_reply('fencelock: the proposed fencing token is not a decimal integer below 10^19: ' .. ARGV[3])
+  return redis.error_reply('fencelock: the proposed fencing token is not a decimal integer from 0 to 9223372036854775807 (i64::MAX, the largest a fenced storage holds): ' .. ARGV[3])
 end
 local best, exists, v, legacy = read_counters(n + 1, n + 1, n)
 if any_set(n) then

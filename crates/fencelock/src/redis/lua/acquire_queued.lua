@@ -2,7 +2,7 @@
 local fenced = #KEYS == 6
 local p = proposal(ARGV[7])
 if not p then
-  return redis.error_reply('fencelock: the proposed fencing token is not a decimal integer below 10^19: ' .. ARGV[7])
+  return redis.error_reply('fencelock: the proposed fencing token is not a decimal integer from 0 to 9223372036854775807 (i64::MAX, the largest a fenced storage holds): ' .. ARGV[7])
 end
 local now = node_ms()
 local lease = tonumber(ARGV[5])

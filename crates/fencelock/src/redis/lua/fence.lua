@@ -25,11 +25,17 @@ local function settle_counters(c, from, n, to, v, legacy)
     for i = from + 1, from + n do redis.call('del', KEYS[i]) end
   end
 end
--- proposal(arg): a proposed fencing token, a decimal integer below 10^19 without leading zeros
--- ('0' when none is given: never accepted), or nil when `arg` is not one.
+-- The largest token: i64::MAX, what a fenced storage's signed 64-bit column holds. No node
+-- takes a proposal or a write-back above it.
+local TOKEN_MAX = '9223372036854775807'
+-- proposal(arg): a proposed fencing token, a decimal integer from 1 to TOKEN_MAX without leading
+-- zeros ('0' when none is given: never accepted), or nil when `arg` is not one.
 local function proposal(arg)
   if not arg then return '0' end
-  if arg == '0' or (#arg <= 19 and string.match(arg, '^[1-9]%d*$')) then return arg end
+  if arg == '0' then return arg end
+  if #arg <= 19 and string.match(arg, '^[1-9]%d*$') and not bigger(arg, TOKEN_MAX) then
+    return arg
+  end
   return nil
 end
 -- accept(p, best, exists, v, legacy, c, from, n), on a node that just set our keys, with what
