@@ -250,7 +250,7 @@ impl World {
 }
 
 /// The connector the client's seam calls. The library opens connections from tasks of its own,
-/// outside the run's `LocalSet`: each new connection's server end goes to [`accept`], which
+/// outside the run's `LocalSet`: each new connection's server end goes to `accept`, which
 /// serves it from inside.
 #[allow(missing_debug_implementations)]
 pub struct Net {
