@@ -12,6 +12,9 @@ fn fenced(nodes: &RedisNodes) -> Client {
         Config::new(nodes.urls())
             .with_fencing(true)
             .with_quarantine(false)
+            // Short, so that the seed wait (a TTL after a node is found without its counter)
+            // passes within the test.
+            .with_ttl(Duration::from_secs(2))
             .with_node_timeout(Duration::from_millis(500))
             .with_retry(
                 RetryPolicy::new()
@@ -51,12 +54,30 @@ async fn tokens_increase_across_1000_acquisitions_with_a_node_restarted_empty() 
         tokens.push(t);
         lock.release().await.unwrap();
     }
-    // The restarted node was seeded (or written back to) after it came back: its counter is
-    // exactly a token a holder got after the restart.
-    let c: u64 = nodes
-        .node(2)
-        .cli(&["GET", protocol::FENCE_COUNTER_KEY])
-        .unwrap()
+    // The restarted node takes a seed only a seed wait (the seeding client's TTL) after it was
+    // first found without its counter (issue 27, item 3): past it, the next grants seed it.
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    let mut seeded = None;
+    for i in 0..200 {
+        let lock = clients[i % 2].acquire("mono").await.unwrap();
+        let t = lock.fencing_token().expect("fencing mode gives a token");
+        assert!(t > last, "after the seed wait: token {t} after {last}");
+        last = t;
+        tokens.push(t);
+        lock.release().await.unwrap();
+        let read = nodes
+            .node(2)
+            .cli(&["GET", protocol::FENCE_COUNTER_KEY])
+            .unwrap();
+        if read != "(nil)" {
+            seeded = Some(read);
+            break;
+        }
+    }
+    // Seeded (or written back to) after the wait: its counter is exactly a token a holder got
+    // after the restart.
+    let c: u64 = seeded
+        .expect("the restarted node was never seeded after the seed wait")
         .parse()
         .unwrap();
     assert!(
