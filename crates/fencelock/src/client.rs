@@ -10,9 +10,6 @@ use tokio::sync::mpsc;
 use crate::backend::{Backend, Held};
 use crate::config::Config;
 use crate::error::{Error, Result};
-// The lock handle the docs name (it depends on this module, not the other way round).
-#[cfg(doc)]
-use crate::lock::Lock;
 use crate::node::NodeAddr;
 use crate::pure::vote::Votes;
 use crate::telemetry::Telemetry;
@@ -133,9 +130,9 @@ impl Client {
         &self.inner.telemetry
     }
 
-    /// Releases `resource` if `token` (as printed by [`Lock::token`]) still owns it. For tools
-    /// that hand the token between processes; a program holding a [`Lock`] calls
-    /// [`Lock::release`] instead.
+    /// Releases `resource` if `token` (as printed by [`Lock::token`](crate::Lock::token)) still owns it. For tools
+    /// that hand the token between processes; a program holding a [`Lock`](crate::Lock) calls
+    /// [`Lock::release`](crate::Lock::release) instead.
     ///
     /// # Errors
     ///
@@ -199,7 +196,7 @@ impl Client {
             .send_modify(|n| *n = n.saturating_sub(1));
     }
 
-    /// Waits until the locks dropped without [`Lock::release`] (by a `?` or a panic between
+    /// Waits until the locks dropped without [`Lock::release`](crate::Lock::release) (by a `?` or a panic between
     /// acquire and release, or a [`LockGuard`](crate::LockGuard) dropped) have been released,
     /// and until the releases that returned at a quorum have reached their other nodes, for at
     /// most twice the node timeout. Call it before `main` returns: the release of a

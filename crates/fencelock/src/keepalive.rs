@@ -17,13 +17,11 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::LostCause;
-#[cfg(doc)]
-use crate::lock::Lock;
 use crate::pure::extension::{self, Attempt, Next, Schedule};
 use crate::pure::vote::Votes;
 use crate::telemetry::{self, ResourceLabel};
 
-/// Auto-extension settings for [`Lock::auto_extend`].
+/// Auto-extension settings for [`Lock::auto_extend`](crate::Lock::auto_extend).
 ///
 /// By default the lock is extended every TTL/3, for as long as it is held. An attempt that
 /// fails because too few nodes answered is retried (every TTL/10, between 10 ms and 1 s) within

@@ -15,9 +15,8 @@
 //! all N granting nodes show that no counter exists anywhere at the last grant.
 
 use std::sync::atomic::Ordering;
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
-use super::ops::Seed;
 use super::round::WantsMore;
 use super::RedisBackend;
 use crate::error::Error;
@@ -46,6 +45,15 @@ impl WantsMore for FenceRead {
 }
 
 pub(crate) use crate::pure::fencing::LOST_COUNTER;
+
+/// A seed's condition, sent with the write-back (`ops::write_back`) to a node without a counter (`WRITE_BACK`'s
+/// ARGV[3]): the node takes it only if our keys there were set at least `wait` after it was
+/// first found without its counter (`fencing::seed_wait`, plus the time since the attempt
+/// started: the keys were set after the start, at most that long after it).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Seed {
+    pub(crate) wait: Duration,
+}
 
 /// A token ready to be issued, and the granting nodes to seed once it is.
 #[derive(Debug)]

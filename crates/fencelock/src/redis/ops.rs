@@ -7,7 +7,7 @@ use std::time::Duration;
 use redis::{Cmd, RedisError, RedisResult, Script, Value};
 
 use super::extender::{Count, ExtendedLock};
-use super::guard::FenceRead;
+use super::guard::{FenceRead, Seed};
 use super::order::Slot;
 use super::round::{AnnounceAhead, Answer, Mode, Round, WantsMore};
 use super::{scripts, RedisBackend};
@@ -558,15 +558,6 @@ async fn if_owned(
     } else {
         Answer::NotHeld
     })
-}
-
-/// A seed's condition, sent with the write-back to a node without a counter (`WRITE_BACK`'s
-/// ARGV[3]): the node takes it only if our keys there were set at least `wait` after it was
-/// first found without its counter (`fencing::seed_wait`, plus the time since the attempt
-/// started: the keys were set after the start, at most that long after it).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Seed {
-    pub(crate) wait: Duration,
 }
 
 pub(super) use crate::pure::validity::ttl_millis;
