@@ -1883,8 +1883,11 @@ fn checker_catches_fewer_than_a_quorum_of_trusted_reads() {
 fn checker_catches_seeding_before_issue() {
     // A step of the two-round path: checked on that path alone (no proposals, no late requests:
     // with them the shortest trace lies beyond the suite's budget).
+    // Without the seed wait too (issue 27 item 3), as the code's mutant `guard-seed-before-issue`
+    // does: the wait alone refuses a seed that comes too soon, early or not.
     let protocol = Protocol {
         seed_before_issue: true,
+        seed_wait: false,
         ..TWO_ROUNDS
     };
     // The shortest trace needs two attempts per client: the optimised build's bounds
