@@ -1728,13 +1728,19 @@ fn clock_jump_breaks_order_but_not_uniqueness() {
 
 #[test]
 fn the_guard_survives_restarts_without_persistence() {
+    // One attempt per client in both builds since the seed wait (issue 27 item 3) joined the
+    // guarded protocol: its two-attempt cases grew past this machine's 24 GiB (the kernel
+    // killed the optimised run at 24 GB, 3 December 2026). Two resources with two attempts and
+    // the seed wait: `the_seed_wait_keeps_every_property_with_two_resources`, run by hand.
     let mut cases = Vec::new();
-    for c in fault_cases(3, faults(0, 1, 0, 0)) {
-        cases.push(("guard, one restart without persistence", c));
-    }
-    for c in fault_cases(3, faults(0, 2, 0, 0)) {
-        cases.push(("guard, two restarts without persistence", c));
-    }
+    cases.push((
+        "guard, one restart without persistence",
+        cfg(3, 2, 1, GUARDED, faults(0, 1, 0, 0)),
+    ));
+    cases.push((
+        "guard, two restarts without persistence",
+        cfg(3, 2, 1, GUARDED, faults(0, 2, 0, 0)),
+    ));
     // One restart leaves a node with the counter: no epoch starts, whatever the clock.
     // (One attempt per client in both builds: the suite's time goes to the cases above.)
     cases.push((
