@@ -9,9 +9,10 @@
 //! - Commands, one file or folder each: `run` (the supervisor that keeps the lock and stops
 //!   the command if it is lost; `run/guard.rs`: the process between it and the command, which
 //!   keeps every process the command starts in its subtree and kills them all if the supervisor
-//!   dies), `elect`, `lockcmds` (`acquire`, `extend`, `release`), `inspect`, `doctor`, `reseed`
-//!   (the way back after every node lost its fence counter), `devset` (`up`, `down`),
-//!   `nodes_cmd` (`nodes`), `demo`, `bench`, `manual` (`completions`, `man`).
+//!   dies; `run/watchdog.rs`: the guard's own SIGKILL clock), `elect`, `lockcmds` (`acquire`,
+//!   `extend`, `release`), `inspect`, `doctor`, `reseed` (the way back after every node lost its
+//!   fence counter), `devset` (`up`, `down`), `nodes_cmd` (`nodes`), `demo`, `bench`, `manual`
+//!   (`completions`, `man`).
 //! - `hold`: what a command runs under, one `hold::Hold` taken by `Hold::take`: the exclusive
 //!   lock, a shared lock, a permit, the leadership (one file each); `run` and `elect` name it,
 //!   nothing in it calls a command.
@@ -84,7 +85,6 @@ mod run;
 mod settings;
 mod shell;
 mod spinner;
-mod watchdog;
 
 use crate::cli::{Cli, Command};
 use crate::exit::Failure;
