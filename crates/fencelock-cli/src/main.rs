@@ -16,8 +16,10 @@
 //! - `hold`: what a command runs under, one `hold::Hold` taken by `Hold::take`: the exclusive
 //!   lock, a shared lock, a permit, the leadership (one file each); `run` and `elect` name it,
 //!   nothing in it calls a command.
-//! - `probe`: reading nodes for `inspect` and `doctor`, one file per backend (`probe/redis.rs`, `probe/etcd.rs`) behind `probe::Backend`,
-//!   and what their reports share (the doctor's checks and table, a holder in words).
+//! - `probe`: reading nodes for `inspect` and `doctor`, one file per backend (`probe/redis.rs`
+//!   with its doctor checks in `probe/redis/doctor.rs`, `probe/etcd.rs`) behind
+//!   `probe::Backend`, and what their reports share (the doctor's checks and table, a holder in
+//!   words).
 //! - `cli`: the command line (clap derive), every argument struct, `human` and
 //!   `parse_duration`; it imports no command. `settings`: where nodes and settings come from
 //!   (`--nodes`, `FENCELOCK_NODES`, the config file, the dev set), and the wait mode.
@@ -68,7 +70,6 @@ mod bench;
 mod cli;
 mod demo;
 mod devset;
-mod doctor;
 mod elect;
 mod exit;
 mod hold;
@@ -125,7 +126,7 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Bench(args) => bench::bench(global, args).await,
         Command::Doctor => {
             let settings = settings::resolve(global)?;
-            doctor::doctor(&settings, global.json).await
+            probe::Backend::of(&settings).doctor(&settings, global.json).await
         }
         Command::Inspect(args) => {
             let settings = settings::resolve(global)?;

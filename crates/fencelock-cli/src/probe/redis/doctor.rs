@@ -1,6 +1,6 @@
-//! `fencelock doctor`: checks a node set against the article's list of Redlock mistakes and the
-//! others we know. Gathering facts does the I/O; [`evaluate`] turns facts into checks and has none,
-//! so every verdict is unit-tested below.
+//! `fencelock doctor` on a Redis node set: checks it against the article's list of Redlock
+//! mistakes and the others we know. Gathering facts does the I/O; [`evaluate`] turns facts into
+//! checks and has none, so every verdict is unit-tested below.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -589,17 +589,12 @@ async fn gather(node: &Node) -> NodeFacts {
     facts
 }
 
-/// `fencelock doctor`.
+/// `fencelock doctor` on Redis nodes.
 ///
 /// # Errors
 ///
 /// A usage failure for a bad node URL; unreachable nodes are a failing check, not an error.
 pub(crate) async fn doctor(settings: &Settings, json: bool) -> anyhow::Result<u8> {
-    // The Redis node's checks below move to probe/redis.rs as `Backend::doctor` once the
-    // node-set check being added here has landed.
-    if crate::probe::Backend::of(settings) == crate::probe::Backend::Etcd {
-        return crate::probe::etcd::doctor(settings, json).await;
-    }
     let nodes = Node::parse_all(&settings.nodes, &settings.tls)?;
     let facts = futures_util::future::join_all(nodes.iter().map(gather)).await;
     let limits = Limits {
