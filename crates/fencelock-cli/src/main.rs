@@ -70,6 +70,7 @@ mod bench;
 mod cli;
 mod demo;
 mod devset;
+mod doctor;
 mod elect;
 mod exit;
 mod hold;
@@ -126,7 +127,7 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Bench(args) => bench::bench(global, args).await,
         Command::Doctor => {
             let settings = settings::resolve(global)?;
-            probe::Backend::of(&settings).doctor(&settings, global.json).await
+            doctor::doctor(&settings, global.json).await
         }
         Command::Inspect(args) => {
             let settings = settings::resolve(global)?;
