@@ -161,7 +161,7 @@ mutant run-guard-spares-orphans "when the supervisor dies, fencelock run's guard
   's/(The supervisor is gone, and with it the lock\x27s keeper: nothing may run on\.\n)(\s*)kill_tree\(me, libc::SIGKILL, true\);/$1$2\/\/ mutant: nothing killed/' \
   "-p fencelock-harness --test harness run_never_lets_two_holders_processes_run_at_once"
 mutant run-watchdog-never-fires "the guard of fencelock run never kills at the deadline by its own clock: a stopped supervisor lets the command outlive the lock" \
-  crates/fencelock-cli/src/watchdog.rs \
+  crates/fencelock-cli/src/run/watchdog.rs \
   's/Some\(at\) if !self\.fired && now_ns >= at => \{/Some(at) if false \&\& !self.fired \&\& now_ns >= at => {/' \
   "-p fencelock-cli --test run_tree a_stopped_supervisor_does_not_let_the_command_outlive_its_validity"
 mutant run-watchdog-not-moved "the supervisor never moves the guard's kill time after an extension: the command is killed at the first deadline" \

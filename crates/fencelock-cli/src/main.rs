@@ -9,14 +9,17 @@
 //! - Commands, one file or folder each: `run` (the supervisor that keeps the lock and stops
 //!   the command if it is lost; `run/guard.rs`: the process between it and the command, which
 //!   keeps every process the command starts in its subtree and kills them all if the supervisor
-//!   dies), `elect`, `lockcmds` (`acquire`, `extend`, `release`), `inspect`, `doctor`, `reseed`
-//!   (the way back after every node lost its fence counter), `devset` (`up`, `down`),
-//!   `nodes_cmd` (`nodes`), `demo`, `bench`, `manual` (`completions`, `man`).
+//!   dies; `run/watchdog.rs`: the guard's own SIGKILL clock), `elect`, `lockcmds` (`acquire`,
+//!   `extend`, `release`, a file each), `inspect`, `doctor`, `reseed` (the way back after every
+//!   node lost its fence counter), `devset` (`up`, `down`), `nodes_cmd` (`nodes`), `demo`,
+//!   `bench`, `manual` (`completions`, `man`).
 //! - `hold`: what a command runs under, one `hold::Hold` taken by `Hold::take`: the exclusive
 //!   lock, a shared lock, a permit, the leadership (one file each); `run` and `elect` name it,
 //!   nothing in it calls a command.
-//! - `probe`: reading nodes for `inspect` and `doctor`, one file per backend (`probe/redis.rs`, `probe/etcd.rs`) behind `probe::Backend`,
-//!   and what their reports share (the doctor's checks and table, a holder in words).
+//! - `probe`: reading nodes for `inspect` and `doctor`, one file per backend (`probe/redis.rs`
+//!   with its doctor checks in `probe/redis/doctor.rs`, `probe/etcd.rs`) behind
+//!   `probe::Backend`, and what their reports share (the doctor's checks and table, a holder in
+//!   words).
 //! - `cli`: the command line (clap derive), every argument struct, `human` and
 //!   `parse_duration`; it imports no command. `settings`: where nodes and settings come from
 //!   (`--nodes`, `FENCELOCK_NODES`, the config file, the dev set), and the wait mode.
@@ -84,7 +87,6 @@ mod run;
 mod settings;
 mod shell;
 mod spinner;
-mod watchdog;
 
 use crate::cli::{Cli, Command};
 use crate::exit::Failure;
@@ -140,8 +142,14 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
             let wait = settings::wait_mode(false, args.wait, settings::WaitMode::NoWait)?;
             lockcmds::acquire(&settings, &args.resource, wait, args.fencing, global.json).await
         }
-        Command::Extend(args) => with_token(global, lockcmds::TokenOp::Extend, args).await,
-        Command::Release(args) => with_token(global, lockcmds::TokenOp::Release, args).await,
+        Command::Extend(args) => {
+            let settings = settings::resolve(global)?;
+            lockcmds::extend(&settings, &args.resource, &args.token, global.json).await
+        }
+        Command::Release(args) => {
+            let settings = settings::resolve(global)?;
+            lockcmds::release(&settings, &args.resource, &args.token, global.json).await
+        }
         Command::Elect(args) => {
             let settings = settings::resolve(global)?;
             elect::elect(&settings, args, global.json).await
@@ -164,16 +172,6 @@ fn up_count(global: &cli::Global, args: &cli::UpArgs) -> Result<u16, Failure> {
             "`up` starts local nodes and takes no URLs; use --nodes N (or --count N) for how many",
         )),
     }
-}
-
-/// `extend` and `release`.
-async fn with_token(
-    global: &cli::Global,
-    op: lockcmds::TokenOp,
-    args: cli::TokenArgs,
-) -> anyhow::Result<u8> {
-    let settings = settings::resolve(global)?;
-    lockcmds::with_token(&settings, op, &args.resource, &args.token, global.json).await
 }
 
 /// `fencelock run`: the plan from its arguments.

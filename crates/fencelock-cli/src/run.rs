@@ -13,7 +13,7 @@
 //! quorum holds the lock any more) sends SIGTERM at once. The supervisor never waits on a node:
 //! the engine does, so a hung extension cannot delay the kill. If the supervisor itself dies,
 //! the guard kills them all at once; if it is stopped or starved, the guard's watchdog sends the
-//! SIGKILL at its time all the same (`watchdog.rs`), from the deadline of the last extension.
+//! SIGKILL at its time all the same (`run/watchdog.rs`), from the deadline of the last extension.
 
 use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;
@@ -31,6 +31,7 @@ use crate::settings::Settings;
 use crate::settings::WaitMode;
 
 pub(crate) mod guard;
+mod watchdog;
 
 /// Largest default grace between SIGTERM and SIGKILL.
 const MAX_DEFAULT_GRACE: Duration = Duration::from_secs(5);
@@ -362,7 +363,7 @@ impl Supervisor {
         let lost_signal = lock.lost();
         let mut guard_kills_at = self.kill_at;
         loop {
-            // The guard's watchdog kills at the same time by its own clock (`watchdog.rs`):
+            // The guard's watchdog kills at the same time by its own clock (`run/watchdog.rs`):
             // this process may be stopped before its timer fires.
             if self.kill_at != guard_kills_at {
                 guard.kill_at(self.kill_at);

@@ -1,7 +1,7 @@
 //! `inspect` and `doctor` on an etcd node set: what the waiting line of a resource holds (the
 //! holder, the waiters, their revisions and leases), and what matters for locks on etcd (member
 //! health, one leader, quorum, lease TTL against the election timeout). Gathering does the
-//! I/O; [`evaluate`] turns facts into checks and has none, as `doctor.rs` does for Redis.
+//! I/O; [`evaluate`] turns facts into checks and has none, as `redis/doctor.rs` does for Redis.
 
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};

@@ -1,8 +1,7 @@
 //! Reading nodes for `inspect` and `doctor`: what each backend's nodes say, one file per
-//! backend behind [`Backend`] (`redis`, `etcd`; the Redis node's doctor checks are still in
-//! `doctor.rs`), and
-//! what every backend's report shares: the doctor's checks and their table, a holder in words.
-//! Nothing here imports a command.
+//! backend behind [`Backend`] (`redis`, with its doctor checks in `redis/doctor.rs`; `etcd`),
+//! and what every backend's report shares: the doctor's checks and their table, a holder in
+//! words. Nothing here imports a command.
 
 use std::fmt::Write as _;
 
@@ -47,6 +46,19 @@ impl Backend {
         match self {
             Backend::Redis => redis::inspect(settings, resource, json).await,
             Backend::Etcd => etcd::inspect(settings, resource, json).await,
+        }
+    }
+
+    /// `doctor` on these nodes: gathers each node's facts, turns them into checks and prints
+    /// them (`report`).
+    ///
+    /// # Errors
+    ///
+    /// A usage failure for a bad node URL; unreachable nodes are a failing check, not an error.
+    pub(crate) async fn doctor(self, settings: &Settings, json: bool) -> anyhow::Result<u8> {
+        match self {
+            Backend::Redis => redis::doctor::doctor(settings, json).await,
+            Backend::Etcd => etcd::doctor(settings, json).await,
         }
     }
 }

@@ -1,5 +1,6 @@
-//! A Redis node set's reading for `inspect` (what each node holds for one resource) and for
-//! the lock commands' errors (a key of the wrong type). Read-only: it never changes a key.
+//! A Redis node set's reading for `inspect` (what each node holds for one resource), for
+//! `doctor` (`redis/doctor.rs`: what each node is and how it is configured) and for the lock
+//! commands' errors (a key of the wrong type). Read-only: it never changes a key.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -11,6 +12,8 @@ use super::show_holder;
 use crate::exit;
 use crate::node::Node;
 use crate::settings::Settings;
+
+pub(crate) mod doctor;
 
 /// Bound on each inspect request: long enough for a loaded node, short enough for a dead one.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(1);

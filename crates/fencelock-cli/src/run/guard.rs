@@ -150,7 +150,7 @@ impl Control {
     /// Sets the time at which the guard SIGKILLs every process the command started, by its own
     /// clock, unless a later time comes first: the stop of a supervisor that cannot send it.
     pub(crate) fn kill_at(&self, at: std::time::Instant) {
-        self.write(KILL_AT, 0, crate::watchdog::at_ns(at));
+        self.write(KILL_AT, 0, super::watchdog::at_ns(at));
     }
 
     fn send(&self, op: u8, sig: i32) {
@@ -207,7 +207,7 @@ fn guard(control: RawFd, program: &OsStr, args: &[OsString]) -> u8 {
     keep_control_and_outlive_signals(control);
     // SAFETY: getpid has no preconditions.
     let me = unsafe { libc::getpid() };
-    let mut watchdog = crate::watchdog::Watchdog::default();
+    let mut watchdog = super::watchdog::Watchdog::default();
     // The first deadline was written before the guard started (`Guard::spawn`).
     let Some(first) = next_orders(control, 0) else {
         return 137;
@@ -231,13 +231,13 @@ fn guard(control: RawFd, program: &OsStr, args: &[OsString]) -> u8 {
         if let Some(code) = reaper.reap() {
             return code;
         }
-        if watchdog.due(crate::watchdog::now_ns()) {
+        if watchdog.due(super::watchdog::now_ns()) {
             // The supervisor did not move the deadline in time: stopped, starved or hung.
             kill_tree(me, libc::SIGKILL, true);
             continue;
         }
         // A short wait: exits are found by waitpid, the deadline by the clock.
-        let wait = watchdog.wait_ms(crate::watchdog::now_ns(), Duration::from_millis(20));
+        let wait = watchdog.wait_ms(super::watchdog::now_ns(), Duration::from_millis(20));
         let Some(orders) = next_orders(control, wait) else {
             // The supervisor is gone, and with it the lock's keeper: nothing may run on.
             kill_tree(me, libc::SIGKILL, true);
@@ -369,7 +369,7 @@ fn next_orders(control: RawFd, wait_ms: i32) -> Option<Vec<(u8, i32, u64)>> {
 
 /// Carries out one order: `sig` to the command's process group, or to every process below the
 /// guard (`me`), or a new SIGKILL time for the watchdog.
-fn obey(me: i32, op: u8, sig: i32, at_ns: u64, watchdog: &mut crate::watchdog::Watchdog) {
+fn obey(me: i32, op: u8, sig: i32, at_ns: u64, watchdog: &mut super::watchdog::Watchdog) {
     match op {
         KILL_AT => watchdog.set(at_ns),
         TO_GROUP => {

@@ -1,0 +1,68 @@
+//! `fencelock acquire`: takes the lock and leaves it held after this process exits, for a later
+//! `extend` or `release` with the token it prints.
+
+use fencelock::RetryPolicy;
+
+use super::votes_json;
+use crate::cli::human;
+use crate::exit;
+use crate::hold::lock_failure;
+use crate::settings::{Settings, WaitMode};
+
+/// `fencelock acquire`.
+///
+/// # Errors
+///
+/// The lock errors with their exit codes (75 held, 69 nodes unavailable, 2 bad configuration).
+pub(crate) async fn acquire(
+    settings: &Settings,
+    resource: &str,
+    wait: WaitMode,
+    fencing: bool,
+    json: bool,
+) -> anyhow::Result<u8> {
+    let client = settings.client(fencing).await?;
+    let result = match wait {
+        WaitMode::NoWait => client.try_acquire(resource).await,
+        WaitMode::Wait(wait) => {
+            client
+                .acquire_with(resource, &RetryPolicy::new().with_wait(wait))
+                .await
+        }
+        WaitMode::Forever => client.acquire(resource).await,
+    };
+    let lock = match result {
+        Ok(lock) => lock,
+        Err(err) => return Err(lock_failure(settings, resource, err).await.into()),
+    };
+    let remaining = lock.remaining();
+    if json {
+        let value = serde_json::json!({
+            "resource": lock.resource(),
+            "token": lock.token(),
+            "fencing_token": lock.fencing_token(),
+            "validity_ms": u64::try_from(remaining.as_millis()).unwrap_or(u64::MAX),
+            "ttl_ms": u64::try_from(settings.ttl.as_millis()).unwrap_or(u64::MAX),
+            "granted": lock.votes().granted(),
+            "nodes": lock.votes().len(),
+            "votes": votes_json(lock.votes()),
+        });
+        println!("{value}");
+    } else {
+        println!("{}", lock.token());
+        let fencing = lock
+            .fencing_token()
+            .map(|t| format!(", fencing token {t}"))
+            .unwrap_or_default();
+        let quoted = crate::shell::quote(resource);
+        eprintln!(
+            "fencelock: acquired {resource:?} on {} of {} node(s){fencing}, valid for {}; extend it with `fencelock extend {quoted} --token TOKEN` before then, release it with `fencelock release {quoted} --token TOKEN`",
+            lock.votes().granted(),
+            lock.votes().len(),
+            human(remaining),
+        );
+    }
+    // The lock outlives this process on purpose: dropping it would release it in the background.
+    std::mem::forget(lock);
+    Ok(exit::OK)
+}

@@ -1,0 +1,39 @@
+//! `fencelock release`: deletes a lock this token holds.
+
+use super::{token_votes, votes_json};
+use crate::exit;
+use crate::settings::Settings;
+
+/// `fencelock release`.
+///
+/// # Errors
+///
+/// 76 when the token does not hold the lock on a quorum (wrong token or expired; the keys are
+/// left untouched), 69 when too many nodes did not answer.
+pub(crate) async fn release(
+    settings: &Settings,
+    resource: &str,
+    token: &str,
+    json: bool,
+) -> anyhow::Result<u8> {
+    let client = settings.client(false).await?;
+    let result = client.release_token(resource, token).await;
+    let votes = token_votes(settings, "release", resource, client.quorum(), result).await?;
+    if json {
+        let value = serde_json::json!({
+            "resource": resource,
+            "operation": "release",
+            "granted": votes.granted(),
+            "nodes": votes.len(),
+            "votes": votes_json(&votes),
+        });
+        println!("{value}");
+    } else {
+        println!(
+            "released {resource:?} on {} of {} node(s)",
+            votes.granted(),
+            votes.len()
+        );
+    }
+    Ok(exit::OK)
+}
