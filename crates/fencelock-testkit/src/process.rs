@@ -121,12 +121,19 @@ impl ServerProcess {
             .and_then(|c| c.try_wait().ok().flatten())
     }
 
-    /// Sends `sig` to the process.
+    /// Sends `sig` to the process. For `SIGSTOP`, returns once every thread has stopped:
+    /// kill(2) returns before the threads of a multi-threaded server (etcd's Go runtime) have
+    /// all reached the stop, and on a loaded machine one of them answered a request sent right
+    /// after the kill (seen in CI: an acquire granted by an etcd "paused" a moment before).
     pub(crate) fn signal(&self, sig: libc::c_int) -> io::Result<()> {
         let pid = self
             .pid()
             .ok_or_else(|| io::Error::other(format!("{} is not running", self.name)))?;
-        send_signal(pid, sig)
+        send_signal(pid, sig)?;
+        if sig == libc::SIGSTOP {
+            wait_until_stopped(pid, &self.name)?;
+        }
+        Ok(())
     }
 
     /// Stops the process with `sig`, waits up to `grace`, then kills it.
@@ -264,6 +271,42 @@ pub(crate) fn send_signal(pid: u32, sig: libc::c_int) -> io::Result<()> {
     } else {
         Err(io::Error::last_os_error())
     }
+}
+
+/// Waits (up to 10 s) until every thread of `pid` is in the stopped state (`T` in
+/// `/proc/PID/task/TID/stat`).
+fn wait_until_stopped(pid: u32, name: &str) -> io::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if all_threads_stopped(pid)? {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(io::Error::other(format!(
+                "{name} (pid {pid}) still has running threads 10 s after SIGSTOP"
+            )));
+        }
+        thread::sleep(Duration::from_millis(1));
+    }
+}
+
+fn all_threads_stopped(pid: u32) -> io::Result<bool> {
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))? {
+        let stat = match std::fs::read_to_string(task?.path().join("stat")) {
+            Ok(stat) => stat,
+            // A thread that exited meanwhile is not running.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        };
+        // The state follows the command name, which is in parentheses and may hold spaces.
+        let state = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next());
+        if !matches!(state, Some("T" | "t")) {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 fn read_lossy(path: &Path, from: u64) -> String {
