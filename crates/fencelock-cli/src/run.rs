@@ -196,7 +196,8 @@ fn start_command(
 /// # Errors
 ///
 /// 75 not acquired, 69 nodes unavailable, 76 lock lost (the command was stopped), 126/127 the
-/// command could not be started, 2 bad arguments.
+/// command could not be started, 2 bad arguments or a resource key that holds no lock; 128 + N
+/// (as `Ok`) for a signal N while waiting for the lock.
 pub(crate) async fn run(settings: &Settings, plan: RunPlan) -> anyhow::Result<u8> {
     let ttl = settings.ttl;
     let grace = plan.grace.unwrap_or_else(|| default_grace(ttl));
