@@ -114,6 +114,7 @@ fn a_signal_while_waiting_ends_the_wait_at_once_and_runs_nothing() {
             unsafe { libc::kill(i32::try_from(child.id()).unwrap(), sig) };
             let out = wait_output(child, HUNG);
             let took = signalled.elapsed();
+            eprintln!("{case}: exit {took:?} after the signal");
             assert_eq!(
                 out.status.code(),
                 Some(128 + sig),
