@@ -92,12 +92,17 @@ struct Faults {
     clock_jumps: u8,
     restarts: u8,
     quarantine: bool,
+    /// Writers of other resources on the same nodes (issue 29 item 4): each takes a fresh token
+    /// and records it on one node, raising the node's counter and its largest writer record,
+    /// which a reader of this resource reads once its own record expired.
+    other_resources: u8,
 }
 
 const PAUSES_AND_EXPIRY: Faults = Faults {
     clock_jumps: 0,
     restarts: 0,
     quarantine: true,
+    other_resources: 0,
 };
 
 #[derive(Debug, Clone, Copy)]
@@ -353,6 +358,7 @@ struct State {
     clients: [Client; MAX_CLIENTS],
     jumps_left: u8,
     restarts_left: u8,
+    others_left: u8,
     /// The largest token of a completed write grant (0: none yet).
     granted_max: u8,
     /// The largest token issued (for the honest clock of an epoch start).
@@ -370,6 +376,7 @@ impl State {
             }; MAX_CLIENTS],
             jumps_left: cfg.faults.clock_jumps,
             restarts_left: cfg.faults.restarts,
+            others_left: cfg.faults.other_resources,
             granted_max: 0,
             issued_max: 0,
         };
@@ -482,6 +489,8 @@ enum Event {
     QuarantineEnds(usize),
     /// The resource's writer record on a node reaches its TTL.
     RecordExpires(usize),
+    /// A writer of another resource records its token on a node.
+    OtherResource(usize, u8),
 }
 
 impl fmt::Display for Event {
@@ -524,6 +533,11 @@ impl fmt::Display for Event {
             Event::Restart(i) => write!(f, "n{} restarts WITHOUT its data", i + 1),
             Event::QuarantineEnds(i) => write!(f, "n{}'s quarantine ends", i + 1),
             Event::RecordExpires(i) => write!(f, "n{}'s writer record expires (TTL)", i + 1),
+            Event::OtherResource(i, t) => write!(
+                f,
+                "a writer of another resource, token {t}, records on n{}",
+                i + 1
+            ),
         }
     }
 }
@@ -900,6 +914,22 @@ fn node_faults(cfg: &Config, s: &State, i: usize, out: &mut Vec<Successor>) {
         n.nodes[i].record = None;
         out.push((Event::RecordExpires(i), n, None));
     }
+    if s.others_left > 0 && !s.nodes[i].quarantined {
+        // Its token comes from the same node counters: above every token issued so far. It
+        // raises this node's counter (its write-back) and largest record, not this resource's.
+        let t = s.nodes[..cfg.nodes]
+            .iter()
+            .map(|n| n.counter.unwrap_or(0))
+            .fold(s.issued_max, u8::max)
+            + 1;
+        let mut n = *s;
+        n.others_left -= 1;
+        n.issued_max = t;
+        let node = &mut n.nodes[i];
+        node.counter = Some(node.counter.unwrap_or(0).max(t));
+        node.latest = Some(node.latest.unwrap_or(0).max(t));
+        out.push((Event::OtherResource(i, t), n, None));
+    }
     if s.restarts_left > 0 {
         let mut n = *s;
         n.restarts_left -= 1;
@@ -1153,6 +1183,7 @@ fn restart(quarantine: bool) -> Faults {
         clock_jumps: 0,
         restarts: 1,
         quarantine,
+        other_resources: 0,
     }
 }
 
@@ -1236,12 +1267,30 @@ fn a_clock_jump_breaks_exclusion_as_for_the_mutex() {
             clock_jumps: 1,
             restarts: 0,
             quarantine: true,
+            other_resources: 0,
         }),
     );
     let (why, _) = o
         .violation
         .expect("the mutex's clock-jump hole is the rwlock's too");
     assert!(why.starts_with("X "), "{why}");
+}
+
+#[test]
+fn other_resources_records_only_raise_what_a_reader_reads() {
+    // Issue 29 item 4: the node's largest record is shared by every resource. Writers of
+    // other resources on the same nodes, interleaved anywhere with this resource's writer and
+    // reader and with its record's expiry: X, T and L still hold.
+    let others = |n| Faults {
+        other_resources: n,
+        ..PAUSES_AND_EXPIRY
+    };
+    let bound = if FAST_BUILD { 2 } else { 1 };
+    let o = run(
+        "writers of other resources",
+        Config::new(3, 1, 1, 1).with_faults(others(bound)),
+    );
+    assert!(o.violation.is_none());
 }
 
 #[test]
