@@ -148,18 +148,31 @@ fn a_key_that_is_no_lock_is_reported_at_once_not_waited_for() {
         n.cli(&["HSET", "jobs:hash", "a", "1"]).unwrap();
         n.cli(&["SET", "jobs:plain", "hello"]).unwrap();
     }
-    for (resource, expect) in [
+    let cases = [
         ("jobs:list", "list"),
         ("jobs:hash", "hash"),
         (
             "jobs:plain",
             "a plain value without a TTL, not a fencelock lock: delete it or choose another name",
         ),
-    ] {
-        let ran = home.path().join(resource.replace(':', "-"));
+    ];
+    // The exclusive lock and a shared one (`--shared`) alike: both use the key of the name.
+    for ((resource, expect), shared) in cases
+        .iter()
+        .map(|c| (*c, false))
+        .chain(cases.iter().map(|c| (*c, true)))
+    {
+        let ran = home
+            .path()
+            .join(format!("{}-{shared}", resource.replace(':', "-")));
         let started = Instant::now();
-        let child = with_nodes(home.path(), &nodes.urls())
-            .args(["run", resource, "--", "touch"])
+        let mut cmd = with_nodes(home.path(), &nodes.urls());
+        cmd.arg("run");
+        if shared {
+            cmd.arg("--shared");
+        }
+        let child = cmd
+            .args([resource, "--", "touch"])
             .arg(&ran)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -168,23 +181,42 @@ fn a_key_that_is_no_lock_is_reported_at_once_not_waited_for() {
         let out = wait_output(child, Duration::from_secs(30));
         let took = started.elapsed();
         let stderr = text(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{resource}: {stderr}");
-        assert!(stderr.contains(expect), "{resource}: {stderr}");
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{resource} (shared: {shared}): {stderr}"
+        );
+        assert!(
+            stderr.contains(expect),
+            "{resource} (shared: {shared}): {stderr}"
+        );
         if expect != "hash" && expect != "list" {
-            assert!(!stderr.contains("WRONGTYPE"), "{resource}: {stderr}");
+            assert!(
+                !stderr.contains("WRONGTYPE"),
+                "{resource} (shared: {shared}): {stderr}"
+            );
         } else {
-            assert!(stderr.contains("WRONGTYPE"), "{resource}: {stderr}");
+            assert!(
+                stderr.contains("WRONGTYPE"),
+                "{resource} (shared: {shared}): {stderr}"
+            );
         }
-        assert!(took < Duration::from_secs(5), "{resource}: took {took:?}");
-        assert!(!ran.exists(), "{resource}: the command ran");
+        assert!(
+            took < Duration::from_secs(5),
+            "{resource} (shared: {shared}): took {took:?}"
+        );
+        assert!(
+            !ran.exists(),
+            "{resource} (shared: {shared}): the command ran"
+        );
         // The error, after at most the first attempt's warning per node: no waiting loop.
         assert!(
             stderr.lines().last().unwrap_or("").contains(expect),
-            "{resource}: {stderr}"
+            "{resource} (shared: {shared}): {stderr}"
         );
         assert!(
             stderr.lines().count() <= 1 + nodes.len(),
-            "{resource}: {stderr}"
+            "{resource} (shared: {shared}): {stderr}"
         );
     }
 }
