@@ -321,6 +321,29 @@ mutant reentry-unchecked "a task asking again for a lock it holds is not refused
   "-p fencelock --test reentrancy the_same_task_is_refused_at_once_and_other_tasks_wait" \
   "-p fencelock --test guarantees etcd_the_same_task_is_refused_at_once_and_other_tasks_wait"
 
+mutant run-signal-ignored-while-waiting "fencelock run does not watch its signals while it waits for the lock: SIGTERM waits behind the holder (issue 29 item 1)" \
+  crates/fencelock-cli/src/run.rs \
+  's/sig = signals\.recv\(\) => return/sig = signals.recv(), if false => return/' \
+  "-p fencelock-cli --test run_ops a_signal_while_waiting_ends_the_wait_at_once_and_runs_nothing"
+mutant line-leave-not-awaited "a waiter that gives up leaves the line in a task close does not wait for: a process that exits leaves its place behind (issue 29 item 1)" \
+  crates/fencelock/src/redis/line.rs \
+  's/let counted = super::round::Background::count\(&self\.background\);/let counted = ();/' \
+  "-p fencelock-cli --test run_ops a_signal_while_waiting_ends_the_wait_at_once_and_runs_nothing"
+mutant extend-batch-no-reload "a batched extension that meets NOSCRIPT does not load its scripts: a SCRIPT FLUSH loses every held lock (issue 29 item 3)" \
+  crates/fencelock/src/redis/ops.rs \
+  's/Err\(e\) if is_noscript\(&e\) =>/Err(e) if false \&\& is_noscript(\&e) =>/' \
+  "-p fencelock --test long_work a_script_flush_on_every_node_does_not_stop_the_batched_extensions" \
+  "-p fencelock-cli --test run_ops a_script_flush_while_run_holds_does_not_lose_the_lock"
+mutant writer-record-no-ttl "the writer record is kept without a TTL: a key per resource name, forever (issue 29 item 4)" \
+  crates/fencelock/src/redis/lua/write_record.lua \
+  's/redis\.call\(\x27set\x27, KEYS\[2\], c, \x27PX\x27, ARGV\[3\]\)/redis.call(\x27set\x27, KEYS[2], c)/' \
+  "-p fencelock-cli --test run_ops fencing_runs_on_many_names_leave_no_key_per_name" \
+  "-p fencelock --test rwlock_model the_model_locks_as_the_lua_does"
+mutant rw-record-no-fallback "a reader whose resource's writer record expired reads 0, not the node's largest record (issue 29 item 4)" \
+  crates/fencelock/src/redis/lua/read_acquire.lua \
+  's/ or redis\.call\(\x27get\x27, KEYS\[7\]\)//' \
+  "-p fencelock --test rwlock_model the_model_locks_as_the_lua_does"
+
 index_of() {
   local i
   for i in "${!NAMES[@]}"; do [[ "${NAMES[$i]}" == "$1" ]] && { echo "$i"; return 0; }; done

@@ -99,7 +99,10 @@ pub(crate) struct Global {
 pub(crate) enum Command {
     /// Run COMMAND while holding the lock on RESOURCE; exit with the command's status.
     ///
-    /// The lock is kept extended while the command runs and released when it exits. The command
+    /// The lock is kept extended while the command runs and released when it exits (or, with
+    /// --min-hold, no sooner than that long after the grant). While waiting for the lock,
+    /// SIGINT, SIGTERM or SIGHUP ends the wait at once: the command is not run, the wait leaves
+    /// the line, and fencelock exits with 128 + the signal's number. The command
     /// gets FENCELOCK_RESOURCE and, with --fencing, FENCELOCK_TOKEN (the fencing token) in its
     /// environment. It runs in its own process group; SIGINT, SIGTERM and SIGHUP sent to fencelock
     /// are forwarded to that group. If the lock is lost, or its validity would run out before an
@@ -198,6 +201,12 @@ pub(crate) struct RunArgs {
     /// TTL/4). SIGKILL is sent before the validity runs out, so SIGTERM comes that much earlier.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub(crate) grace: Option<Duration>,
+    /// Keep the lock at least this long from its grant, even if the command ends sooner (for
+    /// a job run once per schedule slot by cron on several hosts, whose starts differ by
+    /// seconds): `run` waits until then, holding the lock, and releases it. A signal in that
+    /// time ends the wait and leaves the lock to expire by its TTL.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub(crate) min_hold: Option<Duration>,
     /// Run under one of N permits of the semaphore RESOURCE (at most N commands at once,
     /// across every client that uses the same N), instead of the exclusive lock. 1 to 256.
     #[arg(long, value_name = "N")]

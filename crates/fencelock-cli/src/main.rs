@@ -184,6 +184,7 @@ async fn run_command(global: &cli::Global, args: cli::RunArgs) -> anyhow::Result
         wait,
         fencing: args.fencing,
         grace: args.grace,
+        min_hold: args.min_hold,
         hold: hold::Hold::of_run(args.permits, args.shared),
     };
     let metrics = args

@@ -62,6 +62,17 @@ impl NodeState {
         }
     }
 
+    /// Whether the key is a string without a TTL that is not an owner token (32 lowercase hex
+    /// digits): some program's value, not a lock whose TTL was removed (that one is waited for).
+    pub(crate) fn is_plain_value(&self) -> bool {
+        let token_like = self.token.as_deref().is_some_and(|t| {
+            t.len() == 32
+                && t.bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        });
+        self.key_type.as_deref() == Some("string") && self.pttl_ms == Some(-1) && !token_like
+    }
+
     /// Whether the key exists but is not a string, so it cannot be a lock key.
     pub(crate) fn wrong_type(&self) -> Option<&str> {
         self.key_type
@@ -203,13 +214,23 @@ pub(crate) async fn explain_wrong_type(settings: &Settings, resource: &str) -> O
     let nodes = Node::parse_all(&settings.nodes, &settings.tls).ok()?;
     let states = probe(&nodes, resource, PROBE_TIMEOUT).await;
     let summary = summarize(&states);
-    if summary.wrong_type.is_empty() {
-        return None;
+    if !summary.wrong_type.is_empty() {
+        return Some(format!(
+            "the key {resource:?} is not a lock key on {}: some other data uses this name (WRONGTYPE); choose another resource name, or delete that key if it is stale",
+            summary.wrong_type.join(", ")
+        ));
     }
-    Some(format!(
-        "the key {resource:?} is not a lock key on {}: some other data uses this name; choose another resource name, or delete that key if it is stale",
-        summary.wrong_type.join(", ")
-    ))
+    let plain: Vec<&str> = states
+        .iter()
+        .filter(|s| s.is_plain_value())
+        .map(|s| s.node.as_str())
+        .collect();
+    (!plain.is_empty()).then(|| {
+        format!(
+            "the key {resource:?} on {} is a plain value without a TTL, not a fencelock lock: delete it or choose another name",
+            plain.join(", ")
+        )
+    })
 }
 
 fn fmt_pttl(pttl: Option<i64>) -> String {
