@@ -24,6 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::{Error, ErrorKind, LostCause};
+use crate::pure::node_error::FailureCause;
 use crate::pure::vote::{VoteOutcome, Votes};
 
 /// Histogram, seconds: one per acquisition call (`try_acquire*`, `acquire*`, a waiter's call, a
@@ -125,7 +126,17 @@ impl NodeHealth {
             VoteOutcome::TimedOut | VoteOutcome::Failed(_) => Some(false),
             _ => Some(true),
         };
-        self.observe(i, &vote.node, answered, &vote.outcome);
+        // A node that answered with a refusal of a known cause (out of memory, a replica...)
+        // runs: its warning gives the cure of that cause.
+        let refusal = match &vote.outcome {
+            VoteOutcome::Failed(e)
+                if !matches!(e.cause(), FailureCause::Refused | FailureCause::Other) =>
+            {
+                Some(e.hint())
+            }
+            _ => None,
+        };
+        self.observe_with(i, &vote.node, answered, &vote.outcome, refusal);
     }
 
     /// Node `i` (named `node`) answered (`Some(true)`), failed or timed out (`Some(false)`
@@ -136,6 +147,18 @@ impl NodeHealth {
         node: &str,
         answered: Option<bool>,
         why: &dyn std::fmt::Display,
+    ) {
+        self.observe_with(i, node, answered, why, None);
+    }
+
+    /// [`observe`](Self::observe), with the cure of a refusal whose cause is known.
+    fn observe_with(
+        &self,
+        i: usize,
+        node: &str,
+        answered: Option<bool>,
+        why: &dyn std::fmt::Display,
+        refusal: Option<&str>,
     ) {
         let (Some(answered), Some(state)) = (answered, self.state.get(i)) else {
             return;
@@ -161,6 +184,14 @@ impl NodeHealth {
                     .iter()
                     .filter(|s| s.load(Ordering::Relaxed) == UP)
                     .count();
+                if let Some(cure) = refusal {
+                    return tracing::warn!(
+                        node,
+                        "node {node} refused the request ({why}); {up} of {} node(s) answer, a lock needs {}: {cure}",
+                        self.state.len(),
+                        self.quorum,
+                    );
+                }
                 tracing::warn!(
                     node,
                     "node {node} did not answer ({why}); {up} of {} node(s) answer, a lock needs {}: check that the node runs and that its address is right (`fencelock doctor`), or replace it in the node list",

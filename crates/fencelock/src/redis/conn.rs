@@ -103,6 +103,9 @@ pub(crate) struct NodeConn {
     index: usize,
     set: Arc<NodeSet>,
     slot: Mutex<Arc<Slot>>,
+    /// A `rediss://` node that answered in plain text at the last attempt: the next attempt
+    /// asks in plain text at once, so that a round shorter than the connect timeout sees why.
+    plaintext: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for NodeConn {
@@ -139,6 +142,7 @@ impl NodeConn {
             index,
             set,
             slot: Mutex::new(Arc::new(Slot::default())),
+            plaintext: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -235,7 +239,7 @@ impl NodeConn {
     }
 
     async fn connect(&self) -> Result<(MultiplexedConnection, Arc<NodeInfo>), RedisError> {
-        let setup = self.set_up().await;
+        let setup = self.set_up_or_plaintext().await;
         if setup.is_err() {
             self.set.failed(self.index);
         }
@@ -243,6 +247,67 @@ impl NodeConn {
         // Not before the other nodes' records were read too (`nodeset.rs`).
         self.set.admit().await?;
         Ok(setup)
+    }
+
+    /// The connection set-up, told apart from a `rediss://` URL naming a plain-text node: a TLS
+    /// client meeting one only sees silence (the node waits for the end of a command in the
+    /// handshake's bytes), which reads as a hung node. Once half the connect timeout went by
+    /// without a connection, a plain-text PING is sent beside the set-up; any reply of the
+    /// protocol (an error too: NOAUTH) names the mistake.
+    async fn set_up_or_plaintext(
+        &self,
+    ) -> Result<(MultiplexedConnection, Arc<NodeInfo>), RedisError> {
+        let redis::ConnectionAddr::TcpTls { host, port, .. } =
+            self.client.get_connection_info().addr()
+        else {
+            return self.set_up().await;
+        };
+        use std::sync::atomic::Ordering::Relaxed;
+        let setup = self.set_up();
+        tokio::pin!(setup);
+        if !self.plaintext.load(Relaxed) {
+            tokio::select! {
+                done = &mut setup => return done,
+                () = tokio::time::sleep(self.connect_timeout / 2) => {}
+            }
+        }
+        let probe = self.answers_plaintext(host, *port);
+        tokio::pin!(probe);
+        let done = tokio::select! {
+            done = &mut setup => done,
+            true = &mut probe => Err(RedisError::from(std::io::Error::other(
+                crate::tls::PLAINTEXT_NODE,
+            ))),
+        };
+        let plaintext = done
+            .as_ref()
+            .is_err_and(|e| e.to_string().contains(crate::tls::PLAINTEXT_NODE));
+        self.plaintext.store(plaintext, Relaxed);
+        done
+    }
+
+    /// Whether `host:port` answers a PING in plain text within the connect timeout.
+    async fn answers_plaintext(&self, host: &str, port: u16) -> bool {
+        let host = if host.contains(':') {
+            format!("[{host}]")
+        } else {
+            host.to_owned()
+        };
+        let Ok(plain) = redis::Client::open(format!("redis://{host}:{port}/")) else {
+            return false;
+        };
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.connect_timeout))
+            .set_response_timeout(Some(self.connect_timeout));
+        let ping = async {
+            let mut conn = crate::sim::multiplexed(&plain, &config).await?;
+            redis::cmd("PING").query_async::<String>(&mut conn).await
+        };
+        match tokio::time::timeout(self.connect_timeout, ping).await {
+            Ok(Ok(_)) => true,
+            Ok(Err(reply)) => reply.code().is_some(),
+            Err(_) => false,
+        }
     }
 
     async fn set_up(&self) -> Result<(MultiplexedConnection, Arc<NodeInfo>), RedisError> {
