@@ -321,6 +321,23 @@ mutant reentry-unchecked "a task asking again for a lock it holds is not refused
   "-p fencelock --test reentrancy the_same_task_is_refused_at_once_and_other_tasks_wait" \
   "-p fencelock --test guarantees etcd_the_same_task_is_refused_at_once_and_other_tasks_wait"
 
+mutant nodb-as-unavailable "a database the node lacks (redis://host/99) is an unnamed failure again: retried as unavailable, exit 69 (issue 29 item 6)" \
+  crates/fencelock/src/redis/describe.rs \
+  's/"ERR" if detail\.as_deref\(\)\.is_some_and\(\|d\| d\.contains\("DB index"\)\)/"ERR" if false/' \
+  "-p fencelock --test node_errors a_database_the_node_lacks_is_a_configuration_error_not_retried" \
+  "-p fencelock-cli --test errors a_database_the_node_lacks_is_a_configuration_error_at_once"
+mutant client-cert-as-node-failure "a client certificate refused by the client's own TLS library is an unnamed node failure again (issue 29 item 6)" \
+  crates/fencelock/src/redis/describe.rs \
+  's/if e\.kind\(\) == ErrorKind::InvalidClientConfig \{/if false \&\& e.kind() == ErrorKind::InvalidClientConfig {/' \
+  "-p fencelock --test tls a_client_certificate_its_own_tls_library_refuses_is_named_as_the_clients"
+mutant plaintext-unprobed "rediss:// to a plain-text node is never asked in plain text: it reads as a hung node (issue 29 item 6)" \
+  crates/fencelock/src/redis/conn.rs \
+  's/Ok\(Ok\(_\)\) => true,/Ok(Ok(_)) => false,/; s/Ok\(Err\(reply\)\) => reply\.code\(\)\.is_some\(\),/Ok(Err(_)) => false,/' \
+  "-p fencelock --test tls rediss_to_a_plaintext_node_says_so"
+mutant refusal-warns-check-it-runs "the node-down warning says 'check that the node runs' for a node that answered with a refusal (issue 29 item 6)" \
+  crates/fencelock/src/telemetry.rs \
+  's/Some\(e\.hint\(\)\)/None/' \
+  "-p fencelock-cli --test errors a_refusing_node_warns_with_its_cure_not_check_that_it_runs"
 index_of() {
   local i
   for i in "${!NAMES[@]}"; do [[ "${NAMES[$i]}" == "$1" ]] && { echo "$i"; return 0; }; done

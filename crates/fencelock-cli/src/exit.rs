@@ -65,8 +65,9 @@ const TABLE: &[(Option<u8>, &[&str])] = &[
     (
         Some(CONFIG),
         &[
-            "configuration: the nodes refuse the URL's password (wrong or missing), or its ACL user",
-            "lacks permissions; retrying cannot help",
+            "configuration: the nodes refuse the URL's password (wrong or missing), its ACL user",
+            "lacks permissions, its database does not exist, or a TLS certificate is refused (the",
+            "node's, or the client's own); retrying cannot help (doctor too, for such a node)",
         ],
     ),
     (
@@ -190,8 +191,9 @@ Exit codes:
     75   not acquired: the lock is held by another client (--no-wait, or --wait ran out);
          run -E N exits with N instead
     76   lock lost (run stopped the command), or extend/release with a token that does not hold the lock
-    78   configuration: the nodes refuse the URL's password (wrong or missing), or its ACL user
-         lacks permissions; retrying cannot help
+    78   configuration: the nodes refuse the URL's password (wrong or missing), its ACL user
+         lacks permissions, its database does not exist, or a TLS certificate is refused (the
+         node's, or the client's own); retrying cannot help (doctor too, for such a node)
     126  run: the command could not be executed
     127  run: the command was not found
     128+N run: the command was killed by signal N; demo: interrupted by signal N";

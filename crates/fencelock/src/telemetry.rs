@@ -136,7 +136,11 @@ impl NodeHealth {
             }
             _ => None,
         };
-        self.observe_with(i, &vote.node, answered, &vote.outcome, refusal);
+        let why: &dyn std::fmt::Display = match &vote.outcome {
+            VoteOutcome::Failed(e) if refusal.is_some() => e,
+            outcome => outcome,
+        };
+        self.observe_with(i, &vote.node, answered, why, refusal);
     }
 
     /// Node `i` (named `node`) answered (`Some(true)`), failed or timed out (`Some(false)`

@@ -25,6 +25,9 @@ pub(crate) struct NodeFacts {
     pub(crate) name: String,
     /// `Err` with the reason if the node could not be reached.
     pub(crate) reachable: Result<(), String>,
+    /// The node answered but refused this client (its password, database, certificate...): the
+    /// cause, whose hint replaces "start the node".
+    pub(crate) refusal: Option<fencelock::NodeError>,
     /// The round-trip times of the PINGs.
     pub(crate) rtts: Vec<Duration>,
     /// `INFO server`, `replication`, `persistence` and `cluster`, merged.
@@ -79,14 +82,22 @@ pub(crate) fn evaluate(facts: &[NodeFacts], limits: Limits) -> Vec<Check> {
 
     let reachable: Vec<&NodeFacts> = facts.iter().filter(|f| f.reachable.is_ok()).collect();
     for f in facts {
-        if let Err(why) = &f.reachable {
-            checks.push(check(
+        match (&f.reachable, &f.refusal) {
+            (Err(why), Some(refusal)) => checks.push(check(
+                "reachable",
+                Some(&f.name),
+                Status::Fail,
+                format!("the node refuses this client: {why}"),
+                Some(refusal.hint()),
+            )),
+            (Err(why), None) => checks.push(check(
                 "reachable",
                 Some(&f.name),
                 Status::Fail,
                 format!("cannot reach the node: {why}"),
                 Some("start the node or fix its URL; every node down costs one vote of the quorum"),
-            ));
+            )),
+            (Ok(()), _) => {}
         }
     }
     let down = n - reachable.len();
@@ -504,6 +515,7 @@ async fn gather(node: &Node) -> NodeFacts {
     let mut facts = NodeFacts {
         name: node.name.clone(),
         reachable: Ok(()),
+        refusal: None,
         rtts: Vec::new(),
         info: BTreeMap::new(),
         config: Ok(BTreeMap::new()),
@@ -513,10 +525,16 @@ async fn gather(node: &Node) -> NodeFacts {
             ..SetFacts::default()
         },
     };
-    let mut conn = match node.connect(PROBE_TIMEOUT).await {
+    let mut conn = match node.connect_why(PROBE_TIMEOUT).await {
         Ok(conn) => conn,
         Err(why) => {
-            facts.reachable = Err(why);
+            facts.reachable = Err(why.to_string());
+            if !matches!(
+                why.cause(),
+                fencelock::FailureCause::Refused | fencelock::FailureCause::Other
+            ) {
+                facts.refusal = Some(why);
+            }
             return facts;
         }
     };
@@ -603,7 +621,17 @@ pub(crate) async fn doctor(settings: &Settings, json: bool) -> anyhow::Result<u8
     };
     let checks = evaluate(&facts, limits);
     let names: Vec<String> = facts.iter().map(|f| f.name.clone()).collect();
-    report(&checks, &names, settings, json)
+    let code = report(&checks, &names, settings, json)?;
+    // A refusal that only a change of configuration can fix (a password, a database, a
+    // certificate) is told as such by the exit code too, as the lock commands tell it.
+    let misconfigured = facts
+        .iter()
+        .any(|f| f.refusal.as_ref().is_some_and(|e| e.needs_config_change()));
+    Ok(if misconfigured {
+        crate::exit::CONFIG
+    } else {
+        code
+    })
 }
 
 #[cfg(test)]
@@ -637,6 +665,7 @@ mod tests {
         NodeFacts {
             name: name.into(),
             reachable: Ok(()),
+            refusal: None,
             rtts: vec![Duration::from_micros(300); 5],
             info: info
                 .iter()
