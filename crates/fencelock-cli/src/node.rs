@@ -227,6 +227,23 @@ impl Conn {
         }
     }
 
+    /// Sends one command; a failure keeps its cause (out of memory, a replica...).
+    ///
+    /// # Errors
+    ///
+    /// As [`Conn::query_timed`], as a [`fencelock::NodeError`].
+    pub(crate) async fn query_why<T: FromRedisValue>(
+        &mut self,
+        cmd: &redis::Cmd,
+    ) -> Result<T, fencelock::NodeError> {
+        match tokio::time::timeout(self.timeout, cmd.query_async::<T>(&mut self.con)).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(e)) if e.is_timeout() => Err(describe(&e).into()),
+            Ok(Err(e)) => Err(fencelock::NodeError::from_driver_error(&e)),
+            Err(_) => Err(format!("no answer within {:?}", self.timeout).into()),
+        }
+    }
+
     /// Sends one command.
     ///
     /// # Errors

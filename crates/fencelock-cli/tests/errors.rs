@@ -1,5 +1,7 @@
 //! Errors that name the fault (issue 29, item 6): a node's refusal is told as what it is, with
-//! its cure, and the exit code says whether retrying can help. Each case on a real redis-server.
+//! its cure, and the exit code says whether retrying can help. And the nodes that refuse writes
+//! or may evict lock keys (item 5): `doctor` fails them, `acquire` and `run` warn once. Each case
+//! on a real redis-server.
 
 mod common;
 
@@ -163,4 +165,82 @@ fn a_refusing_node_warns_with_its_cure_not_check_that_it_runs() {
         "{all}"
     );
     assert!(!all.contains("check that the node runs"), "{all}");
+}
+
+#[test]
+fn doctor_fails_a_node_that_refuses_writes_and_warns_near_maxmemory() {
+    let home = tempfile::tempdir().unwrap();
+    let nodes = [
+        RedisNode::start().unwrap(),
+        RedisNode::start().unwrap(),
+        RedisNode::start().unwrap(),
+    ];
+    for node in &nodes {
+        node.cli(&["CONFIG", "SET", "maxmemory-policy", "noeviction"])
+            .unwrap();
+    }
+    // Node 3 answers every read but refuses every write (maxmemory reached, noeviction).
+    nodes[2].cli(&["CONFIG", "SET", "maxmemory", "1"]).unwrap();
+    // Node 2 has a little room left: above 90 % of its maxmemory (92 % before the doctor's
+    // connection adds its buffers).
+    let used: u64 = nodes[1]
+        .cli(&["INFO", "memory"])
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("used_memory:"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let near = (used + used / 12).to_string();
+    nodes[1]
+        .cli(&["CONFIG", "SET", "maxmemory", &near])
+        .unwrap();
+    let urls: Vec<String> = nodes.iter().map(RedisNode::url).collect();
+    let out = output(with_nodes(home.path(), &urls).arg("doctor"));
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{all}");
+    let line = |check: &str, node: &RedisNode| {
+        all.lines()
+            .find(|l| l.contains(check) && l.contains(&node.url()))
+            .unwrap_or_else(|| panic!("no {check} line for {}: {all}", node.url()))
+            .to_owned()
+    };
+    let refused = line("write", &nodes[2]);
+    assert!(
+        refused.starts_with("fail")
+            && refused.contains("refuses writes")
+            && refused.contains("out of memory"),
+        "{all}"
+    );
+    assert!(line("write", &nodes[0]).starts_with("pass"), "{all}");
+    assert!(line("memory", &nodes[1]).starts_with("warn"), "{all}");
+    assert!(line("memory", &nodes[0]).starts_with("pass"), "{all}");
+    // The doctor's key is gone from the nodes that took it.
+    assert_eq!(
+        nodes[0].cli(&["KEYS", "fencelock:doctor:*"]).unwrap(),
+        "",
+        "{all}"
+    );
+}
+
+#[test]
+fn acquire_and_run_warn_once_about_an_evicting_node() {
+    let home = tempfile::tempdir().unwrap();
+    let node = RedisNode::start().unwrap();
+    node.cli(&["CONFIG", "SET", "maxmemory-policy", "allkeys-lru"])
+        .unwrap();
+    for command in [&["acquire", "job"][..], &["run", "other", "--", "true"]] {
+        let out = output(with_nodes(home.path(), &[node.url()]).args(command));
+        let all = text(&out);
+        assert!(out.status.success(), "{command:?}: {all}");
+        assert_eq!(
+            all.matches(
+                "has maxmemory-policy allkeys-lru: under memory pressure it may evict lock keys"
+            )
+            .count(),
+            1,
+            "{command:?}: {all}"
+        );
+    }
 }

@@ -106,6 +106,8 @@ pub(crate) struct NodeConn {
     /// A `rediss://` node that answered in plain text at the last attempt: the next attempt
     /// asks in plain text at once, so that a round shorter than the connect timeout sees why.
     plaintext: std::sync::atomic::AtomicBool,
+    /// Whether the eviction policy's warning was given (once per client).
+    evicting_warned: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for NodeConn {
@@ -143,6 +145,7 @@ impl NodeConn {
             set,
             slot: Mutex::new(Arc::new(Slot::default())),
             plaintext: std::sync::atomic::AtomicBool::new(false),
+            evicting_warned: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -329,13 +332,17 @@ impl NodeConn {
                 .arg("persistence")
                 .cmd("GET")
                 .arg(quarantine::MARKER_KEY)
-                .cmd("TIME");
-            let (server, persistence, mut marker, time): (
+                .cmd("TIME")
+                .cmd("INFO")
+                .arg("memory");
+            let (server, persistence, mut marker, time, memory): (
                 String,
                 String,
                 Option<String>,
                 (u64, u64),
+                String,
             ) = pipe.query_async(&mut conn).await?;
+            self.warn_if_evicting(&memory);
             let node_ms = time.0.saturating_mul(1000).saturating_add(time.1 / 1000);
             // A node too old for the scripts is refused before anything is written to it.
             check_version(&server, &self.name)?;
@@ -392,6 +399,26 @@ impl NodeConn {
         let appendfsync = appendfsync.map(|(_, v)| v);
         let info = self.judge(&server, &persistence, appendfsync, found, marker, node_ms);
         Ok((conn, Arc::new(info)))
+    }
+
+    /// Warns, once per node and client, when the node's eviction policy may drop lock keys
+    /// under memory pressure: a lock whose key is evicted is free for another client while its
+    /// holder goes on (`fencelock doctor` fails such a node).
+    fn warn_if_evicting(&self, memory: &str) {
+        let policy = info_field(memory, "maxmemory_policy").unwrap_or_default();
+        if policy.is_empty() || policy == "noeviction" {
+            return;
+        }
+        if !self
+            .evicting_warned
+            .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            tracing::warn!(
+                node = %self.name,
+                "node {} has maxmemory-policy {policy}: under memory pressure it may evict lock keys, and another client then takes a lock that is still held; set maxmemory-policy noeviction on lock nodes (CONFIG SET maxmemory-policy noeviction, and in redis.conf)",
+                self.name
+            );
+        }
     }
 
     /// Judges the node from what it reported (see `quarantine.rs`).
