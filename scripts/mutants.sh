@@ -338,6 +338,14 @@ mutant refusal-warns-check-it-runs "the node-down warning says 'check that the n
   crates/fencelock/src/telemetry.rs \
   's/Some\(e\.hint\(\)\)/None/' \
   "-p fencelock-cli --test errors a_refusing_node_warns_with_its_cure_not_check_that_it_runs"
+mutant doctor-no-write-probe "doctor reads a node but never checks that it takes a write: a node out of memory under noeviction passes (issue 29 item 5)" \
+  crates/fencelock-cli/src/probe/redis/doctor.rs \
+  's/    checks\.extend\(write_check\(f\)\);\n//' \
+  "-p fencelock-cli --test errors doctor_fails_a_node_that_refuses_writes_and_warns_near_maxmemory"
+mutant evicting-unwarned "acquire and run say nothing of a node whose eviction policy may drop lock keys (issue 29 item 5)" \
+  crates/fencelock/src/redis/conn.rs \
+  's/if policy\.is_empty\(\) \|\| policy == "noeviction" \{/if true {/' \
+  "-p fencelock-cli --test errors acquire_and_run_warn_once_about_an_evicting_node"
 index_of() {
   local i
   for i in "${!NAMES[@]}"; do [[ "${NAMES[$i]}" == "$1" ]] && { echo "$i"; return 0; }; done
