@@ -346,6 +346,14 @@ mutant evicting-unwarned "acquire and run say nothing of a node whose eviction p
   crates/fencelock/src/redis/conn.rs \
   's/if policy\.is_empty\(\) \|\| policy == "noeviction" \{/if true {/' \
   "-p fencelock-cli --test errors acquire_and_run_warn_once_about_an_evicting_node"
+mutant inspect-blind-says-not-held "inspect with no quorum of nodes reachable exits 0 (issue 29 item 7)" \
+  crates/fencelock-cli/src/probe/redis.rs \
+  's/Some\(message\) => Err\(Failure::new\(exit::UNAVAILABLE, message\)\.into\(\)\),/Some(_) => Ok(exit::OK),/' \
+  "-p fencelock-cli --test inspect no_node_reachable_is_an_error_not_not_held"
+mutant inspect-no-family "inspect reads no semaphore slot, reader or election log (issue 29 item 7)" \
+  crates/fencelock-cli/src/probe/redis.rs \
+  's/if let Err\(why\) = family\(&mut conn, resource, &mut state\)\.await \{/if let Err(why) = Ok::<(), String>(()) {/' \
+  "-p fencelock-cli --test inspect permits_readers_and_the_leader_are_shown"
 index_of() {
   local i
   for i in "${!NAMES[@]}"; do [[ "${NAMES[$i]}" == "$1" ]] && { echo "$i"; return 0; }; done
