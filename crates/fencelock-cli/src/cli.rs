@@ -259,9 +259,12 @@ pub(crate) struct ElectArgs {
 #[derive(Debug, Args)]
 pub(crate) struct AcquireArgs {
     /// Wait at most this long for the lock (default: $FENCELOCK_WAIT, else fail at once if it
-    /// is held).
-    #[arg(long, short = 'w', value_name = "DURATION", value_parser = parse_duration)]
+    /// is held). --no-wait overrides FENCELOCK_WAIT.
+    #[arg(long, short = 'w', value_name = "DURATION", value_parser = parse_duration, conflicts_with = "no_wait")]
     pub(crate) wait: Option<Duration>,
+    /// Fail at once (exit 75) if another client holds the lock, as `run -n` does.
+    #[arg(long, short = 'n')]
+    pub(crate) no_wait: bool,
     /// Also take a fencing token.
     #[arg(long)]
     pub(crate) fencing: bool,
@@ -304,7 +307,8 @@ pub(crate) struct ReseedArgs {
 /// `up`.
 #[derive(Debug, Args)]
 pub(crate) struct UpArgs {
-    /// How many nodes to start (an odd number: 3 or 5).
+    /// How many nodes to start, 1 to 64 (default 5). Use an odd number (3 or 5): an even count
+    /// tolerates no more failed nodes than one node fewer; `up` warns about it.
     #[arg(long = "count", short = 'c', default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub(crate) count: u16,
     /// First port; the nodes take PORT, PORT+1, ... (default: free ports chosen by the system).

@@ -139,7 +139,7 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
         }
         Command::Acquire(args) => {
             let settings = settings::resolve(global)?;
-            let wait = settings::wait_mode(false, args.wait, settings::WaitMode::NoWait)?;
+            let wait = settings::wait_mode(args.no_wait, args.wait, settings::WaitMode::NoWait)?;
             lockcmds::acquire(&settings, &args.resource, wait, args.fencing, global.json).await
         }
         Command::Extend(args) => {

@@ -222,10 +222,14 @@ fn resolve_nodes(
 ) -> Result<(Vec<String>, Source), Failure> {
     let (nodes, source) = if !global.nodes.is_empty() {
         (clean_list(&global.nodes), Source::Flag)
-    } else if let Some(env) = std::env::var("FENCELOCK_NODES")
-        .ok()
-        .filter(|v| !v.trim().is_empty())
-    {
+    } else if let Ok(env) = std::env::var("FENCELOCK_NODES") {
+        // Set but empty is a mistake (a variable of a template left blank), not a wish for the
+        // dev set: falling back would lock on whatever nodes `up` left on this machine.
+        if env.trim().is_empty() {
+            return Err(Failure::usage(
+                "FENCELOCK_NODES is set but empty; give it node URLs (redis://host:6379,...), or unset it to use the config file or the dev set of `fencelock up`",
+            ));
+        }
         let list: Vec<String> = env.split(',').map(str::to_owned).collect();
         (clean_list(&list), Source::Env)
     } else if let (Some(nodes), Some(path)) = (file.nodes.as_ref(), file_path) {

@@ -56,7 +56,7 @@ pub(crate) async fn acquire(
             .unwrap_or_default();
         let quoted = crate::shell::quote(resource);
         eprintln!(
-            "fencelock: acquired {resource:?} on {} of {} node(s){fencing}, valid for {}; extend it with `fencelock extend {quoted} --token TOKEN` before then, release it with `fencelock release {quoted} --token TOKEN`",
+            "fencelock: acquired {resource:?} ({} of {} nodes agreed){fencing}, valid for {}; extend it with `fencelock extend {quoted} --token TOKEN` before then, release it with `fencelock release {quoted} --token TOKEN`",
             lock.votes().granted(),
             lock.votes().len(),
             human(remaining),

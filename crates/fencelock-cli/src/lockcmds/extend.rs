@@ -35,7 +35,7 @@ pub(crate) async fn extend(
         println!("{value}");
     } else {
         println!(
-            "extended {resource:?} on {} of {} node(s) to a TTL of {} (valid for {}: TTL - elapsed - drift)",
+            "extended {resource:?} ({} of {} nodes agreed) to a TTL of {} (valid for {}: TTL - elapsed - drift)",
             votes.granted(),
             votes.len(),
             human(settings.ttl),
