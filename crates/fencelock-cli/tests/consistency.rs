@@ -1,0 +1,111 @@
+//! The command's rough edges (issue 29, item 8), each on real nodes: `acquire -n`, the words of
+//! a grant, an empty FENCELOCK_NODES, `--metrics-file DIR`, `-v`, a single etcd member.
+
+mod common;
+
+use std::process::Output;
+
+use common::{fencelock, with_nodes};
+use fencelock_testkit::{Etcd, RedisNodes};
+
+fn text(out: &Output) -> String {
+    format!(
+        "status {:?}\nstdout: {}\nstderr: {}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+#[test]
+fn acquire_takes_no_wait_and_says_how_many_nodes_agreed() {
+    let home = tempfile::tempdir().unwrap();
+    let nodes = RedisNodes::start(3).unwrap();
+    let urls = nodes.urls();
+    let out = with_nodes(home.path(), &urls)
+        .args(["acquire", "-n", "job"])
+        .output()
+        .unwrap();
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{all}");
+    // The count at the quorum's decision: the last node may still be answering.
+    assert!(
+        all.contains("acquired \"job\" (") && all.contains(" of 3 nodes agreed)"),
+        "{all}"
+    );
+    assert!(!all.contains("node(s)"), "{all}");
+    let out = with_nodes(home.path(), &urls)
+        .env("FENCELOCK_WAIT", "30s")
+        .args(["acquire", "--no-wait", "job"])
+        .output()
+        .unwrap();
+    // --no-wait overrides FENCELOCK_WAIT: refused at once, not after 30 s.
+    assert_eq!(out.status.code(), Some(75), "{}", text(&out));
+    let out = with_nodes(home.path(), &urls)
+        .args(["acquire", "-n", "-w", "1s", "job"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+}
+
+#[test]
+fn an_empty_fencelock_nodes_is_an_error_not_the_dev_set() {
+    let home = tempfile::tempdir().unwrap();
+    let out = fencelock(home.path())
+        .env("FENCELOCK_NODES", "")
+        .args(["acquire", "job"])
+        .output()
+        .unwrap();
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{all}");
+    assert!(all.contains("FENCELOCK_NODES is set but empty"), "{all}");
+}
+
+#[test]
+fn a_metrics_file_that_is_a_directory_is_refused_and_leaves_nothing() {
+    let home = tempfile::tempdir().unwrap();
+    let nodes = RedisNodes::start(1).unwrap();
+    let dir = home.path().join("metrics");
+    std::fs::create_dir(&dir).unwrap();
+    let out = with_nodes(home.path(), &nodes.urls())
+        .arg("run")
+        .arg("--metrics-file")
+        .arg(&dir)
+        .args(["job", "--", "true"])
+        .output()
+        .unwrap();
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{all}");
+    assert!(all.contains("it is a directory"), "{all}");
+    assert!(!home.path().join("metrics.tmp").exists(), "{all}");
+}
+
+#[test]
+fn verbose_shows_each_acquisition_and_release() {
+    let home = tempfile::tempdir().unwrap();
+    let nodes = RedisNodes::start(1).unwrap();
+    let out = with_nodes(home.path(), &nodes.urls())
+        .args(["-v", "run", "job", "--", "true"])
+        .output()
+        .unwrap();
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{all}");
+    assert!(all.contains("acquired resource=\"job\""), "{all}");
+    assert!(all.contains("release of a held lock resource=job"), "{all}");
+}
+
+#[test]
+fn doctor_warns_about_a_single_etcd_member() {
+    let home = tempfile::tempdir().unwrap();
+    let etcd = Etcd::start().unwrap();
+    let url = etcd.endpoint().replacen("http://", "etcd://", 1);
+    let out = with_nodes(home.path(), &[url])
+        .arg("doctor")
+        .output()
+        .unwrap();
+    let all = text(&out);
+    assert!(
+        all.contains("warn  members") && all.contains("a single-member cluster"),
+        "{all}"
+    );
+}
