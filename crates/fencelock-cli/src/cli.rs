@@ -309,8 +309,8 @@ pub(crate) struct ReseedArgs {
 pub(crate) struct UpArgs {
     /// How many nodes to start, 1 to 64 (default 5). Use an odd number (3 or 5): an even count
     /// tolerates no more failed nodes than one node fewer; `up` warns about it.
-    #[arg(long = "count", short = 'c', default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..=64))]
-    pub(crate) count: u16,
+    #[arg(long = "count", short = 'c', value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub(crate) count: Option<u16>,
     /// First port; the nodes take PORT, PORT+1, ... (default: free ports chosen by the system).
     #[arg(long, value_name = "PORT")]
     pub(crate) port_base: Option<u16>,

@@ -159,8 +159,10 @@ pub(crate) fn on_not_acquired(err: anyhow::Error, code: u8) -> anyhow::Error {
     }
 }
 
-/// Turns `run`'s result into the process exit code, printing the error if there is one.
-pub(crate) fn finish(result: anyhow::Result<u8>) -> ExitCode {
+/// Turns `run`'s result into the process exit code, printing the error if there is one: with
+/// `--json`, also as one JSON object on stdout (`{"error": {"code": 69, "message": "..."}}`),
+/// where a program reading the command's JSON looks.
+pub(crate) fn finish(result: anyhow::Result<u8>, json: bool) -> ExitCode {
     match result {
         Ok(code) => ExitCode::from(code),
         Err(err) => {
@@ -168,7 +170,12 @@ pub(crate) fn finish(result: anyhow::Result<u8>) -> ExitCode {
                 .downcast_ref::<Failure>()
                 .map_or(INTERNAL, |failure| failure.code);
             // `{:#}` joins the context chain on one line: "reading x: permission denied".
-            eprintln!("fencelock: error: {err:#}");
+            let message = format!("{err:#}");
+            if json {
+                let value = serde_json::json!({"error": {"code": code, "message": message}});
+                println!("{value}");
+            }
+            eprintln!("fencelock: error: {message}");
             ExitCode::from(code)
         }
     }

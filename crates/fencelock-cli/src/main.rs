@@ -98,6 +98,7 @@ fn main() -> ExitCode {
     }
     // clap prints its own usage errors and exits with 2, and 0 for --help and --version.
     let cli = Cli::parse();
+    let json = cli.global.json;
     logging::install(cli.global.verbose);
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -109,14 +110,16 @@ fn main() -> ExitCode {
             return ExitCode::from(exit::INTERNAL);
         }
     };
-    exit::finish(runtime.block_on(run(cli)))
+    exit::finish(runtime.block_on(run(cli)), json)
 }
 
 async fn run(cli: Cli) -> anyhow::Result<u8> {
     let global = &cli.global;
     match cli.command {
         Command::Up(args) => {
-            devset::up(up_count(global, &args)?, args.port_base, global.json).await
+            let asked =
+                args.count.is_some() || !global.nodes.is_empty() || args.port_base.is_some();
+            devset::up(up_count(global, &args)?, asked, args.port_base, global.json).await
         }
         Command::Down => devset::down(global.json).await,
         Command::Completions(args) => Ok(manual::completions(args.shell)),
@@ -162,7 +165,7 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
 /// `up --count 5`.
 fn up_count(global: &cli::Global, args: &cli::UpArgs) -> Result<u16, Failure> {
     match global.nodes.as_slice() {
-        [] => Ok(args.count),
+        [] => Ok(args.count.unwrap_or(devset::DEFAULT_COUNT)),
         [n] => n.parse::<u16>().ok().filter(|n| (1..=64).contains(n)).ok_or_else(|| {
             Failure::usage(format!(
                 "`up --nodes {n}`: with up, --nodes is the number of nodes to start (1 to 64), e.g. fencelock up --nodes 5"

@@ -111,6 +111,15 @@ impl Settings {
 /// Opens the connections before the first real round: this process lives for one command, so
 /// without it every command would spend part of its first per-node timeout connecting.
 async fn warm_up(client: &fencelock::Client) {
+    let n = client.nodes().len();
+    // Redis nodes only: an etcd cluster is one voter, whatever its members.
+    if n > 1 && n % 2 == 0 && client.quorum() > 1 {
+        eprintln!(
+            "fencelock: warning: {n} nodes, an even count: a quorum of {} tolerates no more failed nodes than {} would; use 3 or 5 (`fencelock doctor` says the same)",
+            client.quorum(),
+            n - 1
+        );
+    }
     let votes = client.connect().await;
     tracing::info!(%votes, "connected");
     // A node that refuses our credentials would go unnoticed while the others grant; when none

@@ -109,3 +109,62 @@ fn doctor_warns_about_a_single_etcd_member() {
         "{all}"
     );
 }
+
+#[test]
+fn json_errors_are_json_and_even_counts_are_warned_about_once() {
+    let home = tempfile::tempdir().unwrap();
+    let nodes = RedisNodes::start(2).unwrap();
+    let dead = {
+        let l = std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap();
+        format!("redis://127.0.0.1:{}/0", l.local_addr().unwrap().port())
+    };
+    let out = with_nodes(home.path(), &[dead])
+        .args(["--json", "acquire", "job"])
+        .output()
+        .unwrap();
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(69), "{all}");
+    let value: serde_json::Value = serde_json::from_slice(&out.stdout).expect(&all);
+    assert_eq!(value["error"]["code"], 69, "{all}");
+    assert!(
+        value["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("connection refused"),
+        "{all}"
+    );
+    let out = with_nodes(home.path(), &nodes.urls())
+        .args(["acquire", "job"])
+        .output()
+        .unwrap();
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{all}");
+    assert_eq!(all.matches("2 nodes, an even count").count(), 1, "{all}");
+}
+
+#[test]
+fn up_with_other_arguments_while_a_set_is_up_says_so() {
+    let home = tempfile::tempdir().unwrap();
+    let up = |args: &[&str]| {
+        fencelock(home.path())
+            .arg("up")
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = up(&["--count", "1"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let again = up(&["--count", "1"]);
+    let same = up(&[]);
+    let other = up(&["--count", "3"]);
+    let down = fencelock(home.path()).arg("down").output().unwrap();
+    assert_eq!(again.status.code(), Some(0), "{}", text(&again));
+    assert_eq!(same.status.code(), Some(0), "{}", text(&same));
+    let all = text(&other);
+    assert_eq!(other.status.code(), Some(2), "{all}");
+    assert!(
+        all.contains("a dev set of 1 node(s) is already up") && all.contains("fencelock down"),
+        "{all}"
+    );
+    assert!(down.status.success(), "{}", text(&down));
+}

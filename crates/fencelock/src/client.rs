@@ -61,6 +61,10 @@ impl std::fmt::Debug for Client {
 impl Client {
     /// Builds a client. No I/O happens here: connections open on first use.
     ///
+    /// An even number of Redis nodes is accepted, and works, but buys nothing: 4 nodes need a
+    /// quorum of 3 and tolerate one failed node, as 3 nodes do. Use 3 or 5. The `fencelock` CLI
+    /// warns once per command about an even count, and `fencelock doctor` reports it.
+    ///
     /// # Errors
     ///
     /// [`Error::InvalidConfig`] when the configuration is unusable: no nodes, a URL that does not
