@@ -25,6 +25,8 @@ pub(crate) fn install() -> anyhow::Result<PrometheusHandle> {
     let handle = recorder.handle();
     metrics::set_global_recorder(recorder)
         .map_err(|e| anyhow::anyhow!("cannot install the metrics recorder: {e}"))?;
+    // The `# HELP` lines: what each series means, in the file itself.
+    fencelock::telemetry::describe();
     Ok(handle)
 }
 

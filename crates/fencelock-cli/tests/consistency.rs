@@ -168,3 +168,31 @@ fn up_with_other_arguments_while_a_set_is_up_says_so() {
     );
     assert!(down.status.success(), "{}", text(&down));
 }
+
+#[test]
+fn the_metrics_file_says_what_each_series_is() {
+    let home = tempfile::tempdir().unwrap();
+    let nodes = RedisNodes::start(1).unwrap();
+    let path = home.path().join("run.prom");
+    let out = with_nodes(home.path(), &nodes.urls())
+        .arg("run")
+        .arg("--metrics-file")
+        .arg(&path)
+        .args(["job", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let file = std::fs::read_to_string(&path).unwrap();
+    let types: Vec<&str> = file
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .map(|l| l.split(' ').next().unwrap())
+        .collect();
+    assert!(!types.is_empty(), "{file}");
+    for name in types {
+        assert!(
+            file.contains(&format!("# HELP {name} ")),
+            "no HELP for {name}: {file}"
+        );
+    }
+}

@@ -77,6 +77,64 @@ pub const ALL: [&str; 10] = [
     FENCING_TOKENS_TOTAL,
 ];
 
+/// Each metric's help text, as Prometheus's `# HELP` line shows it: one line per name of
+/// [`ALL`], in its order.
+pub const HELP: [(&str, &str); 10] = [
+    (
+        ACQUIRE_SECONDS,
+        "Acquisition calls, from the call to its result, by outcome and mode.",
+    ),
+    (
+        WAIT_SECONDS,
+        "Acquisitions that waited (their first attempt was refused), until the grant or giving up.",
+    ),
+    (
+        HANDOVER_SECONDS,
+        "Hand-overs in the waiting line, from the wake-up to the grant that followed it.",
+    ),
+    (
+        EXTENSIONS_TOTAL,
+        "Extensions, by outcome and how (auto or manual).",
+    ),
+    (
+        LOCKS_LOST_TOTAL,
+        "Auto-extended locks whose lost signal fired, by cause.",
+    ),
+    (
+        RELEASES_TOTAL,
+        "Releases, by outcome (dropped: released in the background).",
+    ),
+    (
+        NODE_VOTES_TOTAL,
+        "Per-node votes, by node, operation and outcome.",
+    ),
+    (
+        NODE_VOTE_SECONDS,
+        "Per-node answer latency, by node and operation.",
+    ),
+    (
+        FENCED_WRITES_TOTAL,
+        "Fenced writes judged by a storage fence, by outcome and storage.",
+    ),
+    (
+        FENCING_TOKENS_TOTAL,
+        "Fencing tokens issued on Redis nodes, by path.",
+    ),
+];
+
+/// Gives the installed recorder each metric's help text ([`HELP`]), so that an exporter prints
+/// it (`# HELP` in Prometheus's text format). Call it once after installing the recorder.
+#[cfg(feature = "metrics")]
+pub fn describe() {
+    for (name, help) in HELP {
+        if name.ends_with("_seconds") {
+            metrics::describe_histogram!(name, metrics::Unit::Seconds, help);
+        } else {
+            metrics::describe_counter!(name, help);
+        }
+    }
+}
+
 /// What one client records: whether metrics carry the resource, and its per-node handles.
 #[derive(Debug)]
 pub(crate) struct Telemetry {
