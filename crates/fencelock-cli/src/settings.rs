@@ -120,7 +120,9 @@ async fn warm_up(client: &fencelock::Client) {
             n - 1
         );
     }
-    let votes = client.connect().await;
+    // A quorum is enough to start: a node that does not answer (paused) would otherwise add the
+    // whole connect timeout to every command.
+    let votes = client.connect_quorum().await;
     tracing::info!(%votes, "connected");
     // A node that refuses our credentials would go unnoticed while the others grant; when none
     // grants, the command's error names the refusal instead.

@@ -196,3 +196,25 @@ fn the_metrics_file_says_what_each_series_is() {
         );
     }
 }
+
+#[test]
+fn one_paused_node_does_not_cost_every_command_the_connect_timeout() {
+    let home = tempfile::tempdir().unwrap();
+    let nodes = RedisNodes::start(3).unwrap();
+    nodes.node(2).pause().unwrap();
+    // A connect timeout far above what a command takes on a loaded machine: a command that
+    // waited for the paused node would take all of it.
+    let started = std::time::Instant::now();
+    let out = with_nodes(home.path(), &nodes.urls())
+        .args(["--connect-timeout", "20s", "acquire", "-n", "job"])
+        .output()
+        .unwrap();
+    let took = started.elapsed();
+    nodes.node(2).resume().unwrap();
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{all}");
+    assert!(
+        took < std::time::Duration::from_secs(10),
+        "took {took:?}: {all}"
+    );
+}

@@ -119,6 +119,18 @@ impl Client {
         self.inner.backend.connect().await
     }
 
+    /// As [`connect`](Client::connect), but returns once a quorum of nodes is connected: one
+    /// node that does not answer (paused, or behind a dropped route) does not cost every
+    /// short-lived process the whole connect timeout. The votes of the nodes still connecting
+    /// are pending.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: connections still opening keep opening in the background.
+    pub async fn connect_quorum(&self) -> Votes {
+        self.inner.backend.connect_quorum().await
+    }
+
     /// The backend, for the methods that take locks (`acquire.rs`).
     /// The locks this client's tasks hold (see `reentry.rs`).
     pub(crate) fn holdings(&self) -> &Arc<crate::reentry::Holdings> {
