@@ -354,6 +354,18 @@ mutant inspect-no-family "inspect reads no semaphore slot, reader or election lo
   crates/fencelock-cli/src/probe/redis.rs \
   's/if let Err\(why\) = family\(&mut conn, resource, &mut state\)\.await \{/if let Err(why) = Ok::<(), String>(()) {/' \
   "-p fencelock-cli --test inspect permits_readers_and_the_leader_are_shown"
+mutant warm-up-waits-for-all "the CLI's warm-up waits for every node: one paused node adds the connect timeout to each command (issue 29 item 8)" \
+  crates/fencelock-cli/src/settings.rs \
+  's/    let votes = client\.connect_quorum\(\)\.await;/    let votes = client.connect().await;/' \
+  "-p fencelock-cli --test consistency one_paused_node_does_not_cost_every_command_the_connect_timeout"
+mutant empty-nodes-unnamed "FENCELOCK_NODES set but empty is not told as such (the check that keeps it from the dev set is skipped) (issue 29 item 8)" \
+  crates/fencelock-cli/src/settings.rs \
+  's/        if env\.trim\(\)\.is_empty\(\) \{/        if false {/' \
+  "-p fencelock-cli --test consistency an_empty_fencelock_nodes_is_an_error_not_the_dev_set"
+mutant metrics-dir-accepted "run --metrics-file DIR runs and leaves DIR.tmp (issue 29 item 8)" \
+  crates/fencelock-cli/src/metrics.rs \
+  's/        if path\.is_dir\(\) \{/        if false {/; s/        if written\.is_err\(\) \{/        if false {/' \
+  "-p fencelock-cli --test consistency a_metrics_file_that_is_a_directory_is_refused_and_leaves_nothing"
 index_of() {
   local i
   for i in "${!NAMES[@]}"; do [[ "${NAMES[$i]}" == "$1" ]] && { echo "$i"; return 0; }; done
