@@ -186,7 +186,7 @@ pub(crate) async fn up(
         remove_state(&path, &state);
     }
 
-    if count > 1 && count % 2 == 0 {
+    if count > 1 && count.is_multiple_of(2) {
         eprintln!(
             "fencelock: warning: {count} nodes, an even count: its quorum of {} tolerates no more failed nodes than {} would; 3 or 5 are the usual counts",
             count / 2 + 1,

@@ -113,7 +113,7 @@ impl Settings {
 async fn warm_up(client: &fencelock::Client) {
     let n = client.nodes().len();
     // Redis nodes only: an etcd cluster is one voter, whatever its members.
-    if n > 1 && n % 2 == 0 && client.quorum() > 1 {
+    if n > 1 && n.is_multiple_of(2) && client.quorum() > 1 {
         eprintln!(
             "fencelock: warning: {n} nodes, an even count: a quorum of {} tolerates no more failed nodes than {} would; use 3 or 5 (`fencelock doctor` says the same)",
             client.quorum(),
