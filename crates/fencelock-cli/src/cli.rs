@@ -440,6 +440,44 @@ pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
         .map_err(|e| format!("{e}; write a duration such as 30s, 500ms or 1m30s"))
 }
 
+/// The global flags that mean nothing to `command` (`up`, `inspect`), given on its command line
+/// (an environment variable such as FENCELOCK_TTL, set for the lock commands, is no mistake).
+/// `None` for the other commands.
+pub(crate) fn meaningless_flags(matches: &clap::ArgMatches) -> Option<(&'static str, Vec<String>)> {
+    let (name, sub) = matches.subcommand()?;
+    let ignored: &[&str] = match name {
+        "up" => &[
+            "config",
+            "ttl",
+            "allow_long_ttl",
+            "node_timeout",
+            "connect_timeout",
+            "tls_ca",
+            "tls_cert",
+            "tls_key",
+            "no_quarantine",
+            "label",
+            "no_holder",
+        ],
+        // --no-quarantine is let through: scripts pass one set of node flags to every command.
+        "inspect" => &[
+            "ttl",
+            "allow_long_ttl",
+            "connect_timeout",
+            "label",
+            "no_holder",
+        ],
+        _ => return None,
+    };
+    let given: Vec<String> = ignored
+        .iter()
+        .filter(|id| sub.value_source(id) == Some(clap::parser::ValueSource::CommandLine))
+        .map(|id| format!("--{}", id.replace('_', "-")))
+        .collect();
+    let name = if name == "up" { "up" } else { "inspect" };
+    Some((name, given))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -40,8 +40,6 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
-
 // Every line fencelock prints goes through these, which shadow std's macros in every module
 // declared below them (macro_rules! scope is textual): a write to a closed stdout or stderr
 // (`fencelock ... 2>&1 | head -c 100`) is dropped instead of panicking as std's do (exit 101).
@@ -97,7 +95,25 @@ fn main() -> ExitCode {
         return code;
     }
     // clap prints its own usage errors and exits with 2, and 0 for --help and --version.
-    let cli = Cli::parse();
+    let matches = <Cli as clap::CommandFactory>::command().get_matches();
+    let cli = match <Cli as clap::FromArgMatches>::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
+    if let Some((command, given)) = cli::meaningless_flags(&matches) {
+        if !given.is_empty() {
+            eprintln!(
+                "fencelock: error: `{command}` takes no {}: {}; give them to the commands that take locks",
+                given.join(", "),
+                if command == "up" {
+                    "it starts local nodes with their own settings"
+                } else {
+                    "it only reads what the nodes hold"
+                }
+            );
+            return ExitCode::from(exit::USAGE);
+        }
+    }
     let json = cli.global.json;
     logging::install(cli.global.verbose);
     let runtime = match tokio::runtime::Builder::new_current_thread()

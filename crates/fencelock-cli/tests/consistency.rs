@@ -218,3 +218,30 @@ fn one_paused_node_does_not_cost_every_command_the_connect_timeout() {
         "took {took:?}: {all}"
     );
 }
+
+#[test]
+fn flags_that_mean_nothing_to_up_or_inspect_are_refused_not_ignored() {
+    let home = tempfile::tempdir().unwrap();
+    let out = fencelock(home.path())
+        .args(["up", "--ttl", "30s"])
+        .output()
+        .unwrap();
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{all}");
+    assert!(all.contains("`up` takes no --ttl"), "{all}");
+    let nodes = RedisNodes::start(1).unwrap();
+    let out = with_nodes(home.path(), &nodes.urls())
+        .args(["inspect", "job", "--label", "x"])
+        .output()
+        .unwrap();
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{all}");
+    assert!(all.contains("`inspect` takes no --label"), "{all}");
+    // From the environment (set for the lock commands), the same setting is no mistake.
+    let out = with_nodes(home.path(), &nodes.urls())
+        .env("FENCELOCK_TTL", "30s")
+        .args(["inspect", "job"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+}
