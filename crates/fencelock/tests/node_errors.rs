@@ -258,10 +258,10 @@ async fn a_node_still_loading_its_data_is_named_and_retryable() {
 async fn a_key_of_another_type_is_named() {
     let node = RedisNode::start().unwrap();
     node.cli(&["RPUSH", "job", "not-a-lock"]).unwrap();
-    // The waiting line's script meets the list (a first plain SET NX only finds the name
-    // taken).
+    // A script that reads the key meets the list (a plain SET NX only finds the name taken):
+    // the release of a token, as `fencelock release` sends it.
     let err = client(vec![node.url()])
-        .acquire_with("job", &RetryPolicy::new().with_wait(Duration::from_secs(2)))
+        .release_token("job", "0123456789abcdef0123456789abcdef")
         .await
         .unwrap_err();
     let text = err.to_string();
