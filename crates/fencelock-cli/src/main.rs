@@ -163,7 +163,15 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
         }
         Command::Extend(args) => {
             let settings = settings::resolve(global)?;
-            lockcmds::extend(&settings, &args.resource, &args.token, global.json).await
+            let ttl_given = global.ttl.is_some();
+            lockcmds::extend(
+                &settings,
+                &args.resource,
+                &args.token,
+                ttl_given,
+                global.json,
+            )
+            .await
         }
         Command::Release(args) => {
             let settings = settings::resolve(global)?;

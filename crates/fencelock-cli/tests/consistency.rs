@@ -245,3 +245,35 @@ fn flags_that_mean_nothing_to_up_or_inspect_are_refused_not_ignored() {
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
 }
+
+#[test]
+fn extend_without_ttl_does_not_cut_a_longer_lock_short() {
+    let home = tempfile::tempdir().unwrap();
+    let nodes = RedisNodes::start(3).unwrap();
+    let urls = nodes.urls();
+    let out = with_nodes(home.path(), &urls)
+        .args(["--ttl", "30s", "acquire", "job"])
+        .output()
+        .unwrap();
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{all}");
+    assert!(all.contains("--token TOKEN --ttl 30s`"), "{all}");
+    let token = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let out = with_nodes(home.path(), &urls)
+        .args(["extend", "job", "--token", &token])
+        .output()
+        .unwrap();
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{all}");
+    assert!(all.contains("pass the lock's TTL"), "{all}");
+    // Nothing was changed: the keys keep well above the default 10 s.
+    for node in nodes.iter() {
+        let left: i64 = node.cli(&["PTTL", "job"]).unwrap().parse().unwrap();
+        assert!(left > 15_000, "{left} ms left: {all}");
+    }
+    let out = with_nodes(home.path(), &urls)
+        .args(["--ttl", "30s", "extend", "job", "--token", &token])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+}
