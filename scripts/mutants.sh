@@ -344,6 +344,51 @@ mutant rw-record-no-fallback "a reader whose resource's writer record expired re
   's/ or redis\.call\(\x27get\x27, KEYS\[7\]\)//' \
   "-p fencelock --test rwlock_model the_model_locks_as_the_lua_does"
 
+mutant nodb-as-unavailable "a database the node lacks (redis://host/99) is an unnamed failure again: retried as unavailable, exit 69 (issue 29 item 6)" \
+  crates/fencelock/src/redis/describe.rs \
+  's/"ERR" if detail\.as_deref\(\)\.is_some_and\(\|d\| d\.contains\("DB index"\)\)/"ERR" if false/' \
+  "-p fencelock --test node_errors a_database_the_node_lacks_is_a_configuration_error_not_retried" \
+  "-p fencelock-cli --test errors a_database_the_node_lacks_is_a_configuration_error_at_once"
+mutant client-cert-as-node-failure "a client certificate refused by the client's own TLS library is an unnamed node failure again (issue 29 item 6)" \
+  crates/fencelock/src/redis/describe.rs \
+  's/if e\.kind\(\) == ErrorKind::InvalidClientConfig \{/if false \&\& e.kind() == ErrorKind::InvalidClientConfig {/' \
+  "-p fencelock --test tls a_client_certificate_its_own_tls_library_refuses_is_named_as_the_clients"
+mutant plaintext-unprobed "rediss:// to a plain-text node is never asked in plain text: it reads as a hung node (issue 29 item 6)" \
+  crates/fencelock/src/redis/conn.rs \
+  's/Ok\(Ok\(_\)\) => true,/Ok(Ok(_)) => false,/; s/Ok\(Err\(reply\)\) => reply\.code\(\)\.is_some\(\),/Ok(Err(_)) => false,/' \
+  "-p fencelock --test tls rediss_to_a_plaintext_node_says_so"
+mutant refusal-warns-check-it-runs "the node-down warning says 'check that the node runs' for a node that answered with a refusal (issue 29 item 6)" \
+  crates/fencelock/src/telemetry.rs \
+  's/Some\(e\.hint\(\)\)/None/' \
+  "-p fencelock-cli --test errors a_refusing_node_warns_with_its_cure_not_check_that_it_runs"
+mutant doctor-no-write-probe "doctor reads a node but never checks that it takes a write: a node out of memory under noeviction passes (issue 29 item 5)" \
+  crates/fencelock-cli/src/probe/redis/doctor.rs \
+  's/    checks\.extend\(write_check\(f\)\);\n//' \
+  "-p fencelock-cli --test errors doctor_fails_a_node_that_refuses_writes_and_warns_near_maxmemory"
+mutant evicting-unwarned "acquire and run say nothing of a node whose eviction policy may drop lock keys (issue 29 item 5)" \
+  crates/fencelock/src/redis/conn.rs \
+  's/if policy\.is_empty\(\) \|\| policy == "noeviction" \{/if true {/' \
+  "-p fencelock-cli --test errors acquire_and_run_warn_once_about_an_evicting_node"
+mutant inspect-blind-says-not-held "inspect with no quorum of nodes reachable exits 0 (issue 29 item 7)" \
+  crates/fencelock-cli/src/probe/redis.rs \
+  's/Some\(message\) => Err\(Failure::new\(exit::UNAVAILABLE, message\)\.into\(\)\),/Some(_) => Ok(exit::OK),/' \
+  "-p fencelock-cli --test inspect no_node_reachable_is_an_error_not_not_held"
+mutant inspect-no-family "inspect reads no semaphore slot, reader or election log (issue 29 item 7)" \
+  crates/fencelock-cli/src/probe/redis.rs \
+  's/if let Err\(why\) = family\(&mut conn, resource, &mut state\)\.await \{/if let Err(why) = Ok::<(), String>(()) {/' \
+  "-p fencelock-cli --test inspect permits_readers_and_the_leader_are_shown"
+mutant warm-up-waits-for-all "the CLI's warm-up waits for every node: one paused node adds the connect timeout to each command (issue 29 item 8)" \
+  crates/fencelock-cli/src/settings.rs \
+  's/    let votes = client\.connect_quorum\(\)\.await;/    let votes = client.connect().await;/' \
+  "-p fencelock-cli --test consistency one_paused_node_does_not_cost_every_command_the_connect_timeout"
+mutant empty-nodes-unnamed "FENCELOCK_NODES set but empty is not told as such (the check that keeps it from the dev set is skipped) (issue 29 item 8)" \
+  crates/fencelock-cli/src/settings.rs \
+  's/        if env\.trim\(\)\.is_empty\(\) \{/        if false {/' \
+  "-p fencelock-cli --test consistency an_empty_fencelock_nodes_is_an_error_not_the_dev_set"
+mutant metrics-dir-accepted "run --metrics-file DIR runs and leaves DIR.tmp (issue 29 item 8)" \
+  crates/fencelock-cli/src/metrics.rs \
+  's/        if path\.is_dir\(\) \{/        if false {/; s/        if written\.is_err\(\) \{/        if false {/' \
+  "-p fencelock-cli --test consistency a_metrics_file_that_is_a_directory_is_refused_and_leaves_nothing"
 index_of() {
   local i
   for i in "${!NAMES[@]}"; do [[ "${NAMES[$i]}" == "$1" ]] && { echo "$i"; return 0; }; done

@@ -42,6 +42,19 @@ pub(crate) enum Wait<'a> {
 }
 
 impl RedisBackend {
+    /// Opens every node's connection, returning once a quorum is connected (at most the connect
+    /// timeout); the others go on connecting in the background.
+    pub(crate) async fn connect_quorum(&self) -> Votes {
+        self.round(
+            Mode::UntilQuorum,
+            &self.all,
+            self.settings.connect_timeout,
+            |_conn, _| async { Ok(Answer::Granted(())) },
+        )
+        .await
+        .votes
+    }
+
     /// Opens every node's connection, waiting at most the connect timeout.
     pub(crate) async fn connect_all(&self) -> Votes {
         let all = Mode::All { after: None };
