@@ -389,6 +389,10 @@ mutant metrics-dir-accepted "run --metrics-file DIR runs and leaves DIR.tmp (iss
   crates/fencelock-cli/src/metrics.rs \
   's/        if path\.is_dir\(\) \{/        if false {/; s/        if written\.is_err\(\) \{/        if false {/' \
   "-p fencelock-cli --test consistency a_metrics_file_that_is_a_directory_is_refused_and_leaves_nothing"
+mutant locks-held-never-falls "the gauge of locks held rises at each grant and never falls (issue 29 item 8)" \
+  crates/fencelock/src/lock.rs \
+  's/crate::telemetry::held\(&self\.client\.telemetry\(\)\.label\(&self\.keys\[0\]\), -1\.0\);//' \
+  "-p fencelock --test metrics locks_held_rise_with_each_grant_and_fall_with_each_release_or_drop"
 index_of() {
   local i
   for i in "${!NAMES[@]}"; do [[ "${NAMES[$i]}" == "$1" ]] && { echo "$i"; return 0; }; done

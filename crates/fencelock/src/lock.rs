@@ -61,6 +61,7 @@ impl std::fmt::Debug for Lock {
 
 impl Lock {
     pub(crate) fn new(client: Client, keys: Arc<[String]>, grant: Grant) -> Lock {
+        crate::telemetry::held(&client.telemetry().label(&keys[0]), 1.0);
         Lock {
             _holding: client.holdings().register(&keys),
             client,
@@ -238,6 +239,7 @@ impl Lock {
 
 impl Drop for Lock {
     fn drop(&mut self) {
+        crate::telemetry::held(&self.client.telemetry().label(&self.keys[0]), -1.0);
         if !self.released {
             crate::telemetry::dropped(&self.client.telemetry().label(&self.keys[0]));
             self.client

@@ -62,9 +62,12 @@ pub const FENCED_WRITES_TOTAL: &str = "fencelock_fenced_writes_total";
 /// round: the proposal missed, or a granting node had no counter) or `epoch` (no node had a
 /// counter: a new epoch from the clock).
 pub const FENCING_TOKENS_TOTAL: &str = "fencelock_fencing_tokens_total";
+/// Gauge: locks this process holds, from the grant until the `Lock` (or the guard around it) is
+/// released or dropped; a lock whose lost signal fired still counts until then.
+pub const LOCKS_HELD: &str = "fencelock_locks_held";
 
 /// Every metric name fencelock records.
-pub const ALL: [&str; 10] = [
+pub const ALL: [&str; 11] = [
     ACQUIRE_SECONDS,
     WAIT_SECONDS,
     HANDOVER_SECONDS,
@@ -75,11 +78,12 @@ pub const ALL: [&str; 10] = [
     NODE_VOTE_SECONDS,
     FENCED_WRITES_TOTAL,
     FENCING_TOKENS_TOTAL,
+    LOCKS_HELD,
 ];
 
 /// Each metric's help text, as Prometheus's `# HELP` line shows it: one line per name of
 /// [`ALL`], in its order.
-pub const HELP: [(&str, &str); 10] = [
+pub const HELP: [(&str, &str); 11] = [
     (
         ACQUIRE_SECONDS,
         "Acquisition calls, from the call to its result, by outcome and mode.",
@@ -120,6 +124,10 @@ pub const HELP: [(&str, &str); 10] = [
         FENCING_TOKENS_TOTAL,
         "Fencing tokens issued on Redis nodes, by path.",
     ),
+    (
+        LOCKS_HELD,
+        "Locks this process holds now (granted, not yet released or dropped).",
+    ),
 ];
 
 /// Gives the installed recorder each metric's help text ([`HELP`]), so that an exporter prints
@@ -129,6 +137,8 @@ pub fn describe() {
     for (name, help) in HELP {
         if name.ends_with("_seconds") {
             metrics::describe_histogram!(name, metrics::Unit::Seconds, help);
+        } else if name == LOCKS_HELD {
+            metrics::describe_gauge!(name, help);
         } else {
             metrics::describe_counter!(name, help);
         }
@@ -420,6 +430,11 @@ pub(crate) fn lost(resource_name: &str, resource: &ResourceLabel, cause: LostCau
     );
 }
 
+/// A lock granted (`+1`) or ended, released or dropped (`-1`).
+pub(crate) fn held(resource: &ResourceLabel, delta: f64) {
+    record::gauge(LOCKS_HELD, resource, delta);
+}
+
 /// A lock dropped without release (a background task releases it).
 pub(crate) fn dropped(resource: &ResourceLabel) {
     record::counter(RELEASES_TOTAL, &[("outcome", "dropped")], resource);
@@ -484,7 +499,7 @@ mod record {
     use std::sync::{Arc, OnceLock, RwLock};
     use std::time::Duration;
 
-    use metrics::{Counter, Histogram, Label};
+    use metrics::{Counter, Gauge, Histogram, Label};
 
     use super::ResourceLabel;
     use crate::pure::vote::NodeVote;
@@ -549,6 +564,19 @@ mod record {
             metrics::counter!(name, labels(fixed_labels, resource))
         })
         .increment(1);
+    }
+
+    pub(super) fn gauge(name: &'static str, resource: &ResourceLabel, delta: f64) {
+        static GAUGES: OnceLock<RwLock<HashMap<Fixed, Gauge>>> = OnceLock::new();
+        if resource.0.is_some() {
+            metrics::gauge!(name, labels(&[], resource)).increment(delta);
+            return;
+        }
+        let table = GAUGES.get_or_init(RwLock::default);
+        cached(table, fixed(name, &[]), || {
+            metrics::gauge!(name, labels(&[], resource))
+        })
+        .increment(delta);
     }
 
     pub(super) fn histogram(
@@ -641,6 +669,8 @@ mod record {
     use crate::pure::vote::NodeVote;
 
     pub(super) fn counter(_: &'static str, _: &[(&'static str, &'static str)], _: &ResourceLabel) {}
+
+    pub(super) fn gauge(_: &'static str, _: &ResourceLabel, _: f64) {}
 
     pub(super) fn histogram(
         _: &'static str,

@@ -49,7 +49,20 @@ fn recorded() -> Vec<Series> {
         let n = match value {
             DebugValue::Counter(n) => n,
             DebugValue::Histogram(values) => values.len() as u64,
-            DebugValue::Gauge(_) => 0,
+            DebugValue::Gauge(delta) => {
+                // A snapshot swaps a gauge to 0 too: what it returns is the change since the
+                // last one, which the running total of gauges adds up.
+                let labels = labels
+                    .iter()
+                    .map(|l| (l.key().to_string(), l.value().to_string()))
+                    .collect();
+                *gauges()
+                    .lock()
+                    .unwrap()
+                    .entry((name.as_str().to_string(), labels))
+                    .or_default() += delta.into_inner();
+                continue;
+            }
         };
         let labels = labels
             .into_iter()
@@ -67,6 +80,32 @@ fn recorded() -> Vec<Series> {
             count: *count,
         })
         .collect()
+}
+
+type GaugeTotals = Mutex<HashMap<(String, BTreeMap<String, String>), f64>>;
+
+/// Each gauge series' value, as the snapshots so far add up to.
+fn gauges() -> &'static GaugeTotals {
+    static GAUGES: OnceLock<GaugeTotals> = OnceLock::new();
+    GAUGES.get_or_init(GaugeTotals::default)
+}
+
+/// The current value of the gauge `name` summed over the series whose resource label starts with
+/// `resource` (a permit's series is labelled with its slot's key).
+fn gauge(name: &str, resource: &str) -> f64 {
+    recorded();
+    gauges()
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|((n, labels), _)| {
+            n == name
+                && labels
+                    .get("resource")
+                    .is_some_and(|r| r.starts_with(resource))
+        })
+        .map(|(_, v)| v)
+        .sum()
 }
 
 /// The sum over the series of `name` whose labels include all of `want`.
@@ -389,6 +428,41 @@ async fn nodes_in_restart_quarantine_are_counted_as_excluded() {
     );
 }
 
+/// The gauge of locks held rises at each grant and falls at each release, drop and guard's end,
+/// whatever the lock is (a mutex, a read lock, a permit, a guard).
+#[tokio::test]
+async fn locks_held_rise_with_each_grant_and_fall_with_each_release_or_drop() {
+    snapshotter();
+    let nodes = RedisNodes::start(3).unwrap();
+    let client = Client::new(config(&nodes)).unwrap();
+    let held = |r: &str| gauge(names::LOCKS_HELD, r);
+    let a = client.try_acquire("metrics:held:a").await.unwrap();
+    let b = client.try_acquire("metrics:held:b").await.unwrap();
+    assert_eq!(held("metrics:held:a"), 1.0);
+    assert_eq!(held("metrics:held:b"), 1.0);
+    a.release().await.unwrap();
+    assert_eq!(held("metrics:held:a"), 0.0);
+    drop(b);
+    assert_eq!(held("metrics:held:b"), 0.0);
+    let guard = client
+        .try_acquire("metrics:held:g")
+        .await
+        .unwrap()
+        .auto_extend(AutoExtend::new());
+    assert_eq!(held("metrics:held:g"), 1.0);
+    guard.release().await.unwrap();
+    assert_eq!(held("metrics:held:g"), 0.0);
+    let permits = client.semaphore("metrics:held:s", 2).unwrap();
+    let (p1, p2) = (
+        permits.try_acquire().await.unwrap(),
+        permits.try_acquire().await.unwrap(),
+    );
+    assert_eq!(held("metrics:held:s"), 2.0);
+    drop((p1, p2));
+    assert_eq!(held("metrics:held:s"), 0.0);
+    client.close().await;
+}
+
 #[test]
 fn the_operating_guides_table_lists_every_metric_with_its_kind() {
     let readme = std::fs::read_to_string(concat!(
@@ -403,8 +477,10 @@ fn the_operating_guides_table_lists_every_metric_with_its_kind() {
             .unwrap_or_else(|| panic!("docs/guide/operating.md has no table row for {name}"));
         let kind = if name.ends_with("_total") {
             "counter"
-        } else {
+        } else if name.ends_with("_seconds") {
             "histogram"
+        } else {
+            "gauge"
         };
         assert!(row.contains(kind), "{name}: {row}");
     }
