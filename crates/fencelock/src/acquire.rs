@@ -73,7 +73,11 @@ impl Client {
         Ok(Lock::new(self.clone(), keys, result?))
     }
 
-    /// Takes the lock on `resource`, waiting per the configured [`RetryPolicy`].
+    /// Takes the lock on `resource`, waiting per the configured [`RetryPolicy`]: by default it
+    /// gives up after **10 s** ([`RetryPolicy::DEFAULT_WAIT`]) with [`Error::Timeout`], retrying
+    /// after jittered delays of 50 ms to 500 ms (sooner when woken by a release); set another
+    /// wait with [`Config::with_retry`](crate::Config::with_retry) or per call with
+    /// [`Client::acquire_with`].
     ///
     /// After a first refusal the call waits in line: waiters of one resource are served in the
     /// order they started waiting (on every node the first live waiter is the only one granted),

@@ -106,8 +106,11 @@ impl RedisBackend {
             let delay = policy
                 .delay(attempts, fastrand::f64())
                 .min(policy.wait().saturating_sub(elapsed));
-            if let Some(s) = &subscription {
-                s.wait(delay).await;
+            match &subscription {
+                Some(s) if !super::line::sets_off_its_own_wake(&err) => {
+                    s.wait(delay).await;
+                }
+                _ => tokio::time::sleep(delay).await,
             }
         }
     }

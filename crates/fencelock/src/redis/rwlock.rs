@@ -202,13 +202,13 @@ impl RedisBackend {
                 .min(policy.wait().saturating_sub(elapsed));
             tracing::debug!(resource = key, attempts, ?delay, error = %err, "waiting to read");
             match &wakes {
-                Some((turn, released)) => {
+                Some((turn, released)) if !super::line::sets_off_its_own_wake(&err) => {
                     tokio::select! {
                         _ = turn.wait(delay) => {}
                         _ = released.wait(delay) => {}
                     }
                 }
-                None => tokio::time::sleep(delay).await,
+                _ => tokio::time::sleep(delay).await,
             }
         }
     }

@@ -1,0 +1,89 @@
+//! Calls cut short, on real nodes: an acquisition dropped mid-round (`tokio::time::timeout`)
+//! leaves no key once its background release ran, for the mutex, `acquire_many`, the family
+//! and etcd; a wait of 300 ms makes the attempts its retry delays allow, no more.
+
+use std::time::{Duration, Instant};
+
+use fencelock::{Client, Config, ErrorKind, RetryPolicy};
+use fencelock_testkit::RedisNodes;
+
+fn config(nodes: &RedisNodes) -> Config {
+    Config::new(nodes.urls())
+        // Far longer than the polls below: a key gone within them was released, not expired.
+        .with_ttl(Duration::from_secs(60))
+        .with_node_timeout(Duration::from_millis(500))
+        .with_quarantine(false)
+}
+
+/// The keys on `node` other than the ones that live for ever by design (fence counters, the
+/// node set record): what a cancelled call may have left behind.
+fn leftovers(node: &fencelock_testkit::RedisNode) -> Vec<String> {
+    let keys = node.cli(&["KEYS", "*"]).unwrap();
+    keys.lines()
+        .map(str::trim)
+        .filter(|k| !k.is_empty())
+        .filter(|k| node.cli(&["PTTL", k]).unwrap().trim() != "-1")
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Polls until no node has a key with a TTL left, for at most `bound`; the keys left otherwise.
+fn wait_for_no_keys(nodes: &RedisNodes, bound: Duration) -> Vec<(String, Vec<String>)> {
+    let until = Instant::now() + bound;
+    loop {
+        let left: Vec<(String, Vec<String>)> = nodes
+            .iter()
+            .map(|n| (n.url(), leftovers(n)))
+            .filter(|(_, keys)| !keys.is_empty())
+            .collect();
+        if left.is_empty() || Instant::now() >= until {
+            return left;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+// ---- the attempts of a wait follow the documented delays ----
+
+/// A 300 ms wait behind a held lock, three times: the first refusal is retried at once (in
+/// line, listening); then every delay is at least the 50 ms base, so no more than
+/// 2 + took / 50 ms attempts fit, however late the loaded machine wakes us (it only makes
+/// fewer). `partial`: the holder's key is gone from one node, so each attempt is granted there
+/// and its release wakes the line, first of all this waiter (that made 374 attempts).
+async fn attempts_within_a_300ms_wait(partial: bool) {
+    let nodes = RedisNodes::start(3).unwrap();
+    let holder = Client::new(config(&nodes)).unwrap();
+    let waiter = Client::new(config(&nodes)).unwrap();
+    let lock = holder.acquire("held").await.unwrap();
+    if partial {
+        assert_eq!(nodes.node(2).cli(&["DEL", "held"]).unwrap(), "1");
+    }
+    let policy = RetryPolicy::new()
+        .with_wait(Duration::from_millis(300))
+        .with_base_delay(Duration::from_millis(50))
+        .with_max_delay(Duration::from_millis(500));
+    for _ in 0..3 {
+        let started = Instant::now();
+        let err = waiter.acquire_with("held", &policy).await.unwrap_err();
+        let took = started.elapsed();
+        let fencelock::Error::Timeout { attempts, .. } = &err else {
+            panic!("expected a timeout, got {err}");
+        };
+        let most = 2 + (took.as_millis() / 50) as u32;
+        assert!(
+            (2..=most).contains(attempts),
+            "{attempts} attempts in {took:?} (at most {most} with delays of 50 ms or more): {err}"
+        );
+    }
+    let _ = lock.release().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_300ms_wait_makes_the_attempts_its_delays_allow() {
+    attempts_within_a_300ms_wait(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_woken_by_its_own_release_still_follows_the_delays() {
+    attempts_within_a_300ms_wait(true).await;
+}
