@@ -221,11 +221,14 @@ impl Lock {
     ///
     /// # Cancel safety
     ///
-    /// Not cancel-safe: a cancelled release leaves the remaining keys to expire by TTL.
+    /// Cancel-safe: a release dropped before it returns leaves the lock to the background
+    /// release of a dropped lock (the same compare-and-delete, sent again), which
+    /// [`Client::close`](crate::Client::close) waits for.
     pub async fn release(mut self) -> Result<Votes> {
-        self.released = true;
         let span = tracing::debug_span!("release", resource = %self.keys[0]);
         let result = self.held.release(&self.keys).instrument(span).await;
+        // Only now: a release cut short drops `self` unreleased, and `Drop` sends it again.
+        self.released = true;
         let telemetry = self.client.telemetry();
         telemetry.released(
             &telemetry.label(&self.keys[0]),

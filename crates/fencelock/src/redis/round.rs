@@ -516,7 +516,7 @@ async fn longest_ttl_in_use(
 }
 
 /// Counts a release's requests still in flight after its round returned, until dropped.
-struct Background(Arc<tokio::sync::watch::Sender<usize>>);
+pub(super) struct Background(Arc<tokio::sync::watch::Sender<usize>>);
 
 impl Background {
     fn count(counter: &Arc<tokio::sync::watch::Sender<usize>>) -> Background {
@@ -532,6 +532,11 @@ impl Drop for Background {
 }
 
 impl RedisBackend {
+    /// Counts a background release (of a dropped acquisition, `undo.rs`) until dropped.
+    pub(super) fn count_background(&self) -> Background {
+        Background::count(&self.background)
+    }
+
     /// Waits, at most `bound`, until the requests of the releases that returned at a quorum
     /// have finished on every node (`Client::close`). Returns whether they did.
     ///
