@@ -101,6 +101,16 @@ impl Backend {
         }
     }
 
+    /// How many releases still run in the background (Redis: calls cut short, and releases
+    /// that returned at a quorum); etcd's cancelled calls revoke their lease uncounted.
+    pub(crate) fn background_pending(&self) -> usize {
+        match self {
+            Backend::Redis(r) => r.background_pending(),
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(_) => 0,
+        }
+    }
+
     /// Opens every node's connection now (Redis); etcd connects on first use.
     pub(crate) async fn connect(&self) -> Votes {
         match self {

@@ -34,6 +34,20 @@ use crate::telemetry::Telemetry;
 #[derive(Clone)]
 pub struct Client {
     inner: Arc<Inner>,
+    /// Shared by the handles the program holds (clients, locks, waiters, the family), not by
+    /// the background tasks: when the last one goes, the pending releases are flushed.
+    _handle: Arc<LastHandle>,
+}
+
+/// Dropped with the program's last handle of a client: waits, within a bound, for the
+/// releases still in the background (locks dropped without `release`, calls cut short), so
+/// that a program whose `main` returns right after an early `?` leaves no key for its TTL.
+struct LastHandle(Arc<Inner>);
+
+impl Drop for LastHandle {
+    fn drop(&mut self) {
+        self.0.flush();
+    }
 }
 
 struct Inner {
@@ -76,16 +90,18 @@ impl Client {
             1
         };
         let telemetry = Telemetry::new(config.metrics_resource_label(), voters);
+        let inner = Arc::new(Inner {
+            config,
+            nodes,
+            backend,
+            reaper: std::sync::OnceLock::new(),
+            pending_releases: tokio::sync::watch::Sender::new(0),
+            holdings: Arc::default(),
+            telemetry,
+        });
         Ok(Client {
-            inner: Arc::new(Inner {
-                config,
-                nodes,
-                backend,
-                reaper: std::sync::OnceLock::new(),
-                pending_releases: tokio::sync::watch::Sender::new(0),
-                holdings: Arc::default(),
-                telemetry,
-            }),
+            _handle: Arc::new(LastHandle(inner.clone())),
+            inner,
         })
     }
 
@@ -177,7 +193,7 @@ impl Client {
                 while let Some((keys, held)) = rx.recv().await {
                     let Some(inner) = weak.upgrade() else { break };
                     // Side by side, so that `close` waits for the slowest release, not the sum.
-                    tokio::spawn(Client { inner }.release_and_count(keys, held));
+                    tokio::spawn(release_and_count(inner, keys, held));
                 }
             });
             tx
@@ -185,15 +201,8 @@ impl Client {
         self.inner.pending_releases.send_modify(|n| *n += 1);
         if let Err(mpsc::error::SendError((keys, held))) = tx.send((keys, held)) {
             // The runtime the reaper ran on is gone (this client outlived it): use this one.
-            runtime.spawn(self.clone().release_and_count(keys, held));
+            runtime.spawn(release_and_count(self.inner.clone(), keys, held));
         }
-    }
-
-    async fn release_and_count(self, keys: Arc<[String]>, held: Held) {
-        held.release_quietly(&keys).await;
-        self.inner
-            .pending_releases
-            .send_modify(|n| *n = n.saturating_sub(1));
     }
 
     /// Waits until the locks dropped without [`Lock::release`](crate::Lock::release) (by a `?` or a panic between
@@ -238,6 +247,61 @@ impl Client {
                 ?bound,
                 "close: releases still pending; their keys expire by TTL"
             );
+        }
+    }
+}
+
+/// Releases a dropped lock, counted until done (or until its task is dropped with its runtime).
+async fn release_and_count(inner: Arc<Inner>, keys: Arc<[String]>, held: Held) {
+    struct Counted(Arc<Inner>);
+    impl Drop for Counted {
+        fn drop(&mut self) {
+            self.0
+                .pending_releases
+                .send_modify(|n| *n = n.saturating_sub(1));
+        }
+    }
+    let _counted = Counted(inner);
+    held.release_quietly(&keys).await;
+}
+
+impl Inner {
+    /// Background releases not finished: of dropped locks, and of the backend's own (calls cut
+    /// short, releases that returned at a quorum).
+    fn pending(&self) -> usize {
+        *self.pending_releases.borrow() + self.backend.background_pending()
+    }
+
+    /// The last handle is gone: waits at most twice the node timeout for the pending releases.
+    /// Their tasks run on the runtime's other threads, or on the blocking client's: this thread
+    /// may block (inside a multi-thread runtime, with `block_in_place`, which lets the others
+    /// run). A current-thread runtime runs them only when this thread yields, so it cannot wait
+    /// here: [`Client::close`] is the way there, else the keys expire by TTL.
+    fn flush(&self) {
+        if self.pending() == 0 {
+            return;
+        }
+        let bound = 2 * self.config.node_timeout();
+        let wait = || {
+            let until = Instant::now() + bound;
+            while self.pending() > 0 && Instant::now() < until {
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+            if self.pending() > 0 {
+                tracing::warn!(
+                    pending = self.pending(),
+                    ?bound,
+                    "last client handle dropped: releases still pending; their keys expire by TTL"
+                );
+            }
+        };
+        match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+            Err(_) => wait(),
+            Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(wait),
+            Ok(_) => tracing::warn!(
+                pending = self.pending(),
+                "last client handle dropped on a current-thread runtime, which cannot run the pending releases while it waits: call Client::close before; their keys expire by TTL"
+            ),
         }
     }
 }

@@ -532,6 +532,11 @@ impl Drop for Background {
 }
 
 impl RedisBackend {
+    /// How many background releases are counted now.
+    pub(crate) fn background_pending(&self) -> usize {
+        *self.background.borrow()
+    }
+
     /// Counts a background release (of a dropped acquisition, `undo.rs`) until dropped.
     pub(super) fn count_background(&self) -> Background {
         Background::count(&self.background)
