@@ -137,3 +137,77 @@ async fn acquisitions_cut_short_leave_no_key() {
         assert_all_released(&nodes, &format!("mutex, fencing {fencing}"), cut_short);
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_familys_calls_cut_short_leave_no_key() {
+    let nodes = RedisNodes::start(3).unwrap();
+    let client = Client::new(config(&nodes).with_fencing(true)).unwrap();
+    client.connect().await;
+    let sem = client.semaphore("cut:sem", 2).unwrap();
+    let rw = client.rwlock("cut:rw").unwrap();
+    let election = client.election("cut:elect").unwrap();
+    let mut cut_short = 0;
+    for i in 0..CUTS {
+        let call = async {
+            match i % 4 {
+                0 => drop(sem.acquire().await),
+                1 => drop(rw.read().await),
+                2 => drop(rw.write().await),
+                _ => drop(election.campaign("me").await),
+            }
+        };
+        if tokio::time::timeout(cut(i), call).await.is_err() {
+            cut_short += 1;
+        }
+    }
+    eprintln!("family: {cut_short} of {CUTS} calls cut short");
+    assert_all_released(&nodes, "semaphore, rwlock, election", cut_short);
+}
+
+#[cfg(feature = "etcd")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_acquisitions_cut_short_leave_no_key() {
+    let etcd = fencelock_testkit::Etcd::start().unwrap();
+    let endpoints = etcd.endpoints();
+    let urls: Vec<String> = endpoints
+        .iter()
+        .map(|e| e.replacen("http://", "etcd://", 1))
+        .collect();
+    let client = Client::new(Config::new(urls).with_ttl(Duration::from_secs(60))).unwrap();
+    // Connected before the cuts, so that they land in the calls' own requests.
+    drop(client.acquire("warm-up").await.unwrap().release().await);
+    let mut cut_short = 0;
+    for i in 0..CUTS {
+        let call = async {
+            match i % 2 {
+                0 => drop(client.acquire("cut").await),
+                _ => drop(client.acquire_many(&["cut", "cut:b"]).await),
+            }
+        };
+        if tokio::time::timeout(cut(i) * 4, call).await.is_err() {
+            cut_short += 1;
+        }
+    }
+    eprintln!("etcd: {cut_short} of {CUTS} calls cut short");
+    let mut raw = etcd_client::Client::connect(&endpoints, None).await.unwrap();
+    let until = Instant::now() + Duration::from_secs(10);
+    let left = loop {
+        let resp = raw
+            .get("fencelock/cut", Some(etcd_client::GetOptions::new().with_prefix()))
+            .await
+            .unwrap();
+        let keys: Vec<String> = resp
+            .kvs()
+            .iter()
+            .map(|kv| String::from_utf8_lossy(kv.key()).into_owned())
+            .collect();
+        if keys.is_empty() || Instant::now() >= until {
+            break keys;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(
+        left.is_empty(),
+        "{cut_short} of {CUTS} calls cut short; keys left 10 s later: {left:?}"
+    );
+}
