@@ -321,6 +321,16 @@ mutant reentry-unchecked "a task asking again for a lock it holds is not refused
   "-p fencelock --test reentrancy the_same_task_is_refused_at_once_and_other_tasks_wait" \
   "-p fencelock --test guarantees etcd_the_same_task_is_refused_at_once_and_other_tasks_wait"
 
+mutant undo-disarmed-early "an acquisition's drop guard is disarmed as soon as it is armed: a call cut short leaves its keys for a TTL (issue 29 item 10)" \
+  crates/fencelock/src/redis/undo.rs \
+  's/armed: Some\(\(backend\.clone\(\), keys\.to_vec\(\), token\.into\(\), side\)\),/armed: Some((backend.clone(), keys.to_vec(), token.into(), side)).filter(|_| false),/' \
+  "-p fencelock --test cancel acquisitions_cut_short_leave_no_key" \
+  "-p fencelock --test cancel the_familys_calls_cut_short_leave_no_key"
+mutant wait-woken-by-own-release "a waiter whose failed attempt set keys is woken by its own release and retries at once (issue 29 item 12)" \
+  crates/fencelock/src/redis/line.rs \
+  's/Some\(s\) if !sets_off_its_own_wake\(&err\) =>/Some(s) =>/' \
+  "-p fencelock --test cancel a_wait_woken_by_its_own_release_still_follows_the_delays"
+
 index_of() {
   local i
   for i in "${!NAMES[@]}"; do [[ "${NAMES[$i]}" == "$1" ]] && { echo "$i"; return 0; }; done

@@ -27,7 +27,11 @@ impl Client {
     ///
     /// # Cancel safety
     ///
-    /// Not cancel-safe: a cancelled attempt may leave keys that expire after the TTL.
+    /// Cancel-safe: a call dropped before it returns (`tokio::time::timeout`, `select!`)
+    /// releases what it may have set in the background, as a dropped [`Lock`] is released
+    /// (compare-and-delete by its own owner token: a key another client holds is left alone);
+    /// [`Client::close`] and the drop of the last client handle wait for it. Without a running
+    /// tokio runtime the keys expire after the TTL.
     ///
     /// # Example
     ///
@@ -62,7 +66,7 @@ impl Client {
     ///
     /// # Cancel safety
     ///
-    /// Not cancel-safe: see [`Client::try_acquire`].
+    /// Cancel-safe: see [`Client::try_acquire`].
     pub async fn try_acquire_many<S: AsRef<str>>(&self, resources: &[S]) -> Result<Lock> {
         let keys = check_resources(resources)?;
         self.holdings().check(&keys)?;
@@ -99,8 +103,8 @@ impl Client {
     ///
     /// # Cancel safety
     ///
-    /// Not cancel-safe: see [`Client::try_acquire`]. Dropping the future between attempts is
-    /// harmless: the waiter leaves the line in the background.
+    /// Cancel-safe: an attempt cut short is released in the background as in
+    /// [`Client::try_acquire`], and the waiter leaves the line in the background.
     ///
     /// # Example
     ///

@@ -208,9 +208,15 @@ impl Client {
     /// Waits until the locks dropped without [`Lock::release`](crate::Lock::release) (by a `?` or a panic between
     /// acquire and release, or a [`LockGuard`](crate::LockGuard) dropped) have been released,
     /// and until the releases that returned at a quorum have reached their other nodes, for at
-    /// most twice the node timeout. Call it before `main` returns: the release of a
-    /// dropped lock runs in a background task, which a runtime that shuts down never runs, and
-    /// the lock then stays taken until its TTL runs out.
+    /// most twice the node timeout.
+    ///
+    /// Dropping the program's last handle of the client (the last `Client` clone, `Lock`,
+    /// `Waiter`, semaphore, read-write lock or election made from it) does the same wait, on a
+    /// multi-thread runtime (`#[tokio::main]`'s default) or from the blocking client, so that a
+    /// `main` that returns early through a `?` leaves no key behind. Call `close` explicitly on
+    /// a current-thread runtime (which cannot run the releases while its only thread waits in a
+    /// drop), or to wait at a point of your choosing. What remains: a process killed by
+    /// `SIGKILL` (or a crash that skips destructors) leaves its keys until their TTL, by design.
     ///
     /// ```no_run
     /// # async fn work(client: &fencelock::Client) -> fencelock::Result<()> { Ok(()) }

@@ -140,7 +140,9 @@ impl Election {
     ///
     /// # Cancel safety
     ///
-    /// Not cancel-safe: a cancelled campaign may leave a lock that expires after the TTL.
+    /// Cancel-safe for the lock: a campaign dropped before it returns releases the lock in the
+    /// background (as [`Client::try_acquire`]). A campaign dropped during its announcement
+    /// may leave its entry in the log of leaders (not withdrawn), which an observer may report.
     pub async fn campaign(&self, value: &str) -> Result<Leadership> {
         let lock = self.campaign_lock(value).await?;
         let term = lock.fencing_token().unwrap_or_default();
@@ -286,7 +288,8 @@ impl Leadership {
     ///
     /// # Cancel safety
     ///
-    /// Not cancel-safe: a cancelled resignation leaves the lock to expire by TTL.
+    /// Cancel-safe: a resignation dropped before it returns leaves the lock to the background
+    /// release of a dropped lock.
     pub async fn resign(self) -> Result<()> {
         self.guard.release().await.map(|_| ())
     }

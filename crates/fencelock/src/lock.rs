@@ -18,8 +18,9 @@ use crate::pure::vote::Votes;
 /// protects data must carry the [fencing token](Lock::fencing_token) to storage that checks it.
 ///
 /// Dropping a lock without releasing it does no I/O in `Drop`: it asks a background task of the
-/// client to release it, and if there is none, the keys expire after the TTL. A runtime that
-/// shuts down does not run that task: call [`Client::close`] before `main` returns.
+/// client to release it, and if there is none, the keys expire after the TTL. The drop of the
+/// last client handle waits for that task (on a multi-thread runtime; on a current-thread
+/// runtime call [`Client::close`] before `main` returns).
 ///
 /// # Example
 ///

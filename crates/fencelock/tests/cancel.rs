@@ -132,7 +132,10 @@ async fn acquisitions_cut_short_leave_no_key() {
                 cut_short += 1;
             }
         }
-        assert!(cut_short >= CUTS / 20, "only {cut_short} calls were cut short");
+        assert!(
+            cut_short >= CUTS / 20,
+            "only {cut_short} calls were cut short"
+        );
         eprintln!("mutex, fencing {fencing}: {cut_short} of {CUTS} calls cut short");
         assert_all_released(&nodes, &format!("mutex, fencing {fencing}"), cut_short);
     }
@@ -189,11 +192,16 @@ async fn etcd_acquisitions_cut_short_leave_no_key() {
         }
     }
     eprintln!("etcd: {cut_short} of {CUTS} calls cut short");
-    let mut raw = etcd_client::Client::connect(&endpoints, None).await.unwrap();
+    let mut raw = etcd_client::Client::connect(&endpoints, None)
+        .await
+        .unwrap();
     let until = Instant::now() + Duration::from_secs(10);
     let left = loop {
         let resp = raw
-            .get("fencelock/cut", Some(etcd_client::GetOptions::new().with_prefix()))
+            .get(
+                "fencelock/cut",
+                Some(etcd_client::GetOptions::new().with_prefix()),
+            )
             .await
             .unwrap();
         let keys: Vec<String> = resp

@@ -125,7 +125,10 @@ mod tests {
                 assert!(d >= ceiling / 2, "attempt {attempt}: {d:?}");
                 assert!(d <= ceiling, "attempt {attempt}: {d:?}");
                 // The documented range of every delay.
-                assert!((100 * MS..=800 * MS).contains(&d), "attempt {attempt}: {d:?}");
+                assert!(
+                    (100 * MS..=800 * MS).contains(&d),
+                    "attempt {attempt}: {d:?}"
+                );
             }
         }
     }

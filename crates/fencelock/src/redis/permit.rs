@@ -117,7 +117,11 @@ impl RedisBackend {
 
     /// One try of every slot the task does not hold, from a random one: the first slot granted
     /// is the permit.
-    async fn permit_pass(self: &Arc<Self>, p: &PermitSlots<'_>, ask: &PermitAsk) -> Result<(usize, Grant)> {
+    async fn permit_pass(
+        self: &Arc<Self>,
+        p: &PermitSlots<'_>,
+        ask: &PermitAsk,
+    ) -> Result<(usize, Grant)> {
         let n = p.slots.len();
         let mut last: Option<Error> = None;
         let offset = fastrand::usize(..n);

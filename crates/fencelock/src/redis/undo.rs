@@ -28,7 +28,12 @@ pub(super) struct Undo {
 
 impl Undo {
     /// Armed for the keys `token` may set.
-    pub(super) fn arm(backend: &Arc<RedisBackend>, keys: &[String], token: &str, side: Side) -> Undo {
+    pub(super) fn arm(
+        backend: &Arc<RedisBackend>,
+        keys: &[String],
+        token: &str,
+        side: Side,
+    ) -> Undo {
         Undo {
             armed: Some((backend.clone(), keys.to_vec(), token.into(), side)),
         }
@@ -58,9 +63,7 @@ impl Drop for Undo {
             match side {
                 Side::Exclusive => backend.release_quietly(&keys, &token, None).await,
                 Side::Reader => {
-                    backend
-                        .release_reader_quietly(&keys[0], &token, None)
-                        .await;
+                    backend.release_reader_quietly(&keys[0], &token, None).await;
                 }
             }
         });
