@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use fencelock::{Client, Config, ErrorKind, RetryPolicy};
+use fencelock::{Client, Config, RetryPolicy};
 use fencelock_testkit::RedisNodes;
 
 fn config(nodes: &RedisNodes) -> Config {

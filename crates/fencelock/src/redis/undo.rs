@@ -23,8 +23,11 @@ pub(super) enum Side {
 /// See the module docs.
 #[must_use = "an Undo dropped at once releases what it guards"]
 pub(super) struct Undo {
-    armed: Option<(Arc<RedisBackend>, Vec<String>, Box<str>, Side)>,
+    armed: Option<Armed>,
 }
+
+/// The backend, the keys, the owner token and the release to send.
+type Armed = (Arc<RedisBackend>, Vec<String>, Box<str>, Side);
 
 impl Undo {
     /// Armed for the keys `token` may set.
