@@ -444,6 +444,21 @@ impl Held {
         }
     }
 
+    /// The same lock, held through `backend` (a client's fresh connections, for a release sent
+    /// from another runtime); `None` when `backend` is of another kind.
+    pub(crate) fn through(&self, backend: &Backend) -> Option<Held> {
+        match (self, backend) {
+            (Held::Redis(_, h), Backend::Redis(r)) => Some(Held::Redis(r.clone(), h.clone())),
+            (Held::RedisShared(_, h), Backend::Redis(r)) => {
+                Some(Held::RedisShared(r.clone(), h.clone()))
+            }
+            #[cfg(feature = "etcd")]
+            (Held::Etcd(_, h), Backend::Etcd(e)) => Some(Held::Etcd(e.clone(), h.clone())),
+            #[cfg(feature = "etcd")]
+            _ => None,
+        }
+    }
+
     /// Releases the lock, ignoring the outcome (a dropped lock).
     pub(crate) async fn release_quietly(&self, keys: &[String]) {
         match self {

@@ -55,9 +55,13 @@ struct Inner {
     /// The nodes, in configured order.
     nodes: Box<[NodeAddr]>,
     backend: Backend,
-    reaper: std::sync::OnceLock<mpsc::UnboundedSender<(Arc<[String]>, Held)>>,
+    reaper: std::sync::OnceLock<mpsc::UnboundedSender<(u64, Arc<[String]>, Held)>>,
     /// Releases handed to the background and not finished yet (see [`Client::close`]).
     pending_releases: tokio::sync::watch::Sender<usize>,
+    /// The same releases by number, for the drop of the last handle on a current-thread
+    /// runtime, which sends them again from a thread of its own (`Inner::flush`).
+    unreleased: std::sync::Mutex<std::collections::HashMap<u64, (Arc<[String]>, Held)>>,
+    next_release: std::sync::atomic::AtomicU64,
     /// The locks held, by task, to refuse a task that asks again (see `reentry.rs`).
     holdings: Arc<crate::reentry::Holdings>,
     /// Metrics and node events (see `telemetry.rs`).
@@ -96,6 +100,8 @@ impl Client {
             backend,
             reaper: std::sync::OnceLock::new(),
             pending_releases: tokio::sync::watch::Sender::new(0),
+            unreleased: std::sync::Mutex::default(),
+            next_release: std::sync::atomic::AtomicU64::new(0),
             holdings: Arc::default(),
             telemetry,
         });
@@ -186,22 +192,31 @@ impl Client {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
+        let id = self
+            .inner
+            .next_release
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.inner
+            .unreleased
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(id, (keys.clone(), held.clone()));
         let tx = self.inner.reaper.get_or_init(|| {
-            let (tx, mut rx) = mpsc::unbounded_channel::<(Arc<[String]>, Held)>();
+            let (tx, mut rx) = mpsc::unbounded_channel::<(u64, Arc<[String]>, Held)>();
             let weak: std::sync::Weak<Inner> = Arc::downgrade(&self.inner);
             runtime.spawn(async move {
-                while let Some((keys, held)) = rx.recv().await {
+                while let Some((id, keys, held)) = rx.recv().await {
                     let Some(inner) = weak.upgrade() else { break };
                     // Side by side, so that `close` waits for the slowest release, not the sum.
-                    tokio::spawn(release_and_count(inner, keys, held));
+                    tokio::spawn(release_and_count(inner, id, keys, held));
                 }
             });
             tx
         });
         self.inner.pending_releases.send_modify(|n| *n += 1);
-        if let Err(mpsc::error::SendError((keys, held))) = tx.send((keys, held)) {
+        if let Err(mpsc::error::SendError((id, keys, held))) = tx.send((id, keys, held)) {
             // The runtime the reaper ran on is gone (this client outlived it): use this one.
-            runtime.spawn(release_and_count(self.inner.clone(), keys, held));
+            runtime.spawn(release_and_count(self.inner.clone(), id, keys, held));
         }
     }
 
@@ -258,16 +273,21 @@ impl Client {
 }
 
 /// Releases a dropped lock, counted until done (or until its task is dropped with its runtime).
-async fn release_and_count(inner: Arc<Inner>, keys: Arc<[String]>, held: Held) {
-    struct Counted(Arc<Inner>);
+async fn release_and_count(inner: Arc<Inner>, id: u64, keys: Arc<[String]>, held: Held) {
+    struct Counted(Arc<Inner>, u64);
     impl Drop for Counted {
         fn drop(&mut self) {
+            self.0
+                .unreleased
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .remove(&self.1);
             self.0
                 .pending_releases
                 .send_modify(|n| *n = n.saturating_sub(1));
         }
     }
-    let _counted = Counted(inner);
+    let _counted = Counted(inner, id);
     held.release_quietly(&keys).await;
 }
 
@@ -281,8 +301,9 @@ impl Inner {
     /// The last handle is gone: waits at most twice the node timeout for the pending releases.
     /// Their tasks run on the runtime's other threads, or on the blocking client's: this thread
     /// may block (inside a multi-thread runtime, with `block_in_place`, which lets the others
-    /// run). A current-thread runtime runs them only when this thread yields, so it cannot wait
-    /// here: [`Client::close`] is the way there, else the keys expire by TTL.
+    /// run). A current-thread runtime runs them only when this thread yields, which it will not
+    /// do before it stops (the end of `main`): the dropped locks are released again from a
+    /// thread of its own, on fresh connections (`resend`).
     fn flush(&self) {
         if self.pending() == 0 {
             return;
@@ -304,12 +325,70 @@ impl Inner {
         match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
             Err(_) => wait(),
             Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(wait),
-            Ok(_) => tracing::warn!(
-                pending = self.pending(),
-                "last client handle dropped on a current-thread runtime, which cannot run the pending releases while it waits: call Client::close before; their keys expire by TTL"
-            ),
+            Ok(_) => self.resend(bound),
         }
     }
+
+    /// Sends the releases of the dropped locks not released yet from a thread of its own, with a
+    /// runtime and connections of its own, and waits for it at most `bound` (and a second for
+    /// its connections). The same compare-and-delete by owner token: sent twice, it deletes once.
+    /// A call cut short (`redis/undo.rs`) is not in the list: its keys expire by TTL.
+    fn resend(&self, bound: std::time::Duration) {
+        let locks: Vec<(Arc<[String]>, Held)> = self
+            .unreleased
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .values()
+            .cloned()
+            .collect();
+        if locks.is_empty() {
+            return;
+        }
+        let config = self.config.clone();
+        let (done, finished) = std::sync::mpsc::channel();
+        let spawned = std::thread::Builder::new()
+            .name("fencelock-flush".into())
+            .spawn(move || {
+                let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                else {
+                    return;
+                };
+                runtime.block_on(async {
+                    let Ok(backend) = config
+                        .validate()
+                        .and_then(|addrs| Backend::new(addrs, &config))
+                    else {
+                        return;
+                    };
+                    let releases = locks.iter().filter_map(|(keys, held)| {
+                        let held = held.through(&backend)?;
+                        Some(async move { held.release_quietly(keys).await })
+                    });
+                    let _ =
+                        tokio::time::timeout(bound, futures_util::future::join_all(releases)).await;
+                });
+                let _ = done.send(());
+            });
+        let waited = spawned.is_ok()
+            && finished
+                .recv_timeout(bound + std::time::Duration::from_secs(1))
+                .is_ok();
+        if !waited {
+            tracing::warn!(
+                locks = locks_len(&self.unreleased),
+                ?bound,
+                "last client handle dropped: releases not confirmed; their keys expire by TTL"
+            );
+        }
+    }
+}
+
+fn locks_len<T>(m: &std::sync::Mutex<std::collections::HashMap<u64, T>>) -> usize {
+    m.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .len()
 }
 
 /// Checks a list of resources before any I/O: not empty, no empty or repeated name, and no

@@ -359,6 +359,29 @@ fn child_drops_a_lock_and_returns_without_close() {
     assert!(result.is_err());
 }
 
+/// As [`child_drops_a_lock_and_returns_without_close`] on a current-thread runtime
+/// (`#[tokio::main(flavor = "current_thread")]`), which never runs the background release
+/// once `main`'s future is done: the drop of the last handle sends it from a thread of its own.
+#[test]
+fn child_on_one_thread_drops_a_lock_without_close() {
+    if std::env::var_os(CHILD).is_none() {
+        return;
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let result: Result<(), Box<dyn std::error::Error>> = runtime.block_on(async {
+        let client = Client::new(Config::from_env().unwrap()).unwrap();
+        let lock = client.acquire("dropped").await?;
+        println!("acquired {}", lock.resource());
+        "not a number".parse::<u32>()?;
+        lock.release().await?;
+        Ok(())
+    });
+    assert!(result.is_err());
+}
+
 /// Runs `child` in a process of its own and finds no key once it has exited.
 /// `latency`: what each request takes to reach its node (through a proxy), as on a network;
 /// a release still on its way when the process exits is lost.
@@ -404,6 +427,14 @@ fn a_child_leaves_no_key(child: &str, latency: Duration) {
 #[test]
 fn a_lock_dropped_on_the_error_path_is_released_before_exit() {
     a_child_leaves_no_key("child_drops_a_lock_and_returns", Duration::ZERO);
+}
+
+#[test]
+fn a_lock_dropped_on_one_thread_is_released_without_close() {
+    a_child_leaves_no_key(
+        "child_on_one_thread_drops_a_lock_without_close",
+        Duration::from_millis(200),
+    );
 }
 
 #[test]
