@@ -331,6 +331,11 @@ mutant wait-woken-by-own-release "a waiter whose failed attempt set keys is woke
   's/Some\(s\) if !sets_off_its_own_wake\(&err\) =>/Some(s) =>/' \
   "-p fencelock --test cancel a_wait_woken_by_its_own_release_still_follows_the_delays"
 
+mutant flush-no-resend "the drop of a client's last handle on a current-thread runtime does not send the pending releases (issue 29 item 11)" \
+  crates/fencelock/src/client.rs \
+  's/Ok\(_\) => self\.resend\(bound\),/Ok(_) => {}/' \
+  "-p fencelock --test first_hour a_lock_dropped_on_one_thread_is_released_without_close"
+
 index_of() {
   local i
   for i in "${!NAMES[@]}"; do [[ "${NAMES[$i]}" == "$1" ]] && { echo "$i"; return 0; }; done

@@ -226,12 +226,15 @@ impl Client {
     /// most twice the node timeout.
     ///
     /// Dropping the program's last handle of the client (the last `Client` clone, `Lock`,
-    /// `Waiter`, semaphore, read-write lock or election made from it) does the same wait, on a
-    /// multi-thread runtime (`#[tokio::main]`'s default) or from the blocking client, so that a
-    /// `main` that returns early through a `?` leaves no key behind. Call `close` explicitly on
-    /// a current-thread runtime (which cannot run the releases while its only thread waits in a
-    /// drop), or to wait at a point of your choosing. What remains: a process killed by
-    /// `SIGKILL` (or a crash that skips destructors) leaves its keys until their TTL, by design.
+    /// `Waiter`, semaphore, read-write lock or election made from it) waits the same way, so
+    /// that a `main` that returns early through a `?` leaves no key behind without `close`: on
+    /// a multi-thread runtime (`#[tokio::main]`'s default) it blocks in place while the
+    /// runtime's other threads release; on a current-thread runtime, whose only thread would
+    /// never run them, it sends the dropped locks' releases again from a thread of its own,
+    /// on fresh connections. Call `close` to wait at a point of your choosing (and for calls
+    /// cut short on a current-thread runtime, which only `close` waits for there). What
+    /// remains: a process killed by `SIGKILL` (or a crash that skips destructors) leaves its
+    /// keys until their TTL, by design.
     ///
     /// ```no_run
     /// # async fn work(client: &fencelock::Client) -> fencelock::Result<()> { Ok(()) }

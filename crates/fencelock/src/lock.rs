@@ -18,9 +18,9 @@ use crate::pure::vote::Votes;
 /// protects data must carry the [fencing token](Lock::fencing_token) to storage that checks it.
 ///
 /// Dropping a lock without releasing it does no I/O in `Drop`: it asks a background task of the
-/// client to release it, and if there is none, the keys expire after the TTL. The drop of the
-/// last client handle waits for that task (on a multi-thread runtime; on a current-thread
-/// runtime call [`Client::close`] before `main` returns).
+/// client to release it, and if there is no runtime, the keys expire after the TTL. The drop
+/// of the program's last client handle (or [`Client::close`]) waits for that release, so a
+/// lock dropped by an early `?` in `main` does not outlive the process.
 ///
 /// # Example
 ///
