@@ -79,6 +79,13 @@ impl Lock {
         &self.held
     }
 
+    /// Gives up the handle without releasing: its registration in the holdings goes now, and
+    /// the caller releases what it returns (a campaign cut short, `election.rs`).
+    pub(crate) fn disown(mut self) -> (Client, Arc<[String]>, Held) {
+        self.released = true;
+        (self.client.clone(), self.keys.clone(), self.held.clone())
+    }
+
     /// The resource name (the key on every node); the first one for a multi-resource lock.
     pub fn resource(&self) -> &str {
         &self.keys[0]

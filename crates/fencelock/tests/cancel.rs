@@ -219,3 +219,45 @@ async fn etcd_acquisitions_cut_short_leave_no_key() {
         "{cut_short} of {CUTS} calls cut short; keys left 10 s later: {left:?}"
     );
 }
+
+/// A campaign cut short after its append but before it returned did not lead: its entry is
+/// withdrawn from the log of leaders (as a campaign that fails there withdraws it), so an
+/// observer never reports it. Only the campaigns that returned a leadership stay in the log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_campaign_cut_short_leaves_no_entry_in_the_log() {
+    let nodes = RedisNodes::start(3).unwrap();
+    let client = Client::new(config(&nodes).with_fencing(true)).unwrap();
+    client.connect().await;
+    let election = client.election("cut:log").unwrap();
+    let mut led = Vec::new();
+    let mut cut_short = 0;
+    for i in 0..CUTS {
+        let value = format!("c{i}");
+        match tokio::time::timeout(cut(i) * 2, election.campaign(&value)).await {
+            Ok(Ok(leadership)) => {
+                led.push(value);
+                leadership.resign().await.unwrap();
+            }
+            Ok(Err(e)) => eprintln!("campaign {i}: {e}"),
+            Err(_) => cut_short += 1,
+        }
+    }
+    eprintln!(
+        "campaigns: {cut_short} of {CUTS} cut short, {} led",
+        led.len()
+    );
+    assert_all_released(&nodes, "campaigns", cut_short);
+    // `election.rs`'s `leaders_key`.
+    let log = "fencelock:leaders:cut:log";
+    for node in nodes.iter() {
+        let entries = node.cli(&["ZRANGE", log, "0", "-1"]).unwrap();
+        for entry in entries.lines().map(str::trim).filter(|e| !e.is_empty()) {
+            let value = entry.split_once(' ').map_or(entry, |(_, v)| v);
+            assert!(
+                led.iter().any(|l| l == value),
+                "{}: the log holds {entry:?}, a campaign that never returned a leadership",
+                node.url()
+            );
+        }
+    }
+}
