@@ -336,6 +336,11 @@ mutant flush-no-resend "the drop of a client's last handle on a current-thread r
   's/Ok\(_\) => self\.resend\(bound\),/Ok(_) => {}/' \
   "-p fencelock --test first_hour a_lock_dropped_on_one_thread_is_released_without_close"
 
+mutant campaign-cut-short-not-withdrawn "a campaign cut short during its announcement leaves its entry in the log of leaders (issue 29 item 10)" \
+  crates/fencelock/src/election.rs \
+  's/let Some\(lock\) = self\.lock\.take\(\) else \{/let Some(lock) = self.lock.take().filter(|_| false) else {/' \
+  "-p fencelock --test cancel a_campaign_cut_short_leaves_no_entry_in_the_log"
+
 index_of() {
   local i
   for i in "${!NAMES[@]}"; do [[ "${NAMES[$i]}" == "$1" ]] && { echo "$i"; return 0; }; done
