@@ -261,3 +261,27 @@ async fn a_campaign_cut_short_leaves_no_entry_in_the_log() {
         }
     }
 }
+
+/// A release cut short leaves the lock to the background release of a dropped lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn releases_cut_short_leave_no_key() {
+    let nodes = RedisNodes::start(3).unwrap();
+    let client = Client::new(config(&nodes)).unwrap();
+    client.connect().await;
+    let mut cut_short = 0;
+    for i in 0..CUTS {
+        let lock = client
+            .acquire_with(&format!("rel:{i}"), &RetryPolicy::new())
+            .await
+            .unwrap();
+        if tokio::time::timeout(cut(i) / 4, lock.release())
+            .await
+            .is_err()
+        {
+            cut_short += 1;
+        }
+    }
+    eprintln!("releases: {cut_short} of {CUTS} cut short");
+    assert!(cut_short >= CUTS / 20, "only {cut_short} releases were cut short");
+    assert_all_released(&nodes, "releases", cut_short);
+}
