@@ -341,6 +341,11 @@ mutant campaign-cut-short-not-withdrawn "a campaign cut short during its announc
   's/let Some\(lock\) = self\.lock\.take\(\) else \{/let Some(lock) = self.lock.take().filter(|_| false) else {/' \
   "-p fencelock --test cancel a_campaign_cut_short_leaves_no_entry_in_the_log"
 
+mutant release-marked-before-sent "Lock::release marks the lock released before its round: a release cut short leaves the keys for a TTL (issue 29 item 10)" \
+  crates/fencelock/src/lock.rs \
+  's/(pub async fn release\(mut self\) -> Result<Votes> \{\n)/$1        self.released = true;\n/' \
+  "-p fencelock --test cancel releases_cut_short_leave_no_key"
+
 index_of() {
   local i
   for i in "${!NAMES[@]}"; do [[ "${NAMES[$i]}" == "$1" ]] && { echo "$i"; return 0; }; done
