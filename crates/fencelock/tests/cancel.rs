@@ -282,6 +282,9 @@ async fn releases_cut_short_leave_no_key() {
         }
     }
     eprintln!("releases: {cut_short} of {CUTS} cut short");
-    assert!(cut_short >= CUTS / 20, "only {cut_short} releases were cut short");
+    assert!(
+        cut_short >= CUTS / 20,
+        "only {cut_short} releases were cut short"
+    );
     assert_all_released(&nodes, "releases", cut_short);
 }
