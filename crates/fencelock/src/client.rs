@@ -50,17 +50,20 @@ impl Drop for LastHandle {
     }
 }
 
+/// A dropped lock to release: its keys and what it holds.
+type Dropped = (Arc<[String]>, Held);
+
 struct Inner {
     config: Config,
     /// The nodes, in configured order.
     nodes: Box<[NodeAddr]>,
     backend: Backend,
-    reaper: std::sync::OnceLock<mpsc::UnboundedSender<(u64, Arc<[String]>, Held)>>,
+    reaper: std::sync::OnceLock<mpsc::UnboundedSender<(u64, Dropped)>>,
     /// Releases handed to the background and not finished yet (see [`Client::close`]).
     pending_releases: tokio::sync::watch::Sender<usize>,
     /// The same releases by number, for the drop of the last handle on a current-thread
     /// runtime, which sends them again from a thread of its own (`Inner::flush`).
-    unreleased: std::sync::Mutex<std::collections::HashMap<u64, (Arc<[String]>, Held)>>,
+    unreleased: std::sync::Mutex<std::collections::HashMap<u64, Dropped>>,
     next_release: std::sync::atomic::AtomicU64,
     /// The locks held, by task, to refuse a task that asks again (see `reentry.rs`).
     holdings: Arc<crate::reentry::Holdings>,
@@ -202,10 +205,10 @@ impl Client {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .insert(id, (keys.clone(), held.clone()));
         let tx = self.inner.reaper.get_or_init(|| {
-            let (tx, mut rx) = mpsc::unbounded_channel::<(u64, Arc<[String]>, Held)>();
+            let (tx, mut rx) = mpsc::unbounded_channel::<(u64, Dropped)>();
             let weak: std::sync::Weak<Inner> = Arc::downgrade(&self.inner);
             runtime.spawn(async move {
-                while let Some((id, keys, held)) = rx.recv().await {
+                while let Some((id, (keys, held))) = rx.recv().await {
                     let Some(inner) = weak.upgrade() else { break };
                     // Side by side, so that `close` waits for the slowest release, not the sum.
                     tokio::spawn(release_and_count(inner, id, keys, held));
@@ -214,7 +217,7 @@ impl Client {
             tx
         });
         self.inner.pending_releases.send_modify(|n| *n += 1);
-        if let Err(mpsc::error::SendError((id, keys, held))) = tx.send((id, keys, held)) {
+        if let Err(mpsc::error::SendError((id, (keys, held)))) = tx.send((id, (keys, held))) {
             // The runtime the reaper ran on is gone (this client outlived it): use this one.
             runtime.spawn(release_and_count(self.inner.clone(), id, keys, held));
         }
