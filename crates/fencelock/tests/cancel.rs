@@ -269,7 +269,12 @@ async fn releases_cut_short_leave_no_key() {
     let client = Client::new(config(&nodes)).unwrap();
     client.connect().await;
     let mut cut_short = 0;
-    for i in 0..CUTS {
+    // A release takes a fraction of a millisecond here: more rounds, until enough were cut
+    // short (however fast or slow the machine is today).
+    for i in 0..CUTS * 10 {
+        if cut_short >= CUTS / 10 {
+            break;
+        }
         let lock = client
             .acquire_with(&format!("rel:{i}"), &RetryPolicy::new())
             .await
@@ -281,9 +286,9 @@ async fn releases_cut_short_leave_no_key() {
             cut_short += 1;
         }
     }
-    eprintln!("releases: {cut_short} of {CUTS} cut short");
+    eprintln!("releases: {cut_short} cut short");
     assert!(
-        cut_short >= CUTS / 20,
+        cut_short >= CUTS / 10,
         "only {cut_short} releases were cut short"
     );
     assert_all_released(&nodes, "releases", cut_short);
