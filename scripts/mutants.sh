@@ -321,6 +321,74 @@ mutant reentry-unchecked "a task asking again for a lock it holds is not refused
   "-p fencelock --test reentrancy the_same_task_is_refused_at_once_and_other_tasks_wait" \
   "-p fencelock --test guarantees etcd_the_same_task_is_refused_at_once_and_other_tasks_wait"
 
+mutant run-signal-ignored-while-waiting "fencelock run does not watch its signals while it waits for the lock: SIGTERM waits behind the holder (issue 29 item 1)" \
+  crates/fencelock-cli/src/run.rs \
+  's/sig = signals\.recv\(\) => return/sig = signals.recv(), if false => return/' \
+  "-p fencelock-cli --test run_ops a_signal_while_waiting_ends_the_wait_at_once_and_runs_nothing"
+mutant line-leave-not-awaited "a waiter that gives up leaves the line in a task close does not wait for: a process that exits leaves its place behind (issue 29 item 1)" \
+  crates/fencelock/src/redis/line.rs \
+  's/let counted = super::round::Background::count\(&self\.background\);/let counted = ();/' \
+  "-p fencelock-cli --test run_ops a_signal_while_waiting_ends_the_wait_at_once_and_runs_nothing"
+mutant extend-batch-no-reload "a batched extension that meets NOSCRIPT does not load its scripts: a SCRIPT FLUSH loses every held lock (issue 29 item 3)" \
+  crates/fencelock/src/redis/ops.rs \
+  's/Err\(e\) if is_noscript\(&e\) =>/Err(e) if false \&\& is_noscript(\&e) =>/' \
+  "-p fencelock --test long_work a_script_flush_on_every_node_does_not_stop_the_batched_extensions" \
+  "-p fencelock-cli --test run_ops a_script_flush_while_run_holds_does_not_lose_the_lock"
+mutant writer-record-no-ttl "the writer record is kept without a TTL: a key per resource name, forever (issue 29 item 4)" \
+  crates/fencelock/src/redis/lua/write_record.lua \
+  's/redis\.call\(\x27set\x27, KEYS\[2\], c, \x27PX\x27, ARGV\[3\]\)/redis.call(\x27set\x27, KEYS[2], c)/' \
+  "-p fencelock-cli --test run_ops fencing_runs_on_many_names_leave_no_key_per_name" \
+  "-p fencelock --test rwlock_model the_model_locks_as_the_lua_does"
+mutant rw-record-no-fallback "a reader whose resource's writer record expired reads 0, not the node's largest record (issue 29 item 4)" \
+  crates/fencelock/src/redis/lua/read_acquire.lua \
+  's/ or redis\.call\(\x27get\x27, KEYS\[7\]\)//' \
+  "-p fencelock --test rwlock_model the_model_locks_as_the_lua_does"
+
+mutant nodb-as-unavailable "a database the node lacks (redis://host/99) is an unnamed failure again: retried as unavailable, exit 69 (issue 29 item 6)" \
+  crates/fencelock/src/redis/describe.rs \
+  's/"ERR" if detail\.as_deref\(\)\.is_some_and\(\|d\| d\.contains\("DB index"\)\)/"ERR" if false/' \
+  "-p fencelock --test node_errors a_database_the_node_lacks_is_a_configuration_error_not_retried" \
+  "-p fencelock-cli --test errors a_database_the_node_lacks_is_a_configuration_error_at_once"
+mutant client-cert-as-node-failure "a client certificate refused by the client's own TLS library is an unnamed node failure again (issue 29 item 6)" \
+  crates/fencelock/src/redis/describe.rs \
+  's/if e\.kind\(\) == ErrorKind::InvalidClientConfig \{/if false \&\& e.kind() == ErrorKind::InvalidClientConfig {/' \
+  "-p fencelock --test tls a_client_certificate_its_own_tls_library_refuses_is_named_as_the_clients"
+mutant plaintext-unprobed "rediss:// to a plain-text node is never asked in plain text: it reads as a hung node (issue 29 item 6)" \
+  crates/fencelock/src/redis/conn.rs \
+  's/Ok\(Ok\(_\)\) => true,/Ok(Ok(_)) => false,/; s/Ok\(Err\(reply\)\) => reply\.code\(\)\.is_some\(\),/Ok(Err(_)) => false,/' \
+  "-p fencelock --test tls rediss_to_a_plaintext_node_says_so"
+mutant refusal-warns-check-it-runs "the node-down warning says 'check that the node runs' for a node that answered with a refusal (issue 29 item 6)" \
+  crates/fencelock/src/telemetry.rs \
+  's/Some\(e\.hint\(\)\)/None/' \
+  "-p fencelock-cli --test errors a_refusing_node_warns_with_its_cure_not_check_that_it_runs"
+mutant doctor-no-write-probe "doctor reads a node but never checks that it takes a write: a node out of memory under noeviction passes (issue 29 item 5)" \
+  crates/fencelock-cli/src/probe/redis/doctor.rs \
+  's/    checks\.extend\(write_check\(f\)\);\n//' \
+  "-p fencelock-cli --test errors doctor_fails_a_node_that_refuses_writes_and_warns_near_maxmemory"
+mutant evicting-unwarned "acquire and run say nothing of a node whose eviction policy may drop lock keys (issue 29 item 5)" \
+  crates/fencelock/src/redis/conn.rs \
+  's/if policy\.is_empty\(\) \|\| policy == "noeviction" \{/if true {/' \
+  "-p fencelock-cli --test errors acquire_and_run_warn_once_about_an_evicting_node"
+mutant inspect-blind-says-not-held "inspect with no quorum of nodes reachable exits 0 (issue 29 item 7)" \
+  crates/fencelock-cli/src/probe/redis.rs \
+  's/Some\(message\) => Err\(Failure::new\(exit::UNAVAILABLE, message\)\.into\(\)\),/Some(_) => Ok(exit::OK),/' \
+  "-p fencelock-cli --test inspect no_node_reachable_is_an_error_not_not_held"
+mutant inspect-no-family "inspect reads no semaphore slot, reader or election log (issue 29 item 7)" \
+  crates/fencelock-cli/src/probe/redis.rs \
+  's/if let Err\(why\) = family\(&mut conn, resource, &mut state\)\.await \{/if let Err(why) = Ok::<(), String>(()) {/' \
+  "-p fencelock-cli --test inspect permits_readers_and_the_leader_are_shown"
+mutant warm-up-waits-for-all "the CLI's warm-up waits for every node: one paused node adds the connect timeout to each command (issue 29 item 8)" \
+  crates/fencelock-cli/src/settings.rs \
+  's/    let votes = client\.connect_quorum\(\)\.await;/    let votes = client.connect().await;/' \
+  "-p fencelock-cli --test consistency one_paused_node_does_not_cost_every_command_the_connect_timeout"
+mutant empty-nodes-unnamed "FENCELOCK_NODES set but empty is not told as such (the check that keeps it from the dev set is skipped) (issue 29 item 8)" \
+  crates/fencelock-cli/src/settings.rs \
+  's/        if env\.trim\(\)\.is_empty\(\) \{/        if false {/' \
+  "-p fencelock-cli --test consistency an_empty_fencelock_nodes_is_an_error_not_the_dev_set"
+mutant metrics-dir-accepted "run --metrics-file DIR runs and leaves DIR.tmp (issue 29 item 8)" \
+  crates/fencelock-cli/src/metrics.rs \
+  's/        if path\.is_dir\(\) \{/        if false {/; s/        if written\.is_err\(\) \{/        if false {/' \
+  "-p fencelock-cli --test consistency a_metrics_file_that_is_a_directory_is_refused_and_leaves_nothing"
 mutant undo-disarmed-early "an acquisition's drop guard is disarmed as soon as it is armed: a call cut short leaves its keys for a TTL (issue 29 item 10)" \
   crates/fencelock/src/redis/undo.rs \
   's/armed: Some\(\(backend\.clone\(\), keys\.to_vec\(\), token\.into\(\), side\)\),/armed: Some((backend.clone(), keys.to_vec(), token.into(), side)).filter(|_| false),/' \

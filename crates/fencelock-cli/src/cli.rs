@@ -99,7 +99,10 @@ pub(crate) struct Global {
 pub(crate) enum Command {
     /// Run COMMAND while holding the lock on RESOURCE; exit with the command's status.
     ///
-    /// The lock is kept extended while the command runs and released when it exits. The command
+    /// The lock is kept extended while the command runs and released when it exits (or, with
+    /// --min-hold, no sooner than that long after the grant). While waiting for the lock,
+    /// SIGINT, SIGTERM or SIGHUP ends the wait at once: the command is not run, the wait leaves
+    /// the line, and fencelock exits with 128 + the signal's number. The command
     /// gets FENCELOCK_RESOURCE and, with --fencing, FENCELOCK_TOKEN (the fencing token) in its
     /// environment. It runs in its own process group; SIGINT, SIGTERM and SIGHUP sent to fencelock
     /// are forwarded to that group. If the lock is lost, or its validity would run out before an
@@ -198,6 +201,12 @@ pub(crate) struct RunArgs {
     /// TTL/4). SIGKILL is sent before the validity runs out, so SIGTERM comes that much earlier.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub(crate) grace: Option<Duration>,
+    /// Keep the lock at least this long from its grant, even if the command ends sooner (for
+    /// a job run once per schedule slot by cron on several hosts, whose starts differ by
+    /// seconds): `run` waits until then, holding the lock, and releases it. A signal in that
+    /// time ends the wait and leaves the lock to expire by its TTL.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub(crate) min_hold: Option<Duration>,
     /// Run under one of N permits of the semaphore RESOURCE (at most N commands at once,
     /// across every client that uses the same N), instead of the exclusive lock. 1 to 256.
     #[arg(long, value_name = "N")]
@@ -259,9 +268,12 @@ pub(crate) struct ElectArgs {
 #[derive(Debug, Args)]
 pub(crate) struct AcquireArgs {
     /// Wait at most this long for the lock (default: $FENCELOCK_WAIT, else fail at once if it
-    /// is held).
-    #[arg(long, short = 'w', value_name = "DURATION", value_parser = parse_duration)]
+    /// is held). --no-wait overrides FENCELOCK_WAIT.
+    #[arg(long, short = 'w', value_name = "DURATION", value_parser = parse_duration, conflicts_with = "no_wait")]
     pub(crate) wait: Option<Duration>,
+    /// Fail at once (exit 75) if another client holds the lock, as `run -n` does.
+    #[arg(long, short = 'n')]
+    pub(crate) no_wait: bool,
     /// Also take a fencing token.
     #[arg(long)]
     pub(crate) fencing: bool,
@@ -304,9 +316,10 @@ pub(crate) struct ReseedArgs {
 /// `up`.
 #[derive(Debug, Args)]
 pub(crate) struct UpArgs {
-    /// How many nodes to start (an odd number: 3 or 5).
-    #[arg(long = "count", short = 'c', default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..=64))]
-    pub(crate) count: u16,
+    /// How many nodes to start, 1 to 64 (default 5). Use an odd number (3 or 5): an even count
+    /// tolerates no more failed nodes than one node fewer; `up` warns about it.
+    #[arg(long = "count", short = 'c', value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub(crate) count: Option<u16>,
     /// First port; the nodes take PORT, PORT+1, ... (default: free ports chosen by the system).
     #[arg(long, value_name = "PORT")]
     pub(crate) port_base: Option<u16>,
@@ -434,6 +447,44 @@ pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     }
     humantime::parse_duration(text)
         .map_err(|e| format!("{e}; write a duration such as 30s, 500ms or 1m30s"))
+}
+
+/// The global flags that mean nothing to `command` (`up`, `inspect`), given on its command line
+/// (an environment variable such as FENCELOCK_TTL, set for the lock commands, is no mistake).
+/// `None` for the other commands.
+pub(crate) fn meaningless_flags(matches: &clap::ArgMatches) -> Option<(&'static str, Vec<String>)> {
+    let (name, sub) = matches.subcommand()?;
+    let ignored: &[&str] = match name {
+        "up" => &[
+            "config",
+            "ttl",
+            "allow_long_ttl",
+            "node_timeout",
+            "connect_timeout",
+            "tls_ca",
+            "tls_cert",
+            "tls_key",
+            "no_quarantine",
+            "label",
+            "no_holder",
+        ],
+        // --no-quarantine is let through: scripts pass one set of node flags to every command.
+        "inspect" => &[
+            "ttl",
+            "allow_long_ttl",
+            "connect_timeout",
+            "label",
+            "no_holder",
+        ],
+        _ => return None,
+    };
+    let given: Vec<String> = ignored
+        .iter()
+        .filter(|id| sub.value_source(id) == Some(clap::parser::ValueSource::CommandLine))
+        .map(|id| format!("--{}", id.replace('_', "-")))
+        .collect();
+    let name = if name == "up" { "up" } else { "inspect" };
+    Some((name, given))
 }
 
 #[cfg(test)]

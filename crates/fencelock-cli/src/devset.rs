@@ -15,6 +15,8 @@ use serde::{Deserialize, Serialize};
 use crate::exit::{self, Failure};
 use crate::node::Node;
 
+/// How many nodes `up` starts without --count.
+pub(crate) const DEFAULT_COUNT: u16 = 5;
 const STATE_FILE: &str = "dev-nodes.json";
 const NODES_DIR: &str = "dev-nodes";
 /// How long a started node has to answer PING before `up` gives up.
@@ -150,11 +152,28 @@ fn is_zombie(pid: i32) -> bool {
 ///
 /// A failure if redis-server is missing, a port is taken, or a node does not come up; the nodes
 /// started so far are stopped again.
-pub(crate) async fn up(count: u16, port_base: Option<u16>, json: bool) -> anyhow::Result<u8> {
+pub(crate) async fn up(
+    count: u16,
+    asked: bool,
+    port_base: Option<u16>,
+    json: bool,
+) -> anyhow::Result<u8> {
     let path = state_path()?;
     if let Some(state) = load(&path)? {
         let running = state.nodes.iter().filter(|n| is_our_redis(n.pid)).count();
         if running == state.nodes.len() {
+            let first = state.nodes.first().map(|n| n.port);
+            let differs = usize::from(count) != state.nodes.len()
+                || port_base.is_some_and(|p| Some(p) != first);
+            if asked && differs {
+                // Silently keeping the running set would hand the caller nodes it did not ask for.
+                return Err(Failure::usage(format!(
+                    "a dev set of {} node(s) is already up (from port {}); it was kept, and the arguments were not applied: run `fencelock down` first to start another",
+                    state.nodes.len(),
+                    first.map_or_else(|| "?".to_owned(), |p| p.to_string())
+                ))
+                .into());
+            }
             report_up(&state, &path, json, true);
             return Ok(exit::OK);
         }
@@ -167,6 +186,13 @@ pub(crate) async fn up(count: u16, port_base: Option<u16>, json: bool) -> anyhow
         remove_state(&path, &state);
     }
 
+    if count > 1 && count.is_multiple_of(2) {
+        eprintln!(
+            "fencelock: warning: {count} nodes, an even count: its quorum of {} tolerates no more failed nodes than {} would; 3 or 5 are the usual counts",
+            count / 2 + 1,
+            count - 1
+        );
+    }
     let ports = choose_ports(count, port_base)?;
     let root = data_dir()?.join(NODES_DIR);
     let mut state = DevState {

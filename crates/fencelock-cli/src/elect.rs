@@ -29,6 +29,7 @@ pub(crate) async fn elect(
         // The term is the fencing token.
         fencing: true,
         grace: args.grace,
+        min_hold: None,
         hold: Hold::Leader(value),
     };
     crate::run::run(settings, plan).await

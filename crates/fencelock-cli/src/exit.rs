@@ -65,8 +65,9 @@ const TABLE: &[(Option<u8>, &[&str])] = &[
     (
         Some(CONFIG),
         &[
-            "configuration: the nodes refuse the URL's password (wrong or missing), or its ACL user",
-            "lacks permissions; retrying cannot help",
+            "configuration: the nodes refuse the URL's password (wrong or missing), its ACL user",
+            "lacks permissions, its database does not exist, or a TLS certificate is refused (the",
+            "node's, or the client's own); retrying cannot help (doctor too, for such a node)",
         ],
     ),
     (
@@ -158,8 +159,10 @@ pub(crate) fn on_not_acquired(err: anyhow::Error, code: u8) -> anyhow::Error {
     }
 }
 
-/// Turns `run`'s result into the process exit code, printing the error if there is one.
-pub(crate) fn finish(result: anyhow::Result<u8>) -> ExitCode {
+/// Turns `run`'s result into the process exit code, printing the error if there is one: with
+/// `--json`, also as one JSON object on stdout (`{"error": {"code": 69, "message": "..."}}`),
+/// where a program reading the command's JSON looks.
+pub(crate) fn finish(result: anyhow::Result<u8>, json: bool) -> ExitCode {
     match result {
         Ok(code) => ExitCode::from(code),
         Err(err) => {
@@ -167,7 +170,12 @@ pub(crate) fn finish(result: anyhow::Result<u8>) -> ExitCode {
                 .downcast_ref::<Failure>()
                 .map_or(INTERNAL, |failure| failure.code);
             // `{:#}` joins the context chain on one line: "reading x: permission denied".
-            eprintln!("fencelock: error: {err:#}");
+            let message = format!("{err:#}");
+            if json {
+                let value = serde_json::json!({"error": {"code": code, "message": message}});
+                println!("{value}");
+            }
+            eprintln!("fencelock: error: {message}");
             ExitCode::from(code)
         }
     }
@@ -190,8 +198,9 @@ Exit codes:
     75   not acquired: the lock is held by another client (--no-wait, or --wait ran out);
          run -E N exits with N instead
     76   lock lost (run stopped the command), or extend/release with a token that does not hold the lock
-    78   configuration: the nodes refuse the URL's password (wrong or missing), or its ACL user
-         lacks permissions; retrying cannot help
+    78   configuration: the nodes refuse the URL's password (wrong or missing), its ACL user
+         lacks permissions, its database does not exist, or a TLS certificate is refused (the
+         node's, or the client's own); retrying cannot help (doctor too, for such a node)
     126  run: the command could not be executed
     127  run: the command was not found
     128+N run: the command was killed by signal N; demo: interrupted by signal N";

@@ -9,7 +9,9 @@ use tracing_subscriber::EnvFilter;
 fn filter_for(verbose: u8) -> &'static str {
     match verbose {
         0 => "warn",
-        1 => "warn,fencelock=info",
+        // The acquisitions and releases are the library's debug records of these modules: -v
+        // shows them, without the rest of the debug log (-vv).
+        1 => "warn,fencelock=info,fencelock::redis::redlock=debug,fencelock::etcd=debug",
         2 => "warn,fencelock=debug",
         _ => "warn,fencelock=trace",
     }

@@ -40,8 +40,6 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
-
 // Every line fencelock prints goes through these, which shadow std's macros in every module
 // declared below them (macro_rules! scope is textual): a write to a closed stdout or stderr
 // (`fencelock ... 2>&1 | head -c 100`) is dropped instead of panicking as std's do (exit 101).
@@ -97,7 +95,26 @@ fn main() -> ExitCode {
         return code;
     }
     // clap prints its own usage errors and exits with 2, and 0 for --help and --version.
-    let cli = Cli::parse();
+    let matches = <Cli as clap::CommandFactory>::command().get_matches();
+    let cli = match <Cli as clap::FromArgMatches>::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
+    if let Some((command, given)) = cli::meaningless_flags(&matches) {
+        if !given.is_empty() {
+            eprintln!(
+                "fencelock: error: `{command}` takes no {}: {}; give them to the commands that take locks",
+                given.join(", "),
+                if command == "up" {
+                    "it starts local nodes with their own settings"
+                } else {
+                    "it only reads what the nodes hold"
+                }
+            );
+            return ExitCode::from(exit::USAGE);
+        }
+    }
+    let json = cli.global.json;
     logging::install(cli.global.verbose);
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -109,14 +126,16 @@ fn main() -> ExitCode {
             return ExitCode::from(exit::INTERNAL);
         }
     };
-    exit::finish(runtime.block_on(run(cli)))
+    exit::finish(runtime.block_on(run(cli)), json)
 }
 
 async fn run(cli: Cli) -> anyhow::Result<u8> {
     let global = &cli.global;
     match cli.command {
         Command::Up(args) => {
-            devset::up(up_count(global, &args)?, args.port_base, global.json).await
+            let asked =
+                args.count.is_some() || !global.nodes.is_empty() || args.port_base.is_some();
+            devset::up(up_count(global, &args)?, asked, args.port_base, global.json).await
         }
         Command::Down => devset::down(global.json).await,
         Command::Completions(args) => Ok(manual::completions(args.shell)),
@@ -139,12 +158,20 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
         }
         Command::Acquire(args) => {
             let settings = settings::resolve(global)?;
-            let wait = settings::wait_mode(false, args.wait, settings::WaitMode::NoWait)?;
+            let wait = settings::wait_mode(args.no_wait, args.wait, settings::WaitMode::NoWait)?;
             lockcmds::acquire(&settings, &args.resource, wait, args.fencing, global.json).await
         }
         Command::Extend(args) => {
             let settings = settings::resolve(global)?;
-            lockcmds::extend(&settings, &args.resource, &args.token, global.json).await
+            let ttl_given = global.ttl.is_some();
+            lockcmds::extend(
+                &settings,
+                &args.resource,
+                &args.token,
+                ttl_given,
+                global.json,
+            )
+            .await
         }
         Command::Release(args) => {
             let settings = settings::resolve(global)?;
@@ -162,7 +189,7 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
 /// `up --count 5`.
 fn up_count(global: &cli::Global, args: &cli::UpArgs) -> Result<u16, Failure> {
     match global.nodes.as_slice() {
-        [] => Ok(args.count),
+        [] => Ok(args.count.unwrap_or(devset::DEFAULT_COUNT)),
         [n] => n.parse::<u16>().ok().filter(|n| (1..=64).contains(n)).ok_or_else(|| {
             Failure::usage(format!(
                 "`up --nodes {n}`: with up, --nodes is the number of nodes to start (1 to 64), e.g. fencelock up --nodes 5"
@@ -184,6 +211,7 @@ async fn run_command(global: &cli::Global, args: cli::RunArgs) -> anyhow::Result
         wait,
         fencing: args.fencing,
         grace: args.grace,
+        min_hold: args.min_hold,
         hold: hold::Hold::of_run(args.permits, args.shared),
     };
     let metrics = args

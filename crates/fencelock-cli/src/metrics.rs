@@ -25,6 +25,8 @@ pub(crate) fn install() -> anyhow::Result<PrometheusHandle> {
     let handle = recorder.handle();
     metrics::set_global_recorder(recorder)
         .map_err(|e| anyhow::anyhow!("cannot install the metrics recorder: {e}"))?;
+    // The `# HELP` lines: what each series means, in the file itself.
+    fencelock::telemetry::describe();
     Ok(handle)
 }
 
@@ -63,6 +65,13 @@ impl MetricsFile {
     ///
     /// When `PATH.tmp` cannot be created (naming it and why).
     pub(crate) fn create(path: &Path) -> anyhow::Result<MetricsFile> {
+        if path.is_dir() {
+            anyhow::bail!(crate::exit::Failure::usage(format!(
+                "--metrics-file {}: it is a directory; give a file path in it, e.g. {}",
+                path.display(),
+                path.join("fencelock.prom").display()
+            )));
+        }
         let mut tmp = path.as_os_str().to_owned();
         tmp.push(".tmp");
         let tmp = PathBuf::from(tmp);
@@ -93,6 +102,10 @@ impl MetricsFile {
             .write_all(render(&self.handle).as_bytes())
             .and_then(|()| self.file.sync_all())
             .and_then(|()| std::fs::rename(&self.tmp, &self.path));
+        if written.is_err() {
+            // Nothing is left behind that a textfile collector would read as stale metrics.
+            let _ = std::fs::remove_file(&self.tmp);
+        }
         written.with_context(|| format!("--metrics-file {}: cannot write it", self.path.display()))
     }
 }

@@ -166,6 +166,19 @@ impl Node {
     ///
     /// A one-line description of why the node could not be reached.
     pub(crate) async fn connect(&self, timeout: Duration) -> Result<Conn, String> {
+        self.connect_why(timeout).await.map_err(|e| e.to_string())
+    }
+
+    /// [`Node::connect`], with the failure's cause (a refused password, a database the node
+    /// lacks, a client certificate refused...).
+    ///
+    /// # Errors
+    ///
+    /// Why the node could not be reached or refused this client.
+    pub(crate) async fn connect_why(
+        &self,
+        timeout: Duration,
+    ) -> Result<Conn, fencelock::NodeError> {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(timeout))
             .set_response_timeout(Some(timeout));
@@ -174,8 +187,9 @@ impl Node {
             .get_multiplexed_async_connection_with_config(&config);
         match tokio::time::timeout(timeout, fut).await {
             Ok(Ok(con)) => Ok(Conn { con, timeout }),
-            Ok(Err(e)) => Err(describe(&e)),
-            Err(_) => Err(format!("no connection within {timeout:?}")),
+            Ok(Err(e)) if e.is_timeout() => Err(describe(&e).into()),
+            Ok(Err(e)) => Err(fencelock::NodeError::from_driver_error(&e)),
+            Err(_) => Err(format!("no connection within {timeout:?}").into()),
         }
     }
 }
@@ -210,6 +224,23 @@ impl Conn {
             Ok(Ok(value)) => Ok((value, start.elapsed())),
             Ok(Err(e)) => Err(describe(&e)),
             Err(_) => Err(format!("no answer within {:?}", self.timeout)),
+        }
+    }
+
+    /// Sends one command; a failure keeps its cause (out of memory, a replica...).
+    ///
+    /// # Errors
+    ///
+    /// As [`Conn::query_timed`], as a [`fencelock::NodeError`].
+    pub(crate) async fn query_why<T: FromRedisValue>(
+        &mut self,
+        cmd: &redis::Cmd,
+    ) -> Result<T, fencelock::NodeError> {
+        match tokio::time::timeout(self.timeout, cmd.query_async::<T>(&mut self.con)).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(e)) if e.is_timeout() => Err(describe(&e).into()),
+            Ok(Err(e)) => Err(fencelock::NodeError::from_driver_error(&e)),
+            Err(_) => Err(format!("no answer within {:?}", self.timeout).into()),
         }
     }
 

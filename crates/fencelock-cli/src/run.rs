@@ -43,6 +43,8 @@ pub(crate) struct RunPlan {
     pub(crate) wait: WaitMode,
     pub(crate) fencing: bool,
     pub(crate) grace: Option<Duration>,
+    /// `--min-hold`: the lock is not released sooner than this after the grant.
+    pub(crate) min_hold: Option<Duration>,
     /// What the command runs under: the exclusive lock, a shared lock, a permit, or the
     /// leadership.
     pub(crate) hold: Hold,
@@ -194,7 +196,8 @@ fn start_command(
 /// # Errors
 ///
 /// 75 not acquired, 69 nodes unavailable, 76 lock lost (the command was stopped), 126/127 the
-/// command could not be started, 2 bad arguments.
+/// command could not be started, 2 bad arguments or a resource key that holds no lock; 128 + N
+/// (as `Ok`) for a signal N while waiting for the lock.
 pub(crate) async fn run(settings: &Settings, plan: RunPlan) -> anyhow::Result<u8> {
     let ttl = settings.ttl;
     let grace = plan.grace.unwrap_or_else(|| default_grace(ttl));
@@ -210,11 +213,22 @@ pub(crate) async fn run(settings: &Settings, plan: RunPlan) -> anyhow::Result<u8
     // Orphans of the command's processes come to us if the guard itself is killed.
     guard::become_subreaper();
     let client = settings.client(plan.fencing).await?;
-    let lock = plan
-        .hold
-        .take(&client, settings, resource, plan.wait)
-        .await?;
+    // A signal ends the wait at once: a stop by systemd or Kubernetes must not hang behind the
+    // holder. Dropping the wait takes it out of the line (`Client::close` waits for that), and
+    // the command never starts.
+    let lock = tokio::select! {
+        biased;
+        sig = signals.recv() => return Ok(stopped_waiting(&client, resource, sig).await),
+        lock = plan.hold.take(&client, settings, resource, plan.wait) => lock?,
+    };
+    // A signal that came with the grant: the command must not start either.
+    if let Some(sig) = signals.pending() {
+        let _ = lock.release().await;
+        return Ok(stopped_waiting(&client, resource, sig).await);
+    }
 
+    // No later than the grant: the minimum hold counts from here.
+    let granted_at = Instant::now();
     // The library's extension engine keeps the lock from here on; its lost signal fires at
     // the kill time (the margin), or at once when no quorum holds the lock any more.
     let lock = lock.auto_extend(
@@ -260,10 +274,48 @@ pub(crate) async fn run(settings: &Settings, plan: RunPlan) -> anyhow::Result<u8
 
     let status =
         status.map_err(|e| Failure::internal(format!("waiting for the command failed: {e}")))?;
-    let code = release_after_exit(lock, resource, status_code(status), ttl).await;
+    let code = status_code(status);
+    if let Some(min_hold) = plan.min_hold {
+        let until = granted_at + min_hold;
+        if !hold_until(&lock, until, &mut signals, resource).await {
+            // Stopped during the minimum hold: the lock is left to expire, not released.
+            std::mem::forget(lock);
+            return Ok(code);
+        }
+    }
+    let code = release_after_exit(lock, resource, code, ttl).await;
     // The release returned at a quorum: let it reach the other nodes before the process ends.
     client.close().await;
     Ok(code)
+}
+
+/// `--min-hold`: keeps the (auto-extended) lock until `until`. False when a signal ended the
+/// wait first: the caller then leaves the lock to expire, as no release may come before
+/// `until`. A lock lost meanwhile is reported, and the wait ends.
+async fn hold_until(
+    lock: &LockGuard,
+    until: Instant,
+    signals: &mut Signals,
+    resource: &str,
+) -> bool {
+    let lost = lock.lost();
+    tokio::select! {
+        () = tokio::time::sleep_until(until.into()) => true,
+        () = lost.fired() => {
+            eprintln!(
+                "fencelock: warning: lock {resource:?} was lost during --min-hold, {} before its end: another run may start before then",
+                human(until.saturating_duration_since(Instant::now()))
+            );
+            true
+        }
+        sig = signals.recv() => {
+            eprintln!(
+                "fencelock: {} during --min-hold: lock {resource:?} is left to expire by its TTL",
+                signal_name(sig)
+            );
+            false
+        }
+    }
 }
 
 /// The program and its arguments.
@@ -289,6 +341,26 @@ async fn let_go(lock: LockGuard, client: &Client) {
     client.close().await;
 }
 
+/// After a signal while waiting: the place in line and any lock let go, the exit code a shell
+/// gives a process killed by `sig` (128 + N).
+async fn stopped_waiting(client: &Client, resource: &str, sig: i32) -> u8 {
+    client.close().await;
+    eprintln!(
+        "fencelock: {} while waiting for lock {resource:?}: stopped waiting; the command was not run",
+        signal_name(sig)
+    );
+    128u8.saturating_add(u8::try_from(sig).unwrap_or(127))
+}
+
+fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        libc::SIGINT => "SIGINT",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGHUP => "SIGHUP",
+        _ => "a signal",
+    }
+}
+
 /// The signals `run` passes on to its command.
 struct Signals {
     int: tokio::signal::unix::Signal,
@@ -303,6 +375,20 @@ impl Signals {
             term: signal(SignalKind::terminate())?,
             hup: signal(SignalKind::hangup())?,
         })
+    }
+
+    /// The next of them to arrive.
+    async fn recv(&mut self) -> i32 {
+        tokio::select! {
+            _ = self.int.recv() => libc::SIGINT,
+            _ = self.term.recv() => libc::SIGTERM,
+            _ = self.hup.recv() => libc::SIGHUP,
+        }
+    }
+
+    /// One that already arrived, without waiting.
+    fn pending(&mut self) -> Option<i32> {
+        futures_util::FutureExt::now_or_never(self.recv())
     }
 }
 

@@ -111,7 +111,18 @@ impl Settings {
 /// Opens the connections before the first real round: this process lives for one command, so
 /// without it every command would spend part of its first per-node timeout connecting.
 async fn warm_up(client: &fencelock::Client) {
-    let votes = client.connect().await;
+    let n = client.nodes().len();
+    // Redis nodes only: an etcd cluster is one voter, whatever its members.
+    if n > 1 && n.is_multiple_of(2) && client.quorum() > 1 {
+        eprintln!(
+            "fencelock: warning: {n} nodes, an even count: a quorum of {} tolerates no more failed nodes than {} would; use 3 or 5 (`fencelock doctor` says the same)",
+            client.quorum(),
+            n - 1
+        );
+    }
+    // A quorum is enough to start: a node that does not answer (paused) would otherwise add the
+    // whole connect timeout to every command.
+    let votes = client.connect_quorum().await;
     tracing::info!(%votes, "connected");
     // A node that refuses our credentials would go unnoticed while the others grant; when none
     // grants, the command's error names the refusal instead.
@@ -222,10 +233,14 @@ fn resolve_nodes(
 ) -> Result<(Vec<String>, Source), Failure> {
     let (nodes, source) = if !global.nodes.is_empty() {
         (clean_list(&global.nodes), Source::Flag)
-    } else if let Some(env) = std::env::var("FENCELOCK_NODES")
-        .ok()
-        .filter(|v| !v.trim().is_empty())
-    {
+    } else if let Ok(env) = std::env::var("FENCELOCK_NODES") {
+        // Set but empty is a mistake (a variable of a template left blank), not a wish for the
+        // dev set: falling back would lock on whatever nodes `up` left on this machine.
+        if env.trim().is_empty() {
+            return Err(Failure::usage(
+                "FENCELOCK_NODES is set but empty; give it node URLs (redis://host:6379,...), or unset it to use the config file or the dev set of `fencelock up`",
+            ));
+        }
         let list: Vec<String> = env.split(',').map(str::to_owned).collect();
         (clean_list(&list), Source::Env)
     } else if let (Some(nodes), Some(path)) = (file.nodes.as_ref(), file_path) {

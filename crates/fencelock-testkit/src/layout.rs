@@ -94,7 +94,11 @@ fn paths_after<'a>(code: &'a str, prefix: &str) -> Vec<&'a str> {
 }
 
 /// Each module's imports of other modules of the crate (not of its own ancestors: a child
-/// naming its parent's items is how Rust nests, not a layer crossing).
+/// naming its parent's items is how Rust nests, not a layer crossing), and an edge from each
+/// module below the root to each of its children: a parent is made of its children (it
+/// declares them and reaches them by relative paths, `child::f`, that name no `crate::`), so a
+/// child that imports a module importing the parent closes a circle
+/// (`a::b -> c -> a -> a::b`).
 pub fn imports(mods: &BTreeMap<String, String>) -> BTreeMap<&str, BTreeSet<&str>> {
     let deepest = |path: &str| -> Option<&str> {
         let segs: Vec<&str> = path.trim_end_matches("::").split("::").collect();
@@ -124,6 +128,16 @@ pub fn imports(mods: &BTreeMap<String, String>) -> BTreeMap<&str, BTreeSet<&str>
             }
         }
         graph.insert(name.as_str(), to);
+    }
+    for name in mods.keys() {
+        if let Some((parent, _)) = name.rsplit_once("::") {
+            if let Some((parent, _)) = mods.get_key_value(parent) {
+                graph
+                    .entry(parent.as_str())
+                    .or_default()
+                    .insert(name.as_str());
+            }
+        }
     }
     graph
 }
@@ -213,12 +227,29 @@ mod tests {
         let mods = crate_of("fn g() { crate::a::h(); }");
         let graph = imports(&mods);
         assert_eq!(graph["a"], BTreeSet::from(["b::x"]));
-        assert_eq!(graph["b"], BTreeSet::from(["c"]));
+        assert_eq!(graph["b"], BTreeSet::from(["b::x", "c"]));
         assert_eq!(graph["b::x"], BTreeSet::from(["c"]));
         assert_eq!(cycle(&graph), Some(vec!["a", "b::x", "c", "a"]));
         assert_eq!(cycles(&graph), vec![vec!["a", "b::x", "c", "a"]]);
         let mods = crate_of("");
         assert_eq!(cycle(&imports(&mods)), None);
+    }
+
+    #[test]
+    fn a_circle_through_a_parent_and_its_child_is_found() {
+        // a::b imports c, c imports a, and a is made of a::b: the circle has no `crate::` edge
+        // from a to a::b, only the nesting.
+        let mods: BTreeMap<String, String> = [
+            ("a", "fn f() { b::g(); }"),
+            ("a::b", "use crate::c::h;"),
+            ("c", "use crate::a::f;"),
+        ]
+        .into_iter()
+        .map(|(n, c)| (n.to_string(), code(c)))
+        .collect();
+        let graph = imports(&mods);
+        assert_eq!(graph["a"], BTreeSet::from(["a::b"]));
+        assert_eq!(cycle(&graph), Some(vec!["a", "a::b", "c", "a"]));
     }
 
     #[test]

@@ -111,6 +111,16 @@ impl Backend {
         }
     }
 
+    /// Opens every node's connection now, returning once a quorum is connected (Redis); etcd
+    /// connects on first use.
+    pub(crate) async fn connect_quorum(&self) -> Votes {
+        match self {
+            Backend::Redis(r) => r.connect_quorum().await,
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(_) => Votes::default(),
+        }
+    }
+
     /// Opens every node's connection now (Redis); etcd connects on first use.
     pub(crate) async fn connect(&self) -> Votes {
         match self {

@@ -82,6 +82,10 @@ impl std::fmt::Debug for Client {
 impl Client {
     /// Builds a client. No I/O happens here: connections open on first use.
     ///
+    /// An even number of Redis nodes is accepted, and works, but buys nothing: 4 nodes need a
+    /// quorum of 3 and tolerate one failed node, as 3 nodes do. Use 3 or 5. The `fencelock` CLI
+    /// warns once per command about an even count, and `fencelock doctor` reports it.
+    ///
     /// # Errors
     ///
     /// [`Error::InvalidConfig`] when the configuration is unusable: no nodes, a URL that does not
@@ -138,6 +142,18 @@ impl Client {
     /// Cancel-safe: connections still opening keep opening in the background.
     pub async fn connect(&self) -> Votes {
         self.inner.backend.connect().await
+    }
+
+    /// As [`connect`](Client::connect), but returns once a quorum of nodes is connected: one
+    /// node that does not answer (paused, or behind a dropped route) does not cost every
+    /// short-lived process the whole connect timeout. The votes of the nodes still connecting
+    /// are pending.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: connections still opening keep opening in the background.
+    pub async fn connect_quorum(&self) -> Votes {
+        self.inner.backend.connect_quorum().await
     }
 
     /// The backend, for the methods that take locks (`acquire.rs`).

@@ -58,8 +58,23 @@ impl NodeAddr {
         let scheme = match scheme_str.to_ascii_lowercase().as_str() {
             "redis" => Scheme::Redis,
             "rediss" => Scheme::RedisTls,
-            "etcd" | "http" => Scheme::Etcd,
-            "etcds" | "https" => Scheme::EtcdTls,
+            "etcd" => Scheme::Etcd,
+            "etcds" => Scheme::EtcdTls,
+            // Taken as etcd once, which sent a Redis or web server's address to the etcd
+            // client: the scheme must name the backend.
+            "http" | "https" => {
+                let tls = if scheme_str.eq_ignore_ascii_case("https") {
+                    "s"
+                } else {
+                    ""
+                };
+                return Err(Error::config(
+                    what(),
+                    format!(
+                        "{scheme_str}:// does not say which server it is; for an etcd member write etcd{tls}://host:port, for a Redis node redis{tls}://host:port"
+                    ),
+                ));
+            }
             other => {
                 return Err(Error::config(
                     what(),
@@ -246,6 +261,8 @@ mod tests {
         for (url, why) in [
             ("127.0.0.1:6379", "no scheme"),
             ("http2://h:1", "unknown scheme"),
+            ("http://h:2379", "for an etcd member write etcd://host:port"),
+            ("https://h:2379", "etcds://host:port"),
             ("redis://:6379", "host is missing"),
             ("redis://h:99999/0", "port"),
             ("redis://h:abc/0", "port"),

@@ -74,11 +74,13 @@
 //! [`READ_EXTEND_SCRIPT`]): they keep the marker's TTL in step with the set. Readers wait in the
 //! mutex's line ([`queue_key`]); a reader's waiter id has an `r` right after the dot (writers'
 //! ids must not). In fencing mode a write lock records its fencing token in [`writer_key`]
-//! (`fencelock:writer:<resource>`, no TTL) with [`WRITE_RECORD_SCRIPT`] before it is granted;
-//! a read acquisition reports it.
+//! (`fencelock:writer:<resource>`, living [`RECORD_LIFETIME_TTLS`] lock TTLs after the last
+//! record) and in the node's [`WRITER_MAX_KEY`] (no TTL) with [`WRITE_RECORD_SCRIPT`] before it
+//! is granted; a read acquisition reports the resource's record, or the node's largest when the
+//! resource's expired.
 
 pub use crate::election::{election_key, leaders_key};
-pub use crate::pure::readers::{readers_key, writer_key};
+pub use crate::pure::readers::{readers_key, writer_key, RECORD_LIFETIME_TTLS, WRITER_MAX_KEY};
 pub use crate::semaphore::{permit_key, permit_line};
 
 /// The value of a lock key while readers hold it: no owner token equals it, so every
@@ -86,9 +88,10 @@ pub use crate::semaphore::{permit_key, permit_line};
 pub const READERS_MARKER: &str = crate::pure::readers::READERS_MARKER;
 
 /// The read acquisition script (Lua). KEYS: the lock key, [`readers_key`], [`writer_key`],
-/// [`queue_key`], [`lease_key`], [`waiting_key`]. ARGV: the reader's owner token, TTL in ms[,
-/// its waiter id, ticket, lease in ms, how long the line outlives it in ms]. Replies
-/// `{granted (1 or 0), writer record (decimal, '0' if none)}`.
+/// [`queue_key`], [`lease_key`], [`waiting_key`], [`WRITER_MAX_KEY`]. ARGV: the reader's owner
+/// token, TTL in ms[, its waiter id, ticket, lease in ms, how long the line outlives it in ms].
+/// Replies `{granted (1 or 0), writer record (decimal; the node's largest when the resource's
+/// expired, '0' if none)}`.
 pub const READ_ACQUIRE_SCRIPT: &str = crate::redis::scripts::READ_ACQUIRE_LUA;
 
 /// The read extension script (Lua). KEYS: the lock key, [`readers_key`]. ARGV: owner token, TTL
@@ -100,9 +103,9 @@ pub const READ_EXTEND_SCRIPT: &str = crate::redis::scripts::READ_EXTEND_LUA;
 /// entry was live), or `{1 or 0, subscribers woken}`.
 pub const READ_RELEASE_SCRIPT: &str = crate::redis::scripts::READ_RELEASE_LUA;
 
-/// The writer's record script (Lua). KEYS: the lock key, [`writer_key`]. ARGV: the writer's
-/// owner token, its fencing token (decimal). Replies 1 when recorded, 0 when the key is not the
-/// writer's.
+/// The writer's record script (Lua). KEYS: the lock key, [`writer_key`], [`WRITER_MAX_KEY`].
+/// ARGV: the writer's owner token, its fencing token (decimal), the record's lifetime in ms.
+/// Replies 1 when recorded, 0 when the key is not the writer's.
 pub const WRITE_RECORD_SCRIPT: &str = crate::redis::scripts::WRITE_RECORD_LUA;
 
 /// The key of a node's fence counter (a decimal integer, no TTL), one per node, shared by every

@@ -47,8 +47,12 @@ use crate::scoped::Scoped;
 /// gets in ahead of it.
 ///
 /// **The last writer's token.** In fencing mode, a write lock, once its token is issued, records
-/// it in the key [`writer_key`](crate::protocol::writer_key) (`fencelock:writer:<resource>`, no TTL) on every node where it
-/// still owns the lock key; a quorum must take it before the write lock is granted. A reader's
+/// it in the key [`writer_key`](crate::protocol::writer_key) (`fencelock:writer:<resource>`) on every node where it
+/// still owns the lock key; a quorum must take it before the write lock is granted. The record
+/// lives [`RECORD_LIFETIME_TTLS`](crate::protocol::RECORD_LIFETIME_TTLS) lock TTLs after its
+/// last write, so that node state does not grow with the names used; each record also raises
+/// the node's largest record ([`WRITER_MAX_KEY`](crate::protocol::WRITER_MAX_KEY), one key per
+/// node, no TTL), which a reader reads where its resource's record expired. A reader's
 /// acquisition reads the record on each node that grants it, and
 /// [`Lock::last_writer_token`] is the largest its granting quorum reported. What it
 /// guarantees, while the nodes keep their data (no restart without persistence, no eviction) and
@@ -56,7 +60,8 @@ use crate::scoped::Scoped;
 /// that was granted before this read lock's acquisition began** (that writer's quorum and the
 /// reader's meet on a node that recorded it before granting the reader), and it is the token of
 /// a writer that had been issued one before the read lock was granted (0 if none was recorded);
-/// that writer may be one whose write lock then failed after recording on a minority of nodes.
+/// that writer may be one whose write lock then failed after recording on a minority of nodes,
+/// or, once the resource's record expired on a granting node, a writer of another resource.
 /// So data read under the lock whose fence row carries at least that token is no older than
 /// every write made under those write locks. A node that restarts without its data forgets the
 /// records: a reader it grants may then report an older token (never a newer one), which the

@@ -24,6 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::{Error, ErrorKind, LostCause};
+use crate::pure::node_error::FailureCause;
 use crate::pure::vote::{VoteOutcome, Votes};
 
 /// Histogram, seconds: one per acquisition call (`try_acquire*`, `acquire*`, a waiter's call, a
@@ -76,6 +77,64 @@ pub const ALL: [&str; 10] = [
     FENCING_TOKENS_TOTAL,
 ];
 
+/// Each metric's help text, as Prometheus's `# HELP` line shows it: one line per name of
+/// [`ALL`], in its order.
+pub const HELP: [(&str, &str); 10] = [
+    (
+        ACQUIRE_SECONDS,
+        "Acquisition calls, from the call to its result, by outcome and mode.",
+    ),
+    (
+        WAIT_SECONDS,
+        "Acquisitions that waited (their first attempt was refused), until the grant or giving up.",
+    ),
+    (
+        HANDOVER_SECONDS,
+        "Hand-overs in the waiting line, from the wake-up to the grant that followed it.",
+    ),
+    (
+        EXTENSIONS_TOTAL,
+        "Extensions, by outcome and how (auto or manual).",
+    ),
+    (
+        LOCKS_LOST_TOTAL,
+        "Auto-extended locks whose lost signal fired, by cause.",
+    ),
+    (
+        RELEASES_TOTAL,
+        "Releases, by outcome (dropped: released in the background).",
+    ),
+    (
+        NODE_VOTES_TOTAL,
+        "Per-node votes, by node, operation and outcome.",
+    ),
+    (
+        NODE_VOTE_SECONDS,
+        "Per-node answer latency, by node and operation.",
+    ),
+    (
+        FENCED_WRITES_TOTAL,
+        "Fenced writes judged by a storage fence, by outcome and storage.",
+    ),
+    (
+        FENCING_TOKENS_TOTAL,
+        "Fencing tokens issued on Redis nodes, by path.",
+    ),
+];
+
+/// Gives the installed recorder each metric's help text ([`HELP`]), so that an exporter prints
+/// it (`# HELP` in Prometheus's text format). Call it once after installing the recorder.
+#[cfg(feature = "metrics")]
+pub fn describe() {
+    for (name, help) in HELP {
+        if name.ends_with("_seconds") {
+            metrics::describe_histogram!(name, metrics::Unit::Seconds, help);
+        } else {
+            metrics::describe_counter!(name, help);
+        }
+    }
+}
+
 /// What one client records: whether metrics carry the resource, and its per-node handles.
 #[derive(Debug)]
 pub(crate) struct Telemetry {
@@ -125,7 +184,21 @@ impl NodeHealth {
             VoteOutcome::TimedOut | VoteOutcome::Failed(_) => Some(false),
             _ => Some(true),
         };
-        self.observe(i, &vote.node, answered, &vote.outcome);
+        // A node that answered with a refusal of a known cause (out of memory, a replica...)
+        // runs: its warning gives the cure of that cause.
+        let refusal = match &vote.outcome {
+            VoteOutcome::Failed(e)
+                if !matches!(e.cause(), FailureCause::Refused | FailureCause::Other) =>
+            {
+                Some(e.hint())
+            }
+            _ => None,
+        };
+        let why: &dyn std::fmt::Display = match &vote.outcome {
+            VoteOutcome::Failed(e) if refusal.is_some() => e,
+            outcome => outcome,
+        };
+        self.observe_with(i, &vote.node, answered, why, refusal);
     }
 
     /// Node `i` (named `node`) answered (`Some(true)`), failed or timed out (`Some(false)`
@@ -136,6 +209,18 @@ impl NodeHealth {
         node: &str,
         answered: Option<bool>,
         why: &dyn std::fmt::Display,
+    ) {
+        self.observe_with(i, node, answered, why, None);
+    }
+
+    /// [`observe`](Self::observe), with the cure of a refusal whose cause is known.
+    fn observe_with(
+        &self,
+        i: usize,
+        node: &str,
+        answered: Option<bool>,
+        why: &dyn std::fmt::Display,
+        refusal: Option<&str>,
     ) {
         let (Some(answered), Some(state)) = (answered, self.state.get(i)) else {
             return;
@@ -161,6 +246,14 @@ impl NodeHealth {
                     .iter()
                     .filter(|s| s.load(Ordering::Relaxed) == UP)
                     .count();
+                if let Some(cure) = refusal {
+                    return tracing::warn!(
+                        node,
+                        "node {node} refused the request ({why}); {up} of {} node(s) answer, a lock needs {}: {cure}",
+                        self.state.len(),
+                        self.quorum,
+                    );
+                }
                 tracing::warn!(
                     node,
                     "node {node} did not answer ({why}); {up} of {} node(s) answer, a lock needs {}: check that the node runs and that its address is right (`fencelock doctor`), or replace it in the node list",

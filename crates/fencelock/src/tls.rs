@@ -268,6 +268,24 @@ pub(crate) fn install_crypto_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
+/// What a `rediss://` connection to a node that answered in plain text fails with: the words
+/// `describe` recognizes and the vote shows.
+pub(crate) const PLAINTEXT_NODE: &str = "the node answers in plain text, not TLS: use redis:// for it, or enable TLS on the node (tls-port)";
+
+/// The client's own TLS library refused its settings (the driver's `InvalidClientConfig`), before
+/// any byte reached the node: rustls's words and what they mean.
+pub(crate) fn client_config_failure(text: &str) -> NodeError {
+    let said = text
+        .find("invalid peer certificate: ")
+        .map_or(text, |at| &text[at..]);
+    let meaning = if said.contains("UnsupportedCertVersion") {
+        "this client's own certificate (--tls-cert, TlsConfig::with_client_cert_file) is an X.509 v1 certificate, which the client's TLS library does not accept: reissue it as v3 (with extensions, e.g. `openssl x509 -req ... -extfile` with basicConstraints=CA:FALSE)"
+    } else {
+        "the client's own TLS library refused its certificate or key (--tls-cert, --tls-key, TlsConfig::with_client_cert_file): check that they are a v3 certificate and its private key"
+    };
+    NodeError::new(FailureCause::Tls, format!("{said} ({meaning})"))
+}
+
 /// A TLS handshake failure in a driver's error text (rustls's words, as the Redis driver and
 /// the etcd client pass them on), described with what it means; `None` for any other error.
 pub(crate) fn handshake_failure(text: &str) -> Option<NodeError> {

@@ -474,3 +474,49 @@ async fn without_quarantine_the_restarted_node_lets_a_second_client_in() {
         .await
         .expect("without quarantine B gets the lock A still holds");
 }
+
+/// Issue 29 item 3: every node loses its script cache (SCRIPT FLUSH) while a batch of
+/// auto-extended locks (two mutex locks and a read lock, extended together in one pipeline per
+/// node) is held: the batch meets NOSCRIPT, loads the scripts and goes on; no lock is lost.
+#[tokio::test]
+async fn a_script_flush_on_every_node_does_not_stop_the_batched_extensions() {
+    let nodes = RedisNodes::start(3).unwrap();
+    let c = Client::new(config(&nodes, 1_000)).unwrap();
+    let settings = AutoExtend::new();
+    let a = c
+        .try_acquire("flush:a")
+        .await
+        .unwrap()
+        .auto_extend(settings.clone());
+    let b = c
+        .try_acquire("flush:b")
+        .await
+        .unwrap()
+        .auto_extend(settings.clone());
+    let r = c
+        .rwlock("flush:r")
+        .unwrap()
+        .try_read()
+        .await
+        .unwrap()
+        .auto_extend(settings);
+    let lost = [a.lost(), b.lost(), r.lost()];
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for n in nodes.iter() {
+        n.cli(&["SCRIPT", "FLUSH"]).unwrap();
+    }
+    // Three TTLs after the flush: every extension since met an empty cache first.
+    tokio::time::sleep(Duration::from_millis(3_000)).await;
+    for (signal, name) in lost.iter().zip(["flush:a", "flush:b", "flush:r"]) {
+        assert!(!signal.is_fired(), "{name} was lost after the flush");
+    }
+    for n in nodes.iter() {
+        for key in ["flush:a", "flush:b", "flush:r"] {
+            let pttl: i64 = n.cli(&["PTTL", key]).unwrap().trim().parse().unwrap();
+            assert!(pttl > 0, "{key} on {}: PTTL {pttl}", n.url());
+        }
+    }
+    a.release().await.unwrap();
+    b.release().await.unwrap();
+    r.release().await.unwrap();
+}

@@ -253,3 +253,86 @@ async fn a_node_still_loading_its_data_is_named_and_retryable() {
     assert!(text.contains("still loading its dataset"), "{text}");
     assert!(err.is_retryable(), "{text}");
 }
+
+#[tokio::test]
+async fn a_key_of_another_type_is_named() {
+    let node = RedisNode::start().unwrap();
+    node.cli(&["RPUSH", "job", "not-a-lock"]).unwrap();
+    // A script that reads the key meets the list (a plain SET NX only finds the name taken):
+    // the release of a token, as `fencelock release` sends it.
+    let err = client(vec![node.url()])
+        .release_token("job", "0123456789abcdef0123456789abcdef")
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    assert_eq!(causes(&err), [FailureCause::WrongType], "{text}");
+    assert!(
+        text.contains("the key holds data of another type, not a lock (WRONGTYPE)")
+            && text.contains("choose another resource name"),
+        "{text}"
+    );
+    assert!(!text.contains("reachable"), "{text}");
+}
+
+#[tokio::test]
+async fn a_node_whose_snapshot_failed_is_named() {
+    let node = RedisNode::start_with(
+        RedisOptions::new().extra_args(vec!["--enable-protected-configs".into(), "yes".into()]),
+    )
+    .unwrap();
+    // A snapshot into a directory that is gone fails, and a node with save points then stops
+    // taking writes (stop-writes-on-bgsave-error, on by default).
+    let gone = tempfile::tempdir().unwrap();
+    node.cli(&["CONFIG", "SET", "dir", gone.path().to_str().unwrap()])
+        .unwrap();
+    node.cli(&["CONFIG", "SET", "save", "3600 1"]).unwrap();
+    drop(gone);
+    node.cli(&["BGSAVE"]).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !node
+        .cli(&["INFO", "persistence"])
+        .unwrap()
+        .contains("rdb_last_bgsave_status:err")
+    {
+        assert!(Instant::now() < deadline, "the snapshot did not fail");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let err = client(vec![node.url()])
+        .try_acquire("job")
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    assert_eq!(causes(&err), [FailureCause::WritesStopped], "{text}");
+    assert!(
+        text.contains("refuses writes because its last snapshot failed (MISCONF)")
+            && text.contains("stop-writes-on-bgsave-error"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn a_database_the_node_lacks_is_a_configuration_error_not_retried() {
+    let node = RedisNode::start().unwrap();
+    let url = format!("redis://127.0.0.1:{}/99", node.port());
+    let err = refused_at_once(&client(vec![url])).await;
+    let text = err.to_string();
+    assert_eq!(causes(&err), [FailureCause::NoDatabase], "{text}");
+    assert!(err.needs_config_change() && !err.is_retryable(), "{text}");
+    assert!(
+        text.contains("the URL's database does not exist on the node")
+            && text.contains("redis://host:port/0"),
+        "{text}"
+    );
+}
+
+#[test]
+fn an_http_url_is_not_taken_for_etcd() {
+    for (url, want) in [
+        ("http://127.0.0.1:2379", "etcd://host:port"),
+        ("https://127.0.0.1:2379", "etcds://host:port"),
+    ] {
+        let err = Client::new(Config::new([url])).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
+        assert!(err.to_string().contains(want), "{err}");
+    }
+}

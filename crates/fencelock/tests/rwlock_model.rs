@@ -11,10 +11,12 @@
 //!   guard from the node counters of its granting nodes (`fencing::derive`), writes it back to
 //!   the trusted granting nodes (a quorum must acknowledge), seeds the untrusted ones once it is
 //!   issued, and then **records** the token on the nodes where it still owns the lock key (the
-//!   writer record, a per-resource key without TTL; a quorum must acknowledge). Only then is
-//!   the write lock granted.
+//!   writer record, a per-resource key that lives a multiple of the TTL after the last record,
+//!   and the node's largest record over every resource, without TTL; a quorum must
+//!   acknowledge). Only then is the write lock granted.
 //! * A **reader** is granted on a node when the lock key is free or holds the readers' marker;
-//!   the grant adds its entry to the node's readers and reads the node's writer record. It holds
+//!   the grant adds its entry to the node's readers and reads the node's writer record (the
+//!   node's largest record when the resource's expired: a record may expire at any step). It holds
 //!   when a quorum granted and validity is left; its "last writer token" is the largest record
 //!   its granting nodes reported. While any reader's entry lives on a node, the lock key there
 //!   holds the marker (the scripts keep it exactly as long as the longest live entry), so a
@@ -80,6 +82,9 @@ struct Mutants {
     read_quorum_one: bool,
     /// A writer holds without recording its token.
     no_record: bool,
+    /// A reader that finds no record of its resource (expired) reads 0, not the node's
+    /// largest record.
+    no_record_fallback: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -87,12 +92,17 @@ struct Faults {
     clock_jumps: u8,
     restarts: u8,
     quarantine: bool,
+    /// Writers of other resources on the same nodes (issue 29 item 4): each takes a fresh token
+    /// and records it on one node, raising the node's counter and its largest writer record,
+    /// which a reader of this resource reads once its own record expired.
+    other_resources: u8,
 }
 
 const PAUSES_AND_EXPIRY: Faults = Faults {
     clock_jumps: 0,
     restarts: 0,
     quarantine: true,
+    other_resources: 0,
 };
 
 #[derive(Debug, Clone, Copy)]
@@ -176,8 +186,12 @@ struct Node {
     readers: u8,
     /// The node's fence counter; `None` when the key is missing.
     counter: Option<u8>,
-    /// The resource's writer record; `None` when the key is missing (read as 0).
+    /// The resource's writer record; `None` when the key is missing. It lives a while after
+    /// the last record (a multiple of the lock's TTL), so it may expire at any moment.
     record: Option<u8>,
+    /// The node's largest writer record over every resource (`WRITER_MAX_KEY`, no TTL): read
+    /// when the resource's record is missing (as 0 when this is missing too).
+    latest: Option<u8>,
     quarantined: bool,
     /// The clients acquiring or holding when the node restarted (quarantine only).
     pre: u8,
@@ -221,6 +235,7 @@ fn node_record(node: &mut Node, c: u8, token: u8) -> bool {
         return false;
     }
     node.record = Some(node.record.unwrap_or(0).max(token));
+    node.latest = Some(node.latest.unwrap_or(0).max(token));
     true
 }
 
@@ -245,7 +260,11 @@ fn node_read_acquire(
     ticket: Option<u8>,
     m: &Mutants,
 ) -> (bool, u8) {
-    let record = node.record.unwrap_or(0);
+    let record = match node.record {
+        Some(r) => r,
+        None if m.no_record_fallback => 0,
+        None => node.latest.unwrap_or(0),
+    };
     if let Some(ticket) = ticket {
         match line.iter_mut().find(|w| w.client == c && w.reader) {
             Some(w) => w.live = true,
@@ -339,6 +358,7 @@ struct State {
     clients: [Client; MAX_CLIENTS],
     jumps_left: u8,
     restarts_left: u8,
+    others_left: u8,
     /// The largest token of a completed write grant (0: none yet).
     granted_max: u8,
     /// The largest token issued (for the honest clock of an epoch start).
@@ -356,6 +376,7 @@ impl State {
             }; MAX_CLIENTS],
             jumps_left: cfg.faults.clock_jumps,
             restarts_left: cfg.faults.restarts,
+            others_left: cfg.faults.other_resources,
             granted_max: 0,
             issued_max: 0,
         };
@@ -417,10 +438,11 @@ impl State {
                     (w, _) => name(w as usize - 1).to_string(),
                 };
                 format!(
-                    "n{}[{lock} c={} rec={}{}]",
+                    "n{}[{lock} c={} rec={} max={}{}]",
                     i + 1,
                     n.counter.map_or("none".to_string(), |v| v.to_string()),
-                    n.record.unwrap_or(0),
+                    n.record.map_or("none".to_string(), |v| v.to_string()),
+                    n.latest.unwrap_or(0),
                     if n.quarantined { " q" } else { "" }
                 )
             })
@@ -465,6 +487,10 @@ enum Event {
     ClockJump(usize, usize),
     Restart(usize),
     QuarantineEnds(usize),
+    /// The resource's writer record on a node reaches its TTL.
+    RecordExpires(usize),
+    /// A writer of another resource records its token on a node.
+    OtherResource(usize, u8),
 }
 
 impl fmt::Display for Event {
@@ -506,6 +532,12 @@ impl fmt::Display for Event {
             }
             Event::Restart(i) => write!(f, "n{} restarts WITHOUT its data", i + 1),
             Event::QuarantineEnds(i) => write!(f, "n{}'s quarantine ends", i + 1),
+            Event::RecordExpires(i) => write!(f, "n{}'s writer record expires (TTL)", i + 1),
+            Event::OtherResource(i, t) => write!(
+                f,
+                "a writer of another resource, token {t}, records on n{}",
+                i + 1
+            ),
         }
     }
 }
@@ -875,6 +907,29 @@ fn node_faults(cfg: &Config, s: &State, i: usize, out: &mut Vec<Successor>) {
             out.push((Event::ClockJump(c, i), n, None));
         }
     }
+    if s.nodes[i].record.is_some() {
+        // Its lifetime counts from the last record, not from any holder's validity: it may end
+        // while its writer holds, or long after.
+        let mut n = *s;
+        n.nodes[i].record = None;
+        out.push((Event::RecordExpires(i), n, None));
+    }
+    if s.others_left > 0 && !s.nodes[i].quarantined {
+        // Its token comes from the same node counters: above every token issued so far. It
+        // raises this node's counter (its write-back) and largest record, not this resource's.
+        let t = s.nodes[..cfg.nodes]
+            .iter()
+            .map(|n| n.counter.unwrap_or(0))
+            .fold(s.issued_max, u8::max)
+            + 1;
+        let mut n = *s;
+        n.others_left -= 1;
+        n.issued_max = t;
+        let node = &mut n.nodes[i];
+        node.counter = Some(node.counter.unwrap_or(0).max(t));
+        node.latest = Some(node.latest.unwrap_or(0).max(t));
+        out.push((Event::OtherResource(i, t), n, None));
+    }
     if s.restarts_left > 0 {
         let mut n = *s;
         n.restarts_left -= 1;
@@ -1128,6 +1183,7 @@ fn restart(quarantine: bool) -> Faults {
         clock_jumps: 0,
         restarts: 1,
         quarantine,
+        other_resources: 0,
     }
 }
 
@@ -1211,12 +1267,30 @@ fn a_clock_jump_breaks_exclusion_as_for_the_mutex() {
             clock_jumps: 1,
             restarts: 0,
             quarantine: true,
+            other_resources: 0,
         }),
     );
     let (why, _) = o
         .violation
         .expect("the mutex's clock-jump hole is the rwlock's too");
     assert!(why.starts_with("X "), "{why}");
+}
+
+#[test]
+fn other_resources_records_only_raise_what_a_reader_reads() {
+    // Issue 29 item 4: the node's largest record is shared by every resource. Writers of
+    // other resources on the same nodes, interleaved anywhere with this resource's writer and
+    // reader and with its record's expiry: X, T and L still hold.
+    let others = |n| Faults {
+        other_resources: n,
+        ..PAUSES_AND_EXPIRY
+    };
+    let bound = if FAST_BUILD { 2 } else { 1 };
+    let o = run(
+        "writers of other resources",
+        Config::new(3, 1, 1, 1).with_faults(others(bound)),
+    );
+    assert!(o.violation.is_none());
 }
 
 #[test]
@@ -1273,6 +1347,20 @@ fn checker_catches_a_writer_that_does_not_record_its_token() {
     assert!(why.starts_with("L "), "{why}");
 }
 
+#[test]
+fn checker_catches_a_reader_that_reads_0_once_the_record_expired() {
+    let o = run(
+        "mutant: no fallback to the node's largest record",
+        Config::new(3, 1, 1, 1).with_mutants(Mutants {
+            no_record_fallback: true,
+            ..Mutants::default()
+        }),
+    );
+    let (why, trace) = o.violation.expect("the reader misses the writer's token");
+    assert!(why.starts_with("L "), "{why}");
+    assert!(trace.iter().any(|s| s.contains("record expires")));
+}
+
 // ---------------------------------------------------------------------------------------------
 // The model's node functions against the Lua on a real node
 // ---------------------------------------------------------------------------------------------
@@ -1287,7 +1375,7 @@ async fn the_model_locks_as_the_lua_does() {
     use fencelock::protocol::{
         counter_key, lease_key, queue_key, readers_key, waiting_key, writer_key,
         ACQUIRE_FENCED_SCRIPT, FENCE_COUNTER_KEY, READERS_MARKER, READ_ACQUIRE_SCRIPT,
-        READ_EXTEND_SCRIPT, READ_RELEASE_SCRIPT, RELEASE_SCRIPT, WRITE_BACK_SCRIPT,
+        READ_EXTEND_SCRIPT, READ_RELEASE_SCRIPT, RELEASE_SCRIPT, WRITER_MAX_KEY, WRITE_BACK_SCRIPT,
         WRITE_RECORD_SCRIPT,
     };
     let node = fencelock_testkit::RedisNode::start().unwrap();
@@ -1316,9 +1404,12 @@ async fn the_model_locks_as_the_lua_does() {
     let mutants = Mutants::default();
     let mut next_ticket = 1u8;
     let ttl = "60000";
+    // Reads that found no record of the resource but the node's largest: the fallback the
+    // check must have seen for it to mean anything.
+    let mut fallback_reads = 0;
     for step in 0..400 {
         let c = rng.below(4) as u8;
-        let what = rng.below(14);
+        let what = rng.below(15);
         let label = format!("step {step}: op {what}, client {c}");
         match what {
             0 | 1 => {
@@ -1364,11 +1455,13 @@ async fn the_model_locks_as_the_lua_does() {
                 let reply = cli(&[
                     "EVAL",
                     WRITE_RECORD_SCRIPT,
-                    "2",
+                    "3",
                     r,
                     &record,
+                    WRITER_MAX_KEY,
                     &owner(c),
                     &token.to_string(),
+                    ttl,
                 ]);
                 assert_eq!(reply == "1", node_record(&mut model, c, token), "{label}");
             }
@@ -1392,13 +1485,14 @@ async fn the_model_locks_as_the_lua_does() {
                 let mut args = vec![
                     "EVAL".to_string(),
                     READ_ACQUIRE_SCRIPT.to_string(),
-                    "6".into(),
+                    "7".into(),
                     r.into(),
                     readers.clone(),
                     record.clone(),
                     q.clone(),
                     l.clone(),
                     mark.clone(),
+                    WRITER_MAX_KEY.into(),
                     owner(c),
                     ttl.into(),
                 ];
@@ -1410,6 +1504,9 @@ async fn the_model_locks_as_the_lua_does() {
                 let lines: Vec<&str> = reply.lines().collect();
                 let lua = (lines[0] == "1", lines[1].parse::<u8>().unwrap());
                 let ticket = queued.then_some(ticket);
+                if model.record.is_none() && model.latest.unwrap_or(0) > 0 {
+                    fallback_reads += 1;
+                }
                 let before = (model, line.clone());
                 assert_eq!(
                     lua,
@@ -1485,6 +1582,11 @@ async fn the_model_locks_as_the_lua_does() {
                     line[k].live = false;
                 }
             }
+            13 => {
+                // The record's lifetime ends (as time would end it).
+                cli(&["DEL", &record]);
+                model.record = None;
+            }
             _ => {
                 if rng.below(3) == 0 {
                     cli(&["FLUSHALL"]);
@@ -1536,6 +1638,16 @@ async fn the_model_locks_as_the_lua_does() {
         };
         assert_eq!(get(FENCE_COUNTER_KEY), model.counter, "counter, {label}");
         assert_eq!(get(&record), model.record, "record, {label}");
+        assert_eq!(
+            get(WRITER_MAX_KEY),
+            model.latest,
+            "node's largest record, {label}"
+        );
+        if model.record.is_some() {
+            // The record lives its lifetime from the last record: it never lacks a TTL.
+            let pttl: i64 = cli(&["PTTL", &record]).parse().unwrap();
+            assert!(pttl > 0, "record PTTL {pttl}, {label}");
+        }
         // The line: who waits, in order (lapsed waiters may still be listed until a scan).
         let listed = cli(&["ZRANGE", &q, "0", "-1"]);
         let listed: Vec<&str> = listed.lines().filter(|l| !l.is_empty()).collect();
@@ -1562,6 +1674,10 @@ async fn the_model_locks_as_the_lua_does() {
             );
         }
     }
+    assert!(
+        fallback_reads >= 3,
+        "only {fallback_reads} reads met an expired record"
+    );
 }
 
 /// SplitMix64: deterministic per seed, no dependency.

@@ -186,3 +186,83 @@ mod etcd {
         assert!(text.contains("not valid for name"), "{text}");
     }
 }
+
+/// An X.509 v1 certificate (no extensions) and its key, self-signed by `openssl x509 -req`
+/// without `-extfile`: what an old script or CA still issues.
+fn v1_certificate(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let (key, csr, cert) = (dir.join("v1.key"), dir.join("v1.csr"), dir.join("v1.pem"));
+    let run = |args: &[&std::ffi::OsStr]| {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .output()
+            .expect("openssl");
+        assert!(out.status.success(), "{out:?}");
+    };
+    run(&[
+        "req".as_ref(),
+        "-new".as_ref(),
+        "-newkey".as_ref(),
+        "rsa:2048".as_ref(),
+        "-nodes".as_ref(),
+        "-subj".as_ref(),
+        "/CN=v1-client".as_ref(),
+        "-keyout".as_ref(),
+        key.as_os_str(),
+        "-out".as_ref(),
+        csr.as_os_str(),
+    ]);
+    run(&[
+        "x509".as_ref(),
+        "-req".as_ref(),
+        "-days".as_ref(),
+        "2".as_ref(),
+        "-in".as_ref(),
+        csr.as_os_str(),
+        "-signkey".as_ref(),
+        key.as_os_str(),
+        "-out".as_ref(),
+        cert.as_os_str(),
+    ]);
+    (cert, key)
+}
+
+#[tokio::test]
+async fn a_client_certificate_its_own_tls_library_refuses_is_named_as_the_clients() {
+    let pki = Pki::generate().unwrap();
+    let node = TlsRedisNode::start(&pki, TlsServer::new()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = v1_certificate(dir.path());
+    let tls = TlsConfig::new()
+        .with_ca_file(pki.ca())
+        .with_client_cert_file(&cert)
+        .with_client_key_file(&key);
+    let err = client(node.url(), tls)
+        .try_acquire("tls-job")
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(err.needs_config_change() && !err.is_retryable(), "{text}");
+    assert!(
+        text.contains("UnsupportedCertVersion")
+            && text.contains("this client's own certificate")
+            && text.contains("X.509 v1"),
+        "{text}"
+    );
+    assert!(!text.contains("reachable"), "{text}");
+}
+
+#[tokio::test]
+async fn rediss_to_a_plaintext_node_says_so() {
+    let plain = fencelock_testkit::RedisNode::start().unwrap();
+    let pki = Pki::generate().unwrap();
+    let url = format!("rediss://127.0.0.1:{}/0", plain.port());
+    let client = client(url, TlsConfig::new().with_ca_file(pki.ca()));
+    let votes = client.connect().await;
+    let err = client.try_acquire("tls-job").await.unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("the node answers in plain text, not TLS: use redis://"),
+        "{text} (connect: {votes})"
+    );
+    assert!(err.needs_config_change(), "{text}");
+}

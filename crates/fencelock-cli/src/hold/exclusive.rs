@@ -72,6 +72,14 @@ pub(crate) async fn wait_for_lock(
     if mode == WaitMode::NoWait || !first.is_retryable() {
         return Err(acquire_failure(settings, resource, first, None).await);
     }
+    // A key that is no lock never frees: say so now instead of waiting for it. Another type
+    // fails the scripts (WRONGTYPE: the node looks unavailable); a plain value without a TTL
+    // looks held.
+    if matches!(first.kind(), ErrorKind::Contention | ErrorKind::Unavailable) {
+        if let Some(why) = crate::probe::redis::explain_wrong_type(settings, resource).await {
+            return Err(Failure::usage(why));
+        }
+    }
 
     let reason = |err: &fencelock::Error| match err.kind() {
         ErrorKind::Contention => "held by another client".to_owned(),

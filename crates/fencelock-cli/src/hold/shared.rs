@@ -26,6 +26,20 @@ pub(crate) async fn wait_for_read_lock(
         .rwlock(resource)
         .map_err(|e| Failure::usage(e.to_string()))?;
     let started = Instant::now();
+    if mode != WaitMode::NoWait {
+        // A key that is no lock never frees (as for the exclusive lock, `exclusive.rs`): one
+        // try, and on a refusal or a failure a look at the key before waiting.
+        match rw.try_read().await {
+            Ok(lock) => return Ok(lock),
+            Err(e) if matches!(e.kind(), ErrorKind::Contention | ErrorKind::Unavailable) => {
+                if let Some(why) = crate::probe::redis::explain_wrong_type(settings, resource).await
+                {
+                    return Err(Failure::usage(why));
+                }
+            }
+            Err(_) => {}
+        }
+    }
     let result = match mode {
         WaitMode::NoWait => rw.try_read().await,
         WaitMode::Wait(total) => rw.read_with(&RetryPolicy::new().with_wait(total)).await,

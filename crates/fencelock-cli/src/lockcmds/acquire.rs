@@ -55,8 +55,14 @@ pub(crate) async fn acquire(
             .map(|t| format!(", fencing token {t}"))
             .unwrap_or_default();
         let quoted = crate::shell::quote(resource);
+        // The lock's TTL is not stored: the extension must be given it again.
+        let ttl = if settings.ttl == crate::settings::DEFAULT_TTL {
+            String::new()
+        } else {
+            format!(" --ttl {}", humantime::format_duration(settings.ttl))
+        };
         eprintln!(
-            "fencelock: acquired {resource:?} on {} of {} node(s){fencing}, valid for {}; extend it with `fencelock extend {quoted} --token TOKEN` before then, release it with `fencelock release {quoted} --token TOKEN`",
+            "fencelock: acquired {resource:?} ({} of {} nodes agreed){fencing}, valid for {}; extend it with `fencelock extend {quoted} --token TOKEN{ttl}` before then, release it with `fencelock release {quoted} --token TOKEN`",
             lock.votes().granted(),
             lock.votes().len(),
             human(remaining),

@@ -4,21 +4,71 @@ use std::time::Instant;
 
 use super::{token_votes, votes_json};
 use crate::cli::human;
-use crate::exit;
+use crate::exit::{self, Failure};
 use crate::settings::Settings;
+
+/// An extension without --ttl sets the default TTL; a lock taken with a longer one (`acquire
+/// --ttl 30s`) would be cut short by it, silently. The lock's own TTL is not stored on the
+/// nodes, but what is left of it is: when a quorum of the token's keys has more left than the
+/// extension would set, the caller is asked for the TTL instead (Redis nodes; etcd's lease keeps
+/// its own TTL).
+async fn refuse_to_shorten(
+    settings: &Settings,
+    resource: &str,
+    token: &str,
+) -> Result<(), Failure> {
+    if crate::probe::Backend::of(settings) != crate::probe::Backend::Redis {
+        return Ok(());
+    }
+    let Ok(nodes) = crate::node::Node::parse_all(&settings.nodes, &settings.tls) else {
+        return Ok(()); // the extension itself names the bad URL
+    };
+    let timeout = settings
+        .node_timeout
+        .max(std::time::Duration::from_millis(500));
+    let states = crate::probe::redis::probe(&nodes, resource, timeout).await;
+    let mut left: Vec<i64> = states
+        .iter()
+        .filter(|s| s.token.as_deref() == Some(token))
+        .filter_map(|s| s.pttl_ms)
+        .collect();
+    let quorum = nodes.len() / 2 + 1;
+    if left.len() < quorum {
+        return Ok(()); // not held on a quorum: the extension's own error says so
+    }
+    // What a quorum has at least.
+    left.sort_unstable_by(|a, b| b.cmp(a));
+    let quorum_left =
+        std::time::Duration::from_millis(u64::try_from(left[quorum - 1]).unwrap_or(0));
+    if quorum_left <= settings.ttl {
+        return Ok(());
+    }
+    let at_least =
+        humantime::format_duration(std::time::Duration::from_secs(quorum_left.as_secs() + 1));
+    Err(Failure::usage(format!(
+        "extend {resource:?}: the lock has {} left, more than the TTL {} an extension without --ttl sets (it was taken with a longer --ttl); nothing was changed: pass the lock's TTL, e.g. --ttl {at_least} or more",
+        human(quorum_left),
+        human(settings.ttl)
+    )))
+}
 
 /// `fencelock extend`.
 ///
 /// # Errors
 ///
 /// 76 when the token does not hold the lock on a quorum (wrong token or expired; the keys are
-/// left untouched), 69 when too many nodes did not answer.
+/// left untouched), 69 when too many nodes did not answer; 2 when, without --ttl (`ttl_given`),
+/// the extension would shorten the lock.
 pub(crate) async fn extend(
     settings: &Settings,
     resource: &str,
     token: &str,
+    ttl_given: bool,
     json: bool,
 ) -> anyhow::Result<u8> {
+    if !ttl_given {
+        refuse_to_shorten(settings, resource, token).await?;
+    }
     let client = settings.client(false).await?;
     let started = Instant::now();
     let result = client.extend_token(resource, token).await;
@@ -35,7 +85,7 @@ pub(crate) async fn extend(
         println!("{value}");
     } else {
         println!(
-            "extended {resource:?} on {} of {} node(s) to a TTL of {} (valid for {}: TTL - elapsed - drift)",
+            "extended {resource:?} ({} of {} nodes agreed) to a TTL of {} (valid for {}: TTL - elapsed - drift)",
             votes.granted(),
             votes.len(),
             human(settings.ttl),

@@ -30,7 +30,7 @@ pub(crate) async fn release(
         println!("{value}");
     } else {
         println!(
-            "released {resource:?} on {} of {} node(s)",
+            "released {resource:?} ({} of {} nodes agreed)",
             votes.granted(),
             votes.len()
         );

@@ -405,6 +405,16 @@ fn quorum_checks(listed: usize, reachable: &[&MemberFacts]) -> Vec<Check> {
             "locks work; one more failure may stop them"
         }),
     )];
+    if size == 1 {
+        checks.push(check(
+            "members",
+            None,
+            Status::Warn,
+            "a single-member cluster: when it is down, no lock can be taken, extended or released"
+                .into(),
+            Some("fine for development; in production run 3 or 5 members on separate machines"),
+        ));
+    }
     if listed < size {
         checks.push(check(
             "node list",

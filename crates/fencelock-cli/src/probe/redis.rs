@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::show_holder;
-use crate::exit;
+use crate::exit::{self, Failure};
 use crate::node::Node;
 use crate::settings::Settings;
 
@@ -45,6 +45,44 @@ pub(crate) struct NodeState {
     /// `fencelock::Holder`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) holder: Option<String>,
+    /// A semaphore of this name: its slots held on this node (`fencelock::protocol::permit_key`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) permits: Vec<Slot>,
+    /// A read-write lock's readers on this node, while the key holds the readers' marker.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) readers: Vec<Reader>,
+    /// A read-write lock's writer record: the largest fencing token a writer recorded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) writer_record: Option<String>,
+    /// An election of this name: its newest log entry (`<term> <value>`) and its lock key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) leader: Option<LeaderEntry>,
+}
+
+/// One held slot of a semaphore on one node.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub(crate) struct Slot {
+    pub(crate) slot: u32,
+    pub(crate) token: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) holder: Option<String>,
+}
+
+/// One reader of a read-write lock on one node: its owner token and the time its entry has
+/// left (ms, the node's clock).
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub(crate) struct Reader {
+    pub(crate) token: String,
+    pub(crate) left_ms: i64,
+}
+
+/// The newest entry of an election's log on one node, and who holds its lock key.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub(crate) struct LeaderEntry {
+    pub(crate) term: u64,
+    pub(crate) value: String,
+    /// The election's lock key is held (by the leader, unless it resigned or died since).
+    pub(crate) held: bool,
 }
 
 impl NodeState {
@@ -59,7 +97,22 @@ impl NodeState {
             fence_counter: None,
             waiting: None,
             holder: None,
+            permits: Vec::new(),
+            readers: Vec::new(),
+            writer_record: None,
+            leader: None,
         }
+    }
+
+    /// Whether the key is a string without a TTL that is not an owner token (32 lowercase hex
+    /// digits): some program's value, not a lock whose TTL was removed (that one is waited for).
+    pub(crate) fn is_plain_value(&self) -> bool {
+        let token_like = self.token.as_deref().is_some_and(|t| {
+            t.len() == 32
+                && t.bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        });
+        self.key_type.as_deref() == Some("string") && self.pttl_ms == Some(-1) && !token_like
     }
 
     /// Whether the key exists but is not a string, so it cannot be a lock key.
@@ -89,6 +142,10 @@ async fn probe_node(node: &Node, resource: &str, timeout: Duration) -> NodeState
         fence_counter: None,
         waiting: None,
         holder: None,
+        permits: Vec::new(),
+        readers: Vec::new(),
+        writer_record: None,
+        leader: None,
     };
     if key_type != "none" {
         state.pttl_ms = conn
@@ -136,7 +193,82 @@ async fn probe_node(node: &Node, resource: &str, timeout: Duration) -> NodeState
         Ok(n) => state.waiting = Some(n),
         Err(why) => state.error = Some(format!("ZCARD {line_key} failed: {why}")),
     }
+    if let Err(why) = family(&mut conn, resource, &mut state).await {
+        state.error = Some(why);
+    }
     state
+}
+
+/// What the primitives built on lock keys keep under `resource` on this node: a semaphore's
+/// slots, a read-write lock's readers and writer record, an election's log. Each is read
+/// where the library writes it (`fencelock::protocol`'s key names).
+async fn family(
+    conn: &mut crate::node::Conn,
+    resource: &str,
+    state: &mut NodeState,
+) -> Result<(), String> {
+    use fencelock::protocol;
+    let max = fencelock::MAX_PERMITS;
+    let slots: Vec<String> = (0..max)
+        .map(|i| protocol::permit_key(resource, i))
+        .collect();
+    let tokens: Vec<Option<String>> = conn.query(redis::cmd("MGET").arg(&slots[..])).await?;
+    for (i, (key, token)) in (0..max).zip(slots.iter().zip(tokens)) {
+        if let Some(token) = token {
+            let holder = conn
+                .query::<Option<String>>(redis::cmd("GET").arg(protocol::holder_key(key)))
+                .await?;
+            state.permits.push(Slot {
+                slot: i,
+                token,
+                holder,
+            });
+        }
+    }
+    if state.token.as_deref() == Some(protocol::READERS_MARKER) {
+        let (secs, micros): (i64, i64) = conn.query(&redis::cmd("TIME")).await?;
+        let now_ms = secs * 1000 + micros / 1000;
+        let readers: Vec<(String, f64)> = conn
+            .query(
+                redis::cmd("ZRANGE")
+                    .arg(protocol::readers_key(resource))
+                    .arg(0)
+                    .arg(-1)
+                    .arg("WITHSCORES"),
+            )
+            .await?;
+        // Entries whose time ran out are left for the next script to drop: not readers.
+        state.readers = readers
+            .into_iter()
+            .map(|(token, until)| Reader {
+                token,
+                left_ms: until as i64 - now_ms,
+            })
+            .filter(|r| r.left_ms > 0)
+            .collect();
+    }
+    state.writer_record = conn
+        .query(redis::cmd("GET").arg(protocol::writer_key(resource)))
+        .await?;
+    let newest: Vec<String> = conn
+        .query(
+            redis::cmd("ZREVRANGE")
+                .arg(protocol::leaders_key(resource))
+                .arg(0)
+                .arg(0),
+        )
+        .await?;
+    if let Some((term, value)) = newest.first().and_then(|e| e.split_once(' ')) {
+        let held: i64 = conn
+            .query(redis::cmd("EXISTS").arg(protocol::election_key(resource)))
+            .await?;
+        state.leader = Some(LeaderEntry {
+            term: term.parse().unwrap_or(0),
+            value: value.to_owned(),
+            held: held == 1,
+        });
+    }
+    Ok(())
 }
 
 /// Asks every node, concurrently.
@@ -160,6 +292,15 @@ pub(crate) struct Summary {
     /// Who holds it, as the holder's client stored it on a node that holds its token.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) holder_label: Option<String>,
+    /// A semaphore's permits held on a quorum: slot, token, on how many nodes, holder label.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) permits: Vec<(u32, String, usize, Option<String>)>,
+    /// A read-write lock's readers on a quorum: token, on how many nodes.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) readers: Vec<(String, usize)>,
+    /// An election's newest leader on a quorum of logs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) leader: Option<LeaderEntry>,
 }
 
 /// Summarizes the node states. No I/O.
@@ -178,7 +319,47 @@ pub(crate) fn summarize(states: &[NodeState]) -> Summary {
             .filter(|s| s.token.as_deref() == Some(*token))
             .find_map(|s| s.holder.clone())
     });
+    let mut permits: BTreeMap<(u32, &str), (usize, Option<&str>)> = BTreeMap::new();
+    let mut readers: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut leaders: BTreeMap<(u64, &str), (usize, bool)> = BTreeMap::new();
+    for s in states {
+        for p in &s.permits {
+            let e = permits.entry((p.slot, &p.token)).or_default();
+            e.0 += 1;
+            e.1 = e.1.or(p.holder.as_deref());
+        }
+        for r in &s.readers {
+            *readers.entry(&r.token).or_default() += 1;
+        }
+        if let Some(l) = &s.leader {
+            let e = leaders.entry((l.term, &l.value)).or_default();
+            e.0 += 1;
+            e.1 |= l.held;
+        }
+    }
     Summary {
+        permits: permits
+            .into_iter()
+            .filter(|(_, (n, _))| *n >= quorum)
+            .map(|((slot, token), (n, holder))| {
+                (slot, token.to_owned(), n, holder.map(str::to_owned))
+            })
+            .collect(),
+        readers: readers
+            .into_iter()
+            .filter(|(_, n)| *n >= quorum)
+            .map(|(token, n)| (token.to_owned(), n))
+            .collect(),
+        // The newest term a quorum of logs holds: what an observer reports.
+        leader: leaders
+            .into_iter()
+            .rev()
+            .find(|(_, (n, _))| *n >= quorum)
+            .map(|((term, value), (_, held))| LeaderEntry {
+                term,
+                value: value.to_owned(),
+                held,
+            }),
         holder_label,
         quorum,
         reachable: states.iter().filter(|s| s.reachable).count(),
@@ -203,13 +384,23 @@ pub(crate) async fn explain_wrong_type(settings: &Settings, resource: &str) -> O
     let nodes = Node::parse_all(&settings.nodes, &settings.tls).ok()?;
     let states = probe(&nodes, resource, PROBE_TIMEOUT).await;
     let summary = summarize(&states);
-    if summary.wrong_type.is_empty() {
-        return None;
+    if !summary.wrong_type.is_empty() {
+        return Some(format!(
+            "the key {resource:?} is not a lock key on {}: some other data uses this name (WRONGTYPE); choose another resource name, or delete that key if it is stale",
+            summary.wrong_type.join(", ")
+        ));
     }
-    Some(format!(
-        "the key {resource:?} is not a lock key on {}: some other data uses this name; choose another resource name, or delete that key if it is stale",
-        summary.wrong_type.join(", ")
-    ))
+    let plain: Vec<&str> = states
+        .iter()
+        .filter(|s| s.is_plain_value())
+        .map(|s| s.node.as_str())
+        .collect();
+    (!plain.is_empty()).then(|| {
+        format!(
+            "the key {resource:?} on {} is a plain value without a TTL, not a fencelock lock: delete it or choose another name",
+            plain.join(", ")
+        )
+    })
 }
 
 fn fmt_pttl(pttl: Option<i64>) -> String {
@@ -235,6 +426,11 @@ fn render(resource: &str, states: &[NodeState], summary: &Summary) -> String {
         );
     }
     write_table(&mut out, states, summary);
+    let _ = writeln!(
+        out,
+        "NODE COUNTER: each node's fence counter, one per node and shared by every resource on it (a fenced grant's token is above it), not this lock's"
+    );
+    write_family(&mut out, resource, summary);
     if !summary.wrong_type.is_empty() {
         let _ = writeln!(
             out,
@@ -245,9 +441,66 @@ fn render(resource: &str, states: &[NodeState], summary: &Summary) -> String {
     out
 }
 
+/// A semaphore's permits, a read-write lock's readers and an election's leader, when the nodes
+/// keep any under this name.
+fn write_family(out: &mut String, resource: &str, summary: &Summary) {
+    if !summary.permits.is_empty() {
+        let _ = writeln!(
+            out,
+            "semaphore {resource:?}: {} permit(s) held",
+            summary.permits.len()
+        );
+        for (slot, token, nodes, holder) in &summary.permits {
+            let by = holder
+                .as_deref()
+                .map(|h| format!(" by {}", show_holder(h)))
+                .unwrap_or_default();
+            let _ = writeln!(out, "  permit {slot}: token {token}{by} on {nodes} node(s)");
+        }
+    }
+    if !summary.readers.is_empty() {
+        let _ = writeln!(
+            out,
+            "read-write lock {resource:?}: {} reader(s), no writer",
+            summary.readers.len()
+        );
+        for (token, nodes) in &summary.readers {
+            let _ = writeln!(out, "  reader: token {token} on {nodes} node(s)");
+        }
+    }
+    if let Some(leader) = &summary.leader {
+        let _ = writeln!(
+            out,
+            "election {resource:?}: leader {:?}, term {}{}",
+            leader.value,
+            leader.term,
+            if leader.held {
+                ""
+            } else {
+                " (its lock is free now: it resigned or died; the next leader takes a higher term)"
+            }
+        );
+    }
+}
+
 /// Whether a quorum holds the lock, in words.
 fn verdict(states: &[NodeState], summary: &Summary) -> String {
+    if summary.reachable < summary.quorum {
+        return format!(
+            "unknown: {} of {} node(s) reachable, a quorum needs {}",
+            summary.reachable,
+            states.len(),
+            summary.quorum
+        );
+    }
     match &summary.holder {
+        Some(token) if token == fencelock::protocol::READERS_MARKER => format!(
+            "held by {} reader(s) (a read-write lock) on {} of {} node(s) (quorum {})",
+            summary.readers.len(),
+            summary.holder_nodes,
+            states.len(),
+            summary.quorum
+        ),
         Some(token) => format!(
             "held by token {token} on {} of {} node(s) (quorum {})",
             summary.holder_nodes,
@@ -257,6 +510,10 @@ fn verdict(states: &[NodeState], summary: &Summary) -> String {
         None if summary.holder_nodes > 0 => format!(
             "not held: the largest group of equal tokens is on {} node(s), short of the quorum {} (leftovers expire by their TTL)",
             summary.holder_nodes, summary.quorum
+        ),
+        None if !summary.permits.is_empty() => format!(
+            "a semaphore: {} permit(s) held, the name itself is not held as a lock",
+            summary.permits.len()
         ),
         None => format!("not held on any of {} node(s)", states.len()),
     }
@@ -321,7 +578,7 @@ fn write_table(out: &mut String, states: &[NodeState], summary: &Summary) {
     let token_w = column(|r| r.token.len(), 5);
     let _ = writeln!(
         out,
-        "{:<width$}  {:<state_w$}  {:<token_w$}  {:>8}  {:>7}  FENCE",
+        "{:<width$}  {:<state_w$}  {:<token_w$}  {:>8}  {:>7}  NODE COUNTER",
         "NODE", "STATE", "TOKEN", "PTTL", "WAITING"
     );
     for (s, row) in states.iter().zip(&rows) {
@@ -362,19 +619,33 @@ pub(crate) async fn inspect(settings: &Settings, resource: &str, json: bool) -> 
     let timeout = PROBE_TIMEOUT.max(settings.node_timeout);
     let states = probe(&nodes, resource, timeout).await;
     let summary = summarize(&states);
+    let blind = (summary.reachable < summary.quorum).then(|| {
+        format!(
+            "inspect {resource:?}: {} of {} node(s) reachable, a quorum needs {}: whether it is held is unknown; check the nodes (`fencelock doctor`)",
+            summary.reachable,
+            states.len(),
+            summary.quorum
+        )
+    });
     if json {
         let value = serde_json::json!({
             "resource": resource,
             "fence_counter_key": fencelock::protocol::FENCE_COUNTER_KEY,
+            "fence_counter_scope": "node",
             "line_key": fencelock::protocol::queue_key(resource),
             "nodes": states,
             "summary": summary,
+            "error": blind,
         });
         println!("{value}");
     } else {
         print!("{}", render(resource, &states, &summary));
     }
-    Ok(exit::OK)
+    match blind {
+        // No quorum read: "not held" would be a guess. The table above shows why per node.
+        Some(message) => Err(Failure::new(exit::UNAVAILABLE, message).into()),
+        None => Ok(exit::OK),
+    }
 }
 
 #[cfg(test)]
@@ -392,6 +663,10 @@ mod tests {
             fence_counter: Some("7".into()),
             waiting: Some(0),
             holder: token.map(|t| format!("host=h pid=1 label=job {t}")),
+            permits: Vec::new(),
+            readers: Vec::new(),
+            writer_record: None,
+            leader: None,
         }
     }
 

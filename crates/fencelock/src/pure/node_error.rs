@@ -23,8 +23,21 @@ pub enum FailureCause {
     /// The node is still loading its dataset into memory (`LOADING`); it answers once loaded.
     Loading,
     /// The TLS handshake failed: the node's certificate is not trusted or does not name the
-    /// host of its URL, or the node refused this client's certificate (or its absence).
+    /// host of its URL, or the node refused this client's certificate (or its absence); or this
+    /// client's own TLS library refused its certificate (an X.509 v1 certificate), or a
+    /// `rediss://` URL names a node that speaks plain text.
     Tls,
+    /// The key holds data of another type (`WRONGTYPE`): the resource's name is used by data
+    /// that is not a lock.
+    WrongType,
+    /// The node does not have fencelock's script (`NOSCRIPT`): its script cache was flushed
+    /// (`SCRIPT FLUSH`) or it restarted.
+    NoScript,
+    /// The node refuses writes because its last snapshot failed (`MISCONF`:
+    /// `stop-writes-on-bgsave-error`).
+    WritesStopped,
+    /// The URL's database does not exist on the node (`redis://host/99` on a node with 16).
+    NoDatabase,
     /// Anything else: a lost connection, an I/O error, an unexpected reply.
     Other,
 }
@@ -70,7 +83,10 @@ impl NodeError {
     pub fn needs_config_change(&self) -> bool {
         matches!(
             self.cause,
-            FailureCause::Auth | FailureCause::NoPermission | FailureCause::Tls
+            FailureCause::Auth
+                | FailureCause::NoPermission
+                | FailureCause::Tls
+                | FailureCause::NoDatabase
         )
     }
 
@@ -90,6 +106,18 @@ impl NodeError {
                 "free memory on the node or raise its maxmemory (an evicting policy is no fix: it can drop lock keys)"
             }
             FailureCause::Loading => "retry once the node has loaded its data",
+            FailureCause::WrongType => {
+                "the resource's name is used by other data on the node: choose another resource name, or delete that key if it is stale"
+            }
+            FailureCause::NoScript => {
+                "fencelock loads its scripts again on its own; if this repeats, find what runs SCRIPT FLUSH (or restarts the node) and stop it"
+            }
+            FailureCause::WritesStopped => {
+                "fix the node's snapshots (the disk, its `dir`; see the node's log), then run BGSAVE; or CONFIG SET stop-writes-on-bgsave-error no"
+            }
+            FailureCause::NoDatabase => {
+                "use a database that the node has (below its `databases` setting, 16 by default): redis://host:port/0"
+            }
             FailureCause::Tls => {
                 "check the TLS settings: the CA that signed the node's certificate (TlsConfig::with_ca_file, --tls-ca), a URL host that the certificate names, and a client certificate where the node requires one (--tls-cert, --tls-key)"
             }
@@ -116,6 +144,18 @@ impl fmt::Display for NodeError {
                 f.write_str("the node is still loading its dataset into memory (LOADING)")
             }
             FailureCause::Tls => write!(f, "TLS handshake failed: {}", self.detail),
+            FailureCause::WrongType => f.write_str(
+                "the key holds data of another type, not a lock (WRONGTYPE)",
+            ),
+            FailureCause::NoScript => f.write_str(
+                "the node lost fencelock's script (NOSCRIPT: its script cache was flushed, or it restarted)",
+            ),
+            FailureCause::WritesStopped => f.write_str(
+                "the node refuses writes because its last snapshot failed (MISCONF)",
+            ),
+            FailureCause::NoDatabase => {
+                f.write_str("the URL's database does not exist on the node (DB index is out of range)")
+            }
             FailureCause::Other => f.write_str(&self.detail),
         }
     }
@@ -141,7 +181,8 @@ mod tests {
     fn only_auth_and_acl_need_a_config_change() {
         let needs = |c| NodeError::new(c, "").needs_config_change();
         assert!(needs(FailureCause::Auth) && needs(FailureCause::NoPermission));
-        assert!(needs(FailureCause::Tls));
+        assert!(needs(FailureCause::Tls) && needs(FailureCause::NoDatabase));
+        assert!(!needs(FailureCause::WritesStopped) && !needs(FailureCause::NoScript));
         assert!(!needs(FailureCause::Loading) && !needs(FailureCause::ReadOnly));
     }
 }

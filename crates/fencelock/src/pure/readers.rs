@@ -12,10 +12,19 @@ pub fn readers_key(resource: &str) -> String {
 }
 
 /// The writer record of `resource`: the largest fencing token a write lock recorded (a decimal
-/// string, no TTL).
+/// string), for [`RECORD_LIFETIME_TTLS`] lock TTLs after the last record.
 pub fn writer_key(resource: &str) -> String {
     format!("fencelock:writer:{resource}")
 }
+
+/// The node's largest writer record, over every resource (a decimal string, no TTL): what a
+/// reader reads when its resource's record expired. One key per node, as the fence counter.
+pub const WRITER_MAX_KEY: &str = "fencelock:writer-max";
+
+/// How many lock TTLs a resource's writer record lives after its last record: long enough
+/// that a reader soon after a writer reads that writer's token, short enough that node state
+/// does not grow with the names used.
+pub const RECORD_LIFETIME_TTLS: u32 = 10;
 
 #[cfg(test)]
 mod tests {
@@ -28,6 +37,7 @@ mod tests {
         for key in [
             readers_key("x"),
             writer_key("x"),
+            WRITER_MAX_KEY.to_string(),
             READERS_MARKER.to_string(),
         ] {
             assert!(key.starts_with(crate::protocol::RESERVED_PREFIX), "{key}");

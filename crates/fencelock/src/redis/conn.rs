@@ -103,6 +103,11 @@ pub(crate) struct NodeConn {
     index: usize,
     set: Arc<NodeSet>,
     slot: Mutex<Arc<Slot>>,
+    /// A `rediss://` node that answered in plain text at the last attempt: the next attempt
+    /// asks in plain text at once, so that a round shorter than the connect timeout sees why.
+    plaintext: std::sync::atomic::AtomicBool,
+    /// Whether the eviction policy's warning was given (once per client).
+    evicting_warned: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for NodeConn {
@@ -139,6 +144,8 @@ impl NodeConn {
             index,
             set,
             slot: Mutex::new(Arc::new(Slot::default())),
+            plaintext: std::sync::atomic::AtomicBool::new(false),
+            evicting_warned: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -235,7 +242,7 @@ impl NodeConn {
     }
 
     async fn connect(&self) -> Result<(MultiplexedConnection, Arc<NodeInfo>), RedisError> {
-        let setup = self.set_up().await;
+        let setup = self.set_up_or_plaintext().await;
         if setup.is_err() {
             self.set.failed(self.index);
         }
@@ -243,6 +250,67 @@ impl NodeConn {
         // Not before the other nodes' records were read too (`nodeset.rs`).
         self.set.admit().await?;
         Ok(setup)
+    }
+
+    /// The connection set-up, told apart from a `rediss://` URL naming a plain-text node: a TLS
+    /// client meeting one only sees silence (the node waits for the end of a command in the
+    /// handshake's bytes), which reads as a hung node. Once half the connect timeout went by
+    /// without a connection, a plain-text PING is sent beside the set-up; any reply of the
+    /// protocol (an error too: NOAUTH) names the mistake.
+    async fn set_up_or_plaintext(
+        &self,
+    ) -> Result<(MultiplexedConnection, Arc<NodeInfo>), RedisError> {
+        let redis::ConnectionAddr::TcpTls { host, port, .. } =
+            self.client.get_connection_info().addr()
+        else {
+            return self.set_up().await;
+        };
+        use std::sync::atomic::Ordering::Relaxed;
+        let setup = self.set_up();
+        tokio::pin!(setup);
+        if !self.plaintext.load(Relaxed) {
+            tokio::select! {
+                done = &mut setup => return done,
+                () = tokio::time::sleep(self.connect_timeout / 2) => {}
+            }
+        }
+        let probe = self.answers_plaintext(host, *port);
+        tokio::pin!(probe);
+        let done = tokio::select! {
+            done = &mut setup => done,
+            true = &mut probe => Err(RedisError::from(std::io::Error::other(
+                crate::tls::PLAINTEXT_NODE,
+            ))),
+        };
+        let plaintext = done
+            .as_ref()
+            .is_err_and(|e| e.to_string().contains(crate::tls::PLAINTEXT_NODE));
+        self.plaintext.store(plaintext, Relaxed);
+        done
+    }
+
+    /// Whether `host:port` answers a PING in plain text within the connect timeout.
+    async fn answers_plaintext(&self, host: &str, port: u16) -> bool {
+        let host = if host.contains(':') {
+            format!("[{host}]")
+        } else {
+            host.to_owned()
+        };
+        let Ok(plain) = redis::Client::open(format!("redis://{host}:{port}/")) else {
+            return false;
+        };
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.connect_timeout))
+            .set_response_timeout(Some(self.connect_timeout));
+        let ping = async {
+            let mut conn = crate::sim::multiplexed(&plain, &config).await?;
+            redis::cmd("PING").query_async::<String>(&mut conn).await
+        };
+        match tokio::time::timeout(self.connect_timeout, ping).await {
+            Ok(Ok(_)) => true,
+            Ok(Err(reply)) => reply.code().is_some(),
+            Err(_) => false,
+        }
     }
 
     async fn set_up(&self) -> Result<(MultiplexedConnection, Arc<NodeInfo>), RedisError> {
@@ -264,13 +332,17 @@ impl NodeConn {
                 .arg("persistence")
                 .cmd("GET")
                 .arg(quarantine::MARKER_KEY)
-                .cmd("TIME");
-            let (server, persistence, mut marker, time): (
+                .cmd("TIME")
+                .cmd("INFO")
+                .arg("memory");
+            let (server, persistence, mut marker, time, memory): (
                 String,
                 String,
                 Option<String>,
                 (u64, u64),
+                String,
             ) = pipe.query_async(&mut conn).await?;
+            self.warn_if_evicting(&memory);
             let node_ms = time.0.saturating_mul(1000).saturating_add(time.1 / 1000);
             // A node too old for the scripts is refused before anything is written to it.
             check_version(&server, &self.name)?;
@@ -327,6 +399,26 @@ impl NodeConn {
         let appendfsync = appendfsync.map(|(_, v)| v);
         let info = self.judge(&server, &persistence, appendfsync, found, marker, node_ms);
         Ok((conn, Arc::new(info)))
+    }
+
+    /// Warns, once per node and client, when the node's eviction policy may drop lock keys
+    /// under memory pressure: a lock whose key is evicted is free for another client while its
+    /// holder goes on (`fencelock doctor` fails such a node).
+    fn warn_if_evicting(&self, memory: &str) {
+        let policy = info_field(memory, "maxmemory_policy").unwrap_or_default();
+        if policy.is_empty() || policy == "noeviction" {
+            return;
+        }
+        if !self
+            .evicting_warned
+            .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            tracing::warn!(
+                node = %self.name,
+                "node {} has maxmemory-policy {policy}: under memory pressure it may evict lock keys, and another client then takes a lock that is still held; set maxmemory-policy noeviction on lock nodes (CONFIG SET maxmemory-policy noeviction, and in redis.conf)",
+                self.name
+            );
+        }
     }
 
     /// Judges the node from what it reported (see `quarantine.rs`).

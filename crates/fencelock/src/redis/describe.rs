@@ -23,11 +23,26 @@ pub(crate) fn describe(e: &RedisError) -> NodeError {
             "READONLY" => FailureCause::ReadOnly,
             "OOM" => FailureCause::OutOfMemory,
             "LOADING" => FailureCause::Loading,
+            "WRONGTYPE" => FailureCause::WrongType,
+            "NOSCRIPT" => FailureCause::NoScript,
+            "MISCONF" => FailureCause::WritesStopped,
+            // The connection's SELECT of the URL's database (`redis://host/99`).
+            "ERR" if detail.as_deref().is_some_and(|d| d.contains("DB index")) => {
+                FailureCause::NoDatabase
+            }
             _ => FailureCause::Other,
         };
         return match (cause, detail) {
             (FailureCause::Other, Some(detail)) => NodeError::other(format!("{code} {detail}")),
             (FailureCause::Other, None) => NodeError::other(code),
+            // The server's words of these add nothing to the cause (the script's SHA, a path).
+            (
+                FailureCause::WrongType
+                | FailureCause::NoScript
+                | FailureCause::WritesStopped
+                | FailureCause::NoDatabase,
+                _,
+            ) => NodeError::new(cause, ""),
             (cause, detail) => NodeError::new(cause, detail.unwrap_or_default()),
         };
     }
@@ -38,6 +53,14 @@ pub(crate) fn describe(e: &RedisError) -> NodeError {
     if e.kind() == ErrorKind::Client && e.to_string().starts_with(super::version::UNSUPPORTED) {
         // A node too old for the scripts: the detail says which version, where, and what to do.
         return NodeError::other(e.detail().unwrap_or_default());
+    }
+    if e.kind() == ErrorKind::InvalidClientConfig {
+        // The client's own TLS library refused its TLS settings before any handshake: not the
+        // node's fault, and no retry helps.
+        return crate::tls::client_config_failure(&e.to_string());
+    }
+    if e.is_io_error() && e.to_string().contains(crate::tls::PLAINTEXT_NODE) {
+        return NodeError::new(FailureCause::Tls, crate::tls::PLAINTEXT_NODE);
     }
     if e.is_timeout() {
         // Requests have no driver timeout (the round's deadline bounds them), so this is the

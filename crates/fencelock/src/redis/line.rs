@@ -194,12 +194,24 @@ impl Drop for LeaveLine<'_> {
         let Some(ticket) = self.ticket.take() else {
             return;
         };
+        self.backend.leave_in_background(self.key, ticket);
+    }
+}
+
+impl RedisBackend {
+    /// Takes `ticket` out of `key`'s line in the background (for a waiter that gave up, from a
+    /// `Drop`: no I/O here), counted as a release is, so that `Client::close` waits for it: a
+    /// program that gives up a wait and exits (`fencelock run` on a signal) leaves no place in
+    /// line behind.
+    pub(super) fn leave_in_background(self: &Arc<Self>, key: &str, ticket: Ticket) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let (backend, key) = (self.backend.clone(), self.key.to_string());
+        let counted = super::round::Background::count(&self.background);
+        let (backend, key) = (self.clone(), key.to_string());
         runtime.spawn(async move {
             backend.leave_queue(&key, &ticket).await;
+            drop(counted);
         });
     }
 }

@@ -42,6 +42,19 @@ pub(crate) enum Wait<'a> {
 }
 
 impl RedisBackend {
+    /// Opens every node's connection, returning once a quorum is connected (at most the connect
+    /// timeout); the others go on connecting in the background.
+    pub(crate) async fn connect_quorum(&self) -> Votes {
+        self.round(
+            Mode::UntilQuorum,
+            &self.all,
+            self.settings.connect_timeout,
+            |_conn, _| async { Ok(Answer::Granted(())) },
+        )
+        .await
+        .votes
+    }
+
     /// Opens every node's connection, waiting at most the connect timeout.
     pub(crate) async fn connect_all(&self) -> Votes {
         let all = Mode::All { after: None };
@@ -401,7 +414,16 @@ impl RedisBackend {
             .round(Mode::UntilQuorum, &self.all, timeout, move |mut conn, _| {
                 let pipe = pipe.clone();
                 async move {
-                    let replies: Vec<Value> = pipe.query_async(&mut conn).await?;
+                    let replies: Vec<Value> = match pipe.query_async(&mut conn).await {
+                        Err(e) if is_noscript(&e) => {
+                            // The node lost its script cache (SCRIPT FLUSH, a restart): load the
+                            // scripts a batch sends and send it again. An extension may run
+                            // twice: it only sets the expiry of a key that is still ours.
+                            Box::pin(load_extend_scripts(&mut conn)).await?;
+                            pipe.query_async(&mut conn).await?
+                        }
+                        other => other?,
+                    };
                     Ok(Answer::Granted(BatchReplies(
                         replies
                             .into_iter()
@@ -427,6 +449,19 @@ impl RedisBackend {
         }
         (counts, round.votes)
     }
+}
+
+/// Whether a pipeline's failure is a `NOSCRIPT`: the kind of its first error, which is the
+/// kind of every EVALSHA's after a node lost its scripts.
+fn is_noscript(e: &RedisError) -> bool {
+    e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
+}
+
+/// Loads the scripts a batched extension sends (`extend_batch_round`).
+async fn load_extend_scripts(conn: &mut redis::aio::MultiplexedConnection) -> RedisResult<()> {
+    scripts::EXTEND.load_async(conn).await?;
+    scripts::READ_EXTEND.load_async(conn).await?;
+    Ok(())
 }
 
 /// One node's replies to a batched extension, per lock: extended, not held there, or an error.

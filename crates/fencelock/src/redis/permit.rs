@@ -166,12 +166,6 @@ impl Drop for LeaveLine<'_> {
         let Some(ticket) = self.ticket.take() else {
             return;
         };
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let (backend, line) = (self.backend.clone(), self.line.to_string());
-        runtime.spawn(async move {
-            backend.leave_queue(&line, &ticket).await;
-        });
+        self.backend.leave_in_background(self.line, ticket);
     }
 }

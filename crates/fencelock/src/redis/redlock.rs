@@ -135,6 +135,8 @@ impl RedisBackend {
         if round.granted.iter().any(|(_, heard)| *heard > 0) {
             self.note_waiters(&keys[0]);
         }
+        // The acquisition's counterpart ("acquired" above), for a reader of the debug log.
+        tracing::debug!(resource = %keys[0], votes = %round.votes, "release of a held lock");
         self.settle(&keys[0], round.decision, round.votes, false)
     }
 

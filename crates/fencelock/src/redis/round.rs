@@ -515,11 +515,12 @@ async fn longest_ttl_in_use(
     (read, longest)
 }
 
-/// Counts a release's requests still in flight after its round returned, until dropped.
+/// Counts a release's requests still in flight after its round returned, until dropped (and a
+/// dropped waiter's leave from the line, `line.rs`; an acquisition cut short, `undo.rs`).
 pub(super) struct Background(Arc<tokio::sync::watch::Sender<usize>>);
 
 impl Background {
-    fn count(counter: &Arc<tokio::sync::watch::Sender<usize>>) -> Background {
+    pub(super) fn count(counter: &Arc<tokio::sync::watch::Sender<usize>>) -> Background {
         counter.send_modify(|n| *n += 1);
         Background(counter.clone())
     }

@@ -24,7 +24,7 @@ use crate::keepalive::{GuardState, Stop};
 use crate::pure::extension::Schedule;
 use crate::pure::queue::{self, Ticket};
 use crate::pure::quorum::Decision;
-use crate::pure::readers::{readers_key, writer_key};
+use crate::pure::readers::{readers_key, writer_key, RECORD_LIFETIME_TTLS, WRITER_MAX_KEY};
 use crate::pure::retry::RetryPolicy;
 use crate::pure::token::OwnerToken;
 use crate::pure::validity;
@@ -111,6 +111,7 @@ impl RedisBackend {
             queue::queue_key(key),
             queue::lease_key(key),
             queue::waiting_key(key),
+            WRITER_MAX_KEY.to_string(),
         ];
         let mut cmd = evalsha(&scripts::READ_ACQUIRE, &keys);
         cmd.arg(token).arg(ttl_millis(self.settings.ttl));
@@ -366,8 +367,12 @@ impl RedisBackend {
         token: u64,
         deadline: Instant,
     ) -> Result<()> {
-        let mut cmd = evalsha(&scripts::WRITE_RECORD, &[key.to_string(), writer_key(key)]);
-        cmd.arg(owner).arg(token.to_string());
+        let keys = [key.to_string(), writer_key(key), WRITER_MAX_KEY.to_string()];
+        let mut cmd = evalsha(&scripts::WRITE_RECORD, &keys);
+        let lifetime = self.settings.ttl.saturating_mul(RECORD_LIFETIME_TTLS);
+        cmd.arg(owner)
+            .arg(token.to_string())
+            .arg(ttl_millis(lifetime));
         let cmd = Arc::new(cmd);
         let limit = self.settings.node_timeout;
         let round = self
@@ -414,14 +419,8 @@ impl Drop for LeaveLine<'_> {
         let Some(mut ticket) = self.ticket.take() else {
             return;
         };
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
         ticket.id = reader_id(&ticket.id);
-        let (backend, key) = (self.backend.clone(), self.key.to_string());
-        runtime.spawn(async move {
-            backend.leave_queue(&key, &ticket).await;
-        });
+        self.backend.leave_in_background(self.key, ticket);
     }
 }
 

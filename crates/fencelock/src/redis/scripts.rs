@@ -205,10 +205,11 @@ pub(crate) const ACQUIRE_PERMIT_LUA: &str = lua!(
 /// (anywhere in line, for a reader not in line); a grant adds the reader's owner token to the
 /// readers' set, scored by the node time (ms) until which it lives, and gives the marker and
 /// the set the TTL of the longest live reader. KEYS: lock, readers, writer record, queue,
-/// leases, wait mark. ARGV: owner token, ttl ms[, waiter id, ticket, lease ms, how long the line
+/// leases, wait mark, the node's largest writer record (read when the resource's expired). ARGV: owner token, ttl ms[, waiter id, ticket, lease ms, how long the line
 /// and the mark outlive the last registration (ms)]: with a waiter id the reader also takes or
 /// renews its place in line, as [`ACQUIRE_QUEUED`] does. Returns `{granted (1 or 0), the writer
-/// record (the largest fencing token a writer recorded, '0' if none)}`, on a refusal too. A
+/// record (the largest fencing token a writer recorded, else the node's largest, '0' if none)}`,
+/// on a refusal too. A
 /// grant announces its TTL.
 pub(crate) static READ_ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(READ_ACQUIRE_LUA));
 pub(crate) const READ_ACQUIRE_LUA: &str = lua!("announce", "line", "readers", "read_acquire");
@@ -229,9 +230,10 @@ pub(crate) static READ_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(
 pub(crate) const READ_RELEASE_LUA: &str = lua!("line", "readers", "read_release");
 
 /// Records a writer's fencing token for readers, while the writer still owns the lock key:
-/// KEYS: lock, writer record. ARGV: owner token, fencing token (decimal). Raises the record (a
-/// decimal string, no TTL) to the token. Returns 1, or 0 when the key is not ours (nothing
-/// written then).
+/// KEYS: lock, writer record, the node's largest writer record. ARGV: owner token, fencing
+/// token (decimal), the record's lifetime (ms). Raises the record (a decimal string) to the
+/// token and gives it the lifetime; raises the node's largest record (no TTL) to the token.
+/// Returns 1, or 0 when the key is not ours (nothing written then).
 pub(crate) static WRITE_RECORD: LazyLock<Script> = LazyLock::new(|| Script::new(WRITE_RECORD_LUA));
 pub(crate) const WRITE_RECORD_LUA: &str = lua!("counters", "keys", "write_record");
 

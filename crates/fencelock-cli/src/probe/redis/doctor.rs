@@ -14,6 +14,11 @@ use crate::settings::Settings;
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 /// PINGs per node to measure the round-trip time.
 const PINGS: usize = 5;
+/// The doctor's write probe's key expires after this if its DEL is lost.
+const WRITE_PROBE_TTL_MS: u64 = 5_000;
+/// Used memory at or above this share of maxmemory is a warning: a noeviction node refuses
+/// every lock once it reaches maxmemory.
+const MEMORY_WARN_PERCENT: u64 = 90;
 /// Clock offsets above this are a warning.
 const SKEW_WARN: Duration = Duration::from_millis(100);
 /// Clock offsets above this are a failure.
@@ -25,9 +30,15 @@ pub(crate) struct NodeFacts {
     pub(crate) name: String,
     /// `Err` with the reason if the node could not be reached.
     pub(crate) reachable: Result<(), String>,
+    /// The node answered but refused this client (its password, database, certificate...): the
+    /// cause, whose hint replaces "start the node".
+    pub(crate) refusal: Option<fencelock::NodeError>,
     /// The round-trip times of the PINGs.
     pub(crate) rtts: Vec<Duration>,
-    /// `INFO server`, `replication`, `persistence` and `cluster`, merged.
+    /// Whether the node took a write (a `SET` with a short `PX` on a doctor key, then `DEL`):
+    /// `None` if not tried (the node was not reached).
+    pub(crate) write: Option<Result<(), fencelock::NodeError>>,
+    /// `INFO server`, `replication`, `persistence`, `cluster` and `memory`, merged.
     pub(crate) info: BTreeMap<String, String>,
     /// `CONFIG GET` answers; `Err` if CONFIG is refused (renamed or ACL).
     pub(crate) config: Result<BTreeMap<String, String>, String>,
@@ -79,14 +90,22 @@ pub(crate) fn evaluate(facts: &[NodeFacts], limits: Limits) -> Vec<Check> {
 
     let reachable: Vec<&NodeFacts> = facts.iter().filter(|f| f.reachable.is_ok()).collect();
     for f in facts {
-        if let Err(why) = &f.reachable {
-            checks.push(check(
+        match (&f.reachable, &f.refusal) {
+            (Err(why), Some(refusal)) => checks.push(check(
+                "reachable",
+                Some(&f.name),
+                Status::Fail,
+                format!("the node refuses this client: {why}"),
+                Some(refusal.hint()),
+            )),
+            (Err(why), None) => checks.push(check(
                 "reachable",
                 Some(&f.name),
                 Status::Fail,
                 format!("cannot reach the node: {why}"),
                 Some("start the node or fix its URL; every node down costs one vote of the quorum"),
-            ));
+            )),
+            (Ok(()), _) => {}
         }
     }
     let down = n - reachable.len();
@@ -211,6 +230,8 @@ fn node_checks(f: &NodeFacts, limits: Limits, checks: &mut Vec<Check>) {
     checks.push(reachable_node(f));
     checks.extend(version_check(f));
     checks.extend(round_trip_check(f, limits));
+    checks.extend(write_check(f));
+    checks.extend(memory_check(f));
     checks.push(replication_check(f));
     checks.extend(cluster_check(f));
     match &f.config {
@@ -285,6 +306,58 @@ fn round_trip_check(f: &NodeFacts, limits: Limits) -> Option<Check> {
         _ => Some("requests this slow time out and the node's vote is lost; raise --node-timeout (keep it far below the TTL) or move the node closer"),
     };
     Some(check("round trip", Some(&f.name), status, detail, hint))
+}
+
+/// Whether the node took the doctor's write.
+fn write_check(f: &NodeFacts) -> Option<Check> {
+    Some(match f.write.as_ref()? {
+        Ok(()) => check(
+            "write",
+            Some(&f.name),
+            Status::Pass,
+            "accepts writes (SET PX, DEL)",
+            None,
+        ),
+        Err(why) => check(
+            "write",
+            Some(&f.name),
+            Status::Fail,
+            format!("the node refuses writes, so every acquisition fails on it: {why}"),
+            Some(why.hint()),
+        ),
+    })
+}
+
+/// Used memory against maxmemory: how close the node is to refusing every lock.
+fn memory_check(f: &NodeFacts) -> Option<Check> {
+    let used: u64 = info(f, "used_memory")?.parse().ok()?;
+    let max: u64 = info(f, "maxmemory")?.parse().ok()?;
+    let mib = |b: u64| format!("{:.1} MiB", b as f64 / (1024.0 * 1024.0));
+    if max == 0 {
+        return Some(check(
+            "memory",
+            Some(&f.name),
+            Status::Pass,
+            format!("{} used, no maxmemory", mib(used)),
+            None,
+        ));
+    }
+    let percent = used.saturating_mul(100) / max;
+    let (status, hint) = if percent >= MEMORY_WARN_PERCENT {
+        (
+            Status::Warn,
+            Some("raise maxmemory or free memory: at maxmemory a noeviction node refuses every acquisition (OOM)"),
+        )
+    } else {
+        (Status::Pass, None)
+    };
+    Some(check(
+        "memory",
+        Some(&f.name),
+        status,
+        format!("{} used of maxmemory {} ({percent}%)", mib(used), mib(max)),
+        hint,
+    ))
 }
 
 /// Redlock nodes must be independent masters: neither a replica nor a master with replicas.
@@ -499,11 +572,33 @@ fn skew_between_nodes(reachable: &[&NodeFacts]) -> Option<Check> {
     ))
 }
 
+/// A write as a lock's: a node that answers every read may still refuse each write (out of
+/// memory under noeviction, a replica, a failed snapshot), and then every acquisition fails on
+/// it. The key is the doctor's own and expires by itself if the DEL does not arrive.
+async fn write_probe(conn: &mut crate::node::Conn) -> Result<(), fencelock::NodeError> {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let key = format!("fencelock:doctor:{}:{nanos}", std::process::id());
+    conn.query_why::<Option<String>>(
+        redis::cmd("SET")
+            .arg(&key)
+            .arg("doctor")
+            .arg("PX")
+            .arg(WRITE_PROBE_TTL_MS),
+    )
+    .await?;
+    conn.query_why::<i64>(redis::cmd("DEL").arg(&key)).await?;
+    Ok(())
+}
+
 /// Asks one node everything the checks need.
 async fn gather(node: &Node) -> NodeFacts {
     let mut facts = NodeFacts {
         name: node.name.clone(),
         reachable: Ok(()),
+        refusal: None,
+        write: None,
         rtts: Vec::new(),
         info: BTreeMap::new(),
         config: Ok(BTreeMap::new()),
@@ -513,10 +608,16 @@ async fn gather(node: &Node) -> NodeFacts {
             ..SetFacts::default()
         },
     };
-    let mut conn = match node.connect(PROBE_TIMEOUT).await {
+    let mut conn = match node.connect_why(PROBE_TIMEOUT).await {
         Ok(conn) => conn,
         Err(why) => {
-            facts.reachable = Err(why);
+            facts.reachable = Err(why.to_string());
+            if !matches!(
+                why.cause(),
+                fencelock::FailureCause::Refused | fencelock::FailureCause::Other
+            ) {
+                facts.refusal = Some(why);
+            }
             return facts;
         }
     };
@@ -529,7 +630,7 @@ async fn gather(node: &Node) -> NodeFacts {
             }
         }
     }
-    for section in ["server", "replication", "persistence", "cluster"] {
+    for section in ["server", "replication", "persistence", "cluster", "memory"] {
         match conn.query::<String>(redis::cmd("INFO").arg(section)).await {
             Ok(text) => facts.info.extend(parse_info(&text)),
             Err(why) => {
@@ -564,6 +665,7 @@ async fn gather(node: &Node) -> NodeFacts {
     if facts.config.is_ok() {
         facts.config = Ok(config);
     }
+    facts.write = Some(write_probe(&mut conn).await);
 
     for (key, slot) in [
         (fencelock::protocol::NODE_MARKER_KEY, &mut facts.set.marker),
@@ -603,7 +705,17 @@ pub(crate) async fn doctor(settings: &Settings, json: bool) -> anyhow::Result<u8
     };
     let checks = evaluate(&facts, limits);
     let names: Vec<String> = facts.iter().map(|f| f.name.clone()).collect();
-    report(&checks, &names, settings, json)
+    let code = report(&checks, &names, settings, json)?;
+    // A refusal that only a change of configuration can fix (a password, a database, a
+    // certificate) is told as such by the exit code too, as the lock commands tell it.
+    let misconfigured = facts
+        .iter()
+        .any(|f| f.refusal.as_ref().is_some_and(|e| e.needs_config_change()));
+    Ok(if misconfigured {
+        crate::exit::CONFIG
+    } else {
+        code
+    })
 }
 
 #[cfg(test)]
@@ -626,6 +738,8 @@ mod tests {
             ("connected_slaves", "0"),
             ("cluster_enabled", "0"),
             ("uptime_in_seconds", "3600"),
+            ("used_memory", "1048576"),
+            ("maxmemory", "0"),
         ];
         let config = [
             ("maxmemory-policy", "noeviction"),
@@ -637,6 +751,8 @@ mod tests {
         NodeFacts {
             name: name.into(),
             reachable: Ok(()),
+            refusal: None,
+            write: Some(Ok(())),
             rtts: vec![Duration::from_micros(300); 5],
             info: info
                 .iter()
@@ -848,6 +964,23 @@ mod tests {
         assert_eq!(
             worst(&evaluate(&facts, limits()), "quorum"),
             Some(Status::Fail)
+        );
+    }
+
+    #[test]
+    fn a_node_that_refuses_writes_fails_and_memory_near_maxmemory_warns() {
+        let mut facts = three();
+        facts[1].write = Some(Err("OOM stand-in".into()));
+        let checks = evaluate(&facts, limits());
+        assert_eq!(worst(&checks, "write"), Some(Status::Fail), "{checks:#?}");
+        facts[1].write = Some(Ok(()));
+        facts[2].info.insert("maxmemory".into(), "1100000".into());
+        let checks = evaluate(&facts, limits());
+        assert_eq!(worst(&checks, "memory"), Some(Status::Warn), "{checks:#?}");
+        facts[2].info.insert("maxmemory".into(), "4194304".into());
+        assert_eq!(
+            worst(&evaluate(&facts, limits()), "memory"),
+            Some(Status::Pass)
         );
     }
 

@@ -1,0 +1,122 @@
+//! `fencelock inspect` (issue 29, item 7): it says when it cannot know (no quorum of nodes
+//! answered) and exits non-zero; it shows a semaphore's permits, a read-write lock's readers and
+//! an election's leader, read where the library keeps them; its counter column says it is the
+//! node's. On real redis-server nodes, with real holders (`run --permits`, `run --shared`,
+//! `elect`).
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Output, Stdio};
+
+use common::with_nodes;
+use fencelock_testkit::RedisNodes;
+
+fn text(out: &Output) -> String {
+    format!(
+        "status {:?}\nstdout: {}\nstderr: {}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// A holder whose command says "in" once it runs, then sleeps: returned once it holds.
+fn holding(home: &std::path::Path, urls: &[String], args: &[&str]) -> Child {
+    let mut child = with_nodes(home, urls)
+        .args(args)
+        .args(["--", "sh", "-c", "echo in; sleep 60"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "in", "{args:?} did not start its command");
+    child
+}
+
+#[test]
+fn no_node_reachable_is_an_error_not_not_held() {
+    let home = tempfile::tempdir().unwrap();
+    let dead: Vec<String> = (0..3)
+        .map(|_| {
+            let l = std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap();
+            format!("redis://127.0.0.1:{}/0", l.local_addr().unwrap().port())
+        })
+        .collect();
+    let out = with_nodes(home.path(), &dead)
+        .args(["inspect", "job"])
+        .output()
+        .unwrap();
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(69), "{all}");
+    assert!(
+        all.contains("0 of 3 node(s) reachable, a quorum needs 2: whether it is held is unknown"),
+        "{all}"
+    );
+    assert!(!all.contains("not held"), "{all}");
+}
+
+#[test]
+fn permits_readers_and_the_leader_are_shown() {
+    let home = tempfile::tempdir().unwrap();
+    let nodes = RedisNodes::start(3).unwrap();
+    let urls = nodes.urls();
+    let mut children: Vec<Child> = Vec::new();
+    for _ in 0..3 {
+        children.push(holding(
+            home.path(),
+            &urls,
+            &["run", "--permits", "3", "pool"],
+        ));
+    }
+    for _ in 0..2 {
+        children.push(holding(home.path(), &urls, &["run", "--shared", "doc"]));
+    }
+    children.push(holding(
+        home.path(),
+        &urls,
+        &["elect", "--value", "boss-7", "chief"],
+    ));
+    let inspect = |resource: &str| {
+        let out = with_nodes(home.path(), &urls)
+            .args(["inspect", resource])
+            .output()
+            .unwrap();
+        let all = text(&out);
+        assert_eq!(out.status.code(), Some(0), "{all}");
+        all
+    };
+    let pool = inspect("pool");
+    assert!(
+        pool.contains("semaphore \"pool\": 3 permit(s) held"),
+        "{pool}"
+    );
+    for slot in 0..3 {
+        assert!(pool.contains(&format!("permit {slot}: token ")), "{pool}");
+    }
+    assert!(!pool.contains("not held on any"), "{pool}");
+    assert!(pool.contains("NODE COUNTER"), "{pool}");
+    assert!(
+        pool.contains("one per node and shared by every resource"),
+        "{pool}"
+    );
+    let doc = inspect("doc");
+    assert!(
+        doc.contains("held by 2 reader(s) (a read-write lock) on 3 of 3 node(s)")
+            && doc.contains("read-write lock \"doc\": 2 reader(s), no writer"),
+        "{doc}"
+    );
+    let chief = inspect("chief");
+    assert!(
+        chief.contains("election \"chief\": leader \"boss-7\", term "),
+        "{chief}"
+    );
+    assert!(!chief.contains("it resigned or died"), "{chief}");
+    for mut child in children {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
