@@ -393,6 +393,31 @@ mutant locks-held-never-falls "the gauge of locks held rises at each grant and n
   crates/fencelock/src/lock.rs \
   's/crate::telemetry::held\(&self\.client\.telemetry\(\)\.label\(&self\.keys\[0\]\), -1\.0\);//' \
   "-p fencelock --test metrics locks_held_rise_with_each_grant_and_fall_with_each_release_or_drop"
+mutant undo-disarmed-early "an acquisition's drop guard is disarmed as soon as it is armed: a call cut short leaves its keys for a TTL (issue 29 item 10)" \
+  crates/fencelock/src/redis/undo.rs \
+  's/armed: Some\(\(backend\.clone\(\), keys\.to_vec\(\), token\.into\(\), side\)\),/armed: Some((backend.clone(), keys.to_vec(), token.into(), side)).filter(|_| false),/' \
+  "-p fencelock --test cancel acquisitions_cut_short_leave_no_key" \
+  "-p fencelock --test cancel the_familys_calls_cut_short_leave_no_key"
+mutant wait-woken-by-own-release "a waiter whose failed attempt set keys is woken by its own release and retries at once (issue 29 item 12)" \
+  crates/fencelock/src/redis/line.rs \
+  's/Some\(s\) if !sets_off_its_own_wake\(&err\) =>/Some(s) =>/' \
+  "-p fencelock --test cancel a_wait_woken_by_its_own_release_still_follows_the_delays"
+
+mutant flush-no-resend "the drop of a client's last handle on a current-thread runtime does not send the pending releases (issue 29 item 11)" \
+  crates/fencelock/src/client.rs \
+  's/Ok\(_\) => self\.resend\(bound\),/Ok(_) => {}/' \
+  "-p fencelock --test first_hour a_lock_dropped_on_one_thread_is_released_without_close"
+
+mutant campaign-cut-short-not-withdrawn "a campaign cut short during its announcement leaves its entry in the log of leaders (issue 29 item 10)" \
+  crates/fencelock/src/election.rs \
+  's/let Some\(lock\) = self\.lock\.take\(\) else \{/let Some(lock) = self.lock.take().filter(|_| false) else {/' \
+  "-p fencelock --test cancel a_campaign_cut_short_leaves_no_entry_in_the_log"
+
+mutant release-marked-before-sent "Lock::release marks the lock released before its round: a release cut short leaves the keys for a TTL (issue 29 item 10)" \
+  crates/fencelock/src/lock.rs \
+  's/(pub async fn release\(mut self\) -> Result<Votes> \{\n)/$1        self.released = true;\n/' \
+  "-p fencelock --test cancel releases_cut_short_leave_no_key"
+
 index_of() {
   local i
   for i in "${!NAMES[@]}"; do [[ "${NAMES[$i]}" == "$1" ]] && { echo "$i"; return 0; }; done

@@ -27,7 +27,11 @@ impl Client {
     ///
     /// # Cancel safety
     ///
-    /// Not cancel-safe: a cancelled attempt may leave keys that expire after the TTL.
+    /// Cancel-safe: a call dropped before it returns (`tokio::time::timeout`, `select!`)
+    /// releases what it may have set in the background, as a dropped [`Lock`] is released
+    /// (compare-and-delete by its own owner token: a key another client holds is left alone);
+    /// [`Client::close`] and the drop of the last client handle wait for it. Without a running
+    /// tokio runtime the keys expire after the TTL.
     ///
     /// # Example
     ///
@@ -62,7 +66,7 @@ impl Client {
     ///
     /// # Cancel safety
     ///
-    /// Not cancel-safe: see [`Client::try_acquire`].
+    /// Cancel-safe: see [`Client::try_acquire`].
     pub async fn try_acquire_many<S: AsRef<str>>(&self, resources: &[S]) -> Result<Lock> {
         let keys = check_resources(resources)?;
         self.holdings().check(&keys)?;
@@ -73,7 +77,11 @@ impl Client {
         Ok(Lock::new(self.clone(), keys, result?))
     }
 
-    /// Takes the lock on `resource`, waiting per the configured [`RetryPolicy`].
+    /// Takes the lock on `resource`, waiting per the configured [`RetryPolicy`]: by default it
+    /// gives up after **10 s** ([`RetryPolicy::DEFAULT_WAIT`]) with [`Error::Timeout`], retrying
+    /// after jittered delays of 50 ms to 500 ms (sooner when woken by a release); set another
+    /// wait with [`Config::with_retry`](crate::Config::with_retry) or per call with
+    /// [`Client::acquire_with`].
     ///
     /// After a first refusal the call waits in line: waiters of one resource are served in the
     /// order they started waiting (on every node the first live waiter is the only one granted),
@@ -95,8 +103,8 @@ impl Client {
     ///
     /// # Cancel safety
     ///
-    /// Not cancel-safe: see [`Client::try_acquire`]. Dropping the future between attempts is
-    /// harmless: the waiter leaves the line in the background.
+    /// Cancel-safe: an attempt cut short is released in the background as in
+    /// [`Client::try_acquire`], and the waiter leaves the line in the background.
     ///
     /// # Example
     ///

@@ -101,6 +101,16 @@ impl Backend {
         }
     }
 
+    /// How many releases still run in the background (Redis: calls cut short, and releases
+    /// that returned at a quorum); etcd's cancelled calls revoke their lease uncounted.
+    pub(crate) fn background_pending(&self) -> usize {
+        match self {
+            Backend::Redis(r) => r.background_pending(),
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(_) => 0,
+        }
+    }
+
     /// Opens every node's connection now, returning once a quorum is connected (Redis); etcd
     /// connects on first use.
     pub(crate) async fn connect_quorum(&self) -> Votes {
@@ -441,6 +451,21 @@ impl Held {
             Held::RedisShared(r, h) => r.release_reader(&keys[0], h, true).await,
             #[cfg(feature = "etcd")]
             Held::Etcd(e, h) => e.release(h).await.map(|()| Votes::default()),
+        }
+    }
+
+    /// The same lock, held through `backend` (a client's fresh connections, for a release sent
+    /// from another runtime); `None` when `backend` is of another kind.
+    pub(crate) fn through(&self, backend: &Backend) -> Option<Held> {
+        match (self, backend) {
+            (Held::Redis(_, h), Backend::Redis(r)) => Some(Held::Redis(r.clone(), h.clone())),
+            (Held::RedisShared(_, h), Backend::Redis(r)) => {
+                Some(Held::RedisShared(r.clone(), h.clone()))
+            }
+            #[cfg(feature = "etcd")]
+            (Held::Etcd(_, h), Backend::Etcd(e)) => Some(Held::Etcd(e.clone(), h.clone())),
+            #[cfg(feature = "etcd")]
+            _ => None,
         }
     }
 

@@ -34,16 +34,37 @@ use crate::telemetry::Telemetry;
 #[derive(Clone)]
 pub struct Client {
     inner: Arc<Inner>,
+    /// Shared by the handles the program holds (clients, locks, waiters, the family), not by
+    /// the background tasks: when the last one goes, the pending releases are flushed.
+    _handle: Arc<LastHandle>,
 }
+
+/// Dropped with the program's last handle of a client: waits, within a bound, for the
+/// releases still in the background (locks dropped without `release`, calls cut short), so
+/// that a program whose `main` returns right after an early `?` leaves no key for its TTL.
+struct LastHandle(Arc<Inner>);
+
+impl Drop for LastHandle {
+    fn drop(&mut self) {
+        self.0.flush();
+    }
+}
+
+/// A dropped lock to release: its keys and what it holds.
+type Dropped = (Arc<[String]>, Held);
 
 struct Inner {
     config: Config,
     /// The nodes, in configured order.
     nodes: Box<[NodeAddr]>,
     backend: Backend,
-    reaper: std::sync::OnceLock<mpsc::UnboundedSender<(Arc<[String]>, Held)>>,
+    reaper: std::sync::OnceLock<mpsc::UnboundedSender<(u64, Dropped)>>,
     /// Releases handed to the background and not finished yet (see [`Client::close`]).
     pending_releases: tokio::sync::watch::Sender<usize>,
+    /// The same releases by number, for the drop of the last handle on a current-thread
+    /// runtime, which sends them again from a thread of its own (`Inner::flush`).
+    unreleased: std::sync::Mutex<std::collections::HashMap<u64, Dropped>>,
+    next_release: std::sync::atomic::AtomicU64,
     /// The locks held, by task, to refuse a task that asks again (see `reentry.rs`).
     holdings: Arc<crate::reentry::Holdings>,
     /// Metrics and node events (see `telemetry.rs`).
@@ -80,16 +101,20 @@ impl Client {
             1
         };
         let telemetry = Telemetry::new(config.metrics_resource_label(), voters);
+        let inner = Arc::new(Inner {
+            config,
+            nodes,
+            backend,
+            reaper: std::sync::OnceLock::new(),
+            pending_releases: tokio::sync::watch::Sender::new(0),
+            unreleased: std::sync::Mutex::default(),
+            next_release: std::sync::atomic::AtomicU64::new(0),
+            holdings: Arc::default(),
+            telemetry,
+        });
         Ok(Client {
-            inner: Arc::new(Inner {
-                config,
-                nodes,
-                backend,
-                reaper: std::sync::OnceLock::new(),
-                pending_releases: tokio::sync::watch::Sender::new(0),
-                holdings: Arc::default(),
-                telemetry,
-            }),
+            _handle: Arc::new(LastHandle(inner.clone())),
+            inner,
         })
     }
 
@@ -186,38 +211,49 @@ impl Client {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
+        let id = self
+            .inner
+            .next_release
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.inner
+            .unreleased
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(id, (keys.clone(), held.clone()));
         let tx = self.inner.reaper.get_or_init(|| {
-            let (tx, mut rx) = mpsc::unbounded_channel::<(Arc<[String]>, Held)>();
+            let (tx, mut rx) = mpsc::unbounded_channel::<(u64, Dropped)>();
             let weak: std::sync::Weak<Inner> = Arc::downgrade(&self.inner);
             runtime.spawn(async move {
-                while let Some((keys, held)) = rx.recv().await {
+                while let Some((id, (keys, held))) = rx.recv().await {
                     let Some(inner) = weak.upgrade() else { break };
                     // Side by side, so that `close` waits for the slowest release, not the sum.
-                    tokio::spawn(Client { inner }.release_and_count(keys, held));
+                    tokio::spawn(release_and_count(inner, id, keys, held));
                 }
             });
             tx
         });
         self.inner.pending_releases.send_modify(|n| *n += 1);
-        if let Err(mpsc::error::SendError((keys, held))) = tx.send((keys, held)) {
+        if let Err(mpsc::error::SendError((id, (keys, held)))) = tx.send((id, (keys, held))) {
             // The runtime the reaper ran on is gone (this client outlived it): use this one.
-            runtime.spawn(self.clone().release_and_count(keys, held));
+            runtime.spawn(release_and_count(self.inner.clone(), id, keys, held));
         }
-    }
-
-    async fn release_and_count(self, keys: Arc<[String]>, held: Held) {
-        held.release_quietly(&keys).await;
-        self.inner
-            .pending_releases
-            .send_modify(|n| *n = n.saturating_sub(1));
     }
 
     /// Waits until the locks dropped without [`Lock::release`](crate::Lock::release) (by a `?` or a panic between
     /// acquire and release, or a [`LockGuard`](crate::LockGuard) dropped) have been released,
     /// and until the releases that returned at a quorum have reached their other nodes, for at
-    /// most twice the node timeout. Call it before `main` returns: the release of a
-    /// dropped lock runs in a background task, which a runtime that shuts down never runs, and
-    /// the lock then stays taken until its TTL runs out.
+    /// most twice the node timeout.
+    ///
+    /// Dropping the program's last handle of the client (the last `Client` clone, `Lock`,
+    /// `Waiter`, semaphore, read-write lock or election made from it) waits the same way, so
+    /// that a `main` that returns early through a `?` leaves no key behind without `close`: on
+    /// a multi-thread runtime (`#[tokio::main]`'s default) it blocks in place while the
+    /// runtime's other threads release; on a current-thread runtime, whose only thread would
+    /// never run them, it sends the dropped locks' releases again from a thread of its own,
+    /// on fresh connections. Call `close` to wait at a point of your choosing (and for calls
+    /// cut short on a current-thread runtime, which only `close` waits for there). What
+    /// remains: a process killed by `SIGKILL` (or a crash that skips destructors) leaves its
+    /// keys until their TTL, by design.
     ///
     /// ```no_run
     /// # async fn work(client: &fencelock::Client) -> fencelock::Result<()> { Ok(()) }
@@ -256,6 +292,125 @@ impl Client {
             );
         }
     }
+}
+
+/// Releases a dropped lock, counted until done (or until its task is dropped with its runtime).
+async fn release_and_count(inner: Arc<Inner>, id: u64, keys: Arc<[String]>, held: Held) {
+    struct Counted(Arc<Inner>, u64);
+    impl Drop for Counted {
+        fn drop(&mut self) {
+            self.0
+                .unreleased
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .remove(&self.1);
+            self.0
+                .pending_releases
+                .send_modify(|n| *n = n.saturating_sub(1));
+        }
+    }
+    let _counted = Counted(inner, id);
+    held.release_quietly(&keys).await;
+}
+
+impl Inner {
+    /// Background releases not finished: of dropped locks, and of the backend's own (calls cut
+    /// short, releases that returned at a quorum).
+    fn pending(&self) -> usize {
+        *self.pending_releases.borrow() + self.backend.background_pending()
+    }
+
+    /// The last handle is gone: waits at most twice the node timeout for the pending releases.
+    /// Their tasks run on the runtime's other threads, or on the blocking client's: this thread
+    /// may block (inside a multi-thread runtime, with `block_in_place`, which lets the others
+    /// run). A current-thread runtime runs them only when this thread yields, which it will not
+    /// do before it stops (the end of `main`): the dropped locks are released again from a
+    /// thread of its own, on fresh connections (`resend`).
+    fn flush(&self) {
+        if self.pending() == 0 {
+            return;
+        }
+        let bound = 2 * self.config.node_timeout();
+        let wait = || {
+            let until = Instant::now() + bound;
+            while self.pending() > 0 && Instant::now() < until {
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+            if self.pending() > 0 {
+                tracing::warn!(
+                    pending = self.pending(),
+                    ?bound,
+                    "last client handle dropped: releases still pending; their keys expire by TTL"
+                );
+            }
+        };
+        match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+            Err(_) => wait(),
+            Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(wait),
+            Ok(_) => self.resend(bound),
+        }
+    }
+
+    /// Sends the releases of the dropped locks not released yet from a thread of its own, with a
+    /// runtime and connections of its own, and waits for it at most `bound` (and a second for
+    /// its connections). The same compare-and-delete by owner token: sent twice, it deletes once.
+    /// A call cut short (`redis/undo.rs`) is not in the list: its keys expire by TTL.
+    fn resend(&self, bound: std::time::Duration) {
+        let locks: Vec<(Arc<[String]>, Held)> = self
+            .unreleased
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .values()
+            .cloned()
+            .collect();
+        if locks.is_empty() {
+            return;
+        }
+        let config = self.config.clone();
+        let (done, finished) = std::sync::mpsc::channel();
+        let spawned = std::thread::Builder::new()
+            .name("fencelock-flush".into())
+            .spawn(move || {
+                let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                else {
+                    return;
+                };
+                runtime.block_on(async {
+                    let Ok(backend) = config
+                        .validate()
+                        .and_then(|addrs| Backend::new(addrs, &config))
+                    else {
+                        return;
+                    };
+                    let releases = locks.iter().filter_map(|(keys, held)| {
+                        let held = held.through(&backend)?;
+                        Some(async move { held.release_quietly(keys).await })
+                    });
+                    let _ =
+                        tokio::time::timeout(bound, futures_util::future::join_all(releases)).await;
+                });
+                let _ = done.send(());
+            });
+        let waited = spawned.is_ok()
+            && finished
+                .recv_timeout(bound + std::time::Duration::from_secs(1))
+                .is_ok();
+        if !waited {
+            tracing::warn!(
+                locks = locks_len(&self.unreleased),
+                ?bound,
+                "last client handle dropped: releases not confirmed; their keys expire by TTL"
+            );
+        }
+    }
+}
+
+fn locks_len<T>(m: &std::sync::Mutex<std::collections::HashMap<u64, T>>) -> usize {
+    m.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .len()
 }
 
 /// Checks a list of resources before any I/O: not empty, no empty or repeated name, and no

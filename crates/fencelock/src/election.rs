@@ -53,6 +53,34 @@ pub fn leaders_key(name: &str) -> String {
     format!("fencelock:leaders:{name}")
 }
 
+/// A campaign's lock while its announcement is in flight (see `Election::lead`).
+struct Announcing {
+    log: ElectionLog,
+    term: u64,
+    value: String,
+    lock: Option<Lock>,
+}
+
+impl Drop for Announcing {
+    fn drop(&mut self) {
+        let Some(lock) = self.lock.take() else {
+            return;
+        };
+        // Without a runtime, dropping the lock is all there is (its keys expire by TTL).
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (log, term, value) = (self.log.clone(), self.term, std::mem::take(&mut self.value));
+        // The task no longer holds the lock (a dropped lock's registration goes at once); the
+        // release follows the withdrawal, as the background release of a dropped lock.
+        let (client, keys, held) = lock.disown();
+        runtime.spawn(async move {
+            log.withdraw(term, &value).await;
+            client.release_in_background(keys, held);
+        });
+    }
+}
+
 /// One leader: its term (the fencing token of its lock) and the value it set.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Leader {
@@ -140,7 +168,9 @@ impl Election {
     ///
     /// # Cancel safety
     ///
-    /// Not cancel-safe: a cancelled campaign may leave a lock that expires after the TTL.
+    /// Cancel-safe: a campaign dropped before it returns releases the lock in the background
+    /// (as [`Client::try_acquire`]); dropped during its announcement, it first withdraws its
+    /// entry from the log of leaders (on Redis), as a campaign that fails there does.
     pub async fn campaign(&self, value: &str) -> Result<Leadership> {
         let lock = self.campaign_lock(value).await?;
         let term = lock.fencing_token().unwrap_or_default();
@@ -175,11 +205,21 @@ impl Election {
     /// A-elect-observe).
     async fn lead(&self, lock: Lock, value: &str) -> Result<Lock> {
         let term = lock.fencing_token().unwrap_or_default();
-        let failed = match self
+        // Dropped mid-announcement (the campaign cut short), it withdraws the entry that may
+        // have been appended, then releases the lock, in that order, in the background.
+        let mut announcing = Announcing {
+            log: self.log.clone(),
+            term,
+            value: value.to_string(),
+            lock: Some(lock),
+        };
+        let lock = announcing.lock.as_ref().expect("set just above");
+        let announced = self
             .log
             .announce(&self.name, lock.held(), term, value)
-            .await
-        {
+            .await;
+        let lock = announcing.lock.take().expect("taken only here");
+        let failed = match announced {
             Err(e) => Some(e),
             Ok(()) if !lock.is_valid() => Some(Error::TooSlow {
                 resource: self.name.clone(),
@@ -286,7 +326,8 @@ impl Leadership {
     ///
     /// # Cancel safety
     ///
-    /// Not cancel-safe: a cancelled resignation leaves the lock to expire by TTL.
+    /// Cancel-safe: a resignation dropped before it returns leaves the lock to the background
+    /// release of a dropped lock.
     pub async fn resign(self) -> Result<()> {
         self.guard.release().await.map(|_| ())
     }

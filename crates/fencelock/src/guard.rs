@@ -162,7 +162,7 @@ impl LockGuard {
     ///
     /// # Cancel safety
     ///
-    /// Not cancel-safe: see [`Lock::release`].
+    /// Cancel-safe: see [`Lock::release`].
     pub async fn release(mut self) -> Result<Votes> {
         self.stop.stop();
         let lock = self

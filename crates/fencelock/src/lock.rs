@@ -18,8 +18,9 @@ use crate::pure::vote::Votes;
 /// protects data must carry the [fencing token](Lock::fencing_token) to storage that checks it.
 ///
 /// Dropping a lock without releasing it does no I/O in `Drop`: it asks a background task of the
-/// client to release it, and if there is none, the keys expire after the TTL. A runtime that
-/// shuts down does not run that task: call [`Client::close`] before `main` returns.
+/// client to release it, and if there is no runtime, the keys expire after the TTL. The drop
+/// of the program's last client handle (or [`Client::close`]) waits for that release, so a
+/// lock dropped by an early `?` in `main` does not outlive the process.
 ///
 /// # Example
 ///
@@ -77,6 +78,13 @@ impl Lock {
 
     pub(crate) fn held(&self) -> &Held {
         &self.held
+    }
+
+    /// Gives up the handle without releasing: its registration in the holdings goes now, and
+    /// the caller releases what it returns (a campaign cut short, `election.rs`).
+    pub(crate) fn disown(mut self) -> (Client, Arc<[String]>, Held) {
+        self.released = true;
+        (self.client.clone(), self.keys.clone(), self.held.clone())
     }
 
     /// The resource name (the key on every node); the first one for a multi-resource lock.
@@ -222,11 +230,14 @@ impl Lock {
     ///
     /// # Cancel safety
     ///
-    /// Not cancel-safe: a cancelled release leaves the remaining keys to expire by TTL.
+    /// Cancel-safe: a release dropped before it returns leaves the lock to the background
+    /// release of a dropped lock (the same compare-and-delete, sent again), which
+    /// [`Client::close`](crate::Client::close) waits for.
     pub async fn release(mut self) -> Result<Votes> {
-        self.released = true;
         let span = tracing::debug_span!("release", resource = %self.keys[0]);
         let result = self.held.release(&self.keys).instrument(span).await;
+        // Only now: a release cut short drops `self` unreleased, and `Drop` sends it again.
+        self.released = true;
         let telemetry = self.client.telemetry();
         telemetry.released(
             &telemetry.label(&self.keys[0]),

@@ -151,7 +151,8 @@ impl RwLock {
     ///
     /// # Cancel safety
     ///
-    /// Not cancel-safe: a cancelled attempt may leave entries that expire after the TTL.
+    /// Cancel-safe: a call dropped before it returns releases its reader entries in the
+    /// background (by its own owner token), as [`Client::try_acquire`] does.
     pub async fn try_read(&self) -> Result<Lock> {
         self.client.holdings().check(&self.keys)?;
         let grant = self.client.backend().try_read(&self.keys[0]).await?;
@@ -168,8 +169,7 @@ impl RwLock {
     ///
     /// # Cancel safety
     ///
-    /// Not cancel-safe: see [`RwLock::try_read`]. Dropping the future between attempts is
-    /// harmless: the reader leaves the line in the background.
+    /// Cancel-safe: see [`RwLock::try_read`]; the reader leaves the line in the background.
     pub async fn read(&self) -> Result<Lock> {
         let policy = self.client.config().retry().clone();
         self.read_with(&policy).await
@@ -201,7 +201,7 @@ impl RwLock {
     ///
     /// # Cancel safety
     ///
-    /// Not cancel-safe: see [`Client::try_acquire`]; a cancelled record leaves the lock to be
+    /// Cancel-safe: see [`Client::try_acquire`]; a cancelled record leaves the lock to be
     /// released in the background.
     pub async fn try_write(&self) -> Result<Lock> {
         let lock = self.client.try_acquire(self.resource()).await?;

@@ -129,7 +129,8 @@ impl Semaphore {
     ///
     /// # Cancel safety
     ///
-    /// Not cancel-safe: a cancelled attempt may leave a slot's keys that expire after the TTL.
+    /// Cancel-safe: a call dropped before it returns releases the slot it may have set in the
+    /// background (by its own owner token), as [`Client::try_acquire`] does.
     pub async fn try_acquire(&self) -> Result<Lock> {
         self.take(None).await
     }
@@ -143,7 +144,7 @@ impl Semaphore {
     ///
     /// # Cancel safety
     ///
-    /// Not cancel-safe: see [`Semaphore::try_acquire`].
+    /// Cancel-safe: see [`Semaphore::try_acquire`].
     pub async fn acquire(&self) -> Result<Lock> {
         let policy = self.client.config().retry().clone();
         self.acquire_with(&policy).await
@@ -157,7 +158,7 @@ impl Semaphore {
     ///
     /// # Cancel safety
     ///
-    /// Not cancel-safe: see [`Semaphore::try_acquire`].
+    /// Cancel-safe: see [`Semaphore::try_acquire`].
     pub async fn acquire_with(&self, policy: &RetryPolicy) -> Result<Lock> {
         self.take(Some(policy)).await
     }

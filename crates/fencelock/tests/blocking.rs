@@ -309,3 +309,31 @@ fn the_blocking_postgres_fence_names_the_server_and_refuses_inside_a_runtime() {
     assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
     assert!(err.to_string().contains("fence::PostgresFence"), "{err}");
 }
+
+/// Issue 29 item 11: a program that drops a lock (an early `?`) and then its client, without
+/// `close`, leaves no key: the drop of the last handle waited for the release, whose answers
+/// came back before it returned (so the nodes are read at once, not polled).
+#[test]
+fn dropping_the_client_without_close_releases_a_dropped_lock() {
+    let nodes = RedisNodes::start(3).unwrap();
+    for i in 0..5 {
+        let key = format!("blocking-no-close-{i}");
+        let client = Client::new(
+            config(nodes.urls())
+                .with_ttl(Duration::from_secs(60))
+                .with_node_timeout(Duration::from_secs(2)),
+        )
+        .unwrap();
+        let lock = client.acquire(&key).unwrap();
+        drop(lock);
+        drop(client);
+        for node in nodes.iter() {
+            assert_eq!(
+                node.cli(&["EXISTS", &key]).unwrap(),
+                "0",
+                "round {i}: {key} is still held on {} after the client was dropped",
+                node.url()
+            );
+        }
+    }
+}

@@ -337,15 +337,73 @@ fn child_drops_a_lock_and_returns() {
     });
 }
 
+/// As [`child_drops_a_lock_and_returns`], as `#[tokio::main]` runs `main` (a multi-thread
+/// runtime), and without `close`: dropping the last client handle flushes the release.
 #[test]
-fn a_lock_dropped_on_the_error_path_is_released_before_exit() {
+fn child_drops_a_lock_and_returns_without_close() {
+    if std::env::var_os(CHILD).is_none() {
+        return;
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let result: Result<(), Box<dyn std::error::Error>> = runtime.block_on(async {
+        let client = Client::new(Config::from_env().unwrap()).unwrap();
+        let lock = client.acquire("dropped").await?;
+        println!("acquired {}", lock.resource());
+        "not a number".parse::<u32>()?;
+        lock.release().await?;
+        Ok(())
+    });
+    assert!(result.is_err());
+}
+
+/// As [`child_drops_a_lock_and_returns_without_close`] on a current-thread runtime
+/// (`#[tokio::main(flavor = "current_thread")]`), which never runs the background release
+/// once `main`'s future is done: the drop of the last handle sends it from a thread of its own.
+#[test]
+fn child_on_one_thread_drops_a_lock_without_close() {
+    if std::env::var_os(CHILD).is_none() {
+        return;
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let result: Result<(), Box<dyn std::error::Error>> = runtime.block_on(async {
+        let client = Client::new(Config::from_env().unwrap()).unwrap();
+        let lock = client.acquire("dropped").await?;
+        println!("acquired {}", lock.resource());
+        "not a number".parse::<u32>()?;
+        lock.release().await?;
+        Ok(())
+    });
+    assert!(result.is_err());
+}
+
+/// Runs `child` in a process of its own and finds no key once it has exited.
+/// `latency`: what each request takes to reach its node (through a proxy), as on a network;
+/// a release still on its way when the process exits is lost.
+fn a_child_leaves_no_key(child: &str, latency: Duration) {
     let nodes = RedisNodes::start(3).unwrap();
+    let proxies: Vec<fencelock_testkit::DelayProxy> = nodes
+        .iter()
+        .map(|n| fencelock_testkit::DelayProxy::start(n.port()).unwrap())
+        .collect();
+    for p in &proxies {
+        p.set_delay(latency);
+    }
+    let urls: Vec<String> = proxies
+        .iter()
+        .map(|p| format!("redis://127.0.0.1:{}/0", p.port()))
+        .collect();
     let out = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_drops_a_lock_and_returns", "--nocapture"])
+        .args(["--exact", child, "--nocapture"])
         .env(CHILD, "1")
-        .env("FENCELOCK_NODES", nodes.urls().join(","))
+        .env("FENCELOCK_NODES", urls.join(","))
         .env("FENCELOCK_QUARANTINE", "off")
-        .env("FENCELOCK_NODE_TIMEOUT", "500ms")
+        .env("FENCELOCK_NODE_TIMEOUT", "2s")
         // Long enough that a key gone within the wait below was released, not expired.
         .env("FENCELOCK_TTL", "60s")
         .output()
@@ -364,6 +422,27 @@ fn a_lock_dropped_on_the_error_path_is_released_before_exit() {
         std::thread::sleep(Duration::from_millis(50));
     }
     assert_no_key(&nodes, "dropped");
+}
+
+#[test]
+fn a_lock_dropped_on_the_error_path_is_released_before_exit() {
+    a_child_leaves_no_key("child_drops_a_lock_and_returns", Duration::ZERO);
+}
+
+#[test]
+fn a_lock_dropped_on_one_thread_is_released_without_close() {
+    a_child_leaves_no_key(
+        "child_on_one_thread_drops_a_lock_without_close",
+        Duration::from_millis(200),
+    );
+}
+
+#[test]
+fn a_lock_dropped_on_the_error_path_is_released_without_close() {
+    a_child_leaves_no_key(
+        "child_drops_a_lock_and_returns_without_close",
+        Duration::from_millis(200),
+    );
 }
 
 /// Scoped work, `close` and releases can run in spawned tasks; locks, guards and the context

@@ -9,9 +9,10 @@
 //! background release of a dropped lock run there, so a guard keeps its lock extended while the
 //! calling thread is busy in blocking work. A call blocks the calling thread for the duration of
 //! its async counterpart; clone the client (cheap: the clones share the runtime and the
-//! connections) to use it from several threads at once. When the last clone is dropped the
-//! runtime stops: call [`Client::close`] first so that locks dropped without
-//! [`Lock::release`] are released rather than left to expire after their TTL.
+//! connections) to use it from several threads at once. When the last clone (and every lock
+//! taken through it) is dropped, the releases of locks dropped without [`Lock::release`] are
+//! waited for, at most twice the node timeout, before the runtime stops; [`Client::close`]
+//! waits for them at a point of your choosing.
 //!
 //! Calling it from inside an async runtime is refused with [`Error::InvalidConfig`](crate::Error)
 //! (blocking there would stall that runtime's thread): use [`crate::Client`] there.

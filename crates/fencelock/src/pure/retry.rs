@@ -80,16 +80,19 @@ impl RetryPolicy {
     /// The delay before attempt number `attempt + 1`, given that `attempt` attempts (>= 1)
     /// have failed, and `unit`, a uniform random number in `[0, 1)`.
     ///
-    /// The ceiling doubles with each attempt up to `max_delay`; the delay is drawn from
-    /// `[ceiling / 2, ceiling)` so that competing clients spread out instead of retrying in step.
+    /// The ceiling is `2 * base_delay` after the first attempt and doubles with each attempt up
+    /// to `max_delay`; the delay is drawn from `[ceiling / 2, ceiling)` (never below
+    /// `base_delay`) so that competing clients spread out instead of retrying in step. Every
+    /// delay thus lies between `base_delay` and `max_delay`, as documented.
     pub(crate) fn delay(&self, attempt: u32, unit: f64) -> Duration {
-        let exp = attempt.saturating_sub(1).min(16);
+        let exp = attempt.clamp(1, 16);
         let ceiling = self
             .base_delay
             .saturating_mul(1u32 << exp)
             .min(self.max_delay);
+        let floor = (ceiling / 2).max(self.base_delay).min(ceiling);
         let unit = unit.clamp(0.0, 1.0);
-        ceiling / 2 + (ceiling / 2).mul_f64(unit)
+        floor + (ceiling - floor).mul_f64(unit)
     }
 
     /// Whether another attempt may start after `attempts` attempts and `elapsed` time.
@@ -116,11 +119,16 @@ mod tests {
             .with_base_delay(100 * MS)
             .with_max_delay(800 * MS);
         for attempt in 1..20u32 {
-            let ceiling = (100 * MS * 2u32.pow((attempt - 1).min(16))).min(800 * MS);
+            let ceiling = (100 * MS * 2u32.pow(attempt.min(16))).min(800 * MS);
             for i in 0..=100 {
                 let d = p.delay(attempt, i as f64 / 100.0);
                 assert!(d >= ceiling / 2, "attempt {attempt}: {d:?}");
                 assert!(d <= ceiling, "attempt {attempt}: {d:?}");
+                // The documented range of every delay.
+                assert!(
+                    (100 * MS..=800 * MS).contains(&d),
+                    "attempt {attempt}: {d:?}"
+                );
             }
         }
     }
@@ -130,12 +138,18 @@ mod tests {
         let p = RetryPolicy::new()
             .with_base_delay(10 * MS)
             .with_max_delay(80 * MS);
-        assert_eq!(p.delay(1, 0.0), 5 * MS);
-        assert_eq!(p.delay(2, 0.0), 10 * MS);
-        assert_eq!(p.delay(3, 0.0), 20 * MS);
+        assert_eq!(p.delay(1, 0.0), 10 * MS);
+        assert_eq!(p.delay(2, 0.0), 20 * MS);
+        assert_eq!(p.delay(3, 0.0), 40 * MS);
         assert_eq!(p.delay(4, 0.0), 40 * MS);
         assert_eq!(p.delay(30, 0.0), 40 * MS);
         assert_eq!(p.delay(u32::MAX, 0.99), (40 * MS) + (40 * MS).mul_f64(0.99));
+        // base == max: no jitter left, but never below the base.
+        let flat = RetryPolicy::new()
+            .with_base_delay(30 * MS)
+            .with_max_delay(30 * MS);
+        assert_eq!(flat.delay(1, 0.5), 30 * MS);
+        assert_eq!(flat.delay(9, 0.99), 30 * MS);
     }
 
     #[test]

@@ -126,12 +126,12 @@ impl RedisBackend {
                 .min(policy.wait().saturating_sub(elapsed));
             tracing::debug!(resource = %keys[0], attempts, ?delay, error = %err, "waiting");
             match &subscription {
-                Some(s) => {
+                Some(s) if !sets_off_its_own_wake(&err) => {
                     if s.wait(delay).await {
                         woken = Some(Instant::now());
                     }
                 }
-                None => tokio::time::sleep(delay).await,
+                _ => tokio::time::sleep(delay).await,
             }
         }
     }
@@ -163,6 +163,22 @@ impl RedisBackend {
         }
         map.insert(resource.to_string(), now + ttl);
     }
+}
+
+/// Whether a failed attempt set keys on some node (granted there, or not yet answered): its
+/// release deleted them, and a release wakes the first in line and the key's listeners, which
+/// may be this very waiter. Such a wake-up says nothing about the holder, so the next delay is
+/// served in full; otherwise a key held on all but one node made a retry per round trip
+/// (374 attempts in a 300 ms wait), not per retry delay.
+pub(super) fn sets_off_its_own_wake(err: &Error) -> bool {
+    err.votes().is_some_and(|votes| {
+        votes.iter().any(|v| {
+            matches!(
+                v.outcome,
+                crate::pure::vote::VoteOutcome::Granted | crate::pure::vote::VoteOutcome::Pending
+            )
+        })
+    })
 }
 
 /// Takes a waiter that did not get the lock out of the line when dropped (in the background:

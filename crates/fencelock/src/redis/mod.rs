@@ -39,6 +39,7 @@ pub(crate) mod rwlock;
 mod script_checks;
 pub(crate) mod scripts;
 mod tls;
+mod undo;
 pub(crate) mod version;
 mod watch;
 

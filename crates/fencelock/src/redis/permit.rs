@@ -106,15 +106,22 @@ impl RedisBackend {
             let delay = policy
                 .delay(attempts, fastrand::f64())
                 .min(policy.wait().saturating_sub(elapsed));
-            if let Some(s) = &subscription {
-                s.wait(delay).await;
+            match &subscription {
+                Some(s) if !super::line::sets_off_its_own_wake(&err) => {
+                    s.wait(delay).await;
+                }
+                _ => tokio::time::sleep(delay).await,
             }
         }
     }
 
     /// One try of every slot the task does not hold, from a random one: the first slot granted
     /// is the permit.
-    async fn permit_pass(&self, p: &PermitSlots<'_>, ask: &PermitAsk) -> Result<(usize, Grant)> {
+    async fn permit_pass(
+        self: &Arc<Self>,
+        p: &PermitSlots<'_>,
+        ask: &PermitAsk,
+    ) -> Result<(usize, Grant)> {
         let n = p.slots.len();
         let mut last: Option<Error> = None;
         let offset = fastrand::usize(..n);

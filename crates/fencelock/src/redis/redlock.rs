@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::ops::Wait;
+use super::undo::{Side, Undo};
 use super::{Grant, RedisBackend, RedisHeld};
 use crate::error::{Error, LostCause, Result};
 use crate::keepalive::Outcome;
@@ -25,7 +26,16 @@ impl RedisBackend {
     /// # Errors
     ///
     /// As `Client::try_acquire`; whatever the error, release has been sent to every node.
-    pub(crate) async fn attempt(&self, keys: &Arc<[String]>, wait: Wait<'_>) -> Result<Grant> {
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: dropped before it returns, it releases what it may have set in the
+    /// background (`undo.rs`).
+    pub(crate) async fn attempt(
+        self: &Arc<Self>,
+        keys: &Arc<[String]>,
+        wait: Wait<'_>,
+    ) -> Result<Grant> {
         let resource = keys[0].as_str();
         let line = match wait {
             Wait::InLine(ticket) => Some(ticket),
@@ -42,10 +52,13 @@ impl RedisBackend {
         } else {
             0
         };
+        // Armed before the first write, disarmed on every return below.
+        let undo = Undo::arm(self, keys, token.as_str(), Side::Exclusive);
         let started = Instant::now();
         let round = self.acquire(keys, token.as_str(), wait, proposal).await;
         if round.decision != Decision::Reached {
             self.release_quietly(keys, token.as_str(), None).await;
+            undo.disarm();
             return Err(classify(resource, round.votes, self.quorum));
         }
         let fenced = if self.settings.fencing {
@@ -56,6 +69,7 @@ impl RedisBackend {
                 Ok(f) => Some(f),
                 Err(e) => {
                     self.release_quietly(keys, token.as_str(), None).await;
+                    undo.disarm();
                     return Err(e);
                 }
             }
@@ -67,6 +81,7 @@ impl RedisBackend {
         let Some(valid_for) = validity::validity(self.settings.ttl, elapsed, self.settings.drift)
         else {
             self.release_quietly(keys, token.as_str(), None).await;
+            undo.disarm();
             return Err(Error::TooSlow {
                 resource: resource.to_string(),
                 votes,
@@ -80,6 +95,8 @@ impl RedisBackend {
         }
         let fencing_token = fenced.map(|f| f.token);
         tracing::debug!(resource, ?elapsed, validity = ?valid_for, fencing_token, "acquired");
+        // From here to the `Lock` no await: the caller's drop of that lock releases it.
+        undo.disarm();
         Ok(Grant {
             // A lock taken in line leaves the line with its release.
             held: RedisHeld {

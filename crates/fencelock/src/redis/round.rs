@@ -516,7 +516,7 @@ async fn longest_ttl_in_use(
 }
 
 /// Counts a release's requests still in flight after its round returned, until dropped (and a
-/// dropped waiter's leave from the line, `line.rs`).
+/// dropped waiter's leave from the line, `line.rs`; an acquisition cut short, `undo.rs`).
 pub(super) struct Background(Arc<tokio::sync::watch::Sender<usize>>);
 
 impl Background {
@@ -533,6 +533,16 @@ impl Drop for Background {
 }
 
 impl RedisBackend {
+    /// How many background releases are counted now.
+    pub(crate) fn background_pending(&self) -> usize {
+        *self.background.borrow()
+    }
+
+    /// Counts a background release (of a dropped acquisition, `undo.rs`) until dropped.
+    pub(super) fn count_background(&self) -> Background {
+        Background::count(&self.background)
+    }
+
     /// Waits, at most `bound`, until the requests of the releases that returned at a quorum
     /// have finished on every node (`Client::close`). Returns whether they did.
     ///

@@ -17,6 +17,7 @@ use super::extender::ExtendedLock;
 use super::ops::{eval, eval_ordered, evalsha, ttl_millis};
 use super::redlock::classify;
 use super::round::{Answer, Mode, Round};
+use super::undo::{Side, Undo};
 use super::{scripts, Grant, RedisBackend, RedisHeld};
 use crate::error::{Error, Result};
 use crate::keepalive::{GuardState, Stop};
@@ -51,7 +52,7 @@ impl RedisBackend {
     /// As `Client::try_acquire`; whatever the error, the reader's entries have been released
     /// on every node.
     pub(crate) async fn read_attempt(
-        &self,
+        self: &Arc<Self>,
         key: &str,
         ticket: Option<&Ticket>,
     ) -> Result<ReadGrant> {
@@ -61,17 +62,21 @@ impl RedisBackend {
                 format!("the OS random number generator failed: {e}"),
             )
         })?;
+        // Armed before the first write, disarmed on every return below (`undo.rs`).
+        let undo = Undo::arm(self, &[key.to_string()], token.as_str(), Side::Reader);
         let started = Instant::now();
         let round = self.read_round(key, token.as_str(), ticket).await;
         let line = ticket.map(|t| reader_id(&t.id));
         if round.decision != Decision::Reached {
             self.release_reader_quietly(key, token.as_str(), None).await;
+            undo.disarm();
             return Err(classify(key, round.votes, self.quorum));
         }
         let elapsed = started.elapsed();
         let Some(valid_for) = validity::validity(self.settings.ttl, elapsed, self.settings.drift)
         else {
             self.release_reader_quietly(key, token.as_str(), None).await;
+            undo.disarm();
             return Err(Error::TooSlow {
                 resource: key.to_string(),
                 votes: round.votes,
@@ -82,6 +87,7 @@ impl RedisBackend {
             .fencing
             .then(|| round.granted.iter().map(|(_, r)| *r).max().unwrap_or(0));
         tracing::debug!(resource = key, ?elapsed, validity = ?valid_for, last_writer, "read lock acquired");
+        undo.disarm();
         Ok(ReadGrant {
             grant: Grant {
                 held: RedisHeld {
@@ -203,13 +209,13 @@ impl RedisBackend {
                 .min(policy.wait().saturating_sub(elapsed));
             tracing::debug!(resource = key, attempts, ?delay, error = %err, "waiting to read");
             match &wakes {
-                Some((turn, released)) => {
+                Some((turn, released)) if !super::line::sets_off_its_own_wake(&err) => {
                     tokio::select! {
                         _ = turn.wait(delay) => {}
                         _ = released.wait(delay) => {}
                     }
                 }
-                None => tokio::time::sleep(delay).await,
+                _ => tokio::time::sleep(delay).await,
             }
         }
     }
