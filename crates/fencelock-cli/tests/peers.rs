@@ -298,7 +298,9 @@ fn verbose_and_rust_log_show_the_librarys_events() {
         log.contains("INFO") && log.contains("settings resolved") && log.contains("connected"),
         "{log}"
     );
-    assert!(!log.contains("DEBUG"), "{log}");
+    // -v shows the acquisition (the library's record of it) and no other debug record.
+    assert!(log.contains("acquired resource=\"v\""), "{log}");
+    assert!(!log.contains("node answered"), "{log}");
 
     let verbose = output(on(home.path(), &node).args(["-vv", "acquire", "b"]));
     assert!(verbose.status.success(), "{}", text(&verbose.stderr));
