@@ -37,6 +37,8 @@ pub struct SimNode {
     subs: HashMap<Vec<u8>, Vec<(u64, mpsc::UnboundedSender<Reply>)>>,
     /// Delay of each reply: uniform in [min, max] ms.
     pub delay_ms: (u64, u64),
+    /// How fast the node's clock runs, in millionths more than the virtual time.
+    pub drift_ppm: i64,
 }
 
 /// The simulated world: the nodes, the virtual clock, the seeded randomness and the trace.
@@ -52,6 +54,8 @@ pub struct World {
     pub verbose: bool,
     /// Commands served, for the throughput figures.
     pub commands: Cell<u64>,
+    /// Whether some node lost data in this run (a restart without persistence, a FLUSHALL).
+    pub lost_data: Cell<bool>,
 }
 
 impl World {
@@ -66,6 +70,7 @@ impl World {
             trace: RefCell::new(Vec::new()),
             verbose,
             commands: Cell::new(0),
+            lost_data: Cell::new(false),
         };
         let mut w = w;
         for i in 0..nodes {
@@ -90,6 +95,7 @@ impl World {
                 kill: Rc::new(Notify::new()),
                 subs: HashMap::new(),
                 delay_ms: (0, 2),
+                drift_ppm: 0,
             }));
         }
         Rc::new(w)
@@ -107,7 +113,26 @@ impl World {
     }
 
     pub fn node_now(&self, i: usize) -> i64 {
-        EPOCH_MS + self.elapsed_ms() + self.nodes[i].borrow().offset_ms
+        let n = self.nodes[i].borrow();
+        let elapsed = self.elapsed_ms();
+        EPOCH_MS + elapsed + elapsed * n.drift_ppm / 1_000_000 + n.offset_ms
+    }
+
+    /// Makes node `i` refuse writes as Redis does over its `maxmemory` (or takes that back).
+    pub fn set_oom(&self, i: usize, oom: bool) {
+        self.nodes[i].borrow().node.keyspace().oom = oom;
+    }
+
+    /// Whether some node's sorted set `key` has a member containing `text` (the checker's
+    /// look at the nodes themselves, not a command).
+    pub fn holds_member(&self, key: &str, text: &str) -> bool {
+        self.nodes.iter().any(|n| {
+            let n = n.borrow();
+            let mut ks = n.node.keyspace();
+            ks.zset_members(key.as_bytes())
+                .iter()
+                .any(|m| String::from_utf8_lossy(m).contains(text))
+        })
     }
 
     pub fn rng<R>(&self, f: impl FnOnce(&mut fastrand::Rng) -> R) -> R {
@@ -137,6 +162,9 @@ impl World {
 
     /// Restarts node `i` (its connections break; its data survives only with persistence).
     pub fn restart(&self, i: usize, persistence: Persistence) {
+        if persistence == Persistence::None {
+            self.lost_data.set(true);
+        }
         let run_id = self.run_id();
         let now = self.node_now(i);
         {
