@@ -187,7 +187,21 @@ pub fn run(seed: u64, opts: &Options) -> Outcome {
     fastrand::seed(seed);
     local.block_on(&rt, async move {
         let _clock = crate::clock::activate(EPOCH_MS);
-        let world = World::new(opts.nodes, seed, opts.verbose);
+        // Overlapping node lists (one run in four under faults): one more node, and the last
+        // client is given the list shifted by one (it shares all but one node with the others).
+        let overlap = opts.faults != Faults::None
+            && opts.clients > 1
+            && fastrand::Rng::with_seed(seed ^ 0x6f76_6572).u32(..4) == 0;
+        let world = World::new(opts.nodes + usize::from(overlap), seed, opts.verbose);
+        let urls = world.urls();
+        if overlap {
+            world.log(format!(
+                "client {}'s node list is nodes 1..={}, the others' 0..{}",
+                opts.clients - 1,
+                opts.nodes,
+                opts.nodes
+            ));
+        }
         let (net, accept) = Net::new(world.clone());
         let _seam = fencelock::sim::install(Rc::new(net));
         let acceptor = tokio::task::spawn_local(accept);
@@ -215,7 +229,12 @@ pub fn run(seed: u64, opts: &Options) -> Outcome {
                 };
                 (ttl, timeout, !all || r.bool(), r.bool(), wall)
             });
-            let config = Config::new(world.urls())
+            let list = if overlap && c == opts.clients - 1 {
+                urls[1..].to_vec()
+            } else {
+                urls[..opts.nodes].to_vec()
+            };
+            let config = Config::new(list)
                 .with_ttl(Duration::from_millis(ttl))
                 .with_node_timeout(Duration::from_millis(timeout))
                 .with_quarantine(quarantine)
@@ -251,7 +270,7 @@ pub fn run(seed: u64, opts: &Options) -> Outcome {
             )));
         }
         // One observer of the election, on a client of its own.
-        let observer = observe(world.clone(), history.clone());
+        let observer = observe(world.clone(), history.clone(), urls[..opts.nodes].to_vec());
         if opts.faults != Faults::None {
             tasks.push(tokio::task::spawn_local(fault_loop(
                 world.clone(),
@@ -617,8 +636,12 @@ async fn client_loop(
 }
 
 /// Starts the election's observer on a client of its own: each report goes to the history.
-fn observe(world: Rc<World>, history: Rc<RefCell<History>>) -> Option<tokio::task::JoinHandle<()>> {
-    let config = Config::new(world.urls())
+fn observe(
+    world: Rc<World>,
+    history: Rc<RefCell<History>>,
+    urls: Vec<String>,
+) -> Option<tokio::task::JoinHandle<()>> {
+    let config = Config::new(urls)
         .with_ttl(Duration::from_millis(2000))
         .with_node_timeout(Duration::from_millis(200))
         .with_fencing(true);
@@ -947,5 +970,88 @@ mod tests {
         let mut off = two.clone();
         off[1].quarantine = false;
         assert!(judged(&off).is_empty());
+    }
+
+    #[test]
+    fn the_checker_sees_the_family_rules_broken() {
+        let with = |kind, resource: &str, g: Grant| Grant {
+            kind,
+            resource: resource.into(),
+            ..g
+        };
+        // Two readers side by side are fine; a writer beside a reader is not.
+        let readers = [
+            with(Kind::Read, "rw", grant(0, None, 0, 1, 10)),
+            with(Kind::Read, "rw", grant(1, None, 0, 2, 10)),
+        ];
+        assert!(judged(&readers).is_empty());
+        let mut writer = readers.clone();
+        writer[1].kind = Kind::Write;
+        assert!(judged(&writer)[0].starts_with("two holders of rw"));
+        // PERMITS permits at once are fine, one more is not.
+        let permits: Vec<Grant> = (0..=PERMITS as usize)
+            .map(|c| with(Kind::Permit, "sem", grant(c, None, 0, 1 + c as i64, 10)))
+            .collect();
+        assert!(judged(&permits[..PERMITS as usize]).is_empty());
+        assert!(judged(&permits)[0].starts_with("3 permits of 2"));
+        // Two leaders of one term (one after the other: the term is not judged as a token
+        // order alone).
+        let leaders = [
+            with(Kind::Leader, "election", grant(0, Some(4), 0, 1, 10)),
+            with(Kind::Leader, "election", grant(1, Some(4), 5, 20, 30)),
+        ];
+        assert!(judged(&leaders)
+            .iter()
+            .any(|v| v.starts_with("two leaders of term Some(4)")));
+    }
+
+    #[test]
+    fn the_checker_sees_a_stale_write_and_the_observers_faults() {
+        let world = World::new(1, 0, false);
+        let mut h = History {
+            grants: vec![grant(0, Some(5), 0, 1, 10), grant(1, Some(6), 10, 11, 20)],
+            ..History::default()
+        };
+        h.write(1, 12);
+        // The storage refuses the old holder's late write...
+        h.write(0, 15);
+        assert!(!h.writes[1].accepted);
+        assert!(check(&h, &world, 1000).is_empty());
+        // ...and a storage that took it is caught.
+        h.writes[1].accepted = true;
+        assert!(check(&h, &world, 1000)[0].starts_with("stale write accepted on r"));
+        // The observer: a failed campaign whose entry was withdrawn everywhere, reported well
+        // after; a won term skipped for a later one; terms going back.
+        let campaign = |value: &str, ended, term| Campaign {
+            client: 0,
+            value: value.into(),
+            ended,
+            term,
+            gone_everywhere: true,
+        };
+        let h = History {
+            campaigns: vec![
+                campaign("a", 100, Some(3)),
+                campaign("b", 200, None),
+                campaign("c", 300, Some(7)),
+            ],
+            reports: vec![
+                (2000, 5, "b".into()),
+                (2100, 7, "c".into()),
+                (2200, 3, "a".into()),
+            ],
+            ..History::default()
+        };
+        let v = check(&h, &world, 5000);
+        assert!(
+            v.iter().any(|v| v.contains("a leader that never led")),
+            "{v:?}"
+        );
+        assert!(v.iter().any(|v| v.contains("after term 7")), "{v:?}");
+        let h = History {
+            reports: vec![(2100, 7, "c".into())],
+            ..h
+        };
+        assert!(check(&h, &world, 5000)[0].starts_with("observer skipped a"));
     }
 }
