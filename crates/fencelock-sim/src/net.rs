@@ -39,6 +39,8 @@ pub struct SimNode {
     pub delay_ms: (u64, u64),
     /// How fast the node's clock runs, in millionths more than the virtual time.
     pub drift_ppm: i64,
+    /// When a fault last touched the node (virtual ms), for the checker's "quiet node".
+    pub troubled_at: i64,
 }
 
 /// The simulated world: the nodes, the virtual clock, the seeded randomness and the trace.
@@ -96,6 +98,7 @@ impl World {
                 subs: HashMap::new(),
                 delay_ms: (0, 2),
                 drift_ppm: 0,
+                troubled_at: i64::MIN / 2,
             }));
         }
         Rc::new(w)
@@ -123,16 +126,29 @@ impl World {
         self.nodes[i].borrow().node.keyspace().oom = oom;
     }
 
-    /// Whether some node's sorted set `key` has a member containing `text` (the checker's
-    /// look at the nodes themselves, not a command).
-    pub fn holds_member(&self, key: &str, text: &str) -> bool {
-        self.nodes.iter().any(|n| {
-            let n = n.borrow();
-            let mut ks = n.node.keyspace();
-            ks.zset_members(key.as_bytes())
-                .iter()
-                .any(|m| String::from_utf8_lossy(m).contains(text))
-        })
+    /// The nodes whose sorted set `key` has a member containing `text` (the checker's look at
+    /// the nodes themselves, not a command).
+    pub fn holding_member(&self, key: &str, text: &str) -> Vec<usize> {
+        (0..self.nodes.len())
+            .filter(|&i| {
+                let n = self.nodes[i].borrow();
+                let mut ks = n.node.keyspace();
+                ks.zset_members(key.as_bytes())
+                    .iter()
+                    .any(|m| String::from_utf8_lossy(m).contains(text))
+            })
+            .collect()
+    }
+
+    /// Whether node `i` has been free of faults for `ms` (reachable, prompt, not restarted).
+    pub fn quiet(&self, i: usize, ms: i64) -> bool {
+        let n = self.nodes[i].borrow();
+        !n.partitioned && n.delay_ms.1 <= 50 && self.elapsed_ms() - n.troubled_at >= ms
+    }
+
+    /// Notes that a fault touches node `i` now.
+    pub fn trouble(&self, i: usize) {
+        self.nodes[i].borrow_mut().troubled_at = self.elapsed_ms();
     }
 
     pub fn rng<R>(&self, f: impl FnOnce(&mut fastrand::Rng) -> R) -> R {
@@ -153,6 +169,7 @@ impl World {
 
     /// Breaks every connection to node `i`.
     pub fn cut(&self, i: usize) {
+        self.trouble(i);
         let mut n = self.nodes[i].borrow_mut();
         n.incarnation += 1;
         n.subs.clear();

@@ -113,6 +113,9 @@ struct Campaign {
     /// For a failed campaign: no node held its log entry when it returned (it was withdrawn
     /// everywhere, or never appended).
     gone_everywhere: bool,
+    /// For a failed campaign: the nodes that kept its entry though no fault had touched them
+    /// for `QUIET_MS` (the withdrawal reaches every node that answers, issue 35 item 4).
+    left_on_quiet: Vec<usize>,
 }
 
 /// Everything a run's clients saw, for the checker.
@@ -519,14 +522,23 @@ async fn client_loop(
                     let won = election.campaign(&value).await;
                     let ended = world.elapsed_ms();
                     let term = won.as_ref().ok().map(|l| l.term());
-                    let gone_everywhere =
-                        term.is_some() || !world.holds_member("fencelock:leaders:e", &value);
+                    let holding = if term.is_some() {
+                        Vec::new()
+                    } else {
+                        world.holding_member("fencelock:leaders:e", &value)
+                    };
+                    let left_on_quiet = holding
+                        .iter()
+                        .copied()
+                        .filter(|&i| world.quiet(i, QUIET_MS))
+                        .collect();
                     history.borrow_mut().campaigns.push(Campaign {
                         client: c,
                         value: value.clone(),
                         ended,
                         term,
-                        gone_everywhere,
+                        gone_everywhere: holding.is_empty(),
+                        left_on_quiet,
                     });
                     let leader = won?;
                     let g = record(
@@ -678,6 +690,7 @@ async fn fault_loop(world: Rc<World>, faults: Faults, walls: Vec<Rc<Cell<i64>>>,
         let i = world.rng(|r| r.usize(..n));
         let pick = world.rng(|r| r.u32(..115));
         let now_ms = world.elapsed_ms();
+        world.trouble(i);
         match pick {
             0..=14 if faults != Faults::Claimed || now_ms - last_amnesia >= 5000 => {
                 last_amnesia = now_ms;
@@ -704,6 +717,7 @@ async fn fault_loop(world: Rc<World>, faults: Faults, walls: Vec<Rc<Cell<i64>>>,
                 tokio::task::spawn_local(async move {
                     tokio::time::sleep(Duration::from_millis(ms)).await;
                     w.nodes[i].borrow_mut().partitioned = false;
+                    w.trouble(i);
                     w.log(format!("fault: node {i} partition heals"));
                 });
             }
@@ -718,6 +732,7 @@ async fn fault_loop(world: Rc<World>, faults: Faults, walls: Vec<Rc<Cell<i64>>>,
                     let j = (i + k) % n;
                     let now = world.node_now(j);
                     world.lost_data.set(true);
+                    world.trouble(j);
                     world.nodes[j]
                         .borrow_mut()
                         .node
@@ -741,6 +756,7 @@ async fn fault_loop(world: Rc<World>, faults: Faults, walls: Vec<Rc<Cell<i64>>>,
                 tokio::task::spawn_local(async move {
                     tokio::time::sleep(Duration::from_millis(ms)).await;
                     w.set_oom(i, false);
+                    w.trouble(i);
                     w.log(format!("fault: node {i} has memory again"));
                 });
             }
@@ -762,6 +778,10 @@ async fn fault_loop(world: Rc<World>, faults: Faults, walls: Vec<Rc<Cell<i64>>>,
         }
     }
 }
+
+/// How long a node must have been free of faults for a failed campaign's withdrawal to be
+/// sure to reach it (longer than any client's node timeout).
+const QUIET_MS: i64 = 2000;
 
 /// After a failed campaign returned, how long a read that began before its withdrawal may take
 /// to come back to the observer (its poll, then a read bounded by its node timeout).
@@ -878,6 +898,12 @@ fn check(h: &History, world: &World, end: i64) -> Vec<String> {
             )),
             _ => {}
         }
+    }
+    for c in h.campaigns.iter().filter(|c| !c.left_on_quiet.is_empty()) {
+        out.push(format!(
+            "campaign {} failed at {}ms and left its log entry on node(s) {:?}, which answered (issue 35 item 4: observers report a leader that never led)",
+            c.value, c.ended, c.left_on_quiet
+        ));
     }
     for c in &h.campaigns {
         let Some(term) = c.term else { continue };
@@ -1028,6 +1054,7 @@ mod tests {
             ended,
             term,
             gone_everywhere: true,
+            left_on_quiet: Vec::new(),
         };
         let h = History {
             campaigns: vec![
