@@ -384,9 +384,8 @@ fn record(
     s: &Setup,
     kind: Kind,
     resource: &str,
-    token: Option<u64>,
+    (token, deadline): (Option<u64>, StdInstant),
     started: i64,
-    deadline: StdInstant,
 ) -> usize {
     let granted = world.elapsed_ms();
     let valid_until = virtual_ms(world, deadline);
@@ -437,9 +436,8 @@ async fn client_loop(
                         &s,
                         Kind::Mutex,
                         &resource,
-                        lock.fencing_token(),
+                        (lock.fencing_token(), lock.validity_deadline()),
                         started,
-                        lock.validity_deadline(),
                     );
                     (vec![g], Held::Lock(lock))
                 }
@@ -455,9 +453,8 @@ async fn client_loop(
                                 &s,
                                 Kind::Mutex,
                                 r,
-                                lock.fencing_token(),
+                                (lock.fencing_token(), lock.validity_deadline()),
                                 started,
-                                lock.validity_deadline(),
                             )
                         })
                         .collect();
@@ -475,9 +472,8 @@ async fn client_loop(
                         &s,
                         Kind::Mutex,
                         &resource,
-                        guard.fencing_token(),
+                        (guard.fencing_token(), guard.validity_deadline()),
                         started,
-                        guard.validity_deadline(),
                     );
                     (vec![g], Held::Guard(guard))
                 }
@@ -490,9 +486,8 @@ async fn client_loop(
                         &s,
                         Kind::Permit,
                         "sem",
-                        None,
+                        (None, lock.validity_deadline()),
                         started,
-                        lock.validity_deadline(),
                     );
                     (vec![g], Held::Lock(lock))
                 }
@@ -509,9 +504,8 @@ async fn client_loop(
                         &s,
                         kind,
                         "rw",
-                        None,
+                        (None, lock.validity_deadline()),
                         started,
-                        lock.validity_deadline(),
                     );
                     (vec![g], Held::Lock(lock))
                 }
@@ -547,9 +541,8 @@ async fn client_loop(
                         &s,
                         Kind::Leader,
                         "election",
-                        Some(leader.term()),
+                        (Some(leader.term()), leader.validity_deadline()),
                         started,
-                        leader.validity_deadline(),
                     );
                     (vec![g], Held::Leader(leader))
                 }
@@ -561,9 +554,8 @@ async fn client_loop(
                         &s,
                         Kind::Mutex,
                         &resource,
-                        lock.fencing_token(),
+                        (lock.fencing_token(), lock.validity_deadline()),
                         started,
-                        lock.validity_deadline(),
                     );
                     (vec![g], Held::Lock(lock))
                 }
@@ -802,11 +794,10 @@ fn check(h: &History, world: &World, end: i64) -> Vec<String> {
             }
             let b_end = b.end();
             let overlap = a.granted < b_end && b.granted < a_end && a.quarantine && b.quarantine;
-            let exclusive = match (a.kind, b.kind) {
-                (Kind::Mutex | Kind::Leader, _) => true,
-                (Kind::Write, _) | (_, Kind::Write) => true,
-                _ => false,
-            };
+            let exclusive = matches!(
+                (a.kind, b.kind),
+                (Kind::Mutex | Kind::Leader, _) | (Kind::Write, _) | (_, Kind::Write)
+            );
             if overlap && exclusive {
                 out.push(format!(
                     "two holders of {}: client {} ({:?}, granted {}ms, valid to {}ms, token {:?}) and client {} ({:?}, granted {}ms, valid to {}ms, token {:?})",
