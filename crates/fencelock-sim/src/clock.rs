@@ -22,6 +22,41 @@ struct Anchor {
 thread_local! {
     static ACTIVE: Cell<Option<Anchor>> = const { Cell::new(None) };
     static BUSY: Cell<bool> = const { Cell::new(false) };
+    /// The wall offset (ms) of the client whose task is being polled (see [`WallOffset`]).
+    static CLIENT_WALL: Cell<i64> = const { Cell::new(0) };
+}
+
+/// One client's own wall clock: while `inner` is polled, `SystemTime::now` on this thread reads
+/// `offset` ms more than the run's wall clock. It covers what the client does in its own task
+/// (an acquisition's token proposal among it); tasks the library spawns (the connection
+/// drivers, the extenders) read the run's wall clock. A fault moves `offset`.
+#[derive(Debug)]
+pub struct WallOffset<F> {
+    offset: std::rc::Rc<Cell<i64>>,
+    inner: std::pin::Pin<Box<F>>,
+}
+
+impl<F: std::future::Future> WallOffset<F> {
+    pub fn new(offset: std::rc::Rc<Cell<i64>>, inner: F) -> WallOffset<F> {
+        WallOffset {
+            offset,
+            inner: Box::pin(inner),
+        }
+    }
+}
+
+impl<F: std::future::Future> std::future::Future for WallOffset<F> {
+    type Output = F::Output;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<F::Output> {
+        let before = CLIENT_WALL.with(|w| w.replace(self.offset.get()));
+        let out = self.inner.as_mut().poll(cx);
+        CLIENT_WALL.with(|w| w.set(before));
+        out
+    }
 }
 
 static NEXT: AtomicUsize = AtomicUsize::new(0);
@@ -107,7 +142,8 @@ pub unsafe fn clock_gettime(clk: libc::clockid_t, tp: *mut libc::timespec) -> li
             BUSY.with(|b| b.set(false));
             let d = now.saturating_duration_since(anchor.real);
             if clk == libc::CLOCK_REALTIME {
-                let ms = anchor.wall_ms + anchor.wall_offset_ms;
+                let client = CLIENT_WALL.try_with(|w| w.get()).unwrap_or(0);
+                let ms = anchor.wall_ms + anchor.wall_offset_ms + client;
                 let base = libc::timespec {
                     tv_sec: ms.div_euclid(1000) as libc::time_t,
                     tv_nsec: (ms.rem_euclid(1000) * 1_000_000) as libc::c_long,

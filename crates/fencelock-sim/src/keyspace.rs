@@ -42,6 +42,8 @@ pub struct Keyspace {
     pub(crate) subscribers: HashMap<Vec<u8>, i64>,
     /// Messages published by the command being run, for the node to deliver.
     pub(crate) outbox: Vec<(Vec<u8>, Vec<u8>)>,
+    /// Over `maxmemory`: commands that may grow the data are refused (a fault).
+    pub(crate) oom: bool,
 }
 
 pub(crate) fn arity(name: &str) -> Reply {
@@ -183,10 +185,26 @@ impl Keyspace {
         }
     }
 
+    /// The members of the sorted set `key` (none if it is missing or not a set).
+    pub fn zset_members(&mut self, key: &[u8]) -> Vec<Vec<u8>> {
+        match self.zset(key) {
+            Ok(Some(z)) => z.iter().map(|(_, m)| m.clone()).collect(),
+            _ => Vec::new(),
+        }
+    }
+
     /// Runs one data command; `None` when the command is not a data command.
     pub(crate) fn exec(&mut self, args: &[Vec<u8>]) -> Option<Reply> {
         let name = String::from_utf8_lossy(&args[0]).to_ascii_uppercase();
         let a = &args[1..];
+        // Redis's `denyoom` commands among these (DEL, ZREM, EXPIRE and reads still run), from
+        // a client and from a script alike (a script without flags meets the refusal at its
+        // first such call).
+        if self.oom && matches!(name.as_str(), "SET" | "INCR" | "ZADD") {
+            return Some(Reply::err(
+                "OOM command not allowed when used memory > 'maxmemory'.",
+            ));
+        }
         let r = match name.as_str() {
             "GET" => self.get(&name, a),
             "SET" => self.set(&name, a),

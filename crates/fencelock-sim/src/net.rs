@@ -37,6 +37,10 @@ pub struct SimNode {
     subs: HashMap<Vec<u8>, Vec<(u64, mpsc::UnboundedSender<Reply>)>>,
     /// Delay of each reply: uniform in [min, max] ms.
     pub delay_ms: (u64, u64),
+    /// How fast the node's clock runs, in millionths more than the virtual time.
+    pub drift_ppm: i64,
+    /// When a fault last touched the node (virtual ms), for the checker's "quiet node".
+    pub troubled_at: i64,
 }
 
 /// The simulated world: the nodes, the virtual clock, the seeded randomness and the trace.
@@ -52,6 +56,8 @@ pub struct World {
     pub verbose: bool,
     /// Commands served, for the throughput figures.
     pub commands: Cell<u64>,
+    /// Whether some node lost data in this run (a restart without persistence, a FLUSHALL).
+    pub lost_data: Cell<bool>,
 }
 
 impl World {
@@ -66,6 +72,7 @@ impl World {
             trace: RefCell::new(Vec::new()),
             verbose,
             commands: Cell::new(0),
+            lost_data: Cell::new(false),
         };
         let mut w = w;
         for i in 0..nodes {
@@ -90,6 +97,8 @@ impl World {
                 kill: Rc::new(Notify::new()),
                 subs: HashMap::new(),
                 delay_ms: (0, 2),
+                drift_ppm: 0,
+                troubled_at: i64::MIN / 2,
             }));
         }
         Rc::new(w)
@@ -107,7 +116,39 @@ impl World {
     }
 
     pub fn node_now(&self, i: usize) -> i64 {
-        EPOCH_MS + self.elapsed_ms() + self.nodes[i].borrow().offset_ms
+        let n = self.nodes[i].borrow();
+        let elapsed = self.elapsed_ms();
+        EPOCH_MS + elapsed + elapsed * n.drift_ppm / 1_000_000 + n.offset_ms
+    }
+
+    /// Makes node `i` refuse writes as Redis does over its `maxmemory` (or takes that back).
+    pub fn set_oom(&self, i: usize, oom: bool) {
+        self.nodes[i].borrow().node.keyspace().oom = oom;
+    }
+
+    /// The nodes whose sorted set `key` has a member containing `text` (the checker's look at
+    /// the nodes themselves, not a command).
+    pub fn holding_member(&self, key: &str, text: &str) -> Vec<usize> {
+        (0..self.nodes.len())
+            .filter(|&i| {
+                let n = self.nodes[i].borrow();
+                let mut ks = n.node.keyspace();
+                ks.zset_members(key.as_bytes())
+                    .iter()
+                    .any(|m| String::from_utf8_lossy(m).contains(text))
+            })
+            .collect()
+    }
+
+    /// Whether node `i` has been free of faults for `ms` (reachable, prompt, not restarted).
+    pub fn quiet(&self, i: usize, ms: i64) -> bool {
+        let n = self.nodes[i].borrow();
+        !n.partitioned && n.delay_ms.1 <= 50 && self.elapsed_ms() - n.troubled_at >= ms
+    }
+
+    /// Notes that a fault touches node `i` now.
+    pub fn trouble(&self, i: usize) {
+        self.nodes[i].borrow_mut().troubled_at = self.elapsed_ms();
     }
 
     pub fn rng<R>(&self, f: impl FnOnce(&mut fastrand::Rng) -> R) -> R {
@@ -128,6 +169,7 @@ impl World {
 
     /// Breaks every connection to node `i`.
     pub fn cut(&self, i: usize) {
+        self.trouble(i);
         let mut n = self.nodes[i].borrow_mut();
         n.incarnation += 1;
         n.subs.clear();
@@ -137,6 +179,9 @@ impl World {
 
     /// Restarts node `i` (its connections break; its data survives only with persistence).
     pub fn restart(&self, i: usize, persistence: Persistence) {
+        if persistence == Persistence::None {
+            self.lost_data.set(true);
+        }
         let run_id = self.run_id();
         let now = self.node_now(i);
         {

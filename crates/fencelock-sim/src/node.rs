@@ -5,7 +5,9 @@
 
 use std::collections::HashMap;
 
-use mlua::{Function, Lua, LuaOptions, MultiValue, StdLib, Table, Value};
+use std::cell::RefCell;
+
+use mlua::{ChunkMode, Function, Lua, LuaOptions, MultiValue, StdLib, Table, Value};
 
 use crate::keyspace::{arity, Keyspace};
 use crate::resp::Reply;
@@ -57,6 +59,11 @@ end
 return function(f) return xpcall(f, handler) end
 "#;
 
+thread_local! {
+    /// sha1 -> the script compiled once, as Lua 5.1 bytecode (see `Node::compile`).
+    static BYTECODE: RefCell<HashMap<String, Vec<u8>>> = RefCell::default();
+}
+
 /// Where the command runner that `redis.call` and `redis.pcall` share is kept.
 const RAW_KEY: &str = "fencelock_sim_raw";
 
@@ -107,6 +114,28 @@ impl std::fmt::Debug for Node {
 /// The sha1 of a script, as `SCRIPT LOAD` and `EVALSHA` name it.
 pub fn sha1(code: &[u8]) -> String {
     sha1_smol::Sha1::from(code).digest().to_string()
+}
+
+/// `sha1(code)`, remembered: every new connection loads the same 15 texts, and hashing them
+/// again each time was a tenth of a run (a length check and a memcmp find a known text).
+fn known_sha1(code: &[u8]) -> String {
+    thread_local! {
+        static KNOWN: RefCell<Vec<(Vec<u8>, String)>> = RefCell::default();
+    }
+    KNOWN.with(|k| {
+        let mut k = k.borrow_mut();
+        if let Some((_, sha)) = k
+            .iter()
+            .find(|(text, _)| text.len() == code.len() && text[..] == code[..])
+        {
+            return sha.clone();
+        }
+        let sha = sha1(code);
+        if k.len() < 64 {
+            k.push((code.to_vec(), sha.clone()));
+        }
+        sha
+    })
 }
 
 /// A Lua number as `redis.call` passes it on: Redis 7.0 writes it with its shortest exact form
@@ -442,9 +471,24 @@ impl Node {
     }
 
     fn compile(&mut self, code: &[u8]) -> Result<String, Reply> {
-        let sha = sha1(code);
+        let sha = known_sha1(code);
         if self.scripts.contains_key(&sha) {
             return Ok(sha);
+        }
+        // Parsing the scripts was the run's largest cost (every restart and SCRIPT FLUSH
+        // compiles all 15 again, on every node): the first compile of a text is kept as
+        // bytecode (with its line information, for the error replies) for every later one.
+        let dumped = BYTECODE.with(|b| b.borrow().get(&sha).cloned());
+        if let Some(bytes) = dumped {
+            if let Ok(f) = self
+                .lua
+                .load(&bytes[..])
+                .set_mode(ChunkMode::Binary)
+                .into_function()
+            {
+                self.scripts.insert(sha.clone(), f);
+                return Ok(sha);
+            }
         }
         let f = self
             .lua
@@ -458,6 +502,7 @@ impl Node {
                 };
                 Reply::err(format!("ERR Error compiling script (new function): {text}"))
             })?;
+        BYTECODE.with(|b| b.borrow_mut().insert(sha.clone(), f.dump(false)));
         self.scripts.insert(sha.clone(), f);
         Ok(sha)
     }
@@ -556,5 +601,35 @@ fn script_command(ks: &mut Keyspace, cmd: &[Vec<u8>]) -> Reply {
             Some(r) => r,
             None => Reply::err("ERR Unknown Redis command called from script"),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cmd(parts: &[&str]) -> Vec<Vec<u8>> {
+        parts.iter().map(|p| p.as_bytes().to_vec()).collect()
+    }
+
+    /// A script compiled from the kept bytecode (a second node, a restart) answers as the
+    /// first compile did, its error's line included.
+    #[test]
+    fn a_script_from_bytecode_replies_as_when_parsed() {
+        let script =
+            "local x = 1\nredis.call('SET', KEYS[1], 'v')\nreturn redis.call('INCR', KEYS[1])";
+        let eval = cmd(&["EVAL", script, "1", "k"]);
+        let mut a = Node::new("a".into(), 0, Persistence::None, 1);
+        let first = a.exec(0, &eval);
+        assert!(
+            matches!(&first, Reply::Error(e) if e.ends_with("on @user_script:3.")),
+            "{first:?}"
+        );
+        let mut b = Node::new("b".into(), 0, Persistence::None, 2);
+        assert_eq!(b.exec(0, &eval), first);
+        a.restart("a2".into(), 0);
+        assert_eq!(a.exec(0, &eval), first);
+        let ok = cmd(&["EVAL", "return ARGV[1]", "0", "x"]);
+        assert_eq!(b.exec(0, &ok), Reply::Bulk(b"x".to_vec()));
     }
 }

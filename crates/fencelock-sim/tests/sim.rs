@@ -9,28 +9,54 @@ use fencelock_sim::run::{report, run, Faults, Options};
 
 fencelock_sim::virtual_clock!();
 
-/// Seeds per test run. Each is a few virtual seconds of three clients on three nodes; on this
-/// 2-core machine a debug build runs about 2 per second when the machine is shared (see
-/// docs/simulation.md for the figures), so the suite keeps to a share of its budget.
-const SEEDS: u64 = 40;
+/// Seeds per test run: at least 2,000 (issue 28's budget), in four tests of a quarter each so
+/// that the test harness's threads run them on both cores. The sim and the Lua interpreter are
+/// built optimised even in the dev profile (the workspace Cargo.toml); docs/simulation.md gives
+/// the figures.
+const SEEDS: u64 = 2000;
+const SHARES: u64 = 4;
+/// Virtual length of each run: 4 s (the CLI's default is 6 s) keeps 2,000 runs near 70
+/// CPU-seconds; every TTL of the run (1 to 4 s) still ends and is taken again within it.
+const DURATION: Duration = Duration::from_secs(4);
 
-#[test]
-fn a_fixed_set_of_seeds_under_the_claimed_faults_is_safe() {
+fn share(k: u64) {
     let opts = Options {
         faults: Faults::Claimed,
+        duration: DURATION,
         ..Options::default()
     };
+    let (from, to) = (SEEDS / SHARES * k, SEEDS / SHARES * (k + 1));
     let mut grants = 0;
-    for seed in 0..SEEDS {
+    for seed in from..to {
         let outcome = run(seed, &opts);
         assert!(outcome.ok(), "{}", report(&outcome, &opts));
         grants += outcome.grants;
     }
     // The runs did take locks (a run where every attempt failed would check nothing).
     assert!(
-        grants as u64 > SEEDS * 3,
-        "only {grants} grants in {SEEDS} runs"
+        grants as u64 > (to - from) * 3,
+        "only {grants} grants in seeds {from}..{to}"
     );
+}
+
+#[test]
+fn the_claimed_faults_are_safe_seeds_first_quarter() {
+    share(0);
+}
+
+#[test]
+fn the_claimed_faults_are_safe_seeds_second_quarter() {
+    share(1);
+}
+
+#[test]
+fn the_claimed_faults_are_safe_seeds_third_quarter() {
+    share(2);
+}
+
+#[test]
+fn the_claimed_faults_are_safe_seeds_fourth_quarter() {
+    share(3);
 }
 
 /// The owner tokens come from the OS (getrandom): the trace is the same up to them.

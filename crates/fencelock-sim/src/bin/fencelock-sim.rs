@@ -2,7 +2,7 @@
 //!
 //! fencelock-sim [--seeds N | --seed S] [--first S] [--duration D (virtual, per run; e.g. 6s)]
 //!               [--for D (wall clock: keep running seeds this long)] [--faults none|claimed|amnesia|all]
-//!               [--nodes N] [--clients N] [--verbose]
+//!               [--nodes N] [--clients N] [--verbose] [--stop (at the first failing seed)]
 
 use std::time::{Duration, Instant};
 
@@ -35,6 +35,7 @@ fn main() {
 fn real_main() -> Result<(), String> {
     let mut opts = Options::default();
     let (mut seeds, mut first, mut wall): (u64, u64, Option<Duration>) = (100, 0, None);
+    let mut stop = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut value = |name: &str| args.next().ok_or(format!("{name} needs a value"));
@@ -81,6 +82,7 @@ fn real_main() -> Result<(), String> {
                 }
             }
             "--verbose" => opts.verbose = true,
+            "--stop" => stop = true,
             other => {
                 return Err(format!(
                     "unknown argument {other:?}; see the top of src/bin/fencelock-sim.rs"
@@ -110,6 +112,9 @@ fn real_main() -> Result<(), String> {
             println!("{}", report(&outcome, &opts));
         }
         seed += 1;
+        if stop && failed > 0 {
+            break;
+        }
     }
     let secs = began.elapsed().as_secs_f64();
     println!(

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Runs the deterministic simulation (crates/fencelock-sim, docs/simulation.md) against the
+# Redis-side mutants of scripts/mutants.sh: each mutant is applied to mutants.sh's copy of the
+# tree (--tree), the simulator is built there, and a fixed seed set runs under the claimed faults,
+# then (if none failed) under every fault. A mutant is killed when a seed fails.
+#
+#   scripts/sim-mutants.sh               every Redis-side mutant below
+#   scripts/sim-mutants.sh NAME...       the named ones
+#   SIM_SEEDS=300 scripts/sim-mutants.sh (seeds per fault mix; default 200)
+#
+# Builds go to $MUTANTS_TARGET_DIR (default <repo>/target/sim-mutants; copy a warm target/debug
+# there first to rebuild only the workspace's crates). Prints one table row per mutant.
+set -uo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+export MUTANTS_TARGET_DIR="${MUTANTS_TARGET_DIR:-$ROOT/target/sim-mutants}"
+export MUTANTS_DIR="${MUTANTS_DIR:-$MUTANTS_TARGET_DIR/tree}"
+SEEDS="${SIM_SEEDS:-200}"
+REDIS_SIDE=(
+  release-no-compare acquire-without-nx quorum-of-one validity-ignores-elapsed
+  writeback-no-raise writeback-no-owner-check writeback-quorum-unchecked writeback-off-by-one
+  extend-unbatched extension-lost-at-once extension-unannounced
+  guard-seed-before-issue guard-untrusted-counted guard-epoch-on-quorum
+  writeback-seed-without-wait guard-seed-without-wait one-round-below-quorum
+  fence-accept-equal fence-accept-untrusted quarantine-own-ttl flush-aged-by-uptime
+  grant-marker-unchecked ttls-set-expires-with-the-writer ahead-never-announced
+  ahead-kept-across-connections permit-line-ignored rw-read-ignores-writer rw-writer-not-ahead
+  rw-marker-short rw-no-record election-log-trim-by-rank election-failed-campaign-not-withdrawn
+  nodeset-no-check nodeset-no-wait round-waits-three-timeouts contention-as-unavailable
+  reseed-creates-lost-counters token-proposed-past-i64 token-derived-past-i64 node-takes-past-i64
+)
+(($# > 0)) && REDIS_SIDE=("$@")
+for name in "${REDIS_SIDE[@]}"; do
+  if ! tree="$("$ROOT/scripts/mutants.sh" --tree "$name" 2>/dev/null | tail -1)"; then
+    echo "| \`$name\` | did not apply |"
+    continue
+  fi
+  if ! (cd "$tree" && CARGO_TARGET_DIR="$MUTANTS_TARGET_DIR" CARGO_INCREMENTAL=1 \
+        cargo build -q -p fencelock-sim --all-features --bin fencelock-sim) >/dev/null 2>&1; then
+    echo "| \`$name\` | did not build |"
+    continue
+  fi
+  verdict="SURVIVED"
+  for faults in claimed all; do
+    out="$("$MUTANTS_TARGET_DIR/debug/fencelock-sim" --seeds "$SEEDS" --faults "$faults" --stop 2>&1)"
+    if [[ $? -ne 0 ]]; then
+      first="$(grep -m1 -A1 'FAILED' <<<"$out" | tail -1 | sed 's/^ *//' | cut -c1-160)"
+      seed="$(grep -m1 -o '^seed [0-9]*' <<<"$out")"
+      verdict="killed: --faults $faults, $seed: $first"
+      break
+    fi
+  done
+  echo "| \`$name\` | $verdict |"
+done
