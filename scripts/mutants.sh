@@ -35,7 +35,7 @@ mutant() {
 
 mutant writeback-no-raise "the write-back does not raise the counters" \
   crates/fencelock/src/redis/lua/write_back.lua \
-  's/if best ~= c then redis\.call\(\x27set\x27, KEYS\[n \+ 1\], best\) end/-- mutant: counter not raised/' \
+  's/settle_counters\(n \+ 1, n \+ 1, n, best, v, legacy\)/-- mutant: counter not raised/' \
   "-p fencelock --lib redis::script_checks::the_write_back_raises_the_counter" \
   "-p fencelock --test fencing tokens_increase_across_1000"
 mutant writeback-no-owner-check "the write-back raises counters where another client owns the key" \
