@@ -3,50 +3,14 @@
 //! Safety is asserted exactly (no two holders overlap, the command is stopped when the lock is
 //! lost); waits for liveness are generous so that a loaded two-core box does not flake.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use fencelock_testkit::{RedisNode, RedisNodes, RedisOptions};
 
 mod common;
-use common::{fencelock, wait_status, with_nodes, HUNG, LOOSE_NODE_TIMEOUT};
-
-fn output(cmd: &mut Command) -> Output {
-    let child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn fencelock");
-    wait_output(child, HUNG)
-}
-
-fn wait_output(mut child: Child, limit: Duration) -> Output {
-    // Drain the pipes on threads so that a chatty child cannot block on a full pipe.
-    let mut stdout = child.stdout.take();
-    let mut stderr = child.stderr.take();
-    let out = std::thread::spawn(move || {
-        let mut buf = Vec::new();
-        if let Some(s) = stdout.as_mut() {
-            let _ = s.read_to_end(&mut buf);
-        }
-        buf
-    });
-    let err = std::thread::spawn(move || {
-        let mut buf = Vec::new();
-        if let Some(s) = stderr.as_mut() {
-            let _ = s.read_to_end(&mut buf);
-        }
-        buf
-    });
-    let status = wait_status(&mut child, limit);
-    Output {
-        status,
-        stdout: out.join().unwrap(),
-        stderr: err.join().unwrap(),
-    }
-}
+use common::{fencelock, output, wait_output, with_nodes, LOOSE_NODE_TIMEOUT};
 
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()

@@ -3,19 +3,8 @@
 
 mod common;
 
-use std::process::Output;
-
-use common::{fencelock, with_nodes};
+use common::{fencelock, outcome as text, with_nodes};
 use fencelock_testkit::{Etcd, RedisNodes};
-
-fn text(out: &Output) -> String {
-    format!(
-        "status {:?}\nstdout: {}\nstderr: {}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
 
 #[test]
 fn acquire_takes_no_wait_and_says_how_many_nodes_agreed() {

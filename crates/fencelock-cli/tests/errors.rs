@@ -5,32 +5,11 @@
 
 mod common;
 
-use std::process::{Command, Output, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{with_nodes, HUNG};
+use common::{outcome as text, output, with_nodes};
 use fencelock_testkit::{Pki, RedisNode, TlsRedisNode, TlsServer};
-
-fn output(cmd: &mut Command) -> Output {
-    let child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn fencelock");
-    let started = Instant::now();
-    let out = child.wait_with_output().expect("wait for fencelock");
-    assert!(started.elapsed() < HUNG, "fencelock hung");
-    out
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "status {:?}\nstdout: {}\nstderr: {}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
 
 #[test]
 fn an_http_url_is_refused_instead_of_taken_for_etcd() {

@@ -7,19 +7,10 @@
 mod common;
 
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Output, Stdio};
+use std::process::{Child, Stdio};
 
-use common::with_nodes;
+use common::{outcome as text, with_nodes};
 use fencelock_testkit::RedisNodes;
-
-fn text(out: &Output) -> String {
-    format!(
-        "status {:?}\nstdout: {}\nstderr: {}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
 
 /// A holder whose command says "in" once it runs, then sleeps: returned once it holds.
 fn holding(home: &std::path::Path, urls: &[String], args: &[&str]) -> Child {

@@ -5,44 +5,13 @@
 //! Safety is asserted exactly (the command did not run, the line is empty, the second run is
 //! refused); wall-clock bounds are wide for a loaded two-core box.
 
-use std::io::Read;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use fencelock_testkit::RedisNodes;
 
 mod common;
-use common::{wait_status, with_nodes, HUNG};
-
-fn output(cmd: &mut Command) -> Output {
-    let child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn fencelock");
-    wait_output(child, HUNG)
-}
-
-fn wait_output(mut child: Child, limit: Duration) -> Output {
-    // Drain the pipes on threads so that a chatty child cannot block on a full pipe.
-    let mut stdout = child.stdout.take();
-    let mut stderr = child.stderr.take();
-    let drain = |pipe: Option<&mut dyn Read>| {
-        let mut buf = Vec::new();
-        if let Some(p) = pipe {
-            let _ = p.read_to_end(&mut buf);
-        }
-        buf
-    };
-    let out = std::thread::spawn(move || drain(stdout.as_mut().map(|p| p as &mut dyn Read)));
-    let err = std::thread::spawn(move || drain(stderr.as_mut().map(|p| p as &mut dyn Read)));
-    let status = wait_status(&mut child, limit);
-    Output {
-        status,
-        stdout: out.join().unwrap(),
-        stderr: err.join().unwrap(),
-    }
-}
+use common::{output, wait_output, with_nodes, HUNG};
 
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()

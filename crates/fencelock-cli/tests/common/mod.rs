@@ -4,8 +4,9 @@
 // Each test file uses a part of this module.
 #![allow(dead_code)]
 
+use std::io::Read;
 use std::path::Path;
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
 pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_fencelock");
@@ -58,4 +59,45 @@ pub(crate) fn wait_status(child: &mut Child, limit: Duration) -> ExitStatus {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Runs `cmd` to its end (at most [`HUNG`]), its output captured.
+pub(crate) fn output(cmd: &mut Command) -> Output {
+    let child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn fencelock");
+    wait_output(child, HUNG)
+}
+
+/// Waits for `child` as [`wait_status`] does, its output drained meanwhile.
+pub(crate) fn wait_output(mut child: Child, limit: Duration) -> Output {
+    // Drain the pipes on threads so that a chatty child cannot block on a full pipe.
+    fn drain(pipe: Option<impl Read>) -> Vec<u8> {
+        let mut buf = Vec::new();
+        if let Some(mut p) = pipe {
+            let _ = p.read_to_end(&mut buf);
+        }
+        buf
+    }
+    let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
+    let out = std::thread::spawn(move || drain(stdout));
+    let err = std::thread::spawn(move || drain(stderr));
+    let status = wait_status(&mut child, limit);
+    Output {
+        status,
+        stdout: out.join().unwrap(),
+        stderr: err.join().unwrap(),
+    }
+}
+
+/// An invocation's exit status, stdout and stderr, for a failure message.
+pub(crate) fn outcome(out: &Output) -> String {
+    format!(
+        "status {:?}\nstdout: {}\nstderr: {}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
 }
