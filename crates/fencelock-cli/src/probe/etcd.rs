@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use etcd_client::{Client, ConnectOptions, GetOptions, SortOrder, SortTarget};
 use serde::Serialize;
 
-use super::{show_holder, Check, Status};
+use super::{check, show_holder, Check, Limits, Status};
 use crate::exit::{self, Failure};
 use crate::node::TlsFiles;
 use crate::settings::Settings;
@@ -306,29 +306,6 @@ pub(crate) async fn gather(member: &Member, tls: &TlsFiles) -> MemberFacts {
     facts
 }
 
-/// The settings the checks are measured against.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Limits {
-    pub(crate) ttl: Duration,
-    pub(crate) node_timeout: Duration,
-}
-
-fn check(
-    name: &'static str,
-    node: Option<&str>,
-    status: Status,
-    detail: String,
-    hint: Option<&str>,
-) -> Check {
-    Check {
-        check: name,
-        node: node.map(str::to_owned),
-        status,
-        detail,
-        hint: hint.map(str::to_owned),
-    }
-}
-
 /// Turns the members' facts into checks. No I/O.
 pub(crate) fn evaluate(facts: &[MemberFacts], limits: Limits) -> Vec<Check> {
     let reachable: Vec<&MemberFacts> = facts.iter().filter(|f| f.reachable.is_ok()).collect();
@@ -348,7 +325,7 @@ pub(crate) fn evaluate(facts: &[MemberFacts], limits: Limits) -> Vec<Check> {
         "clock skew",
         None,
         Status::Pass,
-        "not measured: etcd's client API carries no clock; leases are timed by the leader's own clock, so skew between members does not shorten a lock".into(),
+        "not measured: etcd's client API carries no clock; leases are timed by the leader's own clock, so skew between members does not shorten a lock",
         None,
     ));
     checks
@@ -378,7 +355,7 @@ fn quorum_checks(listed: usize, reachable: &[&MemberFacts]) -> Vec<Check> {
                 "quorum",
                 None,
                 Status::Fail,
-                "no member listed the cluster's members".into(),
+                "no member listed the cluster's members",
                 Some("check the members' health (`etcdctl endpoint health`)"),
             )]
         };
@@ -410,8 +387,7 @@ fn quorum_checks(listed: usize, reachable: &[&MemberFacts]) -> Vec<Check> {
             "members",
             None,
             Status::Warn,
-            "a single-member cluster: when it is down, no lock can be taken, extended or released"
-                .into(),
+            "a single-member cluster: when it is down, no lock can be taken, extended or released",
             Some("fine for development; in production run 3 or 5 members on separate machines"),
         ));
     }
@@ -434,7 +410,7 @@ fn follows_a_leader(f: &MemberFacts) -> Option<Check> {
             "leader",
             Some(&f.name),
             Status::Fail,
-            "the member follows no leader".into(),
+            "the member follows no leader",
             Some("the cluster has no quorum or is electing: locks wait until it has a leader"),
         )
     })
@@ -492,7 +468,7 @@ fn duplicate_members(reachable: &[&MemberFacts]) -> Option<Check> {
             "duplicates",
             None,
             Status::Fail,
-            "two entries of the node list reach the same member".into(),
+            "two entries of the node list reach the same member",
             Some("list each member once"),
         )
     })

@@ -4,6 +4,7 @@
 //! words. Nothing here imports a command.
 
 use std::fmt::Write as _;
+use std::time::Duration;
 
 use serde::Serialize;
 
@@ -91,6 +92,30 @@ pub(crate) struct Check {
     pub(crate) detail: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) hint: Option<String>,
+}
+
+/// The settings a backend's checks are measured against.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    pub(crate) ttl: Duration,
+    pub(crate) node_timeout: Duration,
+}
+
+/// One check's line.
+pub(crate) fn check(
+    check: &'static str,
+    node: Option<&str>,
+    status: Status,
+    detail: impl Into<String>,
+    hint: Option<&str>,
+) -> Check {
+    Check {
+        check,
+        node: node.map(str::to_owned),
+        status,
+        detail: detail.into(),
+        hint: hint.map(str::to_owned),
+    }
 }
 
 /// Prints the checks (the table or JSON) and returns the exit code: 0, or 1 when one failed.

@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::cli::human;
 use crate::node::{parse_info, Node};
-use crate::probe::{report, Check, Status};
+use crate::probe::{check, report, Check, Limits, Status};
 use crate::settings::Settings;
 
 /// Generous bound on each doctor request: doctor measures slowness, it must not fail on it.
@@ -56,29 +56,6 @@ pub(crate) struct SetFacts {
     pub(crate) addr: String,
     pub(crate) marker: Option<String>,
     pub(crate) record: Option<String>,
-}
-
-/// The settings the checks are measured against.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Limits {
-    pub(crate) ttl: Duration,
-    pub(crate) node_timeout: Duration,
-}
-
-fn check(
-    check: &'static str,
-    node: Option<&str>,
-    status: Status,
-    detail: impl Into<String>,
-    hint: Option<&str>,
-) -> Check {
-    Check {
-        check,
-        node: node.map(str::to_owned),
-        status,
-        detail: detail.into(),
-        hint: hint.map(str::to_owned),
-    }
 }
 
 /// Turns the facts into checks. No I/O.
