@@ -510,6 +510,12 @@ pub struct Nemesis {
     pub epoch_ns: u64,
     /// Each node's current clock offset.
     pub offsets: Vec<i64>,
+    /// The mode's restart quarantine is on: a staged episode first waits for the nodes that
+    /// lost their data to be marked clear (see [`Nemesis::settle`]).
+    pub quarantine: bool,
+    /// The mode fences: a staged episode first waits for the nodes that lost their counter to
+    /// be seeded again.
+    pub fencing: bool,
 }
 
 /// The note on a staged episode whose holder never got the lock in time.
@@ -671,7 +677,7 @@ impl Nemesis {
             nodes,
             vec![client],
             format!(
-                "node {victim} kill -9 + restart ({}) while client {client} held the lock{held}; nodes {cut:?} cut off meanwhile",
+                "node {victim} kill -9 + restart ({}) while client {client} held the lock{held}; nodes {cut:?} cut off while it took it",
                 if persist { "AOF always" } else { "no persistence" },
             ),
         )
@@ -701,7 +707,7 @@ impl Nemesis {
             nodes,
             vec![client],
             format!(
-                "nodes {victims:?} kill -9 + restart (no persistence) {gap:.1?} apart while client {client} held the lock{held}; nodes {cut:?} cut off meanwhile",
+                "nodes {victims:?} kill -9 + restart (no persistence) {gap:.1?} apart while client {client} held the lock{held}; nodes {cut:?} cut off while it took it",
             ),
         )
     }
@@ -728,7 +734,7 @@ impl Nemesis {
             nodes,
             vec![client],
             format!(
-                "FLUSHALL on nodes {flushed:?}{failed} while client {client} held the lock{held}; nodes {cut:?} cut off meanwhile",
+                "FLUSHALL on nodes {flushed:?}{failed} while client {client} held the lock{held}; nodes {cut:?} cut off while it took it",
             ),
         )
     }
@@ -797,7 +803,7 @@ impl Nemesis {
             nodes,
             vec![client],
             format!(
-                "node {node} clock +{jump:.1?} while client {client} held the lock{held}; nodes {cut:?} cut off meanwhile",
+                "node {node} clock +{jump:.1?} while client {client} held the lock{held}; nodes {cut:?} cut off while it took it",
             ),
         )
     }
@@ -890,24 +896,64 @@ impl Nemesis {
         }
     }
 
-    /// A staged episode: cuts `cut` off, lets `client` take a long lock on the other nodes,
-    /// applies `fault` to `node` while it holds it, heals, and waits for the hold to end.
-    /// Returns the nodes involved (`node`, then `cut`) and a note for the description (empty,
-    /// or that the client never got the lock).
+    /// A staged episode: waits for the nodes to settle, cuts `cut` off, lets `client` take a
+    /// long lock on the other nodes, heals, applies `fault` to `node` while it still holds it,
+    /// and waits for the hold to end. Returns the nodes involved (`node`, then `cut`) and a
+    /// note for the description (empty, or what went otherwise).
+    ///
+    /// The cut only decides where the holder's key lives (on a bare quorum); the fault then
+    /// takes one of those nodes while every node is reachable again. So at no instant are more
+    /// than a minority of the nodes out (the cut ones before the fault, the ones that lost
+    /// their data after it), the failure model the lock claims to survive, and the suspect
+    /// nodes always have enough witnesses to be judged. Cutting a minority off while an
+    /// earlier episode's node was still in quarantine left the holder (and everyone) short of
+    /// a quorum for the whole wait: such runs granted almost nothing.
     fn around_hold(
         &mut self,
         cut: &[usize],
         client: u32,
         node: usize,
         fault: impl FnOnce(&mut Self),
-    ) -> (Vec<usize>, &'static str) {
+    ) -> (Vec<usize>, String) {
+        let unsettled = self.settle();
         let held = self.stage(cut, client);
-        fault(self);
         self.heal(cut);
+        fault(self);
         self.finish_hold(client);
         let mut nodes = vec![node];
         nodes.extend(cut);
-        (nodes, if held { "" } else { NEVER_HELD })
+        let mut note = String::new();
+        if !unsettled.is_empty() {
+            note.push_str(&format!(" (nodes {unsettled:?} had not settled)"));
+        }
+        if !held {
+            note.push_str(NEVER_HELD);
+        }
+        (nodes, note)
+    }
+
+    /// Waits (bounded) until every node has settled after earlier data losses: marked clear by
+    /// the clients once its quarantine ended, seeded with a counter again. Returns the nodes
+    /// that had not when the wait gave up.
+    fn settle(&self) -> Vec<usize> {
+        let n = self.offsets.len();
+        if !self.quarantine && !self.fencing {
+            return Vec::new();
+        }
+        let longest = self
+            .client_ttls
+            .iter()
+            .copied()
+            .max()
+            .unwrap_or(self.ttl)
+            .max(self.ttl);
+        let all = || (0..n).all(|i| self.nodes.settled(i, self.quarantine, self.fencing));
+        if wait_for(longest * 4 + Duration::from_secs(3), all) {
+            return Vec::new();
+        }
+        (0..n)
+            .filter(|&i| !self.nodes.settled(i, self.quarantine, self.fencing))
+            .collect()
     }
 
     /// Cuts `cut` off and waits until `client` holds a long lock (taken on the other nodes);

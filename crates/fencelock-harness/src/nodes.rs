@@ -130,6 +130,44 @@ impl Nodes {
         }
     }
 
+    /// Marks every Redis node new, as `fencelock up` marks the nodes it starts
+    /// ([`fencelock::protocol::new_node_marker`]): none has held a lock, so clients with restart
+    /// quarantine count them at once instead of holding each out for the longest TTL from when
+    /// they first see it. Nothing to do for etcd members.
+    ///
+    /// # Errors
+    ///
+    /// When a node does not answer.
+    pub fn mark_new(&self) -> io::Result<()> {
+        if let Nodes::Redis(n) = self {
+            for node in n {
+                let marker = fencelock::protocol::new_node_marker(&node.run_id()?);
+                node.cli(&["SET", fencelock::protocol::NODE_MARKER_KEY, &marker])?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether Redis node `i` shows no trace of an earlier data loss the clients still act on:
+    /// with `quarantine`, its marker says no lock it may have lost can still be live (`<run id>
+    /// clear`, written by the client that saw its quarantine end); with `fencing`, it has its
+    /// fence counter again (a node that lost it is seeded by a later grant). An etcd member, or
+    /// a node that does not answer, is not settled.
+    pub fn settled(&self, i: usize, quarantine: bool, fencing: bool) -> bool {
+        let Nodes::Redis(n) = self else {
+            return false;
+        };
+        let marker_clear = || {
+            n[i].cli(&["GET", fencelock::protocol::NODE_MARKER_KEY])
+                .is_ok_and(|m| m.ends_with(" clear"))
+        };
+        let has_counter = || {
+            n[i].cli(&["EXISTS", fencelock::protocol::FENCE_COUNTER_KEY])
+                .is_ok_and(|e| e.trim() == "1")
+        };
+        (!quarantine || marker_clear()) && (!fencing || has_counter())
+    }
+
     /// SIGSTOP of server `i`.
     ///
     /// # Errors

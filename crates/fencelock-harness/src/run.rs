@@ -439,7 +439,7 @@ pub fn run_mode(mode: Mode, opts: &RunOptions) -> io::Result<ModeRun> {
     let skipped = skipped_faults(mode, opts);
     let rig = Rig::start(mode, &files.db)?;
     if mode.quarantine() {
-        wait_out_quarantine(ttls.longest);
+        rig.nodes.mark_new()?;
     }
     let epoch = mono::now_ns();
     let started = Instant::now();
@@ -555,15 +555,6 @@ impl Rig {
     }
 }
 
-/// Restart quarantine cannot tell a node that just started from one that just restarted: every
-/// fresh node is excluded until its uptime reaches the TTL. Redis reports uptime in whole
-/// seconds, up to one more than the true age, which the library takes off; after TTL + 2 s every
-/// node's uptime less that second is at least the TTL. The longest TTL: a fresh node holds no
-/// TTL record yet, so a client judges it by its own TTL, and the job's is the longest.
-fn wait_out_quarantine(longest: Duration) {
-    thread::sleep(longest + Duration::from_secs(2));
-}
-
 fn spawn_clients(
     opts: &RunOptions,
     mode: Mode,
@@ -627,6 +618,8 @@ impl NemesisThread {
             client_ttls: ttls.each.clone(),
             epoch_ns: epoch,
             offsets: vec![0; rig.nodes.len()],
+            quarantine: mode.quarantine(),
+            fencing: mode.fencing(),
         };
         let plan = Plan::new(
             opts.seed ^ (mode as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15),
