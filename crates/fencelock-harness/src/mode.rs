@@ -39,6 +39,11 @@ pub enum Mode {
     Election,
     /// The same election on a 3-member etcd cluster.
     ElectionEtcd,
+    /// Redlock on 5 nodes with the library's defaults: restart quarantine on, no fencing (plain
+    /// locks, announced ahead of their grants). The check is that no client is granted the lock
+    /// inside another's validity with no clock jump in progress. (Last, so that the other modes'
+    /// seeds, which mix in the mode's index, stay as they were.)
+    RedlockDefault,
 }
 
 /// How many permits the semaphore modes' semaphore has.
@@ -46,9 +51,10 @@ pub const PERMITS: u32 = 2;
 
 impl Mode {
     /// Every mode, in the order the report lists them.
-    pub const ALL: [Mode; 11] = [
+    pub const ALL: [Mode; 12] = [
         Mode::Single,
         Mode::Redlock,
+        Mode::RedlockDefault,
         Mode::RedlockFenced,
         Mode::RedlockQuarantine,
         Mode::Etcd,
@@ -163,11 +169,21 @@ impl Mode {
         }
     }
 
+    /// Whether a `flushall` episode flushes at most a minority of the nodes: in fenced modes, so
+    /// that a quorum keeps its fence counter (with fewer, fenced grants fail closed until
+    /// `fencelock reseed`); in `redlock-default`, because its claim is exclusion while a
+    /// minority loses its data: the staged holder's record of its TTL lives only on the bare
+    /// quorum it took, and flushing all of those leaves nothing to judge a flushed node by.
+    pub fn flushes_a_minority(self) -> bool {
+        self.fencing() || self == Mode::RedlockDefault
+    }
+
     /// Whether restart quarantine is on.
     pub fn quarantine(self) -> bool {
         matches!(
             self,
             Mode::RedlockQuarantine
+                | Mode::RedlockDefault
                 | Mode::Run
                 | Mode::Semaphore
                 | Mode::Election
@@ -180,6 +196,7 @@ impl Mode {
         match self {
             Mode::Single => "single",
             Mode::Redlock => "redlock",
+            Mode::RedlockDefault => "redlock-default",
             Mode::RedlockFenced => "redlock-fenced",
             Mode::RedlockQuarantine => "redlock-quarantine",
             Mode::Etcd => "etcd",
@@ -247,7 +264,8 @@ pub enum FaultKind {
     RestartTwoNopersist,
     /// While a client holds the lock, `FLUSHALL` on some of its nodes: data lost without a
     /// restart (the run id stays the same). In fenced modes at most a minority of the nodes, so
-    /// that a quorum keeps its fence counter; otherwise up to every node the holder holds.
+    /// that a quorum keeps its fence counter, and in `redlock-default` too (see
+    /// [`Mode::flushes_a_minority`]); otherwise up to every node the holder holds.
     Flushall,
 }
 

@@ -189,8 +189,8 @@ pub struct Plan {
     clients: u32,
     ttl: Duration,
     aof_node: Option<usize>,
-    /// Fencing on: a flush then spares a quorum of fence counters.
-    fencing: bool,
+    /// A flush takes at most a minority ([`Mode::flushes_a_minority`]).
+    flush_minority: bool,
     /// Each client's TTL, when they differ (see [`Plan::with_client_ttls`]).
     client_ttls: Vec<Duration>,
     /// The client with the longest TTL (the job), when the TTLs differ.
@@ -217,7 +217,7 @@ impl Plan {
             clients: clients.max(1),
             ttl,
             aof_node: mode.aof_node(),
-            fencing: mode.fencing(),
+            flush_minority: mode.flushes_a_minority(),
             client_ttls: Vec::new(),
             job: None,
         }
@@ -403,12 +403,11 @@ impl Plan {
     }
 
     /// `FLUSHALL` on some of the nodes `holder` holds the lock on (taken without a minority
-    /// cut off): in fenced modes at most a minority of all nodes, so that a quorum keeps its
-    /// fence counter (with fewer, fenced grants fail closed until `fencelock reseed`).
+    /// cut off): at most a minority of all nodes where [`Mode::flushes_a_minority`] says so.
     fn flush(&mut self, holder: u32) -> Episode {
         let cut = self.pick(self.cut_size(), &[]);
         let held: Vec<usize> = (0..self.nodes).filter(|n| !cut.contains(n)).collect();
-        let most = if self.fencing {
+        let most = if self.flush_minority {
             self.minority().min(held.len())
         } else {
             held.len()

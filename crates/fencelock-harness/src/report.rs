@@ -212,6 +212,9 @@ pub fn verdict(s: &ModeSummary) -> String {
     if s.quarantine && s.exclusion_violations > 0 {
         return exclusion_verdict(s);
     }
+    if !s.fencing && s.quarantine {
+        return exclusion_safe_verdict(s);
+    }
     if !s.fencing {
         return unfenced_verdict(s);
     }
@@ -260,6 +263,16 @@ fn exclusion_verdict(s: &ModeSummary) -> String {
             rest if rest.starts_with("UNSAFE: ") => format!("; {}", &rest["UNSAFE: ".len()..]),
             _ => String::new(),
         }
+    )
+}
+
+/// A mode with restart quarantine and without fencing (`redlock-default`): what it claims is
+/// exclusion outside clock jumps, which held; the record's violations (client pauses past the
+/// TTL, which only fencing covers) are expected.
+fn exclusion_safe_verdict(s: &ModeSummary) -> String {
+    format!(
+        "SAFE: no grant inside another client's validity outside a clock jump (restart quarantine); {}",
+        unfenced_verdict(s)
     )
 }
 
