@@ -645,8 +645,13 @@ impl Nemesis {
         }
     }
 
-    /// `kill`: kill -9 of `nodes`, restarted after `down`.
+    /// `kill`: kill -9 of `nodes`, restarted after `down` (empty, but for the AOF node). Like
+    /// a staged episode it first waits for earlier losses to settle: a node that lost its fence
+    /// counter gets it back only through a later grant, and nodes emptied one episode after
+    /// another before that would leave fewer than a quorum with a counter, where fenced grants
+    /// fail closed for good (until `fencelock reseed`): a majority lost, one at a time.
     fn kill_nodes(&mut self, nodes: &[usize], down: Duration) -> Affected {
+        let unsettled = self.settle();
         for &n in nodes {
             let _ = self.nodes.kill(n);
         }
@@ -655,7 +660,11 @@ impl Nemesis {
         (
             nodes.to_vec(),
             vec![],
-            format!("kill -9, down {down:.1?}, restarted"),
+            if unsettled.is_empty() {
+                format!("kill -9, down {down:.1?}, restarted")
+            } else {
+                format!("kill -9, down {down:.1?}, restarted (nodes {unsettled:?} had not settled)")
+            },
         )
     }
 
