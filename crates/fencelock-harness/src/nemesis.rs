@@ -1137,6 +1137,28 @@ mod tests {
     }
 
     #[test]
+    fn flushes_take_a_minority_with_fencing_or_the_librarys_defaults() {
+        let ttl = Duration::from_secs(1);
+        for (mode, most) in [
+            (Mode::Redlock, 3),
+            (Mode::RedlockQuarantine, 2),
+            (Mode::RedlockDefault, 2),
+        ] {
+            let mut plan = Plan::new(11, &[FaultKind::Flushall], mode, 3, ttl);
+            let largest = (0..200)
+                .filter_map(|_| match plan.next_episode().unwrap().1 {
+                    Episode::Flush { nodes, cut, .. } => {
+                        assert!(nodes.iter().all(|n| !cut.contains(n)), "{mode}");
+                        Some(nodes.len())
+                    }
+                    _ => None,
+                })
+                .max();
+            assert_eq!(largest, Some(most), "{mode}");
+        }
+    }
+
+    #[test]
     fn with_mixed_ttls_the_job_holds_through_staged_faults_and_pauses_follow_each_ttl() {
         let ms = Duration::from_millis;
         let ttls = vec![ms(500), ms(3000), ms(500)];

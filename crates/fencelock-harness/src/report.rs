@@ -733,5 +733,25 @@ mod tests {
             "overlapping_validity": 3, "exclusion_violations": 3
         })));
         assert!(fenced.starts_with("SAFE"), "{fenced}");
+        // The library's defaults (quarantine, no fencing): exclusion is the claim; the record's
+        // harms from client pauses are expected, an overlap outside clock jumps is not.
+        let default = |extra: serde_json::Value| {
+            let mut v = serde_json::json!({
+                "mode": "redlock-default", "fencing": false, "quarantine": true,
+                "fenced_record_violations": 4
+            });
+            v.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            verdict(&summary(v))
+        };
+        let held = default(serde_json::json!({}));
+        assert!(held.starts_with("SAFE: no grant inside"), "{held}");
+        assert!(held.contains("expected without fencing"), "{held}");
+        let broken = default(serde_json::json!({"exclusion_violations": 44}));
+        assert!(
+            broken.starts_with("UNSAFE: mutual exclusion: 44 grant(s)"),
+            "{broken}"
+        );
     }
 }

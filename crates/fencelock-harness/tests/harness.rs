@@ -74,7 +74,7 @@ const GUARANTEED: &str =
 /// The fenced record of a fenced mode's run is intact, tokens followed the order of the grants,
 /// and the faults that make this meaningful fired.
 fn assert_fenced_data_safe(m: &Value) {
-    assert!(n(m, "grants") > 0, "{m:#}");
+    assert_grants_floor(m);
     for key in [
         "stale_accepted",
         "superseded_writes",
@@ -152,26 +152,56 @@ fn etcd_revision_tokens_keep_the_fenced_record_safe() {
 /// Data lost without a restart (`flushall` on the holder's nodes) and two nodes losing their
 /// data within one TTL (`restart-two-nopersist`) are in too (issue 27, item 4: before the
 /// marker was read behind every grant and a missing one counted from when it was seen, a
-/// flushed node older than the TTL counted at once).
+/// flushed node older than the TTL counted at once). Both with fencing (`redlock-quarantine`,
+/// where the amnesia guard's counters also hold a flushed node out of the tokens) and with the
+/// library's defaults (`redlock-default`: plain locks, quarantine alone keeps them apart; on
+/// the code before issue 27's fixes this run granted inside another's validity).
+///
+/// The staged episodes keep every impaired node within a minority, so the lock must stay
+/// available: each mode grants at least half of its attempts ([`GRANT_FLOOR`]).
 #[test]
 fn clients_with_different_ttls_never_hold_at_once_across_restarts_without_persistence() {
     let runs = run_with(
-        "redlock-quarantine",
+        "redlock-quarantine,redlock-default",
         "restart-nopersist,restart-two-nopersist,flushall,pause-client,clock-backward",
         "12s",
         &["--ttl-mix", "500ms,2s", "--node-timeout", "200ms"],
     );
-    let m = &runs[0];
-    assert_fenced_data_safe(m);
-    assert_eq!(n(m, "exclusion_violations"), 0, "{m:#}");
-    assert_eq!(
-        m["client_ttls_ms"],
-        serde_json::json!([500, 2000, 500]),
-        "{m:#}"
-    );
+    assert_eq!(runs.len(), 2);
+    for m in &runs {
+        if m["fencing"] == serde_json::json!(true) {
+            assert_fenced_data_safe(m);
+        }
+        assert_eq!(n(m, "exclusion_violations"), 0, "{m:#}");
+        assert_eq!(
+            m["client_ttls_ms"],
+            serde_json::json!([500, 2000, 500]),
+            "{m:#}"
+        );
+        for kind in ["restart-nopersist", "flushall"] {
+            assert!(
+                m["faults"][kind].as_i64().unwrap_or(0) >= 1,
+                "{kind}: {m:#}"
+            );
+        }
+        assert_grants_floor(m);
+    }
+}
+
+/// The share of its attempts a run under faults that keep a quorum must grant. Measured on the
+/// development box (2 shared cores, load average 24 during the run): every run of this binary
+/// granted 91-100% of its attempts (`redlock-default` 95 of 102, `redlock-rwlock` 83 of 87,
+/// the others 97-100%); a 30 s `flushall` run whose staged episodes cut a minority off while
+/// an earlier episode's node was still in quarantine granted 1 of 30.
+const GRANT_FLOOR: f64 = 0.5;
+
+/// The run granted at least [`GRANT_FLOOR`] of its attempts, and some: a lock that refuses
+/// everything is safe and useless, and a run that grants nothing checks nothing.
+fn assert_grants_floor(m: &Value) {
+    let (grants, attempts) = (n(m, "grants"), n(m, "attempts"));
     assert!(
-        m["faults"]["restart-nopersist"].as_i64().unwrap_or(0) >= 1,
-        "{m:#}"
+        grants >= 20 && grants as f64 >= GRANT_FLOOR * attempts as f64,
+        "{grants} of {attempts} attempts granted, under the floor of {GRANT_FLOOR}: {m:#}"
     );
 }
 
