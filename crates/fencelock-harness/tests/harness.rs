@@ -158,7 +158,7 @@ fn etcd_revision_tokens_keep_the_fenced_record_safe() {
 /// the code before issue 27's fixes this run granted inside another's validity).
 ///
 /// The staged episodes keep every impaired node within a minority, so the lock must stay
-/// available: each mode grants at least half of its attempts ([`GRANT_FLOOR`]).
+/// available: each mode grants at least three quarters of its attempts ([`GRANT_FLOOR`]).
 #[test]
 fn clients_with_different_ttls_never_hold_at_once_across_restarts_without_persistence() {
     let runs = run_with(
@@ -190,10 +190,12 @@ fn clients_with_different_ttls_never_hold_at_once_across_restarts_without_persis
 
 /// The share of its attempts a run under faults that keep a quorum must grant. Measured on the
 /// development box (2 shared cores, load average 24 during the run): every run of this binary
-/// granted 91-100% of its attempts (`redlock-default` 95 of 102, `redlock-rwlock` 83 of 87,
-/// the others 97-100%); a 30 s `flushall` run whose staged episodes cut a minority off while
-/// an earlier episode's node was still in quarantine granted 1 of 30.
-const GRANT_FLOOR: f64 = 0.5;
+/// granted 93-100% of its attempts (`redlock-default` 95 of 102, `redlock-rwlock` 83 of 87,
+/// the others 97-100%). A failed attempt waits 5 TTLs before it counts, so a lock that is
+/// unavailable for seconds at a time shows as few attempts more than as a low share: a 30 s
+/// `flushall` run whose staged episodes cut a minority off while an earlier episode's node was
+/// still in quarantine granted 33 of 63 (1 of 30 before the nodes were marked new).
+const GRANT_FLOOR: f64 = 0.75;
 
 /// The run granted at least [`GRANT_FLOOR`] of its attempts, and some: a lock that refuses
 /// everything is safe and useless, and a run that grants nothing checks nothing.
