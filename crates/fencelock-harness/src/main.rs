@@ -78,6 +78,12 @@ struct RunArgs {
     /// Per-node timeout.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "50ms")]
     node_timeout: Duration,
+    /// Clients with different node timeouts: dealt to the clients in turn, as --ttl-mix is
+    /// (`400ms,50ms` with `--ttl-mix 500ms,2s`: the 500 ms clients wait 400 ms for a node, the
+    /// 2 s job 50 ms). A client's margin for its announcements grows with its node timeout
+    /// (issue 27, item 1). Default: every client uses --node-timeout.
+    #[arg(long, value_delimiter = ',', value_parser = humantime::parse_duration)]
+    node_timeout_mix: Vec<Duration>,
     /// The race window between a client's reads and its writes.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "10ms")]
     window: Duration,
@@ -233,6 +239,7 @@ fn run_modes(args: RunArgs) -> anyhow::Result<ExitCode> {
         ttl: args.ttl,
         ttl_mix: args.ttl_mix.clone(),
         node_timeout: args.node_timeout,
+        node_timeout_mix: args.node_timeout_mix.clone(),
         window: args.window,
         faults: args.faults.clone(),
         client_clocks_behind: args.client_clocks_behind,

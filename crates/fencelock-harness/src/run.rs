@@ -50,6 +50,9 @@ pub struct RunOptions {
     pub ttl_mix: Vec<Duration>,
     /// Per-node timeout.
     pub node_timeout: Duration,
+    /// Per-client node timeouts, dealt to the clients in turn as `ttl_mix` is (empty: every
+    /// client uses `node_timeout`).
+    pub node_timeout_mix: Vec<Duration>,
     /// The race window between a client's reads and writes.
     pub window: Duration,
     /// Fault kinds to inject.
@@ -388,7 +391,7 @@ fn spawn_client(
         "--ttl-ms",
         &ttl.as_millis().to_string(),
         "--node-timeout-ms",
-        &opts.node_timeout.as_millis().to_string(),
+        &client_node_timeout(opts, id).as_millis().to_string(),
         "--window-ms",
         &opts.window.as_millis().to_string(),
         "--epoch-ns",
@@ -782,6 +785,14 @@ fn check_family(mode: Mode, history: &History, findings: &mut Findings) {
     }
     if mode.election() {
         findings.term_order = checker::check_terms(&checker::grants(&history.events));
+    }
+}
+
+/// Client `id`'s node timeout: `node_timeout_mix` dealt in turn, or `node_timeout` for all.
+fn client_node_timeout(opts: &RunOptions, id: u32) -> Duration {
+    match opts.node_timeout_mix.as_slice() {
+        [] => opts.node_timeout,
+        mix => mix[id as usize % mix.len()],
     }
 }
 
