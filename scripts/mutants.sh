@@ -433,6 +433,11 @@ mutant etcd-close-skips-revokes "etcd: close() does not wait for the lease revok
   's/Backend::Etcd\(e\) => e\.settle_releases\(bound\)\.await,/Backend::Etcd(_) => true,/' \
   "-p fencelock --test cancel etcd_close_waits_for_the_revokes_of_calls_cut_short"
 
+mutant etcd-inspect-no-family "inspect on etcd reads the resource's line only: a semaphore's permits, a read-write lock's readers and an election's leader go unseen (issue 29 item 7)" \
+  crates/fencelock-cli/src/probe/etcd.rs \
+  's/let family = read_family\(&mut client, resource, &line\)\.await\?;/let family = Family::default();/' \
+  "-p fencelock-cli --test inspect on_etcd_permits_readers_the_writer_and_the_leader_are_shown"
+
 index_of() {
   local i
   for i in "${!NAMES[@]}"; do [[ "${NAMES[$i]}" == "$1" ]] && { echo "$i"; return 0; }; done
