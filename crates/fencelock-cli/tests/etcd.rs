@@ -41,7 +41,10 @@ fn inspect_shows_the_line_and_release_by_token_frees_it() {
     let token = text(&out.stdout).trim().to_string();
     assert!(token.starts_with("fencelock/etcd-res/"), "{token}");
     // The lock key, as `inspect` shows it: the token less the TTL it carries for `extend`.
-    let key = token.split_once(".ttl").map_or(token.as_str(), |(key, _)| key).to_owned();
+    let key = token
+        .split_once(".ttl")
+        .map_or(token.as_str(), |(key, _)| key)
+        .to_owned();
     // A second process waits in line behind it.
     let mut waiter = cmd()
         .args([
