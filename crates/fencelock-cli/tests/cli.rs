@@ -133,7 +133,9 @@ fn no_wait_fails_with_75_while_the_lock_is_held_and_the_command_does_not_run() {
         output(with_nodes(home.path(), &nodes.urls()).args(["--ttl", "60s", "acquire", "job"]));
     assert!(acquired.status.success(), "{}", text(&acquired.stderr));
     let token = text(&acquired.stdout).trim().to_owned();
-    assert_eq!(token.len(), 32, "{token}");
+    // The 32 hex digits of the owner value, then the TTL the lock was taken with.
+    assert_eq!(token.len(), 32 + ".ttl60000ms".len(), "{token}");
+    assert!(token.ends_with(".ttl60000ms"), "{token}");
 
     let marker = home.path().join("ran");
     let touch = format!("touch {}", marker.display());
