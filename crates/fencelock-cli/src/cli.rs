@@ -123,6 +123,11 @@ pub(crate) enum Command {
     /// `fencelock extend` before its validity runs out, and release it with `fencelock release`.
     Acquire(AcquireArgs),
     /// Extend a lock acquired with `fencelock acquire` by another TTL.
+    ///
+    /// The TTL is the one the lock was taken with, which the token `acquire` printed carries
+    /// (`<owner>.ttl<ms>ms`); --ttl or FENCELOCK_TTL, when given, sets another. A bare owner
+    /// value (another tool's, or the one `inspect` shows) carries none: without --ttl, a lock
+    /// with more left than the default TTL is then not cut short (exit 2).
     Extend(TokenArgs),
     /// Release a lock acquired with `fencelock acquire`. A wrong token leaves the keys untouched.
     Release(TokenArgs),
