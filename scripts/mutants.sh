@@ -418,6 +418,26 @@ mutant release-marked-before-sent "Lock::release marks the lock released before 
   's/(pub async fn release\(mut self\) -> Result<Votes> \{\n)/$1        self.released = true;\n/' \
   "-p fencelock --test cancel releases_cut_short_leave_no_key"
 
+mutant extend-token-ttl-ignored "extend without --ttl ignores the TTL acquire's token carries and sets the default: a lock taken with --ttl 30s is cut to 10 s (issue 29 item 8)" \
+  crates/fencelock-cli/src/lockcmds/extend.rs \
+  's/settings\.ttl = ttl;/let _ = ttl;/' \
+  "-p fencelock-cli --test consistency extend_without_ttl_keeps_the_ttl_the_lock_was_taken_with"
+
+mutant help-lists-refused-flags "up and inspect --help (and their man pages) list the global flags they refuse (issue 29 item 8)" \
+  crates/fencelock-cli/src/cli.rs \
+  's/\.arg\(arg\.clone\(\)\.hide\(true\)\)/.arg(arg.clone().hide(false))/' \
+  "-p fencelock-cli --test consistency up_and_inspect_help_list_only_the_flags_they_take"
+
+mutant etcd-close-skips-revokes "etcd: close() does not wait for the lease revokes of calls cut short (issue 29)" \
+  crates/fencelock/src/backend.rs \
+  's/Backend::Etcd\(e\) => e\.settle_releases\(bound\)\.await,/Backend::Etcd(_) => true,/' \
+  "-p fencelock --test cancel etcd_close_waits_for_the_revokes_of_calls_cut_short"
+
+mutant etcd-inspect-no-family "inspect on etcd reads the resource's line only: a semaphore's permits, a read-write lock's readers and an election's leader go unseen (issue 29 item 7)" \
+  crates/fencelock-cli/src/probe/etcd.rs \
+  's/let family = read_family\(&mut client, resource, &line\)\.await\?;/let family = Family::default();/' \
+  "-p fencelock-cli --test inspect on_etcd_permits_readers_the_writer_and_the_leader_are_shown"
+
 index_of() {
   local i
   for i in "${!NAMES[@]}"; do [[ "${NAMES[$i]}" == "$1" ]] && { echo "$i"; return 0; }; done

@@ -123,6 +123,11 @@ pub(crate) enum Command {
     /// `fencelock extend` before its validity runs out, and release it with `fencelock release`.
     Acquire(AcquireArgs),
     /// Extend a lock acquired with `fencelock acquire` by another TTL.
+    ///
+    /// The TTL is the one the lock was taken with, which the token `acquire` printed carries
+    /// (`<owner>.ttl<ms>ms`); --ttl or FENCELOCK_TTL, when given, sets another. A bare owner
+    /// value (another tool's, or the one `inspect` shows) carries none: without --ttl, a lock
+    /// with more left than the default TTL is then not cut short (exit 2).
     Extend(TokenArgs),
     /// Release a lock acquired with `fencelock acquire`. A wrong token leaves the keys untouched.
     Release(TokenArgs),
@@ -449,12 +454,10 @@ pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
         .map_err(|e| format!("{e}; write a duration such as 30s, 500ms or 1m30s"))
 }
 
-/// The global flags that mean nothing to `command` (`up`, `inspect`), given on its command line
-/// (an environment variable such as FENCELOCK_TTL, set for the lock commands, is no mistake).
-/// `None` for the other commands.
-pub(crate) fn meaningless_flags(matches: &clap::ArgMatches) -> Option<(&'static str, Vec<String>)> {
-    let (name, sub) = matches.subcommand()?;
-    let ignored: &[&str] = match name {
+/// The global flags (by clap id) that mean nothing to `command`: `up` starts nodes with their
+/// own settings, `inspect` only reads. Empty for the commands that take them all.
+fn flags_meaningless_to(command: &str) -> &'static [&'static str] {
+    match command {
         "up" => &[
             "config",
             "ttl",
@@ -476,14 +479,47 @@ pub(crate) fn meaningless_flags(matches: &clap::ArgMatches) -> Option<(&'static 
             "label",
             "no_holder",
         ],
+        _ => &[],
+    }
+}
+
+/// The command line as parsed, helped and paged (`--help`, `man`, completions): the global
+/// flags that mean nothing to a command are hidden from its help. They stay accepted by the
+/// parser, so that [`meaningless_flags`] can refuse them with a message that says why instead
+/// of clap's "unexpected argument".
+pub(crate) fn command() -> clap::Command {
+    let mut cli = <Cli as clap::CommandFactory>::command();
+    let globals: Vec<clap::Arg> = cli.get_arguments().cloned().collect();
+    for sub in cli.get_subcommands_mut() {
+        let hidden = flags_meaningless_to(sub.get_name());
+        // A hidden copy in the subcommand: clap hands a global flag to a subcommand only
+        // where the subcommand has no flag of that id. In place, to keep the commands' order.
+        for arg in globals
+            .iter()
+            .filter(|a| hidden.contains(&a.get_id().as_str()))
+        {
+            *sub = std::mem::take(sub).arg(arg.clone().hide(true));
+        }
+    }
+    cli.build();
+    cli
+}
+
+/// The global flags that mean nothing to `command` (`up`, `inspect`), given on its command line
+/// (an environment variable such as FENCELOCK_TTL, set for the lock commands, is no mistake).
+/// `None` for the other commands.
+pub(crate) fn meaningless_flags(matches: &clap::ArgMatches) -> Option<(&'static str, Vec<String>)> {
+    let (name, sub) = matches.subcommand()?;
+    let name = match name {
+        "up" => "up",
+        "inspect" => "inspect",
         _ => return None,
     };
-    let given: Vec<String> = ignored
+    let given: Vec<String> = flags_meaningless_to(name)
         .iter()
         .filter(|id| sub.value_source(id) == Some(clap::parser::ValueSource::CommandLine))
         .map(|id| format!("--{}", id.replace('_', "-")))
         .collect();
-    let name = if name == "up" { "up" } else { "inspect" };
     Some((name, given))
 }
 

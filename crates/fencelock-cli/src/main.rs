@@ -95,7 +95,7 @@ fn main() -> ExitCode {
         return code;
     }
     // clap prints its own usage errors and exits with 2, and 0 for --help and --version.
-    let matches = <Cli as clap::CommandFactory>::command().get_matches();
+    let matches = cli::command().get_matches();
     let cli = match <Cli as clap::FromArgMatches>::from_arg_matches(&matches) {
         Ok(cli) => cli,
         Err(e) => e.exit(),

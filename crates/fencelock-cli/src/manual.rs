@@ -3,16 +3,13 @@
 
 use std::io::Write;
 
-use clap::CommandFactory;
-
-use crate::cli::Cli;
 use crate::exit::{self, Failure};
 
 /// Prints the completion script for `shell`.
 pub(crate) fn completions(shell: clap_complete::Shell) -> u8 {
     let mut script = Vec::new();
     // Into a buffer: the generators panic on a write error, and stdout may be a closed pipe.
-    clap_complete::generate(shell, &mut Cli::command(), "fencelock", &mut script);
+    clap_complete::generate(shell, &mut crate::cli::command(), "fencelock", &mut script);
     write_out(&script);
     exit::OK
 }
@@ -24,9 +21,9 @@ pub(crate) fn completions(shell: clap_complete::Shell) -> u8 {
 ///
 /// A usage [`Failure`] for an unknown command; an internal one if the page cannot be rendered.
 pub(crate) fn man(command: Option<&str>) -> anyhow::Result<u8> {
-    let mut cli = Cli::command();
-    // Names the subcommands fencelock-run etc. and hands them the global options.
-    cli.build();
+    // Built: names the subcommands fencelock-run etc. and hands them the global options, less
+    // those a command does not take.
+    let cli = crate::cli::command();
     let page = match command {
         None => cli,
         Some(name) => cli.find_subcommand(name).cloned().ok_or_else(|| {

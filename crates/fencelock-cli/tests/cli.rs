@@ -133,7 +133,9 @@ fn no_wait_fails_with_75_while_the_lock_is_held_and_the_command_does_not_run() {
         output(with_nodes(home.path(), &nodes.urls()).args(["--ttl", "60s", "acquire", "job"]));
     assert!(acquired.status.success(), "{}", text(&acquired.stderr));
     let token = text(&acquired.stdout).trim().to_owned();
-    assert_eq!(token.len(), 32, "{token}");
+    // The 32 hex digits of the owner value, then the TTL the lock was taken with.
+    assert_eq!(token.len(), 32 + ".ttl60000ms".len(), "{token}");
+    assert!(token.ends_with(".ttl60000ms"), "{token}");
 
     let marker = home.path().join("ran");
     let touch = format!("touch {}", marker.display());
@@ -638,6 +640,11 @@ fn bad_input_gives_one_line_errors_and_documented_codes() {
     let acquired = output(with_nodes(home.path(), &urls).args(["--ttl", "60s", "acquire", "held"]));
     assert!(acquired.status.success(), "{}", text(&acquired.stderr));
     let token = text(&acquired.stdout).trim().to_owned();
+    // What the nodes store: the owner value, without the TTL the printed token carries.
+    let token = token
+        .split_once(".ttl")
+        .map_or(token.as_str(), |(owner, _)| owner)
+        .to_owned();
     for op in ["release", "extend"] {
         let out =
             output(with_nodes(home.path(), &urls).args([op, "held", "--token", "not-the-token"]));
@@ -752,9 +759,13 @@ fn inspect_shows_who_holds_a_lock_with_its_label() {
     ]));
     assert!(out.status.success(), "{}", text(&out.stderr));
     let token = text(&out.stdout).trim().to_string();
-    // The lock key keeps the bare token, for other Redlock clients.
+    // The lock key keeps the bare owner value, for other Redlock clients; the printed token
+    // adds the lock's TTL after it (`.ttl10000ms`), which stays with the user.
     assert_eq!(
-        nodes.node(0).cli(&["GET", "held-job"]).unwrap().trim(),
+        format!(
+            "{}.ttl10000ms",
+            nodes.node(0).cli(&["GET", "held-job"]).unwrap().trim()
+        ),
         token
     );
     let out = output(with_nodes(home.path(), &urls).args(["inspect", "held-job"]));

@@ -236,7 +236,7 @@ fn flags_that_mean_nothing_to_up_or_inspect_are_refused_not_ignored() {
 }
 
 #[test]
-fn extend_without_ttl_does_not_cut_a_longer_lock_short() {
+fn extend_without_ttl_keeps_the_ttl_the_lock_was_taken_with() {
     let home = tempfile::tempdir().unwrap();
     let nodes = RedisNodes::start(3).unwrap();
     let urls = nodes.urls();
@@ -246,23 +246,140 @@ fn extend_without_ttl_does_not_cut_a_longer_lock_short() {
         .unwrap();
     let all = text(&out);
     assert_eq!(out.status.code(), Some(0), "{all}");
-    assert!(all.contains("--token TOKEN --ttl 30s`"), "{all}");
     let token = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let least_left = |nodes: &RedisNodes| {
+        nodes
+            .iter()
+            .map(|n| n.cli(&["PTTL", "job"]).unwrap().parse::<i64>().unwrap())
+            .min()
+            .unwrap()
+    };
+    // Below 30 s but above the default 10 s: the extension must set 30 s again, not refuse
+    // (as it did) nor cut the lock to 10 s.
+    for node in nodes.iter() {
+        node.cli(&["PEXPIRE", "job", "12000"]).unwrap();
+    }
     let out = with_nodes(home.path(), &urls)
         .args(["extend", "job", "--token", &token])
         .output()
         .unwrap();
     let all = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{all}");
+    assert!(all.contains("to a TTL of 30.00 s"), "{all}");
+    let left = least_left(&nodes);
+    assert!(left > 20_000, "{left} ms left after extend: {all}");
+    // The lock took nothing new on the nodes: the lock key keeps the bare owner value.
+    let stored = nodes.node(0).cli(&["GET", "job"]).unwrap();
+    assert!(
+        token.starts_with(&stored) && token.len() > stored.len(),
+        "{stored} vs {token}"
+    );
+    // --ttl given explicitly wins over the token's.
+    let out = with_nodes(home.path(), &urls)
+        .args(["--ttl", "15s", "extend", "job", "--token", &token])
+        .output()
+        .unwrap();
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{all}");
+    let left = least_left(&nodes);
+    assert!(
+        left <= 15_000,
+        "{left} ms left after extend --ttl 15s: {all}"
+    );
+    // An owner value that carries no TTL (the bare value, as another tool or `inspect` shows
+    // it) keeps the refusal to shorten, with the way out.
+    let out = with_nodes(home.path(), &urls)
+        .args(["--ttl", "30s", "extend", "job", "--token", &stored])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let out = with_nodes(home.path(), &urls)
+        .args(["extend", "job", "--token", &stored])
+        .output()
+        .unwrap();
+    let all = text(&out);
     assert_eq!(out.status.code(), Some(2), "{all}");
     assert!(all.contains("pass the lock's TTL"), "{all}");
-    // Nothing was changed: the keys keep well above the default 10 s.
+    assert!(all.contains("carries no TTL"), "{all}");
     for node in nodes.iter() {
         let left: i64 = node.cli(&["PTTL", "job"]).unwrap().parse().unwrap();
         assert!(left > 15_000, "{left} ms left: {all}");
     }
+    // release takes the token as acquire printed it.
     let out = with_nodes(home.path(), &urls)
-        .args(["--ttl", "30s", "extend", "job", "--token", &token])
+        .args(["release", "job", "--token", &token])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    for node in nodes.iter() {
+        assert_eq!(node.cli(&["EXISTS", "job"]).unwrap(), "0");
+    }
+}
+
+#[test]
+fn up_and_inspect_help_list_only_the_flags_they_take() {
+    let home = tempfile::tempdir().unwrap();
+    let refused: [(&str, &[&str]); 2] = [
+        (
+            "up",
+            &[
+                "--ttl",
+                "--allow-long-ttl",
+                "--node-timeout",
+                "--connect-timeout",
+                "--tls-ca",
+                "--label",
+                "--no-holder",
+                "--no-quarantine",
+                "--config",
+            ],
+        ),
+        (
+            "inspect",
+            &[
+                "--ttl",
+                "--allow-long-ttl",
+                "--connect-timeout",
+                "--label",
+                "--no-holder",
+            ],
+        ),
+    ];
+    for (command, flags) in refused {
+        let help = text(
+            &fencelock(home.path())
+                .args([command, "--help"])
+                .output()
+                .unwrap(),
+        );
+        let page = text(
+            &fencelock(home.path())
+                .args(["man", command])
+                .output()
+                .unwrap(),
+        );
+        for flag in flags {
+            for (what, shown) in [("--help", &help), ("man", &page)] {
+                let listed = shown.lines().any(|l| {
+                    l.trim_start().starts_with(flag)
+                        && !l.trim_start()[flag.len()..].starts_with('-')
+                });
+                let roff = shown.contains(&format!("\\fB{}\\fR", flag.replace('-', "\\-")));
+                assert!(
+                    !listed && !roff,
+                    "`{command} {what}` lists {flag}:\n{shown}"
+                );
+            }
+        }
+        // What the command does take is still shown.
+        assert!(help.contains("--json"), "{help}");
+    }
+    let run = text(
+        &fencelock(home.path())
+            .args(["run", "--help"])
+            .output()
+            .unwrap(),
+    );
+    assert!(run.contains("--ttl <DURATION>"), "{run}");
+    assert!(run.contains("--label <TEXT>"), "{run}");
 }

@@ -111,3 +111,103 @@ fn permits_readers_and_the_leader_are_shown() {
         let _ = child.wait();
     }
 }
+
+/// The same on etcd (issue 29, item 7): a semaphore's permits with their holders, a read-write
+/// lock's readers and the writer that waits behind them, an election's leader and its term,
+/// read from the keys the library writes (`fencelock::protocol`'s etcd layout).
+#[test]
+fn on_etcd_permits_readers_the_writer_and_the_leader_are_shown() {
+    let home = tempfile::tempdir().unwrap();
+    let etcd = fencelock_testkit::Etcd::start().unwrap();
+    let urls: Vec<String> = etcd
+        .endpoints()
+        .iter()
+        .map(|e| e.replacen("http://", "etcd://", 1))
+        .collect();
+    let mut children: Vec<Child> = Vec::new();
+    for i in 0..3 {
+        let label = format!("worker {i}");
+        children.push(holding(
+            home.path(),
+            &urls,
+            &["--label", &label, "run", "--permits", "3", "pool"],
+        ));
+    }
+    for _ in 0..2 {
+        children.push(holding(home.path(), &urls, &["run", "--shared", "doc"]));
+    }
+    // A writer in line behind the readers: it never runs while they hold.
+    children.push(
+        with_nodes(home.path(), &urls)
+            .args(["--label", "the writer", "run", "doc", "--", "sleep", "60"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    children.push(holding(
+        home.path(),
+        &urls,
+        &["elect", "--value", "boss-7", "chief"],
+    ));
+    let inspect = |resource: &str| {
+        let out = with_nodes(home.path(), &urls)
+            .args(["inspect", resource])
+            .output()
+            .unwrap();
+        let all = text(&out);
+        assert_eq!(out.status.code(), Some(0), "{all}");
+        all
+    };
+    let pool = inspect("pool");
+    assert!(
+        pool.contains("semaphore \"pool\": 3 permit(s) held"),
+        "{pool}"
+    );
+    for slot in 0..3 {
+        assert!(pool.contains(&format!("permit {slot}: token ")), "{pool}");
+    }
+    for i in 0..3 {
+        assert!(
+            pool.contains(&format!("\"worker {i}\" (process ")),
+            "{pool}"
+        );
+    }
+    assert!(!pool.contains("nobody waits"), "{pool}");
+    // The writer joins the line after the readers; give it the time to (wide margin).
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let doc = loop {
+        let doc = inspect("doc");
+        if doc.contains("1 writer(s) waiting") || std::time::Instant::now() > until {
+            break doc;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    assert!(
+        doc.contains("held by 2 reader(s) (a read-write lock)")
+            && doc.contains(
+                "read-write lock \"doc\": 2 reader(s), no writer holds; 1 writer(s) waiting"
+            ),
+        "{doc}"
+    );
+    assert!(doc.contains("\"the writer\" (process "), "{doc}");
+    let chief = inspect("chief");
+    assert!(
+        chief.contains("election \"chief\": leader \"boss-7\", term "),
+        "{chief}"
+    );
+    let out = with_nodes(home.path(), &urls)
+        .args(["--json", "inspect", "pool"])
+        .output()
+        .unwrap();
+    let value: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        value["permits"].as_array().map(Vec::len),
+        Some(3),
+        "{value}"
+    );
+    for mut child in children {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}

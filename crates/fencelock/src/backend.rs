@@ -92,22 +92,23 @@ impl Backend {
     }
 
     /// Waits, at most `bound`, until the releases that returned at a quorum (Redis) have reached
-    /// their other nodes. Returns whether they did; etcd has nothing to wait for.
+    /// their other nodes, or the lease revokes of calls cut short (etcd) ran. Returns whether
+    /// they did.
     pub(crate) async fn settle_releases(&self, bound: Duration) -> bool {
         match self {
             Backend::Redis(r) => r.settle_releases(bound).await,
             #[cfg(feature = "etcd")]
-            Backend::Etcd(_) => true,
+            Backend::Etcd(e) => e.settle_releases(bound).await,
         }
     }
 
     /// How many releases still run in the background (Redis: calls cut short, and releases
-    /// that returned at a quorum); etcd's cancelled calls revoke their lease uncounted.
+    /// that returned at a quorum; etcd: the lease revokes of calls cut short).
     pub(crate) fn background_pending(&self) -> usize {
         match self {
             Backend::Redis(r) => r.background_pending(),
             #[cfg(feature = "etcd")]
-            Backend::Etcd(_) => 0,
+            Backend::Etcd(e) => e.background_pending(),
         }
     }
 

@@ -241,8 +241,9 @@ impl Client {
 
     /// Waits until the locks dropped without [`Lock::release`](crate::Lock::release) (by a `?` or a panic between
     /// acquire and release, or a [`LockGuard`](crate::LockGuard) dropped) have been released,
-    /// and until the releases that returned at a quorum have reached their other nodes, for at
-    /// most twice the node timeout.
+    /// until the releases that returned at a quorum have reached their other nodes, and on
+    /// etcd until the lease revokes of calls cut short have run, for at most twice the node
+    /// timeout.
     ///
     /// Dropping the program's last handle of the client (the last `Client` clone, `Lock`,
     /// `Waiter`, semaphore, read-write lock or election made from it) waits the same way, so

@@ -295,3 +295,81 @@ async fn releases_cut_short_leave_no_key() {
     );
     assert_all_released(&nodes, "releases", cut_short);
 }
+
+/// etcd's cut calls are counted by `close` (issue 29): a wait cut short hands the revoke of its
+/// lease to a background task, and `close` returns only once that revoke ran (within twice the
+/// node timeout, as on Redis). Checked from another thread right after `close`, while this
+/// test's only runtime thread is blocked: nothing can run in the background then, so what the
+/// cluster holds is what `close` waited for.
+#[cfg(feature = "etcd")]
+#[tokio::test(flavor = "current_thread")]
+async fn etcd_close_waits_for_the_revokes_of_calls_cut_short() {
+    let etcd = fencelock_testkit::Etcd::start().unwrap();
+    let endpoints = etcd.endpoints();
+    let urls: Vec<String> = endpoints
+        .iter()
+        .map(|e| e.replacen("http://", "etcd://", 1))
+        .collect();
+    let config = Config::new(urls)
+        .with_ttl(Duration::from_secs(60))
+        .with_node_timeout(Duration::from_secs(2));
+    let holder = Client::new(config.clone()).unwrap();
+    let held = holder.acquire("held").await.unwrap();
+    /// The keys under the resource's line and the live leases, read on a thread of its own.
+    fn cluster_state(endpoints: Vec<String>) -> (Vec<String>, Vec<i64>) {
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async {
+                let mut raw = etcd_client::Client::connect(&endpoints, None)
+                    .await
+                    .unwrap();
+                let resp = raw
+                    .get(
+                        fencelock::protocol::etcd_queue_prefix("held"),
+                        Some(etcd_client::GetOptions::new().with_prefix()),
+                    )
+                    .await
+                    .unwrap();
+                let keys = resp
+                    .kvs()
+                    .iter()
+                    .map(|kv| String::from_utf8_lossy(kv.key()).into_owned())
+                    .collect();
+                let mut leases: Vec<i64> = raw
+                    .leases()
+                    .await
+                    .unwrap()
+                    .leases()
+                    .iter()
+                    .map(|l| l.id())
+                    .collect();
+                leases.sort_unstable();
+                (keys, leases)
+            })
+        })
+        .join()
+        .unwrap()
+    }
+    let before = cluster_state(endpoints.clone());
+    assert_eq!(before.0.len(), 1, "{before:?}");
+    let waiter = Client::new(config).unwrap();
+    let policy = RetryPolicy::new().with_wait(Duration::from_secs(30));
+    for _ in 0..3 {
+        // Long enough to be in line (its key written) on a loaded machine, far short of the
+        // holder's 60 s.
+        let cut =
+            tokio::time::timeout(Duration::from_secs(3), waiter.acquire_with("held", &policy))
+                .await;
+        assert!(cut.is_err(), "the wait was not cut short: {cut:?}");
+        waiter.close().await;
+        let after = cluster_state(endpoints.clone());
+        assert_eq!(
+            after, before,
+            "right after close: the cut wait's key or lease is still there (before the wait: {before:?})"
+        );
+    }
+    held.release().await.unwrap();
+}

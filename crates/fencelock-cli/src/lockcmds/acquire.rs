@@ -36,10 +36,14 @@ pub(crate) async fn acquire(
         Err(err) => return Err(lock_failure(settings, resource, err).await.into()),
     };
     let remaining = lock.remaining();
+    // What `extend` and `release` take: the owner value with the TTL, so that an extension
+    // without --ttl keeps this lock's TTL.
+    let token = super::token::hand_out(lock.token(), settings.ttl);
     if json {
         let value = serde_json::json!({
             "resource": lock.resource(),
-            "token": lock.token(),
+            "token": token,
+            "owner": lock.token(),
             "fencing_token": lock.fencing_token(),
             "validity_ms": u64::try_from(remaining.as_millis()).unwrap_or(u64::MAX),
             "ttl_ms": u64::try_from(settings.ttl.as_millis()).unwrap_or(u64::MAX),
@@ -49,23 +53,18 @@ pub(crate) async fn acquire(
         });
         println!("{value}");
     } else {
-        println!("{}", lock.token());
+        println!("{token}");
         let fencing = lock
             .fencing_token()
             .map(|t| format!(", fencing token {t}"))
             .unwrap_or_default();
         let quoted = crate::shell::quote(resource);
-        // The lock's TTL is not stored: the extension must be given it again.
-        let ttl = if settings.ttl == crate::settings::DEFAULT_TTL {
-            String::new()
-        } else {
-            format!(" --ttl {}", humantime::format_duration(settings.ttl))
-        };
         eprintln!(
-            "fencelock: acquired {resource:?} ({} of {} nodes agreed){fencing}, valid for {}; extend it with `fencelock extend {quoted} --token TOKEN{ttl}` before then, release it with `fencelock release {quoted} --token TOKEN`",
+            "fencelock: acquired {resource:?} ({} of {} nodes agreed){fencing}, valid for {}; extend it by its TTL ({}) with `fencelock extend {quoted} --token TOKEN` before then, release it with `fencelock release {quoted} --token TOKEN`",
             lock.votes().granted(),
             lock.votes().len(),
             human(remaining),
+            human(settings.ttl),
         );
     }
     // The lock outlives this process on purpose: dropping it would release it in the background.

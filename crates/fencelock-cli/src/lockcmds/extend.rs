@@ -7,11 +7,12 @@ use crate::cli::human;
 use crate::exit::{self, Failure};
 use crate::settings::Settings;
 
-/// An extension without --ttl sets the default TTL; a lock taken with a longer one (`acquire
-/// --ttl 30s`) would be cut short by it, silently. The lock's own TTL is not stored on the
-/// nodes, but what is left of it is: when a quorum of the token's keys has more left than the
-/// extension would set, the caller is asked for the TTL instead (Redis nodes; etcd's lease keeps
-/// its own TTL).
+/// An extension without --ttl, of a token that carries no TTL (not `acquire`'s: another tool's
+/// owner value, or the one `inspect` shows), sets the default TTL; a lock taken with a longer
+/// one would be cut short by it, silently. The lock's own TTL is not stored on the nodes, but
+/// what is left of it is: when a quorum of the token's keys has more left than the extension
+/// would set, the caller is asked for the TTL instead (Redis nodes; etcd's lease keeps its own
+/// TTL).
 async fn refuse_to_shorten(
     settings: &Settings,
     resource: &str,
@@ -46,7 +47,7 @@ async fn refuse_to_shorten(
     let at_least =
         humantime::format_duration(std::time::Duration::from_secs(quorum_left.as_secs() + 1));
     Err(Failure::usage(format!(
-        "extend {resource:?}: the lock has {} left, more than the TTL {} an extension without --ttl sets (it was taken with a longer --ttl); nothing was changed: pass the lock's TTL, e.g. --ttl {at_least} or more",
+        "extend {resource:?}: the lock has {} left, more than the TTL {} an extension without --ttl sets (it was taken with a longer --ttl), and this token carries no TTL (it is not the one `fencelock acquire` printed, which ends in .ttl<ms>ms); nothing was changed: pass the lock's TTL, e.g. --ttl {at_least} or more",
         human(quorum_left),
         human(settings.ttl)
     )))
@@ -57,8 +58,8 @@ async fn refuse_to_shorten(
 /// # Errors
 ///
 /// 76 when the token does not hold the lock on a quorum (wrong token or expired; the keys are
-/// left untouched), 69 when too many nodes did not answer; 2 when, without --ttl (`ttl_given`),
-/// the extension would shorten the lock.
+/// left untouched), 69 when too many nodes did not answer; 2 when, without --ttl (`ttl_given`)
+/// and with a token that carries no TTL, the extension would shorten the lock.
 pub(crate) async fn extend(
     settings: &Settings,
     resource: &str,
@@ -66,12 +67,22 @@ pub(crate) async fn extend(
     ttl_given: bool,
     json: bool,
 ) -> anyhow::Result<u8> {
-    if !ttl_given {
-        refuse_to_shorten(settings, resource, token).await?;
+    let handed = super::token::parse(token);
+    let mut settings = settings.clone();
+    match handed.ttl {
+        // --ttl (or FENCELOCK_TTL) given wins.
+        _ if ttl_given => {}
+        Some(ttl) => {
+            settings.ttl = ttl;
+            // `acquire` took the lock with it, so a TTL above a day was allowed then.
+            settings.long_ttl |= ttl > fencelock::Config::LONG_TTL;
+        }
+        None => refuse_to_shorten(&settings, resource, handed.owner).await?,
     }
+    let settings = &settings;
     let client = settings.client(false).await?;
     let started = Instant::now();
-    let result = client.extend_token(resource, token).await;
+    let result = client.extend_token(resource, handed.owner).await;
     let votes = token_votes(settings, "extend", resource, client.quorum(), result).await?;
     if json {
         let value = serde_json::json!({

@@ -11,6 +11,7 @@ use crate::settings::Settings;
 mod acquire;
 mod extend;
 mod release;
+mod token;
 
 pub(crate) use acquire::acquire;
 pub(crate) use extend::extend;

@@ -17,7 +17,8 @@ pub(crate) async fn release(
     json: bool,
 ) -> anyhow::Result<u8> {
     let client = settings.client(false).await?;
-    let result = client.release_token(resource, token).await;
+    let owner = super::token::parse(token).owner;
+    let result = client.release_token(resource, owner).await;
     let votes = token_votes(settings, "release", resource, client.quorum(), result).await?;
     if json {
         let value = serde_json::json!({

@@ -121,9 +121,13 @@ pub(crate) struct Waiter {
     pub(crate) lease: String,
     /// Seconds left on the lease (`None` when etcd no longer knows it).
     pub(crate) lease_ttl_s: Option<i64>,
-    /// The holder label its client stored (`fencelock::Holder` as text), if any.
+    /// The holder label its client stored (`fencelock::Holder` as text), if any; on an
+    /// election's key, the leader's value.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) holder: Option<String>,
+    /// Written again after its creation: an election's leader wrote its value on it.
+    #[serde(skip)]
+    pub(crate) proclaimed: bool,
 }
 
 /// `fencelock inspect RESOURCE` on etcd.
@@ -144,10 +148,39 @@ pub(crate) async fn inspect(settings: &Settings, resource: &str, json: bool) -> 
         )
     })?;
     let prefix = fencelock::protocol::etcd_queue_prefix(resource);
+    let line = read_line(&mut client, &prefix).await?;
+    let family = read_family(&mut client, resource, &line).await?;
+    if json {
+        let value = serde_json::json!({
+            "resource": resource,
+            "backend": "etcd",
+            "prefix": prefix,
+            "holder": line.first(),
+            "waiters": line.get(1..).unwrap_or_default(),
+            "permits": family.permits,
+            "readers": family.readers,
+            "writers_waiting": family.writers_waiting,
+            "writer_record": family.writer_record,
+            "election": family.election,
+        });
+        println!("{value}");
+    } else {
+        print!("{}", render_line(resource, &line, &family));
+        print!("{}", render_family(resource, &family));
+    }
+    Ok(exit::OK)
+}
+
+/// The keys under `prefix`, oldest first, each with its lease's time left.
+///
+/// # Errors
+///
+/// 69 when the cluster does not answer the read.
+async fn read_line(client: &mut Client, prefix: &str) -> Result<Vec<Waiter>, Failure> {
     let options = GetOptions::new()
         .with_prefix()
         .with_sort(SortTarget::Create, SortOrder::Ascend);
-    let resp = tokio::time::timeout(PROBE_TIMEOUT, client.get(prefix.as_str(), Some(options)))
+    let resp = tokio::time::timeout(PROBE_TIMEOUT, client.get(prefix, Some(options)))
         .await
         .map_err(|_| {
             Failure::new(
@@ -174,21 +207,240 @@ pub(crate) async fn inspect(settings: &Settings, resource: &str, json: bool) -> 
             lease: format!("{:016x}", lease as u64),
             lease_ttl_s: ttl,
             holder,
+            proclaimed: kv.mod_revision() > kv.create_revision(),
         });
     }
-    if json {
-        let value = serde_json::json!({
-            "resource": resource,
-            "backend": "etcd",
-            "prefix": prefix,
-            "holder": line.first(),
-            "waiters": line.get(1..).unwrap_or_default(),
-        });
-        println!("{value}");
-    } else {
-        print!("{}", render_line(resource, &line));
+    Ok(line)
+}
+
+/// A permit of a semaphore held on etcd: its slot and the slot key's holder.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Permit {
+    pub(crate) slot: u32,
+    /// The slot key, its create revision (the permit's fencing token), lease and holder (the
+    /// label on the holder's key in the semaphore's line, which shares the slot key's lease).
+    #[serde(flatten)]
+    pub(crate) key: Waiter,
+}
+
+/// An election's leader: the oldest key of its line, once it wrote its value on it.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Leader {
+    pub(crate) value: String,
+    /// The key's create revision.
+    pub(crate) term: i64,
+    pub(crate) key: String,
+    /// Candidates behind it.
+    pub(crate) candidates: usize,
+}
+
+/// What the primitives built on the mutex keep under a name on etcd.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Family {
+    pub(crate) permits: Vec<Permit>,
+    /// A read-write lock's readers that hold (no writer's key older than theirs).
+    pub(crate) readers: Vec<Waiter>,
+    /// Writers in line behind readers that hold.
+    pub(crate) writers_waiting: Vec<Waiter>,
+    /// The fencing token of the resource's last write lock (`<prefix>.last-writer`).
+    pub(crate) writer_record: Option<String>,
+    pub(crate) election: Option<Leader>,
+    /// The election's candidates' keys, its leader's included.
+    pub(crate) candidates: usize,
+}
+
+/// Reads a semaphore's slots and line, a read-write lock's sides (from `line`, the resource's
+/// own) and record, and an election's line, each where the library writes it.
+///
+/// # Errors
+///
+/// 69 when the cluster does not answer a read.
+async fn read_family(
+    client: &mut Client,
+    resource: &str,
+    line: &[Waiter],
+) -> Result<Family, Failure> {
+    use fencelock::protocol;
+    let mut family = Family::default();
+    // Every slot's queue shares this prefix: `fencelock/<name>:permit:`.
+    let mut slots_prefix = protocol::etcd_queue_prefix(&protocol::permit_key(resource, 0));
+    slots_prefix.truncate(slots_prefix.len() - "0/".len());
+    let slots = read_line(client, &slots_prefix).await?;
+    if !slots.is_empty() {
+        let waiters = read_line(
+            client,
+            &protocol::etcd_queue_prefix(&protocol::permit_line(resource)),
+        )
+        .await?;
+        family.permits = permits(&slots_prefix, slots, &waiters);
     }
-    Ok(exit::OK)
+    let (readers, writers_waiting) = sides(&protocol::etcd_queue_prefix(resource), line);
+    family.readers = readers;
+    family.writers_waiting = writers_waiting;
+    let mut record_key = protocol::etcd_queue_prefix(resource);
+    record_key.pop();
+    record_key.push_str(".last-writer");
+    family.writer_record = tokio::time::timeout(PROBE_TIMEOUT, client.get(record_key, None))
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .and_then(|r| {
+            r.kvs()
+                .first()
+                .and_then(|kv| kv.value_str().ok().map(str::to_owned))
+        });
+    let candidates = read_line(
+        client,
+        &protocol::etcd_queue_prefix(&protocol::election_key(resource)),
+    )
+    .await?;
+    family.election = leader(&candidates);
+    family.candidates = candidates.len();
+    Ok(family)
+}
+
+/// The permits held: the oldest key of each slot's queue (`<slots_prefix><i>/<lease>`), with
+/// the holder label of the line key on the same lease. No I/O.
+pub(crate) fn permits(slots_prefix: &str, slots: Vec<Waiter>, line: &[Waiter]) -> Vec<Permit> {
+    let mut held: std::collections::BTreeMap<u32, Waiter> = std::collections::BTreeMap::new();
+    for mut key in slots {
+        let Some(slot) = key
+            .key
+            .strip_prefix(slots_prefix)
+            .and_then(|rest| rest.split_once('/'))
+            .and_then(|(i, _)| i.parse::<u32>().ok())
+        else {
+            continue; // another resource's queue that happens to share the prefix
+        };
+        if key.holder.is_none() {
+            key.holder = line
+                .iter()
+                .find(|w| w.lease == key.lease)
+                .and_then(|w| w.holder.clone());
+        }
+        // Oldest first: the slot's holder is its first key.
+        held.entry(slot).or_insert(key);
+    }
+    held.into_iter()
+        .map(|(slot, key)| Permit { slot, key })
+        .collect()
+}
+
+/// A read-write lock's readers that hold, and the writers waiting behind them, in a line
+/// read oldest first (readers' keys are `<prefix>r<lease>`, writers' start with a hex digit).
+/// Empty when a writer is first (it holds as a mutex does). No I/O.
+pub(crate) fn sides(prefix: &str, line: &[Waiter]) -> (Vec<Waiter>, Vec<Waiter>) {
+    let is_reader = |w: &Waiter| {
+        w.key
+            .strip_prefix(prefix)
+            .is_some_and(|rest| rest.starts_with('r'))
+    };
+    let Some(first_writer) = line.iter().position(|w| !is_reader(w)) else {
+        return (line.to_vec(), Vec::new());
+    };
+    let readers: Vec<Waiter> = line[..first_writer].to_vec();
+    if readers.is_empty() {
+        return (Vec::new(), Vec::new());
+    }
+    let writers = line[first_writer..]
+        .iter()
+        .filter(|w| !is_reader(w))
+        .cloned()
+        .collect();
+    (readers, writers)
+}
+
+/// The leader of an election whose candidates' keys are `candidates`, oldest first: the oldest,
+/// once it wrote its value (a key modified after its creation). No I/O.
+pub(crate) fn leader(candidates: &[Waiter]) -> Option<Leader> {
+    let (first, rest) = candidates.split_first()?;
+    first.proclaimed.then(|| Leader {
+        value: first.holder.clone().unwrap_or_default(),
+        term: first.revision,
+        key: first.key.clone(),
+        candidates: rest.len(),
+    })
+}
+
+/// The family's lines, after the resource's own. No I/O.
+pub(crate) fn render_family(resource: &str, family: &Family) -> String {
+    let mut out = String::new();
+    let ttl = |w: &Waiter| {
+        w.lease_ttl_s
+            .map_or("gone".to_string(), |s| format!("{s}s"))
+    };
+    let by = |w: &Waiter| {
+        w.holder
+            .as_deref()
+            .map(|h| format!(" by {}", show_holder(h)))
+            .unwrap_or_default()
+    };
+    if !family.permits.is_empty() {
+        let _ = writeln!(
+            out,
+            "semaphore {resource:?}: {} permit(s) held",
+            family.permits.len()
+        );
+        for p in &family.permits {
+            let _ = writeln!(
+                out,
+                "  permit {}: token {}{}, lease {} with {} left",
+                p.slot,
+                p.key.revision,
+                by(&p.key),
+                p.key.lease,
+                ttl(&p.key)
+            );
+        }
+    }
+    if !family.readers.is_empty() {
+        let _ = writeln!(
+            out,
+            "read-write lock {resource:?}: {} reader(s), no writer holds; {} writer(s) waiting",
+            family.readers.len(),
+            family.writers_waiting.len()
+        );
+        for r in &family.readers {
+            let _ = writeln!(
+                out,
+                "  reader: key {} (revision {}){}, lease {} with {} left",
+                r.key,
+                r.revision,
+                by(r),
+                r.lease,
+                ttl(r)
+            );
+        }
+        for w in &family.writers_waiting {
+            let _ = writeln!(
+                out,
+                "  writer waiting: key {} (revision {}){}",
+                w.key,
+                w.revision,
+                by(w)
+            );
+        }
+    }
+    if let Some(record) = &family.writer_record {
+        let _ = writeln!(
+            out,
+            "read-write lock {resource:?}: the last write lock's fencing token was {record}"
+        );
+    }
+    if let Some(leader) = &family.election {
+        let _ = writeln!(
+            out,
+            "election {resource:?}: leader {:?}, term {} (key {}), {} candidate(s) behind it",
+            leader.value, leader.term, leader.key, leader.candidates
+        );
+    } else if family.candidates > 0 {
+        let _ = writeln!(
+            out,
+            "election {resource:?}: {} candidate(s), none leads yet (the first in line has not written its value)",
+            family.candidates
+        );
+    }
+    out
 }
 
 fn names(members: &[Member]) -> String {
@@ -199,13 +451,31 @@ fn names(members: &[Member]) -> String {
         .join(", ")
 }
 
-/// The human form of a line. No I/O.
-pub(crate) fn render_line(resource: &str, line: &[Waiter]) -> String {
+/// The human form of a line; `family` tells what holds the name when no lock does. No I/O.
+pub(crate) fn render_line(resource: &str, line: &[Waiter], family: &Family) -> String {
     let mut out = String::new();
     let Some((first, rest)) = line.split_first() else {
-        let _ = writeln!(out, "lock {resource:?}: not held, nobody waits (etcd)");
+        if family.permits.is_empty() {
+            let _ = writeln!(out, "lock {resource:?}: not held, nobody waits (etcd)");
+        } else {
+            let _ = writeln!(
+                out,
+                "lock {resource:?}: a semaphore: {} permit(s) held, the name itself is not held as a lock (etcd)",
+                family.permits.len()
+            );
+        }
         return out;
     };
+    if !family.readers.is_empty() {
+        // Readers first in line share the lock: no one key holds it.
+        let _ = writeln!(
+            out,
+            "lock {resource:?}: held by {} reader(s) (a read-write lock), {} writer(s) waiting (etcd)",
+            family.readers.len(),
+            family.writers_waiting.len()
+        );
+        return out;
+    }
     let ttl = |w: &Waiter| {
         w.lease_ttl_s
             .map_or("gone".to_string(), |s| format!("{s}s"))
@@ -648,14 +918,79 @@ mod tests {
             lease: format!("{rev:016x}"),
             lease_ttl_s: Some(9),
             holder: holder.map(Into::into),
+            proclaimed: false,
         };
-        let text = render_line("r", &[w(5, Some("host=h pid=1 label=job")), w(7, None)]);
+        let text = render_line(
+            "r",
+            &[w(5, Some("host=h pid=1 label=job")), w(7, None)],
+            &Family::default(),
+        );
         assert!(text.contains("revision 5 = fencing token"), "{text}");
         assert!(text.contains("holder: \"job\" (process 1 on h)"), "{text}");
         assert!(
             text.contains("1 waiting, in order:\n  revision 7"),
             "{text}"
         );
-        assert!(render_line("r", &[]).contains("not held"));
+        assert!(render_line("r", &[], &Family::default()).contains("not held"));
+    }
+
+    fn key(key: &str, revision: i64, lease: &str, holder: Option<&str>) -> Waiter {
+        Waiter {
+            key: key.into(),
+            revision,
+            lease: lease.into(),
+            lease_ttl_s: Some(9),
+            holder: holder.map(Into::into),
+            proclaimed: false,
+        }
+    }
+
+    #[test]
+    fn readers_first_in_line_hold_and_the_writers_behind_them_wait() {
+        let p = "fencelock/doc/";
+        let r1 = key("fencelock/doc/r01", 3, "01", None);
+        let r2 = key("fencelock/doc/r02", 4, "02", None);
+        let w = key("fencelock/doc/03.0", 5, "03", None);
+        let r3 = key("fencelock/doc/r04", 6, "04", None);
+        let (readers, writers) = sides(p, &[r1.clone(), r2.clone(), w.clone(), r3.clone()]);
+        assert_eq!(readers.len(), 2);
+        assert_eq!(writers.len(), 1);
+        // A writer first holds as a mutex: no reader holds, whoever is behind it.
+        let (readers, writers) = sides(p, &[w, r1, r3]);
+        assert!(readers.is_empty() && writers.is_empty());
+    }
+
+    #[test]
+    fn each_slot_is_held_by_its_oldest_key_with_the_line_keys_holder() {
+        let prefix = "fencelock/pool:permit:";
+        let slots = vec![
+            key("fencelock/pool:permit:1/0b", 5, "0b", None),
+            key("fencelock/pool:permit:0/0a", 6, "0a", None),
+            key("fencelock/pool:permit:12x/0c", 7, "0c", None),
+        ];
+        let line = [key(
+            "fencelock/fencelock:permits:pool/0a",
+            2,
+            "0a",
+            Some("host=h pid=1"),
+        )];
+        let held = permits(prefix, slots, &line);
+        assert_eq!(
+            held.iter()
+                .map(|p| (p.slot, p.key.revision))
+                .collect::<Vec<_>>(),
+            [(0, 6), (1, 5)]
+        );
+        assert_eq!(held[0].key.holder.as_deref(), Some("host=h pid=1"));
+    }
+
+    #[test]
+    fn the_leader_is_the_oldest_candidate_once_it_wrote_its_value() {
+        let mut first = key("fencelock/election:c/01.0", 10, "01", Some("boss"));
+        let second = key("fencelock/election:c/02.0", 11, "02", None);
+        assert!(leader(&[first.clone(), second.clone()]).is_none());
+        first.proclaimed = true;
+        let l = leader(&[first, second]).unwrap();
+        assert_eq!((l.value.as_str(), l.term, l.candidates), ("boss", 10, 1));
     }
 }

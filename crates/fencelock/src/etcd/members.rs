@@ -10,6 +10,7 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use etcd_client::{Client as EtcdClient, ConnectOptions};
 use tokio::sync::OnceCell;
@@ -53,6 +54,9 @@ pub(crate) struct Members {
     pub(super) tls: Option<crate::tls::TlsMaterial>,
     /// Whether the cluster answers, for the warning when it stops (`telemetry.rs`).
     health: telemetry::NodeHealth,
+    /// Lease revokes handed to background tasks (calls cut short) and not finished: what
+    /// `Client::close` and the drop of the last handle wait for, as for Redis's releases.
+    revokes: tokio::sync::watch::Sender<usize>,
 }
 
 impl fmt::Debug for Members {
@@ -85,7 +89,45 @@ impl Members {
             connect_limit,
             tls,
             health: telemetry::NodeHealth::new(1, 1, true),
+            revokes: tokio::sync::watch::Sender::new(0),
         }
+    }
+
+    /// Revokes `lease` from a task spawned on `runtime`, through `client`, within `timeout`,
+    /// counted until the task ends (or is dropped with its runtime).
+    pub(super) fn revoke_in_background(
+        self: &Arc<Members>,
+        runtime: &tokio::runtime::Handle,
+        client: EtcdClient,
+        lease: i64,
+        timeout: std::time::Duration,
+    ) {
+        struct Counted(Arc<Members>);
+        impl Drop for Counted {
+            fn drop(&mut self) {
+                self.0.revokes.send_modify(|n| *n = n.saturating_sub(1));
+            }
+        }
+        self.revokes.send_modify(|n| *n += 1);
+        let counted = Counted(Arc::clone(self));
+        runtime.spawn(async move {
+            let _counted = counted;
+            let _ = tokio::time::timeout(timeout, client.lease_client().revoke(lease)).await;
+        });
+    }
+
+    /// Background revokes not finished.
+    pub(super) fn background_revokes(&self) -> usize {
+        *self.revokes.borrow()
+    }
+
+    /// Waits at most `bound` for the background revokes; whether none is left.
+    pub(super) async fn settle_revokes(&self, bound: std::time::Duration) -> bool {
+        let mut pending = self.revokes.subscribe();
+        let settled = tokio::time::timeout(bound, pending.wait_for(|n| *n == 0))
+            .await
+            .is_ok();
+        settled
     }
 
     /// The redacted member list.

@@ -97,7 +97,9 @@
 //!
 //! Cancellation: a cancelled acquisition revokes its lease from a background task when a tokio
 //! runtime is running; otherwise its keys stay in the queues, delaying the waiters behind them,
-//! until the lease expires after the TTL.
+//! until the lease expires after the TTL. Those tasks are counted (`Members::revokes`):
+//! `Client::close` and the drop of the program's last handle wait for them within the bound
+//! they give Redis's releases (`cancel::etcd_close_waits_for_the_revokes_of_calls_cut_short`).
 
 mod election;
 mod endpoints;
@@ -424,6 +426,17 @@ impl Extends for EtcdBackend {
 }
 
 impl Cluster {
+    /// Waits at most `bound` for the lease revokes of calls cut short ([`PendingLease`]);
+    /// whether none is left. `Client::close` calls it, as it waits for Redis's releases.
+    pub(crate) async fn settle_releases(&self, bound: Duration) -> bool {
+        self.members.settle_revokes(bound).await
+    }
+
+    /// Lease revokes of calls cut short still running in the background.
+    pub(crate) fn background_pending(&self) -> usize {
+        self.members.background_revokes()
+    }
+
     /// One attempt: joins the queues of `resources` and keeps the place only if it is the
     /// first in all of them.
     ///
@@ -1539,7 +1552,8 @@ impl Cluster {
 
 /// A lease granted for an acquisition that has not finished. If the acquisition is dropped
 /// (cancelled), `Drop` hands the revoke to a background task (through a member that is
-/// connected, the current one if it is): `Drop` itself does no I/O.
+/// connected, the current one if it is): `Drop` itself does no I/O. The task is counted until
+/// it ends, and `Client::close` waits for it ([`Cluster::settle_releases`]).
 #[derive(Default)]
 struct PendingLease {
     lease: Option<(Arc<Members>, i64, Duration)>,
@@ -1571,9 +1585,7 @@ impl Drop for PendingLease {
         let Some(client) = members.any_connected() else {
             return;
         };
-        runtime.spawn(async move {
-            let _ = tokio::time::timeout(timeout, client.lease_client().revoke(lease)).await;
-        });
+        members.revoke_in_background(&runtime, client, lease, timeout);
     }
 }
 
