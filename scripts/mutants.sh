@@ -46,7 +46,7 @@ mutant writeback-quorum-unchecked "the client accepts a write-back that no quoru
   crates/fencelock/src/redis/guard.rs \
   's/if wb\.decision != Decision::Reached \{/if false && wb.decision != Decision::Reached {/' \
   "-p fencelock --lib redis::script_checks::an_acquisition_whose_write_back_a_majority_refuses"
-mutant release-no-compare "the release deletes the key without comparing the owner token" \
+mutant release-no-compare "the release deletes the key without comparing the owner value" \
   crates/fencelock/src/redis/lua/release.lua \
   's/if v\[1\] ~= ARGV\[1\] then\n(\s*-- MGET)/if false then\n$1/; s/if v\[1\] == ARGV\[1\] then/if true then/' \
   "-p fencelock --test redlock release_with_a_wrong_token_leaves_the_key"
@@ -223,7 +223,7 @@ mutant rw-marker-short "the readers' marker expires a second before the longest 
   "-p fencelock --test rwlock_model the_model_locks_as_the_lua_does"
 mutant rw-no-record "a write lock is granted without recording its token for readers" \
   crates/fencelock/src/rwlock.rs \
-  's/let Some\(token\) = lock\.fencing_token\(\) else \{/let Some(token) = lock.fencing_token().filter(|_| false) else {/' \
+  's/let Some\(token\) = lock\.fencing_token\(\) else \{/let Some(token) = lock.fencing_token().map(|t| t.value()).filter(|_| false) else {/' \
   "-p fencelock --test rwlock readers_learn_the_last_writers_token"
 
 mutant ahead-never-announced "a plain lock on several nodes is a bare SET NX PX with no TTL announced ahead" \

@@ -128,9 +128,9 @@ pub(crate) enum Command {
     /// (`<owner>.ttl<ms>ms`); --ttl or FENCELOCK_TTL, when given, sets another. A bare owner
     /// value (another tool's, or the one `inspect` shows) carries none: without --ttl, a lock
     /// with more left than the default TTL is then not cut short (exit 2).
-    Extend(TokenArgs),
+    Extend(OwnerArgs),
     /// Release a lock acquired with `fencelock acquire`. A wrong token leaves the keys untouched.
-    Release(TokenArgs),
+    Release(OwnerArgs),
     /// Show, per node, who holds RESOURCE (its token), the remaining TTL and the fence counter.
     Inspect(InspectArgs),
     /// Check the node set against the known Redlock mistakes (replicas, eviction, persistence,
@@ -288,12 +288,12 @@ pub(crate) struct AcquireArgs {
 
 /// `extend` and `release`.
 #[derive(Debug, Args)]
-pub(crate) struct TokenArgs {
+pub(crate) struct OwnerArgs {
     /// The token printed by `fencelock acquire`.
     #[arg(
         long,
         short = 't',
-        env = "FENCELOCK_LOCK_TOKEN",
+        env = "FENCELOCK_OWNER",
         hide_env_values = true
     )]
     pub(crate) token: String,

@@ -154,7 +154,7 @@ fn no_wait_fails_with_75_while_the_lock_is_held_and_the_command_does_not_run() {
     assert!(!marker.exists(), "the command ran without the lock");
 
     let released =
-        output(with_nodes(home.path(), &nodes.urls()).args(["release", "job", "--token", &token]));
+        output(with_nodes(home.path(), &nodes.urls()).args(["release", "job", "--owner", &token]));
     assert!(released.status.success(), "{}", text(&released.stderr));
     let out = output(with_nodes(home.path(), &nodes.urls()).args([
         "run",
@@ -647,7 +647,7 @@ fn bad_input_gives_one_line_errors_and_documented_codes() {
         .to_owned();
     for op in ["release", "extend"] {
         let out =
-            output(with_nodes(home.path(), &urls).args([op, "held", "--token", "not-the-token"]));
+            output(with_nodes(home.path(), &urls).args([op, "held", "--owner", "not-the-token"]));
         assert_eq!(out.status.code(), Some(76), "{op}: {}", text(&out.stderr));
         assert!(one_line_error(&out).contains("does not hold the lock"));
     }
@@ -672,7 +672,7 @@ fn bad_input_gives_one_line_errors_and_documented_codes() {
     for args in [
         &["acquire", "a-list"][..],
         &["run", "--no-wait", "a-list", "--", "true"][..],
-        &["release", "a-list", "--token", "t"][..],
+        &["release", "a-list", "--owner", "t"][..],
     ] {
         let out = output(with_nodes(home.path(), &urls).args(args));
         assert_eq!(
@@ -739,7 +739,7 @@ fn inspect_shows_the_waiting_line_and_run_waits_in_it() {
         text(&table.stdout)
     );
 
-    let released = output(with_nodes(home.path(), &urls).args(["release", "q", "--token", &token]));
+    let released = output(with_nodes(home.path(), &urls).args(["release", "q", "--owner", &token]));
     assert!(released.status.success(), "{}", text(&released.stderr));
     let status = waiter.wait().unwrap();
     assert!(status.success(), "{status:?}");
@@ -783,7 +783,7 @@ fn inspect_shows_who_holds_a_lock_with_its_label() {
     );
     // Released with the token: the label goes with the lock.
     let out =
-        output(with_nodes(home.path(), &urls).args(["release", "held-job", "--token", &token]));
+        output(with_nodes(home.path(), &urls).args(["release", "held-job", "--owner", &token]));
     assert!(out.status.success(), "{}", text(&out.stderr));
     let out = output(with_nodes(home.path(), &urls).args(["--json", "inspect", "held-job"]));
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();

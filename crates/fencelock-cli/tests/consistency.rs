@@ -260,7 +260,7 @@ fn extend_without_ttl_keeps_the_ttl_the_lock_was_taken_with() {
         node.cli(&["PEXPIRE", "job", "12000"]).unwrap();
     }
     let out = with_nodes(home.path(), &urls)
-        .args(["extend", "job", "--token", &token])
+        .args(["extend", "job", "--owner", &token])
         .output()
         .unwrap();
     let all = text(&out);
@@ -276,7 +276,7 @@ fn extend_without_ttl_keeps_the_ttl_the_lock_was_taken_with() {
     );
     // --ttl given explicitly wins over the token's.
     let out = with_nodes(home.path(), &urls)
-        .args(["--ttl", "15s", "extend", "job", "--token", &token])
+        .args(["--ttl", "15s", "extend", "job", "--owner", &token])
         .output()
         .unwrap();
     let all = text(&out);
@@ -289,12 +289,12 @@ fn extend_without_ttl_keeps_the_ttl_the_lock_was_taken_with() {
     // An owner value that carries no TTL (the bare value, as another tool or `inspect` shows
     // it) keeps the refusal to shorten, with the way out.
     let out = with_nodes(home.path(), &urls)
-        .args(["--ttl", "30s", "extend", "job", "--token", &stored])
+        .args(["--ttl", "30s", "extend", "job", "--owner", &stored])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let out = with_nodes(home.path(), &urls)
-        .args(["extend", "job", "--token", &stored])
+        .args(["extend", "job", "--owner", &stored])
         .output()
         .unwrap();
     let all = text(&out);
@@ -307,7 +307,7 @@ fn extend_without_ttl_keeps_the_ttl_the_lock_was_taken_with() {
     }
     // release takes the token as acquire printed it.
     let out = with_nodes(home.path(), &urls)
-        .args(["release", "job", "--token", &token])
+        .args(["release", "job", "--owner", &token])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));

@@ -1,5 +1,5 @@
 //! The command on an etcd node set as on Redis: `inspect` shows the waiting line (holder with
-//! its label, waiters, revisions, leases), `doctor` checks the members, `release --token`
+//! its label, waiters, revisions, leases), `doctor` checks the members, `release --owner`
 //! releases the lock another process took. Real etcd processes from the test kit.
 
 use std::process::{Command, Output, Stdio};
@@ -79,7 +79,7 @@ fn inspect_shows_the_line_and_release_by_token_frees_it() {
     );
     assert_eq!(json["waiters"].as_array().unwrap().len(), 1, "{json}");
 
-    let out = output(cmd().args(["release", "etcd-res", "--token", &token]));
+    let out = output(cmd().args(["release", "etcd-res", "--owner", &token]));
     assert!(out.status.success(), "{}", text(&out.stderr));
     // The waiter gets the lock, runs `true` and releases.
     let status = wait_status(&mut waiter, Duration::from_secs(20));
@@ -91,7 +91,7 @@ fn inspect_shows_the_line_and_release_by_token_frees_it() {
         text(&out.stdout)
     );
     // The same token again: gone, nothing changed (exit 76, as on Redis).
-    let out = output(cmd().args(["release", "etcd-res", "--token", &token]));
+    let out = output(cmd().args(["release", "etcd-res", "--owner", &token]));
     assert_eq!(out.status.code(), Some(76), "{}", text(&out.stderr));
 }
 

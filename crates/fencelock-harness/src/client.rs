@@ -245,7 +245,7 @@ async fn run_locks(args: &ClientArgs) -> io::Result<()> {
             }
         };
         let (deadline_ns, attempt_ns) = stamps(args, &lock);
-        let token = lock.fencing_token();
+        let token = lock.fencing_token().map(|t| t.value());
         log.event(
             acq,
             EventKind::AcquireOk {

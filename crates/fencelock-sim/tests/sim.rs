@@ -59,7 +59,7 @@ fn the_claimed_faults_are_safe_seeds_fourth_quarter() {
     share(3);
 }
 
-/// The owner tokens come from the OS (getrandom): the trace is the same up to them.
+/// The owner values come from the OS (getrandom): the trace is the same up to them.
 fn normalised(trace: &[String]) -> Vec<String> {
     trace
         .iter()

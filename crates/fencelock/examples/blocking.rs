@@ -37,7 +37,7 @@ fn main() -> Result<(), BoxError> {
                 for _ in 0..5 {
                     // Acquire, run the closure with the lock kept extended, release.
                     client.with_lock("counter", |lock| {
-                        let token = lock.issued_token().expect("fencing mode");
+                        let token = lock.fencing_token().expect("fencing mode");
                         db.write("counter", token, |tx| {
                             Ok(tx.execute("UPDATE counter SET n = n + 1", [])?)
                         })

@@ -32,7 +32,7 @@ async fn main() -> Result<(), BoxError> {
     let fence = SqlxPostgresFence::setup(&pool, &FenceOptions::default()).await?;
 
     let lock = client.acquire("sku:apple").await?;
-    let token = lock.issued_token().expect("the client is in fencing mode");
+    let token = lock.fencing_token().expect("the client is in fencing mode");
     let mut tx = pool.begin().await?;
     // Refused, and the transaction aborted, if a later holder of the lock already wrote.
     fence.admit(&mut tx, "sku:apple", token).await?;
@@ -48,7 +48,7 @@ async fn main() -> Result<(), BoxError> {
     let mut fence = PostgresFence::connect(&url).await?;
 
     let lock = client.acquire("sku:pear").await?;
-    let token = lock.issued_token().expect("the client is in fencing mode");
+    let token = lock.fencing_token().expect("the client is in fencing mode");
     fence
         .write("sku:pear", token, async |tx| {
             tx.execute("UPDATE stock SET n = n - 1 WHERE sku = 'pear'", &[])

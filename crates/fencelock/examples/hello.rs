@@ -20,7 +20,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     db.unfenced(|db| db.execute_batch("CREATE TABLE IF NOT EXISTS runs (token INTEGER)"))?;
 
     let lock = client.acquire("nightly-report").await?; // waits in line
-    let token = lock.issued_token().expect("the client is in fencing mode");
+    let token = lock.fencing_token().expect("the client is in fencing mode");
     let n = token.value();
     db.write_async("nightly-report", token, move |tx| {
         // Runs only if no later holder of "nightly-report" has written yet.

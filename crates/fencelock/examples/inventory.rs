@@ -269,7 +269,7 @@ async fn reserve_with(
     let mut refused = false;
     for _ in 0..args.times {
         let lock = client.acquire(&format!("lock:sku:{}", args.sku)).await?;
-        let token = lock.fencing_token();
+        let token = lock.fencing_token().map(|t| t.value());
         let current = stock.read(&args.sku).await?;
         if args.stop_after_read {
             println!("READ {current} token={}", token.unwrap_or(0));

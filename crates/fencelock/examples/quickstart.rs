@@ -61,7 +61,7 @@ async fn run(client: &Client) -> Result<(), Box<dyn std::error::Error>> {
     })?;
     let lock = client.acquire("sku:42").await?;
     // The token and the lock that issued it: the fence row remembers which lock it follows.
-    let token = lock.issued_token().expect("the client is in fencing mode");
+    let token = lock.fencing_token().expect("the client is in fencing mode");
     let left: i64 = stock
         .write_async("sku:42", token.clone(), |tx| {
             tx.execute(
@@ -94,7 +94,7 @@ async fn nightly_report(
 ) -> Result<(), Box<dyn std::error::Error>> {
     let rows = client
         .try_with_lock("report:nightly", async |lock| {
-            let token = lock.issued_token().expect("the client is in fencing mode");
+            let token = lock.fencing_token().expect("the client is in fencing mode");
             let mut rows = 0;
             for step in 0..3 {
                 tokio::time::sleep(Duration::from_millis(50)).await; // a slice of long work

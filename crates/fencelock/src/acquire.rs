@@ -29,7 +29,7 @@ impl Client {
     ///
     /// Cancel-safe: a call dropped before it returns (`tokio::time::timeout`, `select!`)
     /// releases what it may have set in the background, as a dropped [`Lock`] is released
-    /// (compare-and-delete by its own owner token: a key another client holds is left alone);
+    /// (compare-and-delete by its own owner value: a key another client holds is left alone);
     /// [`Client::close`] and the drop of the last client handle wait for it. Without a running
     /// tokio runtime the keys expire after the TTL.
     ///

@@ -204,10 +204,10 @@ impl Backend {
     ///
     /// # Errors
     ///
-    /// As `Client::release_token`.
-    pub(crate) async fn release_token(&self, keys: &[String], token: &str) -> Result<Votes> {
+    /// As `Client::release_by_owner`.
+    pub(crate) async fn release_by_owner(&self, keys: &[String], token: &str) -> Result<Votes> {
         match self {
-            Backend::Redis(r) => r.release_token(keys, token).await,
+            Backend::Redis(r) => r.release_by_owner(keys, token).await,
             #[cfg(feature = "etcd")]
             Backend::Etcd(e) => {
                 let held = e.held_by_token(&keys[0], token)?;
@@ -220,10 +220,10 @@ impl Backend {
     ///
     /// # Errors
     ///
-    /// As `Client::extend_token`.
-    pub(crate) async fn extend_token(&self, keys: &[String], token: &str) -> Result<Votes> {
+    /// As `Client::extend_by_owner`.
+    pub(crate) async fn extend_by_owner(&self, keys: &[String], token: &str) -> Result<Votes> {
         match self {
-            Backend::Redis(r) => r.extend_token(keys, token).await,
+            Backend::Redis(r) => r.extend_by_owner(keys, token).await,
             #[cfg(feature = "etcd")]
             Backend::Etcd(e) => {
                 let held = e.held_by_token(&keys[0], token)?;
@@ -349,7 +349,7 @@ impl ElectionLog {
     ) -> Result<()> {
         match (self, held) {
             (ElectionLog::Redis(log), Held::Redis(_, h)) => {
-                if log.append(h.token(), term, value).await {
+                if log.append(h.owner(), term, value).await {
                     Ok(())
                 } else {
                     Err(Error::Unavailable {
@@ -404,16 +404,16 @@ impl LeaderStream {
 }
 
 impl Held {
-    /// The owner token (Redis) or the lock key's name (etcd).
-    pub(crate) fn token(&self) -> &str {
+    /// The owner value (Redis) or the lock key's name (etcd).
+    pub(crate) fn owner(&self) -> &str {
         match self {
-            Held::Redis(_, h) | Held::RedisShared(_, h) => h.token(),
+            Held::Redis(_, h) | Held::RedisShared(_, h) => h.owner(),
             #[cfg(feature = "etcd")]
             Held::Etcd(_, h) => &h.key,
         }
     }
 
-    /// The backend's name, which issued tokens carry.
+    /// The backend's name, which fencing tokens carry.
     pub(crate) fn backend_name(&self) -> &'static str {
         match self {
             Held::Redis(..) | Held::RedisShared(..) => "redis",
@@ -475,7 +475,7 @@ impl Held {
         match self {
             Held::Redis(r, h) => r.release_held_quietly(keys, h).await,
             Held::RedisShared(r, h) => {
-                r.release_reader_quietly(&keys[0], h.token(), h.line())
+                r.release_reader_quietly(&keys[0], h.owner(), h.line())
                     .await;
             }
             #[cfg(feature = "etcd")]
@@ -516,7 +516,7 @@ impl Held {
         deadline: Instant,
     ) -> Result<()> {
         match self {
-            Held::Redis(r, h) => r.record_writer(key, h.token(), token, deadline).await,
+            Held::Redis(r, h) => r.record_writer(key, h.owner(), token, deadline).await,
             Held::RedisShared(..) => Err(Error::config(
                 "rwlock",
                 "a read lock has no fencing token to record",

@@ -171,7 +171,7 @@ impl Client {
         &self.inner.telemetry
     }
 
-    /// Releases `resource` if `token` (as printed by [`Lock::token`](crate::Lock::token)) still owns it. For tools
+    /// Releases `resource` if `token` (as printed by [`Lock::owner`](crate::Lock::owner)) still owns it. For tools
     /// that hand the token between processes; a program holding a [`Lock`](crate::Lock) calls
     /// [`Lock::release`](crate::Lock::release) instead.
     ///
@@ -183,9 +183,9 @@ impl Client {
     /// key (a key with a use number, on a lease that carries a client's consecutive locks) or
     /// revokes its lease, once the key is seen there; [`Error::Lost`] when the key is gone,
     /// [`Error::InvalidConfig`] for a token that is no key of `resource`.
-    pub async fn release_token(&self, resource: &str, token: &str) -> Result<Votes> {
+    pub async fn release_by_owner(&self, resource: &str, token: &str) -> Result<Votes> {
         let keys = check_resources(&[resource])?;
-        let result = self.inner.backend.release_token(&keys, token).await;
+        let result = self.inner.backend.release_by_owner(&keys, token).await;
         let telemetry = self.telemetry();
         telemetry.released(&telemetry.label(resource), &result, result.as_ref().ok());
         result
@@ -195,10 +195,10 @@ impl Client {
     ///
     /// # Errors
     ///
-    /// As [`Client::release_token`].
-    pub async fn extend_token(&self, resource: &str, token: &str) -> Result<Votes> {
+    /// As [`Client::release_by_owner`].
+    pub async fn extend_by_owner(&self, resource: &str, token: &str) -> Result<Votes> {
         let keys = check_resources(&[resource])?;
-        let result = self.inner.backend.extend_token(&keys, token).await;
+        let result = self.inner.backend.extend_by_owner(&keys, token).await;
         let telemetry = self.telemetry();
         telemetry.extended(&telemetry.label(resource), &result, result.as_ref().ok());
         result
@@ -354,7 +354,7 @@ impl Inner {
 
     /// Sends the releases of the dropped locks not released yet from a thread of its own, with a
     /// runtime and connections of its own, and waits for it at most `bound` (and a second for
-    /// its connections). The same compare-and-delete by owner token: sent twice, it deletes once.
+    /// its connections). The same compare-and-delete by owner value: sent twice, it deletes once.
     /// A call cut short (`redis/undo.rs`) is not in the list: its keys expire by TTL.
     fn resend(&self, bound: std::time::Duration) {
         let locks: Vec<(Arc<[String]>, Held)> = self

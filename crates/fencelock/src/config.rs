@@ -180,7 +180,7 @@ impl Config {
     /// that an operator can tell who holds it (`fencelock inspect` shows it; see
     /// [`Holder`]): on Redis a side key with the lock's TTL, written by the script that grants
     /// the lock (no extra round trip), extended and deleted with it; the lock key keeps the
-    /// bare owner token, as other Redlock clients expect. On etcd, the value of the lock's key.
+    /// bare owner value, as other Redlock clients expect. On etcd, the value of the lock's key.
     /// Default: none.
     pub fn with_holder(mut self, holder: Holder) -> Config {
         self.holder = Some(holder);

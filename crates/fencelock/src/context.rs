@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::error::LostCause;
-use crate::issued::IssuedToken;
+use crate::fencing_token::FencingToken;
 use crate::keepalive::LostSignal;
 
 /// The lock that work run by [`Client::with_lock`](crate::Client::with_lock) holds: its
@@ -33,13 +33,13 @@ use crate::keepalive::LostSignal;
 #[derive(Debug, Clone)]
 pub struct LockContext {
     keys: Arc<[String]>,
-    issued: Option<IssuedToken>,
+    issued: Option<FencingToken>,
     lost: LostSignal,
     last_writer: Option<u64>,
 }
 
 impl LockContext {
-    pub(crate) fn new(keys: Arc<[String]>, issued: Option<IssuedToken>, lost: LostSignal) -> Self {
+    pub(crate) fn new(keys: Arc<[String]>, issued: Option<FencingToken>, lost: LostSignal) -> Self {
         LockContext {
             keys,
             issued,
@@ -71,16 +71,10 @@ impl LockContext {
         &self.keys
     }
 
-    /// The fencing token, in fencing mode: pass it to the storage with every write (see
-    /// [`Lock::fencing_token`](crate::Lock::fencing_token)).
-    pub fn fencing_token(&self) -> Option<u64> {
-        self.issued.as_ref().map(IssuedToken::value)
-    }
-
     /// The fencing token with the lock that issued it and the lock's live state, in fencing
     /// mode: what to pass to the fenced storage (see
-    /// [`LockGuard::issued_token`](crate::LockGuard::issued_token)).
-    pub fn issued_token(&self) -> Option<IssuedToken> {
+    /// [`LockGuard::fencing_token`](crate::LockGuard::fencing_token)).
+    pub fn fencing_token(&self) -> Option<FencingToken> {
         self.issued.clone()
     }
 

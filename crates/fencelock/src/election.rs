@@ -173,7 +173,7 @@ impl Election {
     /// entry from the log of leaders (on Redis), as a campaign that fails there does.
     pub async fn campaign(&self, value: &str) -> Result<Leadership> {
         let lock = self.campaign_lock(value).await?;
-        let term = lock.fencing_token().unwrap_or_default();
+        let term = lock.fencing_token().map(|t| t.value()).unwrap_or_default();
         Ok(Leadership {
             guard: lock.auto_extend(AutoExtend::new()),
             leader: Leader {
@@ -204,7 +204,7 @@ impl Election {
     /// reports it only if a read of its own met the entry in between (see docs/guarantees.md,
     /// A-elect-observe).
     async fn lead(&self, lock: Lock, value: &str) -> Result<Lock> {
-        let term = lock.fencing_token().unwrap_or_default();
+        let term = lock.fencing_token().map(|t| t.value()).unwrap_or_default();
         // Dropped mid-announcement (the campaign cut short), it withdraws the entry that may
         // have been appended, then releases the lock, in that order, in the background.
         let mut announcing = Announcing {

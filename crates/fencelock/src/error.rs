@@ -167,9 +167,9 @@ pub enum Error {
     /// <current>` (or [`Client::reseed_fence`](crate::Client::reseed_fence)), then take the
     /// lock again; retrying the write with this token cannot succeed
     /// ([`is_retryable`](Error::is_retryable) is `false`). Only tokens that know their lock
-    /// ([`Lock::issued_token`](crate::Lock::issued_token),
-    /// [`LockGuard::issued_token`](crate::LockGuard::issued_token),
-    /// [`IssuedToken::with_valid_until`](crate::IssuedToken::with_valid_until)) can be told
+    /// ([`Lock::fencing_token`](crate::Lock::fencing_token),
+    /// [`LockGuard::fencing_token`](crate::LockGuard::fencing_token),
+    /// [`FencingToken::with_valid_until`](crate::FencingToken::with_valid_until)) can be told
     /// apart: a bare `u64` below the storage's last is always [`Error::StaleToken`].
     #[non_exhaustive]
     CounterReset {
@@ -179,7 +179,7 @@ pub enum Error {
         presented: u64,
         /// The newest token the storage has accepted for the resource: reseed above it.
         current: u64,
-        /// The lock that issued the token, as [`IssuedToken::issuer`](crate::IssuedToken::issuer)
+        /// The lock that issued the token, as [`FencingToken::issuer`](crate::FencingToken::issuer)
         /// prints it (`redis:...` or `etcd:...`).
         issuer: Option<String>,
     },

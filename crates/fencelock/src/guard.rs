@@ -89,14 +89,9 @@ impl LockGuard {
         self.lock().resource()
     }
 
-    /// The owner token (see [`Lock::token`]).
-    pub fn token(&self) -> &str {
-        self.lock().token()
-    }
-
-    /// The fencing token, in fencing mode (see [`Lock::fencing_token`]).
-    pub fn fencing_token(&self) -> Option<u64> {
-        self.lock().fencing_token()
+    /// The owner value (see [`Lock::owner`]).
+    pub fn owner(&self) -> &str {
+        self.lock().owner()
     }
 
     /// A read lock's last writer token (see [`Lock::last_writer_token`]).
@@ -104,12 +99,12 @@ impl LockGuard {
         self.lock().last_writer_token()
     }
 
-    /// The fencing token with its issuer (see [`Lock::issued_token`]), and the guard's live
+    /// The fencing token with its issuer (see [`Lock::fencing_token`]), and the guard's live
     /// state: a fenced storage that refuses it while the lost signal has not fired reports
     /// [`Error::CounterReset`](crate::Error::CounterReset), after it [`Error::StaleToken`](crate::Error::StaleToken).
-    pub fn issued_token(&self) -> Option<crate::IssuedToken> {
+    pub fn fencing_token(&self) -> Option<crate::FencingToken> {
         self.lock()
-            .issued_token()
+            .fencing_token()
             .map(|t| t.with_guard(self.state.clone()))
     }
 
@@ -144,7 +139,7 @@ impl LockGuard {
 
     /// What work under this lock needs to know about it, to move into other tasks.
     pub fn context(&self) -> LockContext {
-        LockContext::new(self.lock().keys().clone(), self.issued_token(), self.lost())
+        LockContext::new(self.lock().keys().clone(), self.fencing_token(), self.lost())
             .with_last_writer(self.lock().last_writer_token())
     }
 

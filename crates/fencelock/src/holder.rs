@@ -3,7 +3,7 @@
 //!
 //! On Redis it is the side key [`crate::protocol::holder_key`] (`fencelock:holder:<resource>`),
 //! written by the same script call that grants the lock, with the lock's TTL, extended with it
-//! and deleted with it; the lock key itself keeps the bare owner token, so other Redlock clients
+//! and deleted with it; the lock key itself keeps the bare owner value, so other Redlock clients
 //! (redsync, node-redlock) see nothing new. On etcd it is the value of the waiter's key.
 
 use std::fmt;

@@ -310,7 +310,7 @@ impl LostSignal {
 
 /// A backend's side of the engine: one attempt to extend each lock of a batch.
 pub(crate) trait Extends: Send + Sync + 'static {
-    /// What the engine keeps of one lock to extend it (Redis: its keys and owner token; etcd:
+    /// What the engine keeps of one lock to extend it (Redis: its keys and owner value; etcd:
     /// its lease).
     type Lock: Send + Sync + 'static;
 

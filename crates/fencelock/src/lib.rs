@@ -75,7 +75,7 @@
 //!     })?;
 //!     let lock = client.acquire("sku:42").await?;
 //!     // The token and the lock that issued it: the fence row remembers which lock it follows.
-//!     let token = lock.issued_token().expect("the client is in fencing mode");
+//!     let token = lock.fencing_token().expect("the client is in fencing mode");
 //!     let left: i64 = stock
 //!         .write_async("sku:42", token.clone(), |tx| {
 //!             tx.execute(
@@ -209,7 +209,7 @@ mod etcd;
 pub mod fence;
 mod guard;
 mod holder;
-mod issued;
+mod fencing_token;
 mod keepalive;
 mod lock;
 mod node;
@@ -239,7 +239,7 @@ pub use crate::election::{Election, Leader, Leadership, Observer};
 pub use crate::error::{Error, ErrorKind, LostCause, Result};
 pub use crate::guard::LockGuard;
 pub use crate::holder::{Holder, MAX_LABEL_LEN};
-pub use crate::issued::IssuedToken;
+pub use crate::fencing_token::FencingToken;
 pub use crate::keepalive::{AutoExtend, ExtensionState, Extensions, LostSignal};
 pub use crate::lock::Lock;
 pub use crate::node::{NodeAddr, Scheme};

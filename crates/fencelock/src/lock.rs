@@ -103,8 +103,20 @@ impl Lock {
 
     /// The random value that owns the key (128 bits, hex; with etcd, the lock key's name).
     /// Whoever knows it can release or extend the lock: treat it as a secret.
-    pub fn token(&self) -> &str {
-        self.held.token()
+    pub fn owner(&self) -> &str {
+        self.held.owner()
+    }
+
+    /// On a read lock of a [`RwLock`](crate::RwLock) in fencing mode: the fencing token of the
+    /// last write lock of the resource (0 when none was recorded), to check that data read
+    /// under this lock is no older than that write. On Redis it is at least the token of every
+    /// write lock of the resource that was granted before this read lock's acquisition began,
+    /// and it is the token of a writer issued one before this read lock was granted; on etcd it
+    /// is exactly the token of the last write lock granted before this one. The conditions
+    /// (nodes that keep their data) are in [`RwLock`](crate::RwLock)'s docs. `None` on write
+    /// locks, on mutexes and outside fencing mode.
+    pub fn last_writer_token(&self) -> Option<u64> {
+        self.last_writer
     }
 
     /// The fencing token, in fencing mode (always, with etcd). Pass it to the storage with every
@@ -120,31 +132,16 @@ impl Lock {
     /// different locks (other names, other node sets, Redis and etcd) are not comparable (two
     /// concurrent grants of different names may even get equal tokens): the fenced storage
     /// keeps one row per resource and refuses them on one fence row.
-    pub fn fencing_token(&self) -> Option<u64> {
-        self.fencing_token
-    }
-
-    /// On a read lock of a [`RwLock`](crate::RwLock) in fencing mode: the fencing token of the
-    /// last write lock of the resource (0 when none was recorded), to check that data read
-    /// under this lock is no older than that write. On Redis it is at least the token of every
-    /// write lock of the resource that was granted before this read lock's acquisition began,
-    /// and it is the token of a writer issued one before this read lock was granted; on etcd it
-    /// is exactly the token of the last write lock granted before this one. The conditions
-    /// (nodes that keep their data) are in [`RwLock`](crate::RwLock)'s docs. `None` on write
-    /// locks, on mutexes and outside fencing mode.
-    pub fn last_writer_token(&self) -> Option<u64> {
-        self.last_writer
-    }
-
+    ///
     /// The fencing token with the lock that issued it: what to pass to the fenced storage
     /// ([`crate::fence`]), which then binds the fence row to this lock and refuses tokens of
     /// another. It carries the lock's validity deadline as of this call, so that a storage that
     /// refuses it can tell a stale holder ([`Error::StaleToken`]) from a counter reset
     /// ([`Error::CounterReset`]); after [`Lock::extend`], take it again.
-    pub fn issued_token(&self) -> Option<crate::IssuedToken> {
-        let issuer = crate::IssuedToken::issuer_name(self.held.backend_name(), &self.keys);
+    pub fn fencing_token(&self) -> Option<crate::FencingToken> {
+        let issuer = crate::FencingToken::issuer_name(self.held.backend_name(), &self.keys);
         self.fencing_token
-            .map(|t| crate::IssuedToken::new(t, issuer).with_valid_until(self.deadline))
+            .map(|t| crate::FencingToken::new(t, issuer).with_valid_until(self.deadline))
     }
 
     /// The instant, on this process's monotonic clock, until which the lock may be considered

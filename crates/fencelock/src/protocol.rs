@@ -69,7 +69,7 @@
 //! Read-write locks ([`crate::RwLock`]): the write side is the ordinary lock key (the mutex).
 //! While readers hold, the lock key holds [`READERS_MARKER`] (TTL: the longest live reader's),
 //! and the sorted set [`readers_key`] (`fencelock:readers:<resource>`) holds each reader's
-//! owner token scored by the node time (ms) until which it lives. Take and release read locks
+//! owner value scored by the node time (ms) until which it lives. Take and release read locks
 //! with [`READ_ACQUIRE_SCRIPT`] and [`READ_RELEASE_SCRIPT`] (extend with
 //! [`READ_EXTEND_SCRIPT`]): they keep the marker's TTL in step with the set. Readers wait in the
 //! mutex's line ([`queue_key`]); a reader's waiter id has an `r` right after the dot (writers'
@@ -83,7 +83,7 @@ pub use crate::election::{election_key, leaders_key};
 pub use crate::pure::readers::{readers_key, writer_key, RECORD_LIFETIME_TTLS, WRITER_MAX_KEY};
 pub use crate::semaphore::{permit_key, permit_line};
 
-/// The value of a lock key while readers hold it: no owner token equals it, so every
+/// The value of a lock key while readers hold it: no owner value equals it, so every
 /// compare-and-delete and `SET NX` of another client leaves it alone.
 pub const READERS_MARKER: &str = crate::pure::readers::READERS_MARKER;
 
@@ -94,17 +94,17 @@ pub const READERS_MARKER: &str = crate::pure::readers::READERS_MARKER;
 /// expired, '0' if none)}`.
 pub const READ_ACQUIRE_SCRIPT: &str = crate::redis::scripts::READ_ACQUIRE_LUA;
 
-/// The read extension script (Lua). KEYS: the lock key, [`readers_key`]. ARGV: owner token, TTL
+/// The read extension script (Lua). KEYS: the lock key, [`readers_key`]. ARGV: owner value, TTL
 /// in ms. Replies 1 when extended, 0 when the reader's entry is gone.
 pub const READ_EXTEND_SCRIPT: &str = crate::redis::scripts::READ_EXTEND_LUA;
 
 /// The read release script (Lua). KEYS: the lock key, [`readers_key`], [`queue_key`],
-/// [`lease_key`], [`waiting_key`]. ARGV: owner token[, waiter id]. Replies 1 or 0 (whether the
+/// [`lease_key`], [`waiting_key`]. ARGV: owner value[, waiter id]. Replies 1 or 0 (whether the
 /// entry was live), or `{1 or 0, subscribers woken}`.
 pub const READ_RELEASE_SCRIPT: &str = crate::redis::scripts::READ_RELEASE_LUA;
 
 /// The writer's record script (Lua). KEYS: the lock key, [`writer_key`], [`WRITER_MAX_KEY`].
-/// ARGV: the writer's owner token, its fencing token (decimal), the record's lifetime in ms.
+/// ARGV: the writer's owner value, its fencing token (decimal), the record's lifetime in ms.
 /// Replies 1 when recorded, 0 when the key is not the writer's.
 pub const WRITE_RECORD_SCRIPT: &str = crate::redis::scripts::WRITE_RECORD_LUA;
 
@@ -131,12 +131,12 @@ pub use crate::pure::queue::{lease_key, queue_key, waiting_key};
 
 /// The release script (Lua): compare-and-delete, and the wake-up of the next waiter in line
 /// when the key's wait mark is set. KEYS: the lock keys, their queues, their lease sets, their
-/// wait marks (n of each); ARGV: the owner token[, the holder's own waiter id].
+/// wait marks (n of each); ARGV: the owner value[, the holder's own waiter id].
 pub const RELEASE_SCRIPT: &str = crate::redis::scripts::RELEASE_LUA;
 
 /// The fencing-mode acquisition script (Lua), for clients in other languages that take fenced
 /// locks on the same nodes. KEYS: n lock keys, [`FENCE_COUNTER_KEY`], the n legacy counters
-/// ([`counter_key`] of each resource). ARGV: owner token, TTL in ms[, a proposed token (decimal,
+/// ([`counter_key`] of each resource). ARGV: owner value, TTL in ms[, a proposed token (decimal,
 /// no leading zeros, below 10^19; `0` for none)[, the wait mark's ms (`''` for none)[, a holder
 /// label ([`holder_key`])]]]. Sets every lock key or none and replies `{granted (1 or 0), largest
 /// counter (decimal string), exists (1 or 0), accepted (1 or 0)}`, on a refusal too. When a
@@ -149,7 +149,7 @@ pub const ACQUIRE_FENCED_SCRIPT: &str = crate::redis::scripts::ACQUIRE_FENCED_LU
 /// A semaphore's slot acquisition script (Lua), with the rule of its waiting line: KEYS: the
 /// slot's key ([`permit_key`]), the line's [`queue_key`] and [`lease_key`] (of [`permit_line`]),
 /// the N slot keys, their N [`waiting_key`]s[, [`FENCE_COUNTER_KEY`], the slot's
-/// [`counter_key`]]. ARGV: owner token, TTL ms, N[, waiter id, ticket, lease ms, keep ms].
+/// [`counter_key`]]. ARGV: owner value, TTL ms, N[, waiter id, ticket, lease ms, keep ms].
 /// Replies `{granted (1 or 0), largest counter, exists}` as [`ACQUIRE_FENCED_SCRIPT`] does.
 /// A client that takes slot keys with a plain `SET NX` stays excluded from the slot it holds,
 /// but passes the line.
@@ -157,7 +157,7 @@ pub const ACQUIRE_PERMIT_SCRIPT: &str = crate::redis::scripts::ACQUIRE_PERMIT_LU
 
 /// The fencing-mode write-back script (Lua): KEYS as [`ACQUIRE_FENCED_SCRIPT`]'s; ARGV: owner
 /// token, fencing token (decimal). Raises the node counter to at least the token and deletes the
-/// legacy counters, only if every lock key still holds the owner token; replies 1, else 0 (and
+/// legacy counters, only if every lock key still holds the owner value; replies 1, else 0 (and
 /// writes nothing). Used to seed a node that lost its counter too, once the token was issued.
 pub const WRITE_BACK_SCRIPT: &str = crate::redis::scripts::WRITE_BACK_LUA;
 

@@ -24,8 +24,8 @@ use crate::scoped::Scoped;
 /// `fencelock run --shared R` share one resource as `flock` and `flock -s` do.
 ///
 /// **Readers** hold the same key on a quorum, with the value `fencelock:readers` (the marker)
-/// instead of an owner token: every `SET NX` (fencelock's, or any Redlock client's) is refused
-/// while it is there, and a compare-and-delete of an owner token leaves it alone. Beside it, the
+/// instead of an owner value: every `SET NX` (fencelock's, or any Redlock client's) is refused
+/// while it is there, and a compare-and-delete of an owner value leaves it alone. Beside it, the
 /// sorted set [`readers_key`](crate::protocol::readers_key) (`fencelock:readers:<resource>`) holds each reader's own owner
 /// token, scored by the node time until which its entry lives. The scripts keep the marker and
 /// the set alive exactly as long as the longest live entry: a reader that dies stops counting
@@ -107,7 +107,7 @@ use crate::scoped::Scoped;
 /// prices
 ///     .with_write(async |lock| {
 ///         // ... alone: no reader, no other writer ...
-///         println!("writing under token {:?}", lock.fencing_token());
+///         println!("writing under token {:?}", lock.fencing_token().map(|t| t.value()));
 ///     })
 ///     .await?;
 /// # Ok(())
@@ -152,7 +152,7 @@ impl RwLock {
     /// # Cancel safety
     ///
     /// Cancel-safe: a call dropped before it returns releases its reader entries in the
-    /// background (by its own owner token), as [`Client::try_acquire`] does.
+    /// background (by its own owner value), as [`Client::try_acquire`] does.
     pub async fn try_read(&self) -> Result<Lock> {
         self.client.holdings().check(&self.keys)?;
         let grant = self.client.backend().try_read(&self.keys[0]).await?;
@@ -253,7 +253,7 @@ impl RwLock {
     ///
     /// Cancel-safe: a cancelled record may have reached some nodes (the record only grows).
     pub async fn record_write(&self, lock: &Lock) -> Result<()> {
-        let Some(token) = lock.fencing_token() else {
+        let Some(token) = lock.fencing_token().map(|t| t.value()) else {
             return Ok(());
         };
         if lock.resources() != [self.resource()] {

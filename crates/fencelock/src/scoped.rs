@@ -134,7 +134,7 @@ impl Client {
     /// # async fn demo(client: fencelock::Client, fence: fencelock::fence::SqliteFence) -> fencelock::Result<()> {
     /// let done: usize = client
     ///     .try_with_lock("nightly-report", async |lock| {
-    ///         let token = lock.fencing_token().expect("fencing mode");
+    ///         let token = lock.fencing_token().expect("fencing mode").value();
     ///         fence
     ///             .write_async("report", token, |tx| Ok(tx.execute("DELETE FROM report", [])?))
     ///             .await

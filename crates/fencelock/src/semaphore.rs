@@ -13,7 +13,7 @@
 //!
 //! A permit is a [`Lock`] on its slot: its fencing token is the slot's (in fencing mode; always
 //! on etcd), it auto-extends and signals its loss as any lock, and it is released like one.
-//! Tokens of two slots are not comparable: fence storage per slot (the issued token names the
+//! Tokens of two slots are not comparable: fence storage per slot (the fencing token names the
 //! slot's resource).
 //!
 //! Fairness: waiters are admitted first come, first served. On etcd the line is the creation
@@ -130,7 +130,7 @@ impl Semaphore {
     /// # Cancel safety
     ///
     /// Cancel-safe: a call dropped before it returns releases the slot it may have set in the
-    /// background (by its own owner token), as [`Client::try_acquire`] does.
+    /// background (by its own owner value), as [`Client::try_acquire`] does.
     pub async fn try_acquire(&self) -> Result<Lock> {
         self.take(None).await
     }

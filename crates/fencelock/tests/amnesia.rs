@@ -65,12 +65,12 @@ async fn a_node_restarted_without_its_counter_never_yields_a_smaller_token() {
     let (a, b) = (fenced(&nodes), fenced(&nodes));
     // All three nodes take the first grant, so all three have a counter.
     let first = a.acquire("R").await.unwrap();
-    let mut last = first.fencing_token().unwrap();
+    let mut last = first.fencing_token().unwrap().value();
     first.release().await.unwrap();
     nodes.node(2).pause().unwrap();
     for _ in 0..5 {
         let lock = a.acquire("R").await.unwrap();
-        let t = lock.fencing_token().unwrap();
+        let t = lock.fencing_token().unwrap().value();
         assert!(t > last, "{t} after {last}");
         last = t;
         lock.release().await.unwrap();
@@ -86,8 +86,8 @@ async fn a_node_restarted_without_its_counter_never_yields_a_smaller_token() {
     nodes.node(1).resume().unwrap();
     match refused {
         Ok(lock) => panic!(
-            "B was issued token {:?} from {{n0, n2}} after A's {last}",
-            lock.fencing_token()
+            "B was fencing token {:?} from {{n0, n2}} after A's {last}",
+            lock.fencing_token().map(|t| t.value())
         ),
         Err(e) => {
             let msg = e.to_string();
@@ -108,7 +108,7 @@ async fn a_node_restarted_without_its_counter_never_yields_a_smaller_token() {
     // seed wait (the client's TTL and drift, issue 27 item 3) has passed since a seed first
     // found it without a counter.
     let lock = b.acquire("R").await.unwrap();
-    let t = lock.fencing_token().unwrap();
+    let t = lock.fencing_token().unwrap().value();
     assert!(t > last, "{t} after {last}");
     // The wait outlasts the lock's TTL.
     lock.release().await.unwrap();
@@ -131,7 +131,7 @@ async fn a_node_restarted_without_its_counter_never_yields_a_smaller_token() {
     // Everything later is above, through n0 too.
     nodes.node(2).pause().unwrap();
     let next = b.acquire("R").await.unwrap();
-    assert!(next.fencing_token().unwrap() > t);
+    assert!(next.fencing_token().unwrap().value() > t);
     next.release().await.unwrap();
     nodes.node(2).resume().unwrap();
     wait_free(nodes.node(2), "R").await;
@@ -153,7 +153,7 @@ async fn a_hundred_thousand_resources_leave_one_counter_key_per_node() {
     for batch in 0..100 {
         let names: Vec<String> = (0..1000).map(|i| format!("order:{batch}:{i}")).collect();
         let lock = client.acquire_many(&names).await.unwrap();
-        tokens.push(lock.fencing_token().unwrap());
+        tokens.push(lock.fencing_token().unwrap().value());
         lock.release().await.unwrap();
     }
     for n in nodes.iter() {
@@ -183,7 +183,7 @@ async fn legacy_per_resource_counters_are_honoured_then_deleted() {
     }
     let client = fenced(&nodes);
     let lock = client.acquire("R").await.unwrap();
-    let t = lock.fencing_token().unwrap();
+    let t = lock.fencing_token().unwrap().value();
     assert!(t > 500, "token {t} is not above the legacy counter 500");
     lock.release().await.unwrap();
     // Every node that took the write-back has the node counter and no legacy key any more; a
@@ -213,7 +213,7 @@ async fn after_every_node_lost_its_data_the_storage_accepts_the_next_holder() {
     let mut before = 0;
     for _ in 0..3 {
         let lock = client.acquire("job").await.unwrap();
-        before = lock.fencing_token().unwrap();
+        before = lock.fencing_token().unwrap().value();
         fence.write("job", before, |_tx| Ok(())).unwrap();
         lock.release().await.unwrap();
     }
@@ -222,7 +222,7 @@ async fn after_every_node_lost_its_data_the_storage_accepts_the_next_holder() {
         restart_empty(n);
     }
     let lock = client.acquire("job").await.unwrap();
-    let after = lock.fencing_token().unwrap();
+    let after = lock.fencing_token().unwrap().value();
     assert!(
         after > before,
         "token {after} after the loss, {before} before"
@@ -242,7 +242,7 @@ async fn no_epoch_starts_while_a_node_with_the_counter_does_not_grant() {
     let nodes = RedisNodes::start(3).unwrap();
     let client = fenced(&nodes);
     let lock = client.acquire("E").await.unwrap();
-    let before = lock.fencing_token().unwrap();
+    let before = lock.fencing_token().unwrap().value();
     lock.release().await.unwrap();
     restart_empty(nodes.node(0));
     restart_empty(nodes.node(1));
@@ -255,7 +255,7 @@ async fn no_epoch_starts_while_a_node_with_the_counter_does_not_grant() {
     match attempt {
         Ok(lock) => panic!(
             "issued {:?} from two nodes without a counter",
-            lock.fencing_token()
+            lock.fencing_token().map(|t| t.value())
         ),
         Err(e) => assert_eq!(e.kind(), fencelock::ErrorKind::Unavailable, "{e}"),
     }
@@ -331,7 +331,7 @@ async fn on_warm_nodes_a_fenced_acquisition_needs_no_write_back() {
     let nodes = RedisNodes::start(3).unwrap();
     // Warm up: the first grant on fresh nodes starts an epoch, which needs the write-back.
     let warm = fenced(&nodes).acquire("W").await.unwrap();
-    let mut last = warm.fencing_token().unwrap();
+    let mut last = warm.fencing_token().unwrap().value();
     warm.release().await.unwrap();
     let mut urls = Vec::new();
     for node in nodes.iter() {
@@ -360,7 +360,7 @@ async fn on_warm_nodes_a_fenced_acquisition_needs_no_write_back() {
     .unwrap();
     for _ in 0..20 {
         let lock = client.try_acquire("W").await.unwrap();
-        let token = lock.fencing_token().unwrap();
+        let token = lock.fencing_token().unwrap().value();
         assert!(token > last, "token {token} after {last}");
         last = token;
         lock.release().await.unwrap();

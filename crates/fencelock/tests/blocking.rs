@@ -35,7 +35,7 @@ fn threads_exclude_each_other() {
                     client
                         .with_lock("blocking-counter", |ctx| {
                             assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders");
-                            tokens.lock().unwrap().push(ctx.fencing_token().unwrap());
+                            tokens.lock().unwrap().push(ctx.fencing_token().unwrap().value());
                             thread::sleep(Duration::from_millis(5));
                             inside.fetch_sub(1, Ordering::SeqCst);
                         })
@@ -153,7 +153,7 @@ fn fencing_clients(nodes: &RedisNodes) -> (Client, Client) {
     (brief, client)
 }
 
-/// Blocking code writes fenced too: the blocking lock's issued token goes to the (blocking)
+/// Blocking code writes fenced too: the blocking lock's fencing token goes to the (blocking)
 /// SQLite fence, which binds the row to the lock and refuses the paused holder's older token.
 #[cfg(feature = "sqlite")]
 #[test]
@@ -166,10 +166,10 @@ fn a_blocking_holder_writes_through_the_fence_and_a_stale_one_is_refused() {
     let fence = SqliteFence::open(dir.path().join("blocking.db")).unwrap();
     // A holder whose lock runs out while it is paused.
     let paused = brief.try_acquire("blocking:fenced").unwrap();
-    let old = paused.issued_token().unwrap();
+    let old = paused.fencing_token().unwrap();
     thread::sleep(Duration::from_millis(400));
     let next = client.try_acquire("blocking:fenced").unwrap();
-    let token = next.issued_token().unwrap();
+    let token = next.fencing_token().unwrap();
     assert!(token.value() > old.value());
     fence.write("blocking:fenced", token, |_| Ok(())).unwrap();
     let err = fence.write("blocking:fenced", old, |_| Ok(())).unwrap_err();
@@ -177,7 +177,7 @@ fn a_blocking_holder_writes_through_the_fence_and_a_stale_one_is_refused() {
     // The guard's token too, bound to the same lock.
     let guard = next.auto_extend(AutoExtend::new());
     fence
-        .write("blocking:fenced", guard.issued_token().unwrap(), |_| Ok(()))
+        .write("blocking:fenced", guard.fencing_token().unwrap(), |_| Ok(()))
         .unwrap();
     guard.release().unwrap();
     drop(paused);
@@ -191,11 +191,11 @@ fn a_blocking_holder_writes_through_the_fence_and_a_stale_one_is_refused() {
 fn a_blocking_holder_writes_through_the_postgres_fence_and_a_stale_one_is_refused() {
     use fencelock::blocking::PostgresFence;
     use fencelock::fence::BoxError;
-    use fencelock::IssuedToken;
+    use fencelock::FencingToken;
     use fencelock_testkit::Postgres;
 
     /// A fenced write that records its token as an event; `ran` says whether the closure ran.
-    fn record(url: &str, token: IssuedToken) -> (fencelock::Result<()>, bool) {
+    fn record(url: &str, token: FencingToken) -> (fencelock::Result<()>, bool) {
         let mut fence = PostgresFence::connect(url).unwrap();
         let mut ran = false;
         let value = i64::try_from(token.value()).unwrap();
@@ -224,10 +224,10 @@ fn a_blocking_holder_writes_through_the_postgres_fence_and_a_stale_one_is_refuse
 
     // A holder whose lock runs out while it is paused; the next holder writes from its thread.
     let paused = brief.try_acquire("blocking:pg").unwrap();
-    let old = paused.issued_token().unwrap();
+    let old = paused.fencing_token().unwrap();
     thread::sleep(Duration::from_millis(400));
     let next = client.try_acquire("blocking:pg").unwrap();
-    let token = next.issued_token().unwrap();
+    let token = next.fencing_token().unwrap();
     assert!(token.value() > old.value());
     let live = {
         let (url, token) = (url.clone(), token.clone());
@@ -252,7 +252,7 @@ fn a_blocking_holder_writes_through_the_postgres_fence_and_a_stale_one_is_refuse
     let guard = next.auto_extend(AutoExtend::new());
     let newer_row: Result<(), BoxError> = Err("out of stock".into());
     let err = fence
-        .write("blocking:pg", guard.issued_token().unwrap(), |tx| {
+        .write("blocking:pg", guard.fencing_token().unwrap(), |tx| {
             tx.execute(
                 "INSERT INTO events (resource, token) VALUES ('blocking:pg', -1)",
                 &[],
@@ -263,7 +263,7 @@ fn a_blocking_holder_writes_through_the_postgres_fence_and_a_stale_one_is_refuse
     assert_eq!(err.kind(), ErrorKind::Storage, "{err}");
     // The guard's token is the live holder's: accepted again.
     fence
-        .write("blocking:pg", guard.issued_token().unwrap(), |_| Ok(()))
+        .write("blocking:pg", guard.fencing_token().unwrap(), |_| Ok(()))
         .unwrap();
     let tokens: Vec<i64> = fence
         .client()

@@ -68,13 +68,13 @@ async fn an_acl_user_limited_to_the_documented_keys_can_do_everything() {
     let waiter = tokio::spawn(async move {
         let policy = RetryPolicy::new().with_wait(Duration::from_secs(30));
         let lock = b.acquire_with("app:lock:report", &policy).await.unwrap();
-        let token = lock.fencing_token().unwrap();
+        let token = lock.fencing_token().unwrap().value();
         lock.release().await.unwrap();
         token
     });
     // Let the waiter join the line before the hand-over.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let first_token = first.fencing_token().unwrap();
+    let first_token = first.fencing_token().unwrap().value();
     first.release().await.unwrap();
     assert!(waiter.await.unwrap() > first_token);
     // Auto-extension and scoped work.
@@ -99,7 +99,7 @@ async fn an_acl_user_limited_to_the_documented_keys_can_do_everything() {
         last
     });
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let written = write.fencing_token();
+    let written = write.fencing_token().map(|t| t.value());
     write.release().await.unwrap();
     assert_eq!(reader.await.unwrap(), written);
     a.close().await;

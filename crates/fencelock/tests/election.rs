@@ -69,7 +69,7 @@ async fn one_leader_at_a_time_and_observers_see_every_change_in_order() {
                 }
                 elected.lock().unwrap().push((leadership.term(), value));
                 assert_eq!(
-                    leadership.context().fencing_token(),
+                    leadership.context().fencing_token().map(|t| t.value()),
                     Some(leadership.term())
                 );
                 tokio::time::sleep(Duration::from_millis(fastrand::u64(20..80))).await;

@@ -75,11 +75,11 @@ async fn second_client_is_refused_while_first_holds_then_gets_it() {
 
     let lock = a.try_acquire("order:42").await.unwrap();
     assert!(
-        lock.token().starts_with("fencelock/order:42/"),
+        lock.owner().starts_with("fencelock/order:42/"),
         "{}",
-        lock.token()
+        lock.owner()
     );
-    assert!(lock.fencing_token().unwrap() > 0);
+    assert!(lock.fencing_token().unwrap().value() > 0);
     assert!(lock.remaining() > Duration::from_secs(5));
     assert!(lock.remaining() <= Duration::from_secs(10));
     assert_eq!(lock.votes().granted(), 1);
@@ -98,11 +98,11 @@ async fn second_client_is_refused_while_first_holds_then_gets_it() {
         .await
         .unwrap();
 
-    let first = lock.fencing_token().unwrap();
+    let first = lock.fencing_token().unwrap().value();
     lock.release().await.unwrap();
     assert_eq!(queue_len(&eps, "order:42").await, 0);
     let lock = b.try_acquire("order:42").await.unwrap();
-    assert!(lock.fencing_token().unwrap() > first);
+    assert!(lock.fencing_token().unwrap().value() > first);
     lock.release().await.unwrap();
 }
 
@@ -113,7 +113,7 @@ async fn waiters_are_served_in_queue_order_without_overlap() {
     let resource = "fifo";
     let holder = client(&eps, Duration::from_secs(10));
     let first = holder.acquire(resource).await.unwrap();
-    let first_token = first.fencing_token().unwrap();
+    let first_token = first.fencing_token().unwrap().value();
 
     let inside = Arc::new(AtomicBool::new(false));
     let grants: Arc<Mutex<Vec<(usize, u64)>>> = Arc::default();
@@ -128,7 +128,7 @@ async fn waiters_are_served_in_queue_order_without_overlap() {
             grants
                 .lock()
                 .unwrap()
-                .push((i, lock.fencing_token().unwrap()));
+                .push((i, lock.fencing_token().unwrap().value()));
             tokio::time::sleep(Duration::from_millis(30)).await;
             inside.store(false, Ordering::SeqCst);
             lock.release().await.unwrap();
@@ -169,7 +169,7 @@ async fn contending_clients_exclude_each_other_and_tokens_increase() {
             for _ in 0..5 {
                 let lock = c.acquire("counter").await.unwrap();
                 assert!(!inside.swap(true, Ordering::SeqCst), "two holders at once");
-                tokens.lock().unwrap().push(lock.fencing_token().unwrap());
+                tokens.lock().unwrap().push(lock.fencing_token().unwrap().value());
                 tokio::task::yield_now().await;
                 inside.store(false, Ordering::SeqCst);
                 lock.release().await.unwrap();
@@ -209,10 +209,10 @@ async fn a_waiter_that_times_out_or_is_cancelled_leaves_the_queue() {
     assert!(waiting.is_err());
     wait_queue_len(&eps, "busy", 1).await;
 
-    let token = lock.fencing_token().unwrap();
+    let token = lock.fencing_token().unwrap().value();
     lock.release().await.unwrap();
     let lock = b.try_acquire("busy").await.unwrap();
-    assert!(lock.fencing_token().unwrap() > token);
+    assert!(lock.fencing_token().unwrap().value() > token);
     lock.release().await.unwrap();
 }
 
@@ -249,7 +249,7 @@ async fn extend_keeps_the_lease_and_reports_it_lost_once_expired() {
     );
     let err = lock.extend().await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Lost, "{err}");
-    assert!(other.fencing_token() > lock.fencing_token());
+    assert!(other.fencing_token().map(|t| t.value()) > lock.fencing_token().map(|t| t.value()));
     let err = lock.release().await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Lost, "{err}");
     other.release().await.unwrap();
@@ -404,7 +404,7 @@ async fn the_lock_survives_killing_a_follower() {
     let b = client(&eps, Duration::from_secs(5));
 
     let mut lock = a.acquire("ledger").await.unwrap();
-    let token = lock.fencing_token().unwrap();
+    let token = lock.fencing_token().unwrap().value();
     let err = b.try_acquire("ledger").await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Contention, "{err}");
     cluster.member(follower).kill().unwrap();
@@ -431,7 +431,7 @@ async fn the_lock_survives_killing_a_follower() {
     eprintln!("after killing a follower: a failed {a_failed} time(s), b {b_failed} time(s)");
     lock.release().await.unwrap();
     let next = b.acquire("ledger").await.unwrap();
-    assert!(next.fencing_token().unwrap() > token);
+    assert!(next.fencing_token().unwrap().value() > token);
     next.release().await.unwrap();
 }
 
@@ -445,7 +445,7 @@ async fn killing_the_leader_never_yields_two_holders() {
     let b = client(&eps, ttl);
 
     let mut lock = a.acquire("leader-kill").await.unwrap();
-    let a_token = lock.fencing_token().unwrap();
+    let a_token = lock.fencing_token().unwrap().value();
     let mut a_deadlines = vec![lock.validity_deadline()];
     cluster.member(leader).kill().unwrap();
 
@@ -455,7 +455,7 @@ async fn killing_the_leader_never_yields_two_holders() {
         let mut grants = Vec::new();
         while Instant::now() < until {
             if let Ok(lock) = b.try_acquire("leader-kill").await {
-                grants.push((Instant::now(), lock.fencing_token().unwrap()));
+                grants.push((Instant::now(), lock.fencing_token().unwrap().value()));
                 lock.release().await.unwrap();
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -533,9 +533,9 @@ async fn a_paused_holders_stale_write_is_rejected_by_the_fence() {
     // A takes the lock, then "pauses" (a GC pause: it neither extends nor writes) until its
     // lease has expired and B holds the lock and has written.
     let a_lock = a.acquire("sku:apple").await.unwrap();
-    let a_token = a_lock.fencing_token().unwrap();
+    let a_token = a_lock.fencing_token().unwrap().value();
     let b_lock = b.acquire("sku:apple").await.unwrap();
-    let b_token = b_lock.fencing_token().unwrap();
+    let b_token = b_lock.fencing_token().unwrap().value();
     assert!(b_token > a_token);
     fence
         .write_async("sku:apple", b_token, |tx| {
@@ -594,12 +594,12 @@ async fn a_lock_on_several_resources_holds_every_one_of_them() {
     let y = client(&eps, Duration::from_secs(10));
 
     let before = y.try_acquire("b").await.unwrap();
-    let before_token = before.fencing_token().unwrap();
+    let before_token = before.fencing_token().unwrap().value();
     before.release().await.unwrap();
 
     let both = x.try_acquire_many(&["a", "b"]).await.unwrap();
     assert_eq!(both.resources(), ["a", "b"]);
-    let token = both.fencing_token().unwrap();
+    let token = both.fencing_token().unwrap().value();
     assert!(token > before_token, "{token} after {before_token}");
     for taken in ["b", "a"] {
         let err = y.try_acquire(taken).await.unwrap_err();
@@ -614,7 +614,7 @@ async fn a_lock_on_several_resources_holds_every_one_of_them() {
 
     both.release().await.unwrap();
     let after = y.try_acquire("b").await.unwrap();
-    assert!(after.fencing_token().unwrap() > token);
+    assert!(after.fencing_token().unwrap().value() > token);
     after.release().await.unwrap();
     for r in ["a", "b", "c"] {
         assert_eq!(queue_len(&eps, r).await, 0, "{r}");
@@ -720,27 +720,27 @@ async fn another_process_releases_and_extends_by_the_token() {
     let endpoints = etcd.endpoints();
     let holder = client(&endpoints, Duration::from_secs(5));
     let lock = holder.try_acquire("by-token").await.unwrap();
-    let token = lock.token().to_string();
+    let token = lock.owner().to_string();
     std::mem::forget(lock); // as `fencelock acquire` leaves it
     let other = client(&endpoints, Duration::from_secs(5));
     let err = other
-        .release_token("by-token", "not-a-key")
+        .release_by_owner("by-token", "not-a-key")
         .await
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
-    let err = other.release_token("another", &token).await.unwrap_err();
+    let err = other.release_by_owner("another", &token).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
-    other.extend_token("by-token", &token).await.unwrap();
+    other.extend_by_owner("by-token", &token).await.unwrap();
     assert_eq!(
         other.try_acquire("by-token").await.unwrap_err().kind(),
         ErrorKind::Contention
     );
-    other.release_token("by-token", &token).await.unwrap();
+    other.release_by_owner("by-token", &token).await.unwrap();
     assert_eq!(queue_len(&endpoints, "by-token").await, 0);
     let next = other.try_acquire("by-token").await.unwrap();
     next.release().await.unwrap();
     // Released already: the key is gone (its lease waits out its TTL), nothing changed.
-    let err = other.release_token("by-token", &token).await.unwrap_err();
+    let err = other.release_by_owner("by-token", &token).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Lost, "{err}");
 }
 
@@ -761,8 +761,8 @@ async fn a_released_lease_carries_the_next_lock_and_a_stale_token_touches_neithe
     let other = client(&eps, Duration::from_secs(10));
 
     let first = owner.try_acquire("carry").await.unwrap();
-    let stale = first.token().to_string();
-    let first_token = first.fencing_token().unwrap();
+    let stale = first.owner().to_string();
+    let first_token = first.fencing_token().unwrap().value();
     first.release().await.unwrap();
     assert_eq!(queue_len(&eps, "carry").await, 0);
 
@@ -770,12 +770,12 @@ async fn a_released_lease_carries_the_next_lock_and_a_stale_token_touches_neithe
     // its own, so that the first lock's token does not name it.
     let mut second = owner.try_acquire("carry").await.unwrap();
     assert_eq!(
-        lease_of(second.token(), "carry"),
+        lease_of(second.owner(), "carry"),
         lease_of(&stale, "carry"),
         "the second lock did not carry the first one's lease over"
     );
-    assert_ne!(second.token(), stale, "a carried lease reused the old key");
-    assert!(second.fencing_token().unwrap() > first_token);
+    assert_ne!(second.owner(), stale, "a carried lease reused the old key");
+    assert!(second.fencing_token().unwrap().value() > first_token);
     assert!(
         second.remaining() > Duration::from_secs(8),
         "{:?}",
@@ -785,19 +785,19 @@ async fn a_released_lease_carries_the_next_lock_and_a_stale_token_touches_neithe
     // The stale token of the released lock neither releases nor extends the lock that now
     // rides its lease, nor renews the lease; nor does it without its use number.
     tokio::time::sleep(Duration::from_millis(2100)).await;
-    let err = other.release_token("carry", &stale).await.unwrap_err();
+    let err = other.release_by_owner("carry", &stale).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Lost, "{err}");
-    let err = other.extend_token("carry", &stale).await.unwrap_err();
+    let err = other.extend_by_owner("carry", &stale).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Lost, "{err}");
     let bare = stale
         .rsplit_once('.')
         .map(|(bare, _)| bare.to_string())
         .unwrap();
-    let err = other.release_token("carry", &bare).await.unwrap_err();
+    let err = other.release_by_owner("carry", &bare).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Lost, "{err}");
-    let err = other.extend_token("carry", &bare).await.unwrap_err();
+    let err = other.extend_by_owner("carry", &bare).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Lost, "{err}");
-    let lease = i64::from_str_radix(&lease_of(second.token(), "carry"), 16).unwrap();
+    let lease = i64::from_str_radix(&lease_of(second.owner(), "carry"), 16).unwrap();
     let mut raw = etcd_client::Client::connect(&eps, None).await.unwrap();
     let left = raw.lease_time_to_live(lease, None).await.unwrap().ttl();
     assert!(
@@ -813,8 +813,8 @@ async fn a_released_lease_carries_the_next_lock_and_a_stale_token_touches_neithe
 
     // A token of the live lock releases it from another process; its holder then learns that
     // it lost the lock, from an extension and from its release, though the lease lives on.
-    let live = second.token().to_string();
-    other.release_token("carry", &live).await.unwrap();
+    let live = second.owner().to_string();
+    other.release_by_owner("carry", &live).await.unwrap();
     assert_eq!(queue_len(&eps, "carry").await, 0);
     let err = second.extend().await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Lost, "{err}");
@@ -824,8 +824,8 @@ async fn a_released_lease_carries_the_next_lock_and_a_stale_token_touches_neithe
     // A lock on several resources never carries a lease over: its token is released by
     // revoking the lease, which holds its keys only.
     let set = owner.try_acquire_many(&["carry", "carry-2"]).await.unwrap();
-    let set_token = set.token().to_string();
-    other.release_token("carry", &set_token).await.unwrap();
+    let set_token = set.owner().to_string();
+    other.release_by_owner("carry", &set_token).await.unwrap();
     assert_eq!(queue_len(&eps, "carry").await, 0);
     assert_eq!(queue_len(&eps, "carry-2").await, 0);
     drop(set);
@@ -840,11 +840,11 @@ async fn a_lock_in_a_run_released_after_a_tenth_of_its_ttl_renews_its_lease_for_
     let mut raw = etcd_client::Client::connect(&eps, None).await.unwrap();
     // A run of locks: the second starts right after the first's release, on its lease.
     let first = owner.try_acquire("aged").await.unwrap();
-    let lease = lease_of(first.token(), "aged");
+    let lease = lease_of(first.owner(), "aged");
     let id = i64::from_str_radix(&lease, 16).unwrap();
     first.release().await.unwrap();
     let lock = owner.try_acquire("aged").await.unwrap();
-    assert_eq!(lease_of(lock.token(), "aged"), lease);
+    assert_eq!(lease_of(lock.owner(), "aged"), lease);
     // A tenth of the 10 s lease is 1 s: past it the lease cannot carry a lock as it stands.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let release_started = Instant::now();
@@ -874,7 +874,7 @@ async fn a_lock_in_a_run_released_after_a_tenth_of_its_ttl_renews_its_lease_for_
         release_returned.elapsed(),
     );
     assert_eq!(
-        lease_of(next.token(), "aged"),
+        lease_of(next.owner(), "aged"),
         lease,
         "the renewed lease did not carry the next lock"
     );
@@ -896,7 +896,7 @@ async fn a_lone_lock_released_after_a_tenth_of_its_ttl_revokes_its_lease_and_the
     let eps = etcd.endpoints();
     let owner = client(&eps, Duration::from_secs(3));
     let lock = owner.try_acquire("aged").await.unwrap();
-    let hex = lease_of(lock.token(), "aged");
+    let hex = lease_of(lock.owner(), "aged");
     let lease = i64::from_str_radix(&hex, 16).unwrap();
     // A tenth of the 3 s lease is 300 ms: past it, and with no release of this client just
     // before the lock (a lone lock, as a job's), the release revokes the lease (one write)
@@ -912,7 +912,7 @@ async fn a_lone_lock_released_after_a_tenth_of_its_ttl_revokes_its_lease_and_the
     );
     let next = owner.try_acquire("aged").await.unwrap();
     assert_ne!(
-        lease_of(next.token(), "aged"),
+        lease_of(next.owner(), "aged"),
         hex,
         "a lease past its tenth carried the next lock"
     );
@@ -925,7 +925,7 @@ async fn a_spare_lease_revoked_from_outside_is_replaced_by_a_new_grant() {
     let eps = etcd.endpoints();
     let owner = client(&eps, Duration::from_secs(10));
     let first = owner.try_acquire("spare").await.unwrap();
-    let lease = lease_of(first.token(), "spare");
+    let lease = lease_of(first.owner(), "spare");
     first.release().await.unwrap();
     let mut raw = etcd_client::Client::connect(&eps, None).await.unwrap();
     raw.lease_revoke(i64::from_str_radix(&lease, 16).unwrap())
@@ -933,7 +933,7 @@ async fn a_spare_lease_revoked_from_outside_is_replaced_by_a_new_grant() {
         .unwrap();
     // The client's spare is gone: the next lock is granted a lease of its own, at once.
     let next = owner.try_acquire("spare").await.unwrap();
-    assert_ne!(lease_of(next.token(), "spare"), lease);
+    assert_ne!(lease_of(next.owner(), "spare"), lease);
     assert!(
         next.remaining() > Duration::from_secs(8),
         "{:?}",
@@ -943,7 +943,7 @@ async fn a_spare_lease_revoked_from_outside_is_replaced_by_a_new_grant() {
 }
 
 /// Issue 35, item 1: A holds `job`; its key is deleted elsewhere (as `fencelock release
-/// --token` does) and B takes the lock; the member A talks to stops, so A's release times out
+/// --owner` does) and B takes the lock; the member A talks to stops, so A's release times out
 /// once and tries again on another member, which finds the key (or, for a set, the lease)
 /// gone. A must not hear that it released the lock: B held it while A thought it did. The
 /// release cannot tell its own unanswered request from the delete by the token, so it says
@@ -954,10 +954,10 @@ async fn a_release_that_retried_does_not_report_a_lost_lock_released(resources: 
     let a = client(&eps, Duration::from_secs(10));
     let b = client(&eps[1..], Duration::from_secs(10));
     let lock = a.try_acquire_many(resources).await.unwrap();
-    let token = lock.token().to_string();
-    b.release_token(resources[0], &token).await.unwrap();
+    let token = lock.owner().to_string();
+    b.release_by_owner(resources[0], &token).await.unwrap();
     let next = b.try_acquire(resources[0]).await.unwrap();
-    assert!(next.fencing_token().unwrap() > lock.fencing_token().unwrap());
+    assert!(next.fencing_token().unwrap().value() > lock.fencing_token().unwrap().value());
     cluster.member(follower).pause().unwrap();
     let released = lock.release().await;
     cluster.member(follower).resume().unwrap();

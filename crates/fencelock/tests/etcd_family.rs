@@ -84,7 +84,7 @@ async fn never_more_than_n_permit_holders_under_sixteen_clients() {
                     .unwrap();
                 let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
                 most.fetch_max(now, Ordering::SeqCst);
-                tokens.lock().unwrap()[slot].push(permit.fencing_token().unwrap());
+                tokens.lock().unwrap()[slot].push(permit.fencing_token().unwrap().value());
                 tokio::time::sleep(Duration::from_millis(fastrand::u64(5..30))).await;
                 inside.fetch_sub(1, Ordering::SeqCst);
                 permit.release().await.unwrap();
@@ -181,7 +181,7 @@ async fn a_dead_holders_permit_is_freed_by_its_lease() {
                 .acquire()
                 .await
                 .unwrap();
-            let token = p.fencing_token().unwrap();
+            let token = p.fencing_token().unwrap().value();
             std::mem::forget(p);
             token
         });
@@ -193,7 +193,7 @@ async fn a_dead_holders_permit_is_freed_by_its_lease() {
     let c = client(&etcd, ttl);
     let p = c.semaphore("sem:dead", 1).unwrap().acquire().await.unwrap();
     let took = died_at.elapsed();
-    assert!(p.fencing_token().unwrap() > token);
+    assert!(p.fencing_token().unwrap().value() > token);
     assert!(took >= Duration::from_millis(1500), "freed after {took:?}");
     println!("permit freed after {took:?} (TTL {ttl:?})");
     p.release().await.unwrap();
@@ -230,8 +230,8 @@ async fn a_permit_is_kept_alive_past_its_ttl_and_its_loss_is_signalled() {
         .acquire()
         .await
         .unwrap();
-    let token = permit.fencing_token();
-    let key = permit.token().to_string();
+    let token = permit.fencing_token().map(|t| t.value());
+    let key = permit.owner().to_string();
     let guard = permit.auto_extend(fencelock::AutoExtend::new());
     // Three TTLs later: still held, by the same slot key.
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -247,7 +247,7 @@ async fn a_permit_is_kept_alive_past_its_ttl_and_its_loss_is_signalled() {
         .await
         .expect("the lost signal fires");
     assert_eq!(guard.lost().cause(), Some(fencelock::LostCause::NotHeld));
-    assert_eq!(guard.context().fencing_token(), token);
+    assert_eq!(guard.context().fencing_token().map(|t| t.value()), token);
 }
 
 /// Collects `n` leaders from a fresh observer.
@@ -299,7 +299,7 @@ async fn one_leader_at_a_time_and_observers_see_every_change_in_order() {
                 }
                 elected.lock().unwrap().push((leadership.term(), value));
                 assert_eq!(
-                    leadership.context().fencing_token(),
+                    leadership.context().fencing_token().map(|t| t.value()),
                     Some(leadership.term())
                 );
                 tokio::time::sleep(Duration::from_millis(fastrand::u64(20..80))).await;
@@ -458,7 +458,7 @@ async fn a_waiter_finds_the_slot_a_take_without_an_answer_gave_it() {
                     mine.create_revision(),
                 )])
                 .and_then([
-                    TxnOp::delete(blocker.token(), None),
+                    TxnOp::delete(blocker.owner(), None),
                     TxnOp::put(
                         slot_key.clone(),
                         Vec::<u8>::new(),
@@ -480,8 +480,8 @@ async fn a_waiter_finds_the_slot_a_take_without_an_answer_gave_it() {
         Err(e) => panic!("the waiter did not find the slot its lease held: {e}"),
     };
     assert_eq!(slot, "sem:orphan:permit:0");
-    assert_eq!(permit.token(), slot_key);
-    assert_eq!(permit.fencing_token(), Some(revision as u64));
+    assert_eq!(permit.owner(), slot_key);
+    assert_eq!(permit.fencing_token().map(|t| t.value()), Some(revision as u64));
     let _ = blocker.release().await;
     permit.release().await.unwrap();
     assert_eq!(count(&etcd, "fencelock/sem:orphan:permit:").await, 0);

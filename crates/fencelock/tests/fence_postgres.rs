@@ -322,7 +322,7 @@ async fn fences_connecting_at_once_create_the_table_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fence_row_is_bound_to_the_lock_of_its_first_token() {
-    use fencelock::IssuedToken;
+    use fencelock::FencingToken;
     let pg = tokio::task::spawn_blocking(Postgres::start)
         .await
         .unwrap()
@@ -340,14 +340,14 @@ async fn a_fence_row_is_bound_to_the_lock_of_its_first_token() {
         .await
         .unwrap();
     let mut fence = PostgresFence::connect(&pg.url()).await.unwrap();
-    let redis = |t| IssuedToken::new(t, "redis:r");
-    let etcd = |t| IssuedToken::new(t, "etcd:r");
+    let redis = |t| FencingToken::new(t, "redis:r");
+    let etcd = |t| FencingToken::new(t, "etcd:r");
 
     fence.write("r", redis(6), async |_| Ok(())).await.unwrap();
     fence.write("r", redis(6), async |_| Ok(())).await.unwrap();
     for other in [
         etcd(1_000),
-        IssuedToken::new(1_000, "redis:other"),
+        FencingToken::new(1_000, "redis:other"),
         1_000.into(),
     ] {
         let mut ran = false;
@@ -407,7 +407,7 @@ async fn connecting_does_not_wait_for_fenced_writes_in_progress() {
 async fn record_issued(
     fence: &mut PostgresFence,
     resource: &str,
-    token: fencelock::IssuedToken,
+    token: fencelock::FencingToken,
 ) -> fencelock::Result<()> {
     let value = i64::try_from(token.value()).unwrap();
     fence
@@ -442,12 +442,12 @@ async fn a_paused_holder_is_stale_but_a_live_holder_below_the_row_is_a_reset() {
 
     // A holder takes its token, then pauses past its validity; another holder writes.
     let paused = client.try_acquire("r").await.unwrap();
-    let paused_token = paused.issued_token().unwrap();
+    let paused_token = paused.fencing_token().unwrap();
     tokio::time::sleep(Duration::from_millis(1_000)).await;
     assert!(!paused.is_valid());
     let next = other.acquire("r").await.unwrap();
-    let next_token = next.fencing_token().unwrap();
-    record_issued(&mut fence, "r", next.issued_token().unwrap())
+    let next_token = next.fencing_token().unwrap().value();
+    record_issued(&mut fence, "r", next.fencing_token().unwrap())
         .await
         .unwrap();
     let err = record_issued(&mut fence, "r", paused_token)
@@ -471,7 +471,7 @@ async fn a_paused_holder_is_stale_but_a_live_holder_below_the_row_is_a_reset() {
         .unwrap();
     assert_eq!(changed, 1);
     assert!(next.is_valid());
-    let err = record_issued(&mut fence, "r", next.issued_token().unwrap())
+    let err = record_issued(&mut fence, "r", next.fencing_token().unwrap())
         .await
         .unwrap_err();
     let shown = err.to_string();
@@ -497,7 +497,7 @@ async fn a_paused_holder_is_stale_but_a_live_holder_below_the_row_is_a_reset() {
     }
     assert!(!err.is_retryable());
     let guard = next.auto_extend(fencelock::AutoExtend::new());
-    let err = record_issued(&mut fence, "r", guard.issued_token().unwrap())
+    let err = record_issued(&mut fence, "r", guard.fencing_token().unwrap())
         .await
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::CounterReset, "{err}");

@@ -361,7 +361,7 @@ async fn write_async_from_concurrent_tasks_keeps_tokens_in_order() {
 
 #[test]
 fn a_fence_row_is_bound_to_the_lock_of_its_first_token() {
-    use fencelock::IssuedToken;
+    use fencelock::FencingToken;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("bound.db");
     // A table from before rows were bound: no issuer column, one row written with a bare token.
@@ -373,8 +373,8 @@ fn a_fence_row_is_bound_to_the_lock_of_its_first_token() {
     .unwrap();
     drop(conn);
     let fence = SqliteFence::open(&path).unwrap();
-    let redis = |t| IssuedToken::new(t, "redis:r");
-    let etcd = |t| IssuedToken::new(t, "etcd:r");
+    let redis = |t| FencingToken::new(t, "redis:r");
+    let etcd = |t| FencingToken::new(t, "etcd:r");
 
     // The old row takes its first bound token, and is bound from then on.
     fence.write("r", redis(6), |_| Ok(())).unwrap();
@@ -382,7 +382,7 @@ fn a_fence_row_is_bound_to_the_lock_of_its_first_token() {
     let ran = std::cell::Cell::new(false);
     for other in [
         etcd(1_000),
-        IssuedToken::new(1_000, "redis:other"),
+        FencingToken::new(1_000, "redis:other"),
         1_000.into(),
     ] {
         let err = fence
@@ -479,12 +479,12 @@ async fn a_paused_holder_is_stale_but_a_live_holder_below_the_row_is_a_reset() {
 
     // A holder takes its token, then pauses past its validity; another holder writes.
     let paused = client.try_acquire("r").await.unwrap();
-    let paused_token = paused.issued_token().unwrap();
+    let paused_token = paused.fencing_token().unwrap();
     tokio::time::sleep(Duration::from_millis(1_000)).await;
     assert!(!paused.is_valid());
     let next = other.acquire("r").await.unwrap();
-    let next_token = next.fencing_token().unwrap();
-    record_issued(&fence, "r", next.issued_token().unwrap()).unwrap();
+    let next_token = next.fencing_token().unwrap().value();
+    record_issued(&fence, "r", next.fencing_token().unwrap()).unwrap();
     // The paused holder wakes up: stale, with the message that says not to retry.
     let err = record_issued(&fence, "r", paused_token).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::StaleToken, "{err}");
@@ -497,7 +497,7 @@ async fn a_paused_holder_is_stale_but_a_live_holder_below_the_row_is_a_reset() {
     let current = next_token + 1_000_000;
     set_row(&db.path, "r", current);
     assert!(next.is_valid());
-    let err = record_issued(&fence, "r", next.issued_token().unwrap()).unwrap_err();
+    let err = record_issued(&fence, "r", next.fencing_token().unwrap()).unwrap_err();
     let shown = err.to_string();
     assert!(
         shown.contains(&format!("run `fencelock reseed --above {current}`")),
@@ -524,13 +524,13 @@ async fn a_paused_holder_is_stale_but_a_live_holder_below_the_row_is_a_reset() {
 
     // The same through a guard, whose token follows the guard's live state.
     let guard = next.auto_extend(fencelock::AutoExtend::new());
-    let err = record_issued(&fence, "r", guard.issued_token().unwrap()).unwrap_err();
+    let err = record_issued(&fence, "r", guard.fencing_token().unwrap()).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::CounterReset, "{err}");
     // A token that does not know its lock's state: stale, as before.
     let err = record_issued(
         &fence,
         "r",
-        fencelock::IssuedToken::new(next_token, "redis:r"),
+        fencelock::FencingToken::new(next_token, "redis:r"),
     )
     .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::StaleToken, "{err}");
@@ -546,20 +546,20 @@ async fn after_a_reset_reseeding_above_the_storages_last_lets_the_next_holder_wr
     let db = Db::new();
     let fence = db.fence();
     let lock = client.acquire("r").await.unwrap();
-    let token = lock.fencing_token().unwrap();
-    record_issued(&fence, "r", lock.issued_token().unwrap()).unwrap();
+    let token = lock.fencing_token().unwrap().value();
+    record_issued(&fence, "r", lock.fencing_token().unwrap()).unwrap();
     let current = token + 1_000_000;
     set_row(&db.path, "r", current);
-    let err = record_issued(&fence, "r", lock.issued_token().unwrap()).unwrap_err();
+    let err = record_issued(&fence, "r", lock.fencing_token().unwrap()).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::CounterReset, "{err}");
     lock.release().await.unwrap();
 
     let votes = client.reseed_fence(current).await.unwrap();
     assert_eq!(votes.granted(), 3, "{votes}");
     let lock = client.acquire("r").await.unwrap();
-    assert!(lock.fencing_token().unwrap() > current);
-    record_issued(&fence, "r", lock.issued_token().unwrap()).unwrap();
-    assert_eq!(db.events("r"), [token, lock.fencing_token().unwrap()]);
+    assert!(lock.fencing_token().unwrap().value() > current);
+    record_issued(&fence, "r", lock.fencing_token().unwrap()).unwrap();
+    assert_eq!(db.events("r"), [token, lock.fencing_token().unwrap().value()]);
     lock.release().await.unwrap();
 }
 
@@ -567,7 +567,7 @@ async fn after_a_reset_reseeding_above_the_storages_last_lets_the_next_holder_wr
 fn record_issued(
     fence: &SqliteFence,
     resource: &str,
-    token: fencelock::IssuedToken,
+    token: fencelock::FencingToken,
 ) -> fencelock::Result<()> {
     let value = i64::try_from(token.value()).unwrap();
     fence.write(resource, token, |tx| {

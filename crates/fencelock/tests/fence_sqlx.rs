@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fencelock::fence::{FenceOptions, SqlxPostgresFence};
-use fencelock::{Error, ErrorKind, IssuedToken};
+use fencelock::{Error, ErrorKind, FencingToken};
 use fencelock_testkit::Postgres;
 use sqlx::PgPool;
 
@@ -68,9 +68,9 @@ async fn record(
     pool: &PgPool,
     fence: &SqlxPostgresFence,
     resource: &str,
-    token: impl Into<IssuedToken>,
+    token: impl Into<FencingToken>,
 ) -> fencelock::Result<()> {
-    let token: IssuedToken = token.into();
+    let token: FencingToken = token.into();
     let value = token.value();
     let mut tx = pool.begin().await.unwrap();
     fence.admit(&mut tx, resource, token).await?;
@@ -115,7 +115,7 @@ async fn a_rolled_back_caller_transaction_leaves_the_fence_row_unchanged() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stale_token_is_refused_and_the_callers_statement_is_not_committed() {
     let (_pg, pool, fence) = start().await;
-    record(&pool, &fence, "r", IssuedToken::new(9, "redis:r"))
+    record(&pool, &fence, "r", FencingToken::new(9, "redis:r"))
         .await
         .unwrap();
 
@@ -123,7 +123,7 @@ async fn a_stale_token_is_refused_and_the_callers_statement_is_not_committed() {
     let mut tx = pool.begin().await.unwrap();
     insert_event(&mut tx, "r", 3).await.unwrap();
     let err = fence
-        .admit(&mut tx, "r", IssuedToken::new(3, "redis:r"))
+        .admit(&mut tx, "r", FencingToken::new(3, "redis:r"))
         .await
         .unwrap_err();
     match &err {
@@ -146,7 +146,7 @@ async fn a_stale_token_is_refused_and_the_callers_statement_is_not_committed() {
         let mut tx = pool.begin().await.unwrap();
         insert_event(&mut tx, "r", 4).await.unwrap();
         fence
-            .admit(&mut tx, "r", IssuedToken::new(4, "redis:r"))
+            .admit(&mut tx, "r", FencingToken::new(4, "redis:r"))
             .await?;
         tx.commit().await.unwrap();
         Ok::<_, Error>(())
@@ -155,7 +155,7 @@ async fn a_stale_token_is_refused_and_the_callers_statement_is_not_committed() {
 
     // A live lock's token below the row's last: a reset, refused the same way.
     let live =
-        IssuedToken::new(5, "redis:r").with_valid_until(Instant::now() + Duration::from_secs(600));
+        FencingToken::new(5, "redis:r").with_valid_until(Instant::now() + Duration::from_secs(600));
     let err = record(&pool, &fence, "r", live).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::CounterReset, "{err}");
     assert!(
@@ -163,7 +163,7 @@ async fn a_stale_token_is_refused_and_the_callers_statement_is_not_committed() {
         "{err}"
     );
     // A token of another lock, or a bare number, on a bound row.
-    for other in [IssuedToken::new(99, "etcd:r"), IssuedToken::unbound(99)] {
+    for other in [FencingToken::new(99, "etcd:r"), FencingToken::unbound(99)] {
         let err = record(&pool, &fence, "r", other).await.unwrap_err();
         assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
     }
@@ -177,7 +177,7 @@ async fn a_stale_token_is_refused_and_the_callers_statement_is_not_committed() {
     assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
     let _ = tx.commit().await;
     assert_eq!(events(&pool, "r").await, [9]);
-    record(&pool, &fence, "r", IssuedToken::new(10, "redis:r"))
+    record(&pool, &fence, "r", FencingToken::new(10, "redis:r"))
         .await
         .unwrap();
     assert_eq!(events(&pool, "r").await, [9, 10]);

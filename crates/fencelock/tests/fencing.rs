@@ -48,7 +48,7 @@ async fn tokens_increase_across_1000_acquisitions_with_a_node_restarted_empty() 
             );
         }
         let lock = clients[i % 2].acquire("mono").await.unwrap();
-        let t = lock.fencing_token().expect("fencing mode gives a token");
+        let t = lock.fencing_token().expect("fencing mode gives a token").value();
         assert!(t > last, "acquisition {i}: token {t} after {last}");
         last = t;
         tokens.push(t);
@@ -60,7 +60,7 @@ async fn tokens_increase_across_1000_acquisitions_with_a_node_restarted_empty() 
     let mut seeded = None;
     for i in 0..200 {
         let lock = clients[i % 2].acquire("mono").await.unwrap();
-        let t = lock.fencing_token().expect("fencing mode gives a token");
+        let t = lock.fencing_token().expect("fencing mode gives a token").value();
         assert!(t > last, "after the seed wait: token {t} after {last}");
         last = t;
         tokens.push(t);
@@ -91,7 +91,7 @@ async fn tokens_increase_across_1000_acquisitions_with_a_node_restarted_empty() 
             .unwrap()
             .parse()
             .unwrap();
-        assert!(tokens.contains(&c), "counter {c} is no issued token");
+        assert!(tokens.contains(&c), "counter {c} is no fencing token");
     }
 }
 
@@ -106,7 +106,7 @@ async fn concurrent_holders_get_distinct_increasing_tokens() {
         tasks.push(tokio::spawn(async move {
             for _ in 0..30 {
                 let lock = c.acquire("shared").await.unwrap();
-                order.lock().unwrap().push(lock.fencing_token().unwrap());
+                order.lock().unwrap().push(lock.fencing_token().unwrap().value());
                 lock.release().await.unwrap();
             }
         }));
@@ -127,7 +127,7 @@ async fn efficiency_locks_carry_no_token_and_touch_no_counter() {
     let nodes = RedisNodes::start(1).unwrap();
     let c = Client::new(Config::new(nodes.urls())).unwrap();
     let lock = c.try_acquire("plain").await.unwrap();
-    assert_eq!(lock.fencing_token(), None);
+    assert_eq!(lock.fencing_token().map(|t| t.value()), None);
     lock.release().await.unwrap();
     assert_eq!(
         nodes
@@ -159,7 +159,7 @@ async fn fenced_and_plain_redlock_clients_exclude_each_other() {
     let lock = f.try_acquire("mixed").await.unwrap();
     assert!(plain.try_acquire("mixed").await.is_err());
     // A third-party Redlock client sees a plain SET NX key holding a random value.
-    assert_eq!(nodes.node(0).cli(&["GET", "mixed"]).unwrap(), lock.token());
+    assert_eq!(nodes.node(0).cli(&["GET", "mixed"]).unwrap(), lock.owner());
     lock.release().await.unwrap();
 }
 

@@ -6,7 +6,7 @@
 //! interleaving breadth-first (so each counterexample it prints is a shortest one) and checks
 //! these properties at every token issue and every accepted storage write:
 //!
-//! * P1 uniqueness: no two issued tokens are equal.
+//! * P1 uniqueness: no two fencing tokens are equal.
 //! * P2 order: a token issued after another is larger.
 //! * P2q (the form of P2 that the protocol can promise): a token issued while its holder still
 //!   has its key on a quorum of nodes is larger than every token issued before it.
@@ -1063,7 +1063,7 @@ fn finish(
         n.release(c);
         out.push((Event::Finish(cu, Err("validity expired"), live), n, 0));
     } else {
-        // The untrusted granting nodes are seeded now, with an issued token, at any later
+        // The untrusted granting nodes are seeded now, with a fencing token, at any later
         // moment while the key is still ours (the same ownership-checked script).
         let violations = issue(cfg, &mut n, c, token, pending | seeds, acked);
         out.push((Event::Finish(cu, Ok(token), live), n, violations));

@@ -275,7 +275,7 @@ async fn scoped_work_gets_the_lock_context_and_its_error_comes_back_flat() {
         .with_lock("ctx", async |lock| {
             assert!(!lock.is_lost());
             assert!(lock.remaining() > Duration::ZERO);
-            (lock.resource().to_owned(), lock.fencing_token())
+            (lock.resource().to_owned(), lock.fencing_token().map(|t| t.value()))
         })
         .await
         .unwrap();
@@ -299,7 +299,7 @@ async fn scoped_work_gets_the_lock_context_and_its_error_comes_back_flat() {
     assert_no_key(&nodes, "ctx");
     let value = c
         .try_with_lock("ctx", async |lock| {
-            Ok::<_, AppError>(lock.fencing_token().unwrap())
+            Ok::<_, AppError>(lock.fencing_token().unwrap().value())
         })
         .await
         .unwrap();
@@ -445,7 +445,7 @@ fn scoped_futures_and_the_context_are_send() {
     is_send_sync_static::<fencelock::LockContext>();
     is_send_sync_static::<LostCause>();
     let c = Client::new(Config::new(["redis://127.0.0.1:1"])).unwrap();
-    is_send(&c.with_lock("r", async |lock| lock.fencing_token()));
+    is_send(&c.with_lock("r", async |lock| lock.fencing_token().map(|t| t.value())));
     is_send(&c.try_with_lock("r", async |_lock| Ok::<_, fencelock::Error>(1)));
     is_send(&c.close());
     // A guard moves into a task, and so do the futures of releasing and of scoped work.

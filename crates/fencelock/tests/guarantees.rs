@@ -135,7 +135,7 @@ async fn quarantine_counts_an_aof_always_node_at_once_and_its_keys_survive_a_kil
     let (a, b) = (quarantined(&nodes), quarantined(&nodes));
     let held = a.try_acquire("q").await.unwrap();
     assert_eq!(excluded(held.votes()), 0);
-    let token = held.token().to_string();
+    let token = held.owner().to_string();
     // Let the third node's SET land (the round returns at quorum).
     for _ in 0..100 {
         if nodes.iter().all(|n| n.cli(&["GET", "q"]).unwrap() == token) {
@@ -336,7 +336,7 @@ async fn fenced_redlock_with_a_minority_down_stays_available_and_tokens_increase
         let (_dir, fence) = storage();
         // The first fenced grant of a node set needs every node (it starts the epoch).
         let first = a.try_acquire("m").await.unwrap();
-        let first_token = first.fencing_token().unwrap();
+        let first_token = first.fencing_token().unwrap().value();
         write(&fence, "m", first_token).await.unwrap();
         first.release().await.unwrap();
 
@@ -347,7 +347,7 @@ async fn fenced_redlock_with_a_minority_down_stays_available_and_tokens_increase
             let lock = holder.try_acquire("m").await.unwrap();
             let err = other.try_acquire("m").await.unwrap_err();
             assert_eq!(err.kind(), ErrorKind::Contention, "{err}");
-            let token = lock.fencing_token().unwrap();
+            let token = lock.fencing_token().unwrap().value();
             assert!(
                 token > last,
                 "token {token} after {last} (quarantine {quarantine})"
@@ -380,7 +380,7 @@ async fn fenced_redlock_with_a_majority_down_fails_closed() {
         );
         let (_dir, fence) = storage();
         let mut held = a.try_acquire("m").await.unwrap();
-        let token = held.fencing_token().unwrap();
+        let token = held.fencing_token().unwrap().value();
         write(&fence, "m", token).await.unwrap();
 
         nodes.node(1).kill().unwrap();
@@ -425,7 +425,7 @@ async fn fenced_redlock_under_network_delay_counts_validity_from_the_send_and_ke
         );
         let (_dir, fence) = storage();
         let first = a.try_acquire("d").await.unwrap();
-        let first_token = first.fencing_token().unwrap();
+        let first_token = first.fencing_token().unwrap().value();
         write(&fence, "d", first_token).await.unwrap();
         first.release().await.unwrap();
 
@@ -439,7 +439,7 @@ async fn fenced_redlock_under_network_delay_counts_validity_from_the_send_and_ke
         );
         let err = a.try_acquire("d").await.unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Contention, "{err}");
-        let token = lock.fencing_token().unwrap();
+        let token = lock.fencing_token().unwrap().value();
         assert!(token > first_token);
         write(&fence, "d", token).await.unwrap();
         assert_eq!(
@@ -470,7 +470,7 @@ async fn fenced_redlock_on_aof_always_nodes_keeps_lock_and_counters_across_kill_
         );
         let (_dir, fence) = storage();
         let held = a.try_acquire("k").await.unwrap();
-        let token = held.fencing_token().unwrap();
+        let token = held.fencing_token().unwrap().value();
         write(&fence, "k", token).await.unwrap();
         let counter = fencelock::protocol::FENCE_COUNTER_KEY;
         // The round returns at a quorum: let the third node's writes land.
@@ -525,7 +525,7 @@ async fn fenced_redlock_on_aof_always_nodes_keeps_lock_and_counters_across_kill_
         reconnect(&a).await;
         held.release().await.unwrap();
         let next = b.try_acquire("k").await.unwrap();
-        let next_token = next.fencing_token().unwrap();
+        let next_token = next.fencing_token().unwrap().value();
         assert!(next_token > token, "{next_token} after {token}");
         write(&fence, "k", next_token).await.unwrap();
         assert_eq!(write(&fence, "k", token).await, Err(ErrorKind::StaleToken));
@@ -576,7 +576,7 @@ async fn a_single_aof_always_node_keeps_the_lock_across_kill_9() {
     let held = a.try_acquire("r").await.unwrap();
     nodes.node(0).kill().unwrap();
     nodes.node(0).restart().unwrap();
-    assert_eq!(nodes.node(0).cli(&["GET", "r"]).unwrap(), held.token());
+    assert_eq!(nodes.node(0).cli(&["GET", "r"]).unwrap(), held.owner());
     let mut refused = false;
     for _ in 0..20 {
         match b.try_acquire("r").await {
@@ -702,8 +702,8 @@ async fn an_evicted_lock_key_on_two_of_three_nodes_lets_a_second_client_in() {
         );
         if fencing {
             let (first, next) = (
-                held.fencing_token().unwrap(),
-                second.fencing_token().unwrap(),
+                held.fencing_token().unwrap().value(),
+                second.fencing_token().unwrap().value(),
             );
             assert!(next > first, "{next} after {first}");
             write(&fence, "evict", next).await.unwrap();
@@ -752,7 +752,7 @@ async fn fenced_tokens_stay_unique_when_clocks_jump_forward_under_a_holder() {
             held.is_valid(),
             "the first holder is still within its validity"
         );
-        let (a, b) = (held.fencing_token().unwrap(), next.fencing_token().unwrap());
+        let (a, b) = (held.fencing_token().unwrap().value(), next.fencing_token().unwrap().value());
         assert_ne!(a, b, "one token for two holders");
         write(&fence, "jump", b).await.unwrap();
         assert_eq!(write(&fence, "jump", a).await, Err(ErrorKind::StaleToken));
@@ -820,7 +820,7 @@ mod on_etcd {
         let ttl = Duration::from_secs(30);
         let (a, b) = (client(&eps, ttl), client(&eps, ttl));
         let held = a.try_acquire("e").await.unwrap();
-        let token = held.fencing_token().unwrap();
+        let token = held.fencing_token().unwrap().value();
 
         let member = cluster.member(follower);
         member.kill_and_wipe().unwrap();
@@ -835,7 +835,7 @@ mod on_etcd {
         assert_eq!(err.kind(), ErrorKind::Contention, "{err}");
         held.release().await.unwrap();
         let next = settle(&on_it, "e").await.unwrap();
-        assert!(next.fencing_token().unwrap() > token);
+        assert!(next.fencing_token().unwrap().value() > token);
         next.release().await.unwrap();
     }
 
@@ -850,7 +850,7 @@ mod on_etcd {
         let ttl = Duration::from_secs(3);
         let (a, b) = (client(&eps, ttl), client(&eps, ttl));
         let mut held = a.try_acquire("e").await.unwrap();
-        let token = held.fencing_token().unwrap();
+        let token = held.fencing_token().unwrap().value();
         let (_dir, fence) = storage();
         write(&fence, "e", token).await.unwrap();
 
@@ -869,7 +869,7 @@ mod on_etcd {
 
         cluster.restart_all().unwrap();
         let next = b.acquire("e").await.unwrap();
-        let next_token = next.fencing_token().unwrap();
+        let next_token = next.fencing_token().unwrap().value();
         assert!(next_token > token);
         write(&fence, "e", next_token).await.unwrap();
         next.release().await.unwrap();
@@ -886,7 +886,7 @@ mod on_etcd {
         let ttl = Duration::from_secs(30);
         let a = client(&eps, ttl);
         let held = a.try_acquire("e").await.unwrap();
-        let token = held.fencing_token().unwrap();
+        let token = held.fencing_token().unwrap().value();
 
         let member = cluster.member(leader);
         member.kill().unwrap();
@@ -898,7 +898,7 @@ mod on_etcd {
         let revision = loop {
             let reply = raw
                 .get(
-                    held.token(),
+                    held.owner(),
                     Some(etcd_client::GetOptions::new().with_serializable()),
                 )
                 .await
@@ -918,7 +918,7 @@ mod on_etcd {
         assert_eq!(err.kind(), ErrorKind::Contention, "{err}");
         held.release().await.unwrap();
         let next = settle(&on_it, "e").await.unwrap();
-        assert!(next.fencing_token().unwrap() > token);
+        assert!(next.fencing_token().unwrap().value() > token);
         next.release().await.unwrap();
     }
 
@@ -942,12 +942,12 @@ mod on_etcd {
             left <= ttl - delay,
             "validity {left:?} not shortened by the {delay:?} delay"
         );
-        let token = held.fencing_token().unwrap();
+        let token = held.fencing_token().unwrap().value();
         let err = other.try_acquire("d").await.unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Contention, "{err}");
         held.release().await.unwrap();
         let next = other.try_acquire("d").await.unwrap();
-        assert!(next.fencing_token().unwrap() > token);
+        assert!(next.fencing_token().unwrap().value() > token);
         next.release().await.unwrap();
     }
 
@@ -973,7 +973,7 @@ mod on_etcd {
         let other = c.clone();
         let waiter = tokio::spawn(async move {
             let l = other.acquire("re").await.unwrap();
-            let token = l.fencing_token().unwrap();
+            let token = l.fencing_token().unwrap().value();
             l.release().await.unwrap();
             token
         });
@@ -982,7 +982,7 @@ mod on_etcd {
             !waiter.is_finished(),
             "the other task must wait for the holder"
         );
-        let first = lock.fencing_token().unwrap();
+        let first = lock.fencing_token().unwrap().value();
         lock.release().await.unwrap();
         assert!(waiter.await.unwrap() > first);
         let again = c.try_acquire("re").await.unwrap();
@@ -1021,7 +1021,7 @@ mod on_etcd {
                 while Instant::now() < until {
                     if k < 2 {
                         let Ok(lock) = rw.write().await else { continue };
-                        tokens.push(lock.fencing_token().unwrap());
+                        tokens.push(lock.fencing_token().unwrap().value());
                         if writers.fetch_add(1, Ordering::SeqCst) != 0
                             || readers.load(Ordering::SeqCst) != 0
                         {
@@ -1088,7 +1088,7 @@ mod on_etcd {
             .await
             .unwrap()
             .auto_extend(AutoExtend::new());
-        let token = guard.fencing_token().unwrap();
+        let token = guard.fencing_token().unwrap().value();
         println!("TOKEN {token}");
         // SAFETY: raising a signal on our own process has no memory-safety preconditions.
         unsafe { libc::raise(libc::SIGSTOP) };
@@ -1139,7 +1139,7 @@ mod on_etcd {
 
         let b = client(&eps, Duration::from_secs(2));
         let b_lock = b.acquire("sku").await.unwrap();
-        let b_token = b_lock.fencing_token().unwrap();
+        let b_token = b_lock.fencing_token().unwrap().value();
         assert!(b_token > a_token);
         write(&fence, "sku", b_token).await.unwrap();
 

@@ -1,6 +1,6 @@
 //! Who holds what: the holder label a client stores beside its locks, on real nodes. On Redis a
 //! side key `fencelock:holder:<resource>` written by the granting script with the lock's TTL,
-//! extended and deleted with the lock, while the lock key keeps the bare owner token (what
+//! extended and deleted with the lock, while the lock key keeps the bare owner value (what
 //! other Redlock clients read); on etcd the value of the lock's key.
 
 use std::time::Duration;
@@ -64,13 +64,13 @@ async fn the_label_lives_beside_the_lock_and_goes_with_it() {
         let client = Client::new(config.clone().with_fencing(fencing)).unwrap();
         let resource = format!("holder:one:{fencing}");
         let mut lock = client.try_acquire(&resource).await.unwrap();
-        assert_held_with_label(&all, &resource, lock.token(), &holder).await;
+        assert_held_with_label(&all, &resource, lock.owner(), &holder).await;
         // Let the TTLs run down a little, then extend: both come back up together.
         tokio::time::sleep(Duration::from_millis(1200)).await;
         lock.extend().await.unwrap();
         tokio::time::sleep(Duration::from_millis(100)).await;
         assert!(pttl(all[0], &holder_key(&resource)) > 9_000);
-        assert_held_with_label(&all, &resource, lock.token(), &holder).await;
+        assert_held_with_label(&all, &resource, lock.owner(), &holder).await;
         lock.release().await.unwrap();
         client.close().await;
         for node in &all {
@@ -88,7 +88,7 @@ async fn the_label_lives_beside_the_lock_and_goes_with_it() {
         .await
         .unwrap();
     for r in ["holder:a", "holder:b"] {
-        assert_held_with_label(&all, r, lock.token(), &holder).await;
+        assert_held_with_label(&all, r, lock.owner(), &holder).await;
     }
     lock.release().await.unwrap();
     client.close().await;
@@ -109,7 +109,7 @@ async fn the_label_lives_beside_the_lock_and_goes_with_it() {
         tokio::time::sleep(Duration::from_millis(200)).await;
         first.release().await.unwrap();
         let (waiter, lock) = wait.await.unwrap();
-        assert_held_with_label(&all, &resource, lock.token(), &holder).await;
+        assert_held_with_label(&all, &resource, lock.owner(), &holder).await;
         lock.release().await.unwrap();
         waiter.close().await;
         other.close().await;
@@ -122,7 +122,7 @@ async fn one_node_stores_the_label_and_a_client_without_one_stores_nothing() {
     let (config, holder) = labelled(vec![node.url()]);
     let client = Client::new(config).unwrap();
     let lock = client.try_acquire("holder:single").await.unwrap();
-    assert_held_with_label(&[&node], "holder:single", lock.token(), &holder).await;
+    assert_held_with_label(&[&node], "holder:single", lock.owner(), &holder).await;
     lock.release().await.unwrap();
 
     let plain = Client::new(Config::new([node.url()]).with_quarantine(false)).unwrap();
@@ -157,7 +157,7 @@ async fn on_etcd_the_label_is_the_value_of_the_lock_key() {
         .await
         .unwrap();
     let kv = &resp.kvs()[0];
-    assert_eq!(kv.key_str().unwrap(), lock.token());
+    assert_eq!(kv.key_str().unwrap(), lock.owner());
     assert_eq!(Holder::parse(kv.value_str().unwrap()), Some(holder));
     lock.release().await.unwrap();
 }

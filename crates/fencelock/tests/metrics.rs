@@ -319,17 +319,17 @@ async fn fenced_writes_are_counted_accepted_and_stale() {
         .unwrap();
     // A holder whose lock runs out (a paused holder): its token is stale once the next wrote.
     let first = brief.acquire("metrics:fence").await.unwrap();
-    let old = first.issued_token().unwrap();
+    let old = first.fencing_token().unwrap();
     tokio::time::sleep(Duration::from_millis(1300)).await;
     drop(first);
     let second = client.try_acquire("metrics:fence").await.unwrap();
     fence
-        .write("metrics:fence", second.issued_token().unwrap(), |_| Ok(()))
+        .write("metrics:fence", second.fencing_token().unwrap(), |_| Ok(()))
         .unwrap();
     let stale = fence.write("metrics:fence", old, |_| Ok(())).unwrap_err();
     assert_eq!(stale.kind(), ErrorKind::StaleToken);
     fence
-        .write("metrics:fence", second.issued_token().unwrap(), |_| Ok(()))
+        .write("metrics:fence", second.fencing_token().unwrap(), |_| Ok(()))
         .unwrap();
     second.release().await.unwrap();
 
@@ -379,7 +379,7 @@ async fn fencing_tokens_are_counted_by_the_path_that_made_them() {
     let mut last = 0;
     for _ in 0..2 {
         let lock = client.acquire("metrics:path").await.unwrap();
-        last = lock.fencing_token().unwrap();
+        last = lock.fencing_token().unwrap().value();
         lock.release().await.unwrap();
     }
     assert!(last > 4_000_000_000_000_000_000, "{last}");

@@ -261,7 +261,7 @@ async fn a_key_of_another_type_is_named() {
     // A script that reads the key meets the list (a plain SET NX only finds the name taken):
     // the release of a token, as `fencelock release` sends it.
     let err = client(vec![node.url()])
-        .release_token("job", "0123456789abcdef0123456789abcdef")
+        .release_by_owner("job", "0123456789abcdef0123456789abcdef")
         .await
         .unwrap_err();
     let text = err.to_string();

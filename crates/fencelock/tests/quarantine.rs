@@ -61,7 +61,7 @@ async fn job_on_nodes_0_and_2(
                 .with_quarantine(false),
         )
         .unwrap();
-        let votes = extender.extend_token(resource, lock.token()).await.unwrap();
+        let votes = extender.extend_by_owner(resource, lock.owner()).await.unwrap();
         assert_eq!(votes.granted(), 2, "{votes}");
     }
     // The round returned on a quorum; its request to node 1 may still be on its way. Let it
@@ -236,7 +236,7 @@ async fn a_node_that_lost_its_data_dir_is_quarantined_whatever_its_configuration
     // counts at once, refusing the application.
     nodes.node(0).kill().unwrap();
     nodes.node(0).restart().unwrap();
-    assert_eq!(nodes.node(0).cli(&["GET", "job"]).unwrap(), held.token());
+    assert_eq!(nodes.node(0).cli(&["GET", "job"]).unwrap(), held.owner());
     let app = self::app(&nodes, ttl);
     app.connect().await;
     let err = app.try_acquire("job").await.unwrap_err();
@@ -361,7 +361,7 @@ async fn a_node_restarted_empty_is_announced_to_again_before_its_next_plain_gran
         let lock = client.try_acquire("b").await.unwrap();
         // Node 2's request may still be on its way when the round returns at the quorum.
         tokio::time::sleep(Duration::from_millis(50)).await;
-        let on_2 = nodes.node(2).cli(&["GET", "b"]).unwrap() == lock.token();
+        let on_2 = nodes.node(2).cli(&["GET", "b"]).unwrap() == lock.owner();
         lock.release().await.unwrap();
         if on_2 {
             break;
@@ -499,14 +499,14 @@ async fn a_short_ttl_never_shortens_the_record_of_a_longer_one() {
     // granted while L's key lives on node 0.
     tokio::time::sleep_until((a + Duration::from_millis(7_150)).into()).await;
     let mut tries = 0;
-    while nodes.node(0).cli(&["GET", "r"]).unwrap() == held.token() {
+    while nodes.node(0).cli(&["GET", "r"]).unwrap() == held.owner() {
         let third = app(&nodes, Duration::from_secs(1));
         tries += 1;
         if let Ok(stolen) = third.try_acquire("r").await {
             let on_0 = nodes.node(0).cli(&["GET", "r"]).unwrap();
             assert_ne!(
                 on_0,
-                held.token(),
+                held.owner(),
                 "C took \"r\" while L still holds it on node 0 ({:?} left): {}",
                 key_ttl(&nodes, 0, "r"),
                 stolen.votes()
@@ -568,7 +568,7 @@ async fn a_flush_on_a_majority_while_a_lock_is_held_starts_the_quarantine() {
         // The round returned at a quorum; the other requests land meanwhile.
         for node in nodes.iter() {
             let deadline = Instant::now() + Duration::from_secs(1);
-            while node.cli(&["GET", resource]).unwrap() != held.token() {
+            while node.cli(&["GET", resource]).unwrap() != held.owner() {
                 assert!(Instant::now() < deadline, "{}", held.votes());
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }

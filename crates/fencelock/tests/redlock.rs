@@ -53,7 +53,7 @@ async fn on_one_node_a_second_client_cannot_acquire_while_the_first_holds() {
     let lock = a.try_acquire("lock:single").await.unwrap();
     let err = b.try_acquire("lock:single").await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Contention, "{err}");
-    assert_eq!(get(nodes.node(0), "lock:single"), lock.token());
+    assert_eq!(get(nodes.node(0), "lock:single"), lock.owner());
     lock.release().await.unwrap();
     b.try_acquire("lock:single")
         .await
@@ -247,10 +247,10 @@ async fn release_with_a_wrong_token_leaves_the_key() {
     let nodes = RedisNodes::start(3).unwrap();
     let c = client(&nodes);
     let lock = c.try_acquire("w").await.unwrap();
-    let token = lock.token().to_string();
-    let err = c.release_token("w", "not-the-owner").await.unwrap_err();
+    let token = lock.owner().to_string();
+    let err = c.release_by_owner("w", "not-the-owner").await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Lost, "{err}");
-    let err = c.extend_token("w", "not-the-owner").await.unwrap_err();
+    let err = c.extend_by_owner("w", "not-the-owner").await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Lost, "{err}");
     for n in nodes.iter() {
         assert_eq!(get(n, "w"), token);
@@ -272,13 +272,13 @@ async fn extend_after_expiry_fails_and_does_not_recreate_the_key() {
     )
     .unwrap();
     let mut lock = c.try_acquire("e").await.unwrap();
-    let token = lock.token().to_string();
+    let token = lock.owner().to_string();
     lock.extend().await.unwrap();
     tokio::time::sleep(Duration::from_millis(1_500)).await;
     let err = lock.extend().await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Lost, "{err}");
     // The same through the script path, which the local deadline check above short-cuts.
-    let err = c.extend_token("e", &token).await.unwrap_err();
+    let err = c.extend_by_owner("e", &token).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Lost, "{err}");
     for n in nodes.iter() {
         assert_eq!(get(n, "e"), "(nil)");
@@ -304,7 +304,7 @@ async fn extend_renews_the_ttl_on_the_nodes() {
     }
     // 2.4 s after acquisition, past the 1.5 s TTL: the keys are still ours.
     for n in nodes.iter() {
-        assert_eq!(get(n, "x"), lock.token());
+        assert_eq!(get(n, "x"), lock.owner());
     }
     lock.release().await.unwrap();
 }
@@ -378,7 +378,7 @@ async fn bad_input_is_an_error_not_a_panic() {
     }
     let err = c.try_acquire("list").await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Contention, "{err}");
-    assert!(c.release_token("list", "t").await.is_err());
+    assert!(c.release_by_owner("list", "t").await.is_err());
     for n in nodes.iter() {
         assert_eq!(n.cli(&["LRANGE", "list", "0", "-1"]).unwrap(), "a");
     }

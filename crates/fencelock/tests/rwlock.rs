@@ -98,14 +98,14 @@ async fn mixed_load(
                         rw.write().await.unwrap()
                     };
                     inside.enter_write();
-                    tokens.lock().unwrap().push(lock.fencing_token().unwrap());
+                    tokens.lock().unwrap().push(lock.fencing_token().unwrap().value());
                     tokio::time::sleep(Duration::from_millis(fastrand::u64(2..10))).await;
                     inside.leave_write();
                     lock.release().await.unwrap();
                 } else {
                     let lock = rw.read().await.unwrap();
                     inside.enter_read();
-                    assert_eq!(lock.fencing_token(), None, "a reader has no fencing token");
+                    assert_eq!(lock.fencing_token().map(|t| t.value()), None, "a reader has no fencing token");
                     tokio::time::sleep(Duration::from_millis(fastrand::u64(5..30))).await;
                     inside.leave_read();
                     lock.release().await.unwrap();
@@ -147,7 +147,7 @@ async fn readers_share_and_the_mutex_is_the_write_side() {
     let (a, b, m) = (client(&nodes), client(&nodes), client(&nodes));
     let r1 = a.rwlock("rw:share").unwrap().try_read().await.unwrap();
     let r2 = b.rwlock("rw:share").unwrap().try_read().await.unwrap();
-    assert_ne!(r1.token(), r2.token());
+    assert_ne!(r1.owner(), r2.owner());
     // Readers exclude writers and mutex holders of the same name.
     let err = m.rwlock("rw:share").unwrap().try_write().await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Contention, "{err}");
@@ -308,7 +308,7 @@ async fn readers_learn_the_last_writers_token() {
     let mut last = 0;
     for _ in 0..3 {
         let write = w.rwlock("rw:last").unwrap().write().await.unwrap();
-        let token = write.fencing_token().unwrap();
+        let token = write.fencing_token().unwrap().value();
         assert!(token > last);
         assert_eq!(write.last_writer_token(), None);
         write.release().await.unwrap();
@@ -319,7 +319,7 @@ async fn readers_learn_the_last_writers_token() {
     }
     // A plain mutex holder of the name records nothing.
     let mutex = w.acquire("rw:last").await.unwrap();
-    assert!(mutex.fencing_token().unwrap() > last);
+    assert!(mutex.fencing_token().unwrap().value() > last);
     mutex.release().await.unwrap();
     let read = rw.read().await.unwrap();
     assert_eq!(read.last_writer_token(), Some(last));
@@ -341,12 +341,12 @@ async fn scoped_reads_and_writes_run_under_their_locks() {
     let token = rw
         .with_write(async |ctx| {
             assert_eq!(ctx.resource(), "rw:scoped");
-            ctx.fencing_token().unwrap()
+            ctx.fencing_token().unwrap().value()
         })
         .await
         .unwrap();
     let (seen, fencing) = rw
-        .with_read(async |ctx| (ctx.last_writer_token(), ctx.fencing_token()))
+        .with_read(async |ctx| (ctx.last_writer_token(), ctx.fencing_token().map(|t| t.value())))
         .await
         .unwrap();
     assert_eq!(seen, Some(token));
@@ -365,7 +365,7 @@ async fn scoped_reads_and_writes_run_under_their_locks() {
     assert!(matches!(failed, Err(WorkError::Own)), "{failed:?}");
     // Released in every case: a writer gets in at once.
     let again = rw.try_write().await.unwrap();
-    assert!(again.fencing_token().unwrap() > token);
+    assert!(again.fencing_token().unwrap().value() > token);
     again.release().await.unwrap();
 }
 

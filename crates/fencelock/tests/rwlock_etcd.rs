@@ -42,7 +42,7 @@ async fn never_a_writer_with_anyone_and_readers_share() {
             for _ in 0..4 {
                 if k < 2 {
                     let lock = rw.write().await.unwrap();
-                    tokens.push(lock.fencing_token().unwrap());
+                    tokens.push(lock.fencing_token().unwrap().value());
                     if writers.fetch_add(1, Ordering::SeqCst) != 0
                         || readers.load(Ordering::SeqCst) != 0
                     {
@@ -53,7 +53,7 @@ async fn never_a_writer_with_anyone_and_readers_share() {
                     lock.release().await.unwrap();
                 } else {
                     let lock = rw.read().await.unwrap();
-                    assert_eq!(lock.fencing_token(), None);
+                    assert_eq!(lock.fencing_token().map(|t| t.value()), None);
                     let now = readers.fetch_add(1, Ordering::SeqCst) + 1;
                     most.fetch_max(now, Ordering::SeqCst);
                     if writers.load(Ordering::SeqCst) != 0 {
@@ -101,7 +101,7 @@ async fn the_mutex_is_the_write_side_and_readers_learn_its_token() {
     assert_eq!(err.kind(), ErrorKind::Contention, "{err}");
     mutex.release().await.unwrap();
     let write = m.rwlock("rw:side").unwrap().write().await.unwrap();
-    let token = write.fencing_token().unwrap();
+    let token = write.fencing_token().unwrap().value();
     write.release().await.unwrap();
     let read = rw.read().await.unwrap();
     assert_eq!(read.last_writer_token(), Some(token));

@@ -6,7 +6,7 @@
 //! The design (`src/rwlock.rs`, the scripts `read_acquire.lua`, `read_release.lua`,
 //! `read_extend.lua`, `write_record.lua`):
 //!
-//! * A **writer** is the mutex: it sets the lock key to its owner token on a quorum (`SET NX`,
+//! * A **writer** is the mutex: it sets the lock key to its owner value on a quorum (`SET NX`,
 //!   in fencing mode the fenced acquisition script), derives its fencing token under the amnesia
 //!   guard from the node counters of its granting nodes (`fencing::derive`), writes it back to
 //!   the trusted granting nodes (a quorum must acknowledge), seeds the untrusted ones once it is
@@ -179,7 +179,7 @@ struct Waiting {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 struct Node {
-    /// The writer whose owner token the lock key holds (client + 1; 0 for none).
+    /// The writer whose owner value the lock key holds (client + 1; 0 for none).
     writer: u8,
     /// The clients whose reader entry lives here (a bit per client). The lock key holds the
     /// readers' marker exactly when this is not empty.

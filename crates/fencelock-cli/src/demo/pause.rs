@@ -60,7 +60,7 @@ pub(crate) async fn worker(spec: &str) -> anyhow::Result<u8> {
     )
     .await?;
     let lock = client.acquire(&lock_resource(&spec.sku)).await?;
-    let token = lock.fencing_token();
+    let token = lock.fencing_token().map(|t| t.value());
     let stock = shop.stock(&spec.sku)?;
     say(&format!("READ {stock} {}", token.unwrap_or(0)));
     // SAFETY: raising a signal on our own process has no memory-safety preconditions.
@@ -270,7 +270,7 @@ async fn play_b(b: &Client, shop: &Shop, sku: &str) -> anyhow::Result<(Duration,
         .await
         .context("B's wait for the lock")?;
     let waited = started.elapsed();
-    let token = lock.fencing_token();
+    let token = lock.fencing_token().map(|t| t.value());
     let stock = shop.stock(sku)?;
     match token {
         Some(token) => shop.write_fenced(sku, stock - B_WANTS, token).await?,

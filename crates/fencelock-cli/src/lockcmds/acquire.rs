@@ -38,13 +38,13 @@ pub(crate) async fn acquire(
     let remaining = lock.remaining();
     // What `extend` and `release` take: the owner value with the TTL, so that an extension
     // without --ttl keeps this lock's TTL.
-    let token = super::token::hand_out(lock.token(), settings.ttl);
+    let token = super::token::hand_out(lock.owner(), settings.ttl);
     if json {
         let value = serde_json::json!({
             "resource": lock.resource(),
             "token": token,
-            "owner": lock.token(),
-            "fencing_token": lock.fencing_token(),
+            "owner": lock.owner(),
+            "fencing_token": lock.fencing_token().map(|t| t.value()),
             "validity_ms": u64::try_from(remaining.as_millis()).unwrap_or(u64::MAX),
             "ttl_ms": u64::try_from(settings.ttl.as_millis()).unwrap_or(u64::MAX),
             "granted": lock.votes().granted(),
@@ -55,12 +55,12 @@ pub(crate) async fn acquire(
     } else {
         println!("{token}");
         let fencing = lock
-            .fencing_token()
+            .fencing_token().map(|t| t.value())
             .map(|t| format!(", fencing token {t}"))
             .unwrap_or_default();
         let quoted = crate::shell::quote(resource);
         eprintln!(
-            "fencelock: acquired {resource:?} ({} of {} nodes agreed){fencing}, valid for {}; extend it by its TTL ({}) with `fencelock extend {quoted} --token TOKEN` before then, release it with `fencelock release {quoted} --token TOKEN`",
+            "fencelock: acquired {resource:?} ({} of {} nodes agreed){fencing}, valid for {}; extend it by its TTL ({}) with `fencelock extend {quoted} --owner TOKEN` before then, release it with `fencelock release {quoted} --owner TOKEN`",
             lock.votes().granted(),
             lock.votes().len(),
             human(remaining),

@@ -82,7 +82,7 @@ pub(crate) async fn extend(
     let settings = &settings;
     let client = settings.client(false).await?;
     let started = Instant::now();
-    let result = client.extend_token(resource, handed.owner).await;
+    let result = client.extend_by_owner(resource, handed.owner).await;
     let votes = token_votes(settings, "extend", resource, client.quorum(), result).await?;
     if json {
         let value = serde_json::json!({

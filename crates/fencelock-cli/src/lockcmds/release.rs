@@ -18,7 +18,7 @@ pub(crate) async fn release(
 ) -> anyhow::Result<u8> {
     let client = settings.client(false).await?;
     let owner = super::token::parse(token).owner;
-    let result = client.release_token(resource, owner).await;
+    let result = client.release_by_owner(resource, owner).await;
     let votes = token_votes(settings, "release", resource, client.quorum(), result).await?;
     if json {
         let value = serde_json::json!({

@@ -68,7 +68,7 @@ pub(crate) struct Slot {
     pub(crate) holder: Option<String>,
 }
 
-/// One reader of a read-write lock on one node: its owner token and the time its entry has
+/// One reader of a read-write lock on one node: its owner value and the time its entry has
 /// left (ms, the node's clock).
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub(crate) struct Reader {
@@ -104,7 +104,7 @@ impl NodeState {
         }
     }
 
-    /// Whether the key is a string without a TTL that is not an owner token (32 lowercase hex
+    /// Whether the key is a string without a TTL that is not an owner value (32 lowercase hex
     /// digits): some program's value, not a lock whose TTL was removed (that one is waited for).
     pub(crate) fn is_plain_value(&self) -> bool {
         let token_like = self.token.as_deref().is_some_and(|t| {

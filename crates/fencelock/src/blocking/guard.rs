@@ -55,19 +55,14 @@ impl LockGuard {
         self.guard().resource()
     }
 
-    /// The owner token stored in the keys.
-    pub fn token(&self) -> &str {
-        self.guard().token()
+    /// The owner value stored in the keys.
+    pub fn owner(&self) -> &str {
+        self.guard().owner()
     }
 
     /// The fencing token with its issuer and the guard's live state, for the fenced storages
-    /// (see [`crate::LockGuard::issued_token`]).
-    pub fn issued_token(&self) -> Option<crate::IssuedToken> {
-        self.guard().issued_token()
-    }
-
-    /// The fencing token, in fencing mode.
-    pub fn fencing_token(&self) -> Option<u64> {
+    /// (see [`crate::LockGuard::fencing_token`]).
+    pub fn fencing_token(&self) -> Option<crate::FencingToken> {
         self.guard().fencing_token()
     }
 

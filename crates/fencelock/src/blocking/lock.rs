@@ -17,7 +17,7 @@ use crate::pure::vote::Votes;
 /// ```no_run
 /// # fn demo(client: fencelock::blocking::Client) -> fencelock::Result<()> {
 /// let lock = client.acquire("nightly-report")?;
-/// let token = lock.issued_token(); // Some in fencing mode: pass it to a fence
+/// let token = lock.fencing_token(); // Some in fencing mode: pass it to a fence
 /// // ... the work, finished before lock.validity_deadline() ...
 /// lock.release()?;
 /// # Ok(())
@@ -47,20 +47,15 @@ impl Lock {
         self.lock().resource()
     }
 
-    /// The owner token stored in the keys.
-    pub fn token(&self) -> &str {
-        self.lock().token()
-    }
-
-    /// The fencing token, in fencing mode (see [`crate::Lock::fencing_token`]).
-    pub fn fencing_token(&self) -> Option<u64> {
-        self.lock().fencing_token()
+    /// The owner value stored in the keys.
+    pub fn owner(&self) -> &str {
+        self.lock().owner()
     }
 
     /// The fencing token with the lock that issued it, for the fenced storages (see
-    /// [`crate::Lock::issued_token`]): [`crate::fence::SqliteFence::write`] is blocking already.
-    pub fn issued_token(&self) -> Option<crate::IssuedToken> {
-        self.lock().issued_token()
+    /// [`crate::Lock::fencing_token`]): [`crate::fence::SqliteFence::write`] is blocking already.
+    pub fn fencing_token(&self) -> Option<crate::FencingToken> {
+        self.lock().fencing_token()
     }
 
     /// When the lock's validity runs out, unless extended.

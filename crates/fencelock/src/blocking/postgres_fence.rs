@@ -10,7 +10,7 @@ use crate::fence::logic::{self, ready, FenceRow, Presented};
 use crate::fence::pg_sql::{advisory_key, PgSql};
 use crate::fence::postgres::{redact, Prepared, DEFAULT_CONNECT_TIMEOUT};
 use crate::fence::{closure_failed, BoxError, FenceOptions, Row};
-use crate::IssuedToken;
+use crate::FencingToken;
 
 /// What the blocking fence's calls name as their async counterpart, when refused inside a
 /// runtime.
@@ -44,7 +44,7 @@ const ASYNC_FENCE: &str = "fencelock::fence::PostgresFence";
 /// let mut fence = PostgresFence::connect("postgres://app:secret@127.0.0.1:5432/shop")?;
 ///
 /// let lock = client.acquire("sku:apple")?;
-/// let left: Option<i64> = fence.write("sku:apple", lock.issued_token().unwrap(), |tx| {
+/// let left: Option<i64> = fence.write("sku:apple", lock.fencing_token().unwrap(), |tx| {
 ///     let row = tx.query_opt(
 ///         "UPDATE inventory SET stock = stock - $2 WHERE sku = $1 AND stock >= $2 RETURNING stock",
 ///         &[&"apple", &3_i64],
@@ -157,7 +157,7 @@ impl PostgresFence {
     /// lock or an older one without calling `f`, run `f`, record the token, `COMMIT`), on the
     /// calling thread. `f` must not commit or roll back by itself.
     ///
-    /// `token` is an [`IssuedToken`] (from [`Lock::issued_token`](super::Lock::issued_token)),
+    /// `token` is an [`FencingToken`] (from [`Lock::fencing_token`](super::Lock::fencing_token)),
     /// which binds the row to its lock, or a bare `u64`, which a bound row refuses.
     ///
     /// # Errors
@@ -175,12 +175,12 @@ impl PostgresFence {
     /// - [`Error::Storage`] if PostgreSQL failed; nothing was changed, unless the connection
     ///   broke during `COMMIT`, in which case it is unknown ([`last_token`](Self::last_token)
     ///   tells).
-    pub fn write<T, F>(&mut self, resource: &str, token: impl Into<IssuedToken>, f: F) -> Result<T>
+    pub fn write<T, F>(&mut self, resource: &str, token: impl Into<FencingToken>, f: F) -> Result<T>
     where
         F: FnOnce(&mut Transaction<'_>) -> std::result::Result<T, BoxError>,
     {
         outside_async(ASYNC_FENCE)?;
-        let token: IssuedToken = token.into();
+        let token: FencingToken = token.into();
         let presented = Presented::new(resource, &token)?;
         let statements = &self.prepared;
         let mut tx = self

@@ -48,7 +48,7 @@
 //!
 //! Each lock on a carried lease has a key of its own, `<lease id>.<use>`
 //! ([`keys::carried_key`]): the token of a released lock names its key, not the lease, so
-//! `release --token` and `extend --token` with it find nothing (`Lost`) and leave the later
+//! `release --owner` and `extend --owner` with it find nothing (`Lost`) and leave the later
 //! lock on the same lease alone, as does the same token without its use number: an operation
 //! by token looks for the token's key before it renews or revokes (a race with the key's
 //! release may still renew the lease once). A release by token deletes the key and leaves the
@@ -215,7 +215,7 @@ pub(crate) struct EtcdHeld {
     /// The (first) resource, for error messages.
     pub(crate) resource: String,
     /// The lock key of the first resource, `fencelock/<resource>/<lease id hex>` (what
-    /// `Lock::token` shows).
+    /// `Lock::owner` shows).
     pub(crate) key: String,
     /// The lease the keys are attached to.
     pub(crate) lease: i64,
@@ -727,8 +727,8 @@ impl Cluster {
         }
     }
 
-    /// The lock that `token` (a lock key, as `Lock::token` shows it) names for `resource`, to
-    /// release or extend it from another process (`fencelock release --token`).
+    /// The lock that `token` (a lock key, as `Lock::owner` shows it) names for `resource`, to
+    /// release or extend it from another process (`fencelock release --owner`).
     ///
     /// # Errors
     ///

@@ -7,13 +7,13 @@ use std::future::Future;
 
 use super::{admit, must_record, token_to_sql, Row};
 use crate::error::Result;
-use crate::IssuedToken;
+use crate::FencingToken;
 
 /// A token on its way into a fence row: the token and the signed value the column stores,
 /// checked before any I/O.
 #[derive(Debug)]
 pub(crate) struct Presented<'a> {
-    pub(crate) token: &'a IssuedToken,
+    pub(crate) token: &'a FencingToken,
     pub(crate) stored: i64,
 }
 
@@ -21,7 +21,7 @@ impl<'a> Presented<'a> {
     /// # Errors
     ///
     /// [`crate::Error::InvalidConfig`] for a token above `i64::MAX`.
-    pub(crate) fn new(resource: &str, token: &'a IssuedToken) -> Result<Presented<'a>> {
+    pub(crate) fn new(resource: &str, token: &'a FencingToken) -> Result<Presented<'a>> {
         Ok(Presented {
             token,
             stored: token_to_sql(resource, token.value())?,

@@ -61,7 +61,7 @@
 //! about one of lock `b`, nor a Redis token about an etcd revision. A fence row written with
 //! tokens of two locks would compare numbers that mean nothing to each other and let a stale
 //! write through. So the row records the lock that issued its first bound token (pass
-//! [`Lock::issued_token`](crate::Lock::issued_token), an [`IssuedToken`]) and refuses a token
+//! [`Lock::fencing_token`](crate::Lock::fencing_token), an [`FencingToken`]) and refuses a token
 //! from any other lock, or a bare `u64`, with [`Error::InvalidConfig`] naming both locks
 //! (tests `a_bound_row_refuses_tokens_of_another_lock_or_of_none` in this module, and
 //! `a_fence_row_is_bound_to_the_lock_of_its_first_token` in `tests/fence_sqlite.rs` and
@@ -166,7 +166,7 @@
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::IssuedToken;
+use crate::FencingToken;
 
 pub(crate) mod logic;
 #[cfg(any(feature = "postgres", feature = "sqlx-postgres"))]
@@ -319,10 +319,10 @@ pub(crate) struct Row {
 }
 
 /// The fencing rule, one for both storages. A write is admitted if the row takes tokens from
-/// the presented token's lock (it is bound to that lock, or to none yet, see [`IssuedToken`])
+/// the presented token's lock (it is bound to that lock, or to none yet, see [`FencingToken`])
 /// and no token was accepted yet or its token is not older than the last accepted one. Equal
 /// tokens are the same holder writing again.
-pub(crate) fn admit(resource: &str, presented: &IssuedToken, current: Option<&Row>) -> Result<()> {
+pub(crate) fn admit(resource: &str, presented: &FencingToken, current: Option<&Row>) -> Result<()> {
     let Some(row) = current else {
         return Ok(());
     };
@@ -342,7 +342,7 @@ pub(crate) fn admit(resource: &str, presented: &IssuedToken, current: Option<&Ro
                 return Err(Error::config(
                     "fencing token",
                     format!(
-                        "the fence row of {resource:?} is bound to the lock {bound:?}, but token {} does not say which lock issued it; pass `lock.issued_token()` instead of the bare number",
+                        "the fence row of {resource:?} is bound to the lock {bound:?}, but token {} does not say which lock issued it; pass `lock.fencing_token()` instead of the bare number",
                         presented.value()
                     ),
                 ))
@@ -358,7 +358,7 @@ pub(crate) fn admit(resource: &str, presented: &IssuedToken, current: Option<&Ro
 /// The error for a token below the row's last: a stale holder, unless the token knows that its
 /// lock is still valid, which only a counter reset explains. The lock's state is read here
 /// only, on the refusal path.
-fn refused(resource: &str, presented: &IssuedToken, current: u64) -> Error {
+fn refused(resource: &str, presented: &FencingToken, current: u64) -> Error {
     if presented.lock_still_valid() == Some(true) {
         Error::CounterReset {
             resource: resource.to_owned(),
@@ -377,7 +377,7 @@ fn refused(resource: &str, presented: &IssuedToken, current: u64) -> Error {
 
 /// Whether an admitted write must update the row: a newer token, or the first issuer of a row
 /// that had none.
-pub(crate) fn must_record(presented: &IssuedToken, current: Option<&Row>) -> bool {
+pub(crate) fn must_record(presented: &FencingToken, current: Option<&Row>) -> bool {
     current.is_none_or(|row| {
         row.token != presented.value() || (row.issuer.is_none() && presented.issuer().is_some())
     })
@@ -411,7 +411,7 @@ mod tests {
 
     #[test]
     fn admits_newer_and_equal_tokens_and_refuses_older_ones() {
-        let t = IssuedToken::unbound;
+        let t = FencingToken::unbound;
         assert!(admit("r", &t(5), None).is_ok());
         assert!(admit("r", &t(0), None).is_ok());
         assert!(
@@ -431,8 +431,8 @@ mod tests {
 
     #[test]
     fn a_bound_row_refuses_tokens_of_another_lock_or_of_none() {
-        let a = |v| IssuedToken::new(v, "redis:a");
-        let b = |v| IssuedToken::new(v, "etcd:a");
+        let a = |v| FencingToken::new(v, "redis:a");
+        let b = |v| FencingToken::new(v, "etcd:a");
         let bound = row(10, Some("redis:a"));
         assert!(admit("r", &a(10), Some(&bound)).is_ok());
         assert!(admit("r", &a(11), Some(&bound)).is_ok());
@@ -445,9 +445,9 @@ mod tests {
         assert_eq!(err.kind(), ErrorKind::InvalidConfig);
         assert!(err.to_string().contains("\"etcd:a\""), "{err}");
         assert!(err.to_string().contains("\"redis:a\""), "{err}");
-        let err = admit("r", &IssuedToken::unbound(99), Some(&bound)).unwrap_err();
+        let err = admit("r", &FencingToken::unbound(99), Some(&bound)).unwrap_err();
         assert_eq!(err.kind(), ErrorKind::InvalidConfig);
-        assert!(err.to_string().contains("issued_token"), "{err}");
+        assert!(err.to_string().contains("fencing_token"), "{err}");
         // An unbound row takes a bound token, and must then record its issuer.
         let unbound = row(10, None);
         assert!(admit("r", &b(10), Some(&unbound)).is_ok());
@@ -461,7 +461,7 @@ mod tests {
     fn a_live_lock_below_the_row_is_a_reset_and_an_expired_or_unknown_one_is_stale() {
         use std::time::{Duration, Instant};
         let bound = row(900, Some("redis:a"));
-        let live = IssuedToken::new(5, "redis:a")
+        let live = FencingToken::new(5, "redis:a")
             .with_valid_until(Instant::now() + Duration::from_secs(3600));
         let err = admit("r", &live, Some(&bound)).unwrap_err();
         assert_eq!(err.kind(), ErrorKind::CounterReset, "{err}");
@@ -470,20 +470,20 @@ mod tests {
         assert!(shown.contains("fencelock reseed --above 900"), "{shown}");
         assert!(!shown.contains('\n'), "{shown}");
         // The lock is over: a stale holder, whatever its token.
-        let over = IssuedToken::new(5, "redis:a").with_valid_until(Instant::now());
+        let over = FencingToken::new(5, "redis:a").with_valid_until(Instant::now());
         assert_eq!(
             admit("r", &over, Some(&bound)).unwrap_err().kind(),
             ErrorKind::StaleToken
         );
         // A token that does not know its lock: stale, as before.
         assert_eq!(
-            admit("r", &IssuedToken::new(5, "redis:a"), Some(&bound))
+            admit("r", &FencingToken::new(5, "redis:a"), Some(&bound))
                 .unwrap_err()
                 .kind(),
             ErrorKind::StaleToken
         );
         // etcd revisions cannot be reseeded: the message says so instead.
-        let etcd = IssuedToken::new(5, "etcd:a")
+        let etcd = FencingToken::new(5, "etcd:a")
             .with_valid_until(Instant::now() + Duration::from_secs(3600));
         let err = admit("r", &etcd, Some(&row(900, Some("etcd:a")))).unwrap_err();
         assert_eq!(err.kind(), ErrorKind::CounterReset);

@@ -9,7 +9,7 @@ use super::logic::{self, FenceRow, Presented};
 use super::pg_sql::{advisory_key, PgSql};
 use super::{closure_failed, token_from_sql, BoxError, FenceOptions, Row};
 use crate::error::{Error, Result};
-use crate::IssuedToken;
+use crate::FencingToken;
 
 /// How long [`PostgresFence::connect`] waits for the server unless the URL sets
 /// `connect_timeout`.
@@ -186,7 +186,7 @@ impl PostgresFence {
     /// first bound token), and `COMMIT`. `f` is an async closure (`async |tx| { ... }`) and
     /// must not commit or roll back by itself.
     ///
-    /// `token` is an [`IssuedToken`] (from [`Lock::issued_token`](crate::Lock::issued_token)),
+    /// `token` is an [`FencingToken`] (from [`Lock::fencing_token`](crate::Lock::fencing_token)),
     /// which binds the row to its lock, or a bare `u64`, which a bound row refuses.
     ///
     /// # Cancel safety
@@ -212,13 +212,13 @@ impl PostgresFence {
     pub async fn write<T, F>(
         &mut self,
         resource: &str,
-        token: impl Into<IssuedToken>,
+        token: impl Into<FencingToken>,
         f: F,
     ) -> Result<T>
     where
         F: AsyncFnOnce(&Transaction<'_>) -> std::result::Result<T, BoxError>,
     {
-        let token: IssuedToken = token.into();
+        let token: FencingToken = token.into();
         let presented = Presented::new(resource, &token)?;
         let statements = &self.prepared;
         let tx = self

@@ -9,7 +9,7 @@ use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior};
 use super::logic::{self, ready, FenceRow, Presented};
 use super::{closure_failed, token_from_sql, BoxError, FenceOptions, Row};
 use crate::error::{Error, Result};
-use crate::IssuedToken;
+use crate::FencingToken;
 
 /// Fenced writes to an SQLite database: a write applies only if its fencing token is not older
 /// than the last one the database accepted for the resource (see the [module docs](super)).
@@ -176,7 +176,7 @@ impl SqliteFence {
     /// (and its lock, on the row's first bound token), and commit. `f` must not commit or roll
     /// back by itself.
     ///
-    /// `token` is an [`IssuedToken`] (from [`Lock::issued_token`](crate::Lock::issued_token)),
+    /// `token` is an [`FencingToken`] (from [`Lock::fencing_token`](crate::Lock::fencing_token)),
     /// which binds the row to its lock, or a bare `u64`, which a bound row refuses.
     ///
     /// This blocks the calling thread for the whole transaction, including any wait for another
@@ -194,11 +194,11 @@ impl SqliteFence {
     ///   `f` is passed through unwrapped.
     /// - [`Error::Storage`] if SQLite failed (for example, the write lock stayed busy for longer
     ///   than the busy timeout); nothing was changed.
-    pub fn write<T, F>(&self, resource: &str, token: impl Into<IssuedToken>, f: F) -> Result<T>
+    pub fn write<T, F>(&self, resource: &str, token: impl Into<FencingToken>, f: F) -> Result<T>
     where
         F: FnOnce(&Transaction<'_>) -> std::result::Result<T, BoxError>,
     {
-        let token: IssuedToken = token.into();
+        let token: FencingToken = token.into();
         let presented = Presented::new(resource, &token)?;
         let mut conn = self.lock();
         let failed = |step: &str, e| {
@@ -245,14 +245,14 @@ impl SqliteFence {
     pub async fn write_async<T, F>(
         &self,
         resource: &str,
-        token: impl Into<IssuedToken>,
+        token: impl Into<FencingToken>,
         f: F,
     ) -> Result<T>
     where
         F: FnOnce(&Transaction<'_>) -> std::result::Result<T, BoxError> + Send + 'static,
         T: Send + 'static,
     {
-        let token: IssuedToken = token.into();
+        let token: FencingToken = token.into();
         let fence = self.clone();
         let owned = resource.to_owned();
         match tokio::task::spawn_blocking(move || fence.write(&owned, token, f)).await {

@@ -7,7 +7,7 @@ use sqlx::{Acquire, Executor, MySql, MySqlConnection, Row as _, Transaction};
 use super::logic::{self, FenceRow, Presented};
 use super::{token_from_sql, FenceOptions, Row};
 use crate::error::{Error, Result};
-use crate::IssuedToken;
+use crate::FencingToken;
 
 /// The fence check inside **your** sqlx transaction on MySQL or MariaDB (feature
 /// `sqlx-mysql`): you keep your pool and your transaction, and the token check commits or rolls
@@ -31,7 +31,7 @@ use crate::IssuedToken;
 ///
 /// let fence = SqlxMySqlFence::setup(&pool, &FenceOptions::default()).await?;
 /// let mut tx = pool.begin().await?;
-/// fence.admit(&mut tx, "sku:apple", lock.issued_token().unwrap()).await?;
+/// fence.admit(&mut tx, "sku:apple", lock.fencing_token().unwrap()).await?;
 /// sqlx::query("UPDATE inventory SET stock = stock - 3 WHERE sku = 'apple'")
 ///     .execute(&mut *tx)
 ///     .await?;
@@ -151,9 +151,9 @@ impl SqlxMySqlFence {
         &self,
         tx: &mut Transaction<'_, MySql>,
         resource: &str,
-        token: impl Into<IssuedToken>,
+        token: impl Into<FencingToken>,
     ) -> Result<()> {
-        let token: IssuedToken = token.into();
+        let token: FencingToken = token.into();
         let conn: &mut MySqlConnection = tx;
         let presented = Presented::new(resource, &token);
         let result = match presented {

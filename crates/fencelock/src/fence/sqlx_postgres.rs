@@ -8,7 +8,7 @@ use super::logic::{self, FenceRow, Presented};
 use super::pg_sql::{advisory_key, PgSql};
 use super::{token_from_sql, FenceOptions, Row};
 use crate::error::{Error, Result};
-use crate::IssuedToken;
+use crate::FencingToken;
 
 /// The fence check inside **your** sqlx transaction on PostgreSQL (feature `sqlx-postgres`): you
 /// keep your pool and your transaction, and the token check commits or rolls back with your
@@ -30,7 +30,7 @@ use crate::IssuedToken;
 ///
 /// let fence = SqlxPostgresFence::setup(&pool, &FenceOptions::default()).await?;
 /// let mut tx = pool.begin().await?;
-/// fence.admit(&mut tx, "sku:apple", lock.issued_token().unwrap()).await?;
+/// fence.admit(&mut tx, "sku:apple", lock.fencing_token().unwrap()).await?;
 /// sqlx::query("UPDATE inventory SET stock = stock - 3 WHERE sku = 'apple'")
 ///     .execute(&mut *tx)
 ///     .await?;
@@ -116,7 +116,7 @@ impl SqlxPostgresFence {
     /// progress), checks the token, and records it. Run your statements in `tx` before or after
     /// it, then commit: the token and your statements apply together, or not at all.
     ///
-    /// `token` is an [`IssuedToken`] (from [`Lock::issued_token`](crate::Lock::issued_token)),
+    /// `token` is an [`FencingToken`] (from [`Lock::fencing_token`](crate::Lock::fencing_token)),
     /// which binds the row to its lock and, if it is refused while the lock is still valid,
     /// tells a counter reset from a stale holder; or a bare `u64`, which a bound row refuses.
     ///
@@ -138,9 +138,9 @@ impl SqlxPostgresFence {
         &self,
         tx: &mut Transaction<'_, Postgres>,
         resource: &str,
-        token: impl Into<IssuedToken>,
+        token: impl Into<FencingToken>,
     ) -> Result<()> {
-        let token: IssuedToken = token.into();
+        let token: FencingToken = token.into();
         let conn: &mut PgConnection = tx;
         let result = check_and_record(self, &mut *conn, resource, &token).await;
         if result.is_err() {
@@ -187,7 +187,7 @@ async fn check_and_record(
     fence: &SqlxPostgresFence,
     conn: &mut PgConnection,
     resource: &str,
-    token: &IssuedToken,
+    token: &FencingToken,
 ) -> Result<()> {
     let presented = Presented::new(resource, token)?;
     let mut rows = SqlxRows { fence, conn };

@@ -7,7 +7,7 @@ use sqlx::{Acquire, Executor, Row as _, Sqlite, SqliteConnection, Transaction};
 use super::logic::{self, FenceRow, Presented};
 use super::{token_from_sql, FenceOptions, Row};
 use crate::error::{Error, Result};
-use crate::IssuedToken;
+use crate::FencingToken;
 
 /// The fence check inside **your** sqlx transaction on SQLite (feature `sqlx-sqlite`): you keep
 /// your pool and your transaction, and the token check commits or rolls back with your
@@ -32,7 +32,7 @@ use crate::IssuedToken;
 ///
 /// let fence = SqlxSqliteFence::setup(&pool, &FenceOptions::default()).await?;
 /// let mut tx = pool.begin().await?;
-/// fence.admit(&mut tx, "sku:apple", lock.issued_token().unwrap()).await?;
+/// fence.admit(&mut tx, "sku:apple", lock.fencing_token().unwrap()).await?;
 /// sqlx::query("UPDATE inventory SET stock = stock - 3 WHERE sku = 'apple'")
 ///     .execute(&mut *tx)
 ///     .await?;
@@ -181,9 +181,9 @@ impl SqlxSqliteFence {
         &self,
         tx: &mut Transaction<'_, Sqlite>,
         resource: &str,
-        token: impl Into<IssuedToken>,
+        token: impl Into<FencingToken>,
     ) -> Result<()> {
-        let token: IssuedToken = token.into();
+        let token: FencingToken = token.into();
         let conn: &mut SqliteConnection = tx;
         let keys_on: i64 = sqlx::query_scalar("PRAGMA foreign_keys")
             .fetch_one(&mut *conn)

@@ -8,7 +8,7 @@
 //! - `fencing`: token derivation (one past the largest trusted counter) and the amnesia guard's trust rule.
 //! - `queue`: the waiting line's tickets and leases.
 //! - `readers`: the names of a read-write lock's readers and writer record.
-//! - `token`: the owner token.
+//! - `token`: the owner value.
 //! - `etcd_keys`: where a lock lives in etcd's key space (its queue prefix).
 //! - `vote`, `node_error`: per-node votes and what a node's failure means.
 //! - `ahead`: the TTL announcement sent ahead of plain grants, and the grants it covers.

@@ -2,10 +2,10 @@
 //! (the design is in `crate::rwlock`).
 
 /// The value of a lock key while readers hold it (written out in the readers' scripts: no
-/// owner token, 32 hex digits, equals it).
+/// owner value, 32 hex digits, equals it).
 pub(crate) const READERS_MARKER: &str = "fencelock:readers";
 
-/// The sorted set of the readers of `resource` on each node (member: a reader's owner token,
+/// The sorted set of the readers of `resource` on each node (member: a reader's owner value,
 /// score: the node's time in ms until which its entry lives).
 pub fn readers_key(resource: &str) -> String {
     format!("fencelock:readers:{resource}")

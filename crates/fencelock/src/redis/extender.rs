@@ -12,7 +12,7 @@ use crate::keepalive::{Extends, GuardState, Outcome, Stop};
 use crate::pure::extension::{Attempt, Schedule};
 use crate::pure::validity;
 
-/// What the engine keeps of a Redis lock: its keys and its owner token, and whether it is a
+/// What the engine keeps of a Redis lock: its keys and its owner value, and whether it is a
 /// read lock (`rwlock.rs`: extended by the readers' script).
 #[derive(Debug)]
 pub(crate) struct ExtendedLock {
@@ -40,7 +40,7 @@ impl RedisBackend {
         schedule: Schedule,
     ) -> Stop {
         let lock = ExtendedLock {
-            token: Arc::from(held.token()),
+            token: Arc::from(held.owner()),
             keys: keys.clone(),
             shared: false,
         };

@@ -180,7 +180,7 @@ impl RedisBackend {
         Ok(Fenced { token, seeds, path })
     }
 
-    /// Seeds the granting nodes that had no counter with the issued token (the same
+    /// Seeds the granting nodes that had no counter with the fencing token (the same
     /// ownership-checked write-back; best effort, one round bounded by the node timeout), so
     /// that their later reads are trusted. A node takes the seed only once it has been without
     /// its counter for the seed wait before this attempt (`started`) began

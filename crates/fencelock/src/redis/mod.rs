@@ -102,7 +102,7 @@ struct Settings {
     resource_label: bool,
 }
 
-/// What a Redis lock holds: the owner token, and the waiter id if the lock was taken in line
+/// What a Redis lock holds: the owner value, and the waiter id if the lock was taken in line
 /// (it leaves the line with its release).
 #[derive(Debug, Clone)]
 pub(crate) struct RedisHeld {
@@ -111,8 +111,8 @@ pub(crate) struct RedisHeld {
 }
 
 impl RedisHeld {
-    /// The owner token (what `Lock::token` shows).
-    pub(crate) fn token(&self) -> &str {
+    /// The owner value (what `Lock::owner` shows).
+    pub(crate) fn owner(&self) -> &str {
         self.token.as_str()
     }
 

@@ -7,7 +7,7 @@
 //! the connection to open, for the other nodes to report the TTLs in use (a node in restart
 //! quarantine), or for the TTL announcement a plain grant sends ahead (`pure/ahead.rs`: about
 //! once per TTL and connection, a round trip before its `SET`); and after `NOSCRIPT` it sends
-//! its script again, a second command that a release handed over meanwhile would precede. A release of the same owner token sent before such a
+//! its script again, a second command that a release handed over meanwhile would precede. A release of the same owner value sent before such a
 //! command would find nothing to delete there, and the late `SET` would leave our key for a
 //! whole TTL.
 //!
@@ -15,7 +15,7 @@
 //! its connection, handed (the release may follow it on the connection at once), passed (a
 //! release followed it: it must send nothing more, and after `NOSCRIPT` it gives up instead of
 //! sending again), or sending again. A round that returns with requests in flight registers
-//! them here, by owner token, until each finishes (answered, failed, or dropped at its
+//! them here, by owner value, until each finishes (answered, failed, or dropped at its
 //! deadline), and a release of that token, on that node, waits only for those not handed yet
 //! (or sending again), and marks the handed ones passed. Both are bounded by the node timeout,
 //! and the acquisition's deadline comes first. Nothing is registered on the common path: a

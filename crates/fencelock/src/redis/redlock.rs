@@ -118,7 +118,7 @@ impl RedisBackend {
 
     /// Releases what a lock holds, ignoring the outcome (after failures and on drop).
     pub(crate) async fn release_held_quietly(&self, keys: &[String], held: &RedisHeld) {
-        self.release_quietly(keys, held.token(), held.line.as_deref())
+        self.release_quietly(keys, held.owner(), held.line.as_deref())
             .await;
     }
 
@@ -130,7 +130,7 @@ impl RedisBackend {
     /// As `Lock::release`.
     pub(crate) async fn release_held(&self, keys: &[String], held: &RedisHeld) -> Result<Votes> {
         let round = self
-            .release(keys, held.token(), held.line.as_deref(), true)
+            .release(keys, held.owner(), held.line.as_deref(), true)
             .await;
         if round.granted.iter().any(|(_, heard)| *heard > 0) {
             self.note_waiters(&keys[0]);
@@ -144,8 +144,8 @@ impl RedisBackend {
     ///
     /// # Errors
     ///
-    /// As `Client::release_token`.
-    pub(crate) async fn release_token(&self, keys: &[String], token: &str) -> Result<Votes> {
+    /// As `Client::release_by_owner`.
+    pub(crate) async fn release_by_owner(&self, keys: &[String], token: &str) -> Result<Votes> {
         let round = self.release(keys, token, None, false).await;
         self.settle(&keys[0], round.decision, round.votes, false)
     }
@@ -154,8 +154,8 @@ impl RedisBackend {
     ///
     /// # Errors
     ///
-    /// As `Client::extend_token`.
-    pub(crate) async fn extend_token(&self, keys: &[String], token: &str) -> Result<Votes> {
+    /// As `Client::extend_by_owner`.
+    pub(crate) async fn extend_by_owner(&self, keys: &[String], token: &str) -> Result<Votes> {
         let round = self.extend(keys, token, self.settings.node_timeout).await;
         self.settle(&keys[0], round.decision, round.votes, false)
     }
@@ -175,7 +175,7 @@ impl RedisBackend {
     ) -> Result<(Instant, Votes)> {
         let retry = crate::pure::extension::retry_delay(self.settings.ttl);
         crate::keepalive::extend_within(deadline, retry, |budget| {
-            self.extend_once(keys, held.token(), budget)
+            self.extend_once(keys, held.owner(), budget)
         })
         .await
         .map_err(|(cause, votes)| Error::lost(keys[0].clone(), votes, cause))

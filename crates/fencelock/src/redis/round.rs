@@ -47,7 +47,7 @@ pub(crate) struct Round<T> {
 /// When a round returns, and what it does with the requests still in flight.
 #[derive(Debug, Clone)]
 pub(crate) enum Mode<'a> {
-    /// An acquisition of the owner token `token`. Nodes in restart quarantine are not asked and
+    /// An acquisition of the owner value `token`. Nodes in restart quarantine are not asked and
     /// not counted. Returns at the quorum decision; on a failure it first waits for every
     /// request in flight, so that the release that follows reaches each node after its SET. A
     /// request still in flight after a success is registered, so that a release of the token
@@ -62,11 +62,11 @@ pub(crate) enum Mode<'a> {
     /// extension: each acts only where the key is ours).
     UntilQuorum,
     /// Waits for every answer (a release after a failed attempt or of a dropped lock, leaving
-    /// the line, connecting). With `after` (a release's owner token), each request first waits,
+    /// the line, connecting). With `after` (a release's owner value), each request first waits,
     /// on its node, for that token's acquisition requests not yet handed to its connection (see
     /// `order.rs`).
     All { after: Option<Arc<str>> },
-    /// A release of the owner token `after` that returns once a quorum deleted, as an
+    /// A release of the owner value `after` that returns once a quorum deleted, as an
     /// acquisition returns once a quorum granted; on a failure it waits for every answer. Each
     /// request first waits, on its node, as in `All`; the requests still in flight when the
     /// round returns are already behind our earlier commands on their connections and finish in
@@ -258,7 +258,7 @@ impl RedisBackend {
     /// The requests of a round, one per node of `nodes`, in flight together. With `quarantine`
     /// (the round's node timeout), nodes in restart quarantine are not asked and not counted.
     /// With `sent` (an acquisition), each request records when its command is handed to its
-    /// connection. With `after` (an owner token), each request first waits for that token's
+    /// connection. With `after` (an owner value), each request first waits for that token's
     /// acquisition requests not yet handed to their connection on its node. With `ahead` (a plain
     /// acquisition), each request first makes sure its connection announced the TTL recently
     /// enough, and its grant counts only if the announcement covers it.

@@ -235,7 +235,7 @@ impl RedisBackend {
         let retry = crate::pure::extension::retry_delay(self.settings.ttl);
         crate::keepalive::extend_within(deadline, retry, |budget| async move {
             let started = Instant::now();
-            let round = self.read_extend_round(key, held.token(), budget).await;
+            let round = self.read_extend_round(key, held.owner(), budget).await;
             self.extension_outcome(round, started, budget)
         })
         .await
@@ -272,7 +272,7 @@ impl RedisBackend {
         schedule: Schedule,
     ) -> Stop {
         let lock = ExtendedLock {
-            token: Arc::from(held.token()),
+            token: Arc::from(held.owner()),
             keys: keys.clone(),
             shared: true,
         };
@@ -292,7 +292,7 @@ impl RedisBackend {
         at_quorum: bool,
     ) -> Result<Votes> {
         let round = self
-            .reader_release_round(key, held.token(), held.line.as_deref(), at_quorum)
+            .reader_release_round(key, held.owner(), held.line.as_deref(), at_quorum)
             .await;
         self.settle(key, round.decision, round.votes, false)
     }

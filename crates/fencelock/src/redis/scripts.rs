@@ -42,7 +42,7 @@ macro_rules! lua {
 pub(crate) const ANNOUNCE_LUA: &str = lua!("announce");
 
 /// Efficiency-mode acquisition of several keys: all or none. KEYS: locks (then their wait marks,
-/// with ARGV[3]). ARGV: owner token, ttl in ms[, wait mark ms (`''` for none)[, holder label]]
+/// with ARGV[3]). ARGV: owner value, ttl in ms[, wait mark ms (`''` for none)[, holder label]]
 /// (the label: `lua/hold.lua`). Returns 1 when all were set, 0
 /// when any is held; a waiting client (ARGV[3]) then marks every key as waited for, so that
 /// releases wake it. A grant announces its TTL (see [`ANNOUNCE_LUA`]). (One key with no mark
@@ -60,7 +60,7 @@ const ACQUIRE_MANY_LUA: &str = lua!("announce", "hold", "keys", "wait_marks", "a
 /// exists and the proposal is above the largest counter, the node counter becomes the proposal
 /// (and the legacy counters go), so that a quorum of acceptances needs no write-back.
 /// KEYS: n locks, the node counter, n legacy counters (then n wait marks, with ARGV[4]). ARGV:
-/// owner token, ttl in ms[, proposed token (decimal, no leading zeros, below 10^19; '0' or
+/// owner value, ttl in ms[, proposed token (decimal, no leading zeros, below 10^19; '0' or
 /// absent: none)[, wait mark ms ('' for none)[, holder label]]]. Returns `{1, largest counter, exists, accepted}` when every
 /// key was set, `{0, largest counter, exists, 0}` when any lock key is held (marking the keys as
 /// waited for, with ARGV[4]): the counter is reported on a refusal too, so that a client that
@@ -86,7 +86,7 @@ pub(crate) const ACQUIRE_FENCED_LUA: &str = lua!(
 /// only while we still own every lock key on this node, raise the node counter to the largest
 /// of itself, the token and the keys' legacy counters, and delete those legacy counters (the
 /// node counter is then at least each of them). KEYS: n locks, the node counter, n legacy
-/// counters. ARGV: owner token, fencing token (decimal, no leading zeros). Returns 1 when the
+/// counters. ARGV: owner value, fencing token (decimal, no leading zeros). Returns 1 when the
 /// node counter is now at least the token, 0 when some key is not ours (nothing written then).
 pub(crate) static WRITE_BACK: LazyLock<Script> = LazyLock::new(|| Script::new(WRITE_BACK_LUA));
 pub(crate) const WRITE_BACK_LUA: &str = lua!("counters", "fence", "keys", "write_back");
@@ -96,7 +96,7 @@ pub(crate) const WRITE_BACK_LUA: &str = lua!("counters", "fence", "keys", "write
 /// when waiters queue for the key (see `queue.rs`), names the first live one in line on the turn
 /// channel of its client (the part of its waiter id before the dot). A holder that queued for
 /// the lock leaves the line here (whether or not it still owned the key).
-/// KEYS: n locks, their n queues, their n lease sets, their n wait marks. ARGV: owner token[,
+/// KEYS: n locks, their n queues, their n lease sets, their n wait marks. ARGV: owner value[,
 /// the holder's waiter id]. The channel names are written out in the script (they must match
 /// [`RELEASE_CHANNEL_PREFIX`] and [`TURN_CHANNEL_PREFIX`]): fewer arguments, a cheaper call.
 /// Returns `{keys deleted, subscribers the messages reached}` (the second figure tells the
@@ -111,7 +111,7 @@ pub(crate) const RELEASE_LUA: &str = lua!("hold", "line", "release");
 /// waiter on some nodes only: it retries first everywhere. In fencing mode it also returns the
 /// node's fence counter and whether it exists, also on a refusal, as [`ACQUIRE_FENCED`] does.
 /// It also renews the key's wait mark, which tells a release that someone waits.
-/// KEYS: lock, queue, leases, wait mark[, node counter, legacy counter]. ARGV: owner token, ttl
+/// KEYS: lock, queue, leases, wait mark[, node counter, legacy counter]. ARGV: owner value, ttl
 /// ms, waiter id, ticket, lease ms, how long the line and the mark outlive the last registration
 /// (ms)[, proposed token, as [`ACQUIRE_FENCED`]'s (`0` for none)[, holder label]]. Returns
 /// `{granted (1 or 0), largest counter, exists, accepted}` (`'0', 0, 0` without fencing). A
@@ -128,7 +128,7 @@ const ACQUIRE_QUEUED_LUA: &str = lua!(
 );
 
 /// Compare-and-extend: renew every key's TTL if all still hold our token. Never creates a key:
-/// an expired lock stays expired. KEYS: locks. ARGV: owner token, new ttl in ms. Returns 1 when
+/// an expired lock stays expired. KEYS: locks. ARGV: owner value, new ttl in ms. Returns 1 when
 /// extended, 0 when some key is not ours (nothing extended then). An extension announces its
 /// TTL in the same script (an extension may use a longer TTL than the acquisition did), the
 /// batch extender's too: an announcement sent ahead in its pipeline did not cover an extension
@@ -167,7 +167,7 @@ pub(crate) static RESEED: LazyLock<Script> = LazyLock::new(|| Script::new(RESEED
 pub(crate) const RESEED_LUA: &str = lua!("counters", "reseed");
 
 /// Appends a leader to an election's log while its lock is still ours (see `election.rs`).
-/// KEYS: the lock key, the log. ARGV: the owner token, the term, the member, the log length.
+/// KEYS: the lock key, the log. ARGV: the owner value, the term, the member, the log length.
 /// Returns 1 when appended, 0 when the lock is not ours (nothing written then).
 pub(crate) static ELECTION_APPEND: LazyLock<Script> =
     LazyLock::new(|| Script::new(ELECTION_APPEND_LUA));
@@ -181,7 +181,7 @@ const ELECTION_APPEND_LUA: &str = lua!("keys", "election_append");
 /// later never takes a slot an earlier one can have, and a first try does not pass anyone in
 /// line. The line only adds refusals: the slot's key is set as a mutex's would be.
 /// KEYS: the slot's key, the line's queue, its leases, the N slot keys, their N wait marks[, the
-/// node counter, the slot's legacy counter]. ARGV: owner token, ttl ms, N[, waiter id, ticket,
+/// node counter, the slot's legacy counter]. ARGV: owner value, ttl ms, N[, waiter id, ticket,
 /// lease ms, how long the line and the marks outlive the registration (ms) (all four `''` for a
 /// request without a ticket when a holder label follows)[, holder label]]. Returns
 /// `{granted (1 or 0), largest counter, exists}` (`'0', 0` without fencing), on a refusal too.
@@ -202,10 +202,10 @@ pub(crate) const ACQUIRE_PERMIT_LUA: &str = lua!(
 /// A shared (read) acquisition of one key for a read-write lock (see `rwlock.rs`): grants when
 /// the lock key is free or holds the readers' marker (`fencelock:readers`,
 /// `crate::protocol::READERS_MARKER`) and no writer with a running lease waits in line ahead of this reader
-/// (anywhere in line, for a reader not in line); a grant adds the reader's owner token to the
+/// (anywhere in line, for a reader not in line); a grant adds the reader's owner value to the
 /// readers' set, scored by the node time (ms) until which it lives, and gives the marker and
 /// the set the TTL of the longest live reader. KEYS: lock, readers, writer record, queue,
-/// leases, wait mark, the node's largest writer record (read when the resource's expired). ARGV: owner token, ttl ms[, waiter id, ticket, lease ms, how long the line
+/// leases, wait mark, the node's largest writer record (read when the resource's expired). ARGV: owner value, ttl ms[, waiter id, ticket, lease ms, how long the line
 /// and the mark outlive the last registration (ms)]: with a waiter id the reader also takes or
 /// renews its place in line, as [`ACQUIRE_QUEUED`] does. Returns `{granted (1 or 0), the writer
 /// record (the largest fencing token a writer recorded, else the node's largest, '0' if none)}`,
@@ -214,14 +214,14 @@ pub(crate) const ACQUIRE_PERMIT_LUA: &str = lua!(
 pub(crate) static READ_ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(READ_ACQUIRE_LUA));
 pub(crate) const READ_ACQUIRE_LUA: &str = lua!("announce", "line", "readers", "read_acquire");
 
-/// Extends a reader: KEYS: lock, readers. ARGV: owner token, ttl ms. Returns 1 when the
+/// Extends a reader: KEYS: lock, readers. ARGV: owner value, ttl ms. Returns 1 when the
 /// reader's entry was live and the lock key holds the marker (the entry then lives `ttl` from
 /// now, and the marker as long as the longest live reader), else 0 (nothing changed). Announces
 /// its TTL.
 pub(crate) static READ_EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(READ_EXTEND_LUA));
 pub(crate) const READ_EXTEND_LUA: &str = lua!("announce", "line", "readers", "read_extend");
 
-/// Releases a reader: KEYS: lock, readers, queue, leases, wait mark. ARGV: owner token[, its
+/// Releases a reader: KEYS: lock, readers, queue, leases, wait mark. ARGV: owner value[, its
 /// waiter id, which leaves the line]. Removes the entry and shortens the marker to the longest
 /// live reader left; the last one deletes the marker and, when the wait mark says someone waits,
 /// wakes the waiters as [`RELEASE`] does. Returns 1 when the entry was live (0 otherwise), or
@@ -230,7 +230,7 @@ pub(crate) static READ_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(
 pub(crate) const READ_RELEASE_LUA: &str = lua!("line", "readers", "read_release");
 
 /// Records a writer's fencing token for readers, while the writer still owns the lock key:
-/// KEYS: lock, writer record, the node's largest writer record. ARGV: owner token, fencing
+/// KEYS: lock, writer record, the node's largest writer record. ARGV: owner value, fencing
 /// token (decimal), the record's lifetime (ms). Raises the record (a decimal string) to the
 /// token and gives it the lifetime; raises the node's largest record (no TTL) to the token.
 /// Returns 1, or 0 when the key is not ours (nothing written then).

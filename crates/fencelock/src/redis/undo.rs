@@ -3,7 +3,7 @@
 //! TTL. [`Undo`] is armed before an attempt's first write and disarmed when the attempt returns
 //! (a grant that becomes a `Lock`, whose own drop releases it, or an error after the attempt's
 //! own release); dropped armed, it hands the release to a background task, as a dropped `Lock`
-//! does. The release is the usual compare-and-delete by owner token: a key that holds another
+//! does. The release is the usual compare-and-delete by owner value: a key that holds another
 //! token (another client's, or ours no more) is left alone, and on each node it is sent behind
 //! the attempt's requests on the same connection.
 
@@ -26,7 +26,7 @@ pub(super) struct Undo {
     armed: Option<Armed>,
 }
 
-/// The backend, the keys, the owner token and the release to send.
+/// The backend, the keys, the owner value and the release to send.
 type Armed = (Arc<RedisBackend>, Vec<String>, Box<str>, Side);
 
 impl Undo {

@@ -6,7 +6,7 @@ local function any_set(n)
   end
   return false
 end
--- Whether every one of them holds the owner token `owner`.
+-- Whether every one of them holds the owner value `owner`.
 local function all_owned(n, owner)
   for i = 1, n do
     if redis.call('get', KEYS[i]) ~= owner then return false end

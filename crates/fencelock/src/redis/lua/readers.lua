@@ -1,7 +1,7 @@
 -- Readers of a read-write lock (see rwlock.rs). While readers hold, the lock key holds the
 -- marker 'fencelock:readers' (a string, so that a writer's or any Redlock client's SET NX is
--- refused, and a compare-and-delete of an owner token leaves it alone); the readers' sorted set
--- holds each reader's owner token, scored by the node time (ms) until which its entry lives.
+-- refused, and a compare-and-delete of an owner value leaves it alone); the readers' sorted set
+-- holds each reader's owner value, scored by the node time (ms) until which its entry lives.
 -- The marker and the set live exactly as long as the longest live entry, so a reader that died
 -- stops counting when its own TTL runs out, and the lock key goes with the last live reader.
 -- cover(lock, rs, now): drops the lapsed entries of `rs`, then gives the marker and the set the

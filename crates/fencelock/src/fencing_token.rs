@@ -12,7 +12,7 @@ use crate::keepalive::GuardState;
 /// (another lock name, or the same name on the other backend) with a clear error, instead of
 /// comparing numbers that mean nothing to each other.
 ///
-/// Get one from [`Lock::issued_token`](crate::Lock::issued_token). A bare `u64` converts into
+/// Get one from [`Lock::fencing_token`](crate::Lock::fencing_token). A bare `u64` converts into
 /// an *unbound* token, which says nothing of its issuer: a fence row that is already bound to
 /// a lock refuses it; one that is not takes it as before.
 ///
@@ -20,13 +20,13 @@ use crate::keepalive::GuardState;
 /// `etcd:a,b`. It does not name the node set: two Redis node sets whose locks share a name are
 /// not told apart.
 ///
-/// A token from [`Lock::issued_token`](crate::Lock::issued_token) or
-/// [`LockGuard::issued_token`](crate::LockGuard::issued_token) also knows whether its lock is
+/// A token from [`Lock::fencing_token`](crate::Lock::fencing_token) or
+/// [`LockGuard::fencing_token`](crate::LockGuard::fencing_token) also knows whether its lock is
 /// still valid, which lets a fenced storage that refuses it tell a stale holder (the lock is
 /// over: [`Error::StaleToken`](crate::Error::StaleToken)) from a live holder whose token is
 /// below the storage's last because the lock's fence counters were reset
 /// ([`Error::CounterReset`](crate::Error::CounterReset)). From a `Lock`, that is its validity
-/// deadline when `issued_token` was called (call it again after [`Lock::extend`](crate::Lock::extend));
+/// deadline when `fencing_token` was called (call it again after [`Lock::extend`](crate::Lock::extend));
 /// from a `LockGuard`, the guard's live state (its lost signal and its deadline as extensions
 /// move it). Equality compares the value and the issuer only.
 ///
@@ -36,7 +36,7 @@ use crate::keepalive::GuardState;
 /// # async fn demo(client: fencelock::Client) -> fencelock::Result<()> {
 /// // The client is in fencing mode (Config::with_fencing(true)).
 /// let lock = client.acquire("sku:42").await?;
-/// let token = lock.issued_token().expect("fencing mode");
+/// let token = lock.fencing_token().expect("fencing mode");
 /// println!("token {} issued by {:?}", token.value(), token.issuer());
 /// // fence.write("sku:42", token, ...) with any fence of fencelock::fence
 /// lock.release().await?;
@@ -44,7 +44,7 @@ use crate::keepalive::GuardState;
 /// # }
 /// ```
 #[derive(Debug, Clone)]
-pub struct IssuedToken {
+pub struct FencingToken {
     value: u64,
     issuer: Option<Arc<str>>,
     holder: Holder,
@@ -72,18 +72,18 @@ enum Holder {
     Guard(Arc<GuardState>),
 }
 
-impl PartialEq for IssuedToken {
-    fn eq(&self, other: &IssuedToken) -> bool {
+impl PartialEq for FencingToken {
+    fn eq(&self, other: &FencingToken) -> bool {
         self.value == other.value && self.issuer == other.issuer
     }
 }
 
-impl Eq for IssuedToken {}
+impl Eq for FencingToken {}
 
-impl IssuedToken {
-    /// A token issued by `issuer` (as [`IssuedToken::issuer`] prints it).
-    pub fn new(value: u64, issuer: impl Into<Arc<str>>) -> IssuedToken {
-        IssuedToken {
+impl FencingToken {
+    /// A token issued by `issuer` (as [`FencingToken::issuer`] prints it).
+    pub fn new(value: u64, issuer: impl Into<Arc<str>>) -> FencingToken {
+        FencingToken {
             value,
             issuer: Some(issuer.into()),
             holder: Holder::Unknown,
@@ -91,8 +91,8 @@ impl IssuedToken {
     }
 
     /// A token whose issuer is not known (what a bare `u64` converts into).
-    pub fn unbound(value: u64) -> IssuedToken {
-        IssuedToken {
+    pub fn unbound(value: u64) -> FencingToken {
+        FencingToken {
             value,
             issuer: None,
             holder: Holder::Unknown,
@@ -105,13 +105,13 @@ impl IssuedToken {
     /// `deadline` reports [`Error::CounterReset`](crate::Error::CounterReset) instead of
     /// [`Error::StaleToken`](crate::Error::StaleToken). Pass only a deadline the lock really has:
     /// a later one turns a stale holder's refusal into advice to reseed.
-    pub fn with_valid_until(mut self, deadline: Instant) -> IssuedToken {
+    pub fn with_valid_until(mut self, deadline: Instant) -> FencingToken {
         self.holder = Holder::Until(deadline);
         self
     }
 
     /// The token of a lock kept by a guard whose state is `state`.
-    pub(crate) fn with_guard(mut self, state: Arc<GuardState>) -> IssuedToken {
+    pub(crate) fn with_guard(mut self, state: Arc<GuardState>) -> FencingToken {
         self.holder = Holder::Guard(state);
         self
     }
@@ -160,13 +160,13 @@ impl IssuedToken {
     }
 }
 
-impl From<u64> for IssuedToken {
-    fn from(value: u64) -> IssuedToken {
-        IssuedToken::unbound(value)
+impl From<u64> for FencingToken {
+    fn from(value: u64) -> FencingToken {
+        FencingToken::unbound(value)
     }
 }
 
-impl fmt::Display for IssuedToken {
+impl fmt::Display for FencingToken {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.issuer {
             Some(issuer) => write!(f, "{} (from {issuer})", self.value),
@@ -182,16 +182,16 @@ mod tests {
     #[test]
     fn issuer_names_tell_lists_and_backends_apart() {
         let name = |b: &str, rs: &[&str]| {
-            IssuedToken::issuer_name(b, &rs.iter().map(|r| r.to_string()).collect::<Vec<_>>())
+            FencingToken::issuer_name(b, &rs.iter().map(|r| r.to_string()).collect::<Vec<_>>())
         };
         assert_eq!(name("redis", &["order:42"]), "redis:order:42");
         assert_eq!(name("etcd", &["a", "b"]), "etcd:a,b");
         assert_ne!(name("redis", &["a,b"]), name("redis", &["a", "b"]));
         assert_ne!(name("redis", &["a%2Cb"]), name("redis", &["a,b"]));
         assert_ne!(name("redis", &["x"]), name("etcd", &["x"]));
-        assert_eq!(IssuedToken::from(7), IssuedToken::unbound(7));
+        assert_eq!(FencingToken::from(7), FencingToken::unbound(7));
         assert_eq!(
-            IssuedToken::new(7, "redis:x").to_string(),
+            FencingToken::new(7, "redis:x").to_string(),
             "7 (from redis:x)"
         );
     }
