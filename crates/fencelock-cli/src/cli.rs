@@ -116,10 +116,10 @@ pub(crate) enum Command {
     /// as `run` stops it if leadership is lost. With --observe, print each new leader instead,
     /// one line each (JSON with --json), until interrupted.
     Elect(ElectArgs),
-    /// Acquire the lock and print its token (for scripts that cannot wrap a command).
+    /// Acquire the lock and print its owner value (for scripts that cannot wrap a command).
     ///
-    /// Human form: the token alone on stdout, details on stderr, so that
-    /// `TOKEN=$(fencelock acquire job)` works. The lock is NOT extended: extend it with
+    /// Human form: the owner value alone on stdout, details on stderr, so that
+    /// `OWNER=$(fencelock acquire job)` works. The lock is NOT extended: extend it with
     /// `fencelock extend` before its validity runs out, and release it with `fencelock release`.
     Acquire(AcquireArgs),
     /// Extend a lock acquired with `fencelock acquire` by another TTL.
@@ -129,9 +129,9 @@ pub(crate) enum Command {
     /// value (another tool's, or the one `inspect` shows) carries none: without --ttl, a lock
     /// with more left than the default TTL is then not cut short (exit 2).
     Extend(OwnerArgs),
-    /// Release a lock acquired with `fencelock acquire`. A wrong token leaves the keys untouched.
+    /// Release a lock acquired with `fencelock acquire`. A wrong owner value leaves the keys untouched.
     Release(OwnerArgs),
-    /// Show, per node, who holds RESOURCE (its token), the remaining TTL and the fence counter.
+    /// Show, per node, who holds RESOURCE (its owner value), the remaining TTL and the fence counter.
     Inspect(InspectArgs),
     /// Check the node set against the known Redlock mistakes (replicas, eviction, persistence,
     /// restarts, clock skew, slow nodes); exit 1 if a check fails.
@@ -289,14 +289,15 @@ pub(crate) struct AcquireArgs {
 /// `extend` and `release`.
 #[derive(Debug, Args)]
 pub(crate) struct OwnerArgs {
-    /// The token printed by `fencelock acquire`.
+    /// The owner value printed by `fencelock acquire`.
     #[arg(
         long,
-        short = 't',
+        short = 'o',
+        value_name = "OWNER",
         env = "FENCELOCK_OWNER",
         hide_env_values = true
     )]
-    pub(crate) token: String,
+    pub(crate) owner: String,
     /// The lock's name.
     pub(crate) resource: String,
 }

@@ -167,7 +167,7 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
             lockcmds::extend(
                 &settings,
                 &args.resource,
-                &args.token,
+                &args.owner,
                 ttl_given,
                 global.json,
             )
@@ -175,7 +175,7 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
         }
         Command::Release(args) => {
             let settings = settings::resolve(global)?;
-            lockcmds::release(&settings, &args.resource, &args.token, global.json).await
+            lockcmds::release(&settings, &args.resource, &args.owner, global.json).await
         }
         Command::Elect(args) => {
             let settings = settings::resolve(global)?;

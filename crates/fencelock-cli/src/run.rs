@@ -236,7 +236,10 @@ pub(crate) async fn run(settings: &Settings, plan: RunPlan) -> anyhow::Result<u8
             .with_interval(ttl / 3)
             .with_safety_margin(margin),
     );
-    let tokens = (lock.fencing_token().map(|t| t.value()), lock.last_writer_token());
+    let tokens = (
+        lock.fencing_token().map(|t| t.value()),
+        lock.last_writer_token(),
+    );
     let Guard {
         mut child,
         control: guard,

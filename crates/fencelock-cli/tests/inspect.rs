@@ -86,7 +86,7 @@ fn permits_readers_and_the_leader_are_shown() {
         "{pool}"
     );
     for slot in 0..3 {
-        assert!(pool.contains(&format!("permit {slot}: token ")), "{pool}");
+        assert!(pool.contains(&format!("permit {slot}: owner ")), "{pool}");
     }
     assert!(!pool.contains("not held on any"), "{pool}");
     assert!(pool.contains("NODE COUNTER"), "{pool}");

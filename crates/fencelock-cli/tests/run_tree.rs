@@ -280,11 +280,11 @@ fn suggested_commands_quote_the_resource_name() {
         .find(|l| l.contains("fencelock: acquired"))
         .unwrap_or_else(|| panic!("no hint in {stderr:?}"));
     assert!(
-        hint.contains("`fencelock extend $'night job\\nstep 2' --owner TOKEN`"),
+        hint.contains("`fencelock extend $'night job\\nstep 2' --owner OWNER`"),
         "{hint}"
     );
     assert!(
-        hint.contains("`fencelock release $'night job\\nstep 2' --owner TOKEN`"),
+        hint.contains("`fencelock release $'night job\\nstep 2' --owner OWNER`"),
         "{hint}"
     );
 }

@@ -436,7 +436,10 @@ async fn client_loop(
                         &s,
                         Kind::Mutex,
                         &resource,
-                        (lock.fencing_token().map(|t| t.value()), lock.validity_deadline()),
+                        (
+                            lock.fencing_token().map(|t| t.value()),
+                            lock.validity_deadline(),
+                        ),
                         started,
                     );
                     (vec![g], Held::Lock(lock))
@@ -453,7 +456,10 @@ async fn client_loop(
                                 &s,
                                 Kind::Mutex,
                                 r,
-                                (lock.fencing_token().map(|t| t.value()), lock.validity_deadline()),
+                                (
+                                    lock.fencing_token().map(|t| t.value()),
+                                    lock.validity_deadline(),
+                                ),
                                 started,
                             )
                         })
@@ -472,7 +478,10 @@ async fn client_loop(
                         &s,
                         Kind::Mutex,
                         &resource,
-                        (guard.fencing_token().map(|t| t.value()), guard.validity_deadline()),
+                        (
+                            guard.fencing_token().map(|t| t.value()),
+                            guard.validity_deadline(),
+                        ),
                         started,
                     );
                     (vec![g], Held::Guard(guard))
@@ -554,7 +563,10 @@ async fn client_loop(
                         &s,
                         Kind::Mutex,
                         &resource,
-                        (lock.fencing_token().map(|t| t.value()), lock.validity_deadline()),
+                        (
+                            lock.fencing_token().map(|t| t.value()),
+                            lock.validity_deadline(),
+                        ),
                         started,
                     );
                     (vec![g], Held::Lock(lock))

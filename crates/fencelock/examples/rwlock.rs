@@ -24,7 +24,10 @@ async fn main() -> Result<(), BoxError> {
     // One writer: nobody reads while it writes, and its token is recorded for the readers.
     let written = prices
         .try_with_write(async |lock| {
-            let version = format!("prices written under token {:?}", lock.fencing_token().map(|t| t.value()));
+            let version = format!(
+                "prices written under token {:?}",
+                lock.fencing_token().map(|t| t.value())
+            );
             std::fs::write(&file, &version)?;
             Ok::<_, BoxError>(version)
         })

@@ -171,34 +171,34 @@ impl Client {
         &self.inner.telemetry
     }
 
-    /// Releases `resource` if `token` (as printed by [`Lock::owner`](crate::Lock::owner)) still owns it. For tools
-    /// that hand the token between processes; a program holding a [`Lock`](crate::Lock) calls
+    /// Releases `resource` if `owner` (as [`Lock::owner`](crate::Lock::owner) gives it) still owns it. For tools
+    /// that hand the owner value between processes; a program holding a [`Lock`](crate::Lock) calls
     /// [`Lock::release`](crate::Lock::release) instead.
     ///
     /// # Errors
     ///
-    /// [`Error::Lost`] when the key does not hold this token on a quorum of nodes (wrong token,
+    /// [`Error::Lost`] when the key does not hold this owner value on a quorum of nodes (wrong value,
     /// or it expired); [`Error::Unavailable`] when too many nodes failed to answer. On etcd the
-    /// token is the lock key (`fencelock/<resource>/<lease>[.<use>]`): the release deletes the
+    /// owner value is the lock key (`fencelock/<resource>/<lease>[.<use>]`): the release deletes the
     /// key (a key with a use number, on a lease that carries a client's consecutive locks) or
     /// revokes its lease, once the key is seen there; [`Error::Lost`] when the key is gone,
-    /// [`Error::InvalidConfig`] for a token that is no key of `resource`.
-    pub async fn release_by_owner(&self, resource: &str, token: &str) -> Result<Votes> {
+    /// [`Error::InvalidConfig`] for an owner value that is no key of `resource`.
+    pub async fn release_by_owner(&self, resource: &str, owner: &str) -> Result<Votes> {
         let keys = check_resources(&[resource])?;
-        let result = self.inner.backend.release_by_owner(&keys, token).await;
+        let result = self.inner.backend.release_by_owner(&keys, owner).await;
         let telemetry = self.telemetry();
         telemetry.released(&telemetry.label(resource), &result, result.as_ref().ok());
         result
     }
 
-    /// Extends `resource` to a fresh TTL if `token` still owns it on a quorum.
+    /// Extends `resource` to a fresh TTL if `owner` still owns it on a quorum.
     ///
     /// # Errors
     ///
     /// As [`Client::release_by_owner`].
-    pub async fn extend_by_owner(&self, resource: &str, token: &str) -> Result<Votes> {
+    pub async fn extend_by_owner(&self, resource: &str, owner: &str) -> Result<Votes> {
         let keys = check_resources(&[resource])?;
-        let result = self.inner.backend.extend_by_owner(&keys, token).await;
+        let result = self.inner.backend.extend_by_owner(&keys, owner).await;
         let telemetry = self.telemetry();
         telemetry.extended(&telemetry.label(resource), &result, result.as_ref().ok());
         result

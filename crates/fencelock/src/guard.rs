@@ -139,8 +139,12 @@ impl LockGuard {
 
     /// What work under this lock needs to know about it, to move into other tasks.
     pub fn context(&self) -> LockContext {
-        LockContext::new(self.lock().keys().clone(), self.fencing_token(), self.lost())
-            .with_last_writer(self.lock().last_writer_token())
+        LockContext::new(
+            self.lock().keys().clone(),
+            self.fencing_token(),
+            self.lost(),
+        )
+        .with_last_writer(self.lock().last_writer_token())
     }
 
     /// Why the lock is lost, if it is.

@@ -207,9 +207,9 @@ mod etcd;
     feature = "sqlx-mysql"
 ))]
 pub mod fence;
+mod fencing_token;
 mod guard;
 mod holder;
-mod fencing_token;
 mod keepalive;
 mod lock;
 mod node;
@@ -237,9 +237,9 @@ pub use crate::config::Config;
 pub use crate::context::LockContext;
 pub use crate::election::{Election, Leader, Leadership, Observer};
 pub use crate::error::{Error, ErrorKind, LostCause, Result};
+pub use crate::fencing_token::FencingToken;
 pub use crate::guard::LockGuard;
 pub use crate::holder::{Holder, MAX_LABEL_LEN};
-pub use crate::fencing_token::FencingToken;
 pub use crate::keepalive::{AutoExtend, ExtensionState, Extensions, LostSignal};
 pub use crate::lock::Lock;
 pub use crate::node::{NodeAddr, Scheme};

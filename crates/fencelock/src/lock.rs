@@ -119,25 +119,37 @@ impl Lock {
         self.last_writer
     }
 
-    /// The fencing token, in fencing mode (always, with etcd). Pass it to the storage with every
-    /// write.
+    /// The fencing token, in fencing mode (always, with etcd): pass it to the fenced storage
+    /// ([`crate::fence`]) with every write. [`FencingToken::value`](crate::FencingToken::value)
+    /// is its number, e.g. for a storage of your own or a child process.
     ///
-    /// On Redis it is strictly greater than the token of every holder of the same resources
-    /// whose token was issued before this lock was granted **under the conditions `docs/fencing.md` states** ("Why a
-    /// later holder's token is larger" and "The holes"): the nodes keep their counters (no
-    /// restart without persistence, no eviction: `appendfsync always` and `noeviction`, which
-    /// `fencelock doctor` checks) and no node's clock jumps. Outside them tokens stay unique but
-    /// may be out of order. On etcd it is the revision that created the lock's keys: larger than
-    /// every earlier holder's of each of its resources, by etcd's consensus. Tokens from
-    /// different locks (other names, other node sets, Redis and etcd) are not comparable (two
-    /// concurrent grants of different names may even get equal tokens): the fenced storage
-    /// keeps one row per resource and refuses them on one fence row.
+    /// The token also names the lock that issued it, so a fence row binds to this lock and
+    /// refuses tokens of another. It carries the lock's validity deadline as of this call, so
+    /// that a storage that refuses it can tell a stale holder ([`Error::StaleToken`]) from a
+    /// counter reset ([`Error::CounterReset`]); after [`Lock::extend`], take it again.
     ///
-    /// The fencing token with the lock that issued it: what to pass to the fenced storage
-    /// ([`crate::fence`]), which then binds the fence row to this lock and refuses tokens of
-    /// another. It carries the lock's validity deadline as of this call, so that a storage that
-    /// refuses it can tell a stale holder ([`Error::StaleToken`]) from a counter reset
-    /// ([`Error::CounterReset`]); after [`Lock::extend`], take it again.
+    /// On Redis its number is strictly greater than that of every holder of the same resources
+    /// whose token was issued before this lock was granted, **under the conditions
+    /// `docs/fencing.md` states** ("Why a later holder's token is larger" and "The holes"): the
+    /// nodes keep their counters (no restart without persistence, no eviction: `appendfsync
+    /// always` and `noeviction`, which `fencelock doctor` checks) and no node's clock jumps.
+    /// Outside them tokens stay unique but may be out of order. On etcd it is the revision that
+    /// created the lock's keys: larger than every earlier holder's of each of its resources, by
+    /// etcd's consensus. Tokens from different locks (other names, other node sets, Redis and
+    /// etcd) are not comparable (two concurrent grants of different names may even get equal
+    /// numbers): the fenced storage keeps one row per resource and refuses them on one row.
+    ///
+    /// # Example
+    ///
+    /// ```no_run
+    /// # async fn demo(client: fencelock::Client) -> fencelock::Result<()> {
+    /// let lock = client.acquire("sku:42").await?;
+    /// if let Some(token) = lock.fencing_token() {
+    ///     println!("fencing token {}", token.value());
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn fencing_token(&self) -> Option<crate::FencingToken> {
         let issuer = crate::FencingToken::issuer_name(self.held.backend_name(), &self.keys);
         self.fencing_token

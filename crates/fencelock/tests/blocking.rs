@@ -35,7 +35,10 @@ fn threads_exclude_each_other() {
                     client
                         .with_lock("blocking-counter", |ctx| {
                             assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders");
-                            tokens.lock().unwrap().push(ctx.fencing_token().unwrap().value());
+                            tokens
+                                .lock()
+                                .unwrap()
+                                .push(ctx.fencing_token().unwrap().value());
                             thread::sleep(Duration::from_millis(5));
                             inside.fetch_sub(1, Ordering::SeqCst);
                         })
@@ -177,7 +180,11 @@ fn a_blocking_holder_writes_through_the_fence_and_a_stale_one_is_refused() {
     // The guard's token too, bound to the same lock.
     let guard = next.auto_extend(AutoExtend::new());
     fence
-        .write("blocking:fenced", guard.fencing_token().unwrap(), |_| Ok(()))
+        .write(
+            "blocking:fenced",
+            guard.fencing_token().unwrap(),
+            |_| Ok(()),
+        )
         .unwrap();
     guard.release().unwrap();
     drop(paused);

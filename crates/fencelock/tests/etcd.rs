@@ -169,7 +169,10 @@ async fn contending_clients_exclude_each_other_and_tokens_increase() {
             for _ in 0..5 {
                 let lock = c.acquire("counter").await.unwrap();
                 assert!(!inside.swap(true, Ordering::SeqCst), "two holders at once");
-                tokens.lock().unwrap().push(lock.fencing_token().unwrap().value());
+                tokens
+                    .lock()
+                    .unwrap()
+                    .push(lock.fencing_token().unwrap().value());
                 tokio::task::yield_now().await;
                 inside.store(false, Ordering::SeqCst);
                 lock.release().await.unwrap();
@@ -740,7 +743,10 @@ async fn another_process_releases_and_extends_by_the_token() {
     let next = other.try_acquire("by-token").await.unwrap();
     next.release().await.unwrap();
     // Released already: the key is gone (its lease waits out its TTL), nothing changed.
-    let err = other.release_by_owner("by-token", &token).await.unwrap_err();
+    let err = other
+        .release_by_owner("by-token", &token)
+        .await
+        .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Lost, "{err}");
 }
 

@@ -481,7 +481,10 @@ async fn a_waiter_finds_the_slot_a_take_without_an_answer_gave_it() {
     };
     assert_eq!(slot, "sem:orphan:permit:0");
     assert_eq!(permit.owner(), slot_key);
-    assert_eq!(permit.fencing_token().map(|t| t.value()), Some(revision as u64));
+    assert_eq!(
+        permit.fencing_token().map(|t| t.value()),
+        Some(revision as u64)
+    );
     let _ = blocker.release().await;
     permit.release().await.unwrap();
     assert_eq!(count(&etcd, "fencelock/sem:orphan:permit:").await, 0);

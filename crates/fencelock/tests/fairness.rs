@@ -77,7 +77,10 @@ async fn served_in_order(fencing: bool) {
         let order = order.clone();
         tasks.push(tokio::spawn(async move {
             let l = client.acquire("line").await.unwrap();
-            order.lock().unwrap().push((i, l.fencing_token().map(|t| t.value())));
+            order
+                .lock()
+                .unwrap()
+                .push((i, l.fencing_token().map(|t| t.value())));
             tokio::time::sleep(Duration::from_millis(20)).await;
             l.release().await.unwrap();
         }));

@@ -559,7 +559,10 @@ async fn after_a_reset_reseeding_above_the_storages_last_lets_the_next_holder_wr
     let lock = client.acquire("r").await.unwrap();
     assert!(lock.fencing_token().unwrap().value() > current);
     record_issued(&fence, "r", lock.fencing_token().unwrap()).unwrap();
-    assert_eq!(db.events("r"), [token, lock.fencing_token().unwrap().value()]);
+    assert_eq!(
+        db.events("r"),
+        [token, lock.fencing_token().unwrap().value()]
+    );
     lock.release().await.unwrap();
 }
 

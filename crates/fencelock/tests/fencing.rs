@@ -48,7 +48,10 @@ async fn tokens_increase_across_1000_acquisitions_with_a_node_restarted_empty() 
             );
         }
         let lock = clients[i % 2].acquire("mono").await.unwrap();
-        let t = lock.fencing_token().expect("fencing mode gives a token").value();
+        let t = lock
+            .fencing_token()
+            .expect("fencing mode gives a token")
+            .value();
         assert!(t > last, "acquisition {i}: token {t} after {last}");
         last = t;
         tokens.push(t);
@@ -60,7 +63,10 @@ async fn tokens_increase_across_1000_acquisitions_with_a_node_restarted_empty() 
     let mut seeded = None;
     for i in 0..200 {
         let lock = clients[i % 2].acquire("mono").await.unwrap();
-        let t = lock.fencing_token().expect("fencing mode gives a token").value();
+        let t = lock
+            .fencing_token()
+            .expect("fencing mode gives a token")
+            .value();
         assert!(t > last, "after the seed wait: token {t} after {last}");
         last = t;
         tokens.push(t);
@@ -106,7 +112,10 @@ async fn concurrent_holders_get_distinct_increasing_tokens() {
         tasks.push(tokio::spawn(async move {
             for _ in 0..30 {
                 let lock = c.acquire("shared").await.unwrap();
-                order.lock().unwrap().push(lock.fencing_token().unwrap().value());
+                order
+                    .lock()
+                    .unwrap()
+                    .push(lock.fencing_token().unwrap().value());
                 lock.release().await.unwrap();
             }
         }));

@@ -275,7 +275,10 @@ async fn scoped_work_gets_the_lock_context_and_its_error_comes_back_flat() {
         .with_lock("ctx", async |lock| {
             assert!(!lock.is_lost());
             assert!(lock.remaining() > Duration::ZERO);
-            (lock.resource().to_owned(), lock.fencing_token().map(|t| t.value()))
+            (
+                lock.resource().to_owned(),
+                lock.fencing_token().map(|t| t.value()),
+            )
         })
         .await
         .unwrap();

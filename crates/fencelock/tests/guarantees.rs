@@ -752,7 +752,10 @@ async fn fenced_tokens_stay_unique_when_clocks_jump_forward_under_a_holder() {
             held.is_valid(),
             "the first holder is still within its validity"
         );
-        let (a, b) = (held.fencing_token().unwrap().value(), next.fencing_token().unwrap().value());
+        let (a, b) = (
+            held.fencing_token().unwrap().value(),
+            next.fencing_token().unwrap().value(),
+        );
         assert_ne!(a, b, "one token for two holders");
         write(&fence, "jump", b).await.unwrap();
         assert_eq!(write(&fence, "jump", a).await, Err(ErrorKind::StaleToken));

@@ -61,7 +61,10 @@ async fn job_on_nodes_0_and_2(
                 .with_quarantine(false),
         )
         .unwrap();
-        let votes = extender.extend_by_owner(resource, lock.owner()).await.unwrap();
+        let votes = extender
+            .extend_by_owner(resource, lock.owner())
+            .await
+            .unwrap();
         assert_eq!(votes.granted(), 2, "{votes}");
     }
     // The round returned on a quorum; its request to node 1 may still be on its way. Let it

@@ -98,14 +98,21 @@ async fn mixed_load(
                         rw.write().await.unwrap()
                     };
                     inside.enter_write();
-                    tokens.lock().unwrap().push(lock.fencing_token().unwrap().value());
+                    tokens
+                        .lock()
+                        .unwrap()
+                        .push(lock.fencing_token().unwrap().value());
                     tokio::time::sleep(Duration::from_millis(fastrand::u64(2..10))).await;
                     inside.leave_write();
                     lock.release().await.unwrap();
                 } else {
                     let lock = rw.read().await.unwrap();
                     inside.enter_read();
-                    assert_eq!(lock.fencing_token().map(|t| t.value()), None, "a reader has no fencing token");
+                    assert_eq!(
+                        lock.fencing_token().map(|t| t.value()),
+                        None,
+                        "a reader has no fencing token"
+                    );
                     tokio::time::sleep(Duration::from_millis(fastrand::u64(5..30))).await;
                     inside.leave_read();
                     lock.release().await.unwrap();
@@ -346,7 +353,12 @@ async fn scoped_reads_and_writes_run_under_their_locks() {
         .await
         .unwrap();
     let (seen, fencing) = rw
-        .with_read(async |ctx| (ctx.last_writer_token(), ctx.fencing_token().map(|t| t.value())))
+        .with_read(async |ctx| {
+            (
+                ctx.last_writer_token(),
+                ctx.fencing_token().map(|t| t.value()),
+            )
+        })
         .await
         .unwrap();
     assert_eq!(seen, Some(token));

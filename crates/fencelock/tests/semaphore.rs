@@ -127,7 +127,12 @@ async fn with_permit_runs_the_work_under_a_permit_and_releases_it() {
     let client = Client::new(config(&nodes)).unwrap();
     let sem = client.semaphore("sem:scoped", 1).unwrap();
     let (slot, token) = sem
-        .with_permit(async |ctx| (ctx.resource().to_string(), ctx.fencing_token().map(|t| t.value())))
+        .with_permit(async |ctx| {
+            (
+                ctx.resource().to_string(),
+                ctx.fencing_token().map(|t| t.value()),
+            )
+        })
         .await
         .unwrap();
     assert_eq!(slot, "sem:scoped:permit:0");

@@ -290,7 +290,8 @@ async fn worker(
             .await
             .context("a worker's lock")?;
         let token = lock
-            .fencing_token().map(|t| t.value())
+            .fencing_token()
+            .map(|t| t.value())
             .context("a fencing-mode lock without a fencing token")?;
         let stock = shop.stock(sku)?;
         if stock < 1 {

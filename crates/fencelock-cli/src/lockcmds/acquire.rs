@@ -1,5 +1,5 @@
 //! `fencelock acquire`: takes the lock and leaves it held after this process exits, for a later
-//! `extend` or `release` with the token it prints.
+//! `extend` or `release` with the owner value it prints.
 
 use fencelock::RetryPolicy;
 
@@ -38,12 +38,11 @@ pub(crate) async fn acquire(
     let remaining = lock.remaining();
     // What `extend` and `release` take: the owner value with the TTL, so that an extension
     // without --ttl keeps this lock's TTL.
-    let token = super::token::hand_out(lock.owner(), settings.ttl);
+    let owner = super::owner::hand_out(lock.owner(), settings.ttl);
     if json {
         let value = serde_json::json!({
             "resource": lock.resource(),
-            "token": token,
-            "owner": lock.owner(),
+            "owner": owner,
             "fencing_token": lock.fencing_token().map(|t| t.value()),
             "validity_ms": u64::try_from(remaining.as_millis()).unwrap_or(u64::MAX),
             "ttl_ms": u64::try_from(settings.ttl.as_millis()).unwrap_or(u64::MAX),
@@ -53,14 +52,15 @@ pub(crate) async fn acquire(
         });
         println!("{value}");
     } else {
-        println!("{token}");
+        println!("{owner}");
         let fencing = lock
-            .fencing_token().map(|t| t.value())
+            .fencing_token()
+            .map(|t| t.value())
             .map(|t| format!(", fencing token {t}"))
             .unwrap_or_default();
         let quoted = crate::shell::quote(resource);
         eprintln!(
-            "fencelock: acquired {resource:?} ({} of {} nodes agreed){fencing}, valid for {}; extend it by its TTL ({}) with `fencelock extend {quoted} --owner TOKEN` before then, release it with `fencelock release {quoted} --owner TOKEN`",
+            "fencelock: acquired {resource:?} ({} of {} nodes agreed){fencing}, valid for {}; extend it by its TTL ({}) with `fencelock extend {quoted} --owner OWNER` before then, release it with `fencelock release {quoted} --owner OWNER`",
             lock.votes().granted(),
             lock.votes().len(),
             human(remaining),

@@ -1,22 +1,22 @@
-//! `fencelock extend`: resets the TTL of a lock this token holds.
+//! `fencelock extend`: resets the TTL of a lock this owner value holds.
 
 use std::time::Instant;
 
-use super::{token_votes, votes_json};
+use super::{owner_votes, votes_json};
 use crate::cli::human;
 use crate::exit::{self, Failure};
 use crate::settings::Settings;
 
-/// An extension without --ttl, of a token that carries no TTL (not `acquire`'s: another tool's
+/// An extension without --ttl, of an owner value that carries no TTL (not `acquire`'s: another tool's
 /// owner value, or the one `inspect` shows), sets the default TTL; a lock taken with a longer
 /// one would be cut short by it, silently. The lock's own TTL is not stored on the nodes, but
-/// what is left of it is: when a quorum of the token's keys has more left than the extension
+/// what is left of it is: when a quorum of the owner value's keys has more left than the extension
 /// would set, the caller is asked for the TTL instead (Redis nodes; etcd's lease keeps its own
 /// TTL).
 async fn refuse_to_shorten(
     settings: &Settings,
     resource: &str,
-    token: &str,
+    owner: &str,
 ) -> Result<(), Failure> {
     if crate::probe::Backend::of(settings) != crate::probe::Backend::Redis {
         return Ok(());
@@ -30,7 +30,7 @@ async fn refuse_to_shorten(
     let states = crate::probe::redis::probe(&nodes, resource, timeout).await;
     let mut left: Vec<i64> = states
         .iter()
-        .filter(|s| s.token.as_deref() == Some(token))
+        .filter(|s| s.owner.as_deref() == Some(owner))
         .filter_map(|s| s.pttl_ms)
         .collect();
     let quorum = nodes.len() / 2 + 1;
@@ -47,7 +47,7 @@ async fn refuse_to_shorten(
     let at_least =
         humantime::format_duration(std::time::Duration::from_secs(quorum_left.as_secs() + 1));
     Err(Failure::usage(format!(
-        "extend {resource:?}: the lock has {} left, more than the TTL {} an extension without --ttl sets (it was taken with a longer --ttl), and this token carries no TTL (it is not the one `fencelock acquire` printed, which ends in .ttl<ms>ms); nothing was changed: pass the lock's TTL, e.g. --ttl {at_least} or more",
+        "extend {resource:?}: the lock has {} left, more than the TTL {} an extension without --ttl sets (it was taken with a longer --ttl), and this owner value carries no TTL (it is not the one `fencelock acquire` printed, which ends in .ttl<ms>ms); nothing was changed: pass the lock's TTL, e.g. --ttl {at_least} or more",
         human(quorum_left),
         human(settings.ttl)
     )))
@@ -57,17 +57,17 @@ async fn refuse_to_shorten(
 ///
 /// # Errors
 ///
-/// 76 when the token does not hold the lock on a quorum (wrong token or expired; the keys are
+/// 76 when the owner value does not hold the lock on a quorum (wrong value or expired; the keys are
 /// left untouched), 69 when too many nodes did not answer; 2 when, without --ttl (`ttl_given`)
-/// and with a token that carries no TTL, the extension would shorten the lock.
+/// and with an owner value that carries no TTL, the extension would shorten the lock.
 pub(crate) async fn extend(
     settings: &Settings,
     resource: &str,
-    token: &str,
+    given: &str,
     ttl_given: bool,
     json: bool,
 ) -> anyhow::Result<u8> {
-    let handed = super::token::parse(token);
+    let handed = super::owner::parse(given);
     let mut settings = settings.clone();
     match handed.ttl {
         // --ttl (or FENCELOCK_TTL) given wins.
@@ -83,7 +83,7 @@ pub(crate) async fn extend(
     let client = settings.client(false).await?;
     let started = Instant::now();
     let result = client.extend_by_owner(resource, handed.owner).await;
-    let votes = token_votes(settings, "extend", resource, client.quorum(), result).await?;
+    let votes = owner_votes(settings, "extend", resource, client.quorum(), result).await?;
     if json {
         let value = serde_json::json!({
             "resource": resource,

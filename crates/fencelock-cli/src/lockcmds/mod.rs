@@ -1,6 +1,6 @@
 //! `fencelock acquire`, `extend` and `release`: the lock as three shell steps, for scripts that
 //! cannot wrap a command in `fencelock run`, one file per command; here what they share (the
-//! votes as JSON, and the refusal of a token that does not hold the lock).
+//! votes as JSON, and the refusal of an owner value that does not hold the lock).
 
 use fencelock::Votes;
 
@@ -11,7 +11,7 @@ use crate::settings::Settings;
 mod acquire;
 mod extend;
 mod release;
-mod token;
+mod owner;
 
 pub(crate) use acquire::acquire;
 pub(crate) use extend::extend;
@@ -32,14 +32,14 @@ pub(crate) fn votes_json(votes: &Votes) -> serde_json::Value {
 }
 
 /// The votes of an `extend` or `release` of `resource` (`verb` names which), or the error
-/// that says why the token did not do it.
+/// that says why the owner value did not do it.
 ///
 /// # Errors
 ///
-/// 76 when the token does not hold the lock on a quorum (wrong token or expired; the keys are
+/// 76 when the owner value does not hold the lock on a quorum (wrong value or expired; the keys are
 /// left untouched), the other lock errors with their codes (69 when too many nodes did not
 /// answer).
-async fn token_votes(
+async fn owner_votes(
     settings: &Settings,
     verb: &str,
     resource: &str,
@@ -53,7 +53,7 @@ async fn token_votes(
             let quoted = crate::shell::quote(resource);
             let message = match (&err, code) {
                 (fencelock::Error::Lost { votes, .. }, exit::LOST) => format!(
-                    "cannot {verb} {resource:?}: this token does not hold the lock on a quorum ({} of {} node(s) granted, {} needed): the token is wrong, or the lock expired; nothing was changed. Check the token, or run `fencelock inspect {quoted}`; acquire the lock again if it expired ({votes})",
+                    "cannot {verb} {resource:?}: this owner value does not hold the lock on a quorum ({} of {} node(s) granted, {} needed): the owner value is wrong, or the lock expired; nothing was changed. Check the owner value, or run `fencelock inspect {quoted}`; acquire the lock again if it expired ({votes})",
                     votes.granted(),
                     votes.len(),
                     quorum,

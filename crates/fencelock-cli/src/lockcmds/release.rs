@@ -1,6 +1,6 @@
-//! `fencelock release`: deletes a lock this token holds.
+//! `fencelock release`: deletes a lock this owner value holds.
 
-use super::{token_votes, votes_json};
+use super::{owner_votes, votes_json};
 use crate::exit;
 use crate::settings::Settings;
 
@@ -8,18 +8,18 @@ use crate::settings::Settings;
 ///
 /// # Errors
 ///
-/// 76 when the token does not hold the lock on a quorum (wrong token or expired; the keys are
+/// 76 when the owner value does not hold the lock on a quorum (wrong value or expired; the keys are
 /// left untouched), 69 when too many nodes did not answer.
 pub(crate) async fn release(
     settings: &Settings,
     resource: &str,
-    token: &str,
+    given: &str,
     json: bool,
 ) -> anyhow::Result<u8> {
     let client = settings.client(false).await?;
-    let owner = super::token::parse(token).owner;
+    let owner = super::owner::parse(given).owner;
     let result = client.release_by_owner(resource, owner).await;
-    let votes = token_votes(settings, "release", resource, client.quorum(), result).await?;
+    let votes = owner_votes(settings, "release", resource, client.quorum(), result).await?;
     if json {
         let value = serde_json::json!({
             "resource": resource,

@@ -28,9 +28,9 @@ pub(crate) struct NodeState {
     /// `string` for a lock key, `none` when absent, anything else is a key of the wrong type.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) key_type: Option<String>,
-    /// The holder's token (the value of the key).
+    /// The holder's owner value (the value of the key).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) token: Option<String>,
+    pub(crate) owner: Option<String>,
     /// Remaining time to live in milliseconds (`-1`: no TTL, which a lock key never lacks).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) pttl_ms: Option<i64>,
@@ -63,7 +63,7 @@ pub(crate) struct NodeState {
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub(crate) struct Slot {
     pub(crate) slot: u32,
-    pub(crate) token: String,
+    pub(crate) owner: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) holder: Option<String>,
 }
@@ -72,7 +72,7 @@ pub(crate) struct Slot {
 /// left (ms, the node's clock).
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub(crate) struct Reader {
-    pub(crate) token: String,
+    pub(crate) owner: String,
     pub(crate) left_ms: i64,
 }
 
@@ -92,7 +92,7 @@ impl NodeState {
             reachable: false,
             error: Some(why),
             key_type: None,
-            token: None,
+            owner: None,
             pttl_ms: None,
             fence_counter: None,
             waiting: None,
@@ -107,12 +107,12 @@ impl NodeState {
     /// Whether the key is a string without a TTL that is not an owner value (32 lowercase hex
     /// digits): some program's value, not a lock whose TTL was removed (that one is waited for).
     pub(crate) fn is_plain_value(&self) -> bool {
-        let token_like = self.token.as_deref().is_some_and(|t| {
+        let owner_like = self.owner.as_deref().is_some_and(|t| {
             t.len() == 32
                 && t.bytes()
                     .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
         });
-        self.key_type.as_deref() == Some("string") && self.pttl_ms == Some(-1) && !token_like
+        self.key_type.as_deref() == Some("string") && self.pttl_ms == Some(-1) && !owner_like
     }
 
     /// Whether the key exists but is not a string, so it cannot be a lock key.
@@ -137,7 +137,7 @@ async fn probe_node(node: &Node, resource: &str, timeout: Duration) -> NodeState
         reachable: true,
         error: None,
         key_type: Some(key_type.clone()),
-        token: None,
+        owner: None,
         pttl_ms: None,
         fence_counter: None,
         waiting: None,
@@ -158,7 +158,7 @@ async fn probe_node(node: &Node, resource: &str, timeout: Duration) -> NodeState
             .query::<Option<String>>(redis::cmd("GET").arg(resource))
             .await
         {
-            Ok(token) => state.token = token,
+            Ok(owner) => state.owner = owner,
             Err(why) => state.error = Some(format!("GET failed: {why}")),
         }
         let holder_key = fencelock::protocol::holder_key(resource);
@@ -212,20 +212,20 @@ async fn family(
     let slots: Vec<String> = (0..max)
         .map(|i| protocol::permit_key(resource, i))
         .collect();
-    let tokens: Vec<Option<String>> = conn.query(redis::cmd("MGET").arg(&slots[..])).await?;
-    for (i, (key, token)) in (0..max).zip(slots.iter().zip(tokens)) {
-        if let Some(token) = token {
+    let owners: Vec<Option<String>> = conn.query(redis::cmd("MGET").arg(&slots[..])).await?;
+    for (i, (key, owner)) in (0..max).zip(slots.iter().zip(owners)) {
+        if let Some(owner) = owner {
             let holder = conn
                 .query::<Option<String>>(redis::cmd("GET").arg(protocol::holder_key(key)))
                 .await?;
             state.permits.push(Slot {
                 slot: i,
-                token,
+                owner,
                 holder,
             });
         }
     }
-    if state.token.as_deref() == Some(protocol::READERS_MARKER) {
+    if state.owner.as_deref() == Some(protocol::READERS_MARKER) {
         let (secs, micros): (i64, i64) = conn.query(&redis::cmd("TIME")).await?;
         let now_ms = secs * 1000 + micros / 1000;
         let readers: Vec<(String, f64)> = conn
@@ -240,8 +240,8 @@ async fn family(
         // Entries whose time ran out are left for the next script to drop: not readers.
         state.readers = readers
             .into_iter()
-            .map(|(token, until)| Reader {
-                token,
+            .map(|(owner, until)| Reader {
+                owner,
                 left_ms: until as i64 - now_ms,
             })
             .filter(|r| r.left_ms > 0)
@@ -281,21 +281,21 @@ pub(crate) async fn probe(nodes: &[Node], resource: &str, timeout: Duration) -> 
 pub(crate) struct Summary {
     pub(crate) quorum: usize,
     pub(crate) reachable: usize,
-    /// The token that holds a quorum, if any.
+    /// The owner that holds a quorum, if any.
     pub(crate) holder: Option<String>,
-    /// On how many nodes the most common token is set.
+    /// On how many nodes the most common owner is set.
     pub(crate) holder_nodes: usize,
     /// The largest fence counter seen.
     pub(crate) max_fence_counter: Option<u64>,
     /// Nodes where the key exists with a type that is not a string.
     pub(crate) wrong_type: Vec<String>,
-    /// Who holds it, as the holder's client stored it on a node that holds its token.
+    /// Who holds it, as the holder's client stored it on a node that holds its owner.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) holder_label: Option<String>,
-    /// A semaphore's permits held on a quorum: slot, token, on how many nodes, holder label.
+    /// A semaphore's permits held on a quorum: slot, owner, on how many nodes, holder label.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub(crate) permits: Vec<(u32, String, usize, Option<String>)>,
-    /// A read-write lock's readers on a quorum: token, on how many nodes.
+    /// A read-write lock's readers on a quorum: owner, on how many nodes.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub(crate) readers: Vec<(String, usize)>,
     /// An election's newest leader on a quorum of logs.
@@ -308,15 +308,15 @@ pub(crate) fn summarize(states: &[NodeState]) -> Summary {
     let quorum = states.len() / 2 + 1;
     let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
     for s in states {
-        if let Some(t) = &s.token {
+        if let Some(t) = &s.owner {
             *counts.entry(t).or_default() += 1;
         }
     }
     let top = counts.iter().max_by_key(|(_, n)| **n);
-    let holder_label = top.and_then(|(token, _)| {
+    let holder_label = top.and_then(|(owner, _)| {
         states
             .iter()
-            .filter(|s| s.token.as_deref() == Some(*token))
+            .filter(|s| s.owner.as_deref() == Some(*owner))
             .find_map(|s| s.holder.clone())
     });
     let mut permits: BTreeMap<(u32, &str), (usize, Option<&str>)> = BTreeMap::new();
@@ -324,12 +324,12 @@ pub(crate) fn summarize(states: &[NodeState]) -> Summary {
     let mut leaders: BTreeMap<(u64, &str), (usize, bool)> = BTreeMap::new();
     for s in states {
         for p in &s.permits {
-            let e = permits.entry((p.slot, &p.token)).or_default();
+            let e = permits.entry((p.slot, &p.owner)).or_default();
             e.0 += 1;
             e.1 = e.1.or(p.holder.as_deref());
         }
         for r in &s.readers {
-            *readers.entry(&r.token).or_default() += 1;
+            *readers.entry(&r.owner).or_default() += 1;
         }
         if let Some(l) = &s.leader {
             let e = leaders.entry((l.term, &l.value)).or_default();
@@ -341,14 +341,14 @@ pub(crate) fn summarize(states: &[NodeState]) -> Summary {
         permits: permits
             .into_iter()
             .filter(|(_, (n, _))| *n >= quorum)
-            .map(|((slot, token), (n, holder))| {
-                (slot, token.to_owned(), n, holder.map(str::to_owned))
+            .map(|((slot, owner), (n, holder))| {
+                (slot, owner.to_owned(), n, holder.map(str::to_owned))
             })
             .collect(),
         readers: readers
             .into_iter()
             .filter(|(_, n)| *n >= quorum)
-            .map(|(token, n)| (token.to_owned(), n))
+            .map(|(owner, n)| (owner.to_owned(), n))
             .collect(),
         // The newest term a quorum of logs holds: what an observer reports.
         leader: leaders
@@ -450,12 +450,12 @@ fn write_family(out: &mut String, resource: &str, summary: &Summary) {
             "semaphore {resource:?}: {} permit(s) held",
             summary.permits.len()
         );
-        for (slot, token, nodes, holder) in &summary.permits {
+        for (slot, owner, nodes, holder) in &summary.permits {
             let by = holder
                 .as_deref()
                 .map(|h| format!(" by {}", show_holder(h)))
                 .unwrap_or_default();
-            let _ = writeln!(out, "  permit {slot}: token {token}{by} on {nodes} node(s)");
+            let _ = writeln!(out, "  permit {slot}: owner {owner}{by} on {nodes} node(s)");
         }
     }
     if !summary.readers.is_empty() {
@@ -464,8 +464,8 @@ fn write_family(out: &mut String, resource: &str, summary: &Summary) {
             "read-write lock {resource:?}: {} reader(s), no writer",
             summary.readers.len()
         );
-        for (token, nodes) in &summary.readers {
-            let _ = writeln!(out, "  reader: token {token} on {nodes} node(s)");
+        for (owner, nodes) in &summary.readers {
+            let _ = writeln!(out, "  reader: owner {owner} on {nodes} node(s)");
         }
     }
     if let Some(leader) = &summary.leader {
@@ -494,21 +494,21 @@ fn verdict(states: &[NodeState], summary: &Summary) -> String {
         );
     }
     match &summary.holder {
-        Some(token) if token == fencelock::protocol::READERS_MARKER => format!(
+        Some(owner) if owner == fencelock::protocol::READERS_MARKER => format!(
             "held by {} reader(s) (a read-write lock) on {} of {} node(s) (quorum {})",
             summary.readers.len(),
             summary.holder_nodes,
             states.len(),
             summary.quorum
         ),
-        Some(token) => format!(
-            "held by token {token} on {} of {} node(s) (quorum {})",
+        Some(owner) => format!(
+            "held by owner {owner} on {} of {} node(s) (quorum {})",
             summary.holder_nodes,
             states.len(),
             summary.quorum
         ),
         None if summary.holder_nodes > 0 => format!(
-            "not held: the largest group of equal tokens is on {} node(s), short of the quorum {} (leftovers expire by their TTL)",
+            "not held: the largest group of equal owners is on {} node(s), short of the quorum {} (leftovers expire by their TTL)",
             summary.holder_nodes, summary.quorum
         ),
         None if !summary.permits.is_empty() => format!(
@@ -523,7 +523,7 @@ fn verdict(states: &[NodeState], summary: &Summary) -> String {
 #[derive(Debug)]
 struct Row<'a> {
     state: String,
-    token: &'a str,
+    owner: &'a str,
     pttl: String,
     waiting: String,
     fence: &'a str,
@@ -537,7 +537,7 @@ impl Row<'_> {
         }
         Some(Row {
             state: key_state(s, summary),
-            token: s.token.as_deref().unwrap_or("-"),
+            owner: s.owner.as_deref().unwrap_or("-"),
             pttl: fmt_pttl(s.pttl_ms),
             waiting: s.waiting.map_or("-".to_owned(), |n| n.to_string()),
             fence: s.fence_counter.as_deref().unwrap_or("-"),
@@ -548,7 +548,7 @@ impl Row<'_> {
 /// What the node's key is: free, held by the quorum's holder, held by another, or not a lock
 /// key.
 fn key_state(s: &NodeState, summary: &Summary) -> String {
-    match (s.key_type.as_deref(), &s.token) {
+    match (s.key_type.as_deref(), &s.owner) {
         (Some("none"), _) => "free".to_owned(),
         (Some("string"), Some(t)) if summary.holder.as_deref() == Some(t) => "held".to_owned(),
         (Some("string"), Some(_)) => "held (other)".to_owned(),
@@ -557,7 +557,7 @@ fn key_state(s: &NodeState, summary: &Summary) -> String {
     }
 }
 
-/// Per node: state, token, PTTL, waiting, fence counter; the error of an unreachable one.
+/// Per node: state, owner, PTTL, waiting, fence counter; the error of an unreachable one.
 fn write_table(out: &mut String, states: &[NodeState], summary: &Summary) {
     let rows: Vec<Option<Row<'_>>> = states.iter().map(|s| Row::of(s, summary)).collect();
     let width = states
@@ -575,16 +575,16 @@ fn write_table(out: &mut String, states: &[NodeState], summary: &Summary) {
             .max(least)
     };
     let state_w = column(|r| r.state.len(), 5);
-    let token_w = column(|r| r.token.len(), 5);
+    let owner_w = column(|r| r.owner.len(), 5);
     let _ = writeln!(
         out,
-        "{:<width$}  {:<state_w$}  {:<token_w$}  {:>8}  {:>7}  NODE COUNTER",
-        "NODE", "STATE", "TOKEN", "PTTL", "WAITING"
+        "{:<width$}  {:<state_w$}  {:<owner_w$}  {:>8}  {:>7}  NODE COUNTER",
+        "NODE", "STATE", "OWNER", "PTTL", "WAITING"
     );
     for (s, row) in states.iter().zip(&rows) {
         let Some(Row {
             state,
-            token,
+            owner,
             pttl,
             waiting,
             fence,
@@ -600,7 +600,7 @@ fn write_table(out: &mut String, states: &[NodeState], summary: &Summary) {
         };
         let _ = writeln!(
             out,
-            "{:<width$}  {state:<state_w$}  {token:<token_w$}  {pttl:>8}  {waiting:>7}  {fence}",
+            "{:<width$}  {state:<state_w$}  {owner:<owner_w$}  {pttl:>8}  {waiting:>7}  {fence}",
             s.node
         );
         if let Some(err) = &s.error {
@@ -652,17 +652,17 @@ pub(crate) async fn inspect(settings: &Settings, resource: &str, json: bool) -> 
 mod tests {
     use super::*;
 
-    fn state(token: Option<&str>, key_type: &str) -> NodeState {
+    fn state(owner: Option<&str>, key_type: &str) -> NodeState {
         NodeState {
             node: "n".into(),
             reachable: true,
             error: None,
             key_type: Some(key_type.into()),
-            token: token.map(Into::into),
+            owner: owner.map(Into::into),
             pttl_ms: Some(5000),
             fence_counter: Some("7".into()),
             waiting: Some(0),
-            holder: token.map(|t| format!("host=h pid=1 label=job {t}")),
+            holder: owner.map(|t| format!("host=h pid=1 label=job {t}")),
             permits: Vec::new(),
             readers: Vec::new(),
             writer_record: None,

@@ -1,5 +1,5 @@
-//! The token `acquire` hands out: the lock's owner value, as the nodes store it, followed by
-//! the TTL the lock was taken with, `<owner>.ttl<ms>ms`. No node stores a lock's TTL, and the
+//! The owner value `acquire` hands out: the lock's owner value as the nodes store it, followed
+//! by the TTL the lock was taken with, `<owner>.ttl<ms>ms`. No node stores a lock's TTL, and the
 //! nodes' values are not changed to carry it (that would be a protocol change, and other
 //! Redlock clients read them): the suffix lives only in the text the user keeps between
 //! `acquire` and `extend`, which strip it before talking to the nodes.
@@ -9,28 +9,28 @@ use std::time::Duration;
 /// What separates the owner value from the TTL.
 const SEPARATOR: &str = ".ttl";
 
-/// A token as given to `extend` or `release`.
+/// An owner value as given to `extend` or `release`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct HandedToken<'a> {
+pub(crate) struct Handed<'a> {
     /// The owner value the nodes store.
     pub(crate) owner: &'a str,
-    /// The TTL the lock was taken with, when the token carries one (`acquire` wrote it).
+    /// The TTL the lock was taken with, when the value carries one (`acquire` wrote it).
     pub(crate) ttl: Option<Duration>,
 }
 
-/// The token `acquire` prints for a lock of owner value `owner` taken with `ttl`.
+/// The owner value `acquire` prints for a lock of owner value `owner` taken with `ttl`.
 pub(crate) fn hand_out(owner: &str, ttl: Duration) -> String {
     format!("{owner}{SEPARATOR}{}ms", ttl.as_millis())
 }
 
-/// Reads a token back. A token without the suffix (another tool's owner value, or the one
+/// Reads a handed-out owner value back. A value without the suffix (another tool's owner value, or the one
 /// `inspect` shows) is taken whole as the owner value, with no TTL.
-pub(crate) fn parse(token: &str) -> HandedToken<'_> {
-    let whole = HandedToken {
-        owner: token,
+pub(crate) fn parse(given: &str) -> Handed<'_> {
+    let whole = Handed {
+        owner: given,
         ttl: None,
     };
-    let Some((owner, ttl)) = token.rsplit_once(SEPARATOR) else {
+    let Some((owner, ttl)) = given.rsplit_once(SEPARATOR) else {
         return whole;
     };
     let Some(ms) = ttl.strip_suffix("ms") else {
@@ -40,7 +40,7 @@ pub(crate) fn parse(token: &str) -> HandedToken<'_> {
         return whole;
     }
     match ms.parse::<u64>() {
-        Ok(ms) if ms > 0 => HandedToken {
+        Ok(ms) if ms > 0 => Handed {
             owner,
             ttl: Some(Duration::from_millis(ms)),
         },
@@ -53,13 +53,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_handed_out_token_reads_back_as_its_owner_and_ttl() {
+    fn a_handed_out_owner_value_reads_back_as_its_owner_and_ttl() {
         let owner = "0123456789abcdef0123456789abcdef";
-        let token = hand_out(owner, Duration::from_secs(30));
-        assert_eq!(token, format!("{owner}.ttl30000ms"));
+        let handed = hand_out(owner, Duration::from_secs(30));
+        assert_eq!(handed, format!("{owner}.ttl30000ms"));
         assert_eq!(
-            parse(&token),
-            HandedToken {
+            parse(&handed),
+            Handed {
                 owner,
                 ttl: Some(Duration::from_secs(30))
             }
@@ -81,7 +81,7 @@ mod tests {
         ] {
             assert_eq!(
                 parse(other),
-                HandedToken {
+                Handed {
                     owner: other,
                     ttl: None
                 },
