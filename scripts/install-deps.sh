@@ -60,6 +60,7 @@ collect() {
   need_cmd redis-cli redis-tools "tests inspect nodes with it"
   need_cmd etcd etcd-server "the testkit starts it"
   need_cmd etcdctl etcd-client "the testkit's etcd test runs it"
+  need_cmd ps procps "run's guard reads the process tree with it where there is no /proc; a test checks that path"
 
   if [ -n "${PROTOC:-}" ]; then
     [ -x "$PROTOC" ] || need protobuf-compiler "PROTOC=$PROTOC (etcd-client's build runs it)"

@@ -110,6 +110,11 @@ pub(crate) enum Command {
     /// expire on a majority; fencelock then exits with 76. The SIGKILL holds when fencelock itself
     /// is stopped or starved (a helper process keeps its time); it does not when the whole host
     /// is paused, nor when that helper (`fencelock-guard`) is itself stopped.
+    ///
+    /// On Linux every process the command starts is kept in the tree and killed with it, even
+    /// one that moved to its own session or was orphaned. On other Unix systems (macOS, the
+    /// BSDs) a process whose parent exits leaves the tree and is not killed, and a SIGKILL to
+    /// the helper alone leaves the command running.
     Run(RunArgs),
     /// Run a command while leader of the election NAME (like `etcdctl elect`): campaign, run
     /// the command as leader (FENCELOCK_TOKEN holds the term), resign when it exits; stopped

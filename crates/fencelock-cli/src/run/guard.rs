@@ -37,6 +37,14 @@
 //!   supervisor, a child subreaper too, then receives the orphans and SIGKILLs them.
 //!
 //! Processes are found by their parent links in `/proc/<pid>/stat`: no cgroups, no privileges.
+//!
+//! On other Unix systems (macOS, the BSDs) there is no child subreaper, no
+//! `PR_SET_PDEATHSIG` and no `/proc`. The guard then finds processes by their parent links in
+//! `ps -A -o pid= -o ppid= -o stat=`, and what holds is less: a descendant that leaves the tree
+//! (its parent exits and it is reparented to init) is no longer found, and a SIGKILL to the guard
+//! alone leaves the command running. The pipe, the watchdog and the process group work as on
+//! Linux, so a supervisor that dies or stops still takes down the command and the processes that
+//! stay below it. `run --help` says so.
 
 use std::ffi::{OsStr, OsString};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -59,9 +67,84 @@ const KILL_AT: u8 = b'k';
 
 /// Makes this process a child subreaper. Errors are ignored: on a kernel without it (before
 /// 3.4) orphans go to init, as they did before.
+#[cfg(target_os = "linux")]
 pub(crate) fn become_subreaper() {
     // SAFETY: prctl with PR_SET_CHILD_SUBREAPER only sets a flag of this process.
     unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+}
+
+/// No subreaper outside Linux: orphans go to init (see the module docs).
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn become_subreaper() {}
+
+/// A pipe whose two ends are close-on-exec.
+#[cfg(target_os = "linux")]
+fn cloexec_pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills two fresh descriptors, both close-on-exec.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors were just created and are owned here.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// A pipe whose two ends are close-on-exec. Without `pipe2` the flag is set after the pipe is
+/// made: a command another thread starts in between inherits the ends, and the guard then sees
+/// the supervisor's end close only when that command exits too. `run` starts no other command.
+#[cfg(not(target_os = "linux"))]
+fn cloexec_pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe fills two fresh descriptors.
+    if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors were just created and are owned here.
+    let ends = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    for fd in [ends.0.as_raw_fd(), ends.1.as_raw_fd()] {
+        // SAFETY: fcntl on a descriptor owned here.
+        if unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(ends)
+}
+
+/// This binary, to start again as the guard. On Linux `/proc/self/exe` names the running file
+/// even if it was replaced on disk since (an upgrade during a long run).
+fn this_binary() -> std::io::Result<std::path::PathBuf> {
+    if cfg!(target_os = "linux") {
+        Ok("/proc/self/exe".into())
+    } else {
+        std::env::current_exe()
+    }
+}
+
+/// Names the guard for `ps` and `top` (the kernel's name would be "exe", from /proc/self/exe).
+#[cfg(target_os = "linux")]
+fn name_this_process() {
+    // SAFETY: PR_SET_NAME copies at most 16 bytes from a NUL-terminated string.
+    unsafe { libc::prctl(libc::PR_SET_NAME, c"fencelock-guard".as_ptr(), 0, 0, 0) };
+}
+
+/// Elsewhere the process keeps its `argv[0]`, "fencelock".
+#[cfg(not(target_os = "linux"))]
+fn name_this_process() {}
+
+/// In the command, between fork and exec: die with the guard. Only async-signal-safe calls.
+#[cfg(target_os = "linux")]
+fn die_with_parent() -> std::io::Result<()> {
+    // SAFETY: prctl is async-signal-safe.
+    if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// No parent-death signal outside Linux: a SIGKILL to the guard alone leaves the command.
+#[cfg(not(target_os = "linux"))]
+fn die_with_parent() -> std::io::Result<()> {
+    Ok(())
 }
 
 /// The supervisor's side: the guard's process and the pipe that controls it.
@@ -89,13 +172,7 @@ impl Guard {
         env: &[(&str, Option<OsString>)],
         kill_at: std::time::Instant,
     ) -> std::io::Result<Guard> {
-        let mut fds = [0; 2];
-        // SAFETY: pipe2 fills two fresh descriptors, both close-on-exec.
-        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: both descriptors were just created and are owned here.
-        let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        let (read, write) = cloexec_pipe()?;
         // The supervisor must never block on a guard that does not read.
         // SAFETY: fcntl on our own descriptor.
         unsafe { libc::fcntl(write.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK) };
@@ -104,7 +181,7 @@ impl Guard {
         // so no stop of the supervisor can leave the command without a deadline.
         control.kill_at(kill_at);
         let read_fd = read.as_raw_fd();
-        let mut cmd = tokio::process::Command::new("/proc/self/exe");
+        let mut cmd = tokio::process::Command::new(this_binary()?);
         cmd.arg0("fencelock")
             .arg(GUARD_ARG)
             .arg(read_fd.to_string())
@@ -201,9 +278,7 @@ extern "C" fn ignore(_: libc::c_int) {}
 
 fn guard(control: RawFd, program: &OsStr, args: &[OsString]) -> u8 {
     become_subreaper();
-    // Named for `ps` and `top` (the kernel's name would be "exe", from /proc/self/exe).
-    // SAFETY: PR_SET_NAME copies at most 16 bytes from a NUL-terminated string.
-    unsafe { libc::prctl(libc::PR_SET_NAME, c"fencelock-guard".as_ptr(), 0, 0, 0) };
+    name_this_process();
     keep_control_and_outlive_signals(control);
     // SAFETY: getpid has no preconditions.
     let me = unsafe { libc::getpid() };
@@ -296,9 +371,7 @@ fn spawn_command(
     // the guard died before the flag was set.
     unsafe {
         cmd.pre_exec(move || {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
+            die_with_parent()?;
             if libc::getppid() != me {
                 libc::_exit(137);
             }
@@ -426,12 +499,13 @@ fn reap_all() {
     }
 }
 
-/// The live (not zombie) descendants of `root`, from the parent links in `/proc`.
-fn descendants(root: i32) -> Vec<i32> {
+/// Every process's parent link: `(pid, parent, zombie)`, from `/proc`.
+#[cfg(target_os = "linux")]
+fn parent_links() -> Vec<(i32, i32, bool)> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
-    let mut links: Vec<(i32, i32, bool)> = Vec::new();
+    let mut links = Vec::new();
     for entry in dir.flatten() {
         let Some(pid) = entry
             .file_name()
@@ -444,6 +518,39 @@ fn descendants(root: i32) -> Vec<i32> {
             links.push((pid, ppid, zombie));
         }
     }
+    links
+}
+
+/// Every process's parent link: `(pid, parent, zombie)`, from `ps`, where there is no `/proc`.
+#[cfg(not(target_os = "linux"))]
+fn parent_links() -> Vec<(i32, i32, bool)> {
+    let Ok(out) = std::process::Command::new("ps")
+        .args(["-A", "-o", "pid=", "-o", "ppid=", "-o", "stat="])
+        .stderr(std::process::Stdio::null())
+        .output()
+    else {
+        return Vec::new();
+    };
+    parse_ps(&String::from_utf8_lossy(&out.stdout))
+}
+
+/// `ps -o pid= -o ppid= -o stat=` lines as parent links; a state starting with `Z` is a zombie.
+#[cfg(any(test, not(target_os = "linux")))]
+fn parse_ps(text: &str) -> Vec<(i32, i32, bool)> {
+    text.lines()
+        .filter_map(|line| {
+            let mut f = line.split_whitespace();
+            let pid = f.next()?.parse().ok()?;
+            let ppid = f.next()?.parse().ok()?;
+            let zombie = f.next().is_some_and(|s| s.starts_with('Z'));
+            Some((pid, ppid, zombie))
+        })
+        .collect()
+}
+
+/// The live (not zombie) descendants of `root`, from every process's parent link.
+fn descendants(root: i32) -> Vec<i32> {
+    let links = parent_links();
     let mut found = Vec::new();
     let mut frontier = vec![root];
     while let Some(parent) = frontier.pop() {
@@ -460,6 +567,7 @@ fn descendants(root: i32) -> Vec<i32> {
 }
 
 /// The parent of `pid` and whether it is a zombie, from `/proc/<pid>/stat`.
+#[cfg(target_os = "linux")]
 fn parent_of(pid: i32) -> Option<(i32, bool)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name may hold spaces and parentheses: the fields start after the last ')'.
@@ -500,6 +608,31 @@ mod tests {
         assert_eq!(kill_tree(sh, libc::SIGKILL, true), 1);
         // SAFETY: kills our own child.
         unsafe { libc::kill(sh, libc::SIGKILL) };
+        child.wait().unwrap();
+    }
+
+    /// The parent links the guard reads from `ps` where there is no `/proc` (macOS, the BSDs)
+    /// are the ones `/proc` gives: checked here against `ps` itself.
+    #[test]
+    fn ps_gives_the_parent_links_proc_gives() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        let me = i32::try_from(std::process::id()).unwrap();
+        let pid = i32::try_from(child.id()).unwrap();
+        let out = std::process::Command::new("ps")
+            .args(["-A", "-o", "pid=", "-o", "ppid=", "-o", "stat="])
+            .output()
+            .expect("ps (procps) runs: scripts/install-deps.sh installs it");
+        let links = parse_ps(&String::from_utf8_lossy(&out.stdout));
+        assert!(links.contains(&(pid, me, false)), "{links:?}");
+        assert_eq!(parent_of(pid), Some((me, false)));
+        assert_eq!(
+            parse_ps("  12     1 Ss\n  40    12 Z+\nPID PPID STAT\n"),
+            vec![(12, 1, false), (40, 12, true)]
+        );
+        child.kill().unwrap();
         child.wait().unwrap();
     }
 }
