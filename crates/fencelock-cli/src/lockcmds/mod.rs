@@ -10,8 +10,8 @@ use crate::settings::Settings;
 
 mod acquire;
 mod extend;
-mod release;
 mod owner;
+mod release;
 
 pub(crate) use acquire::acquire;
 pub(crate) use extend::extend;
