@@ -157,7 +157,7 @@ impl PostgresFence {
     /// lock or an older one without calling `f`, run `f`, record the token, `COMMIT`), on the
     /// calling thread. `f` must not commit or roll back by itself.
     ///
-    /// `token` is an [`FencingToken`] (from [`Lock::fencing_token`](super::Lock::fencing_token)),
+    /// `token` is a [`FencingToken`] (from [`Lock::fencing_token`](super::Lock::fencing_token)),
     /// which binds the row to its lock, or a bare `u64`, which a bound row refuses.
     ///
     /// # Errors

@@ -61,7 +61,7 @@
 //! about one of lock `b`, nor a Redis token about an etcd revision. A fence row written with
 //! tokens of two locks would compare numbers that mean nothing to each other and let a stale
 //! write through. So the row records the lock that issued its first bound token (pass
-//! [`Lock::fencing_token`](crate::Lock::fencing_token), an [`FencingToken`]) and refuses a token
+//! [`Lock::fencing_token`](crate::Lock::fencing_token), a [`FencingToken`]) and refuses a token
 //! from any other lock, or a bare `u64`, with [`Error::InvalidConfig`] naming both locks
 //! (tests `a_bound_row_refuses_tokens_of_another_lock_or_of_none` in this module, and
 //! `a_fence_row_is_bound_to_the_lock_of_its_first_token` in `tests/fence_sqlite.rs` and

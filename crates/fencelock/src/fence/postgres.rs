@@ -186,7 +186,7 @@ impl PostgresFence {
     /// first bound token), and `COMMIT`. `f` is an async closure (`async |tx| { ... }`) and
     /// must not commit or roll back by itself.
     ///
-    /// `token` is an [`FencingToken`] (from [`Lock::fencing_token`](crate::Lock::fencing_token)),
+    /// `token` is a [`FencingToken`] (from [`Lock::fencing_token`](crate::Lock::fencing_token)),
     /// which binds the row to its lock, or a bare `u64`, which a bound row refuses.
     ///
     /// # Cancel safety

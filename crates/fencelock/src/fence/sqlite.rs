@@ -176,7 +176,7 @@ impl SqliteFence {
     /// (and its lock, on the row's first bound token), and commit. `f` must not commit or roll
     /// back by itself.
     ///
-    /// `token` is an [`FencingToken`] (from [`Lock::fencing_token`](crate::Lock::fencing_token)),
+    /// `token` is a [`FencingToken`] (from [`Lock::fencing_token`](crate::Lock::fencing_token)),
     /// which binds the row to its lock, or a bare `u64`, which a bound row refuses.
     ///
     /// This blocks the calling thread for the whole transaction, including any wait for another

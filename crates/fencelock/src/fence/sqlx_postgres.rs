@@ -116,7 +116,7 @@ impl SqlxPostgresFence {
     /// progress), checks the token, and records it. Run your statements in `tx` before or after
     /// it, then commit: the token and your statements apply together, or not at all.
     ///
-    /// `token` is an [`FencingToken`] (from [`Lock::fencing_token`](crate::Lock::fencing_token)),
+    /// `token` is a [`FencingToken`] (from [`Lock::fencing_token`](crate::Lock::fencing_token)),
     /// which binds the row to its lock and, if it is refused while the lock is still valid,
     /// tells a counter reset from a stale holder; or a bare `u64`, which a bound row refuses.
     ///
