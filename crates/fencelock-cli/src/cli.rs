@@ -129,7 +129,7 @@ pub(crate) enum Command {
     Acquire(AcquireArgs),
     /// Extend a lock acquired with `fencelock acquire` by another TTL.
     ///
-    /// The TTL is the one the lock was taken with, which the token `acquire` printed carries
+    /// The TTL is the one the lock was taken with, which the owner value `acquire` printed carries
     /// (`<owner>.ttl<ms>ms`); --ttl or FENCELOCK_TTL, when given, sets another. A bare owner
     /// value (another tool's, or the one `inspect` shows) carries none: without --ttl, a lock
     /// with more left than the default TTL is then not cut short (exit 2).
