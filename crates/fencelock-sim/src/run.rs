@@ -905,21 +905,13 @@ fn check(h: &History, world: &World, end: i64) -> Vec<String> {
             .iter()
             .any(|(at, t, _)| *t > term && *at >= c.ended);
         let seen = h.reports.iter().any(|(_, t, _)| *t == term);
-        // A documented limit (guarantees.md, A-elect-observe): a node restarted empty answers
-        // the observer. A violation in runs where no node lost data; otherwise the trace notes
-        // that the limit was reached (`limits`).
+        // Issue 35 item 3: a violation in every run, data lost or not (an observer counts only
+        // the nodes the quarantine and the amnesia guard trust).
         if later && !seen && c.ended < end {
-            let what = format!(
+            out.push(format!(
                 "observer skipped {} (term {term}, won at {}ms) and reported a later term (issue 35 item 3)",
                 c.value, c.ended
-            );
-            if world.lost_data.get() {
-                world.log(format!(
-                    "limit reached: {what}; a node lost data in this run (guarantees.md A-elect-observe)"
-                ));
-            } else {
-                out.push(what);
-            }
+            ));
         }
     }
     out

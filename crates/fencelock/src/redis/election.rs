@@ -23,6 +23,9 @@ pub(crate) struct ElectionLog {
     log: String,
     quorum: usize,
     node_timeout: Duration,
+    /// The client's restart quarantine is on: an observer then counts a node only once its
+    /// marker says its quarantine ended (see [`Witnesses`]).
+    quarantine: bool,
     conns: Arc<[Mutex<Option<MultiplexedConnection>>]>,
     nodes: Arc<[redis::Client]>,
 }
@@ -36,6 +39,7 @@ impl RedisBackend {
             log: log.to_string(),
             quorum: self.quorum,
             node_timeout: self.settings.node_timeout,
+            quarantine: self.nodes.first().is_some_and(|n| n.quarantine().enabled),
             conns: nodes.iter().map(|_| Mutex::new(None)).collect(),
             nodes,
         }
@@ -98,6 +102,7 @@ impl ElectionLog {
             last: 0,
             seen: None,
             ready: VecDeque::new(),
+            witnesses: Witnesses::new(self.nodes.len(), self.quorum, self.quarantine),
         }
     }
 
@@ -143,38 +148,159 @@ impl ElectionLog {
         futures_util::future::join_all(calls).await
     }
 
-    /// One read of the log on every node: the union of entries with a term of at least
-    /// `from`, in term order, or `None` when fewer than a quorum answered. The score bound is
-    /// `from` rounded to a double, as Redis rounds the terms it scores: rounding keeps order,
-    /// so no term at or above `from` is left out; the terms themselves are read exactly from
-    /// the members' text (above 2^53 the bound may let in a few smaller ones, dropped later).
-    async fn read(&self, from: u64) -> Option<Vec<(u64, String)>> {
+    /// One read of the log on every node: each node's entries with a term of at least `from`,
+    /// with its restart marker and whether it has its fence counter (read after the entries, on
+    /// the same connection, so that a loss of data before the entries were read shows in them);
+    /// `None` where the node did not answer. The score bound is `from` rounded to a double, as
+    /// Redis rounds the terms it scores: rounding keeps order, so no term at or above `from` is
+    /// left out; the terms themselves are read exactly from the members' text (above 2^53 the
+    /// bound may let in a few smaller ones, dropped later).
+    async fn read(&self, from: u64) -> Vec<Option<NodeRead>> {
         let timeout = self.node_timeout.max(POLL);
-        let answers = self
-            .on_every_node(timeout, |mut conn| {
-                let log = self.log.clone();
-                async move {
-                    redis::cmd("ZRANGEBYSCORE")
-                        .arg(log)
-                        .arg(from as f64)
-                        .arg("+inf")
-                        .query_async::<Vec<String>>(&mut conn)
-                        .await
+        let legacy = crate::pure::fencing::counter_key(&self.key);
+        self.on_every_node(timeout, |mut conn| {
+            let mut pipe = redis::pipe();
+            pipe.cmd("ZRANGEBYSCORE")
+                .arg(&self.log)
+                .arg(from as f64)
+                .arg("+inf")
+                .cmd("GET")
+                .arg(super::quarantine::MARKER_KEY)
+                .cmd("EXISTS")
+                .arg(crate::pure::fencing::FENCE_COUNTER_KEY)
+                .arg(&legacy);
+            async move {
+                let (members, marker, counters): (Vec<String>, Option<String>, u64) =
+                    pipe.query_async(&mut conn).await?;
+                let mut entries: Vec<(u64, String)> =
+                    members.iter().filter_map(|m| parse_member(m)).collect();
+                entries.sort_by_key(|l| l.0);
+                Ok(NodeRead {
+                    entries,
+                    marker,
+                    counter: counters > 0,
+                })
+            }
+        })
+        .await
+    }
+}
+
+/// What one node answered to an observer's read.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct NodeRead {
+    /// Its log entries from the read's lower bound on, in term order.
+    pub(crate) entries: Vec<(u64, String)>,
+    /// Its restart marker (`quarantine::MARKER_KEY`), if any.
+    pub(crate) marker: Option<String>,
+    /// It has its fence counter (the amnesia guard trusts its reads).
+    pub(crate) counter: bool,
+}
+
+/// Which nodes an observer counts as witnesses (issue 35 item 3). A read of a quorum shows
+/// every leader up to a term an earlier read saw only if no node of that quorum lost entries:
+/// with one node restarted empty and another stopped, a quorum could answer without a single
+/// copy of a leader's entry, and a later leader would be reported in its place. So a node is a
+/// witness only while the observer knows its log is whole above the last term reported:
+///
+/// * it has its fence counter and its restart marker, and (with the quarantine on) the marker
+///   says its quarantine ended: the nodes the amnesia guard and the quarantine trust;
+/// * and its marker is still the one it had when the observer admitted it (a changed or
+///   missing marker is a loss of data, by a restart or a flush).
+///
+/// A node is admitted at the observer's first read that a quorum of trusted nodes answered
+/// (nothing earlier is promised), or later once a read in which a quorum of witnesses answered
+/// shows it holds every entry they hold above the last term reported: it then lacks nothing an
+/// observer still has to report. Fewer than a quorum of witnesses: the read counts for nothing
+/// and the observer waits (it reports nothing, late rather than wrong).
+#[derive(Debug, Clone)]
+pub(crate) struct Witnesses {
+    /// Per node, the marker it had when it was admitted; `None`: not a witness.
+    admitted: Vec<Option<String>>,
+    quorum: usize,
+    quarantine: bool,
+    /// A first read has counted (the first admissions are done).
+    started: bool,
+}
+
+impl Witnesses {
+    pub(crate) fn new(nodes: usize, quorum: usize, quarantine: bool) -> Witnesses {
+        Witnesses {
+            admitted: vec![None; nodes],
+            quorum,
+            quarantine,
+            started: false,
+        }
+    }
+
+    /// Whether the quarantine and the amnesia guard trust a node that answered `read`.
+    fn trusted(&self, read: &NodeRead) -> bool {
+        let Some(marker) = read.marker.as_deref() else {
+            return false;
+        };
+        read.counter && (!self.quarantine || marker.ends_with(" clear"))
+    }
+
+    /// Judges one read (`answers`, one per node): the union of the witnesses' entries, in term
+    /// order, or `None` when fewer than a quorum of witnesses answered. Pure, for the tests.
+    pub(crate) fn judge(&mut self, answers: &[Option<NodeRead>]) -> Option<Vec<(u64, String)>> {
+        for (slot, answer) in self.admitted.iter_mut().zip(answers) {
+            let Some(read) = answer else { continue };
+            let still = slot.is_some() && *slot == read.marker;
+            if !still {
+                *slot = None;
+            }
+        }
+        for (i, answer) in answers.iter().enumerate() {
+            if let Some(read) = answer {
+                if self.admitted[i].is_some() && !self.trusted(read) {
+                    self.admitted[i] = None;
                 }
-            })
-            .await;
-        let answered = answers.iter().filter(|a| a.is_some()).count();
-        if answered < self.quorum {
+            }
+        }
+        if !self.started {
+            let trusted = answers.iter().flatten().filter(|r| self.trusted(r)).count();
+            if trusted < self.quorum {
+                return None;
+            }
+            for (i, answer) in answers.iter().enumerate() {
+                if let Some(read) = answer.as_ref().filter(|r| self.trusted(r)) {
+                    self.admitted[i] = read.marker.clone();
+                }
+            }
+            self.started = true;
+        }
+        let witnesses: Vec<&NodeRead> = answers
+            .iter()
+            .zip(&self.admitted)
+            .filter(|(_, admitted)| admitted.is_some())
+            .filter_map(|(answer, _)| answer.as_ref())
+            .collect();
+        if witnesses.len() < self.quorum {
             return None;
         }
-        let mut all: Vec<(u64, String)> = answers
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter_map(|m| parse_member(&m))
+        let mut all: Vec<(u64, String)> = witnesses
+            .iter()
+            .flat_map(|r| r.entries.iter().cloned())
             .collect();
         all.sort_by_key(|l| l.0);
         all.dedup_by_key(|l| l.0);
+        // A node that lost data (or was never admitted) holds every entry the witnesses hold:
+        // whatever it lost is below the last term reported, so it is a witness again.
+        for i in 0..answers.len() {
+            let Some(read) = answers[i].as_ref() else {
+                continue;
+            };
+            if self.admitted[i].is_some() || !self.trusted(read) {
+                continue;
+            }
+            let whole = all
+                .iter()
+                .all(|(t, _)| read.entries.binary_search_by_key(t, |l| l.0).is_ok());
+            if whole {
+                self.admitted[i] = read.marker.clone();
+            }
+        }
         Some(all)
     }
 }
@@ -194,6 +320,8 @@ pub(crate) struct LogReader {
     /// The largest term seen by the previous complete read; `None` before the first.
     seen: Option<u64>,
     ready: VecDeque<(u64, String)>,
+    /// The nodes whose answers count.
+    witnesses: Witnesses,
 }
 
 impl LogReader {
@@ -204,18 +332,42 @@ impl LogReader {
                 self.last = leader.0;
                 return leader;
             }
-            let Some(entries) = self.log.read(self.last.saturating_add(1)).await else {
-                tokio::time::sleep(POLL).await;
-                continue;
-            };
-            let (last, ready, seen) = after_read(self.last, self.seen, &entries);
-            self.last = last;
-            self.ready = ready.into();
-            self.seen = Some(seen);
-            if self.ready.is_empty() {
+            if !self.step().await {
                 tokio::time::sleep(POLL).await;
             }
         }
+    }
+
+    /// One read of the log; whether it left leaders to report. Cancel-safe: the state changes
+    /// only once the read is complete. Tests drive an observer read by read through it (one
+    /// read is the step a skip needs, so no poll timing enters them).
+    pub(crate) async fn step(&mut self) -> bool {
+        let answers = self.log.read(self.last.saturating_add(1)).await;
+        let Some(entries) = self.witnesses.judge(&answers) else {
+            return false;
+        };
+        let (last, ready, seen) = after_read(self.last, self.seen, &entries);
+        self.last = last;
+        self.ready = ready.into();
+        self.seen = Some(seen);
+        !self.ready.is_empty()
+    }
+}
+
+#[cfg(test)]
+impl LogReader {
+    /// The leaders ready to report, taken as [`LogReader::next`] would return them.
+    pub(crate) fn take_ready(&mut self) -> Vec<(u64, String)> {
+        let ready: Vec<(u64, String)> = self.ready.drain(..).collect();
+        if let Some(l) = ready.last() {
+            self.last = l.0;
+        }
+        ready
+    }
+
+    /// Whether node `i` is a witness now.
+    pub(crate) fn witness(&self, i: usize) -> bool {
+        self.witnesses.admitted[i].is_some()
     }
 }
 
