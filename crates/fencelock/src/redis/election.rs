@@ -209,10 +209,12 @@ pub(crate) struct NodeRead {
 ///   missing marker is a loss of data, by a restart or a flush).
 ///
 /// A node is admitted at the observer's first read that a quorum of trusted nodes answered
-/// (nothing earlier is promised), or later once a read in which a quorum of witnesses answered
-/// shows it holds every entry they hold above the last term reported: it then lacks nothing an
-/// observer still has to report. Fewer than a quorum of witnesses: the read counts for nothing
-/// and the observer waits (it reports nothing, late rather than wrong).
+/// (nothing earlier is promised), or later once a read that counts shows it holds every entry
+/// the read found above the last term reported: it then lacks nothing an observer still has to
+/// report. A read counts when a quorum of witnesses answered (their union), or when every node
+/// answered, each trusted (the union of all: an entry is missed only if every node that took
+/// it lost it). Otherwise the read counts for nothing and the observer waits (it reports
+/// nothing, late rather than wrong).
 #[derive(Debug, Clone)]
 pub(crate) struct Witnesses {
     /// Per node, the marker it had when it was admitted; `None`: not a witness.
@@ -270,14 +272,20 @@ impl Witnesses {
             }
             self.started = true;
         }
-        let witnesses: Vec<&NodeRead> = answers
+        let mut witnesses: Vec<&NodeRead> = answers
             .iter()
             .zip(&self.admitted)
             .filter(|(_, admitted)| admitted.is_some())
             .filter_map(|(answer, _)| answer.as_ref())
             .collect();
         if witnesses.len() < self.quorum {
-            return None;
+            // Every node answered, each trusted: an entry that survives anywhere is read, so
+            // the read counts. Otherwise an entry may be on a node that did not answer only.
+            let every: Vec<&NodeRead> = answers.iter().flatten().collect();
+            if every.len() < answers.len() || !every.iter().all(|r| self.trusted(r)) {
+                return None;
+            }
+            witnesses = every;
         }
         let mut all: Vec<(u64, String)> = witnesses
             .iter()
@@ -431,6 +439,71 @@ mod tests {
         let big = (1u64 << 53) + 1;
         let (_, ready, _) = after_read(big - 1, Some(big + 1), &terms(&[big, big + 1, big + 2]));
         assert_eq!(ready, terms(&[big, big + 1]));
+    }
+
+    fn node(terms_: &[u64], marker: &str) -> Option<NodeRead> {
+        Some(NodeRead {
+            entries: terms(terms_),
+            marker: Some(marker.to_string()),
+            counter: true,
+        })
+    }
+
+    #[test]
+    fn a_node_that_lost_its_entries_is_no_witness_until_it_lacks_nothing_to_report() {
+        let mut w = Witnesses::new(3, 2, true);
+        // The first read admits the trusted nodes: A and C (B is in quarantine).
+        let first = [node(&[], "a clear"), node(&[], "b 17"), node(&[], "c clear")];
+        assert_eq!(w.judge(&first), Some(vec![]));
+        assert_eq!(w.admitted.iter().filter(|a| a.is_some()).count(), 3 - 1);
+        // B's quarantine ended: it holds every entry the witnesses hold, so it is admitted.
+        let read = [node(&[4], "a clear"), node(&[4], "b clear"), node(&[4], "c clear")];
+        assert_eq!(w.judge(&read), Some(terms(&[4])));
+        assert!(w.admitted[1].is_some());
+        // A is down; B restarted empty (a new marker) and lost term 5, which only A holds:
+        // C alone is no quorum, so the observer waits.
+        let read = [None, node(&[6], "b2 clear"), node(&[6], "c clear")];
+        assert_eq!(w.judge(&read), None);
+        assert!(w.admitted[1].is_none());
+        // A is back: 5 and 6 are read; B lacks 5, so it stays out.
+        let read = [
+            node(&[5, 6], "a clear"),
+            node(&[6], "b2 clear"),
+            node(&[6], "c clear"),
+        ];
+        assert_eq!(w.judge(&read), Some(terms(&[5, 6])));
+        assert!(w.admitted[1].is_none());
+        // Once the reads start above 6 (both reported), B lacks nothing and counts again.
+        let read = [node(&[], "a clear"), node(&[], "b2 clear"), node(&[], "c clear")];
+        assert_eq!(w.judge(&read), Some(vec![]));
+        assert!(w.admitted[1].is_some());
+        // A node without its fence counter (the amnesia guard's untrusted read) is no witness.
+        let mut lost = node(&[], "a clear");
+        lost.as_mut().unwrap().counter = false;
+        assert_eq!(w.judge(&[lost, None, node(&[], "c clear")]), None);
+    }
+
+    #[test]
+    fn without_the_quarantine_a_marker_of_a_loss_is_trusted_at_first() {
+        let mut w = Witnesses::new(3, 2, false);
+        let first = [node(&[3], "a 5"), node(&[3], "b 9"), None];
+        assert_eq!(w.judge(&first), Some(terms(&[3])));
+        // Still, a changed marker shows a loss: that node is out until it lacks nothing, and C,
+        // not seen at the first read, is no witness yet: A alone is no quorum.
+        let read = [node(&[4], "a 5"), node(&[], "b2 40"), None];
+        assert_eq!(w.judge(&read), None);
+        assert!(w.admitted[1].is_none());
+        // A node with no marker at all (none written since its data went) is never trusted.
+        let none = Some(NodeRead {
+            entries: vec![],
+            marker: None,
+            counter: true,
+        });
+        assert_eq!(w.judge(&[None, none, node(&[], "c clear")]), None);
+        // Every node answers, each trusted: the read counts (C, never seen before, holds all).
+        let read = [node(&[4, 5], "a 5"), node(&[5], "b2 40"), node(&[4, 5], "c 7")];
+        assert_eq!(w.judge(&read), Some(terms(&[4, 5])));
+        assert!(w.admitted[2].is_some() && w.admitted[1].is_none());
     }
 
     #[test]
