@@ -27,8 +27,12 @@
 //! that answers. An observer's report therefore means "announced, and seen by the observer's
 //! reads", not "the campaign returned `Ok`": a failed candidate is reported only if a read met
 //! its entry before the withdrawal. A node that acts on a report confirms with its own
-//! [`Leadership`] (the same term, not lost). docs/guarantees.md (A-elect-observe) states this
-//! and the observer's limit with a node restarted without persistence.
+//! [`Leadership`] (the same term, not lost). docs/guarantees.md (A-elect-observe) states this.
+//!
+//! A node that lost its data (restarted without persistence, flushed) no longer holds the
+//! entries it had: a quorum read that counted it could miss a leader. So an observer counts
+//! only the nodes it knows whole above the last term it reported, and waits while too few
+//! answer (`redis::election::Witnesses`).
 //!
 //! A resignation or a leader's death is not an entry: it shows as the next leader's term.
 
@@ -266,7 +270,9 @@ pub struct Observer {
 
 impl Observer {
     /// The next leader: waits until one is elected (on Redis, reads the nodes every 100 ms; a
-    /// read that fewer than a quorum answered is done again at the next poll; on etcd, one
+    /// read counts only when a quorum of nodes not known to have lost their data answered, or
+    /// every node did: a node restarted without persistence counts again once it holds every
+    /// entry still to report; otherwise the read is done again at the next poll; on etcd, one
     /// watch, opened again if it breaks).
     ///
     /// # Cancel safety

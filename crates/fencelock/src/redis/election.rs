@@ -387,8 +387,8 @@ impl LogReader {
 /// order, and the largest term seen so far. Pure, for the simulator.
 ///
 /// A term is reported only once an earlier complete read saw it or a later one (the argument
-/// is in `election.rs`). What a report means, and the limits (an append that reached a
-/// minority, a node restarted empty), are in docs/guarantees.md (A-elect-observe).
+/// is in `election.rs`), from the answers of witnesses only ([`Witnesses`]). What a report
+/// means (an append that reached a minority) is in docs/guarantees.md (A-elect-observe).
 pub(crate) fn after_read(
     last: u64,
     seen: Option<u64>,
