@@ -394,8 +394,7 @@ mod tests {
         let nodes = [
             RedisNode::start().unwrap(),
             RedisNode::start().unwrap(),
-            RedisNode::start_with(RedisOptions::new().persistence(Persistence::AofAlways))
-                .unwrap(),
+            RedisNode::start_with(RedisOptions::new().persistence(Persistence::AofAlways)).unwrap(),
         ];
         let (a, b, c) = (&nodes[0], &nodes[1], &nodes[2]);
         // New nodes, marked as `fencelock up` marks them: no quarantine at the start.
@@ -409,7 +408,13 @@ mod tests {
             .with_node_timeout(Duration::from_millis(300))
             .with_ttl(Duration::from_secs(1));
         let client = Client::new(config).unwrap();
-        client.try_acquire("warm").await.unwrap().release().await.unwrap();
+        client
+            .try_acquire("warm")
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
         let election = client.election("skip").unwrap();
         let crate::backend::ElectionLog::Redis(log) = &election.log else {
             unreachable!("a Redis client")
@@ -477,7 +482,10 @@ mod tests {
         }
         let terms: Vec<u64> = reported.iter().map(|l| l.0).collect();
         assert_eq!(terms, vec![t1, t2], "{reported:?}");
-        assert!(observer.witness(1), "B is admitted again once it lacks nothing to report");
+        assert!(
+            observer.witness(1),
+            "B is admitted again once it lacks nothing to report"
+        );
         l2.resign().await.unwrap();
     }
 

@@ -293,20 +293,22 @@ impl Witnesses {
             .collect();
         all.sort_by_key(|l| l.0);
         all.dedup_by_key(|l| l.0);
-        // A node that lost data (or was never admitted) holds every entry the witnesses hold:
+        // A node that lost data (or was never admitted) holds every entry this read found:
         // whatever it lost is below the last term reported, so it is a witness again.
-        for i in 0..answers.len() {
-            let Some(read) = answers[i].as_ref() else {
-                continue;
-            };
-            if self.admitted[i].is_some() || !self.trusted(read) {
-                continue;
-            }
-            let whole = all
-                .iter()
-                .all(|(t, _)| read.entries.binary_search_by_key(t, |l| l.0).is_ok());
-            if whole {
-                self.admitted[i] = read.marker.clone();
+        let whole: Vec<bool> = answers
+            .iter()
+            .map(|answer| {
+                answer.as_ref().is_some_and(|read| {
+                    self.trusted(read)
+                        && all
+                            .iter()
+                            .all(|(t, _)| read.entries.binary_search_by_key(t, |l| l.0).is_ok())
+                })
+            })
+            .collect();
+        for ((slot, answer), whole) in self.admitted.iter_mut().zip(answers).zip(whole) {
+            if slot.is_none() && whole {
+                *slot = answer.as_ref().and_then(|r| r.marker.clone());
             }
         }
         Some(all)
@@ -453,11 +455,19 @@ mod tests {
     fn a_node_that_lost_its_entries_is_no_witness_until_it_lacks_nothing_to_report() {
         let mut w = Witnesses::new(3, 2, true);
         // The first read admits the trusted nodes: A and C (B is in quarantine).
-        let first = [node(&[], "a clear"), node(&[], "b 17"), node(&[], "c clear")];
+        let first = [
+            node(&[], "a clear"),
+            node(&[], "b 17"),
+            node(&[], "c clear"),
+        ];
         assert_eq!(w.judge(&first), Some(vec![]));
         assert_eq!(w.admitted.iter().filter(|a| a.is_some()).count(), 3 - 1);
         // B's quarantine ended: it holds every entry the witnesses hold, so it is admitted.
-        let read = [node(&[4], "a clear"), node(&[4], "b clear"), node(&[4], "c clear")];
+        let read = [
+            node(&[4], "a clear"),
+            node(&[4], "b clear"),
+            node(&[4], "c clear"),
+        ];
         assert_eq!(w.judge(&read), Some(terms(&[4])));
         assert!(w.admitted[1].is_some());
         // A is down; B restarted empty (a new marker) and lost term 5, which only A holds:
@@ -474,7 +484,11 @@ mod tests {
         assert_eq!(w.judge(&read), Some(terms(&[5, 6])));
         assert!(w.admitted[1].is_none());
         // Once the reads start above 6 (both reported), B lacks nothing and counts again.
-        let read = [node(&[], "a clear"), node(&[], "b2 clear"), node(&[], "c clear")];
+        let read = [
+            node(&[], "a clear"),
+            node(&[], "b2 clear"),
+            node(&[], "c clear"),
+        ];
         assert_eq!(w.judge(&read), Some(vec![]));
         assert!(w.admitted[1].is_some());
         // A node without its fence counter (the amnesia guard's untrusted read) is no witness.
@@ -501,7 +515,11 @@ mod tests {
         });
         assert_eq!(w.judge(&[None, none, node(&[], "c clear")]), None);
         // Every node answers, each trusted: the read counts (C, never seen before, holds all).
-        let read = [node(&[4, 5], "a 5"), node(&[5], "b2 40"), node(&[4, 5], "c 7")];
+        let read = [
+            node(&[4, 5], "a 5"),
+            node(&[5], "b2 40"),
+            node(&[4, 5], "c 7"),
+        ];
         assert_eq!(w.judge(&read), Some(terms(&[4, 5])));
         assert!(w.admitted[2].is_some() && w.admitted[1].is_none());
     }
