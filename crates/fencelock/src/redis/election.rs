@@ -208,8 +208,8 @@ pub(crate) struct NodeRead {
 /// * and its marker is still the one it had when the observer admitted it (a changed or
 ///   missing marker is a loss of data, by a restart or a flush).
 ///
-/// A node is admitted at the observer's first read that a quorum of trusted nodes answered
-/// (nothing earlier is promised), or later once a read that counts shows it holds every entry
+/// A node is admitted if trusted at the observer's first read (which only sets where the
+/// reports begin: any quorum of answers counts for it, nothing earlier is promised), or later once a read that counts shows it holds every entry
 /// the read found above the last term reported: it then lacks nothing an observer still has to
 /// report. A read counts when a quorum of witnesses answered (their union), or when every node
 /// answered, each trusted (the union of all: an entry is missed only if every node that took
@@ -261,8 +261,10 @@ impl Witnesses {
             }
         }
         if !self.started {
-            let trusted = answers.iter().flatten().filter(|r| self.trusted(r)).count();
-            if trusted < self.quorum {
+            // The first read only sets where reports begin (nothing before the first report is
+            // promised), so any quorum of answers will do: new nodes, with no counter yet, are
+            // read at once. Only the trusted ones are admitted.
+            if answers.iter().flatten().count() < self.quorum {
                 return None;
             }
             for (i, answer) in answers.iter().enumerate() {
@@ -271,6 +273,14 @@ impl Witnesses {
                 }
             }
             self.started = true;
+            let mut all: Vec<(u64, String)> = answers
+                .iter()
+                .flatten()
+                .flat_map(|r| r.entries.iter().cloned())
+                .collect();
+            all.sort_by_key(|l| l.0);
+            all.dedup_by_key(|l| l.0);
+            return Some(all);
         }
         let mut witnesses: Vec<&NodeRead> = answers
             .iter()
@@ -522,6 +532,35 @@ mod tests {
         ];
         assert_eq!(w.judge(&read), Some(terms(&[4, 5])));
         assert!(w.admitted[2].is_some() && w.admitted[1].is_none());
+    }
+
+    #[test]
+    fn new_nodes_are_read_at_once_and_admitted_once_each_is_trusted() {
+        // Seed 438 of `--faults all` (before this): the first read waited for trusted nodes,
+        // began after two leaders and reported the second only.
+        let mut w = Witnesses::new(3, 2, true);
+        let bare = || {
+            Some(NodeRead {
+                entries: vec![],
+                marker: None,
+                counter: false,
+            })
+        };
+        assert_eq!(w.judge(&[bare(), bare(), None]), Some(vec![]));
+        assert!(w.admitted.iter().all(|a| a.is_none()));
+        // No witness yet, and one node does not answer: nothing counts.
+        assert_eq!(
+            w.judge(&[node(&[3], "a clear"), node(&[3], "b clear"), None]),
+            None
+        );
+        // Every node answers, each trusted: the read counts and admits those holding it all.
+        let read = [
+            node(&[3], "a clear"),
+            node(&[3], "b clear"),
+            node(&[], "c clear"),
+        ];
+        assert_eq!(w.judge(&read), Some(terms(&[3])));
+        assert!(w.admitted[0].is_some() && w.admitted[1].is_some() && w.admitted[2].is_none());
     }
 
     #[test]
