@@ -1083,5 +1083,21 @@ mod tests {
             ..h
         };
         assert!(check(&h, &world, 5000)[0].starts_with("observer skipped a"));
+        // A term below one reported before it won (out of order: the token order check's) is
+        // not a skip.
+        let h = History {
+            campaigns: vec![
+                campaign("a", 100, Some(3)),
+                campaign("c", 20, Some(7)),
+                campaign("d", 2000, Some(9)),
+            ],
+            reports: vec![(50, 7, "c".into()), (2100, 9, "d".into())],
+            ..History::default()
+        };
+        assert!(
+            check(&h, &world, 5000).is_empty(),
+            "{:?}",
+            check(&h, &world, 5000)
+        );
     }
 }
