@@ -1,7 +1,7 @@
 //! An election's log on Redis nodes (see `election.rs` for the protocol and the observer's
 //! argument): the leader's append and the observer's reads, on connections of their own.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -103,6 +103,7 @@ impl ElectionLog {
             seen: None,
             ready: VecDeque::new(),
             witnesses: Witnesses::new(self.nodes.len(), self.quorum, self.quarantine),
+            met: BTreeMap::new(),
         }
     }
 
@@ -342,6 +343,10 @@ pub(crate) struct LogReader {
     ready: VecDeque<(u64, String)>,
     /// The nodes whose answers count.
     witnesses: Witnesses,
+    /// Entries above `last` that any answer held since the first read, counted or not: a read
+    /// that waits for witnesses still meets entries, which a later loss may take from every
+    /// node (added to the next read that counts; more entries never hide a leader).
+    met: BTreeMap<u64, String>,
 }
 
 impl LogReader {
@@ -363,13 +368,30 @@ impl LogReader {
     /// read is the step a skip needs, so no poll timing enters them).
     pub(crate) async fn step(&mut self) -> bool {
         let answers = self.log.read(self.last.saturating_add(1)).await;
-        let Some(entries) = self.witnesses.judge(&answers) else {
+        let judged = self.witnesses.judge(&answers);
+        if self.seen.is_some() {
+            for (term, value) in answers.iter().flatten().flat_map(|r| r.entries.iter()) {
+                if *term > self.last {
+                    self.met.insert(*term, value.clone());
+                }
+            }
+        }
+        let Some(mut entries) = judged else {
             return false;
         };
+        if self.seen.is_some() {
+            entries.extend(self.met.iter().map(|(t, v)| (*t, v.clone())));
+            entries.sort_by_key(|l| l.0);
+            entries.dedup_by_key(|l| l.0);
+        }
         let (last, ready, seen) = after_read(self.last, self.seen, &entries);
         self.last = last;
         self.ready = ready.into();
         self.seen = Some(seen);
+        if let Some(reported) = self.ready.back() {
+            let upto = reported.0;
+            self.met.retain(|t, _| *t > upto);
+        }
         !self.ready.is_empty()
     }
 }
