@@ -215,7 +215,8 @@ pub(crate) struct NodeRead {
 /// report. A read counts when a quorum of witnesses answered (their union), or when every node
 /// answered, each trusted (the union of all: an entry is missed only if every node that took
 /// it lost it). Otherwise the read counts for nothing and the observer waits (it reports
-/// nothing, late rather than wrong).
+/// nothing, late rather than wrong), keeping the entries it met for the next read that counts
+/// (`LogReader::met`).
 #[derive(Debug, Clone)]
 pub(crate) struct Witnesses {
     /// Per node, the marker it had when it was admitted; `None`: not a witness.
