@@ -290,6 +290,10 @@ mutant election-failed-campaign-not-withdrawn "a campaign that fails after its a
   crates/fencelock/src/election.rs \
   's/self\.log\.withdraw\(term, value\)\.await;/let _ = (term, value);/' \
   "-p fencelock --lib election::tests::a_campaign_whose_append_reached_a_minority_is_not_reported"
+mutant observer-counts-untrusted "an election observer counts every node that answers, a node restarted empty too, as before issue 35 item 3" \
+  crates/fencelock/src/redis/election.rs \
+  's/\.filter\(\|\(_, admitted\)\| admitted\.is_some\(\)\)/.filter(|_| true)/' \
+  "-p fencelock --lib election::tests::an_observer_does_not_skip_a_leader_whose_entries_a_restart_lost"
 mutant etcd-aged-spare-not-renewed "the lease of a lock released past a tenth of its TTL is kept for the next lock without a renewal, as if renewed" \
   crates/fencelock/src/etcd/mod.rs \
   's/match self\.keep_alive\(held\.lease, left\)\.await \{/match { let _ = left; Ok::<Instant, Fail>(Instant::now()) } {/' \

@@ -25,6 +25,7 @@ REDIS_SIDE=(
   grant-marker-unchecked ttls-set-expires-with-the-writer ahead-never-announced
   ahead-kept-across-connections permit-line-ignored rw-read-ignores-writer rw-writer-not-ahead
   rw-marker-short rw-no-record election-log-trim-by-rank election-failed-campaign-not-withdrawn
+  observer-counts-untrusted
   nodeset-no-check nodeset-no-wait round-waits-three-timeouts contention-as-unavailable
   reseed-creates-lost-counters token-proposed-past-i64 token-derived-past-i64 node-takes-past-i64
 )

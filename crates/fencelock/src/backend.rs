@@ -328,7 +328,7 @@ pub(crate) enum ElectionLog {
 /// The leaders of an election as they change, in term order.
 #[derive(Debug)]
 pub(crate) enum LeaderStream {
-    Redis(crate::redis::election::LogReader),
+    Redis(Box<crate::redis::election::LogReader>),
     #[cfg(feature = "etcd")]
     Etcd(Box<crate::etcd::LeaderWatch>),
 }
@@ -383,7 +383,7 @@ impl ElectionLog {
     /// A stream of the leaders from the latest one on. No I/O until it is read.
     pub(crate) fn leaders(&self) -> LeaderStream {
         match self {
-            ElectionLog::Redis(log) => LeaderStream::Redis(log.reader()),
+            ElectionLog::Redis(log) => LeaderStream::Redis(Box::new(log.reader())),
             #[cfg(feature = "etcd")]
             ElectionLog::Etcd(e, key) => {
                 LeaderStream::Etcd(Box::new(crate::etcd::LeaderWatch::new(e.clone(), key)))

@@ -27,8 +27,12 @@
 //! that answers. An observer's report therefore means "announced, and seen by the observer's
 //! reads", not "the campaign returned `Ok`": a failed candidate is reported only if a read met
 //! its entry before the withdrawal. A node that acts on a report confirms with its own
-//! [`Leadership`] (the same term, not lost). docs/guarantees.md (A-elect-observe) states this
-//! and the observer's limit with a node restarted without persistence.
+//! [`Leadership`] (the same term, not lost). docs/guarantees.md (A-elect-observe) states this.
+//!
+//! A node that lost its data (restarted without persistence, flushed) no longer holds the
+//! entries it had: a quorum read that counted it could miss a leader. So an observer counts
+//! only the nodes it knows whole above the last term it reported, and waits while too few
+//! answer (`redis::election::Witnesses`).
 //!
 //! A resignation or a leader's death is not an entry: it shows as the next leader's term.
 
@@ -266,7 +270,9 @@ pub struct Observer {
 
 impl Observer {
     /// The next leader: waits until one is elected (on Redis, reads the nodes every 100 ms; a
-    /// read that fewer than a quorum answered is done again at the next poll; on etcd, one
+    /// read counts only when a quorum of nodes not known to have lost their data answered, or
+    /// every node did: a node restarted without persistence counts again once it holds every
+    /// entry still to report; otherwise the read is done again at the next poll; on etcd, one
     /// watch, opened again if it breaks).
     ///
     /// # Cancel safety
@@ -372,6 +378,115 @@ mod tests {
         assert_eq!(reported.term(), leader.term());
         assert_eq!(reported.value(), "leads");
         leader.resign().await.unwrap();
+    }
+
+    /// Issue 35, item 3: nodes A, B, C (C with `appendfsync always`, A and B without
+    /// persistence). C is down while L1 wins on {A, B}; B restarts empty (its quarantine runs
+    /// out and it is seeded again) and A stops; L2 wins on {B, C}. No node that answers holds
+    /// L1's entry: an observer that counted B's answer reported L2 and never L1. The observer
+    /// is driven read by read (`LogReader::step`), so no poll timing enters the test.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_observer_does_not_skip_a_leader_whose_entries_a_restart_lost() {
+        use std::time::Duration;
+
+        use fencelock_testkit::{Persistence, RedisNode, RedisOptions};
+
+        let nodes = [
+            RedisNode::start().unwrap(),
+            RedisNode::start().unwrap(),
+            RedisNode::start_with(RedisOptions::new().persistence(Persistence::AofAlways)).unwrap(),
+        ];
+        let (a, b, c) = (&nodes[0], &nodes[1], &nodes[2]);
+        // New nodes, marked as `fencelock up` marks them: no quarantine at the start.
+        for node in &nodes {
+            let run = node.run_id().unwrap();
+            node.cli(&["SET", "fencelock:node", &format!("{run} clear")])
+                .unwrap();
+        }
+        let config = crate::Config::new(nodes.iter().map(|n| n.url()).collect::<Vec<_>>())
+            .with_fencing(true)
+            .with_node_timeout(Duration::from_millis(300))
+            .with_ttl(Duration::from_secs(1));
+        let client = Client::new(config).unwrap();
+        client
+            .try_acquire("warm")
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+        let election = client.election("skip").unwrap();
+        let crate::backend::ElectionLog::Redis(log) = &election.log else {
+            unreachable!("a Redis client")
+        };
+        let mut observer = log.reader();
+        // The first read: every node trusted and admitted, nothing to report yet.
+        assert!(!observer.step().await);
+        assert!((0..3).all(|i| observer.witness(i)));
+
+        c.stop().unwrap();
+        let l1 = election.campaign("l1").await.unwrap();
+        let t1 = l1.term();
+        l1.resign().await.unwrap();
+        b.restart().unwrap();
+        c.restart().unwrap();
+        // B comes back into the quorum once its quarantine ends and a token seeds its counter.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Ok(lock) = client.try_acquire("warm").await {
+                let _ = lock.release().await;
+            }
+            let counter = b.cli(&["EXISTS", "fencelock:fence"]).unwrap() == "1";
+            let marker = b.cli(&["GET", "fencelock:node"]).unwrap();
+            if counter && marker.ends_with(" clear") {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "node B was not seeded and cleared within 60 s (marker {marker:?})"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        a.pause().unwrap();
+        // The election's connection to B broke with the restart: the first append there fails
+        // and the connection is opened again, so a candidate may have to try twice.
+        let mut tries = 0;
+        let l2 = loop {
+            match election.campaign("l2").await {
+                Ok(l2) => break l2,
+                Err(e) if tries < 5 => {
+                    tries += 1;
+                    eprintln!("campaign l2: {e}; again");
+                }
+                Err(e) => panic!("campaign l2 failed {tries} times: {e}"),
+            }
+        };
+        let t2 = l2.term();
+        assert!(t2 > t1, "terms {t1} then {t2}");
+        let mut reported = Vec::new();
+        for _ in 0..3 {
+            observer.step().await;
+            reported.extend(observer.take_ready());
+        }
+        assert!(
+            reported.is_empty(),
+            "the observer skipped L1 (term {t1}) and reported {reported:?}: B, restarted empty, \
+             answered for it"
+        );
+        // A answers again: L1, then L2, each once, in term order; B, which holds every entry
+        // still to report, is a witness again.
+        a.resume().unwrap();
+        for _ in 0..3 {
+            observer.step().await;
+            reported.extend(observer.take_ready());
+        }
+        let terms: Vec<u64> = reported.iter().map(|l| l.0).collect();
+        assert_eq!(terms, vec![t1, t2], "{reported:?}");
+        assert!(
+            observer.witness(1),
+            "B is admitted again once it lacks nothing to report"
+        );
+        l2.resign().await.unwrap();
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! An election's log on Redis nodes (see `election.rs` for the protocol and the observer's
 //! argument): the leader's append and the observer's reads, on connections of their own.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,6 +23,9 @@ pub(crate) struct ElectionLog {
     log: String,
     quorum: usize,
     node_timeout: Duration,
+    /// The client's restart quarantine is on: an observer then counts a node only once its
+    /// marker says its quarantine ended (see [`Witnesses`]).
+    quarantine: bool,
     conns: Arc<[Mutex<Option<MultiplexedConnection>>]>,
     nodes: Arc<[redis::Client]>,
 }
@@ -36,6 +39,7 @@ impl RedisBackend {
             log: log.to_string(),
             quorum: self.quorum,
             node_timeout: self.settings.node_timeout,
+            quarantine: self.nodes.first().is_some_and(|n| n.quarantine().enabled),
             conns: nodes.iter().map(|_| Mutex::new(None)).collect(),
             nodes,
         }
@@ -98,6 +102,8 @@ impl ElectionLog {
             last: 0,
             seen: None,
             ready: VecDeque::new(),
+            witnesses: Witnesses::new(self.nodes.len(), self.quorum, self.quarantine),
+            met: BTreeMap::new(),
         }
     }
 
@@ -143,38 +149,180 @@ impl ElectionLog {
         futures_util::future::join_all(calls).await
     }
 
-    /// One read of the log on every node: the union of entries with a term of at least
-    /// `from`, in term order, or `None` when fewer than a quorum answered. The score bound is
-    /// `from` rounded to a double, as Redis rounds the terms it scores: rounding keeps order,
-    /// so no term at or above `from` is left out; the terms themselves are read exactly from
-    /// the members' text (above 2^53 the bound may let in a few smaller ones, dropped later).
-    async fn read(&self, from: u64) -> Option<Vec<(u64, String)>> {
+    /// One read of the log on every node: each node's entries with a term of at least `from`,
+    /// with its restart marker and whether it has its fence counter (read after the entries, on
+    /// the same connection, so that a loss of data before the entries were read shows in them);
+    /// `None` where the node did not answer. The score bound is `from` rounded to a double, as
+    /// Redis rounds the terms it scores: rounding keeps order, so no term at or above `from` is
+    /// left out; the terms themselves are read exactly from the members' text (above 2^53 the
+    /// bound may let in a few smaller ones, dropped later).
+    async fn read(&self, from: u64) -> Vec<Option<NodeRead>> {
         let timeout = self.node_timeout.max(POLL);
-        let answers = self
-            .on_every_node(timeout, |mut conn| {
-                let log = self.log.clone();
-                async move {
-                    redis::cmd("ZRANGEBYSCORE")
-                        .arg(log)
-                        .arg(from as f64)
-                        .arg("+inf")
-                        .query_async::<Vec<String>>(&mut conn)
-                        .await
-                }
-            })
-            .await;
-        let answered = answers.iter().filter(|a| a.is_some()).count();
-        if answered < self.quorum {
-            return None;
+        let legacy = crate::pure::fencing::counter_key(&self.key);
+        self.on_every_node(timeout, |mut conn| {
+            let mut pipe = redis::pipe();
+            pipe.cmd("ZRANGEBYSCORE")
+                .arg(&self.log)
+                .arg(from as f64)
+                .arg("+inf")
+                .cmd("GET")
+                .arg(super::quarantine::MARKER_KEY)
+                .cmd("EXISTS")
+                .arg(crate::pure::fencing::FENCE_COUNTER_KEY)
+                .arg(&legacy);
+            async move {
+                let (members, marker, counters): (Vec<String>, Option<String>, u64) =
+                    pipe.query_async(&mut conn).await?;
+                let mut entries: Vec<(u64, String)> =
+                    members.iter().filter_map(|m| parse_member(m)).collect();
+                entries.sort_by_key(|l| l.0);
+                Ok(NodeRead {
+                    entries,
+                    marker,
+                    counter: counters > 0,
+                })
+            }
+        })
+        .await
+    }
+}
+
+/// What one node answered to an observer's read.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct NodeRead {
+    /// Its log entries from the read's lower bound on, in term order.
+    pub(crate) entries: Vec<(u64, String)>,
+    /// Its restart marker (`quarantine::MARKER_KEY`), if any.
+    pub(crate) marker: Option<String>,
+    /// It has its fence counter (the amnesia guard trusts its reads).
+    pub(crate) counter: bool,
+}
+
+/// Which nodes an observer counts as witnesses (issue 35 item 3). A read of a quorum shows
+/// every leader up to a term an earlier read saw only if no node of that quorum lost entries:
+/// with one node restarted empty and another stopped, a quorum could answer without a single
+/// copy of a leader's entry, and a later leader would be reported in its place. So a node is a
+/// witness only while the observer knows its log is whole above the last term reported:
+///
+/// * it has its fence counter and its restart marker, and (with the quarantine on) the marker
+///   says its quarantine ended: the nodes the amnesia guard and the quarantine trust;
+/// * and its marker is still the one it had when the observer admitted it (a changed or
+///   missing marker is a loss of data, by a restart or a flush).
+///
+/// A node is admitted if trusted at the observer's first read (which only sets where the
+/// reports begin: any quorum of answers counts for it, nothing earlier is promised), or later once a read that counts shows it holds every entry
+/// the read found above the last term reported: it then lacks nothing an observer still has to
+/// report. A read counts when a quorum of witnesses answered (their union), or when every node
+/// answered, each trusted (the union of all: an entry is missed only if every node that took
+/// it lost it). Otherwise the read counts for nothing and the observer waits (it reports
+/// nothing, late rather than wrong), keeping the entries it met for the next read that counts
+/// (`LogReader::met`).
+#[derive(Debug, Clone)]
+pub(crate) struct Witnesses {
+    /// Per node, the marker it had when it was admitted; `None`: not a witness.
+    admitted: Vec<Option<String>>,
+    quorum: usize,
+    quarantine: bool,
+    /// A first read has counted (the first admissions are done).
+    started: bool,
+}
+
+impl Witnesses {
+    pub(crate) fn new(nodes: usize, quorum: usize, quarantine: bool) -> Witnesses {
+        Witnesses {
+            admitted: vec![None; nodes],
+            quorum,
+            quarantine,
+            started: false,
         }
-        let mut all: Vec<(u64, String)> = answers
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter_map(|m| parse_member(&m))
+    }
+
+    /// Whether the quarantine and the amnesia guard trust a node that answered `read`.
+    fn trusted(&self, read: &NodeRead) -> bool {
+        let Some(marker) = read.marker.as_deref() else {
+            return false;
+        };
+        read.counter && (!self.quarantine || marker.ends_with(" clear"))
+    }
+
+    /// Judges one read (`answers`, one per node): the union of the witnesses' entries, in term
+    /// order, or `None` when fewer than a quorum of witnesses answered. Pure, for the tests.
+    pub(crate) fn judge(&mut self, answers: &[Option<NodeRead>]) -> Option<Vec<(u64, String)>> {
+        for (slot, answer) in self.admitted.iter_mut().zip(answers) {
+            let Some(read) = answer else { continue };
+            let still = slot.is_some() && *slot == read.marker;
+            if !still {
+                *slot = None;
+            }
+        }
+        for (i, answer) in answers.iter().enumerate() {
+            if let Some(read) = answer {
+                if self.admitted[i].is_some() && !self.trusted(read) {
+                    self.admitted[i] = None;
+                }
+            }
+        }
+        if !self.started {
+            // The first read only sets where reports begin (nothing before the first report is
+            // promised), so any quorum of answers will do: new nodes, with no counter yet, are
+            // read at once. Only the trusted ones are admitted.
+            if answers.iter().flatten().count() < self.quorum {
+                return None;
+            }
+            for (i, answer) in answers.iter().enumerate() {
+                if let Some(read) = answer.as_ref().filter(|r| self.trusted(r)) {
+                    self.admitted[i] = read.marker.clone();
+                }
+            }
+            self.started = true;
+            let mut all: Vec<(u64, String)> = answers
+                .iter()
+                .flatten()
+                .flat_map(|r| r.entries.iter().cloned())
+                .collect();
+            all.sort_by_key(|l| l.0);
+            all.dedup_by_key(|l| l.0);
+            return Some(all);
+        }
+        let mut witnesses: Vec<&NodeRead> = answers
+            .iter()
+            .zip(&self.admitted)
+            .filter(|(_, admitted)| admitted.is_some())
+            .filter_map(|(answer, _)| answer.as_ref())
+            .collect();
+        if witnesses.len() < self.quorum {
+            // Every node answered, each trusted: an entry that survives anywhere is read, so
+            // the read counts. Otherwise an entry may be on a node that did not answer only.
+            let every: Vec<&NodeRead> = answers.iter().flatten().collect();
+            if every.len() < answers.len() || !every.iter().all(|r| self.trusted(r)) {
+                return None;
+            }
+            witnesses = every;
+        }
+        let mut all: Vec<(u64, String)> = witnesses
+            .iter()
+            .flat_map(|r| r.entries.iter().cloned())
             .collect();
         all.sort_by_key(|l| l.0);
         all.dedup_by_key(|l| l.0);
+        // A node that lost data (or was never admitted) holds every entry this read found:
+        // whatever it lost is below the last term reported, so it is a witness again.
+        let whole: Vec<bool> = answers
+            .iter()
+            .map(|answer| {
+                answer.as_ref().is_some_and(|read| {
+                    self.trusted(read)
+                        && all
+                            .iter()
+                            .all(|(t, _)| read.entries.binary_search_by_key(t, |l| l.0).is_ok())
+                })
+            })
+            .collect();
+        for ((slot, answer), whole) in self.admitted.iter_mut().zip(answers).zip(whole) {
+            if slot.is_none() && whole {
+                *slot = answer.as_ref().and_then(|r| r.marker.clone());
+            }
+        }
         Some(all)
     }
 }
@@ -194,6 +342,12 @@ pub(crate) struct LogReader {
     /// The largest term seen by the previous complete read; `None` before the first.
     seen: Option<u64>,
     ready: VecDeque<(u64, String)>,
+    /// The nodes whose answers count.
+    witnesses: Witnesses,
+    /// Entries above `last` that any answer held since the first read, counted or not: a read
+    /// that waits for witnesses still meets entries, which a later loss may take from every
+    /// node (added to the next read that counts; more entries never hide a leader).
+    met: BTreeMap<u64, String>,
 }
 
 impl LogReader {
@@ -204,18 +358,59 @@ impl LogReader {
                 self.last = leader.0;
                 return leader;
             }
-            let Some(entries) = self.log.read(self.last.saturating_add(1)).await else {
-                tokio::time::sleep(POLL).await;
-                continue;
-            };
-            let (last, ready, seen) = after_read(self.last, self.seen, &entries);
-            self.last = last;
-            self.ready = ready.into();
-            self.seen = Some(seen);
-            if self.ready.is_empty() {
+            if !self.step().await {
                 tokio::time::sleep(POLL).await;
             }
         }
+    }
+
+    /// One read of the log; whether it left leaders to report. Cancel-safe: the state changes
+    /// only once the read is complete. Tests drive an observer read by read through it (one
+    /// read is the step a skip needs, so no poll timing enters them).
+    pub(crate) async fn step(&mut self) -> bool {
+        let answers = self.log.read(self.last.saturating_add(1)).await;
+        let judged = self.witnesses.judge(&answers);
+        if self.seen.is_some() {
+            for (term, value) in answers.iter().flatten().flat_map(|r| r.entries.iter()) {
+                if *term > self.last {
+                    self.met.insert(*term, value.clone());
+                }
+            }
+        }
+        let Some(mut entries) = judged else {
+            return false;
+        };
+        if self.seen.is_some() {
+            entries.extend(self.met.iter().map(|(t, v)| (*t, v.clone())));
+            entries.sort_by_key(|l| l.0);
+            entries.dedup_by_key(|l| l.0);
+        }
+        let (last, ready, seen) = after_read(self.last, self.seen, &entries);
+        self.last = last;
+        self.ready = ready.into();
+        self.seen = Some(seen);
+        if let Some(reported) = self.ready.back() {
+            let upto = reported.0;
+            self.met.retain(|t, _| *t > upto);
+        }
+        !self.ready.is_empty()
+    }
+}
+
+#[cfg(test)]
+impl LogReader {
+    /// The leaders ready to report, taken as [`LogReader::next`] would return them.
+    pub(crate) fn take_ready(&mut self) -> Vec<(u64, String)> {
+        let ready: Vec<(u64, String)> = self.ready.drain(..).collect();
+        if let Some(l) = ready.last() {
+            self.last = l.0;
+        }
+        ready
+    }
+
+    /// Whether node `i` is a witness now.
+    pub(crate) fn witness(&self, i: usize) -> bool {
+        self.witnesses.admitted[i].is_some()
     }
 }
 
@@ -227,8 +422,8 @@ impl LogReader {
 /// order, and the largest term seen so far. Pure, for the simulator.
 ///
 /// A term is reported only once an earlier complete read saw it or a later one (the argument
-/// is in `election.rs`). What a report means, and the limits (an append that reached a
-/// minority, a node restarted empty), are in docs/guarantees.md (A-elect-observe).
+/// is in `election.rs`), from the answers of witnesses only ([`Witnesses`]). What a report
+/// means (an append that reached a minority) is in docs/guarantees.md (A-elect-observe).
 pub(crate) fn after_read(
     last: u64,
     seen: Option<u64>,
@@ -279,6 +474,116 @@ mod tests {
         let big = (1u64 << 53) + 1;
         let (_, ready, _) = after_read(big - 1, Some(big + 1), &terms(&[big, big + 1, big + 2]));
         assert_eq!(ready, terms(&[big, big + 1]));
+    }
+
+    fn node(terms_: &[u64], marker: &str) -> Option<NodeRead> {
+        Some(NodeRead {
+            entries: terms(terms_),
+            marker: Some(marker.to_string()),
+            counter: true,
+        })
+    }
+
+    #[test]
+    fn a_node_that_lost_its_entries_is_no_witness_until_it_lacks_nothing_to_report() {
+        let mut w = Witnesses::new(3, 2, true);
+        // The first read admits the trusted nodes: A and C (B is in quarantine).
+        let first = [
+            node(&[], "a clear"),
+            node(&[], "b 17"),
+            node(&[], "c clear"),
+        ];
+        assert_eq!(w.judge(&first), Some(vec![]));
+        assert_eq!(w.admitted.iter().filter(|a| a.is_some()).count(), 3 - 1);
+        // B's quarantine ended: it holds every entry the witnesses hold, so it is admitted.
+        let read = [
+            node(&[4], "a clear"),
+            node(&[4], "b clear"),
+            node(&[4], "c clear"),
+        ];
+        assert_eq!(w.judge(&read), Some(terms(&[4])));
+        assert!(w.admitted[1].is_some());
+        // A is down; B restarted empty (a new marker) and lost term 5, which only A holds:
+        // C alone is no quorum, so the observer waits.
+        let read = [None, node(&[6], "b2 clear"), node(&[6], "c clear")];
+        assert_eq!(w.judge(&read), None);
+        assert!(w.admitted[1].is_none());
+        // A is back: 5 and 6 are read; B lacks 5, so it stays out.
+        let read = [
+            node(&[5, 6], "a clear"),
+            node(&[6], "b2 clear"),
+            node(&[6], "c clear"),
+        ];
+        assert_eq!(w.judge(&read), Some(terms(&[5, 6])));
+        assert!(w.admitted[1].is_none());
+        // Once the reads start above 6 (both reported), B lacks nothing and counts again.
+        let read = [
+            node(&[], "a clear"),
+            node(&[], "b2 clear"),
+            node(&[], "c clear"),
+        ];
+        assert_eq!(w.judge(&read), Some(vec![]));
+        assert!(w.admitted[1].is_some());
+        // A node without its fence counter (the amnesia guard's untrusted read) is no witness.
+        let mut lost = node(&[], "a clear");
+        lost.as_mut().unwrap().counter = false;
+        assert_eq!(w.judge(&[lost, None, node(&[], "c clear")]), None);
+    }
+
+    #[test]
+    fn without_the_quarantine_a_marker_of_a_loss_is_trusted_at_first() {
+        let mut w = Witnesses::new(3, 2, false);
+        let first = [node(&[3], "a 5"), node(&[3], "b 9"), None];
+        assert_eq!(w.judge(&first), Some(terms(&[3])));
+        // Still, a changed marker shows a loss: that node is out until it lacks nothing, and C,
+        // not seen at the first read, is no witness yet: A alone is no quorum.
+        let read = [node(&[4], "a 5"), node(&[], "b2 40"), None];
+        assert_eq!(w.judge(&read), None);
+        assert!(w.admitted[1].is_none());
+        // A node with no marker at all (none written since its data went) is never trusted.
+        let none = Some(NodeRead {
+            entries: vec![],
+            marker: None,
+            counter: true,
+        });
+        assert_eq!(w.judge(&[None, none, node(&[], "c clear")]), None);
+        // Every node answers, each trusted: the read counts (C, never seen before, holds all).
+        let read = [
+            node(&[4, 5], "a 5"),
+            node(&[5], "b2 40"),
+            node(&[4, 5], "c 7"),
+        ];
+        assert_eq!(w.judge(&read), Some(terms(&[4, 5])));
+        assert!(w.admitted[2].is_some() && w.admitted[1].is_none());
+    }
+
+    #[test]
+    fn new_nodes_are_read_at_once_and_admitted_once_each_is_trusted() {
+        // Seed 438 of `--faults all` (before this): the first read waited for trusted nodes,
+        // began after two leaders and reported the second only.
+        let mut w = Witnesses::new(3, 2, true);
+        let bare = || {
+            Some(NodeRead {
+                entries: vec![],
+                marker: None,
+                counter: false,
+            })
+        };
+        assert_eq!(w.judge(&[bare(), bare(), None]), Some(vec![]));
+        assert!(w.admitted.iter().all(|a| a.is_none()));
+        // No witness yet, and one node does not answer: nothing counts.
+        assert_eq!(
+            w.judge(&[node(&[3], "a clear"), node(&[3], "b clear"), None]),
+            None
+        );
+        // Every node answers, each trusted: the read counts and admits those holding it all.
+        let read = [
+            node(&[3], "a clear"),
+            node(&[3], "b clear"),
+            node(&[], "c clear"),
+        ];
+        assert_eq!(w.judge(&read), Some(terms(&[3])));
+        assert!(w.admitted[0].is_some() && w.admitted[1].is_some() && w.admitted[2].is_none());
     }
 
     #[test]
