@@ -184,6 +184,8 @@ struct Setup {
     fencing: bool,
     /// The client's wall clock's offset (ms), moved by the faults.
     wall: Rc<Cell<i64>>,
+    /// The client's last pause (virtual ms, from and until), set by the faults.
+    paused: Rc<Cell<(i64, i64)>>,
 }
 
 /// Runs seed `seed` on this thread (a fresh current-thread runtime on tokio's paused clock).
@@ -221,6 +223,7 @@ pub fn run(seed: u64, opts: &Options) -> Outcome {
         let all = matches!(opts.faults, Faults::All | Faults::Amnesia);
         let mut tasks = Vec::new();
         let mut walls = Vec::new();
+        let mut pauses = Vec::new();
         for c in 0..opts.clients {
             // Under every fault, clients with short and long TTLs side by side; under `All`,
             // node timeouts near a short TTL (issue 27 item 1) and the quarantine off for some
@@ -247,6 +250,12 @@ pub fn run(seed: u64, opts: &Options) -> Outcome {
             } else {
                 urls[..opts.nodes].to_vec()
             };
+            // Each client authenticates as `c<client>`: the network tells its connections
+            // apart by that (a pause stops them all).
+            let list: Vec<String> = list
+                .iter()
+                .map(|u| u.replacen("redis://", &format!("redis://c{c}:sim@"), 1))
+                .collect();
             let config = Config::new(list)
                 .with_ttl(Duration::from_millis(ttl))
                 .with_node_timeout(Duration::from_millis(timeout))
@@ -275,8 +284,10 @@ pub fn run(seed: u64, opts: &Options) -> Outcome {
                 quarantine,
                 fencing,
                 wall: Rc::new(Cell::new(wall)),
+                paused: Rc::new(Cell::new((i64::MAX, i64::MIN))),
             };
             walls.push(setup.wall.clone());
+            pauses.push((c, setup.paused.clone()));
             let body = client_loop(world.clone(), history.clone(), client, setup.clone(), end);
             tasks.push(tokio::task::spawn_local(crate::clock::WallOffset::new(
                 setup.wall, body,
@@ -294,6 +305,7 @@ pub fn run(seed: u64, opts: &Options) -> Outcome {
                 world.clone(),
                 opts.faults,
                 walls,
+                pauses,
                 end,
             )));
         }
@@ -663,10 +675,23 @@ async fn client_loop(
         }
         // Hold for a while; sometimes past the validity (a paused or slow holder); extended
         // holds up to three TTLs, watching the lost signal.
+        // A pause of the whole client (`fault_loop`) that begins while it holds: the holder
+        // acts again only when the pause ends, and then writes with the token it has.
+        let hold_began = world.elapsed_ms();
+        let pause_ends = || {
+            let (_, until) = s.paused.get();
+            let now = world.elapsed_ms();
+            tokio::time::sleep(Duration::from_millis(until.saturating_sub(now).max(0) as u64))
+        };
+        let paused_in_hold = || {
+            let (from, until) = s.paused.get();
+            from <= world.elapsed_ms() && until > hold_began
+        };
         let (valid_until, stopped) = match &held {
             Held::Lock(lock) => {
                 let hold = world.rng(|r| r.u64(0..ttl * 5 / 4));
                 tokio::time::sleep(Duration::from_millis(hold)).await;
+                pause_ends().await;
                 (
                     virtual_ms(&world, lock.validity_deadline()),
                     world.elapsed_ms(),
@@ -680,9 +705,17 @@ async fn client_loop(
                     () = lost.fired() => true,
                     () = tokio::time::sleep(Duration::from_millis(hold)) => false,
                 };
+                pause_ends().await;
                 let deadline = held.deadline();
                 let (at, dl) = (world.elapsed_ms(), virtual_ms(&world, deadline));
-                if StdInstant::now() > deadline {
+                if paused_in_hold() {
+                    // A stopped process acts on nothing in time: its writes are fencing's to
+                    // refuse (the stale-write check), not the lost signal's.
+                    world.log(format!(
+                        "client {c}: resumed at {at}ms holding a lock valid until {dl}ms (lost signal fired: {})",
+                        lost.is_fired()
+                    ));
+                } else if StdInstant::now() > deadline {
                     let what = &history.borrow().grants[grants[0]].resource.clone();
                     history.borrow_mut().seen.push(if fired {
                         format!("client {c}: the lost signal of {what} fired at {at}ms, after the validity deadline {dl}ms")
@@ -845,7 +878,13 @@ fn observe(
     }))
 }
 
-async fn fault_loop(world: Rc<World>, faults: Faults, walls: Vec<Rc<Cell<i64>>>, end: i64) {
+async fn fault_loop(
+    world: Rc<World>,
+    faults: Faults,
+    walls: Vec<Rc<Cell<i64>>>,
+    pauses: Vec<(usize, Rc<Cell<(i64, i64)>>)>,
+    end: i64,
+) {
     let n = world.nodes.len();
     let majority = n / 2 + 1;
     // Every node's clock runs a little fast or slow (within the drift the validity allows
@@ -861,7 +900,7 @@ async fn fault_loop(world: Rc<World>, faults: Faults, walls: Vec<Rc<Cell<i64>>>,
         let wait = world.rng(|r| r.u64(100..1500));
         tokio::time::sleep(Duration::from_millis(wait)).await;
         let i = world.rng(|r| r.usize(..n));
-        let pick = world.rng(|r| r.u32(..115));
+        let pick = world.rng(|r| r.u32(..120));
         let now_ms = world.elapsed_ms();
         world.trouble(i);
         match pick {
@@ -946,6 +985,24 @@ async fn fault_loop(world: Rc<World>, faults: Faults, walls: Vec<Rc<Cell<i64>>>,
                 let by = world.rng(|r| [-3000, -500, 500, 3000][r.usize(..4)]);
                 world.nodes[i].borrow_mut().offset_ms += by;
                 world.log(format!("fault: node {i}'s clock jumps {by}ms"));
+            }
+            // A whole client paused (a stopped process, a long GC, a VM migrated): its
+            // connections neither send nor receive and its holder acts on nothing, past its
+            // TTL; then it writes with the token it holds (fencing must refuse it).
+            115..=119 if !pauses.is_empty() => {
+                let (c, paused) = &pauses[world.rng(|r| r.usize(..pauses.len()))];
+                let ms = world.rng(|r| r.i64(1000..4000));
+                let (from, until) = (world.elapsed_ms(), world.elapsed_ms() + ms);
+                paused.set((from, until));
+                world.frozen.borrow_mut().insert(*c);
+                world.log(format!("fault: client {c} paused for {ms}ms"));
+                let w = world.clone();
+                let c = *c;
+                tokio::task::spawn_local(async move {
+                    tokio::time::sleep(Duration::from_millis(ms as u64)).await;
+                    w.frozen.borrow_mut().remove(&c);
+                    w.log(format!("fault: client {c} runs again"));
+                });
             }
             _ => world.nodes[i].borrow_mut().delay_ms = (0, 2),
         }
