@@ -681,7 +681,9 @@ async fn client_loop(
         let pause_ends = || {
             let (_, until) = s.paused.get();
             let now = world.elapsed_ms();
-            tokio::time::sleep(Duration::from_millis(until.saturating_sub(now).max(0) as u64))
+            tokio::time::sleep(Duration::from_millis(
+                until.saturating_sub(now).max(0) as u64
+            ))
         };
         let paused_in_hold = || {
             let (from, until) = s.paused.get();
@@ -781,76 +783,83 @@ const COVERAGE_EVERY_MS: u64 = 10;
 /// 1: a short TTL's announcement expired the set; item 2: a batched extension landed after its
 /// announcement's reach): found here whether or not a restart and a third client then met it.
 async fn coverage_loop(world: Rc<World>, history: Rc<RefCell<History>>, end: i64) {
-    let ttls = b"fencelock:ttls".to_vec();
     while world.elapsed_ms() < end {
         tokio::time::sleep(Duration::from_millis(COVERAGE_EVERY_MS)).await;
         let mut h = history.borrow_mut();
-        let mut found = Vec::new();
-        for (gi, g) in h.grants.iter().enumerate() {
-            let (Some(owner), Kind::Mutex, None) = (&g.owner, g.kind, g.ended) else {
-                continue;
-            };
-            let holding = match &g.lost {
-                Some(lost) => !lost.is_fired(),
-                None => world.elapsed_ms() < g.valid_until,
-            };
-            if !holding {
-                continue;
-            }
-            for &i in &g.counted {
-                if i >= world.nodes.len() || h.uncovered.contains(&(gi, i)) {
-                    continue;
-                }
-                let now = world.node_now(i);
-                let mut n = world.nodes[i].borrow_mut();
-                let key = g.resource.as_bytes().to_vec();
-                let value = n.node.exec(now, &[b"GET".to_vec(), key.clone()]);
-                if value != crate::resp::Reply::Bulk(owner.as_bytes().to_vec()) {
-                    continue;
-                }
-                let crate::resp::Reply::Int(left) = n.node.exec(now, &[b"PTTL".to_vec(), key])
-                else {
-                    continue;
-                };
-                let entries = n.node.exec(
-                    now,
-                    &[
-                        b"ZRANGE".to_vec(),
-                        ttls.clone(),
-                        b"0".to_vec(),
-                        b"-1".to_vec(),
-                        b"WITHSCORES".to_vec(),
-                    ],
-                );
-                let mut longest = 0i64;
-                let mut shown = Vec::new();
-                if let crate::resp::Reply::Array(items) = entries {
-                    for pair in items.chunks(2) {
-                        if let [crate::resp::Reply::Bulk(m), crate::resp::Reply::Bulk(sc)] = pair {
-                            let m = String::from_utf8_lossy(m).to_string();
-                            let sc = String::from_utf8_lossy(sc).to_string();
-                            let until = sc.parse::<f64>().unwrap_or(0.0) as i64;
-                            if until > now {
-                                longest = longest.max(m.parse().unwrap_or(0));
-                            }
-                            shown.push(format!("{m} until {}ms", until - now));
-                        }
-                    }
-                }
-                if left > longest {
-                    found.push((gi, i, format!(
-                        "quarantine record cut on node {i}: client {}'s key {} (granted {}ms) lives {left}ms more, but the TTLs in use there cover {longest}ms (entries, time left: [{}]): a node restarted empty now would count again while the lock lives (issue 27 items 1 and 2)",
-                        g.client, g.resource, g.granted, shown.join(", ")
-                    )));
-                }
-            }
-        }
-        for (gi, i, what) in found {
+        for (gi, i, what) in uncovered(&world, &h) {
             h.uncovered.insert((gi, i));
             world.log(what.clone());
             h.seen.push(what);
         }
     }
+}
+
+/// The keys of held mutexes that outlive the quarantine's record on a node that counted them
+/// (not yet reported): (grant, node, what).
+fn uncovered(world: &World, h: &History) -> Vec<(usize, usize, String)> {
+    use crate::resp::Reply;
+    let mut found = Vec::new();
+    for (gi, g) in h.grants.iter().enumerate() {
+        let (Some(owner), Kind::Mutex, None) = (&g.owner, g.kind, g.ended) else {
+            continue;
+        };
+        let holding = match &g.lost {
+            Some(lost) => !lost.is_fired(),
+            None => world.elapsed_ms() < g.valid_until,
+        };
+        if !holding {
+            continue;
+        }
+        for &i in &g.counted {
+            if i >= world.nodes.len() || h.uncovered.contains(&(gi, i)) {
+                continue;
+            }
+            let now = world.node_now(i);
+            let mut n = world.nodes[i].borrow_mut();
+            let key = g.resource.as_bytes().to_vec();
+            if n.node.exec(now, &[b"GET".to_vec(), key.clone()])
+                != Reply::Bulk(owner.as_bytes().to_vec())
+            {
+                continue;
+            }
+            let Reply::Int(left) = n.node.exec(now, &[b"PTTL".to_vec(), key]) else {
+                continue;
+            };
+            let entries = n.node.exec(
+                now,
+                &[
+                    b"ZRANGE".to_vec(),
+                    fencelock::protocol::TTLS_KEY.as_bytes().to_vec(),
+                    b"0".to_vec(),
+                    b"-1".to_vec(),
+                    b"WITHSCORES".to_vec(),
+                ],
+            );
+            // What a client judging a restarted node reads: the longest TTL whose entry lives.
+            let mut longest = 0i64;
+            let mut shown = Vec::new();
+            if let Reply::Array(items) = entries {
+                for pair in items.chunks(2) {
+                    if let [Reply::Bulk(m), Reply::Bulk(score)] = pair {
+                        let m = String::from_utf8_lossy(m);
+                        let until =
+                            String::from_utf8_lossy(score).parse::<f64>().unwrap_or(0.0) as i64;
+                        if until > now {
+                            longest = longest.max(m.parse().unwrap_or(0));
+                        }
+                        shown.push(format!("{m} until {}ms", until - now));
+                    }
+                }
+            }
+            if left > longest {
+                found.push((gi, i, format!(
+                    "quarantine record cut on node {i}: client {}'s key {} (granted {}ms) lives {left}ms more, but the TTLs in use there cover {longest}ms (entries, time left: [{}]): a node restarted empty now would count again while the lock lives (issue 27 items 1 and 2)",
+                    g.client, g.resource, g.granted, shown.join(", ")
+                )));
+            }
+        }
+    }
+    found
 }
 
 /// Starts the election's observer on a client of its own: each report goes to the history.
@@ -1274,6 +1283,38 @@ mod tests {
         assert!(judged(&leaders)
             .iter()
             .any(|v| v.starts_with("two leaders of term Some(4)")));
+    }
+
+    #[test]
+    fn the_coverage_check_sees_a_key_outliving_the_record() {
+        let world = World::new(1, 0, false);
+        let now = world.node_now(0);
+        let exec = |args: &[&str]| {
+            let args: Vec<Vec<u8>> = args.iter().map(|a| a.as_bytes().to_vec()).collect();
+            world.nodes[0].borrow_mut().node.exec(now, &args)
+        };
+        exec(&["SET", "r", "owner", "PX", "3000"]);
+        let ttls = fencelock::protocol::TTLS_KEY;
+        let mut held = grant(0, None, 0, 1, 0);
+        (held.owner, held.counted, held.ended, held.valid_until) =
+            (Some("owner".into()), vec![0], None, 5000);
+        let h = History {
+            grants: vec![held],
+            ..History::default()
+        };
+        // No record at all, then a 1 s TTL's: neither covers 3 s.
+        assert_eq!(uncovered(&world, &h).len(), 1);
+        exec(&["ZADD", ttls, &(now + 2000).to_string(), "1000"]);
+        assert_eq!(uncovered(&world, &h).len(), 1);
+        // A 4 s TTL's entry still live covers it; an expired one does not.
+        exec(&["ZADD", ttls, &(now - 1).to_string(), "4000"]);
+        assert!(uncovered(&world, &h)[0].2.contains("cover 1000ms"));
+        exec(&["ZADD", ttls, &(now + 10).to_string(), "4000"]);
+        assert!(uncovered(&world, &h).is_empty());
+        // Another owner's key is not this holder's to judge.
+        exec(&["ZREM", ttls, "4000"]);
+        exec(&["SET", "r", "other", "PX", "3000"]);
+        assert!(uncovered(&world, &h).is_empty());
     }
 
     #[test]
