@@ -39,6 +39,10 @@ pub struct Options {
     pub faults: Faults,
     /// Keep every command and reply in the trace.
     pub verbose: bool,
+    /// Issue 27 item 1's roles: client 0 takes plain locks only with a 4 s TTL (L), client 1
+    /// has a 1 s TTL with a 980 ms node timeout (S: an ahead margin longer than its TTL); no
+    /// overlapping node lists (their two holders would hide the rest).
+    pub ttl_roles: bool,
 }
 
 impl Default for Options {
@@ -49,6 +53,7 @@ impl Default for Options {
             duration: Duration::from_secs(6),
             faults: Faults::Claimed,
             verbose: false,
+            ttl_roles: false,
         }
     }
 }
@@ -186,6 +191,8 @@ struct Setup {
     wall: Rc<Cell<i64>>,
     /// The client's last pause (virtual ms, from and until), set by the faults.
     paused: Rc<Cell<(i64, i64)>>,
+    /// Plain locks only (`Options::ttl_roles`).
+    plain_only: bool,
 }
 
 /// Runs seed `seed` on this thread (a fresh current-thread runtime on tokio's paused clock).
@@ -203,6 +210,7 @@ pub fn run(seed: u64, opts: &Options) -> Outcome {
         // Overlapping node lists (one run in four under faults): one more node, and the last
         // client is given the list shifted by one (it shares all but one node with the others).
         let overlap = opts.faults != Faults::None
+            && !opts.ttl_roles
             && opts.clients > 1
             && fastrand::Rng::with_seed(seed ^ 0x6f76_6572).u32(..4) == 0;
         let world = World::new(opts.nodes + usize::from(overlap), seed, opts.verbose);
@@ -245,6 +253,12 @@ pub fn run(seed: u64, opts: &Options) -> Outcome {
                 };
                 (ttl, timeout, !all || r.bool(), r.bool(), wall)
             });
+            let (ttl, timeout, quarantine) = match (opts.ttl_roles, c) {
+                (true, 0) => (4000, 50, true),
+                (true, 1) => (1000, 980, true),
+                _ => (ttl, timeout, quarantine),
+            };
+            let plain_only = opts.ttl_roles && c == 0;
             let list = if overlap && c == opts.clients - 1 {
                 urls[1..].to_vec()
             } else {
@@ -285,6 +299,7 @@ pub fn run(seed: u64, opts: &Options) -> Outcome {
                 fencing,
                 wall: Rc::new(Cell::new(wall)),
                 paused: Rc::new(Cell::new((i64::MAX, i64::MIN))),
+                plain_only,
             };
             walls.push(setup.wall.clone());
             pauses.push((c, setup.paused.clone()));
@@ -479,6 +494,7 @@ async fn client_loop(
         tokio::time::sleep(Duration::from_millis(pause)).await;
         let resource = world.rng(|r| format!("r{}", r.usize(..2)));
         let op = world.rng(|r| r.u32(..100));
+        let op = if s.plain_only { 70 + op % 30 } else { op };
         let started = world.elapsed_ms();
         // Each attempt: the grants it records (one per resource), and what it holds.
         let attempt: Result<(Vec<usize>, Held), fencelock::Error> = async {
@@ -1190,7 +1206,7 @@ pub fn report(outcome: &Outcome, opts: &Options) -> String {
     }
     let _ = writeln!(
         s,
-        "rerun: ./dev sim --seed {} --faults {} --duration {}s --verbose",
+        "rerun: ./dev sim --seed {} --faults {} --duration {}s{} --verbose",
         outcome.seed,
         match opts.faults {
             Faults::None => "none",
@@ -1198,7 +1214,8 @@ pub fn report(outcome: &Outcome, opts: &Options) -> String {
             Faults::Amnesia => "amnesia",
             Faults::All => "all",
         },
-        opts.duration.as_secs()
+        opts.duration.as_secs(),
+        if opts.ttl_roles { " --ttl-roles" } else { "" }
     );
     s
 }
