@@ -180,6 +180,9 @@ impl Outcome {
     }
 }
 
+/// A client's last pause (virtual ms, from and until).
+type Pause = Rc<Cell<(i64, i64)>>;
+
 /// How a client is set up in a run.
 #[derive(Clone, Debug)]
 struct Setup {
@@ -189,8 +192,8 @@ struct Setup {
     fencing: bool,
     /// The client's wall clock's offset (ms), moved by the faults.
     wall: Rc<Cell<i64>>,
-    /// The client's last pause (virtual ms, from and until), set by the faults.
-    paused: Rc<Cell<(i64, i64)>>,
+    /// The client's last pause, set by the faults.
+    paused: Pause,
     /// Plain locks only (`Options::ttl_roles`).
     plain_only: bool,
 }
@@ -440,6 +443,8 @@ fn held_by(lock: &fencelock::Lock) -> (Option<String>, Vec<usize>) {
     (Some(lock.token().to_string()), counted)
 }
 
+// Each argument is one fact about the grant, named at the call (a struct would only repeat them).
+#[allow(clippy::too_many_arguments)]
 fn record(
     world: &World,
     history: &RefCell<History>,
@@ -907,7 +912,7 @@ async fn fault_loop(
     world: Rc<World>,
     faults: Faults,
     walls: Vec<Rc<Cell<i64>>>,
-    pauses: Vec<(usize, Rc<Cell<(i64, i64)>>)>,
+    pauses: Vec<(usize, Pause)>,
     end: i64,
 ) {
     let n = world.nodes.len();
