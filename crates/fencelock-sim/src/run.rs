@@ -196,6 +196,8 @@ struct Setup {
     paused: Pause,
     /// Plain locks only (`Options::ttl_roles`).
     plain_only: bool,
+    /// Long gaps between operations (`Options::ttl_roles`' short-TTL client).
+    quiet_gaps: bool,
 }
 
 /// Runs seed `seed` on this thread (a fresh current-thread runtime on tokio's paused clock).
@@ -303,6 +305,7 @@ pub fn run(seed: u64, opts: &Options) -> Outcome {
                 wall: Rc::new(Cell::new(wall)),
                 paused: Rc::new(Cell::new((i64::MAX, i64::MIN))),
                 plain_only,
+                quiet_gaps: opts.ttl_roles && c == 1,
             };
             walls.push(setup.wall.clone());
             pauses.push((c, setup.paused.clone()));
@@ -495,7 +498,9 @@ async fn client_loop(
     let ttl = s.ttl;
     let mut campaigns = 0;
     while world.elapsed_ms() < end {
-        let pause = world.rng(|r| r.u64(0..100));
+        // Item 1's S goes quiet between its locks (up to 3 s): its announcements no longer
+        // push the set's expiry on, the moment the old Lua let the set lapse.
+        let pause = world.rng(|r| r.u64(0..if s.quiet_gaps { 3000 } else { 100 }));
         tokio::time::sleep(Duration::from_millis(pause)).await;
         let resource = world.rng(|r| format!("r{}", r.usize(..2)));
         let op = world.rng(|r| r.u32(..100));
