@@ -7,6 +7,7 @@
 #   scripts/sim-mutants.sh               every Redis-side mutant below
 #   scripts/sim-mutants.sh NAME...       the named ones
 #   SIM_SEEDS=300 scripts/sim-mutants.sh (seeds per fault mix; default 200)
+#   SIM_ARGS="--duration 12s" scripts/sim-mutants.sh NAME (more options for each run)
 #
 # Builds go to $MUTANTS_TARGET_DIR (default <repo>/target/sim-mutants; copy a warm target/debug
 # there first to rebuild only the workspace's crates). Prints one table row per mutant.
@@ -15,6 +16,7 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 export MUTANTS_TARGET_DIR="${MUTANTS_TARGET_DIR:-$ROOT/target/sim-mutants}"
 export MUTANTS_DIR="${MUTANTS_DIR:-$MUTANTS_TARGET_DIR/tree}"
 SEEDS="${SIM_SEEDS:-200}"
+read -r -a EXTRA <<<"${SIM_ARGS:-}"
 REDIS_SIDE=(
   release-no-compare acquire-without-nx quorum-of-one validity-ignores-elapsed
   writeback-no-raise writeback-no-owner-check writeback-quorum-unchecked writeback-off-by-one
@@ -42,7 +44,7 @@ for name in "${REDIS_SIDE[@]}"; do
   fi
   verdict="SURVIVED"
   for faults in claimed all; do
-    out="$("$MUTANTS_TARGET_DIR/debug/fencelock-sim" --seeds "$SEEDS" --faults "$faults" --stop 2>&1)"
+    out="$("$MUTANTS_TARGET_DIR/debug/fencelock-sim" --seeds "$SEEDS" --faults "$faults" "${EXTRA[@]}" --stop 2>&1)"
     if [[ $? -ne 0 ]]; then
       first="$(grep -m1 -A1 'FAILED' <<<"$out" | tail -1 | sed 's/^ *//' | cut -c1-160)"
       seed="$(grep -m1 -o '^seed [0-9]*' <<<"$out")"

@@ -44,6 +44,10 @@ pub struct Keyspace {
     pub(crate) outbox: Vec<(Vec<u8>, Vec<u8>)>,
     /// Over `maxmemory`: commands that may grow the data are refused (a fault).
     pub(crate) oom: bool,
+    /// While a script runs: whether it has run a write command yet (Redis 7.0 refuses a
+    /// `denyoom` command in a script only before its first write: a script that changed data
+    /// is not stopped half-way). `None` outside scripts.
+    pub(crate) script_wrote: Option<bool>,
 }
 
 pub(crate) fn arity(name: &str) -> Reply {
@@ -198,12 +202,39 @@ impl Keyspace {
         let name = String::from_utf8_lossy(&args[0]).to_ascii_uppercase();
         let a = &args[1..];
         // Redis's `denyoom` commands among these (DEL, ZREM, EXPIRE and reads still run), from
-        // a client and from a script alike (a script without flags meets the refusal at its
-        // first such call).
-        if self.oom && matches!(name.as_str(), "SET" | "INCR" | "ZADD") {
+        // a client and from a script alike; a script without flags meets the refusal at its
+        // first such call, unless it wrote before (Redis 7.0's scriptVerifyOOM: "only if this is
+        // the first write in the context of this script, otherwise we can't stop in the
+        // middle").
+        if self.oom
+            && matches!(name.as_str(), "SET" | "INCR" | "ZADD")
+            && self.script_wrote != Some(true)
+        {
             return Some(Reply::err(
                 "OOM command not allowed when used memory > 'maxmemory'.",
             ));
+        }
+        if self.script_wrote.is_some()
+            && matches!(
+                name.as_str(),
+                "SET"
+                    | "DEL"
+                    | "UNLINK"
+                    | "INCR"
+                    | "PEXPIRE"
+                    | "PEXPIREAT"
+                    | "EXPIRE"
+                    | "EXPIREAT"
+                    | "PERSIST"
+                    | "ZADD"
+                    | "ZREM"
+                    | "ZREMRANGEBYSCORE"
+                    | "ZREMRANGEBYRANK"
+                    | "FLUSHALL"
+                    | "FLUSHDB"
+            )
+        {
+            self.script_wrote = Some(true);
         }
         let r = match name.as_str() {
             "GET" => self.get(&name, a),

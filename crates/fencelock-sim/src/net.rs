@@ -58,6 +58,9 @@ pub struct World {
     pub commands: Cell<u64>,
     /// Whether some node lost data in this run (a restart without persistence, a FLUSHALL).
     pub lost_data: Cell<bool>,
+    /// The clients paused now (a whole process stopped): their connections, told apart by the
+    /// user name they authenticate with (`c<client>`), neither send nor receive meanwhile.
+    pub frozen: RefCell<std::collections::HashSet<usize>>,
 }
 
 impl World {
@@ -73,6 +76,7 @@ impl World {
             verbose,
             commands: Cell::new(0),
             lost_data: Cell::new(false),
+            frozen: RefCell::default(),
         };
         let mut w = w;
         for i in 0..nodes {
@@ -368,6 +372,9 @@ async fn serve(world: Rc<World>, i: usize, conn: u64, mut io: DuplexStream) {
     let (push_tx, mut push_rx) = mpsc::unbounded_channel::<Reply>();
     let mut buf = Vec::with_capacity(4096);
     let mut out = Vec::with_capacity(4096);
+    // The client this connection belongs to, once it authenticated as `c<client>`.
+    let mut client: Option<usize> = None;
+    let frozen = |w: &World, c: Option<usize>| c.is_some_and(|c| w.frozen.borrow().contains(&c));
     loop {
         loop {
             let (args, used) = match decode_command(&buf) {
@@ -395,8 +402,32 @@ async fn serve(world: Rc<World>, i: usize, conn: u64, mut io: DuplexStream) {
                     return;
                 }
             }
+            // A paused client's command reaches the node when its process runs again.
+            while frozen(&world, client) {
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(10)) => {}
+                    _ = kill.notified() => return,
+                }
+            }
             if !alive(&world) || args.is_empty() {
                 return;
+            }
+            if args[0].eq_ignore_ascii_case(b"AUTH") {
+                // Not a node command here: it names the client (`AUTH c<client> <password>`).
+                client = args
+                    .get(1)
+                    .and_then(|u| std::str::from_utf8(u).ok())
+                    .and_then(|u| u.strip_prefix('c'))
+                    .and_then(|n| n.parse().ok());
+                if world.verbose {
+                    world.log(format!("n{i} c{conn} AUTH: client {client:?}"));
+                }
+                Reply::ok().encode(&mut out);
+                if io.write_all(&out).await.is_err() {
+                    return;
+                }
+                out.clear();
+                continue;
             }
             for r in world.exec(i, conn, &push_tx, args) {
                 r.encode(&mut out);
@@ -411,7 +442,9 @@ async fn serve(world: Rc<World>, i: usize, conn: u64, mut io: DuplexStream) {
                 Ok(0) | Err(_) => break,
                 Ok(_) => {}
             },
-            Some(push) = push_rx.recv() => {
+            // While the client is paused, its messages wait.
+            _ = tokio::time::sleep(Duration::from_millis(10)), if frozen(&world, client) => {}
+            Some(push) = push_rx.recv(), if !frozen(&world, client) => {
                 push.encode(&mut out);
                 if io.write_all(&out).await.is_err() {
                     break;

@@ -555,7 +555,10 @@ impl Node {
         globals.raw_set("KEYS", list(keys)?)?;
         globals.raw_set("ARGV", list(argv)?)?;
         let f = self.scripts[sha].clone();
-        let (ok, value): (bool, Value) = self.run.call(f)?;
+        self.keyspace().script_wrote = Some(false);
+        let ran = self.run.call(f);
+        self.keyspace().script_wrote = None;
+        let (ok, value): (bool, Value) = ran?;
         if ok {
             return Ok(from_lua(&value));
         }
@@ -631,5 +634,30 @@ mod tests {
         assert_eq!(a.exec(0, &eval), first);
         let ok = cmd(&["EVAL", "return ARGV[1]", "0", "x"]);
         assert_eq!(b.exec(0, &ok), Reply::Bulk(b"x".to_vec()));
+    }
+
+    /// Over `maxmemory`, a script without flags is refused at its first `denyoom` command only
+    /// while it has written nothing (Redis 7.0 does not stop a script half-way): an announcement
+    /// that removed a shorter TTL's entry also writes its own.
+    #[test]
+    fn out_of_memory_stops_a_script_only_before_its_first_write() {
+        let mut n = Node::new("a".into(), 0, Persistence::None, 1);
+        n.exec(0, &cmd(&["ZADD", "z", "5", "short"]));
+        n.keyspace().oom = true;
+        let first = cmd(&[
+            "EVAL",
+            "return redis.call('ZADD', KEYS[1], 9, 'long')",
+            "1",
+            "z",
+        ]);
+        assert!(matches!(n.exec(0, &first), Reply::Error(e) if e.starts_with("OOM ")));
+        let after =
+            "redis.call('ZREM', KEYS[1], 'short') return redis.call('ZADD', KEYS[1], 9, 'long')";
+        assert_eq!(n.exec(0, &cmd(&["EVAL", after, "1", "z"])), Reply::Int(1));
+        // Outside a script, and in the next script, the refusal holds again.
+        assert!(
+            matches!(n.exec(0, &cmd(&["ZADD", "z", "1", "x"])), Reply::Error(e) if e.starts_with("OOM "))
+        );
+        assert!(matches!(n.exec(0, &first), Reply::Error(e) if e.starts_with("OOM ")));
     }
 }

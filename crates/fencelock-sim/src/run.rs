@@ -39,6 +39,10 @@ pub struct Options {
     pub faults: Faults,
     /// Keep every command and reply in the trace.
     pub verbose: bool,
+    /// Issue 27 item 1's roles: client 0 takes plain locks only with a 4 s TTL (L), client 1
+    /// has a 1 s TTL with a 980 ms node timeout (S: an ahead margin longer than its TTL); no
+    /// overlapping node lists (their two holders would hide the rest).
+    pub ttl_roles: bool,
 }
 
 impl Default for Options {
@@ -49,6 +53,7 @@ impl Default for Options {
             duration: Duration::from_secs(6),
             faults: Faults::Claimed,
             verbose: false,
+            ttl_roles: false,
         }
     }
 }
@@ -84,6 +89,12 @@ struct Grant {
     valid_until: i64,
     /// When the holder stopped acting (released, lost, or its validity ran out first).
     ended: Option<i64>,
+    /// The owner token its keys hold (a mutex's), for the coverage check.
+    owner: Option<String>,
+    /// The nodes whose grant the client counted.
+    counted: Vec<usize>,
+    /// An extended holder's lost signal: held while it has not fired.
+    lost: Option<fencelock::LostSignal>,
 }
 
 impl Grant {
@@ -130,6 +141,8 @@ struct History {
     reports: Vec<(i64, u64, String)>,
     /// Violations the clients see as they happen (the lost signal's timing).
     seen: Vec<String>,
+    /// The (grant, node) pairs already reported by the coverage check.
+    uncovered: std::collections::HashSet<(usize, usize)>,
 }
 
 impl History {
@@ -167,6 +180,9 @@ impl Outcome {
     }
 }
 
+/// A client's last pause (virtual ms, from and until).
+type Pause = Rc<Cell<(i64, i64)>>;
+
 /// How a client is set up in a run.
 #[derive(Clone, Debug)]
 struct Setup {
@@ -176,6 +192,12 @@ struct Setup {
     fencing: bool,
     /// The client's wall clock's offset (ms), moved by the faults.
     wall: Rc<Cell<i64>>,
+    /// The client's last pause, set by the faults.
+    paused: Pause,
+    /// Plain locks only (`Options::ttl_roles`).
+    plain_only: bool,
+    /// Long gaps between operations (`Options::ttl_roles`' short-TTL client).
+    quiet_gaps: bool,
 }
 
 /// Runs seed `seed` on this thread (a fresh current-thread runtime on tokio's paused clock).
@@ -193,6 +215,7 @@ pub fn run(seed: u64, opts: &Options) -> Outcome {
         // Overlapping node lists (one run in four under faults): one more node, and the last
         // client is given the list shifted by one (it shares all but one node with the others).
         let overlap = opts.faults != Faults::None
+            && !opts.ttl_roles
             && opts.clients > 1
             && fastrand::Rng::with_seed(seed ^ 0x6f76_6572).u32(..4) == 0;
         let world = World::new(opts.nodes + usize::from(overlap), seed, opts.verbose);
@@ -213,6 +236,7 @@ pub fn run(seed: u64, opts: &Options) -> Outcome {
         let all = matches!(opts.faults, Faults::All | Faults::Amnesia);
         let mut tasks = Vec::new();
         let mut walls = Vec::new();
+        let mut pauses = Vec::new();
         for c in 0..opts.clients {
             // Under every fault, clients with short and long TTLs side by side; under `All`,
             // node timeouts near a short TTL (issue 27 item 1) and the quarantine off for some
@@ -223,7 +247,9 @@ pub fn run(seed: u64, opts: &Options) -> Outcome {
                 let timeout = if all {
                     [50, 500, 980][r.usize(..3)]
                 } else {
-                    [50, 100, 200][r.usize(..3)]
+                    // 980 ms beside a 1 s TTL: an ahead margin (drift + 2 node timeouts) longer
+                    // than the TTL, which README claims safe since issue 27 item 1.
+                    [50, 100, 200, 980][r.usize(..4)]
                 };
                 let wall = if opts.faults == Faults::None || r.bool() {
                     0
@@ -232,11 +258,23 @@ pub fn run(seed: u64, opts: &Options) -> Outcome {
                 };
                 (ttl, timeout, !all || r.bool(), r.bool(), wall)
             });
+            let (ttl, timeout, quarantine) = match (opts.ttl_roles, c) {
+                (true, 0) => (4000, 50, true),
+                (true, 1) => (1000, 980, true),
+                _ => (ttl, timeout, quarantine),
+            };
+            let plain_only = opts.ttl_roles && c == 0;
             let list = if overlap && c == opts.clients - 1 {
                 urls[1..].to_vec()
             } else {
                 urls[..opts.nodes].to_vec()
             };
+            // Each client authenticates as `c<client>`: the network tells its connections
+            // apart by that (a pause stops them all).
+            let list: Vec<String> = list
+                .iter()
+                .map(|u| u.replacen("redis://", &format!("redis://c{c}:sim@"), 1))
+                .collect();
             let config = Config::new(list)
                 .with_ttl(Duration::from_millis(ttl))
                 .with_node_timeout(Duration::from_millis(timeout))
@@ -265,13 +303,22 @@ pub fn run(seed: u64, opts: &Options) -> Outcome {
                 quarantine,
                 fencing,
                 wall: Rc::new(Cell::new(wall)),
+                paused: Rc::new(Cell::new((i64::MAX, i64::MIN))),
+                plain_only,
+                quiet_gaps: opts.ttl_roles && c == 1,
             };
             walls.push(setup.wall.clone());
+            pauses.push((c, setup.paused.clone()));
             let body = client_loop(world.clone(), history.clone(), client, setup.clone(), end);
             tasks.push(tokio::task::spawn_local(crate::clock::WallOffset::new(
                 setup.wall, body,
             )));
         }
+        tasks.push(tokio::task::spawn_local(coverage_loop(
+            world.clone(),
+            history.clone(),
+            end,
+        )));
         // One observer of the election, on a client of its own.
         let observer = observe(world.clone(), history.clone(), urls[..opts.nodes].to_vec());
         if opts.faults != Faults::None {
@@ -279,6 +326,7 @@ pub fn run(seed: u64, opts: &Options) -> Outcome {
                 world.clone(),
                 opts.faults,
                 walls,
+                pauses,
                 end,
             )));
         }
@@ -355,7 +403,8 @@ fn virtual_ms(world: &World, at: StdInstant) -> i64 {
 /// What a holder holds, kept to its end.
 enum Held {
     Lock(fencelock::Lock),
-    Guard(fencelock::LockGuard),
+    /// An extended lock, and the ones extended beside it (their grants).
+    Guard(fencelock::LockGuard, Vec<(usize, fencelock::LockGuard)>),
     Leader(fencelock::Leadership),
 }
 
@@ -363,7 +412,7 @@ impl Held {
     fn deadline(&self) -> StdInstant {
         match self {
             Held::Lock(l) => l.validity_deadline(),
-            Held::Guard(g) => g.validity_deadline(),
+            Held::Guard(g, _) => g.validity_deadline(),
             Held::Leader(l) => l.validity_deadline(),
         }
     }
@@ -371,13 +420,34 @@ impl Held {
     /// The lost signal (a plain lock has none: it is lost at its deadline).
     fn lost(&self) -> fencelock::LostSignal {
         match self {
-            Held::Guard(g) => g.lost(),
+            Held::Guard(g, _) => g.lost(),
             Held::Leader(l) => l.lost(),
             Held::Lock(_) => unreachable!("a plain lock has no lost signal"),
         }
     }
 }
 
+/// A mutex's owner token and the nodes (world indices) whose grant the client counted.
+fn held_by(lock: &fencelock::Lock) -> (Option<String>, Vec<usize>) {
+    let counted = lock
+        .votes()
+        .as_slice()
+        .iter()
+        .filter(|v| v.outcome.is_granted())
+        .filter_map(|v| {
+            let at = v.node.find("sim")? + 3;
+            let digits: String = v.node[at..]
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect();
+            digits.parse().ok()
+        })
+        .collect();
+    (Some(lock.owner().to_string()), counted)
+}
+
+// Each argument is one fact about the grant, named at the call (a struct would only repeat them).
+#[allow(clippy::too_many_arguments)]
 fn record(
     world: &World,
     history: &RefCell<History>,
@@ -386,12 +456,18 @@ fn record(
     resource: &str,
     (token, deadline): (Option<u64>, StdInstant),
     started: i64,
+    (owner, counted): (Option<String>, Vec<usize>),
 ) -> usize {
     let granted = world.elapsed_ms();
     let valid_until = virtual_ms(world, deadline);
     world.log(format!(
-        "client {}: granted {kind:?} {resource} token {token:?} valid until {valid_until}ms",
-        s.c
+        "client {}: granted {kind:?} {resource} token {token:?} valid until {valid_until}ms{}",
+        s.c,
+        if counted.is_empty() {
+            String::new()
+        } else {
+            format!(" on nodes {counted:?}")
+        }
     ));
     let mut h = history.borrow_mut();
     h.grants.push(Grant {
@@ -404,6 +480,9 @@ fn record(
         granted,
         valid_until,
         ended: None,
+        owner,
+        counted,
+        lost: None,
     });
     h.grants.len() - 1
 }
@@ -419,10 +498,13 @@ async fn client_loop(
     let ttl = s.ttl;
     let mut campaigns = 0;
     while world.elapsed_ms() < end {
-        let pause = world.rng(|r| r.u64(0..100));
+        // Item 1's S goes quiet between its locks (up to 3 s): its announcements no longer
+        // push the set's expiry on, the moment the old Lua let the set lapse.
+        let pause = world.rng(|r| r.u64(0..if s.quiet_gaps { 3000 } else { 100 }));
         tokio::time::sleep(Duration::from_millis(pause)).await;
         let resource = world.rng(|r| format!("r{}", r.usize(..2)));
         let op = world.rng(|r| r.u32(..100));
+        let op = if s.plain_only { 70 + op % 30 } else { op };
         let started = world.elapsed_ms();
         // Each attempt: the grants it records (one per resource), and what it holds.
         let attempt: Result<(Vec<usize>, Held), fencelock::Error> = async {
@@ -441,6 +523,7 @@ async fn client_loop(
                             lock.validity_deadline(),
                         ),
                         started,
+                        held_by(&lock),
                     );
                     (vec![g], Held::Lock(lock))
                 }
@@ -461,30 +544,68 @@ async fn client_loop(
                                     lock.validity_deadline(),
                                 ),
                                 started,
+                                held_by(&lock),
                             )
                         })
                         .collect();
                     (gs, Held::Lock(lock))
                 }
                 // Auto-extension: held past the TTL, the lost signal watched.
+                // Half the time a second resource too, extended beside the first: the
+                // engine extends both in one batch (issue 27 item 2: the batch's pipeline).
                 25..=39 => {
-                    let guard = client
-                        .try_acquire(&resource)
-                        .await?
-                        .auto_extend(AutoExtend::new());
-                    let g = record(
-                        &world,
-                        &history,
-                        &s,
-                        Kind::Mutex,
-                        &resource,
-                        (
-                            guard.fencing_token().map(|t| t.value()),
-                            guard.validity_deadline(),
-                        ),
-                        started,
-                    );
-                    (vec![g], Held::Guard(guard))
+                    let mut names = vec![resource.clone()];
+                    if world.rng(|r| r.bool()) {
+                        names.push(if resource == "r0" { "r1" } else { "r0" }.to_string());
+                    }
+                    let mut locks = Vec::new();
+                    for (k, name) in names.iter().enumerate() {
+                        match client.try_acquire(name).await {
+                            Ok(lock) => locks.push(lock),
+                            Err(e) if k == 0 => return Err(e),
+                            Err(_) => break,
+                        }
+                    }
+                    // Every guard is watched from the moment it exists (no await from here on):
+                    // a lock whose validity ran out while the next was taken is let go unheld.
+                    let (locks, mut expired): (Vec<_>, Vec<_>) = locks
+                        .into_iter()
+                        .partition(|l| l.validity_deadline() > StdInstant::now());
+                    if locks.is_empty() {
+                        // Nothing held: nothing recorded, the lock released in turn.
+                        return Ok((Vec::new(), Held::Lock(expired.remove(0))));
+                    }
+                    for lock in expired {
+                        tokio::task::spawn_local(async move {
+                            let _ = lock.release().await;
+                        });
+                    }
+                    let mut gs = Vec::new();
+                    let mut guards = Vec::new();
+                    for lock in locks {
+                        let who = held_by(&lock);
+                        let name = lock.resource().to_string();
+                        let guard = lock.auto_extend(AutoExtend::new());
+                        let g = record(
+                            &world,
+                            &history,
+                            &s,
+                            Kind::Mutex,
+                            &name,
+                            (
+                                guard.fencing_token().map(|t| t.value()),
+                                guard.validity_deadline(),
+                            ),
+                            started,
+                            who,
+                        );
+                        history.borrow_mut().grants[g].lost = Some(guard.lost());
+                        gs.push(g);
+                        guards.push(guard);
+                    }
+                    let first = guards.remove(0);
+                    let extra = gs[1..].iter().copied().zip(guards).collect();
+                    (gs, Held::Guard(first, extra))
                 }
                 40..=49 => {
                     let sem = client.semaphore("sem", PERMITS)?;
@@ -497,6 +618,7 @@ async fn client_loop(
                         "sem",
                         (None, lock.validity_deadline()),
                         started,
+                        (None, Vec::new()),
                     );
                     (vec![g], Held::Lock(lock))
                 }
@@ -515,6 +637,7 @@ async fn client_loop(
                         "rw",
                         (None, lock.validity_deadline()),
                         started,
+                        (None, Vec::new()),
                     );
                     (vec![g], Held::Lock(lock))
                 }
@@ -552,6 +675,7 @@ async fn client_loop(
                         "election",
                         (Some(leader.term()), leader.validity_deadline()),
                         started,
+                        (None, Vec::new()),
                     );
                     (vec![g], Held::Leader(leader))
                 }
@@ -568,6 +692,7 @@ async fn client_loop(
                             lock.validity_deadline(),
                         ),
                         started,
+                        held_by(&lock),
                     );
                     (vec![g], Held::Lock(lock))
                 }
@@ -588,16 +713,31 @@ async fn client_loop(
         }
         // Hold for a while; sometimes past the validity (a paused or slow holder); extended
         // holds up to three TTLs, watching the lost signal.
+        // A pause of the whole client (`fault_loop`) that begins while it holds: the holder
+        // acts again only when the pause ends, and then writes with the token it has.
+        let hold_began = world.elapsed_ms();
+        let pause_ends = || {
+            let (_, until) = s.paused.get();
+            let now = world.elapsed_ms();
+            tokio::time::sleep(Duration::from_millis(
+                until.saturating_sub(now).max(0) as u64
+            ))
+        };
+        let paused_in_hold = || {
+            let (from, until) = s.paused.get();
+            from <= world.elapsed_ms() && until > hold_began
+        };
         let (valid_until, stopped) = match &held {
             Held::Lock(lock) => {
                 let hold = world.rng(|r| r.u64(0..ttl * 5 / 4));
                 tokio::time::sleep(Duration::from_millis(hold)).await;
+                pause_ends().await;
                 (
                     virtual_ms(&world, lock.validity_deadline()),
                     world.elapsed_ms(),
                 )
             }
-            Held::Guard(_) | Held::Leader(_) => {
+            Held::Guard(..) | Held::Leader(_) => {
                 let hold = world.rng(|r| r.u64(0..ttl * 3));
                 let lost = held.lost();
                 let fired = tokio::select! {
@@ -605,9 +745,17 @@ async fn client_loop(
                     () = lost.fired() => true,
                     () = tokio::time::sleep(Duration::from_millis(hold)) => false,
                 };
+                pause_ends().await;
                 let deadline = held.deadline();
                 let (at, dl) = (world.elapsed_ms(), virtual_ms(&world, deadline));
-                if StdInstant::now() > deadline {
+                if paused_in_hold() {
+                    // A stopped process acts on nothing in time: its writes are fencing's to
+                    // refuse (the stale-write check), not the lost signal's.
+                    world.log(format!(
+                        "client {c}: resumed at {at}ms holding a lock valid until {dl}ms (lost signal fired: {})",
+                        lost.is_fired()
+                    ));
+                } else if StdInstant::now() > deadline {
                     let what = &history.borrow().grants[grants[0]].resource.clone();
                     history.borrow_mut().seen.push(if fired {
                         format!("client {c}: the lost signal of {what} fired at {at}ms, after the validity deadline {dl}ms")
@@ -630,6 +778,14 @@ async fn client_loop(
                 h.grants[g].valid_until = valid_until;
                 h.grants[g].ended = Some(stopped.min(valid_until));
             }
+            // Locks extended beside the first have validities of their own.
+            if let Held::Guard(_, extra) = &held {
+                for (g, guard) in extra {
+                    let dl = virtual_ms(&world, guard.validity_deadline());
+                    h.grants[*g].valid_until = dl;
+                    h.grants[*g].ended = Some(stopped.min(dl));
+                }
+            }
             // The holder writes once more as it stops, late or not: the storage must refuse
             // it if a successor wrote since.
             for &g in &grants {
@@ -640,8 +796,11 @@ async fn client_loop(
             Held::Lock(lock) => {
                 let _ = lock.release().await;
             }
-            Held::Guard(guard) => {
+            Held::Guard(guard, extra) => {
                 let _ = guard.release().await;
+                for (_, g) in extra {
+                    let _ = g.release().await;
+                }
             }
             Held::Leader(leader) => {
                 let _ = leader.resign().await;
@@ -649,6 +808,96 @@ async fn client_loop(
         }
     }
     client.close().await;
+}
+
+/// How often the coverage check looks at the nodes (virtual ms).
+const COVERAGE_EVERY_MS: u64 = 10;
+
+/// The restart quarantine's record, checked on the nodes themselves while the run goes on: on
+/// every node whose grant a holder counted, while the holder holds, the TTLs in use there
+/// (`fencelock:ttls`: the longest TTL among entries still live, what a client judging a
+/// restarted node reads) cover what the lock key has left. A key outliving the record is the
+/// state in which a node restarted empty would count again while the lock lives (issue 27 item
+/// 1: a short TTL's announcement expired the set; item 2: a batched extension landed after its
+/// announcement's reach): found here whether or not a restart and a third client then met it.
+async fn coverage_loop(world: Rc<World>, history: Rc<RefCell<History>>, end: i64) {
+    while world.elapsed_ms() < end {
+        tokio::time::sleep(Duration::from_millis(COVERAGE_EVERY_MS)).await;
+        let mut h = history.borrow_mut();
+        for (gi, i, what) in uncovered(&world, &h) {
+            h.uncovered.insert((gi, i));
+            world.log(what.clone());
+            h.seen.push(what);
+        }
+    }
+}
+
+/// The keys of held mutexes that outlive the quarantine's record on a node that counted them
+/// (not yet reported): (grant, node, what).
+fn uncovered(world: &World, h: &History) -> Vec<(usize, usize, String)> {
+    use crate::resp::Reply;
+    let mut found = Vec::new();
+    for (gi, g) in h.grants.iter().enumerate() {
+        let (Some(owner), Kind::Mutex, None) = (&g.owner, g.kind, g.ended) else {
+            continue;
+        };
+        let holding = match &g.lost {
+            Some(lost) => !lost.is_fired(),
+            None => world.elapsed_ms() < g.valid_until,
+        };
+        if !holding {
+            continue;
+        }
+        for &i in &g.counted {
+            if i >= world.nodes.len() || h.uncovered.contains(&(gi, i)) {
+                continue;
+            }
+            let now = world.node_now(i);
+            let mut n = world.nodes[i].borrow_mut();
+            let key = g.resource.as_bytes().to_vec();
+            if n.node.exec(now, &[b"GET".to_vec(), key.clone()])
+                != Reply::Bulk(owner.as_bytes().to_vec())
+            {
+                continue;
+            }
+            let Reply::Int(left) = n.node.exec(now, &[b"PTTL".to_vec(), key]) else {
+                continue;
+            };
+            let entries = n.node.exec(
+                now,
+                &[
+                    b"ZRANGE".to_vec(),
+                    fencelock::protocol::TTLS_KEY.as_bytes().to_vec(),
+                    b"0".to_vec(),
+                    b"-1".to_vec(),
+                    b"WITHSCORES".to_vec(),
+                ],
+            );
+            // What a client judging a restarted node reads: the longest TTL whose entry lives.
+            let mut longest = 0i64;
+            let mut shown = Vec::new();
+            if let Reply::Array(items) = entries {
+                for pair in items.chunks(2) {
+                    if let [Reply::Bulk(m), Reply::Bulk(score)] = pair {
+                        let m = String::from_utf8_lossy(m);
+                        let until =
+                            String::from_utf8_lossy(score).parse::<f64>().unwrap_or(0.0) as i64;
+                        if until > now {
+                            longest = longest.max(m.parse().unwrap_or(0));
+                        }
+                        shown.push(format!("{m} until {}ms", until - now));
+                    }
+                }
+            }
+            if left > longest {
+                found.push((gi, i, format!(
+                    "quarantine record cut on node {i}: client {}'s key {} (granted {}ms) lives {left}ms more, but the TTLs in use there cover {longest}ms (entries, time left: [{}]): a node restarted empty now would count again while the lock lives (issue 27 items 1 and 2)",
+                    g.client, g.resource, g.granted, shown.join(", ")
+                )));
+            }
+        }
+    }
+    found
 }
 
 /// Starts the election's observer on a client of its own: each report goes to the history.
@@ -676,7 +925,13 @@ fn observe(
     }))
 }
 
-async fn fault_loop(world: Rc<World>, faults: Faults, walls: Vec<Rc<Cell<i64>>>, end: i64) {
+async fn fault_loop(
+    world: Rc<World>,
+    faults: Faults,
+    walls: Vec<Rc<Cell<i64>>>,
+    pauses: Vec<(usize, Pause)>,
+    end: i64,
+) {
     let n = world.nodes.len();
     let majority = n / 2 + 1;
     // Every node's clock runs a little fast or slow (within the drift the validity allows
@@ -692,7 +947,7 @@ async fn fault_loop(world: Rc<World>, faults: Faults, walls: Vec<Rc<Cell<i64>>>,
         let wait = world.rng(|r| r.u64(100..1500));
         tokio::time::sleep(Duration::from_millis(wait)).await;
         let i = world.rng(|r| r.usize(..n));
-        let pick = world.rng(|r| r.u32(..115));
+        let pick = world.rng(|r| r.u32(..120));
         let now_ms = world.elapsed_ms();
         world.trouble(i);
         match pick {
@@ -777,6 +1032,24 @@ async fn fault_loop(world: Rc<World>, faults: Faults, walls: Vec<Rc<Cell<i64>>>,
                 let by = world.rng(|r| [-3000, -500, 500, 3000][r.usize(..4)]);
                 world.nodes[i].borrow_mut().offset_ms += by;
                 world.log(format!("fault: node {i}'s clock jumps {by}ms"));
+            }
+            // A whole client paused (a stopped process, a long GC, a VM migrated): its
+            // connections neither send nor receive and its holder acts on nothing, past its
+            // TTL; then it writes with the token it holds (fencing must refuse it).
+            115..=119 if !pauses.is_empty() => {
+                let (c, paused) = &pauses[world.rng(|r| r.usize(..pauses.len()))];
+                let ms = world.rng(|r| r.i64(1000..4000));
+                let (from, until) = (world.elapsed_ms(), world.elapsed_ms() + ms);
+                paused.set((from, until));
+                world.frozen.borrow_mut().insert(*c);
+                world.log(format!("fault: client {c} paused for {ms}ms"));
+                let w = world.clone();
+                let c = *c;
+                tokio::task::spawn_local(async move {
+                    tokio::time::sleep(Duration::from_millis(ms as u64)).await;
+                    w.frozen.borrow_mut().remove(&c);
+                    w.log(format!("fault: client {c} runs again"));
+                });
             }
             _ => world.nodes[i].borrow_mut().delay_ms = (0, 2),
         }
@@ -954,7 +1227,7 @@ pub fn report(outcome: &Outcome, opts: &Options) -> String {
     }
     let _ = writeln!(
         s,
-        "rerun: ./dev sim --seed {} --faults {} --duration {}s --verbose",
+        "rerun: ./dev sim --seed {} --faults {} --duration {}s{} --verbose",
         outcome.seed,
         match opts.faults {
             Faults::None => "none",
@@ -962,7 +1235,8 @@ pub fn report(outcome: &Outcome, opts: &Options) -> String {
             Faults::Amnesia => "amnesia",
             Faults::All => "all",
         },
-        opts.duration.as_secs()
+        opts.duration.as_secs(),
+        if opts.ttl_roles { " --ttl-roles" } else { "" }
     );
     s
 }
@@ -982,6 +1256,9 @@ mod tests {
             granted,
             valid_until: ended + 100,
             ended: Some(ended),
+            owner: None,
+            counted: Vec::new(),
+            lost: None,
         }
     }
 
@@ -1044,6 +1321,38 @@ mod tests {
         assert!(judged(&leaders)
             .iter()
             .any(|v| v.starts_with("two leaders of term Some(4)")));
+    }
+
+    #[test]
+    fn the_coverage_check_sees_a_key_outliving_the_record() {
+        let world = World::new(1, 0, false);
+        let now = world.node_now(0);
+        let exec = |args: &[&str]| {
+            let args: Vec<Vec<u8>> = args.iter().map(|a| a.as_bytes().to_vec()).collect();
+            world.nodes[0].borrow_mut().node.exec(now, &args)
+        };
+        exec(&["SET", "r", "owner", "PX", "3000"]);
+        let ttls = fencelock::protocol::TTLS_KEY;
+        let mut held = grant(0, None, 0, 1, 0);
+        (held.owner, held.counted, held.ended, held.valid_until) =
+            (Some("owner".into()), vec![0], None, 5000);
+        let h = History {
+            grants: vec![held],
+            ..History::default()
+        };
+        // No record at all, then a 1 s TTL's: neither covers 3 s.
+        assert_eq!(uncovered(&world, &h).len(), 1);
+        exec(&["ZADD", ttls, &(now + 2000).to_string(), "1000"]);
+        assert_eq!(uncovered(&world, &h).len(), 1);
+        // A 4 s TTL's entry still live covers it; an expired one does not.
+        exec(&["ZADD", ttls, &(now - 1).to_string(), "4000"]);
+        assert!(uncovered(&world, &h)[0].2.contains("cover 1000ms"));
+        exec(&["ZADD", ttls, &(now + 10).to_string(), "4000"]);
+        assert!(uncovered(&world, &h).is_empty());
+        // Another owner's key is not this holder's to judge.
+        exec(&["ZREM", ttls, "4000"]);
+        exec(&["SET", "r", "other", "PX", "3000"]);
+        assert!(uncovered(&world, &h).is_empty());
     }
 
     #[test]

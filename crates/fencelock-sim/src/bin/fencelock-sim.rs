@@ -3,6 +3,7 @@
 //! fencelock-sim [--seeds N | --seed S] [--first S] [--duration D (virtual, per run; e.g. 6s)]
 //!               [--for D (wall clock: keep running seeds this long)] [--faults none|claimed|amnesia|all]
 //!               [--nodes N] [--clients N] [--verbose] [--stop (at the first failing seed)]
+//!               [--ttl-roles (issue 27 item 1: a 4 s plain-lock client beside a 1 s / 980 ms one)]
 
 use std::time::{Duration, Instant};
 
@@ -82,6 +83,7 @@ fn real_main() -> Result<(), String> {
                 }
             }
             "--verbose" => opts.verbose = true,
+            "--ttl-roles" => opts.ttl_roles = true,
             "--stop" => stop = true,
             other => {
                 return Err(format!(
