@@ -7,6 +7,7 @@
 #   scripts/mutants.sh                 run every mutant
 #   scripts/mutants.sh NAME...         run the named mutants
 #   scripts/mutants.sh --list          list the mutants
+#   scripts/mutants.sh --check         only check that every mutant still applies (no build)
 #   scripts/mutants.sh --tree NAME     leave a mutated copy of the tree and print its path (to run
 #                                      the harness on it, for instance)
 #
@@ -223,7 +224,7 @@ mutant rw-marker-short "the readers' marker expires a second before the longest 
   "-p fencelock --test rwlock_model the_model_locks_as_the_lua_does"
 mutant rw-no-record "a write lock is granted without recording its token for readers" \
   crates/fencelock/src/rwlock.rs \
-  's/let Some\(token\) = lock\.fencing_token\(\) else \{/let Some(token) = lock.fencing_token().map(|t| t.value()).filter(|_| false) else {/' \
+  's/let Some\(token\) = lock\.fencing_token\(\)\.map\(\|t\| t\.value\(\)\) else \{/let Some(token) = lock.fencing_token().map(|t| t.value()).filter(|_| false) else {/' \
   "-p fencelock --test rwlock readers_learn_the_last_writers_token"
 
 mutant ahead-never-announced "a plain lock on several nodes is a bare SET NX PX with no TTL announced ahead" \
@@ -259,7 +260,7 @@ mutant etcd-carried-lease-reuses-the-key "a lease carried over to the next lock 
   "-p fencelock --test etcd a_released_lease_carries_the_next_lock_and_a_stale_token_touches_neither"
 mutant etcd-carried-extension-trusts-the-lease "an extension of a carried lease does not check that the lock's key is still there" \
   crates/fencelock/src/etcd/mod.rs \
-  's/Ok\(sent\) if matches!\(held\.ending, Ending::DeleteKey \{ \.\. \}\)/Ok(sent) if false \&\& matches!(held.ending, Ending::DeleteKey { .. })/' \
+  's/let keyed = matches!\(held\.ending, Ending::DeleteKey \{ \.\. \}\);/let keyed = false \&\& matches!(held.ending, Ending::DeleteKey { .. });/' \
   "-p fencelock --test etcd a_released_lease_carries_the_next_lock_and_a_stale_token_touches_neither"
 mutant etcd-token-renews-before-looking "an extension by token renews the lease before it looks for the token's key" \
   crates/fencelock/src/etcd/mod.rs \
@@ -473,6 +474,19 @@ restore() {
 if [[ "${1:-}" == "--list" ]]; then
   for i in "${!NAMES[@]}"; do printf '%-28s %s\n' "${NAMES[$i]}" "${WHAT[$i]}"; done
   exit 0
+fi
+if [[ "${1:-}" == "--check" ]]; then
+  # A refactor can leave a substitution matching nothing: the mutant would then "survive"
+  # unseen, or be reported as not applying only when someone runs it.
+  stale=0
+  for i in "${!NAMES[@]}"; do
+    if perl -0pe "${SUBSTS[$i]}" "$ROOT/${FILES[$i]}" | cmp -s - "$ROOT/${FILES[$i]}"; then
+      echo "mutant ${NAMES[$i]} no longer applies to ${FILES[$i]}" >&2
+      stale=1
+    fi
+  done
+  ((stale == 0)) && echo "all ${#NAMES[@]} mutants apply"
+  exit "$stale"
 fi
 if [[ "${1:-}" == "--tree" ]]; then
   i="$(index_of "${2:?--tree NAME}")"
