@@ -1791,10 +1791,12 @@ fn clock_jump_breaks_order_but_not_uniqueness() {
 
 #[test]
 fn the_guard_survives_restarts_without_persistence() {
-    // One attempt per client in both builds since the seed wait (issue 27 item 3) joined the
-    // guarded protocol: its two-attempt cases grew past this machine's 24 GiB (the kernel
-    // killed the optimised run at 24 GB, 3 December 2026). Two resources with two attempts and
-    // the seed wait: `the_seed_wait_keeps_every_property_with_two_resources`, run by hand.
+    // One attempt per client in the suite since the seed wait (issue 27 item 3) joined the
+    // guarded protocol: its two-attempt cases (the two rounds alone) are millions of states,
+    // run by hand with FULL (their figures: docs/fencing.md's table). They passed this
+    // machine's 24 GiB while the visited set held whole states; it holds fingerprints now.
+    // Two resources with two attempts and the seed wait:
+    // `the_seed_wait_keeps_every_property_with_two_resources`, run by hand.
     let mut cases = Vec::new();
     cases.push((
         "guard, one restart without persistence",
