@@ -510,7 +510,7 @@ pub struct Nemesis {
     /// Each node's current clock offset.
     pub offsets: Vec<i64>,
     /// The mode's restart quarantine is on: a staged episode first waits for the nodes that
-    /// lost their data to be marked clear (see [`Nemesis::settle`]).
+    /// lost their data to be marked clear (see `Nemesis::settle`).
     pub quarantine: bool,
     /// The mode fences: a staged episode first waits for the nodes that lost their counter to
     /// be seeded again.
