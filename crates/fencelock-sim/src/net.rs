@@ -58,6 +58,8 @@ pub struct World {
     pub commands: Cell<u64>,
     /// Whether some node lost data in this run (a restart without persistence, a FLUSHALL).
     pub lost_data: Cell<bool>,
+    /// When a node lost its data (a restart without persistence, a FLUSHALL), in virtual ms.
+    pub losses: RefCell<Vec<i64>>,
     /// The clients paused now (a whole process stopped): their connections, told apart by the
     /// user name they authenticate with (`c<client>`), neither send nor receive meanwhile.
     pub frozen: RefCell<std::collections::HashSet<usize>>,
@@ -76,6 +78,7 @@ impl World {
             verbose,
             commands: Cell::new(0),
             lost_data: Cell::new(false),
+            losses: RefCell::new(Vec::new()),
             frozen: RefCell::default(),
         };
         let mut w = w;
@@ -185,6 +188,7 @@ impl World {
     pub fn restart(&self, i: usize, persistence: Persistence) {
         if persistence == Persistence::None {
             self.lost_data.set(true);
+            self.losses.borrow_mut().push(self.elapsed_ms());
         }
         let run_id = self.run_id();
         let now = self.node_now(i);
