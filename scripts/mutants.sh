@@ -481,7 +481,7 @@ if [[ "${1:-}" == "--check" ]]; then
   stale=0
   for i in "${!NAMES[@]}"; do
     if perl -0pe "${SUBSTS[$i]}" "$ROOT/${FILES[$i]}" | cmp -s - "$ROOT/${FILES[$i]}"; then
-      echo "mutant ${NAMES[$i]} no longer applies to ${FILES[$i]}" >&2
+      echo "mutant ${NAMES[$i]} no longer applies to ${FILES[$i]}: the code it breaks changed; update its substitution here (perl -0pe) and run scripts/mutants.sh ${NAMES[$i]} to see it killed" >&2
       stale=1
     fi
   done
