@@ -141,15 +141,15 @@ fn with_lock_keeps_the_lock_while_the_calling_thread_blocks() {
     assert_eq!(held_throughout, (false, ErrorKind::Contention));
 }
 
-/// Two fencing clients on `nodes`: one whose locks run out after 300 ms, for a holder that
-/// pauses past its TTL, and one for the next holder.
+/// Two fencing clients on `nodes`: one whose locks run out after 1 s, for a holder that
+/// pauses past its TTL, and one for the next holder, which waits (up to a minute) until then.
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 fn fencing_clients(nodes: &RedisNodes) -> (Client, Client) {
     let brief = Client::new(
         config(nodes.urls())
             .with_fencing(true)
-            .with_ttl(Duration::from_millis(300))
-            .with_node_timeout(Duration::from_millis(100)),
+            .with_ttl(Duration::from_secs(1))
+            .with_node_timeout(Duration::from_millis(300)),
     )
     .unwrap();
     let client = Client::new(config(nodes.urls()).with_fencing(true)).unwrap();
@@ -168,10 +168,10 @@ fn a_blocking_holder_writes_through_the_fence_and_a_stale_one_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let fence = SqliteFence::open(dir.path().join("blocking.db")).unwrap();
     // A holder whose lock runs out while it is paused.
-    let paused = brief.try_acquire("blocking:fenced").unwrap();
+    let paused = brief.acquire("blocking:fenced").unwrap();
     let old = paused.fencing_token().unwrap();
-    thread::sleep(Duration::from_millis(400));
-    let next = client.try_acquire("blocking:fenced").unwrap();
+    // Granted only once the paused holder's keys expired.
+    let next = client.acquire("blocking:fenced").unwrap();
     let token = next.fencing_token().unwrap();
     assert!(token.value() > old.value());
     fence.write("blocking:fenced", token, |_| Ok(())).unwrap();
@@ -230,10 +230,10 @@ fn a_blocking_holder_writes_through_the_postgres_fence_and_a_stale_one_is_refuse
     let (brief, client) = fencing_clients(&nodes);
 
     // A holder whose lock runs out while it is paused; the next holder writes from its thread.
-    let paused = brief.try_acquire("blocking:pg").unwrap();
+    let paused = brief.acquire("blocking:pg").unwrap();
     let old = paused.fencing_token().unwrap();
-    thread::sleep(Duration::from_millis(400));
-    let next = client.try_acquire("blocking:pg").unwrap();
+    // Granted only once the paused holder's keys expired.
+    let next = client.acquire("blocking:pg").unwrap();
     let token = next.fencing_token().unwrap();
     assert!(token.value() > old.value());
     let live = {

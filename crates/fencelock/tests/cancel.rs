@@ -60,6 +60,19 @@ async fn attempts_within_a_300ms_wait(partial: bool) {
     let waiter = Client::new(config(&nodes)).unwrap();
     let lock = holder.acquire("held").await.unwrap();
     if partial {
+        // Once every node holds it: the grant returns at a majority, and the last node's write
+        // may still be on its way on a loaded machine.
+        let until = Instant::now() + Duration::from_secs(10);
+        while !nodes
+            .iter()
+            .all(|n| n.cli(&["EXISTS", "held"]).unwrap().trim() == "1")
+        {
+            assert!(
+                Instant::now() < until,
+                "the holder's key is not on every node"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
         assert_eq!(nodes.node(2).cli(&["DEL", "held"]).unwrap(), "1");
     }
     let policy = RetryPolicy::new()
@@ -120,7 +133,15 @@ async fn acquisitions_cut_short_leave_no_key() {
         let client = Client::new(config(&nodes).with_fencing(fencing)).unwrap();
         client.connect().await;
         let mut cut_short = 0;
-        for i in 0..CUTS {
+        let mut calls = 0;
+        // At least CUTS calls, and more until enough were cut short: on a loaded machine a run
+        // of quick refusals (the previous lock's background release not yet done) can answer
+        // inside most cuts.
+        for i in 0..CUTS * 5 {
+            if i >= CUTS && cut_short >= CUTS / 10 {
+                break;
+            }
+            calls += 1;
             let call = async {
                 match i % 3 {
                     0 => client.acquire("cut").await,
@@ -136,9 +157,9 @@ async fn acquisitions_cut_short_leave_no_key() {
         }
         assert!(
             cut_short >= CUTS / 20,
-            "only {cut_short} calls were cut short"
+            "only {cut_short} of {calls} calls were cut short"
         );
-        eprintln!("mutex, fencing {fencing}: {cut_short} of {CUTS} calls cut short");
+        eprintln!("mutex, fencing {fencing}: {cut_short} of {calls} calls cut short");
         assert_all_released(&nodes, &format!("mutex, fencing {fencing}"), cut_short);
     }
 }
