@@ -7,12 +7,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::config::Config;
-use crate::error::{Error, Result};
+use crate::error::{Error, LostCause, Result};
 use crate::keepalive::{GuardState, Stop};
 use crate::node::NodeAddr;
 use crate::pure::extension::Schedule;
 use crate::pure::retry::RetryPolicy;
-use crate::pure::vote::Votes;
+use crate::pure::vote::{VoteOutcome, Votes};
 use crate::redis::{RedisBackend, RedisHeld};
 
 /// The servers behind a client.
@@ -338,8 +338,9 @@ impl ElectionLog {
     ///
     /// # Errors
     ///
-    /// [`Error::Unavailable`] (naming `name`) when the entry did not reach a quorum of Redis
-    /// nodes; [`Error::Lost`] when the etcd key was gone or the validity ran out.
+    /// [`Error::Unavailable`] (naming `name`, with each node's answer) when the entry did not
+    /// reach a quorum of Redis nodes; [`Error::Lost`] when the lock's key was gone (on Redis: on
+    /// too many nodes for a quorum) or the validity ran out.
     pub(crate) async fn announce(
         &self,
         name: &str,
@@ -349,14 +350,25 @@ impl ElectionLog {
     ) -> Result<()> {
         match (self, held) {
             (ElectionLog::Redis(log), Held::Redis(_, h)) => {
-                if log.append(h.owner(), term, value).await {
-                    Ok(())
-                } else {
-                    Err(Error::Unavailable {
-                        resource: name.to_string(),
-                        votes: Votes::default(),
-                    })
-                }
+                log.append(h.owner(), term, value).await.map_err(|votes| {
+                    let resource = name.to_string();
+                    // The key gone on so many nodes that no quorum could have appended: the
+                    // lock was lost before its announcement (as etcd reports it).
+                    let not_held = votes
+                        .as_slice()
+                        .iter()
+                        .filter(|v| v.outcome == VoteOutcome::NotHeld)
+                        .count();
+                    if not_held > votes.len() - log.quorum() {
+                        Error::Lost {
+                            resource,
+                            votes,
+                            cause: LostCause::NotHeld,
+                        }
+                    } else {
+                        Error::Unavailable { resource, votes }
+                    }
+                })
             }
             #[cfg(feature = "etcd")]
             (ElectionLog::Etcd(..), Held::Etcd(e, h)) => e.proclaim(h, value).await,

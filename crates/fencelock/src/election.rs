@@ -167,8 +167,10 @@ impl Election {
     ///
     /// # Errors
     ///
-    /// As [`Client::acquire`]; [`Error::Unavailable`] when the log entry did not reach a
-    /// quorum; [`Error::TooSlow`] when the validity ran out meanwhile.
+    /// As [`Client::acquire`]; [`Error::Lost`] when the lock's key was gone before the log
+    /// entry could reach a quorum (on Redis: from too many nodes), [`Error::Unavailable`] when
+    /// the entry did not reach a quorum for other reasons (each node's answer in its votes);
+    /// [`Error::TooSlow`] when the validity ran out meanwhile.
     ///
     /// # Cancel safety
     ///
@@ -344,8 +346,9 @@ mod tests {
     use super::*;
 
     /// Issue 35, item 4 (Redis): a candidate holds the lock, but by its append the key is gone
-    /// on two nodes of three: the append reaches one node, and the campaign fails
-    /// (`Unavailable`). An observer must not report it; the next leader, which holds, it must.
+    /// on two nodes of three: the append reaches one node, and the campaign fails (`Lost`,
+    /// naming each node's answer). An observer must not report it; the next leader, which
+    /// holds, it must.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_campaign_whose_append_reached_a_minority_is_not_reported() {
         use std::time::Duration;
@@ -364,7 +367,12 @@ mod tests {
             nodes.node(i).cli(&["DEL", &election.key]).unwrap();
         }
         let err = election.lead(lock, "never-led").await.unwrap_err();
-        assert_eq!(err.kind(), crate::ErrorKind::Unavailable, "{err}");
+        assert_eq!(err.kind(), crate::ErrorKind::Lost, "{err}");
+        let text = err.to_string();
+        assert!(
+            text.contains("not held by us") && text.contains("granted"),
+            "the error names each node's answer: {text}"
+        );
         // Several polls (100 ms each): a report would come by the second read.
         let seen = tokio::time::timeout(Duration::from_millis(1500), observer.next()).await;
         assert!(

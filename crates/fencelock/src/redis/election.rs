@@ -3,12 +3,14 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
 use tokio::sync::Mutex;
 
 use super::RedisBackend;
+use crate::pure::node_error::NodeError;
+use crate::pure::vote::{NodeVote, VoteOutcome, Votes};
 
 /// How many entries each node keeps in an election's log.
 const LOG_LENGTH: i64 = 64;
@@ -28,6 +30,8 @@ pub(crate) struct ElectionLog {
     quarantine: bool,
     conns: Arc<[Mutex<Option<MultiplexedConnection>>]>,
     nodes: Arc<[redis::Client]>,
+    /// The nodes' redacted addresses, for the votes of an append that failed.
+    names: Arc<[Arc<str>]>,
 }
 
 impl RedisBackend {
@@ -42,17 +46,23 @@ impl RedisBackend {
             quarantine: self.nodes.first().is_some_and(|n| n.quarantine().enabled),
             conns: nodes.iter().map(|_| Mutex::new(None)).collect(),
             nodes,
+            names: self.nodes.iter().map(|n| n.name().clone()).collect(),
         }
     }
 }
 
 impl ElectionLog {
-    /// Appends `<term> <value>` on every node where `owner` still owns the lock key; whether a
-    /// quorum appended.
-    pub(crate) async fn append(&self, owner: &str, term: u64, value: &str) -> bool {
+    /// Appends `<term> <value>` on every node where `owner` still owns the lock key.
+    ///
+    /// # Errors
+    ///
+    /// The nodes' votes when fewer than a quorum appended: each node's own answer (appended,
+    /// the key no longer ours, timed out, failed and why).
+    pub(crate) async fn append(&self, owner: &str, term: u64, value: &str) -> Result<(), Votes> {
         let member = format!("{term} {value}");
-        let appended = self
-            .on_every_node(self.node_timeout, |mut conn| {
+        let started = Instant::now();
+        let answers = self
+            .on_every_node_with_errors(self.node_timeout, |mut conn| {
                 let (key, log, owner, member) = (
                     self.key.clone(),
                     self.log.clone(),
@@ -71,11 +81,25 @@ impl ElectionLog {
                         .await
                 }
             })
-            .await
+            .await;
+        let votes: Votes = answers
             .into_iter()
-            .filter(|r| matches!(r, Some(1)))
-            .count();
-        appended >= self.quorum
+            .zip(self.names.iter())
+            .map(|((answer, took), name)| {
+                let outcome = match answer {
+                    Ok(1) => VoteOutcome::Granted,
+                    Ok(_) => VoteOutcome::NotHeld,
+                    Err(None) => VoteOutcome::TimedOut,
+                    Err(Some(e)) => VoteOutcome::Failed(e),
+                };
+                NodeVote::new(name.clone(), outcome, took.unwrap_or_else(|| started.elapsed()))
+            })
+            .collect();
+        if votes.granted() >= self.quorum {
+            Ok(())
+        } else {
+            Err(votes)
+        }
     }
 
     /// Removes the entry `<term> <value>` from every node that answers within the node
@@ -93,6 +117,11 @@ impl ElectionLog {
             }
         })
         .await;
+    }
+
+    /// How many nodes make a quorum.
+    pub(crate) fn quorum(&self) -> usize {
+        self.quorum
     }
 
     /// A reader of the log, from the latest leader on.
@@ -143,6 +172,54 @@ impl ElectionLog {
                         None
                     }
                     Err(_) => None,
+                }
+            }
+        });
+        futures_util::future::join_all(calls).await
+    }
+
+    /// As [`Self::on_every_node`], keeping why a node gave no value (`None`: it timed out) and
+    /// how long each answer took.
+    async fn on_every_node_with_errors<T, F, Fut>(
+        &self,
+        timeout: Duration,
+        f: F,
+    ) -> Vec<(Result<T, Option<NodeError>>, Option<Duration>)>
+    where
+        F: Fn(MultiplexedConnection) -> Fut,
+        Fut: std::future::Future<Output = redis::RedisResult<T>>,
+    {
+        let calls = (0..self.nodes.len()).map(|i| {
+            let f = &f;
+            async move {
+                let started = Instant::now();
+                let bounded = tokio::time::timeout(timeout, async {
+                    let mut slot = self.conns[i].lock().await;
+                    let conn = match slot.as_ref() {
+                        Some(c) => c.clone(),
+                        None => {
+                            let c = crate::sim::multiplexed(
+                                &self.nodes[i],
+                                &redis::AsyncConnectionConfig::new(),
+                            )
+                            .await?;
+                            *slot = Some(c.clone());
+                            c
+                        }
+                    };
+                    drop(slot);
+                    f(conn).await
+                })
+                .await;
+                let took = Some(started.elapsed());
+                match bounded {
+                    Ok(Ok(v)) => (Ok(v), took),
+                    Ok(Err(e)) => {
+                        // A broken connection is opened again next time.
+                        *self.conns[i].lock().await = None;
+                        (Err(Some(super::describe::describe(&e))), took)
+                    }
+                    Err(_) => (Err(None), took),
                 }
             }
         });
