@@ -345,6 +345,48 @@ impl Leadership {
 mod tests {
     use super::*;
 
+    /// The log's kept connections outlive a node's restart: the first campaign after it
+    /// replaces the broken connection instead of failing its append there (with one node, the
+    /// whole quorum).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_campaign_after_a_node_restart_appends_on_a_new_connection() {
+        use std::time::Duration;
+
+        let node = fencelock_testkit::RedisNode::start().unwrap();
+        let config = crate::Config::new(vec![node.url()])
+            .with_fencing(true)
+            .with_quarantine(false)
+            .with_node_timeout(Duration::from_secs(2))
+            .with_ttl(Duration::from_secs(10));
+        let client = Client::new(config).unwrap();
+        let election = client.election("restarted").unwrap();
+        election
+            .campaign("first")
+            .await
+            .unwrap()
+            .resign()
+            .await
+            .unwrap();
+        node.restart().unwrap();
+        // The lock's own connections reconnect on their own schedule: the lock first, then its
+        // announcement, which must reach the node.
+        let until = std::time::Instant::now() + Duration::from_secs(20);
+        let lock = loop {
+            match client.acquire(&election.key).await {
+                Ok(lock) => break lock,
+                Err(e) => {
+                    assert!(std::time::Instant::now() < until, "{e}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        };
+        let leader = election
+            .lead(lock, "second")
+            .await
+            .expect("the append after the restart reaches the node");
+        leader.release().await.unwrap();
+    }
+
     /// Issue 35, item 4 (Redis): a candidate holds the lock, but by its append the key is gone
     /// on two nodes of three: the append reaches one node, and the campaign fails (`Lost`,
     /// naming each node's answer). An observer must not report it; the next leader, which

@@ -60,7 +60,6 @@ impl ElectionLog {
     /// the key no longer ours, timed out, failed and why).
     pub(crate) async fn append(&self, owner: &str, term: u64, value: &str) -> Result<(), Votes> {
         let member = format!("{term} {value}");
-        let started = Instant::now();
         let answers = self
             .on_every_node_with_errors(self.node_timeout, |mut conn| {
                 let (key, log, owner, member) = (
@@ -92,7 +91,7 @@ impl ElectionLog {
                     Err(None) => VoteOutcome::TimedOut,
                     Err(Some(e)) => VoteOutcome::Failed(e),
                 };
-                NodeVote::new(name.clone(), outcome, took.unwrap_or_else(|| started.elapsed()))
+                NodeVote::new(name.clone(), outcome, took)
             })
             .collect();
         if votes.granted() >= self.quorum {
@@ -143,48 +142,22 @@ impl ElectionLog {
         F: Fn(MultiplexedConnection) -> Fut,
         Fut: std::future::Future<Output = redis::RedisResult<T>>,
     {
-        let calls = (0..self.nodes.len()).map(|i| {
-            let f = &f;
-            async move {
-                let bounded = tokio::time::timeout(timeout, async {
-                    let mut slot = self.conns[i].lock().await;
-                    let conn = match slot.as_ref() {
-                        Some(c) => c.clone(),
-                        None => {
-                            let c = crate::sim::multiplexed(
-                                &self.nodes[i],
-                                &redis::AsyncConnectionConfig::new(),
-                            )
-                            .await?;
-                            *slot = Some(c.clone());
-                            c
-                        }
-                    };
-                    drop(slot);
-                    f(conn).await
-                })
-                .await;
-                match bounded {
-                    Ok(Ok(v)) => Some(v),
-                    Ok(Err(_)) => {
-                        // A broken connection is opened again next time.
-                        *self.conns[i].lock().await = None;
-                        None
-                    }
-                    Err(_) => None,
-                }
-            }
-        });
-        futures_util::future::join_all(calls).await
+        self.on_every_node_with_errors(timeout, f)
+            .await
+            .into_iter()
+            .map(|(answer, _)| answer.ok())
+            .collect()
     }
 
     /// As [`Self::on_every_node`], keeping why a node gave no value (`None`: it timed out) and
-    /// how long each answer took.
+    /// how long each answer took. A kept connection found broken (the node restarted, or an
+    /// idle connection was cut) is replaced and the call made once more within the timeout:
+    /// every call here is idempotent (an append, a removal, a read).
     async fn on_every_node_with_errors<T, F, Fut>(
         &self,
         timeout: Duration,
         f: F,
-    ) -> Vec<(Result<T, Option<NodeError>>, Option<Duration>)>
+    ) -> Vec<(Result<T, Option<NodeError>>, Duration)>
     where
         F: Fn(MultiplexedConnection) -> Fut,
         Fut: std::future::Future<Output = redis::RedisResult<T>>,
@@ -194,24 +167,31 @@ impl ElectionLog {
             async move {
                 let started = Instant::now();
                 let bounded = tokio::time::timeout(timeout, async {
-                    let mut slot = self.conns[i].lock().await;
-                    let conn = match slot.as_ref() {
-                        Some(c) => c.clone(),
-                        None => {
-                            let c = crate::sim::multiplexed(
-                                &self.nodes[i],
-                                &redis::AsyncConnectionConfig::new(),
-                            )
-                            .await?;
-                            *slot = Some(c.clone());
-                            c
+                    loop {
+                        let mut slot = self.conns[i].lock().await;
+                        let (conn, kept) = match slot.as_ref() {
+                            Some(c) => (c.clone(), true),
+                            None => {
+                                let c = crate::sim::multiplexed(
+                                    &self.nodes[i],
+                                    &redis::AsyncConnectionConfig::new(),
+                                )
+                                .await?;
+                                *slot = Some(c.clone());
+                                (c, false)
+                            }
+                        };
+                        drop(slot);
+                        match f(conn).await {
+                            Err(e) if kept && super::conn::is_broken(&e) => {
+                                *self.conns[i].lock().await = None;
+                            }
+                            answer => return answer,
                         }
-                    };
-                    drop(slot);
-                    f(conn).await
+                    }
                 })
                 .await;
-                let took = Some(started.elapsed());
+                let took = started.elapsed();
                 match bounded {
                     Ok(Ok(v)) => (Ok(v), took),
                     Ok(Err(e)) => {
