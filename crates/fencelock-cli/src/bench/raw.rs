@@ -1,10 +1,9 @@
-//! The baseline: the same commands as the library sends, written by hand over redis-rs with
-//! nothing around them. `SET key token NX PX ttl` on every node at once, waiting for every
-//! answer; the library's release script ([`fencelock::protocol`]: compare-and-delete, which reads
-//! the key's wait mark in the same `MGET` and wakes waiters only when there are some) on every
-//! node at once; a pipeline of compare-and-PEXPIRE EVALSHAs per node to extend many locks. No
-//! timeouts, no votes, no tracing, no waiting line: what a lock costs on the wire and nothing
-//! else.
+//! The baseline: a minimal Redlock client written by hand over redis-rs, doing nothing a
+//! minimal client would not do (issue 33). `SET key owner NX PX ttl` on every node at once over
+//! one multiplexed connection per node, waiting for every answer; a compare-and-delete script on
+//! every node at once to release (no wait marks, no wake-ups); a pipeline of compare-and-PEXPIRE
+//! scripts per node to extend many locks. No timeouts, no votes, no tracing, no waiting line, no
+//! fencing: what a lock costs on the wire and nothing else.
 
 use std::time::Duration;
 
@@ -13,7 +12,7 @@ use futures_util::future::join_all;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, RedisResult, Value};
 
-const RELEASE_LUA: &str = fencelock::protocol::RELEASE_SCRIPT;
+const RELEASE_LUA: &str = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end";
 const EXTEND_LUA: &str = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) else return 0 end";
 
 /// One multiplexed connection per node and the hashes of the two scripts.
@@ -109,24 +108,17 @@ impl Raw {
 
     /// Compare-and-delete on every node, waiting for all; returns how many deleted.
     pub(crate) async fn release(&self, key: &str, token: &str) -> usize {
-        let keys = fencelock::protocol::release_keys(key);
-        let keys = &keys;
         let dels = self.conns.iter().map(|c| {
             let mut c = c.clone();
             async move {
-                let r: RedisResult<Value> = redis::cmd("EVALSHA")
+                let r: RedisResult<i64> = redis::cmd("EVALSHA")
                     .arg(&self.release_sha)
-                    .arg(keys.len())
-                    .arg(&keys[..])
+                    .arg(1)
+                    .arg(key)
                     .arg(token)
                     .query_async(&mut c)
                     .await;
-                // The number deleted, or [deleted, waiters told] when it woke someone.
-                match r {
-                    Ok(Value::Int(n)) => n == 1,
-                    Ok(Value::Array(v)) => v.first() == Some(&Value::Int(1)),
-                    _ => false,
-                }
+                r == Ok(1)
             }
         });
         join_all(dels).await.into_iter().filter(|d| *d).count()
