@@ -412,6 +412,65 @@ async fn a_plain_write_back_never_creates_a_counter_a_node_lost() {
     assert_eq!(get(n1, COUNTER), None, "n1 has no counter until a seed");
 }
 
+/// Through the client: the write-back of a derived token meets a node that lost its counter
+/// after its grant was read as trusted. n0 has no counter, n1 and n2 have theirs (far above the
+/// client's proposal, so that the token is derived and written back); n2 is frozen, so the round
+/// waits for it (two grants hold one counter); meanwhile n1's counter is deleted; n2 answers.
+/// The write-back goes to n1 and n2: n1 takes nothing and is not counted, so no quorum took
+/// it and the attempt fails closed, its vote for n1 saying why; n1 stays without a counter.
+/// (A client that sent it as an epoch start's write-back, which may create a counter, was
+/// issued the token with n1 created below what it had.)
+#[tokio::test]
+async fn a_write_back_that_meets_a_lost_counter_is_not_counted() {
+    let nodes = RedisNodes::start(3).unwrap();
+    let client = Client::new(
+        Config::new(nodes.urls())
+            .with_fencing(true)
+            .with_quarantine(false)
+            .with_ttl(Duration::from_secs(20))
+            .with_node_timeout(Duration::from_secs(8)),
+    )
+    .unwrap();
+    // Connections first, on running nodes.
+    client.acquire("warm").await.unwrap().release().await.unwrap();
+    let high = 5_000_000_000_000_000_000u64;
+    nodes.node(0).cli(&["DEL", COUNTER]).unwrap();
+    for i in [1, 2] {
+        nodes.node(i).cli(&["SET", COUNTER, &high.to_string()]).unwrap();
+    }
+    nodes.node(2).pause().unwrap();
+    let attempt = tokio::spawn({
+        let client = client.clone();
+        async move { client.try_acquire("R").await }
+    });
+    let waited = std::time::Instant::now();
+    while get(nodes.node(1), "R").is_none() {
+        assert!(
+            waited.elapsed() < Duration::from_secs(5),
+            "n1 never granted"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    nodes.node(1).cli(&["DEL", COUNTER]).unwrap();
+    nodes.node(2).resume().unwrap();
+    let result = attempt.await.unwrap();
+    let n1 = get(nodes.node(1), COUNTER);
+    match result {
+        Ok(lock) => panic!(
+            "issued {:?} with n1's counter now {n1:?} (it had {high})",
+            lock.fencing_token().map(|t| t.value())
+        ),
+        Err(err) => {
+            let msg = err.to_string();
+            assert_eq!(err.kind(), ErrorKind::Unavailable, "{msg}");
+            assert!(msg.contains("no fence counter any more"), "{msg}");
+        }
+    }
+    assert_eq!(n1, None, "the write-back created n1's counter");
+    assert_eq!(get(nodes.node(0), COUNTER), None);
+    client.close().await;
+}
+
 /// `WRITE_BACK` on a node whose counter is gone while our key stays: a plain write-back creates
 /// nothing, answers 3 and starts the node's seed wait (`fencelock:lost`); an epoch start's
 /// write-back (`epoch`: every node granted without a counter) creates the counter and ends it.
