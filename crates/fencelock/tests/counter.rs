@@ -354,7 +354,10 @@ async fn a_plain_write_back_never_creates_a_counter_a_node_lost() {
         .iter()
         .map(|node| acquire(node, "Z", "b", ttl, 0))
         .collect();
-    assert!(b.iter().all(|r| r.granted && r.exists && !r.accepted), "{b:?}");
+    assert!(
+        b.iter().all(|r| r.granted && r.exists && !r.accepted),
+        "{b:?}"
+    );
     let Derivation::Token(tb) = derive(
         b.iter().map(|r| CounterRead::from_node(r.value, r.exists)),
         2,
@@ -407,7 +410,10 @@ async fn a_plain_write_back_never_creates_a_counter_a_node_lost() {
             "A was issued {second} after its own {first} (B's write-back on n1 without its counter: acked {acked_n1}, n1's counter then {n1_counter:?}; A's reads {a:?})"
         );
     }
-    assert!(!acked_n1, "a plain write-back on n1 without its counter was counted");
+    assert!(
+        !acked_n1,
+        "a plain write-back on n1 without its counter was counted"
+    );
     assert_eq!(n1_counter, None, "a plain write-back created n1's counter");
     assert_eq!(get(n1, COUNTER), None, "n1 has no counter until a seed");
 }
@@ -432,11 +438,20 @@ async fn a_write_back_that_meets_a_lost_counter_is_not_counted() {
     )
     .unwrap();
     // Connections first, on running nodes.
-    client.acquire("warm").await.unwrap().release().await.unwrap();
+    client
+        .acquire("warm")
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
     let high = 5_000_000_000_000_000_000u64;
     nodes.node(0).cli(&["DEL", COUNTER]).unwrap();
     for i in [1, 2] {
-        nodes.node(i).cli(&["SET", COUNTER, &high.to_string()]).unwrap();
+        nodes
+            .node(i)
+            .cli(&["SET", COUNTER, &high.to_string()])
+            .unwrap();
     }
     nodes.node(2).pause().unwrap();
     let attempt = tokio::spawn({

@@ -2215,7 +2215,11 @@ async fn the_model_fences_as_the_lua_does() {
                 }
                 let reply = node.cli(&args).unwrap();
                 let applied = node_write_back(&mut model, 0, owner, token, true, epoch);
-                assert_eq!(reply.trim() == "1", applied, "{label}, epoch {epoch}: {reply}");
+                assert_eq!(
+                    reply.trim() == "1",
+                    applied,
+                    "{label}, epoch {epoch}: {reply}"
+                );
             }
             7 => {
                 node.cli(&["DEL", "R"]).unwrap();

@@ -859,7 +859,9 @@ fn finish_write(
         wb.issued_max = wb.issued_max.max(token);
         for seeded in subsets(seeds) {
             let mut issued = wb;
-            apply_on(&mut issued, cfg, seeded, |n| node_write_back(n, cu, token, true));
+            apply_on(&mut issued, cfg, seeded, |n| {
+                node_write_back(n, cu, token, true)
+            });
             if cfg.mutants.no_record {
                 let mut n = issued;
                 n.clients[c].phase = Phase::WriteHolding { token };

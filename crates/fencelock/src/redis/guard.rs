@@ -144,7 +144,8 @@ impl RedisBackend {
         };
         let epoch =
             fencing::is_epoch_start(granted.iter().map(|(_, r)| r.exists), self.nodes.len());
-        let (token, targets, seeds, path, kind) = match fencing::derive(reads(), self.quorum, epoch) {
+        let (token, targets, seeds, path, kind) = match fencing::derive(reads(), self.quorum, epoch)
+        {
             Derivation::Token(t) => {
                 let (trusted, untrusted): (Vec<_>, Vec<_>) =
                     granted.iter().partition(|(_, r)| r.exists);
