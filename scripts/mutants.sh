@@ -53,7 +53,7 @@ mutant release-no-compare "the release deletes the key without comparing the own
   "-p fencelock --test redlock release_with_a_wrong_token_leaves_the_key"
 mutant writeback-off-by-one "the write-back stores token - 1, a value no holder got" \
   crates/fencelock/src/redis/guard.rs \
-  's/self\.write_back\(&targets, keys, owner, token, None\)/self.write_back(\&targets, keys, owner, token - 1, None)/' \
+  's/self\.write_back\(&targets, keys, owner, token, kind\)/self.write_back(\&targets, keys, owner, token - 1, kind)/' \
   "-p fencelock --test fencing tokens_increase_across_1000"
 mutant validity-ignores-elapsed "validity counted from the reply, not from before the request" \
   crates/fencelock/src/pure/validity.rs \
@@ -89,7 +89,7 @@ mutant acquire-without-nx "acquisition sets the key whether or not another clien
   "-p fencelock --test redlock on_one_node_a_second_client_cannot_acquire_while_the_first_holds"
 mutant guard-seed-before-issue "the amnesia guard seeds the nodes without a counter before the token is issued (and without the seed wait)" \
   crates/fencelock/src/redis/guard.rs \
-  's/\n(\s*)let wb = self\.write_back\(/\n$1self.write_back(\&seeds, keys, owner, token, None).await;\n$1let wb = self.write_back(/' \
+  's/\n(\s*)let wb = self\.write_back\(/\n$1self.write_back(\&seeds, keys, owner, token, WriteBack::Epoch).await;\n$1let wb = self.write_back(/' \
   "-p fencelock --test amnesia a_failed_attempt_seeds_no_node"
 mutant guard-untrusted-counted "the amnesia guard counts a read from a node without a counter as trusted (0)" \
   crates/fencelock/src/redis/ops.rs \
@@ -102,13 +102,23 @@ mutant guard-epoch-on-quorum "a new epoch starts when a quorum (not every node) 
   "-p fencelock --test amnesia no_epoch_starts_while_a_node_with_the_counter_does_not_grant"
 mutant writeback-seed-without-wait "issue 27 item 3: a node without its counter takes a seed at once, not a seed wait after it was first found so" \
   crates/fencelock/src/redis/lua/write_back.lua \
-  's/if exists == 0 and ARGV\[3\] then/if false and ARGV[3] then/' \
+  's/\n  if not since then\n    redis\.call\(\x27set\x27, \x27fencelock:lost\x27, now\)\n    return 2\n  end\n  local held = [^\n]*\n  if now - held - tonumber\(since\) < tonumber\(ARGV\[3\]\) then return 2 end\n/\n  -- mutant: no seed wait\n/' \
   "-p fencelock --test counter a_seed_from_another_resource_never_makes_a_node_trusted_below_its_lost_record" \
   "-p fencelock --test counter a_restarted_node_is_seeded_only_after_the_seed_wait"
-mutant guard-seed-without-wait "issue 27 item 3: the client seeds without asking for the seed wait (a plain write-back)" \
+mutant guard-seed-without-wait "issue 27 item 3: the client seeds without asking for the seed wait (as an epoch start's write-back)" \
   crates/fencelock/src/redis/guard.rs \
-  's/Some\(Seed \{ wait \}\)/None/' \
+  's/WriteBack::Seed\(Seed \{ wait \}\)/WriteBack::Epoch/' \
   "-p fencelock --test counter a_restarted_node_is_seeded_only_after_the_seed_wait"
+mutant writeback-creates-lost-counter "issue 27: a plain write-back creates the counter of a node that lost it since its trusted read (evicted, or an operator's DEL), below a token it recorded" \
+  crates/fencelock/src/redis/lua/write_back.lua \
+  's/if exists == 0 and ARGV\[3\] ~= \x27epoch\x27 then/if exists == 0 and ARGV[3] and ARGV[3] ~= \x27epoch\x27 then/' \
+  "-p fencelock --test counter a_plain_write_back_never_creates_a_counter_a_node_lost" \
+  "-p fencelock --test counter only_an_epoch_start_or_a_seed_creates_a_missing_counter" \
+  "-p fencelock --test fencing_model the_model_fences_as_the_lua_does"
+mutant guard-writeback-always-epoch "issue 27: the client sends every write-back as an epoch start's, which creates a missing counter" \
+  crates/fencelock/src/redis/guard.rs \
+  's/"derived",\n(\s*)WriteBack::Plain,/"derived",\n$1WriteBack::Epoch,/' \
+  "-p fencelock --test counter a_write_back_that_meets_a_lost_counter_is_not_counted"
 mutant reseed-creates-lost-counters "issue 27 item 6: reseed creates a counter on a node that lost its own while others have theirs" \
   crates/fencelock/src/redis/lua/reseed.lua \
   's/elseif ARGV\[2\] ~= \x271\x27 then/elseif false then/' \

@@ -554,6 +554,26 @@ fn fencelocks_mutex_and_fencing_scripts_match_a_real_node() {
         0,
     );
     p.exact(&["GET", c]);
+    // A plain write-back on a node without its counter creates nothing and starts the seed
+    // wait (issue 27); an epoch start's creates it.
+    p.exact(&["DEL", c]);
+    let plain = p.script(
+        "write_back",
+        &["x", c, "fencelock:fence:x"],
+        &[OWNER, "7"],
+        0,
+    );
+    assert_eq!(plain, Reply::Int(3));
+    p.exact(&["EXISTS", c, "fencelock:lost"]);
+    let epoch = p.script(
+        "write_back",
+        &["x", c, "fencelock:fence:x"],
+        &[OWNER, "7", "epoch"],
+        0,
+    );
+    assert_eq!(epoch, Reply::Int(1));
+    p.exact(&["GET", c]);
+    p.exact(&["EXISTS", "fencelock:lost"]);
     p.script("reseed", &[c], &["100"], 0);
     p.script("reseed", &["fencelock:fence:new"], &["100"], 0);
     p.script("reseed", &["fencelock:fence:new"], &["50"], 0);

@@ -156,9 +156,14 @@ pub const ACQUIRE_FENCED_SCRIPT: &str = crate::redis::scripts::ACQUIRE_FENCED_LU
 pub const ACQUIRE_PERMIT_SCRIPT: &str = crate::redis::scripts::ACQUIRE_PERMIT_LUA;
 
 /// The fencing-mode write-back script (Lua): KEYS as [`ACQUIRE_FENCED_SCRIPT`]'s; ARGV: owner
-/// token, fencing token (decimal). Raises the node counter to at least the token and deletes the
+/// token, fencing token (decimal)[, `epoch` for the write-back of an epoch start (every node
+/// granted without a counter)]. Raises the node counter to at least the token and deletes the
 /// legacy counters, only if every lock key still holds the owner value; replies 1, else 0 (and
-/// writes nothing). Used to seed a node that lost its counter too, once the token was issued.
+/// writes nothing). On a node that has no counter it creates one only for an epoch start (or a
+/// seed, after its wait): a plain write-back replies 3 there and writes no counter, and that
+/// node must not count toward the write-back's quorum (it lost its counter since its read and
+/// may have recorded a larger token). Used to seed a node that lost its counter too, once the
+/// token was issued.
 pub const WRITE_BACK_SCRIPT: &str = crate::redis::scripts::WRITE_BACK_LUA;
 
 /// The prefix of the holder side keys; the key of `resource` is prefix + resource.

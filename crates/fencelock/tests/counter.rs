@@ -327,6 +327,208 @@ async fn a_seed_from_another_resource_never_makes_a_node_trusted_below_its_lost_
     assert_eq!(get(n1, COUNTER), Some(t.to_string()));
 }
 
+/// The model's 15-step trace (`fencing_model.rs`, two resources, one counter eviction) on three
+/// real nodes with the project's Lua, each client step as `docs/fencing.md` describes it and
+/// decided by `fencing::one_round` and `fencing::derive` (counters at C, no restart, so the
+/// quarantine plays no part): B (resource Z) is granted on n1 and n2 reading C there, and
+/// derives C+1; A (resource X) proposes C+2, accepted on n0 and n1, is issued C+2 and releases;
+/// n1 loses its counter (eviction, or an operator's `DEL fencelock:fence`) while B's key on Z
+/// stays; B writes C+1 back to n1 and n2. A's next attempt proposes C+2 again (its clock
+/// reading; any hint) and is granted on n1 and n2. Before the fix B's plain write-back passed
+/// its ownership check and created n1's counter at C+1, below the C+2 n1 had recorded; n1 and
+/// n2 then both took A's C+2 and A was issued C+2 twice. A plain write-back must create no
+/// counter: n1 answers that it has none, is not counted, and A's next read of n1 is untrusted.
+#[tokio::test]
+async fn a_plain_write_back_never_creates_a_counter_a_node_lost() {
+    use fencelock::fencing::{derive, one_round, CounterRead, Derivation};
+    let nodes = RedisNodes::start(3).unwrap();
+    let (n0, n1, n2) = (nodes.node(0), nodes.node(1), nodes.node(2));
+    let c = 1_000_000u64;
+    for node in nodes.iter() {
+        node.cli(&["SET", COUNTER, &c.to_string()]).unwrap();
+    }
+    let ttl = 60_000u64;
+
+    // B on Z, no proposal: granted on n1 and n2, both trusted at C; it derives C+1.
+    let b: Vec<Reply> = [n1, n2]
+        .iter()
+        .map(|node| acquire(node, "Z", "b", ttl, 0))
+        .collect();
+    assert!(
+        b.iter().all(|r| r.granted && r.exists && !r.accepted),
+        "{b:?}"
+    );
+    let Derivation::Token(tb) = derive(
+        b.iter().map(|r| CounterRead::from_node(r.value, r.exists)),
+        2,
+        false,
+    ) else {
+        panic!("{b:?}");
+    };
+    assert_eq!(tb, c + 1);
+
+    // A on X proposes C+2: accepted on n0 and n1, issued in one round; it releases.
+    let first = c + 2;
+    for node in [n0, n1] {
+        let r = acquire(node, "X", "a", ttl, first);
+        assert!(r.granted && r.accepted, "{r:?}");
+    }
+    assert_eq!(one_round(first, 2, 2), Some(first));
+    for node in nodes.iter() {
+        node.cli(&["DEL", "X"]).unwrap();
+    }
+
+    // n1 loses its counter; B's key on Z stays. B writes its token back (a plain write-back).
+    n1.cli(&["DEL", COUNTER]).unwrap();
+    let acked_n1 = write_back(n1, "Z", "b", tb, None);
+    let acked_n2 = write_back(n2, "Z", "b", tb, None);
+    assert!(acked_n2);
+    let n1_counter = get(n1, COUNTER);
+
+    // A's next attempt on X proposes C+2 again: granted on n1 and n2.
+    let a: Vec<Reply> = [n1, n2]
+        .iter()
+        .map(|node| acquire(node, "X", "a2", ttl, first))
+        .collect();
+    assert!(a.iter().all(|r| r.granted), "{a:?}");
+    let accepted = a.iter().filter(|r| r.accepted).count();
+    let second = match one_round(first, accepted, 2) {
+        Some(t) => Some(t),
+        None => match derive(
+            a.iter().map(|r| CounterRead::from_node(r.value, r.exists)),
+            2,
+            false,
+        ) {
+            Derivation::Token(t) => Some(t),
+            // Fails closed: n1 is not trusted; nothing is issued.
+            _ => None,
+        },
+    };
+    if let Some(second) = second {
+        assert!(
+            second > first,
+            "A was issued {second} after its own {first} (B's write-back on n1 without its counter: acked {acked_n1}, n1's counter then {n1_counter:?}; A's reads {a:?})"
+        );
+    }
+    assert!(
+        !acked_n1,
+        "a plain write-back on n1 without its counter was counted"
+    );
+    assert_eq!(n1_counter, None, "a plain write-back created n1's counter");
+    assert_eq!(get(n1, COUNTER), None, "n1 has no counter until a seed");
+}
+
+/// Through the client: the write-back of a derived token meets a node that lost its counter
+/// after its grant was read as trusted. n0 has no counter, n1 and n2 have theirs (far above the
+/// client's proposal, so that the token is derived and written back); n2 is frozen, so the round
+/// waits for it (two grants hold one counter); meanwhile n1's counter is deleted; n2 answers.
+/// The write-back goes to n1 and n2: n1 takes nothing and is not counted, so no quorum took
+/// it and the attempt fails closed, its vote for n1 saying why; n1 stays without a counter.
+/// (A client that sent it as an epoch start's write-back, which may create a counter, was
+/// issued the token with n1 created below what it had.)
+#[tokio::test]
+async fn a_write_back_that_meets_a_lost_counter_is_not_counted() {
+    let nodes = RedisNodes::start(3).unwrap();
+    let client = Client::new(
+        Config::new(nodes.urls())
+            .with_fencing(true)
+            .with_quarantine(false)
+            .with_ttl(Duration::from_secs(20))
+            .with_node_timeout(Duration::from_secs(8)),
+    )
+    .unwrap();
+    // Connections first, on running nodes.
+    client
+        .acquire("warm")
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let high = 5_000_000_000_000_000_000u64;
+    nodes.node(0).cli(&["DEL", COUNTER]).unwrap();
+    for i in [1, 2] {
+        nodes
+            .node(i)
+            .cli(&["SET", COUNTER, &high.to_string()])
+            .unwrap();
+    }
+    nodes.node(2).pause().unwrap();
+    let attempt = tokio::spawn({
+        let client = client.clone();
+        async move { client.try_acquire("R").await }
+    });
+    let waited = std::time::Instant::now();
+    while get(nodes.node(1), "R").is_none() {
+        assert!(
+            waited.elapsed() < Duration::from_secs(5),
+            "n1 never granted"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    nodes.node(1).cli(&["DEL", COUNTER]).unwrap();
+    nodes.node(2).resume().unwrap();
+    let result = attempt.await.unwrap();
+    let n1 = get(nodes.node(1), COUNTER);
+    match result {
+        Ok(lock) => panic!(
+            "issued {:?} with n1's counter now {n1:?} (it had {high})",
+            lock.fencing_token().map(|t| t.value())
+        ),
+        Err(err) => {
+            let msg = err.to_string();
+            assert_eq!(err.kind(), ErrorKind::Unavailable, "{msg}");
+            assert!(msg.contains("no fence counter any more"), "{msg}");
+        }
+    }
+    assert_eq!(n1, None, "the write-back created n1's counter");
+    assert_eq!(get(nodes.node(0), COUNTER), None);
+    client.close().await;
+}
+
+/// `WRITE_BACK` on a node whose counter is gone while our key stays: a plain write-back creates
+/// nothing, answers 3 and starts the node's seed wait (`fencelock:lost`); an epoch start's
+/// write-back (`epoch`: every node granted without a counter) creates the counter and ends it.
+#[tokio::test]
+async fn only_an_epoch_start_or_a_seed_creates_a_missing_counter() {
+    let node = RedisNode::start().unwrap();
+    let legacy = fencelock::protocol::counter_key("R");
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "EVAL",
+            fencelock::protocol::WRITE_BACK_SCRIPT,
+            "3",
+            "R",
+            COUNTER,
+            &legacy,
+            "a",
+            "500",
+        ];
+        args.extend_from_slice(extra);
+        node.cli(&args).unwrap()
+    };
+    node.cli(&["SET", "R", "a", "PX", "60000"]).unwrap();
+    assert_eq!(run(&[]).trim(), "3");
+    assert_eq!(get(&node, COUNTER), None);
+    let since = get(&node, "fencelock:lost").expect("the seed wait started");
+    // A second plain write-back keeps the first time the node was found so.
+    assert_eq!(run(&[]).trim(), "3");
+    assert_eq!(get(&node, "fencelock:lost"), Some(since));
+    assert_eq!(run(&["epoch"]).trim(), "1");
+    assert_eq!(get(&node, COUNTER).as_deref(), Some("500"));
+    assert_eq!(get(&node, "fencelock:lost"), None);
+    // With the counter, a plain write-back raises it and never lowers it.
+    node.cli(&["SET", COUNTER, "700"]).unwrap();
+    assert_eq!(run(&[]).trim(), "1");
+    assert_eq!(get(&node, COUNTER).as_deref(), Some("700"));
+    // Not ours: nothing written, whatever the kind.
+    node.cli(&["DEL", COUNTER]).unwrap();
+    node.cli(&["SET", "R", "b", "PX", "60000"]).unwrap();
+    assert_eq!(run(&["epoch"]).trim(), "0");
+    assert_eq!(run(&[]).trim(), "0");
+    assert_eq!(get(&node, COUNTER), None);
+}
+
 /// Kills the node (SIGKILL) and starts it again on its port: no persistence, so every key is
 /// gone, its counter too.
 fn restart_empty(node: &RedisNode) {

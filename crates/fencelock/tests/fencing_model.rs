@@ -116,6 +116,12 @@ struct Protocol {
     /// below a token it had recorded. Without it (the protocol before issue 27): any issued
     /// attempt seeds its untrusted granting nodes.
     seed_wait: bool,
+    /// MUTANT (`write_back.lua` before issue 27's fix): a plain write-back (neither a seed nor
+    /// an epoch start's) on a node that has no counter creates it at the token. A node that lost
+    /// its counter (eviction, a `DEL`) while a key of another resource stayed then became
+    /// trusted below a token it had recorded. Without it such a write-back writes nothing and
+    /// is not counted.
+    write_back_creates: bool,
 }
 
 /// The proposals an attempt may make, relative to M, the largest token that can still matter
@@ -149,6 +155,7 @@ const GUARDED: Protocol = Protocol {
     accept_equal: false,
     accept_untrusted: false,
     seed_wait: true,
+    write_back_creates: false,
 };
 
 /// The two-round protocol alone (before issue 18): no proposals.
@@ -320,8 +327,21 @@ fn node_acquire(node: &mut Node, r: usize, owner: u8, proposal: u8, rule: Accept
 
 /// The node side of step 3 and of seeding (`WRITE_BACK`): if `owner` still holds the key (or
 /// without the ownership check), raise the node counter to the token and drop the legacy key.
-fn node_write_back(node: &mut Node, r: usize, owner: u8, token: u8, ownership_check: bool) -> bool {
+/// `creates`: a seed or an epoch start's write-back, which may create a missing counter; a
+/// plain write-back on a node without any counter writes nothing and is not counted (the Lua
+/// answers 3, and starts the node's seed wait: the model's wait starts at the loss itself).
+fn node_write_back(
+    node: &mut Node,
+    r: usize,
+    owner: u8,
+    token: u8,
+    ownership_check: bool,
+    creates: bool,
+) -> bool {
     if ownership_check && node.lock[r] != Some(owner) {
+        return false;
+    }
+    if !creates && node.counter.is_none() && node.legacy.is_none() {
         return false;
     }
     let raised = node
@@ -359,7 +379,11 @@ enum Phase {
         seeds: u8,
         sent: u8,
         acked: u8,
+        /// Seeds in flight (the mutant that seeds before issue).
         pending: u8,
+        /// Its write-backs may create a missing counter: an epoch start's (every granting node
+        /// lacks one), or a protocol's without the guard (or a mutant's).
+        creates: bool,
     },
     /// The token was issued; the client believes it holds the lock.
     Holding {
@@ -367,8 +391,10 @@ enum Phase {
         /// Position of this issue among all issues (real-time order).
         order: u8,
         written: bool,
-        /// Write-backs (and seeds) still in flight.
+        /// Plain write-backs still in flight (they create no missing counter).
         pending: u8,
+        /// Seeds (and write-backs that may create a counter) still in flight.
+        seeding: u8,
     },
 }
 
@@ -758,8 +784,9 @@ fn client_steps(cfg: &Config, s: &State, c: usize, out: &mut Vec<Successor>) {
             sent,
             acked,
             pending,
+            creates,
         } => {
-            land_delayed(cfg, s, c, pending, out);
+            land_delayed(cfg, s, c, out);
             land_late(cfg, s, c, out);
             // Step 4 may run at any moment: targets not yet answered timed out, and with
             // delayed write-backs their requests stay in flight and may land later.
@@ -768,7 +795,12 @@ fn client_steps(cfg: &Config, s: &State, c: usize, out: &mut Vec<Successor>) {
             } else {
                 0
             };
-            finish(cfg, s, c, token, seeds, acked, pending | unanswered, out);
+            let (plain, seeding) = if creates {
+                (0, seeds | pending | unanswered)
+            } else {
+                (unanswered, seeds | pending)
+            };
+            finish(cfg, s, c, token, acked, plain, seeding, out);
             for i in 0..cfg.nodes {
                 let bit = 1u8 << i;
                 if targets & bit == 0 || sent & bit != 0 || s.nodes[i].quarantined {
@@ -777,7 +809,8 @@ fn client_steps(cfg: &Config, s: &State, c: usize, out: &mut Vec<Successor>) {
                 let mut n = s.clone();
                 // "Not owner" changes nothing (the key cannot come back), so only the applied
                 // write-back is a transition; the refused one is a timeout.
-                if node_write_back(&mut n.nodes[i], r, cu, token, cfg.protocol.ownership_check) {
+                let check = cfg.protocol.ownership_check;
+                if node_write_back(&mut n.nodes[i], r, cu, token, check, creates) {
                     n.clients[c].phase = Phase::WriteBack {
                         token,
                         targets,
@@ -785,6 +818,7 @@ fn client_steps(cfg: &Config, s: &State, c: usize, out: &mut Vec<Successor>) {
                         sent: sent | bit,
                         acked: acked | bit,
                         pending,
+                        creates,
                     };
                     out.push((Event::WriteBack(cu, i as u8), n, 0));
                 }
@@ -795,8 +829,9 @@ fn client_steps(cfg: &Config, s: &State, c: usize, out: &mut Vec<Successor>) {
             order,
             written,
             pending,
+            seeding,
         } => {
-            land_delayed(cfg, s, c, pending, out);
+            land_delayed(cfg, s, c, out);
             land_late(cfg, s, c, out);
             if !written {
                 let mut n = s.clone();
@@ -815,6 +850,7 @@ fn client_steps(cfg: &Config, s: &State, c: usize, out: &mut Vec<Successor>) {
                     order,
                     written: true,
                     pending,
+                    seeding,
                 };
                 out.push((Event::Write(cu, token, accepted), n, violations));
             }
@@ -854,17 +890,26 @@ fn land_late(cfg: &Config, s: &State, c: usize, out: &mut Vec<Successor>) {
     }
 }
 
-fn land_delayed(cfg: &Config, s: &State, c: usize, pending: u8, out: &mut Vec<Successor>) {
+/// A write-back or seed of client `c` still in flight lands: a plain one (`pending`) creates no
+/// missing counter, a seed (or an epoch start's write-back: `seeding`, and in the write-back
+/// phase the mutant's early seeds) may.
+fn land_delayed(cfg: &Config, s: &State, c: usize, out: &mut Vec<Successor>) {
+    let (token, plain, seeding) = match s.clients[c].phase {
+        Phase::WriteBack { token, pending, .. } => (token, 0, pending),
+        Phase::Holding {
+            token,
+            pending,
+            seeding,
+            ..
+        } => (token, pending, seeding),
+        _ => unreachable!("only live attempts have write-backs in flight"),
+    };
     for i in 0..cfg.nodes {
         let bit = 1u8 << i;
-        if pending & bit == 0 {
+        if (plain | seeding) & bit == 0 {
             continue;
         }
         let mut n = s.clone();
-        let token = match s.clients[c].phase {
-            Phase::WriteBack { token, .. } | Phase::Holding { token, .. } => token,
-            _ => unreachable!("only live attempts have write-backs in flight"),
-        };
         // A quarantined node drops the request; the ownership check fails there anyway.
         let applied = !s.nodes[i].quarantined
             && node_write_back(
@@ -873,9 +918,16 @@ fn land_delayed(cfg: &Config, s: &State, c: usize, pending: u8, out: &mut Vec<Su
                 c as u8,
                 token,
                 cfg.protocol.ownership_check,
+                seeding & bit != 0,
             );
         match &mut n.clients[c].phase {
-            Phase::WriteBack { pending, .. } | Phase::Holding { pending, .. } => *pending &= !bit,
+            Phase::WriteBack { pending, .. } => *pending &= !bit,
+            Phase::Holding {
+                pending, seeding, ..
+            } => {
+                *pending &= !bit;
+                *seeding &= !bit;
+            }
             _ => unreachable!(),
         }
         out.push((Event::DelayedLands(c as u8, i as u8, applied), n, 0));
@@ -942,7 +994,7 @@ fn decide(cfg: &Config, s: &State, c: usize, phase: Phase, out: &mut Vec<Success
             // Accepted on a quorum: the mutants that accept untrusted proposals seed nothing
             // more than the client would (granting nodes without a counter).
             let seeds = granted & !trusted & !accepted & s.clients[c].fresh;
-            let violations = issue(cfg, &mut n, c, proposal, seeds, accepted);
+            let violations = issue(cfg, &mut n, c, proposal, 0, seeds, accepted);
             keep_late(&mut n);
             out.push((Event::Finish(cu, Ok(proposal), live), n, violations));
         }
@@ -1000,7 +1052,7 @@ fn decide(cfg: &Config, s: &State, c: usize, phase: Phase, out: &mut Vec<Success
         Err(_) => n.release(c),
         Ok((token, _)) if !cfg.protocol.write_back => {
             // The variant without write-back issues step 2's token directly.
-            let violations = issue(cfg, &mut n, c, token, 0, granted);
+            let violations = issue(cfg, &mut n, c, token, 0, 0, granted);
             keep_late(&mut n);
             out.push((
                 Event::Finish(cu, Ok(token), s.keys_of(cfg, c)),
@@ -1022,6 +1074,14 @@ fn decide(cfg: &Config, s: &State, c: usize, phase: Phase, out: &mut Vec<Success
             } else {
                 (seeds, 0)
             };
+            // A plain write-back (to nodes whose read was trusted) creates no missing counter:
+            // an epoch start's may (every granting node lacks one), and so may the write-back of
+            // the protocols that send it to untrusted nodes too (without the guard, one trusted
+            // read enough), and the mutant's.
+            let creates = epoch
+                || !cfg.protocol.guard
+                || cfg.protocol.trust_one
+                || cfg.protocol.write_back_creates;
             n.clients[c].phase = Phase::WriteBack {
                 token,
                 targets,
@@ -1029,6 +1089,7 @@ fn decide(cfg: &Config, s: &State, c: usize, phase: Phase, out: &mut Vec<Success
                 sent: 0,
                 acked: 0,
                 pending,
+                creates,
             };
             keep_late(&mut n);
         }
@@ -1043,9 +1104,9 @@ fn finish(
     s: &State,
     c: usize,
     token: u8,
-    seeds: u8,
     acked: u8,
     pending: u8,
+    seeding: u8,
     out: &mut Vec<Successor>,
 ) {
     let cu = c as u8;
@@ -1065,14 +1126,23 @@ fn finish(
     } else {
         // The untrusted granting nodes are seeded now, with a fencing token, at any later
         // moment while the key is still ours (the same ownership-checked script).
-        let violations = issue(cfg, &mut n, c, token, pending | seeds, acked);
+        let violations = issue(cfg, &mut n, c, token, pending, seeding, acked);
         out.push((Event::Finish(cu, Ok(token), live), n, violations));
     }
 }
 
-/// Issues `token` to client `c`; `recorded`: the nodes that recorded it (took its write-back, or
-/// accepted it in one round), for P2q.
-fn issue(cfg: &Config, s: &mut State, c: usize, token: u8, pending: u8, recorded: u8) -> u8 {
+/// Issues `token` to client `c`; `pending` and `seeding`: its plain write-backs and its seeds
+/// still in flight; `recorded`: the nodes that recorded it (took its write-back, or accepted it
+/// in one round), for P2q.
+fn issue(
+    cfg: &Config,
+    s: &mut State,
+    c: usize,
+    token: u8,
+    pending: u8,
+    seeding: u8,
+    recorded: u8,
+) -> u8 {
     let mut violations = 0;
     let r = cfg.resource(c);
     if s.issued[r] & (1u64 << token) != 0 {
@@ -1091,6 +1161,7 @@ fn issue(cfg: &Config, s: &mut State, c: usize, token: u8, pending: u8, recorded
         order: s.n_issued[r],
         written: false,
         pending,
+        seeding,
     };
     s.n_issued[r] += 1;
     violations
@@ -1289,7 +1360,9 @@ fn masks(client: &Client) -> [u8; MASKS] {
             pending,
             ..
         } => m[..5].copy_from_slice(&[targets, seeds, sent, acked, pending]),
-        Phase::Holding { pending, .. } => m[0] = pending,
+        Phase::Holding {
+            pending, seeding, ..
+        } => m[..2].copy_from_slice(&[pending, seeding]),
     }
     m[MASKS - 2] = client.fresh;
     m[MASKS - 1] = client.late;
@@ -1314,7 +1387,9 @@ fn set_masks(client: &mut Client, m: [u8; MASKS]) {
             pending,
             ..
         } => [*targets, *seeds, *sent, *acked, *pending] = [m[0], m[1], m[2], m[3], m[4]],
-        Phase::Holding { pending, .. } => *pending = m[0],
+        Phase::Holding {
+            pending, seeding, ..
+        } => [*pending, *seeding] = [m[0], m[1]],
     }
     client.fresh = m[MASKS - 2];
     client.late = m[MASKS - 1];
@@ -2121,21 +2196,30 @@ async fn the_model_fences_as_the_lua_does() {
                 );
             }
             4..=6 => {
+                // A plain write-back, or an epoch start's (which may create the counter).
                 let token = rng.below(60) as u8;
-                let reply = node
-                    .cli(&[
-                        "EVAL",
-                        WRITE_BACK_SCRIPT,
-                        "3",
-                        "R",
-                        FENCE_COUNTER_KEY,
-                        &legacy,
-                        &owner_token,
-                        &token.to_string(),
-                    ])
-                    .unwrap();
-                let applied = node_write_back(&mut model, 0, owner, token, true);
-                assert_eq!(reply.trim() == "1", applied, "{label}");
+                let token_arg = token.to_string();
+                let epoch = rng.below(2) == 0;
+                let mut args = vec![
+                    "EVAL",
+                    WRITE_BACK_SCRIPT,
+                    "3",
+                    "R",
+                    FENCE_COUNTER_KEY,
+                    &legacy,
+                    &owner_token,
+                    &token_arg,
+                ];
+                if epoch {
+                    args.push("epoch");
+                }
+                let reply = node.cli(&args).unwrap();
+                let applied = node_write_back(&mut model, 0, owner, token, true, epoch);
+                assert_eq!(
+                    reply.trim() == "1",
+                    applied,
+                    "{label}, epoch {epoch}: {reply}"
+                );
             }
             7 => {
                 node.cli(&["DEL", "R"]).unwrap();
@@ -2284,6 +2368,43 @@ fn the_seed_wait_keeps_every_property_with_two_resources() {
         println!("  ({:.1} s)", started.elapsed().as_secs_f64());
         assert_holds(&outcome, &ALL);
     }
+}
+
+/// The write-back of `write_back.lua` before issue 27's fix created a missing counter
+/// (`Protocol::write_back_creates`): with two resources and one counter eviction the checker
+/// finds two holders of one token in 15 steps (a plain write-back of Z's holder recreates the
+/// evicted counter below the token X's holder recorded there; X's next attempt is accepted at
+/// that token again). The suite runs it with [`Proposals::Few`] (0, M and M + 1: the trace's
+/// proposals are among them; 2,276,158 states); `FENCELOCK_MODEL_PROPOSALS=all` runs it, by
+/// hand, with every proposal, as `the_seed_wait_keeps_every_property_with_two_resources` does.
+/// With the quarantine on or off: it plays no part without a restart (an eviction starts none),
+/// so both spaces are one.
+#[test]
+fn checker_catches_a_plain_write_back_that_creates_a_missing_counter() {
+    if !FAST_BUILD {
+        // Beyond the debug build's budget: `cargo test -p fencelock-model`.
+        println!("MUTANT: a plain write-back creates a missing counter: optimised build only");
+        return;
+    }
+    let all = std::env::var("FENCELOCK_MODEL_PROPOSALS").is_ok_and(|v| v == "all");
+    let protocol = Protocol {
+        write_back_creates: true,
+        ..GUARDED
+    };
+    let mut c = two_resources(protocol, faults(0, 0, 0, 1));
+    if !all {
+        c.protocol.proposals = Proposals::Few;
+    }
+    let started = std::time::Instant::now();
+    let outcome = explore_until(&c, P1);
+    report(
+        "MUTANT: a plain write-back creates a missing counter, two resources, counter evicted",
+        &c,
+        &outcome,
+    );
+    println!("  ({:.1} s)", started.elapsed().as_secs_f64());
+    assert!(outcome.violated("P1 uniqueness"));
+    println!("{}", outcome.get("P1 uniqueness"));
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -222,7 +222,7 @@ fn the_citation_check_fails_on_a_wrong_citation() {
         ),
         // A clock-jump test cited for eviction.
         (
-            "M-evict (counter); T-evict",
+            "M-evict, M-evict-resources (counter); T-evict",
             "T-clock-single; T-evict",
             "claims faults [\"clock\"], not evict",
         ),

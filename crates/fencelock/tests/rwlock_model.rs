@@ -221,8 +221,10 @@ fn node_write_acquire(node: &mut Node, c: u8, m: &Mutants) -> CounterReply {
 }
 
 /// The write-back and the seeding (`WRITE_BACK`): raise the counter where `c` owns the key.
-fn node_write_back(node: &mut Node, c: u8, token: u8) -> bool {
-    if node.writer != c + 1 {
+/// `creates`: a seed or an epoch start's write-back; a plain one on a node without its counter
+/// writes nothing and is not counted (issue 27: the node lost it since its trusted read).
+fn node_write_back(node: &mut Node, c: u8, token: u8, creates: bool) -> bool {
+    if node.writer != c + 1 || (!creates && node.counter.is_none()) {
         return false;
     }
     node.counter = Some(node.counter.unwrap_or(0).max(token));
@@ -838,7 +840,9 @@ fn finish_write(
     let seeds = granted & !targets;
     for sent in subsets(targets) {
         let mut wb = *s;
-        let took = apply_on(&mut wb, cfg, sent, |n| node_write_back(n, cu, token));
+        // An epoch start's write-back (to every granting node) creates the counters.
+        let epoch = targets & !trusted != 0;
+        let took = apply_on(&mut wb, cfg, sent, |n| node_write_back(n, cu, token, epoch));
         // The replies of a quorum lost, or no quorum took it: the writer fails.
         let mut n = wb;
         n.release(cfg, c);
@@ -855,7 +859,9 @@ fn finish_write(
         wb.issued_max = wb.issued_max.max(token);
         for seeded in subsets(seeds) {
             let mut issued = wb;
-            apply_on(&mut issued, cfg, seeded, |n| node_write_back(n, cu, token));
+            apply_on(&mut issued, cfg, seeded, |n| {
+                node_write_back(n, cu, token, true)
+            });
             if cfg.mutants.no_record {
                 let mut n = issued;
                 n.clients[c].phase = Phase::WriteHolding { token };
@@ -1433,21 +1439,28 @@ async fn the_model_locks_as_the_lua_does() {
                 assert_eq!(lua, node_write_acquire(&mut model, c, &mutants), "{label}");
             }
             2 => {
+                // A plain write-back, or an epoch start's (which may create the counter).
                 let token = rng.below(60) as u8;
-                let reply = cli(&[
+                let epoch = rng.below(2) == 0;
+                let (who, token_arg) = (owner(c), token.to_string());
+                let mut args = vec![
                     "EVAL",
                     WRITE_BACK_SCRIPT,
                     "3",
                     r,
                     FENCE_COUNTER_KEY,
                     &legacy,
-                    &owner(c),
-                    &token.to_string(),
-                ]);
+                    &who,
+                    &token_arg,
+                ];
+                if epoch {
+                    args.push("epoch");
+                }
+                let reply = cli(&args);
                 assert_eq!(
                     reply == "1",
-                    node_write_back(&mut model, c, token),
-                    "{label}"
+                    node_write_back(&mut model, c, token, epoch),
+                    "{label}, epoch {epoch}: {reply}"
                 );
             }
             3 => {

@@ -55,6 +55,20 @@ pub(crate) struct Seed {
     pub(crate) wait: Duration,
 }
 
+/// Which write-back `ops::write_back` sends (`WRITE_BACK`'s ARGV after the token). Only an
+/// epoch start's and a seed may create a node's missing counter: a plain one goes to nodes
+/// whose read was trusted, so a node without a counter then lost it since, and may have
+/// recorded a larger token; created at ours, it would be trusted below that (issue 27).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum WriteBack {
+    /// To the trusted granting nodes: raises a counter, creates none.
+    Plain,
+    /// An epoch start's, to every node (all granted without a counter): creates them.
+    Epoch,
+    /// After issue, to the granting nodes without a counter, after the seed wait.
+    Seed(Seed),
+}
+
 /// A token ready to be issued, and the granting nodes to seed once it is.
 #[derive(Debug)]
 pub(crate) struct Fenced {
@@ -130,7 +144,8 @@ impl RedisBackend {
         };
         let epoch =
             fencing::is_epoch_start(granted.iter().map(|(_, r)| r.exists), self.nodes.len());
-        let (token, targets, seeds, path) = match fencing::derive(reads(), self.quorum, epoch) {
+        let (token, targets, seeds, path, kind) = match fencing::derive(reads(), self.quorum, epoch)
+        {
             Derivation::Token(t) => {
                 let (trusted, untrusted): (Vec<_>, Vec<_>) =
                     granted.iter().partition(|(_, r)| r.exists);
@@ -139,6 +154,7 @@ impl RedisBackend {
                     trusted.iter().map(|(i, _)| *i).collect::<Vec<_>>(),
                     untrusted.iter().map(|(i, _)| *i).collect(),
                     "derived",
+                    WriteBack::Plain,
                 )
             }
             Derivation::EpochStart => (
@@ -146,6 +162,7 @@ impl RedisBackend {
                 granted.iter().map(|(i, _)| *i).collect(),
                 Vec::new(),
                 "epoch",
+                WriteBack::Epoch,
             ),
             Derivation::TooFewTrusted { .. } => {
                 return Err(self.too_few_trusted(resource, granted, votes));
@@ -161,7 +178,7 @@ impl RedisBackend {
                 ));
             }
         };
-        let wb = self.write_back(&targets, keys, owner, token, None).await;
+        let wb = self.write_back(&targets, keys, owner, token, kind).await;
         self.last_token.fetch_max(token, Ordering::Relaxed);
         if wb.decision != Decision::Reached {
             return Err(if wb.votes.failed() > 0 {
@@ -203,7 +220,7 @@ impl RedisBackend {
                 keys,
                 owner,
                 fenced.token,
-                Some(Seed { wait }),
+                WriteBack::Seed(Seed { wait }),
             )
             .await;
         tracing::debug!(resource = %keys[0], votes = %round.votes, "seeded nodes without a fence counter");

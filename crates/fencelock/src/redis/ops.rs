@@ -7,7 +7,7 @@ use std::time::Duration;
 use redis::{Cmd, RedisError, RedisResult, Script, Value};
 
 use super::extender::{Count, ExtendedLock};
-use super::guard::{FenceRead, Seed};
+use super::guard::{FenceRead, WriteBack, LOST_COUNTER};
 use super::order::Slot;
 use super::round::{AnnounceAhead, Answer, Mode, Round, WantsMore};
 use super::{scripts, RedisBackend};
@@ -285,26 +285,43 @@ impl RedisBackend {
     }
 
     /// Round 2 of a fencing acquisition: raise the counters to `fencing_token` on `nodes`, where
-    /// we still own the keys.
+    /// we still own the keys. A node without a counter takes a plain write-back nowhere (it
+    /// answers 3, an excluded vote: it lost its counter since its read was trusted, and may have
+    /// recorded more than `fencing_token`); an epoch start's or a seed creates it.
     pub(crate) async fn write_back(
         &self,
         nodes: &[usize],
         keys: &[String],
         token: &str,
         fencing_token: u64,
-        seed: Option<Seed>,
+        kind: WriteBack,
     ) -> Round<()> {
         let mut cmd = evalsha(&scripts::WRITE_BACK, &with_counter_keys(keys));
         cmd.arg(token).arg(fencing_token.to_string());
-        if let Some(seed) = seed {
-            cmd.arg(ttl_millis(seed.wait))
-                .arg(ttl_millis(self.settings.ttl));
+        match kind {
+            WriteBack::Plain => {}
+            WriteBack::Epoch => {
+                cmd.arg("epoch");
+            }
+            WriteBack::Seed(seed) => {
+                cmd.arg(ttl_millis(seed.wait))
+                    .arg(ttl_millis(self.settings.ttl));
+            }
         }
         let cmd = Arc::new(cmd);
         let limit = self.settings.node_timeout;
         self.round(Mode::UntilQuorum, nodes, limit, move |mut conn, _| {
             let cmd = cmd.clone();
-            async move { if_owned(&scripts::WRITE_BACK, &cmd, &mut conn).await }
+            async move {
+                let done: i64 = eval(&scripts::WRITE_BACK, &cmd, &mut conn).await?;
+                Ok(match done {
+                    1 => Answer::Granted(()),
+                    3 => Answer::Excluded(format!(
+                        "{LOST_COUNTER} any more (evicted or deleted since it granted), so it took no write-back and is not counted; a later grant seeds it"
+                    )),
+                    _ => Answer::NotHeld,
+                })
+            }
         })
         .await
     }

@@ -27,6 +27,9 @@ pub(crate) enum Answer<T> {
     Granted(T),
     HeldByOther,
     NotHeld,
+    /// The node answered, but its answer must not count: why (a write-back on a node that lost
+    /// its fence counter since it granted, `ops::write_back`).
+    Excluded(String),
 }
 
 /// Why a node gave no answer (a timeout is the round's deadline, not a node's answer).
@@ -606,6 +609,7 @@ fn absorb<T>(
         }
         Ok(Answer::HeldByOther) => VoteOutcome::HeldByOther,
         Ok(Answer::NotHeld) => VoteOutcome::NotHeld,
+        Ok(Answer::Excluded(why)) => VoteOutcome::Excluded(why),
         Err(NodeFailure::Failed(why)) => VoteOutcome::Failed(why),
         Err(NodeFailure::Excluded(why)) => VoteOutcome::Excluded(why),
     };

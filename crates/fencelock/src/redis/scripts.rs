@@ -86,8 +86,13 @@ pub(crate) const ACQUIRE_FENCED_LUA: &str = lua!(
 /// only while we still own every lock key on this node, raise the node counter to the largest
 /// of itself, the token and the keys' legacy counters, and delete those legacy counters (the
 /// node counter is then at least each of them). KEYS: n locks, the node counter, n legacy
-/// counters. ARGV: owner value, fencing token (decimal, no leading zeros). Returns 1 when the
-/// node counter is now at least the token, 0 when some key is not ours (nothing written then).
+/// counters. ARGV: owner value, fencing token (decimal, no leading zeros)[, `epoch` (an epoch
+/// start's write-back) | the seed wait ms, the TTL ms (a seed)]. Returns 1 when the node
+/// counter is now at least the token, 0 when some key is not ours (nothing written then). On a
+/// node without any counter only an epoch start's write-back and a seed create it: a plain
+/// write-back writes nothing but `fencelock:lost` (the start of the node's seed wait, if not
+/// set) and returns 3 (issue 27: created at the token, the counter would make a node that
+/// lost it trusted below a token it had recorded); a seed before its wait returns 2.
 pub(crate) static WRITE_BACK: LazyLock<Script> = LazyLock::new(|| Script::new(WRITE_BACK_LUA));
 pub(crate) const WRITE_BACK_LUA: &str = lua!("counters", "fence", "keys", "write_back");
 
