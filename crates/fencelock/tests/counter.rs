@@ -71,6 +71,42 @@ async fn tokens_stop_at_the_largest_the_fences_store() {
     assert!(at_max >= 2, "{at_max} nodes at {max}");
 }
 
+/// The two-round path: every counter is above the client's clock, so the token is derived from
+/// the counters (one above the largest) and written back. Each node that acknowledged the
+/// write-back then holds exactly the issued token: not one below it, which the next proposal
+/// would pass unseen, and not the old value.
+#[tokio::test]
+async fn a_derived_token_is_written_back_as_issued() {
+    let nodes = RedisNodes::start(3).unwrap();
+    let client = fenced(&nodes);
+    let high = 5_000_000_000_000_000_000u64;
+    for node in nodes.iter() {
+        node.cli(&["SET", COUNTER, &high.to_string()]).unwrap();
+    }
+    let lock = client.try_acquire("R").await.unwrap();
+    let token = lock.fencing_token().map(|t| t.value()).unwrap();
+    assert_eq!(token, high + 1, "derived one above the counters");
+    // The write-back returns at a quorum; the third node's answer may still be on its way.
+    let waited = std::time::Instant::now();
+    loop {
+        let counters: Vec<Option<String>> = nodes.iter().map(|n| get(n, COUNTER)).collect();
+        let exact = counters
+            .iter()
+            .filter(|c| c.as_deref() == Some(token.to_string().as_str()))
+            .count();
+        if exact >= 2 {
+            break;
+        }
+        assert!(
+            waited.elapsed() < Duration::from_secs(5),
+            "token {token} issued, but the counters are {counters:?}: fewer than a quorum hold it"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    lock.release().await.unwrap();
+    client.close().await;
+}
+
 /// Item 7 on the node: a proposal or a write-back above `i64::MAX` is an error before any write
 /// (a client of another language, or one whose own limit broke, cannot push a node past what the
 /// fences store); `i64::MAX` itself is taken.
