@@ -391,6 +391,7 @@ async fn serve(world: Rc<World>, i: usize, conn: u64, mut io: DuplexStream) {
             let delay = world.rng(|r| r.u64(lo..=hi));
             if delay > 0 {
                 tokio::select! {
+                    biased;
                     _ = tokio::time::sleep(Duration::from_millis(delay)) => {}
                     _ = kill.notified() => return,
                 }
@@ -399,6 +400,7 @@ async fn serve(world: Rc<World>, i: usize, conn: u64, mut io: DuplexStream) {
             // then gone (as TCP's would be, after its retransmissions gave up).
             while world.nodes[i].borrow().partitioned {
                 tokio::select! {
+                    biased;
                     _ = tokio::time::sleep(Duration::from_millis(50)) => {}
                     _ = kill.notified() => return,
                 }
@@ -409,6 +411,7 @@ async fn serve(world: Rc<World>, i: usize, conn: u64, mut io: DuplexStream) {
             // A paused client's command reaches the node when its process runs again.
             while frozen(&world, client) {
                 tokio::select! {
+                    biased;
                     _ = tokio::time::sleep(Duration::from_millis(10)) => {}
                     _ = kill.notified() => return,
                 }
@@ -442,6 +445,7 @@ async fn serve(world: Rc<World>, i: usize, conn: u64, mut io: DuplexStream) {
             out.clear();
         }
         tokio::select! {
+            biased;
             read = io.read_buf(&mut buf) => match read {
                 Ok(0) | Err(_) => break,
                 Ok(_) => {}

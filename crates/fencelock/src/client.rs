@@ -63,7 +63,7 @@ struct Inner {
     pending_releases: tokio::sync::watch::Sender<usize>,
     /// The same releases by number, for the drop of the last handle on a current-thread
     /// runtime, which sends them again from a thread of its own (`Inner::flush`).
-    unreleased: std::sync::Mutex<std::collections::HashMap<u64, Dropped>>,
+    unreleased: std::sync::Mutex<std::collections::BTreeMap<u64, Dropped>>,
     next_release: std::sync::atomic::AtomicU64,
     /// The locks held, by task, to refuse a task that asks again (see `reentry.rs`).
     holdings: Arc<crate::reentry::Holdings>,
@@ -408,7 +408,7 @@ impl Inner {
     }
 }
 
-fn locks_len<T>(m: &std::sync::Mutex<std::collections::HashMap<u64, T>>) -> usize {
+fn locks_len<T>(m: &std::sync::Mutex<std::collections::BTreeMap<u64, T>>) -> usize {
     m.lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .len()

@@ -7,7 +7,7 @@
 //! leases together. `fencelock run` holds a `LockGuard`, so its command's lock follows the same
 //! rule.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
@@ -288,6 +288,7 @@ impl LostSignal {
             let deadline = rx.borrow_and_update().deadline;
             let at = deadline.checked_sub(self.state.margin).unwrap_or(deadline);
             tokio::select! {
+                biased;
                 () = self.state.lost.cancelled() => return,
                 () = tokio::time::sleep_until(at.into()) => {
                     if self.state.deadline() == deadline {
@@ -454,7 +455,9 @@ impl<L: Send + Sync + 'static> Engine<L> {
 /// The engine's task: runs until every sender is gone (the client was dropped) or the backend
 /// is.
 async fn run<B: Extends>(mut rx: mpsc::UnboundedReceiver<Msg<B::Lock>>, backend: Weak<B>) {
-    let mut slots: HashMap<u64, Slot<B::Lock>> = HashMap::new();
+    // Ordered by registration, so a batch's commands go out in one order: the simulation's
+    // runs then depend on their seed alone (a `HashMap`'s order differs from map to map).
+    let mut slots: BTreeMap<u64, Slot<B::Lock>> = BTreeMap::new();
     let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Done>();
     loop {
         let next = slots.values().filter_map(|s| s.next_due).min();
@@ -465,6 +468,7 @@ async fn run<B: Extends>(mut rx: mpsc::UnboundedReceiver<Msg<B::Lock>>, backend:
             }
         };
         tokio::select! {
+            biased;
             msg = rx.recv() => match msg {
                 None => break,
                 Some(Msg::Register(id, entry)) => {
@@ -494,7 +498,7 @@ async fn run<B: Extends>(mut rx: mpsc::UnboundedReceiver<Msg<B::Lock>>, backend:
 /// Takes the locks that are due (or nearly: within a fraction of their interval) out of the
 /// schedule: their ids, their locks, and the budget of the batch (the least validity left).
 #[allow(clippy::type_complexity)]
-fn due_batch<L>(slots: &mut HashMap<u64, Slot<L>>) -> Option<(Vec<u64>, Vec<Arc<L>>, Duration)> {
+fn due_batch<L>(slots: &mut BTreeMap<u64, Slot<L>>) -> Option<(Vec<u64>, Vec<Arc<L>>, Duration)> {
     let now = Instant::now();
     let mut ids = Vec::new();
     let mut locks = Vec::new();
@@ -520,7 +524,7 @@ fn due_batch<L>(slots: &mut HashMap<u64, Slot<L>>) -> Option<(Vec<u64>, Vec<Arc<
 }
 
 /// Carries out the rule for each lock of a finished batch.
-fn apply<L>(slots: &mut HashMap<u64, Slot<L>>, done: Done) {
+fn apply<L>(slots: &mut BTreeMap<u64, Slot<L>>, done: Done) {
     let now = Instant::now();
     for (id, outcome) in done.ids.into_iter().zip(done.outcomes) {
         let Some(slot) = slots.get_mut(&id) else {

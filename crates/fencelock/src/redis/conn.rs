@@ -270,6 +270,7 @@ impl NodeConn {
         tokio::pin!(setup);
         if !self.plaintext.load(Relaxed) {
             tokio::select! {
+                biased;
                 done = &mut setup => return done,
                 () = tokio::time::sleep(self.connect_timeout / 2) => {}
             }
@@ -277,6 +278,7 @@ impl NodeConn {
         let probe = self.answers_plaintext(host, *port);
         tokio::pin!(probe);
         let done = tokio::select! {
+            biased;
             done = &mut setup => done,
             true = &mut probe => Err(RedisError::from(std::io::Error::other(
                 crate::tls::PLAINTEXT_NODE,

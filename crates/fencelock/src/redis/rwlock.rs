@@ -211,6 +211,7 @@ impl RedisBackend {
             match &wakes {
                 Some((turn, released)) if !super::line::sets_off_its_own_wake(&err) => {
                     tokio::select! {
+                        biased;
                         _ = turn.wait(delay) => {}
                         _ = released.wait(delay) => {}
                     }
