@@ -24,6 +24,24 @@ thread_local! {
     static BUSY: Cell<bool> = const { Cell::new(false) };
     /// The wall offset (ms) of the client whose task is being polled (see [`WallOffset`]).
     static CLIENT_WALL: Cell<i64> = const { Cell::new(0) };
+    /// A monotonic reading the next `clock_gettime` returns as it is (see [`activate`]).
+    static PROBE: Cell<Option<libc::timespec>> = const { Cell::new(None) };
+}
+
+fn add(t: libc::timespec, d: Duration) -> libc::timespec {
+    let nanos = t.tv_nsec as u64 + u64::from(d.subsec_nanos());
+    libc::timespec {
+        tv_sec: t.tv_sec + d.as_secs() as libc::time_t + (nanos / 1_000_000_000) as libc::time_t,
+        tv_nsec: (nanos % 1_000_000_000) as libc::c_long,
+    }
+}
+
+fn sub(t: libc::timespec, d: Duration) -> libc::timespec {
+    let total = t.tv_sec as i128 * 1_000_000_000 + t.tv_nsec as i128 - d.as_nanos() as i128;
+    libc::timespec {
+        tv_sec: total.div_euclid(1_000_000_000) as libc::time_t,
+        tv_nsec: total.rem_euclid(1_000_000_000) as libc::c_long,
+    }
 }
 
 /// One client's own wall clock: while `inner` is polled, `SystemTime::now` on this thread reads
@@ -76,14 +94,28 @@ unsafe fn next_clock_gettime() -> ClockFn {
 /// Makes this thread's clocks virtual (tokio's paused clock, which must be running on it), the
 /// wall clock starting at `wall_ms`. Ends with the guard.
 pub fn activate(wall_ms: i64) -> Active {
-    let mut mono = libc::timespec {
+    let mut probe_at = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    unsafe { next_clock_gettime()(libc::CLOCK_MONOTONIC, &mut mono) };
+    unsafe { next_clock_gettime()(libc::CLOCK_MONOTONIC, &mut probe_at) };
+    // `std`'s Instant for the reading `probe_at` (the interposed function returns it once).
+    PROBE.with(|p| p.set(Some(probe_at)));
+    let probe = std::time::Instant::now();
+    PROBE.with(|p| p.set(None));
     BUSY.with(|b| b.set(true));
     let real = tokio::time::Instant::now().into_std();
     BUSY.with(|b| b.set(false));
+    // The monotonic reading of tokio's paused "now" itself, so that `std`'s Instant and tokio's
+    // agree to the nanosecond. Anchored at a fresh reading instead, the two would differ by the
+    // real time between the runtime's start and this call (more on a loaded machine), and a
+    // deadline taken from one and slept on with the other would round to another millisecond
+    // of tokio's timer wheel: a run would no longer be a function of its seed alone.
+    let mono = if real >= probe {
+        add(probe_at, real - probe)
+    } else {
+        sub(probe_at, probe - real)
+    };
     ACTIVE.with(|a| {
         a.set(Some(Anchor {
             real,
@@ -116,12 +148,7 @@ impl Drop for Active {
 }
 
 fn write(tp: *mut libc::timespec, d: Duration, base: libc::timespec) {
-    let nanos = base.tv_nsec as u64 + u64::from(d.subsec_nanos());
-    let ts = libc::timespec {
-        tv_sec: base.tv_sec + d.as_secs() as libc::time_t + (nanos / 1_000_000_000) as libc::time_t,
-        tv_nsec: (nanos % 1_000_000_000) as libc::c_long,
-    };
-    unsafe { tp.write(ts) };
+    unsafe { tp.write(add(base, d)) };
 }
 
 /// The body of the interposed `clock_gettime`.
@@ -133,6 +160,12 @@ pub unsafe fn clock_gettime(clk: libc::clockid_t, tp: *mut libc::timespec) -> li
         clk,
         libc::CLOCK_MONOTONIC | libc::CLOCK_REALTIME | libc::CLOCK_BOOTTIME
     );
+    if clk == libc::CLOCK_MONOTONIC && !tp.is_null() {
+        if let Some(at) = PROBE.try_with(|p| p.take()).ok().flatten() {
+            unsafe { tp.write(at) };
+            return 0;
+        }
+    }
     if virtual_clock && !tp.is_null() {
         let anchor = ACTIVE.try_with(|a| a.get()).ok().flatten();
         let busy = BUSY.try_with(|b| b.get()).unwrap_or(true);
