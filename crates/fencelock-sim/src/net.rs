@@ -184,6 +184,48 @@ impl World {
         n.kill.notify_waiters();
     }
 
+    /// Sets `key` on node `i` for `ms` as another program would (`SET key stranger NX PX ms`).
+    pub fn stranger(&self, i: usize, key: &str, ms: u64) {
+        let now = self.node_now(i);
+        let args = ["SET", key, "stranger", "NX", "PX", &ms.to_string()]
+            .iter()
+            .map(|a| a.as_bytes().to_vec())
+            .collect::<Vec<_>>();
+        let reply = self.nodes[i].borrow_mut().node.exec(now, &args);
+        self.log(format!("fault: a stranger sets {key} on node {i} for {ms}ms: {reply:?}"));
+    }
+
+    /// On node `i`: how long `key` lives (ms; 0 when it does not) and how long the latest entry
+    /// of the quarantine's record (`fencelock:ttls`) does.
+    pub fn key_and_record_left(&self, i: usize, key: &str) -> (i64, i64) {
+        let now = self.node_now(i);
+        let mut n = self.nodes[i].borrow_mut();
+        let key_left = match n.node.exec(now, &[b"PTTL".to_vec(), key.as_bytes().to_vec()]) {
+            Reply::Int(ms) => ms.max(0),
+            _ => 0,
+        };
+        let top = n.node.exec(
+            now,
+            &[
+                b"ZRANGE".to_vec(),
+                fencelock::protocol::TTLS_KEY.as_bytes().to_vec(),
+                b"-1".to_vec(),
+                b"-1".to_vec(),
+                b"WITHSCORES".to_vec(),
+            ],
+        );
+        let record_left = match top {
+            Reply::Array(items) => match items.as_slice() {
+                [_, Reply::Bulk(score)] => {
+                    String::from_utf8_lossy(score).parse::<f64>().unwrap_or(0.0) as i64 - now
+                }
+                _ => 0,
+            },
+            _ => 0,
+        };
+        (key_left, record_left.max(0))
+    }
+
     /// Restarts node `i` (its connections break; its data survives only with persistence).
     pub fn restart(&self, i: usize, persistence: Persistence) {
         if persistence == Persistence::None {

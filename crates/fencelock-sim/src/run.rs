@@ -43,6 +43,54 @@ pub struct Options {
     /// has a 1 s TTL with a 980 ms node timeout (S: an ahead margin longer than its TTL); no
     /// overlapping node lists (their two holders would hide the rest).
     pub ttl_roles: bool,
+    /// A scripted interleaving instead of the random mix (`Scenario::Mixed`).
+    pub scenario: Scenario,
+}
+
+/// What a run's clients do: the random mix, or a script aimed at one interleaving that the mix
+/// reaches too rarely (each script's times are drawn from the seed within the window it needs).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Scenario {
+    /// The random mix of the family's primitives under `Options::faults`.
+    #[default]
+    Mixed,
+    /// Issue 27 item 1: L (TTL 4 s) takes `r0` late in its announcement's window while a
+    /// stranger holds node 2; node 1 restarts empty; S (TTL 1 s, node timeout 980 ms) takes an
+    /// unrelated lock while L's entry has less than S's ahead margin left, then goes quiet; C
+    /// (TTL 1 s) then tries `r0` while L's lock lives.
+    ShortTtl,
+    /// Issue 27 item 2: a lock of TTL 1 s auto-extended for seconds while node 0 replies up to
+    /// 600 ms late, command by command (an extension lands well after the announcement sent
+    /// before it in the same pipeline); then node 0 is cut off, so the last extension it ran is
+    /// the last write there while the lock lives on.
+    HeldExtension,
+}
+
+impl Scenario {
+    /// The name `--scenario` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Scenario::Mixed => "mixed",
+            Scenario::ShortTtl => "short-ttl",
+            Scenario::HeldExtension => "held-extension",
+        }
+    }
+
+    /// The scenario named `name` (`--scenario`'s value).
+    pub fn parse(name: &str) -> Option<Scenario> {
+        [Scenario::Mixed, Scenario::ShortTtl, Scenario::HeldExtension]
+            .into_iter()
+            .find(|s| s.name() == name)
+    }
+
+    /// The virtual length a scripted run needs (the mix takes `Options::duration`).
+    fn length(self) -> Option<Duration> {
+        match self {
+            Scenario::Mixed => None,
+            Scenario::ShortTtl => Some(Duration::from_secs(9)),
+            Scenario::HeldExtension => Some(Duration::from_secs(6)),
+        }
+    }
 }
 
 impl Default for Options {
@@ -54,6 +102,7 @@ impl Default for Options {
             faults: Faults::Claimed,
             verbose: false,
             ttl_roles: false,
+            scenario: Scenario::Mixed,
         }
     }
 }
@@ -215,6 +264,7 @@ pub fn run(seed: u64, opts: &Options) -> Outcome {
         // Overlapping node lists (one run in four under faults): one more node, and the last
         // client is given the list shifted by one (it shares all but one node with the others).
         let overlap = opts.faults != Faults::None
+            && opts.scenario == Scenario::Mixed
             && !opts.ttl_roles
             && opts.clients > 1
             && fastrand::Rng::with_seed(seed ^ 0x6f76_6572).u32(..4) == 0;
@@ -232,12 +282,14 @@ pub fn run(seed: u64, opts: &Options) -> Outcome {
         let _seam = fencelock::sim::install(Rc::new(net));
         let acceptor = tokio::task::spawn_local(accept);
         let history: Rc<RefCell<History>> = Rc::default();
-        let end = opts.duration.as_millis() as i64;
+        let end = opts.scenario.length().unwrap_or(opts.duration).as_millis() as i64;
+        let mixed = opts.scenario == Scenario::Mixed;
         let all = matches!(opts.faults, Faults::All | Faults::Amnesia);
         let mut tasks = Vec::new();
         let mut walls = Vec::new();
         let mut pauses = Vec::new();
-        for c in 0..opts.clients {
+        let clients = if mixed { opts.clients } else { 0 };
+        for c in 0..clients {
             // Under every fault, clients with short and long TTLs side by side; under `All`,
             // node timeouts near a short TTL (issue 27 item 1) and the quarantine off for some
             // (issue 27 item 3: the amnesia guard alone), and wall clocks behind the counters
@@ -319,9 +371,17 @@ pub fn run(seed: u64, opts: &Options) -> Outcome {
             history.clone(),
             end,
         )));
+        tasks.extend(scripted(
+            opts.scenario,
+            world.clone(),
+            history.clone(),
+            &urls[..opts.nodes],
+        ));
         // One observer of the election, on a client of its own.
-        let observer = observe(world.clone(), history.clone(), urls[..opts.nodes].to_vec());
-        if opts.faults != Faults::None {
+        let observer = mixed
+            .then(|| observe(world.clone(), history.clone(), urls[..opts.nodes].to_vec()))
+            .flatten();
+        if mixed && opts.faults != Faults::None {
             tasks.push(tokio::task::spawn_local(fault_loop(
                 world.clone(),
                 opts.faults,
@@ -810,6 +870,304 @@ async fn client_loop(
     client.close().await;
 }
 
+/// A client of a scripted run: node list `urls`, quarantine on, fencing off.
+fn scripted_client(
+    world: &World,
+    urls: &[String],
+    c: usize,
+    ttl: u64,
+    timeout: u64,
+) -> Option<(Client, Setup)> {
+    let list: Vec<String> = urls
+        .iter()
+        .map(|u| u.replacen("redis://", &format!("redis://c{c}:sim@"), 1))
+        .collect();
+    let config = Config::new(list)
+        .with_ttl(Duration::from_millis(ttl))
+        .with_node_timeout(Duration::from_millis(timeout))
+        .with_quarantine(true);
+    world.log(format!(
+        "client {c}: ttl {ttl}ms, node timeout {timeout}ms, fencing off, quarantine on"
+    ));
+    let client = match Client::new(config) {
+        Ok(client) => client,
+        Err(e) => {
+            world.log(format!("client {c}: refused configuration: {e}"));
+            return None;
+        }
+    };
+    let setup = Setup {
+        c,
+        ttl,
+        quarantine: true,
+        fencing: false,
+        wall: Rc::new(Cell::new(0)),
+        paused: Rc::new(Cell::new((i64::MAX, i64::MIN))),
+        plain_only: true,
+        quiet_gaps: false,
+    };
+    Some((client, setup))
+}
+
+/// Sleeps until virtual ms `at` of the run.
+async fn until(world: &World, at: i64) {
+    let left = at - world.elapsed_ms();
+    if left > 0 {
+        tokio::time::sleep(Duration::from_millis(left as u64)).await;
+    }
+}
+
+/// Takes `resource` once (a plain lock) and records the grant; `None` when refused.
+async fn take(
+    world: &World,
+    history: &RefCell<History>,
+    client: &Client,
+    s: &Setup,
+    resource: &str,
+) -> Option<(usize, fencelock::Lock)> {
+    let started = world.elapsed_ms();
+    match client.try_acquire(resource).await {
+        Ok(lock) => {
+            let g = record(
+                world,
+                history,
+                s,
+                Kind::Mutex,
+                resource,
+                (None, lock.validity_deadline()),
+                started,
+                held_by(&lock),
+            );
+            Some((g, lock))
+        }
+        Err(e) => {
+            if world.verbose {
+                world.log(format!("client {}: {resource} refused: {e}", s.c));
+            }
+            None
+        }
+    }
+}
+
+/// Ends grant `g` now (or at its validity, if that came first) and releases its lock.
+async fn give_back(world: &World, history: &RefCell<History>, g: usize, lock: fencelock::Lock) {
+    {
+        let mut h = history.borrow_mut();
+        let now = world.elapsed_ms();
+        let valid_until = h.grants[g].valid_until;
+        h.grants[g].ended = Some(now.min(valid_until));
+    }
+    let _ = lock.release().await;
+}
+
+/// The tasks of scenario `scenario` (none for the mix).
+fn scripted(
+    scenario: Scenario,
+    world: Rc<World>,
+    history: Rc<RefCell<History>>,
+    urls: &[String],
+) -> Vec<tokio::task::JoinHandle<()>> {
+    match scenario {
+        Scenario::Mixed => Vec::new(),
+        Scenario::ShortTtl => short_ttl(world, history, urls),
+        Scenario::HeldExtension => held_extension(world, history, urls),
+    }
+}
+
+/// Issue 27 item 1 (see `Scenario::ShortTtl`). With L's TTL `T` = 4 s announced at `ta` (its
+/// entry until `ta + 2T`), a later plain grant of L at `tg` stops at the mark while the mark has
+/// more than `T` + L's margin left: `tg` up to `ta + 3.9 s`. S's announcement (margin 1,971 ms)
+/// finds L's entry short of its need once `ta + 2T - now < 2,971 ms`: after `ta + 5,029 ms`.
+/// A record that then expired with S's own entry (`now + 2 s`) would lapse before L's key
+/// (`tg + T`) when S comes before `tg + 2 s`. Each time is drawn inside its window.
+fn short_ttl(
+    world: Rc<World>,
+    history: Rc<RefCell<History>>,
+    urls: &[String],
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let (Some(l), Some(s), Some(c)) = (
+        scripted_client(&world, urls, 0, 4000, 50),
+        scripted_client(&world, urls, 1, 1000, 980),
+        scripted_client(&world, urls, 2, 1000, 50),
+    ) else {
+        return Vec::new();
+    };
+    // Times (virtual ms) the roles hand each other: L's announcement and its second grant.
+    let announced = Rc::new(Cell::new(i64::MAX));
+    let granted = Rc::new(Cell::new(i64::MAX));
+    // When S's entry (and, on the old Lua, the whole record) ends: S's grant + 2 s.
+    let lapse = Rc::new(Cell::new(i64::MAX));
+    let mut tasks = Vec::new();
+    {
+        let (world, history) = (world.clone(), history.clone());
+        let (announced, granted) = (announced.clone(), granted.clone());
+        tasks.push(tokio::task::spawn_local(async move {
+            let (client, setup) = l;
+            until(&world, world.rng(|r| r.i64(0..100))).await;
+            // L's first lock announces its TTL; released at once.
+            let Some((g, lock)) = take(&world, &history, &client, &setup, "r0").await else {
+                world.log("client 0: the first lock was refused; the scenario is void");
+                return;
+            };
+            let ta = history.borrow().grants[g].started;
+            announced.set(ta);
+            give_back(&world, &history, g, lock).await;
+            let tg = ta + world.rng(|r| r.i64(3100..3800));
+            // A stranger holds node 2 for a second: L is granted on nodes 0 and 1 alone.
+            until(&world, tg - 5).await;
+            world.stranger(2, "r0", 1000);
+            until(&world, tg).await;
+            granted.set(world.elapsed_ms());
+            let Some((g, lock)) = take(&world, &history, &client, &setup, "r0").await else {
+                world.log("client 0: the second lock was refused; the scenario is void");
+                return;
+            };
+            // Held to its validity, not extended (an extension would announce again).
+            let left = history.borrow().grants[g].valid_until - world.elapsed_ms();
+            tokio::time::sleep(Duration::from_millis(left.max(0) as u64)).await;
+            give_back(&world, &history, g, lock).await;
+            client.close().await;
+        }));
+    }
+    {
+        let (world, history) = (world.clone(), history.clone());
+        let (announced, granted) = (announced.clone(), granted.clone());
+        let lapse = lapse.clone();
+        tasks.push(tokio::task::spawn_local(async move {
+            let (client, setup) = s;
+            while granted.get() == i64::MAX {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            let (ta, tg) = (announced.get(), granted.get());
+            // Node 1 restarts empty while L holds it.
+            until(&world, tg + world.rng(|r| r.i64(100..1000))).await;
+            world.restart(1, Persistence::None);
+            // S's first request (no earlier one: its announcement, remembered, would cover it).
+            let t1 = world.rng(|r| r.i64(ta + 5100..(tg + 1700).max(ta + 5101)));
+            until(&world, t1).await;
+            if let Some((g, lock)) = take(&world, &history, &client, &setup, "r9").await {
+                // Its announcement ran just before the grant: its entry ends by then + 2 s.
+                lapse.set(history.borrow().grants[g].granted + 2000);
+                give_back(&world, &history, g, lock).await;
+            }
+            // S is quiet from here on: its announcements no longer carry the record.
+            client.close().await;
+        }));
+    }
+    {
+        let (world, history) = (world.clone(), history.clone());
+        tasks.push(tokio::task::spawn_local(async move {
+            let (client, setup) = c;
+            // C connects early (an unrelated lock, before node 1 restarts) and then stays
+            // away: the first client to meet node 1 restarted is S, whose marker dates its
+            // quarantine; C judges node 1 only after S's record would have lapsed.
+            until(&world, world.rng(|r| r.i64(150..300))).await;
+            if let Some((g, lock)) = take(&world, &history, &client, &setup, "r8").await {
+                give_back(&world, &history, g, lock).await;
+            }
+            while granted.get() == i64::MAX {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            let tg = granted.get();
+            let _ = tg;
+            while lapse.get() == i64::MAX {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            until(&world, lapse.get() + 2).await;
+            while world.elapsed_ms() < tg + 4500 {
+                if let Some((g, lock)) = take(&world, &history, &client, &setup, "r0").await {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    give_back(&world, &history, g, lock).await;
+                }
+                tokio::time::sleep(Duration::from_millis(world.rng(|r| r.u64(5..30)))).await;
+            }
+            client.close().await;
+        }));
+    }
+    tasks
+}
+
+/// Issue 27 item 2 (see `Scenario::HeldExtension`).
+fn held_extension(
+    world: Rc<World>,
+    history: Rc<RefCell<History>>,
+    urls: &[String],
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let Some((client, setup)) = scripted_client(&world, urls, 0, 1000, 980) else {
+        return Vec::new();
+    };
+    let end = Scenario::HeldExtension.length().map_or(0, |d| d.as_millis() as i64);
+    vec![tokio::task::spawn_local(async move {
+        until(&world, world.rng(|r| r.i64(0..200))).await;
+        // Node 0 replies late from a moment on, each command by itself (a pipeline's second
+        // command waits its own delay after the first ran); nodes 1 and 2 keep the quorum.
+        let Some((g, lock)) = take(&world, &history, &client, &setup, "r0").await else {
+            world.log("client 0: the lock was refused; the scenario is void");
+            return;
+        };
+        let hi = world.rng(|r| r.u64(300..600));
+        world.nodes[0].borrow_mut().delay_ms = (0, hi);
+        world.log(format!("fault: node 0 replies late, up to {hi}ms"));
+        let guard = lock.auto_extend(AutoExtend::new());
+        history.borrow_mut().grants[g].lost = Some(guard.lost());
+        let lost = guard.lost();
+        // Later, node 0 is cut off from everyone: the last extension that reached it is the
+        // last write there, and its key must not outlive the record it left (the lock goes on
+        // on nodes 1 and 2).
+        // The cut comes at a random moment, or earlier, the moment node 0 holds the key
+        // longer than any entry of its record lives (the state item 2 left behind an
+        // extension; the code that announces in the extension's own script never reaches it).
+        let cut_at = world.rng(|r| r.i64(1500..3500));
+        {
+            let (world, history) = (world.clone(), history.clone());
+            tokio::task::spawn_local(async move {
+                until(&world, 1000).await;
+                loop {
+                    let (key, record) = world.key_and_record_left(0, "r0");
+                    if key > 0 && !history.borrow().grants[g].counted.contains(&0) {
+                        // Node 0 extended the lock: the holder counts it from then on (the
+                        // grant itself may have been counted on nodes 1 and 2 alone).
+                        history.borrow_mut().grants[g].counted.push(0);
+                    }
+                    if key > record || world.elapsed_ms() >= cut_at {
+                        world.nodes[0].borrow_mut().partitioned = true;
+                        world.log(format!(
+                            "fault: node 0 partitioned until the hold ends (r0 lives {key}ms more there, its record {record}ms)"
+                        ));
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            });
+        }
+        let hold = end - 800 - world.elapsed_ms();
+        let fired = tokio::select! {
+            biased;
+            () = lost.fired() => true,
+            () = tokio::time::sleep(Duration::from_millis(hold.max(0) as u64)) => false,
+        };
+        let at = world.elapsed_ms();
+        let dl = virtual_ms(&world, guard.validity_deadline());
+        if StdInstant::now() > guard.validity_deadline() {
+            history.borrow_mut().seen.push(if fired {
+                format!("client 0: the lost signal of r0 fired at {at}ms, after the validity deadline {dl}ms")
+            } else {
+                format!("client 0: the validity deadline of r0 ({dl}ms) passed at {at}ms without the lost signal")
+            });
+        }
+        {
+            let mut h = history.borrow_mut();
+            h.grants[g].valid_until = dl;
+            h.grants[g].ended = Some(at.min(dl));
+        }
+        world.nodes[0].borrow_mut().delay_ms = (0, 2);
+        world.nodes[0].borrow_mut().partitioned = false;
+        world.trouble(0);
+        let _ = guard.release().await;
+        client.close().await;
+    })]
+}
+
 /// How often the coverage check looks at the nodes (virtual ms).
 const COVERAGE_EVERY_MS: u64 = 10;
 
@@ -1240,7 +1598,7 @@ pub fn report(outcome: &Outcome, opts: &Options) -> String {
     }
     let _ = writeln!(
         s,
-        "rerun: ./dev sim --seed {} --faults {} --duration {}s{} --verbose",
+        "rerun: ./dev sim --seed {} --faults {} --duration {}s{}{} --verbose",
         outcome.seed,
         match opts.faults {
             Faults::None => "none",
@@ -1249,7 +1607,12 @@ pub fn report(outcome: &Outcome, opts: &Options) -> String {
             Faults::All => "all",
         },
         opts.duration.as_secs(),
-        if opts.ttl_roles { " --ttl-roles" } else { "" }
+        if opts.ttl_roles { " --ttl-roles" } else { "" },
+        if opts.scenario == Scenario::Mixed {
+            String::new()
+        } else {
+            format!(" --scenario {}", opts.scenario.name())
+        }
     );
     s
 }

@@ -4,10 +4,12 @@
 //!               [--for D (wall clock: keep running seeds this long)] [--faults none|claimed|amnesia|all]
 //!               [--nodes N] [--clients N] [--verbose] [--stop (at the first failing seed)]
 //!               [--ttl-roles (issue 27 item 1: a 4 s plain-lock client beside a 1 s / 980 ms one)]
+//!               [--scenario mixed|short-ttl|held-extension (a script aimed at issue 27 item 1 or 2;
+//!                each has its own length and faults)]
 
 use std::time::{Duration, Instant};
 
-use fencelock_sim::run::{report, run, Faults, Options};
+use fencelock_sim::run::{report, run, Faults, Options, Scenario};
 
 fencelock_sim::virtual_clock!();
 
@@ -84,6 +86,12 @@ fn real_main() -> Result<(), String> {
             }
             "--verbose" => opts.verbose = true,
             "--ttl-roles" => opts.ttl_roles = true,
+            "--scenario" => {
+                let name = value("--scenario")?;
+                opts.scenario = Scenario::parse(&name).ok_or_else(|| {
+                    format!("--scenario {name:?}: use mixed, short-ttl or held-extension")
+                })?
+            }
             "--stop" => stop = true,
             other => {
                 return Err(format!(
