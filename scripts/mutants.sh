@@ -250,11 +250,13 @@ mutant ttls-set-expires-with-the-writer "announce expires the whole set at the w
   crates/fencelock/src/redis/lua/announce.lua \
   's/redis\.call\(\x27pexpireat\x27, k, latest\)/redis.call(\x27pexpireat\x27, k, untl)/' \
   "-p fencelock --test quarantine a_short_ttl_never_shortens_the_record_of_a_longer_one" \
-  "-p fencelock --test fencing_model the_model_announces_as_the_lua_does"
+  "-p fencelock --test fencing_model the_model_announces_as_the_lua_does" \
+  "-p fencelock-sim --test sim a_short_ttl_beside_a_long_one_keeps_the_record_seeds_0_to_99"
 mutant extension-unannounced "an extension does not announce its TTL in its script (as the batch's extensions did, behind an announcement at the head of the pipeline; issue 27, item 2)" \
   crates/fencelock/src/redis/lua/extend.lua \
   's/^announce\(ARGV\[2\]\)$/-- mutant: not announced/m' \
-  "-p fencelock --test quarantine a_batched_extension_is_covered_by_its_own_announcement"
+  "-p fencelock --test quarantine a_batched_extension_is_covered_by_its_own_announcement" \
+  "-p fencelock-sim --test sim a_held_extension_stays_covered_by_the_record_seeds_0_to_99"
 mutant flush-aged-by-uptime "a node without its marker is judged as old as its uptime (a FLUSHALL counted at once; issue 27, item 4)" \
   crates/fencelock/src/redis/quarantine.rs \
   's/let Some\(value\) = report\.marker else \{\n(\s*)return seen_now\(/let Some(value) = report.marker else {\n$1return suspect(/' \

@@ -192,7 +192,9 @@ impl World {
             .map(|a| a.as_bytes().to_vec())
             .collect::<Vec<_>>();
         let reply = self.nodes[i].borrow_mut().node.exec(now, &args);
-        self.log(format!("fault: a stranger sets {key} on node {i} for {ms}ms: {reply:?}"));
+        self.log(format!(
+            "fault: a stranger sets {key} on node {i} for {ms}ms: {reply:?}"
+        ));
     }
 
     /// On node `i`: how long `key` lives (ms; 0 when it does not) and how long the latest entry
@@ -200,7 +202,10 @@ impl World {
     pub fn key_and_record_left(&self, i: usize, key: &str) -> (i64, i64) {
         let now = self.node_now(i);
         let mut n = self.nodes[i].borrow_mut();
-        let key_left = match n.node.exec(now, &[b"PTTL".to_vec(), key.as_bytes().to_vec()]) {
+        let key_left = match n
+            .node
+            .exec(now, &[b"PTTL".to_vec(), key.as_bytes().to_vec()])
+        {
             Reply::Int(ms) => ms.max(0),
             _ => 0,
         };

@@ -1096,7 +1096,9 @@ fn held_extension(
     let Some((client, setup)) = scripted_client(&world, urls, 0, 1000, 980) else {
         return Vec::new();
     };
-    let end = Scenario::HeldExtension.length().map_or(0, |d| d.as_millis() as i64);
+    let end = Scenario::HeldExtension
+        .length()
+        .map_or(0, |d| d.as_millis() as i64);
     vec![tokio::task::spawn_local(async move {
         until(&world, world.rng(|r| r.i64(0..200))).await;
         // Node 0 replies late from a moment on, each command by itself (a pipeline's second
