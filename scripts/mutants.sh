@@ -60,7 +60,8 @@ mutant validity-ignores-elapsed "validity counted from the reply, not from befor
   's/ttl\.checked_sub\(elapsed\)\?/ttl.checked_sub(elapsed * 0)?/' \
   "-p fencelock --test redlock validity_is_below_the_ttl_and_shrinks" \
   "-p fencelock --test guarantees a_delayed_single_node_shortens_the_validity_by_the_delay" \
-  "-p fencelock --test guarantees fenced_redlock_under_network_delay_counts_validity_from_the_send"
+  "-p fencelock --test guarantees fenced_redlock_under_network_delay_counts_validity_from_the_send" \
+  "-p fencelock-sim --test sim slow_replies_shorten_the_validity_seeds_0_to_99"
 mutant round-waits-three-timeouts "a round waits three node timeouts for paused nodes" \
   crates/fencelock/src/redis/round.rs \
   's/std::pin::pin!\(tokio::time::sleep\(limit\)\)/std::pin::pin!(tokio::time::sleep(limit * 3))/' \
@@ -261,11 +262,13 @@ mutant flush-aged-by-uptime "a node without its marker is judged as old as its u
   crates/fencelock/src/redis/quarantine.rs \
   's/let Some\(value\) = report\.marker else \{\n(\s*)return seen_now\(/let Some(value) = report.marker else {\n$1return suspect(/' \
   "-p fencelock --test quarantine a_flush_on_a_majority_while_a_lock_is_held_starts_the_quarantine" \
-  "-p fencelock --lib redis::quarantine::tests::a_loss_without_a_restart_is_counted_from_when_it_is_seen"
+  "-p fencelock --lib redis::quarantine::tests::a_loss_without_a_restart_is_counted_from_when_it_is_seen" \
+  "-p fencelock-sim --test sim a_flush_of_a_majority_starts_the_quarantine_seeds_0_to_99"
 mutant grant-marker-unchecked "a grant counts whatever the node's marker reads right behind it (an open connection never sees a flush; issue 27, item 4)" \
   crates/fencelock/src/redis/round.rs \
   's/Ok\(found\) if handle\.info\.marker_holds\(found\.as_deref\(\)\) => \{\}/Ok(found) if true || handle.info.marker_holds(found.as_deref()) => {}/' \
-  "-p fencelock --test quarantine a_flush_on_a_majority_while_a_lock_is_held_starts_the_quarantine"
+  "-p fencelock --test quarantine a_flush_on_a_majority_while_a_lock_is_held_starts_the_quarantine" \
+  "-p fencelock-sim --test sim a_flush_of_a_majority_starts_the_quarantine_seeds_0_to_99"
 mutant etcd-carried-lease-reuses-the-key "a lease carried over to the next lock writes the old lock's key again" \
   crates/fencelock/src/etcd/mod.rs \
   's/Some\(n\) => keys::carried_key\(p, lease, n\),/Some(_) => side.key(p, lease),/' \

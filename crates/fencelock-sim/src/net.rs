@@ -37,6 +37,9 @@ pub struct SimNode {
     subs: HashMap<Vec<u8>, Vec<(u64, mpsc::UnboundedSender<Reply>)>>,
     /// Delay of each reply: uniform in [min, max] ms.
     pub delay_ms: (u64, u64),
+    /// A delay after the command ran, before its reply leaves (ms): the way back is slow, the
+    /// command took effect on time.
+    pub reply_delay_ms: u64,
     /// How fast the node's clock runs, in millionths more than the virtual time.
     pub drift_ppm: i64,
     /// When a fault last touched the node (virtual ms), for the checker's "quiet node".
@@ -104,6 +107,7 @@ impl World {
                 kill: Rc::new(Notify::new()),
                 subs: HashMap::new(),
                 delay_ms: (0, 2),
+                reply_delay_ms: 0,
                 drift_ppm: 0,
                 troubled_at: i64::MIN / 2,
             }));
@@ -485,6 +489,14 @@ async fn serve(world: Rc<World>, i: usize, conn: u64, mut io: DuplexStream) {
             }
             for r in world.exec(i, conn, &push_tx, args) {
                 r.encode(&mut out);
+            }
+            let back = world.nodes[i].borrow().reply_delay_ms;
+            if back > 0 {
+                tokio::select! {
+                    biased;
+                    _ = tokio::time::sleep(Duration::from_millis(back)) => {}
+                    _ = kill.notified() => return,
+                }
             }
             if io.write_all(&out).await.is_err() {
                 return;

@@ -321,6 +321,11 @@ impl Node {
     }
 
     /// Runs one command at node time `now` (ms since the epoch).
+    /// Makes the node `ms` older: it started that long before it did (`uptime_in_seconds`).
+    pub fn age(&mut self, ms: i64) {
+        self.started -= ms;
+    }
+
     pub fn exec(&mut self, now: i64, args: &[Vec<u8>]) -> Reply {
         if args.is_empty() {
             return Reply::err("ERR empty command");

@@ -64,6 +64,15 @@ pub enum Scenario {
     /// before it in the same pipeline); then node 0 is cut off, so the last extension it ran is
     /// the last write there while the lock lives on.
     HeldExtension,
+    /// Issue 27 item 4: A (TTL 4 s) holds `r0`, plainly or auto-extended; FLUSHALL on two of
+    /// the three nodes (they stay up, every connection stays open); B (TTL 1 s), connected
+    /// before the flush, and N (TTL 1 s), whose first request comes after it, try `r0` until
+    /// A's lock has ended.
+    Flush,
+    /// The validity counted from before the request: A takes `r0` (TTL 1 s) while every node's
+    /// replies come back 150-400 ms after the command ran; B tries `r0` from just before A's
+    /// keys expire.
+    SlowReply,
 }
 
 impl Scenario {
@@ -73,14 +82,22 @@ impl Scenario {
             Scenario::Mixed => "mixed",
             Scenario::ShortTtl => "short-ttl",
             Scenario::HeldExtension => "held-extension",
+            Scenario::Flush => "flush",
+            Scenario::SlowReply => "slow-reply",
         }
     }
 
     /// The scenario named `name` (`--scenario`'s value).
     pub fn parse(name: &str) -> Option<Scenario> {
-        [Scenario::Mixed, Scenario::ShortTtl, Scenario::HeldExtension]
-            .into_iter()
-            .find(|s| s.name() == name)
+        [
+            Scenario::Mixed,
+            Scenario::ShortTtl,
+            Scenario::HeldExtension,
+            Scenario::Flush,
+            Scenario::SlowReply,
+        ]
+        .into_iter()
+        .find(|s| s.name() == name)
     }
 
     /// The virtual length a scripted run needs (the mix takes `Options::duration`).
@@ -89,6 +106,8 @@ impl Scenario {
             Scenario::Mixed => None,
             Scenario::ShortTtl => Some(Duration::from_secs(9)),
             Scenario::HeldExtension => Some(Duration::from_secs(6)),
+            Scenario::Flush => Some(Duration::from_secs(7)),
+            Scenario::SlowReply => Some(Duration::from_secs(4)),
         }
     }
 }
@@ -971,6 +990,8 @@ fn scripted(
         Scenario::Mixed => Vec::new(),
         Scenario::ShortTtl => short_ttl(world, history, urls),
         Scenario::HeldExtension => held_extension(world, history, urls),
+        Scenario::Flush => flush(world, history, urls),
+        Scenario::SlowReply => slow_reply(world, history, urls),
     }
 }
 
@@ -1093,7 +1114,8 @@ fn held_extension(
     history: Rc<RefCell<History>>,
     urls: &[String],
 ) -> Vec<tokio::task::JoinHandle<()>> {
-    let Some((client, setup)) = scripted_client(&world, urls, 0, 1000, 980) else {
+    // A node timeout of 200 ms: node 0's late replies time out, its commands still run there.
+    let Some((client, setup)) = scripted_client(&world, urls, 0, 1000, 200) else {
         return Vec::new();
     };
     let end = Scenario::HeldExtension
@@ -1168,6 +1190,217 @@ fn held_extension(
         let _ = guard.release().await;
         client.close().await;
     })]
+}
+
+/// Issue 27 item 4 (see `Scenario::Flush`).
+fn flush(
+    world: Rc<World>,
+    history: Rc<RefCell<History>>,
+    urls: &[String],
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let (Some(a), Some(b), Some(n)) = (
+        scripted_client(&world, urls, 0, 4000, 50),
+        scripted_client(&world, urls, 1, 1000, 50),
+        scripted_client(&world, urls, 2, 1000, 50),
+    ) else {
+        return Vec::new();
+    };
+    // Nodes up for an hour, as production nodes are: a flushed node's uptime says nothing of
+    // its data.
+    for node in &world.nodes {
+        node.borrow_mut().node.age(3_600_000);
+    }
+    // When A's lock ends (virtual ms), once it is held, and when the flush came.
+    let ends = Rc::new(Cell::new(i64::MAX));
+    let flushed = Rc::new(Cell::new(i64::MAX));
+    let mut tasks = Vec::new();
+    {
+        let (world, history, ends) = (world.clone(), history.clone(), ends.clone());
+        let flushed = flushed.clone();
+        tasks.push(tokio::task::spawn_local(async move {
+            let (client, setup) = a;
+            until(&world, world.rng(|r| r.i64(100..300))).await;
+            let Some((g, lock)) = take(&world, &history, &client, &setup, "r0").await else {
+                world.log("client 0: the lock was refused; the scenario is void");
+                return;
+            };
+            // The flush of two nodes, while A holds.
+            let at = world.elapsed_ms() + world.rng(|r| r.i64(100..1500));
+            let spared = world.rng(|r| r.usize(..3));
+            {
+                let world = world.clone();
+                tokio::task::spawn_local(async move {
+                    until(&world, at).await;
+                    for j in (0..3).filter(|&j| j != spared) {
+                        let now = world.node_now(j);
+                        world.lost_data.set(true);
+                        world.losses.borrow_mut().push(world.elapsed_ms());
+                        world.trouble(j);
+                        world.nodes[j]
+                            .borrow_mut()
+                            .node
+                            .exec(now, &[b"FLUSHALL".to_vec()]);
+                        world.log(format!("fault: node {j} FLUSHALL"));
+                    }
+                    flushed.set(at);
+                });
+            }
+            if world.rng(|r| r.bool()) {
+                // Held plainly to its validity.
+                let until_ms = history.borrow().grants[g].valid_until;
+                ends.set(until_ms);
+                until(&world, until_ms).await;
+                give_back(&world, &history, g, lock).await;
+            } else {
+                // Auto-extended: the flush takes its keys from two nodes, so its extensions
+                // fail there and its lost signal must fire before its validity ends.
+                let guard = lock.auto_extend(AutoExtend::new());
+                history.borrow_mut().grants[g].lost = Some(guard.lost());
+                let lost = guard.lost();
+                ends.set(world.elapsed_ms() + 4000);
+                let fired = tokio::select! {
+                    biased;
+                    () = lost.fired() => true,
+                    () = tokio::time::sleep(Duration::from_millis(4000)) => false,
+                };
+                let at = world.elapsed_ms();
+                let dl = virtual_ms(&world, guard.validity_deadline());
+                if StdInstant::now() > guard.validity_deadline() {
+                    history.borrow_mut().seen.push(if fired {
+                        format!("client 0: the lost signal of r0 fired at {at}ms, after the validity deadline {dl}ms")
+                    } else {
+                        format!("client 0: the validity deadline of r0 ({dl}ms) passed at {at}ms without the lost signal")
+                    });
+                }
+                {
+                    let mut h = history.borrow_mut();
+                    h.grants[g].valid_until = dl;
+                    h.grants[g].ended = Some(at.min(dl));
+                }
+                let _ = guard.release().await;
+            }
+            client.close().await;
+        }));
+    }
+    {
+        // N's first request comes after the flush: it meets the flushed nodes without their
+        // markers, never having seen them before.
+        let (world, history, ends) = (world.clone(), history.clone(), ends.clone());
+        tasks.push(tokio::task::spawn_local(async move {
+            let (client, setup) = n;
+            while flushed.get() == i64::MAX || ends.get() == i64::MAX {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            until(&world, flushed.get() + world.rng(|r| r.i64(0..500))).await;
+            while world.elapsed_ms() < ends.get().saturating_add(300).min(6500) {
+                if let Some((g, lock)) = take(&world, &history, &client, &setup, "r0").await {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    give_back(&world, &history, g, lock).await;
+                }
+                tokio::time::sleep(Duration::from_millis(world.rng(|r| r.u64(10..60)))).await;
+            }
+            client.close().await;
+        }));
+    }
+    {
+        let (world, history) = (world.clone(), history.clone());
+        tasks.push(tokio::task::spawn_local(async move {
+            let (client, setup) = b;
+            // B connects before the flush (its connections stay open through it).
+            until(&world, world.rng(|r| r.i64(20..80))).await;
+            if let Some((g, lock)) = take(&world, &history, &client, &setup, "r8").await {
+                give_back(&world, &history, g, lock).await;
+            }
+            while ends.get() == i64::MAX {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            while world.elapsed_ms() < ends.get().saturating_add(300).min(6500) {
+                if let Some((g, lock)) = take(&world, &history, &client, &setup, "r0").await {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    give_back(&world, &history, g, lock).await;
+                }
+                tokio::time::sleep(Duration::from_millis(world.rng(|r| r.u64(10..60)))).await;
+            }
+            client.close().await;
+        }));
+    }
+    tasks
+}
+
+/// The validity counted from before the request (see `Scenario::SlowReply`).
+fn slow_reply(
+    world: Rc<World>,
+    history: Rc<RefCell<History>>,
+    urls: &[String],
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let (Some(a), Some(b)) = (
+        scripted_client(&world, urls, 0, 1000, 980),
+        scripted_client(&world, urls, 1, 1000, 50),
+    ) else {
+        return Vec::new();
+    };
+    // When A's keys were set (virtual ms, just before A's attempt).
+    let sent = Rc::new(Cell::new(i64::MAX));
+    let mut tasks = Vec::new();
+    {
+        let (world, history, sent) = (world.clone(), history.clone(), sent.clone());
+        tasks.push(tokio::task::spawn_local(async move {
+            let (client, setup) = a;
+            // Connected first (a plain lock of another resource), so that the slow replies
+            // below meet the lock itself.
+            until(&world, world.rng(|r| r.i64(0..100))).await;
+            if let Some((g, lock)) = take(&world, &history, &client, &setup, "r8").await {
+                give_back(&world, &history, g, lock).await;
+            }
+            until(&world, 1000 + world.rng(|r| r.i64(0..200))).await;
+            let back = world.rng(|r| r.u64(150..400));
+            for j in 0..3 {
+                world.nodes[j].borrow_mut().reply_delay_ms = back;
+            }
+            world.log(format!(
+                "fault: every node's replies come back {back}ms late"
+            ));
+            sent.set(world.elapsed_ms());
+            let taken = take(&world, &history, &client, &setup, "r0").await;
+            for j in 0..3 {
+                world.nodes[j].borrow_mut().reply_delay_ms = 0;
+            }
+            let Some((g, lock)) = taken else {
+                world.log("client 0: the lock was refused; the scenario is void");
+                return;
+            };
+            // Held to the validity it was told.
+            let until_ms = history.borrow().grants[g].valid_until;
+            until(&world, until_ms).await;
+            give_back(&world, &history, g, lock).await;
+            client.close().await;
+        }));
+    }
+    {
+        let (world, history) = (world.clone(), history.clone());
+        tasks.push(tokio::task::spawn_local(async move {
+            let (client, setup) = b;
+            until(&world, world.rng(|r| r.i64(0..100))).await;
+            if let Some((g, lock)) = take(&world, &history, &client, &setup, "r9").await {
+                give_back(&world, &history, g, lock).await;
+            }
+            while sent.get() == i64::MAX {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            // From just before A's keys expire (set right after A's attempt began).
+            until(&world, sent.get() + 900).await;
+            while world.elapsed_ms() < sent.get() + 1800 {
+                if let Some((g, lock)) = take(&world, &history, &client, &setup, "r0").await {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    give_back(&world, &history, g, lock).await;
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(world.rng(|r| r.u64(5..20)))).await;
+            }
+            client.close().await;
+        }));
+    }
+    tasks
 }
 
 /// How often the coverage check looks at the nodes (virtual ms).

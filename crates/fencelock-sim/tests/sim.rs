@@ -108,6 +108,16 @@ fn a_held_extension_stays_covered_by_the_record_seeds_0_to_99() {
 }
 
 #[test]
+fn a_flush_of_a_majority_starts_the_quarantine_seeds_0_to_99() {
+    scenario(Scenario::Flush);
+}
+
+#[test]
+fn slow_replies_shorten_the_validity_seeds_0_to_99() {
+    scenario(Scenario::SlowReply);
+}
+
+#[test]
 fn one_seed_gives_one_trace() {
     // Forty seeds under every fault, each run twice on this thread: a run that reads anything
     // but its seed (a hash map's order, tokio's random choice among ready branches, the OS's
@@ -117,6 +127,8 @@ fn one_seed_gives_one_trace() {
         (Faults::Claimed, Scenario::Mixed, 20),
         (Faults::Claimed, Scenario::ShortTtl, 5),
         (Faults::Claimed, Scenario::HeldExtension, 5),
+        (Faults::Claimed, Scenario::Flush, 5),
+        (Faults::Claimed, Scenario::SlowReply, 5),
     ] {
         let opts = Options {
             faults,
