@@ -105,11 +105,13 @@ mutant writeback-seed-without-wait "issue 27 item 3: a node without its counter 
   crates/fencelock/src/redis/lua/write_back.lua \
   's/\n  if not since then\n    redis\.call\(\x27set\x27, \x27fencelock:lost\x27, now\)\n    return 2\n  end\n  local held = [^\n]*\n  if now - held - tonumber\(since\) < tonumber\(ARGV\[3\]\) then return 2 end\n/\n  -- mutant: no seed wait\n/' \
   "-p fencelock --test counter a_seed_from_another_resource_never_makes_a_node_trusted_below_its_lost_record" \
-  "-p fencelock --test counter a_restarted_node_is_seeded_only_after_the_seed_wait"
+  "-p fencelock --test counter a_restarted_node_is_seeded_only_after_the_seed_wait" \
+  "-p fencelock-sim --test sim a_restarted_node_is_not_seeded_below_a_token_it_lost_seeds_0_to_99"
 mutant guard-seed-without-wait "issue 27 item 3: the client seeds without asking for the seed wait (as an epoch start's write-back)" \
   crates/fencelock/src/redis/guard.rs \
   's/WriteBack::Seed\(Seed \{ wait \}\)/WriteBack::Epoch/' \
-  "-p fencelock --test counter a_restarted_node_is_seeded_only_after_the_seed_wait"
+  "-p fencelock --test counter a_restarted_node_is_seeded_only_after_the_seed_wait" \
+  "-p fencelock-sim --test sim a_restarted_node_is_not_seeded_below_a_token_it_lost_seeds_0_to_99"
 mutant writeback-creates-lost-counter "issue 27: a plain write-back creates the counter of a node that lost it since its trusted read (evicted, or an operator's DEL), below a token it recorded" \
   crates/fencelock/src/redis/lua/write_back.lua \
   's/if exists == 0 and ARGV\[3\] ~= \x27epoch\x27 then/if exists == 0 and ARGV[3] and ARGV[3] ~= \x27epoch\x27 then/' \

@@ -60,6 +60,9 @@ pub struct World {
     /// Commands served, for the throughput figures.
     pub commands: Cell<u64>,
     /// Whether some node lost data in this run (a restart without persistence, a FLUSHALL).
+    /// Extra delay (ms) of every command one client sends to one node: (node, client) -> ms.
+    /// A request of that client stays in flight while others' reach the node.
+    pub client_delay: RefCell<std::collections::BTreeMap<(usize, usize), u64>>,
     pub lost_data: Cell<bool>,
     /// When a node lost its data (a restart without persistence, a FLUSHALL), in virtual ms.
     pub losses: RefCell<Vec<i64>>,
@@ -80,6 +83,7 @@ impl World {
             trace: RefCell::new(Vec::new()),
             verbose,
             commands: Cell::new(0),
+            client_delay: RefCell::default(),
             lost_data: Cell::new(false),
             losses: RefCell::new(Vec::new()),
             frozen: RefCell::default(),
@@ -444,6 +448,14 @@ async fn serve(world: Rc<World>, i: usize, conn: u64, mut io: DuplexStream) {
                 tokio::select! {
                     biased;
                     _ = tokio::time::sleep(Duration::from_millis(delay)) => {}
+                    _ = kill.notified() => return,
+                }
+            }
+            let extra = client.and_then(|c| world.client_delay.borrow().get(&(i, c)).copied());
+            if let Some(ms) = extra {
+                tokio::select! {
+                    biased;
+                    _ = tokio::time::sleep(Duration::from_millis(ms)) => {}
                     _ = kill.notified() => return,
                 }
             }

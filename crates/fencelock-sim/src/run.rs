@@ -73,6 +73,11 @@ pub enum Scenario {
     /// replies come back 150-400 ms after the command ran; B tries `r0` from just before A's
     /// keys expire.
     SlowReply,
+    /// Issue 27 item 3, the real client in the order the item gives (quarantine off, fencing
+    /// on, one counter per node shared by resources): A's request to node 2 stays in flight
+    /// while node 1 restarts empty and G, on another resource, is issued a smaller token and
+    /// seeds node 1; A is then issued its larger one; B, after A, must get a token above A's.
+    CounterRestart,
 }
 
 impl Scenario {
@@ -84,6 +89,7 @@ impl Scenario {
             Scenario::HeldExtension => "held-extension",
             Scenario::Flush => "flush",
             Scenario::SlowReply => "slow-reply",
+            Scenario::CounterRestart => "counter-restart",
         }
     }
 
@@ -95,6 +101,7 @@ impl Scenario {
             Scenario::HeldExtension,
             Scenario::Flush,
             Scenario::SlowReply,
+            Scenario::CounterRestart,
         ]
         .into_iter()
         .find(|s| s.name() == name)
@@ -108,6 +115,7 @@ impl Scenario {
             Scenario::HeldExtension => Some(Duration::from_secs(6)),
             Scenario::Flush => Some(Duration::from_secs(7)),
             Scenario::SlowReply => Some(Duration::from_secs(4)),
+            Scenario::CounterRestart => Some(Duration::from_secs(4)),
         }
     }
 }
@@ -897,6 +905,20 @@ fn scripted_client(
     ttl: u64,
     timeout: u64,
 ) -> Option<(Client, Setup)> {
+    scripted_client_with(world, urls, c, (ttl, timeout), true, 0)
+}
+
+/// A client of a scripted run; fenced (quarantine off) when `quarantine` is false, its wall
+/// clock `wall` ms off the run's.
+fn scripted_client_with(
+    world: &World,
+    urls: &[String],
+    c: usize,
+    (ttl, timeout): (u64, u64),
+    quarantine: bool,
+    wall: i64,
+) -> Option<(Client, Setup)> {
+    let fencing = !quarantine;
     let list: Vec<String> = urls
         .iter()
         .map(|u| u.replacen("redis://", &format!("redis://c{c}:sim@"), 1))
@@ -904,9 +926,12 @@ fn scripted_client(
     let config = Config::new(list)
         .with_ttl(Duration::from_millis(ttl))
         .with_node_timeout(Duration::from_millis(timeout))
-        .with_quarantine(true);
+        .with_quarantine(quarantine)
+        .with_fencing(fencing);
     world.log(format!(
-        "client {c}: ttl {ttl}ms, node timeout {timeout}ms, fencing off, quarantine on"
+        "client {c}: ttl {ttl}ms, node timeout {timeout}ms, fencing {}, quarantine {}, wall clock {wall}ms",
+        if fencing { "on" } else { "off" },
+        if quarantine { "on" } else { "off" }
     ));
     let client = match Client::new(config) {
         Ok(client) => client,
@@ -918,9 +943,9 @@ fn scripted_client(
     let setup = Setup {
         c,
         ttl,
-        quarantine: true,
-        fencing: false,
-        wall: Rc::new(Cell::new(0)),
+        quarantine,
+        fencing,
+        wall: Rc::new(Cell::new(wall)),
         paused: Rc::new(Cell::new((i64::MAX, i64::MIN))),
         plain_only: true,
         quiet_gaps: false,
@@ -953,7 +978,10 @@ async fn take(
                 s,
                 Kind::Mutex,
                 resource,
-                (None, lock.validity_deadline()),
+                (
+                    lock.fencing_token().map(|t| t.value()),
+                    lock.validity_deadline(),
+                ),
                 started,
                 held_by(&lock),
             );
@@ -992,6 +1020,7 @@ fn scripted(
         Scenario::HeldExtension => held_extension(world, history, urls),
         Scenario::Flush => flush(world, history, urls),
         Scenario::SlowReply => slow_reply(world, history, urls),
+        Scenario::CounterRestart => counter_restart(world, history, urls),
     }
 }
 
@@ -1399,6 +1428,116 @@ fn slow_reply(
             }
             client.close().await;
         }));
+    }
+    tasks
+}
+
+/// Issue 27 item 3 (see `Scenario::CounterRestart`). Wall clocks set the proposals: G's is the
+/// run's, A's ahead by 500 ms (its proposal above G's), B's a minute behind (its proposal below
+/// every counter: its token is derived from the counters it reads).
+fn counter_restart(
+    world: Rc<World>,
+    history: Rc<RefCell<History>>,
+    urls: &[String],
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let (Some(a), Some(g), Some(b)) = (
+        scripted_client_with(&world, urls, 0, (2000, 980), false, 500),
+        scripted_client_with(&world, urls, 1, (2000, 980), false, 0),
+        scripted_client_with(&world, urls, 2, (2000, 980), false, -60_000),
+    ) else {
+        return Vec::new();
+    };
+    let t0 = 1000 + world.rng(|r| r.i64(0..200));
+    let in_flight = world.rng(|r| r.u64(300..600));
+    let restart_at = t0 + world.rng(|r| r.i64(20..80));
+    let g_at = restart_at + world.rng(|r| r.i64(20..(in_flight as i64 - 150)));
+    let b_at = t0 + in_flight as i64 + world.rng(|r| r.i64(400..900));
+    let mut tasks = Vec::new();
+    {
+        let (world, history) = (world.clone(), history.clone());
+        let (client, setup) = a;
+        let wall = setup.wall.clone();
+        tasks.push(tokio::task::spawn_local(crate::clock::WallOffset::new(
+            wall,
+            async move {
+                // A connects early (a lock of another resource, released).
+                until(&world, world.rng(|r| r.i64(0..100))).await;
+                if let Some((g, lock)) = take(&world, &history, &client, &setup, "r8").await {
+                    give_back(&world, &history, g, lock).await;
+                }
+                // A stale key of X on node 0 (refuses A there), and A's request to node 2 in flight.
+                until(&world, t0 - 5).await;
+                world.stranger(0, "X", 200);
+                world.client_delay.borrow_mut().insert((2, 0), in_flight);
+                until(&world, t0).await;
+                let taken = take(&world, &history, &client, &setup, "X").await;
+                world.client_delay.borrow_mut().remove(&(2, 0));
+                if let Some((g, lock)) = taken {
+                    give_back(&world, &history, g, lock).await;
+                }
+                client.close().await;
+            },
+        )));
+    }
+    {
+        let world2 = world.clone();
+        tasks.push(tokio::task::spawn_local(async move {
+            until(&world2, restart_at).await;
+            world2.restart(1, Persistence::None);
+        }));
+    }
+    {
+        let (world, history) = (world.clone(), history.clone());
+        let (client, setup) = g;
+        let wall = setup.wall.clone();
+        tasks.push(tokio::task::spawn_local(crate::clock::WallOffset::new(
+            wall,
+            async move {
+                // G's first lock sets every counter (C); its next, on Z, is issued just above.
+                until(&world, world.rng(|r| r.i64(0..100))).await;
+                if let Some((g, lock)) = take(&world, &history, &client, &setup, "r9").await {
+                    give_back(&world, &history, g, lock).await;
+                }
+                // Its connection to node 1 broke with the restart: a first request finds that out
+                // (it fails there), the next one connects anew.
+                until(&world, restart_at + 5).await;
+                if let Some((g, lock)) = take(&world, &history, &client, &setup, "r5").await {
+                    give_back(&world, &history, g, lock).await;
+                }
+                until(&world, g_at).await;
+                if let Some((g, lock)) = take(&world, &history, &client, &setup, "Z").await {
+                    give_back(&world, &history, g, lock).await;
+                }
+                client.close().await;
+            },
+        )));
+    }
+    {
+        let (world, history) = (world.clone(), history.clone());
+        let (client, setup) = b;
+        let wall = setup.wall.clone();
+        tasks.push(tokio::task::spawn_local(crate::clock::WallOffset::new(
+            wall,
+            async move {
+                until(&world, world.rng(|r| r.i64(0..100))).await;
+                if let Some((g, lock)) = take(&world, &history, &client, &setup, "r7").await {
+                    give_back(&world, &history, g, lock).await;
+                }
+                until(&world, restart_at + 5).await;
+                if let Some((g, lock)) = take(&world, &history, &client, &setup, "r4").await {
+                    give_back(&world, &history, g, lock).await;
+                }
+                // After A has ended: node 2 slow for B, so its quorum is nodes 0 and 1.
+                until(&world, b_at).await;
+                world.client_delay.borrow_mut().insert((2, 2), 600);
+                let taken = take(&world, &history, &client, &setup, "X").await;
+                world.client_delay.borrow_mut().remove(&(2, 2));
+                if let Some((g, lock)) = taken {
+                    give_back(&world, &history, g, lock).await;
+                }
+                client.close().await;
+            },
+        )));
     }
     tasks
 }

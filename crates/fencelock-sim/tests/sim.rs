@@ -118,6 +118,11 @@ fn slow_replies_shorten_the_validity_seeds_0_to_99() {
 }
 
 #[test]
+fn a_restarted_node_is_not_seeded_below_a_token_it_lost_seeds_0_to_99() {
+    scenario(Scenario::CounterRestart);
+}
+
+#[test]
 fn one_seed_gives_one_trace() {
     // Forty seeds under every fault, each run twice on this thread: a run that reads anything
     // but its seed (a hash map's order, tokio's random choice among ready branches, the OS's
@@ -129,6 +134,7 @@ fn one_seed_gives_one_trace() {
         (Faults::Claimed, Scenario::HeldExtension, 5),
         (Faults::Claimed, Scenario::Flush, 5),
         (Faults::Claimed, Scenario::SlowReply, 5),
+        (Faults::Claimed, Scenario::CounterRestart, 5),
     ] {
         let opts = Options {
             faults,
