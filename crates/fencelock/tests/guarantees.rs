@@ -672,6 +672,19 @@ async fn an_evicted_lock_key_on_two_of_three_nodes_lets_a_second_client_in() {
         let (a, b) = (make(), make());
         let (_dir, fence) = storage();
         let held = a.try_acquire("evict").await.unwrap();
+        // Once every node holds it: the grant returns at a majority, and the last node's write
+        // may still be on its way on a loaded machine (it would land after the eviction below).
+        let until = std::time::Instant::now() + Duration::from_secs(10);
+        while !nodes
+            .iter()
+            .all(|n| n.cli(&["EXISTS", "evict"]).unwrap() == "1")
+        {
+            assert!(
+                std::time::Instant::now() < until,
+                "the lock's key is not on every node"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         let filler = "x".repeat(16 << 10);
         for node in nodes.iter().take(2) {
             let mut filled = 0;
