@@ -311,11 +311,11 @@ impl Backend {
     /// [`Error::InvalidConfig`] naming the primitive and the backend.
     #[cfg_attr(not(feature = "postgres-lock"), allow(unused_variables))]
     pub(crate) fn offers(&self, what: &str) -> Result<()> {
-        match self {
-            #[cfg(feature = "postgres-lock")]
-            Backend::Postgres(_) => Err(crate::pglock::unsupported(what)),
-            _ => Ok(()),
+        #[cfg(feature = "postgres-lock")]
+        if let Backend::Postgres(_) = self {
+            return Err(crate::pglock::unsupported(what));
         }
+        Ok(())
     }
 
     /// Takes a permit of a semaphore: one try with `policy` `None`, else waiting as it allows.

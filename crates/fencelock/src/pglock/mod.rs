@@ -354,7 +354,7 @@ impl PgBackend {
             Some(_) => Ok(PgGrant {
                 held,
                 // As Redis: the validity counts from before the request was sent.
-                deadline: started + (self.ttl - self.drift),
+                deadline: started + self.ttl.saturating_sub(self.drift),
                 votes,
             }),
             None => {
@@ -451,7 +451,7 @@ impl PgBackend {
         match row {
             Ok(Some(_)) => {
                 let outcome = match validity::validity(self.ttl, elapsed, self.drift) {
-                    Some(_) => Outcome::extended(started + (self.ttl - self.drift)),
+                    Some(_) => Outcome::extended(started + self.ttl.saturating_sub(self.drift)),
                     None => Outcome::failed(Attempt::TooLate, "the extension left no validity"),
                 };
                 (outcome, self.votes(VoteOutcome::Granted, elapsed))
