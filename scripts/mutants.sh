@@ -479,6 +479,10 @@ mutant pg-extend-revives-expired "postgres: an extension revives a row past its 
   crates/fencelock/src/pglock/sql.rs \
   's/WHERE resource = \$1 AND owner = \$2 AND expires_at > clock_timestamp\(\)/WHERE resource = \$1 AND owner = \$2/' \
   "-p fencelock --test postgres_lock an_expired_lock_is_not_revived_and_is_taken_over_with_a_larger_token"
+mutant pg-failure-counts-as-extension "postgres: an extension the database did not answer counts as done: the lost signal never fires (issue 32)" \
+  crates/fencelock/src/pglock/mod.rs \
+  's/Outcome::failed\(Attempt::Failed, outcome\.to_string\(\)\)/Outcome::extended(started + self.ttl)/' \
+  "-p fencelock --test postgres_lock auto_extension_holds_the_lock_and_the_lost_signal_fires_when_the_server_stops"
 
 index_of() {
   local i
