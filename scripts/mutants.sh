@@ -483,6 +483,10 @@ mutant pg-failure-counts-as-extension "postgres: an extension the database did n
   crates/fencelock/src/pglock/mod.rs \
   's/Outcome::failed\(Attempt::Failed, outcome\.to_string\(\)\)/Outcome::extended(started + self.ttl)/' \
   "-p fencelock --test postgres_lock auto_extension_holds_the_lock_and_the_lost_signal_fires_when_the_server_stops"
+mutant pg-no-request-timeout "postgres: a statement waits as long as the database keeps it (no client timeout, no statement_timeout) (issue 32)" \
+  crates/fencelock/src/pglock/mod.rs \
+  's/let limit = limit\.min\(self\.request_timeout\);/let limit = limit.max(Duration::from_secs(60));/; s/SET statement_timeout = \{ms\}/SET statement_timeout = 0/' \
+  "-p fencelock --test postgres_lock a_statement_blocked_behind_a_row_lock_gives_up_within_the_request_timeout"
 
 index_of() {
   local i

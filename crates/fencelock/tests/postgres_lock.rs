@@ -230,6 +230,55 @@ async fn a_terminated_connection_is_reopened_and_the_lock_still_extends() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_statement_blocked_behind_a_row_lock_gives_up_within_the_request_timeout() {
+    let pg = Arc::new(start().await);
+    let a = client(&pg, Duration::from_secs(20));
+    let b = client(&pg, Duration::from_secs(20));
+    let mut lock = a.try_acquire("stuck").await.unwrap();
+    // Another session holds the row's lock for 6 s (a long transaction on the lock table).
+    let holder = {
+        let pg = pg.clone();
+        tokio::task::spawn_blocking(move || {
+            pg.psql(
+                "BEGIN; SELECT 1 FROM fencelock_locks WHERE resource = 'stuck' FOR UPDATE; \
+                 SELECT pg_sleep(6); COMMIT;",
+            )
+        })
+    };
+    let started = Instant::now();
+    loop {
+        let sleeping = pg
+            .psql(
+                "SELECT count(*) FROM pg_stat_activity \
+                 WHERE query LIKE '%pg_sleep(6)%' AND state = 'active' AND pid <> pg_backend_pid()",
+            )
+            .unwrap();
+        if sleeping == "1" {
+            break;
+        }
+        assert!(
+            started.elapsed() < LONG,
+            "the blocking session never started"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The acquisition waits on the row lock: it gives up after the request timeout (1 s, the
+    // client's and the session's statement_timeout), not when the other transaction ends.
+    let asked = Instant::now();
+    let err = b.try_acquire("stuck").await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    assert!(
+        asked.elapsed() < Duration::from_secs(4),
+        "gave up after {:?}",
+        asked.elapsed()
+    );
+    // The holder's extension retries within its validity and gets through once the row is free.
+    lock.extend().await.unwrap();
+    holder.await.unwrap().unwrap();
+    lock.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn auto_extension_holds_the_lock_and_the_lost_signal_fires_when_the_server_stops() {
     let pg = start().await;
     let ttl = Duration::from_secs(3);
