@@ -138,26 +138,27 @@ impl Backend {
         }
     }
 
-    /// Opens every node's connection now, returning once a quorum is connected (Redis); etcd
-    /// connects on first use.
+    /// Opens every node's connection now, returning once a quorum is connected (Redis), or the
+    /// database's connection (PostgreSQL); etcd connects on first use.
     pub(crate) async fn connect_quorum(&self) -> Votes {
         match self {
             Backend::Redis(r) => r.connect_quorum().await,
             #[cfg(feature = "etcd")]
             Backend::Etcd(_) => Votes::default(),
             #[cfg(feature = "postgres-lock")]
-            Backend::Postgres(_) => Votes::default(),
+            Backend::Postgres(p) => p.connect_now().await,
         }
     }
 
-    /// Opens every node's connection now (Redis); etcd connects on first use.
+    /// Opens every node's connection now (Redis), or the database's (PostgreSQL); etcd
+    /// connects on first use.
     pub(crate) async fn connect(&self) -> Votes {
         match self {
             Backend::Redis(r) => r.connect_all().await,
             #[cfg(feature = "etcd")]
             Backend::Etcd(_) => Votes::default(),
             #[cfg(feature = "postgres-lock")]
-            Backend::Postgres(_) => Votes::default(),
+            Backend::Postgres(p) => p.connect_now().await,
         }
     }
 

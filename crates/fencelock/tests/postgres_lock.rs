@@ -38,6 +38,14 @@ async fn a_second_client_is_refused_while_the_first_holds_then_gets_it() {
     let pg = start().await;
     let a = client(&pg, Duration::from_secs(10));
     let b = client(&pg, Duration::from_secs(10));
+    // Connecting ahead creates the table: one vote, the database's.
+    let votes = a.connect().await;
+    assert_eq!(votes.len(), 1);
+    assert_eq!(votes.granted(), 1, "{votes}");
+    let tables = pg
+        .psql("SELECT count(*) FROM pg_class WHERE relname IN ('fencelock_locks', 'fencelock_tokens')")
+        .unwrap();
+    assert_eq!(tables, "2");
 
     let lock = a.try_acquire("order:42").await.unwrap();
     assert_eq!(lock.votes().len(), 1);
@@ -334,6 +342,9 @@ async fn an_unreachable_database_is_unavailable_with_the_reason() {
             .with_retry(RetryPolicy::once()),
     )
     .unwrap();
+    let votes = c.connect().await;
+    assert_eq!(votes.len(), 1);
+    assert_eq!(votes.failed(), 1, "{votes}");
     let err = c.try_acquire("x").await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
     let text = err.to_string();

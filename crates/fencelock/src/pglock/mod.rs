@@ -250,6 +250,16 @@ impl PgBackend {
         }
     }
 
+    /// Opens the connection now (creating the table if missing): the database's vote.
+    pub(crate) async fn connect_now(&self) -> Votes {
+        let started = Instant::now();
+        let outcome = match self.conn().await {
+            Ok(_) => VoteOutcome::Granted,
+            Err(outcome) => outcome,
+        };
+        self.votes(outcome, started.elapsed())
+    }
+
     /// Runs one statement within `limit` (and the request timeout): its one row or none, or the
     /// failure as a vote.
     async fn request(
