@@ -66,6 +66,33 @@ async fn a_second_client_is_refused_while_the_first_holds_then_gets_it() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_without_the_right_to_create_uses_the_table_an_administrator_made() {
+    let pg = start().await;
+    let admin = client(&pg, Duration::from_secs(10));
+    assert_eq!(admin.connect().await.granted(), 1);
+    // PostgreSQL 15 gives ordinary users no CREATE on the public schema.
+    pg.psql(
+        "CREATE ROLE app LOGIN; \
+         GRANT SELECT, INSERT, UPDATE, DELETE ON fencelock_locks TO app; \
+         GRANT USAGE ON SEQUENCE fencelock_tokens TO app;",
+    )
+    .unwrap();
+    let url = pg.url().replacen("postgres@", "app@", 1);
+    let app = Client::new(Config::new([url]).with_retry(RetryPolicy::once())).unwrap();
+    let mut lock = app.try_acquire("shared-with-admin").await.unwrap();
+    lock.extend().await.unwrap();
+    assert_eq!(
+        admin
+            .try_acquire("shared-with-admin")
+            .await
+            .unwrap_err()
+            .kind(),
+        ErrorKind::Contention
+    );
+    lock.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clients_racing_for_one_resource_never_hold_it_together() {
     let pg = start().await;
     let busy = Arc::new(AtomicBool::new(false));

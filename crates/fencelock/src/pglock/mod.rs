@@ -5,8 +5,9 @@
 //!
 //! On first use the client creates, if missing, the table `fencelock_locks(resource text
 //! primary key, owner text, token bigint, expires_at timestamptz)` and the sequence
-//! `fencelock_tokens` (one transaction, under an advisory lock, so that clients starting together
-//! do not race on the catalog). A row is a lease: the resource is held by `owner` (a random
+//! `fencelock_tokens` (under an advisory lock, so that clients starting together do not race on
+//! the catalog; when both exist nothing is created, so a user granted them without the right
+//! to create in the schema works). A row is a lease: the resource is held by `owner` (a random
 //! 128-bit value only its holder knows) until `expires_at`. Nothing deletes expired rows but the
 //! next acquisition of the resource, which overwrites them, and releases.
 //!

@@ -5,22 +5,28 @@
 //! never reaches the table. The client counts its own validity from before it sent the request
 //! (`mod.rs`).
 
-/// Creates the lock table and the token sequence if missing. Run in one transaction under a
+/// Creates the lock table and the token sequence if missing. The look comes first: `CREATE
+/// TABLE IF NOT EXISTS` checks the right to create in the schema even when the table exists, and
+/// since PostgreSQL 15 an ordinary user has no such right on `public`, so a user an administrator
+/// granted the table and sequence to would fail on every connection. The creation runs under a
 /// transaction-level advisory lock, so that two clients starting together on an empty database
-/// do not both try to create them (`CREATE ... IF NOT EXISTS` is not safe against that race:
-/// the loser fails on the catalog's unique index).
+/// do not both try to create them (`IF NOT EXISTS` is not safe against that race: the loser
+/// fails on the catalog's unique index).
 pub(super) const SETUP: &str = "
-BEGIN;
-SELECT pg_advisory_xact_lock(7269105834512867432);
-CREATE TABLE IF NOT EXISTS fencelock_locks (
-    resource   text        PRIMARY KEY,
-    owner      text        NOT NULL,
-    token      bigint      NOT NULL,
-    expires_at timestamptz NOT NULL
-);
-CREATE SEQUENCE IF NOT EXISTS fencelock_tokens AS bigint MINVALUE 1;
-COMMIT;
-";
+DO $$
+BEGIN
+    IF to_regclass('fencelock_locks') IS NULL OR to_regclass('fencelock_tokens') IS NULL THEN
+        PERFORM pg_advisory_xact_lock(7269105834512867432);
+        CREATE TABLE IF NOT EXISTS fencelock_locks (
+            resource   text        PRIMARY KEY,
+            owner      text        NOT NULL,
+            token      bigint      NOT NULL,
+            expires_at timestamptz NOT NULL
+        );
+        CREATE SEQUENCE IF NOT EXISTS fencelock_tokens AS bigint MINVALUE 1;
+    END IF;
+END
+$$";
 
 /// Takes `$1` for owner `$2` for `$3` milliseconds, if the row is missing or expired by the
 /// database's clock; returns the new token, or no row when another owner holds it.
