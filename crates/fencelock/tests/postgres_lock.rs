@@ -93,6 +93,41 @@ async fn a_user_without_the_right_to_create_uses_the_table_an_administrator_made
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_times_out_while_the_lock_is_held_and_gets_it_after_the_release() {
+    let pg = start().await;
+    let a = client(&pg, Duration::from_secs(20));
+    let b = client(&pg, Duration::from_secs(20));
+    let lock = a.try_acquire("queue").await.unwrap();
+
+    let short = RetryPolicy::new().with_wait(Duration::from_millis(800));
+    let asked = Instant::now();
+    let err = b.acquire_with("queue", &short).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    assert!(
+        asked.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        asked.elapsed()
+    );
+    let fencelock::Error::Timeout { attempts, last, .. } = &err else {
+        panic!("{err:?}")
+    };
+    assert!(*attempts > 1, "{attempts} attempts");
+    assert_eq!(last.kind(), ErrorKind::Contention, "{last}");
+
+    let waiter = tokio::spawn(async move { b.acquire("queue").await });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let t1 = token(&lock);
+    lock.release().await.unwrap();
+    let second = tokio::time::timeout(LONG, waiter)
+        .await
+        .expect("the waiter gets the lock")
+        .unwrap()
+        .unwrap();
+    assert!(token(&second) > t1);
+    second.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clients_racing_for_one_resource_never_hold_it_together() {
     let pg = start().await;
     let busy = Arc::new(AtomicBool::new(false));
