@@ -464,6 +464,32 @@ mutant etcd-inspect-no-family "inspect on etcd reads the resource's line only: a
   's/let family = read_family\(&mut client, resource, &line\)\.await\?;/let family = Family::default();/' \
   "-p fencelock-cli --test inspect on_etcd_permits_readers_the_writer_and_the_leader_are_shown"
 
+mutant pg-acquire-ignores-expiry "postgres: the acquisition overwrites a live row (its WHERE on the expiry gone): two holders (issue 32)" \
+  crates/fencelock/src/pglock/sql.rs \
+  's/    WHERE l\.expires_at <= clock_timestamp\(\)\n/    WHERE true\n/' \
+  "-p fencelock --test postgres_lock a_second_client_is_refused_while_the_first_holds_then_gets_it" \
+  "-p fencelock --test postgres_lock clients_racing_for_one_resource_never_hold_it_together"
+mutant pg-release-ignores-owner "postgres: the release deletes the row whoever owns it (issue 32)" \
+  crates/fencelock/src/pglock/sql.rs \
+  's/DELETE FROM fencelock_locks\nWHERE resource = \$1 AND owner = \$2\n/DELETE FROM fencelock_locks\nWHERE resource = \$1 AND (owner = \$2 OR true)\n/' \
+  "-p fencelock --test postgres_lock a_release_or_extension_by_the_wrong_owner_does_nothing"
+mutant pg-token-not-from-the-sequence "postgres: the token is a constant, not the sequence's next value (issue 32)" \
+  crates/fencelock/src/pglock/sql.rs \
+  's/nextval\(\x27fencelock_tokens\x27\)/1/' \
+  "-p fencelock --test postgres_lock tokens_increase_across_holders_and_a_server_crash"
+mutant pg-extend-revives-expired "postgres: an extension revives a row past its expiry (issue 32)" \
+  crates/fencelock/src/pglock/sql.rs \
+  's/WHERE resource = \$1 AND owner = \$2 AND expires_at > clock_timestamp\(\)/WHERE resource = \$1 AND owner = \$2/' \
+  "-p fencelock --test postgres_lock an_expired_lock_is_not_revived_and_is_taken_over_with_a_larger_token"
+mutant pg-failure-counts-as-extension "postgres: an extension the database did not answer counts as done: the lost signal never fires (issue 32)" \
+  crates/fencelock/src/pglock/mod.rs \
+  's/Outcome::failed\(Attempt::Failed, outcome\.to_string\(\)\)/Outcome::extended(started + self.ttl)/' \
+  "-p fencelock --test postgres_lock auto_extension_holds_the_lock_and_the_lost_signal_fires_when_the_server_stops"
+mutant pg-no-request-timeout "postgres: a statement waits as long as the database keeps it (no client timeout, no statement_timeout) (issue 32)" \
+  crates/fencelock/src/pglock/mod.rs \
+  's/let limit = limit\.min\(self\.request_timeout\);/let limit = limit.max(Duration::from_secs(60));/; s/SET statement_timeout = \{ms\}/SET statement_timeout = 0/' \
+  "-p fencelock --test postgres_lock a_statement_blocked_behind_a_row_lock_gives_up_within_the_request_timeout"
+
 index_of() {
   local i
   for i in "${!NAMES[@]}"; do [[ "${NAMES[$i]}" == "$1" ]] && { echo "$i"; return 0; }; done

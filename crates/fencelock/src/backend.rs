@@ -1,7 +1,9 @@
 //! The one place that dispatches on the backend (and, with `etcd/` and `lib.rs`, the only one
-//! that names the `etcd` feature). Both backends offer the same crate-private operations: try
-//! acquire, acquire with a policy, extend, release, keep alive. `Client` and `Lock` call these
-//! and never match on a backend themselves.
+//! that names the `etcd` feature; with `pglock/` and `lib.rs`, the `postgres-lock` feature).
+//! The backends offer the same crate-private operations: try acquire, acquire with a policy,
+//! extend, release, keep alive. `Client` and `Lock` call these and never match on a backend
+//! themselves. PostgreSQL offers the mutex only so far: its other primitives are refused
+//! ([`Backend::offers`]) before any I/O.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -21,6 +23,8 @@ pub(crate) enum Backend {
     Redis(Arc<RedisBackend>),
     #[cfg(feature = "etcd")]
     Etcd(Arc<crate::etcd::EtcdBackend>),
+    #[cfg(feature = "postgres-lock")]
+    Postgres(Arc<crate::pglock::PgBackend>),
 }
 
 /// What a lock holds, with the backend that holds it: a lock can only be released, extended or
@@ -32,6 +36,8 @@ pub(crate) enum Held {
     RedisShared(Arc<RedisBackend>, RedisHeld),
     #[cfg(feature = "etcd")]
     Etcd(Arc<crate::etcd::EtcdBackend>, crate::etcd::EtcdHeld),
+    #[cfg(feature = "postgres-lock")]
+    Postgres(Arc<crate::pglock::PgBackend>, crate::pglock::PgHeld),
 }
 
 impl std::fmt::Debug for Held {
@@ -41,6 +47,8 @@ impl std::fmt::Debug for Held {
             Held::RedisShared(_, h) => f.debug_tuple("RedisShared").field(h).finish(),
             #[cfg(feature = "etcd")]
             Held::Etcd(_, h) => f.debug_tuple("Etcd").field(h).finish(),
+            #[cfg(feature = "postgres-lock")]
+            Held::Postgres(_, h) => f.debug_tuple("Postgres").field(h).finish(),
         }
     }
 }
@@ -67,6 +75,17 @@ impl Backend {
         if addrs[0].scheme().is_redis() {
             return Ok(Backend::Redis(Arc::new(RedisBackend::new(addrs, config)?)));
         }
+        if addrs[0].scheme().is_postgres() {
+            #[cfg(feature = "postgres-lock")]
+            return Ok(Backend::Postgres(Arc::new(crate::pglock::PgBackend::new(
+                &addrs[0], config,
+            )?)));
+            #[cfg(not(feature = "postgres-lock"))]
+            return Err(Error::config(
+                "nodes",
+                "postgres:// URLs need fencelock's `postgres-lock` feature, which this build does not include",
+            ));
+        }
         #[cfg(feature = "etcd")]
         {
             Ok(Backend::Etcd(Arc::new(crate::etcd::EtcdBackend::new(
@@ -88,6 +107,8 @@ impl Backend {
             Backend::Redis(r) => r.quorum(),
             #[cfg(feature = "etcd")]
             Backend::Etcd(_) => 1,
+            #[cfg(feature = "postgres-lock")]
+            Backend::Postgres(_) => 1,
         }
     }
 
@@ -99,6 +120,9 @@ impl Backend {
             Backend::Redis(r) => r.settle_releases(bound).await,
             #[cfg(feature = "etcd")]
             Backend::Etcd(e) => e.settle_releases(bound).await,
+            // Releases run in the caller's call, never in the background.
+            #[cfg(feature = "postgres-lock")]
+            Backend::Postgres(_) => true,
         }
     }
 
@@ -109,25 +133,32 @@ impl Backend {
             Backend::Redis(r) => r.background_pending(),
             #[cfg(feature = "etcd")]
             Backend::Etcd(e) => e.background_pending(),
+            #[cfg(feature = "postgres-lock")]
+            Backend::Postgres(_) => 0,
         }
     }
 
-    /// Opens every node's connection now, returning once a quorum is connected (Redis); etcd
-    /// connects on first use.
+    /// Opens every node's connection now, returning once a quorum is connected (Redis), or the
+    /// database's connection (PostgreSQL); etcd connects on first use.
     pub(crate) async fn connect_quorum(&self) -> Votes {
         match self {
             Backend::Redis(r) => r.connect_quorum().await,
             #[cfg(feature = "etcd")]
             Backend::Etcd(_) => Votes::default(),
+            #[cfg(feature = "postgres-lock")]
+            Backend::Postgres(p) => p.connect_now().await,
         }
     }
 
-    /// Opens every node's connection now (Redis); etcd connects on first use.
+    /// Opens every node's connection now (Redis), or the database's (PostgreSQL); etcd
+    /// connects on first use.
     pub(crate) async fn connect(&self) -> Votes {
         match self {
             Backend::Redis(r) => r.connect_all().await,
             #[cfg(feature = "etcd")]
             Backend::Etcd(_) => Votes::default(),
+            #[cfg(feature = "postgres-lock")]
+            Backend::Postgres(p) => p.connect_now().await,
         }
     }
 
@@ -144,6 +175,8 @@ impl Backend {
             }
             #[cfg(feature = "etcd")]
             Backend::Etcd(e) => Ok(etcd_grant(e, e.try_acquire(keys).await?)),
+            #[cfg(feature = "postgres-lock")]
+            Backend::Postgres(p) => Ok(pg_grant(p, p.try_acquire(keys).await?)),
         }
     }
 
@@ -169,6 +202,8 @@ impl Backend {
                 let held = e.acquire(keys, policy.wait(), resumed.is_some()).await?;
                 Ok(etcd_grant(e, held))
             }
+            #[cfg(feature = "postgres-lock")]
+            Backend::Postgres(p) => Ok(pg_grant(p, p.acquire(keys, policy).await?)),
         }
     }
 
@@ -182,6 +217,8 @@ impl Backend {
             Backend::Redis(r) => Ok(reader_grant(r, r.read_attempt(key, None).await?)),
             #[cfg(feature = "etcd")]
             Backend::Etcd(e) => Ok(etcd_grant(e, e.try_read(key).await?)),
+            #[cfg(feature = "postgres-lock")]
+            Backend::Postgres(_) => Err(crate::pglock::unsupported("a read-write lock")),
         }
     }
 
@@ -195,6 +232,8 @@ impl Backend {
             Backend::Redis(r) => Ok(reader_grant(r, r.read_waiting(key, policy).await?)),
             #[cfg(feature = "etcd")]
             Backend::Etcd(e) => Ok(etcd_grant(e, e.read(key, policy.wait()).await?)),
+            #[cfg(feature = "postgres-lock")]
+            Backend::Postgres(_) => Err(crate::pglock::unsupported("a read-write lock")),
         }
     }
 
@@ -213,6 +252,8 @@ impl Backend {
                 let held = e.held_by_token(&keys[0], token)?;
                 e.release(&held).await.map(|()| Votes::default())
             }
+            #[cfg(feature = "postgres-lock")]
+            Backend::Postgres(p) => p.release_by_owner(keys, token).await,
         }
     }
 
@@ -229,17 +270,24 @@ impl Backend {
                 let held = e.held_by_token(&keys[0], token)?;
                 e.extend(&held, held.deadline).await.map(|(_, votes)| votes)
             }
+            #[cfg(feature = "postgres-lock")]
+            Backend::Postgres(p) => p.extend_by_owner(keys, token).await,
         }
     }
 
     /// The Redis nodes, or an error naming the operation for other backends (the operations on
     /// a bare token exist on Redis only).
-    #[cfg_attr(not(feature = "etcd"), allow(unused_variables))]
+    #[cfg_attr(
+        not(any(feature = "etcd", feature = "postgres-lock")),
+        allow(unused_variables)
+    )]
     pub(crate) fn redis(&self, what: &str) -> Result<&RedisBackend> {
         match self {
             Backend::Redis(r) => Ok(r),
             #[cfg(feature = "etcd")]
             Backend::Etcd(_) => Err(redis_only(what)),
+            #[cfg(feature = "postgres-lock")]
+            Backend::Postgres(_) => Err(redis_only(what)),
         }
     }
 
@@ -250,7 +298,25 @@ impl Backend {
             Backend::Redis(_) => true,
             #[cfg(feature = "etcd")]
             Backend::Etcd(_) => false,
+            // Every lock has its sequence's token.
+            #[cfg(feature = "postgres-lock")]
+            Backend::Postgres(_) => false,
         }
+    }
+
+    /// Refuses, before any I/O, a primitive the backend does not offer: on `postgres://`,
+    /// semaphores, read-write locks and elections (`what` names it).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] naming the primitive and the backend.
+    #[cfg_attr(not(feature = "postgres-lock"), allow(unused_variables))]
+    pub(crate) fn offers(&self, what: &str) -> Result<()> {
+        #[cfg(feature = "postgres-lock")]
+        if let Backend::Postgres(_) = self {
+            return Err(crate::pglock::unsupported(what));
+        }
+        Ok(())
     }
 
     /// Takes a permit of a semaphore: one try with `policy` `None`, else waiting as it allows.
@@ -289,17 +355,25 @@ impl Backend {
                     .await?;
                 Ok((i, etcd_grant(e, held)))
             }
+            #[cfg(feature = "postgres-lock")]
+            Backend::Postgres(_) => Err(crate::pglock::unsupported("a semaphore")),
         }
     }
 
     /// Where the leaders of the election whose lock resource is `key` are announced: the log
     /// `log` on Redis nodes, the lock keys themselves on etcd. No I/O.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] on a backend without elections (`postgres://`).
     #[cfg_attr(not(feature = "etcd"), allow(unused_variables))]
-    pub(crate) fn election_log(&self, key: &str, log: &str) -> ElectionLog {
+    pub(crate) fn election_log(&self, key: &str, log: &str) -> Result<ElectionLog> {
         match self {
-            Backend::Redis(r) => ElectionLog::Redis(r.election_log(key, log)),
+            Backend::Redis(r) => Ok(ElectionLog::Redis(r.election_log(key, log))),
             #[cfg(feature = "etcd")]
-            Backend::Etcd(e) => ElectionLog::Etcd(e.clone(), key.to_string()),
+            Backend::Etcd(e) => Ok(ElectionLog::Etcd(e.clone(), key.to_string())),
+            #[cfg(feature = "postgres-lock")]
+            Backend::Postgres(_) => Err(crate::pglock::unsupported("an election")),
         }
     }
 }
@@ -422,6 +496,8 @@ impl Held {
             Held::Redis(_, h) | Held::RedisShared(_, h) => h.owner(),
             #[cfg(feature = "etcd")]
             Held::Etcd(_, h) => &h.key,
+            #[cfg(feature = "postgres-lock")]
+            Held::Postgres(_, h) => h.owner(),
         }
     }
 
@@ -431,6 +507,8 @@ impl Held {
             Held::Redis(..) | Held::RedisShared(..) => "redis",
             #[cfg(feature = "etcd")]
             Held::Etcd(..) => "etcd",
+            #[cfg(feature = "postgres-lock")]
+            Held::Postgres(..) => "postgres",
         }
     }
 
@@ -450,6 +528,8 @@ impl Held {
             Held::RedisShared(r, h) => r.extend_reader(&keys[0], h, deadline).await,
             #[cfg(feature = "etcd")]
             Held::Etcd(e, h) => e.extend(h, deadline).await,
+            #[cfg(feature = "postgres-lock")]
+            Held::Postgres(p, h) => p.extend(h, deadline).await,
         }
     }
 
@@ -464,6 +544,8 @@ impl Held {
             Held::RedisShared(r, h) => r.release_reader(&keys[0], h, true).await,
             #[cfg(feature = "etcd")]
             Held::Etcd(e, h) => e.release(h).await.map(|()| Votes::default()),
+            #[cfg(feature = "postgres-lock")]
+            Held::Postgres(p, h) => p.release(h).await,
         }
     }
 
@@ -477,7 +559,11 @@ impl Held {
             }
             #[cfg(feature = "etcd")]
             (Held::Etcd(_, h), Backend::Etcd(e)) => Some(Held::Etcd(e.clone(), h.clone())),
-            #[cfg(feature = "etcd")]
+            #[cfg(feature = "postgres-lock")]
+            (Held::Postgres(_, h), Backend::Postgres(p)) => {
+                Some(Held::Postgres(p.clone(), h.clone()))
+            }
+            #[cfg(any(feature = "etcd", feature = "postgres-lock"))]
             _ => None,
         }
     }
@@ -493,6 +579,10 @@ impl Held {
             #[cfg(feature = "etcd")]
             Held::Etcd(e, h) => {
                 let _ = e.release(h).await;
+            }
+            #[cfg(feature = "postgres-lock")]
+            Held::Postgres(p, h) => {
+                let _ = p.release(h).await;
             }
         }
     }
@@ -510,6 +600,8 @@ impl Held {
             Held::RedisShared(r, h) => r.keep_alive_reader(keys, h, state, schedule),
             #[cfg(feature = "etcd")]
             Held::Etcd(e, h) => e.keep_alive_held(h, state, schedule),
+            #[cfg(feature = "postgres-lock")]
+            Held::Postgres(p, h) => p.keep_alive_held(h, state, schedule),
         }
     }
 }
@@ -535,16 +627,18 @@ impl Held {
             )),
             #[cfg(feature = "etcd")]
             Held::Etcd(e, h) => e.record_writer(h).await,
+            #[cfg(feature = "postgres-lock")]
+            Held::Postgres(..) => Err(crate::pglock::unsupported("a read-write lock")),
         }
     }
 }
 
-/// The refusal of an operation that exists on Redis only, on an etcd client.
-#[cfg(feature = "etcd")]
+/// The refusal of an operation that exists on Redis only, on an etcd or PostgreSQL client.
+#[cfg(any(feature = "etcd", feature = "postgres-lock"))]
 fn redis_only(what: &str) -> Error {
     Error::config(
         "backend",
-        format!("{what} works on Redis nodes only; with etcd, hold the Lock and call its methods"),
+        format!("{what} works on Redis nodes only; with etcd or PostgreSQL, hold the Lock and call its methods"),
     )
 }
 
@@ -577,5 +671,16 @@ fn etcd_grant(backend: &Arc<crate::etcd::EtcdBackend>, held: crate::etcd::EtcdHe
         votes: held.votes.clone(),
         last_writer: held.last_writer,
         held: Held::Etcd(backend.clone(), held),
+    }
+}
+
+#[cfg(feature = "postgres-lock")]
+fn pg_grant(backend: &Arc<crate::pglock::PgBackend>, grant: crate::pglock::PgGrant) -> Grant {
+    Grant {
+        fencing_token: Some(grant.held.token),
+        deadline: grant.deadline,
+        votes: grant.votes,
+        last_writer: None,
+        held: Held::Postgres(backend.clone(), grant.held),
     }
 }

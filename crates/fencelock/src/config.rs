@@ -264,10 +264,29 @@ impl Config {
             .map(|u| NodeAddr::parse(u))
             .collect::<Result<Vec<_>, _>>()?;
         let redis = nodes.iter().filter(|n| n.scheme().is_redis()).count();
-        if redis != 0 && redis != nodes.len() {
+        if let Some(other) = nodes
+            .iter()
+            .find(|n| n.scheme().backend() != nodes[0].scheme().backend())
+        {
             return Err(Error::config(
                 "nodes",
-                "Redis and etcd URLs are mixed; a lock uses one kind of backend",
+                format!(
+                    "{} and {} URLs are mixed ({} and {other}); a lock uses one kind of backend",
+                    nodes[0].scheme().backend(),
+                    other.scheme().backend(),
+                    nodes[0],
+                ),
+            ));
+        }
+        // One database is the whole lock: a second URL would be a second, independent lock
+        // table, and PostgreSQL has no quorum of databases to make of them.
+        if nodes[0].scheme().is_postgres() && nodes.len() > 1 {
+            return Err(Error::config(
+                "nodes",
+                format!(
+                    "{} PostgreSQL URLs are given; a postgres:// lock lives in one database, so give exactly one URL (the lock is as available as that database)",
+                    nodes.len()
+                ),
             ));
         }
         if redis != 0 {

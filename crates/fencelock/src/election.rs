@@ -136,10 +136,12 @@ impl Client {
     /// # Errors
     ///
     /// [`Error::InvalidConfig`] when the client is not in fencing mode on Redis (the term is
-    /// the fencing token; on etcd every lock has one), or for a name a lock would refuse.
+    /// the fencing token; on etcd every lock has one), for a name a lock would refuse, or on a
+    /// backend without elections (`postgres://`).
     pub fn election(&self, name: &str) -> Result<Election> {
         let key = election_key(name);
         crate::client::check_resources(&[key.as_str()])?;
+        self.backend().offers("an election")?;
         if self.backend().tokens_need_fencing_mode() && !self.config().fencing() {
             return Err(Error::config(
                 "fencing",
@@ -149,7 +151,7 @@ impl Client {
         Ok(Election {
             client: self.clone(),
             name: name.to_string(),
-            log: self.backend().election_log(&key, &leaders_key(name)),
+            log: self.backend().election_log(&key, &leaders_key(name))?,
             key,
         })
     }

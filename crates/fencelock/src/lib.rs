@@ -175,6 +175,8 @@
 //!   MySQL or MariaDB (InnoDB).
 //! - `etcd`: `etcd://` node URLs, locks on an etcd cluster whose revisions are the fencing
 //!   tokens.
+//! - `postgres-lock`: `postgres://` (or `postgresql://`) node URLs, locks as lease rows in one
+//!   PostgreSQL database whose sequence gives the fencing tokens (mutexes only so far).
 //! - `tls`: `rediss://` node URLs, and `etcds://` with `etcd` (rustls with the ring provider);
 //!   [`TlsConfig`] sets a CA and a client certificate.
 //! - `blocking`: `fencelock::blocking`, the same client, lock, guard and lost signal with
@@ -213,6 +215,8 @@ mod holder;
 mod keepalive;
 mod lock;
 mod node;
+#[cfg(feature = "postgres-lock")]
+mod pglock;
 pub mod protocol;
 mod pure;
 mod redis;

@@ -16,12 +16,29 @@ pub enum Scheme {
     Etcd,
     /// `etcds://`: an etcd member over TLS.
     EtcdTls,
+    /// `postgres://` or `postgresql://`: one PostgreSQL database (needs the `postgres-lock`
+    /// feature).
+    Postgres,
 }
 
 impl Scheme {
     /// Whether the scheme names a Redis node.
     pub fn is_redis(self) -> bool {
         matches!(self, Scheme::Redis | Scheme::RedisTls)
+    }
+
+    /// Whether the scheme names a PostgreSQL database.
+    pub fn is_postgres(self) -> bool {
+        self == Scheme::Postgres
+    }
+
+    /// The backend the scheme selects, in words: `"Redis"`, `"etcd"` or `"PostgreSQL"`.
+    pub fn backend(self) -> &'static str {
+        match self {
+            Scheme::Redis | Scheme::RedisTls => "Redis",
+            Scheme::Etcd | Scheme::EtcdTls => "etcd",
+            Scheme::Postgres => "PostgreSQL",
+        }
     }
 }
 
@@ -60,6 +77,7 @@ impl NodeAddr {
             "rediss" => Scheme::RedisTls,
             "etcd" => Scheme::Etcd,
             "etcds" => Scheme::EtcdTls,
+            "postgres" | "postgresql" => Scheme::Postgres,
             // Taken as etcd once, which sent a Redis or web server's address to the etcd
             // client: the scheme must name the backend.
             "http" | "https" => {
@@ -79,7 +97,7 @@ impl NodeAddr {
                 return Err(Error::config(
                     what(),
                     format!(
-                        "unknown scheme {other:?}; use redis://, rediss://, etcd:// or etcds://"
+                        "unknown scheme {other:?}; use redis://, rediss://, etcd://, etcds:// or postgres://"
                     ),
                 ))
             }
@@ -106,7 +124,11 @@ impl NodeAddr {
                 "the host is missing; write it as redis://host:port/db",
             ));
         }
-        let default_port = if scheme.is_redis() { 6379 } else { 2379 };
+        let default_port = match scheme {
+            Scheme::Redis | Scheme::RedisTls => 6379,
+            Scheme::Etcd | Scheme::EtcdTls => 2379,
+            Scheme::Postgres => 5432,
+        };
         let port = match port_str {
             None | Some("") => default_port,
             Some(p) => p.parse::<u16>().ok().filter(|p| *p != 0).ok_or_else(|| {
@@ -147,7 +169,8 @@ impl NodeAddr {
         &self.host
     }
 
-    /// The port (6379 for Redis and 2379 for etcd when the URL gives none).
+    /// The port (6379 for Redis, 2379 for etcd and 5432 for PostgreSQL when the URL gives
+    /// none).
     pub fn port(&self) -> u16 {
         self.port
     }
@@ -173,6 +196,7 @@ impl NodeAddr {
             Scheme::RedisTls => "rediss",
             Scheme::Etcd => "etcd",
             Scheme::EtcdTls => "etcds",
+            Scheme::Postgres => "postgres",
         };
         let auth = match (&self.user, self.has_password) {
             (Some(u), true) => format!("{u}:***@"),
@@ -282,6 +306,20 @@ mod tests {
         let n = NodeAddr::parse("redis://[::1]:7000/0").unwrap();
         assert_eq!(n.host(), "::1");
         assert_eq!(n.host_port(), "[::1]:7000");
+    }
+
+    #[test]
+    fn postgres_urls_keep_their_database_and_hide_the_password() {
+        for url in [
+            "postgres://app:hunter2@db.internal/shop",
+            "postgresql://app:hunter2@db.internal:5432/shop",
+        ] {
+            let n = NodeAddr::parse(url).unwrap();
+            assert_eq!(n.scheme(), Scheme::Postgres);
+            assert_eq!(n.port(), 5432);
+            assert_eq!(n.to_string(), "postgres://app:***@db.internal:5432/shop");
+            assert_eq!(n.secret_url(), url);
+        }
     }
 
     #[test]

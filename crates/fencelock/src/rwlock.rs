@@ -124,8 +124,10 @@ impl Client {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidConfig`] for a resource name a lock would refuse.
+    /// [`Error::InvalidConfig`] for a resource name a lock would refuse, or on a backend
+    /// without read-write locks (`postgres://`).
     pub fn rwlock(&self, resource: &str) -> Result<RwLock> {
+        self.backend().offers("a read-write lock")?;
         Ok(RwLock {
             client: self.clone(),
             keys: check_resources(&[resource])?,

@@ -85,9 +85,10 @@ impl Client {
     /// # Errors
     ///
     /// [`Error::InvalidConfig`] for a resource name a lock would refuse, or `permits` outside
-    /// 1..=[`MAX_PERMITS`].
+    /// 1..=[`MAX_PERMITS`], or on a backend without semaphores (`postgres://`).
     pub fn semaphore(&self, resource: &str, permits: u32) -> Result<Semaphore> {
         crate::client::check_resources(&[resource])?;
+        self.backend().offers("a semaphore")?;
         if !(1..=MAX_PERMITS).contains(&permits) {
             return Err(Error::config(
                 "permits",

@@ -130,8 +130,14 @@ impl TlsConfig {
         }
         if let Some(plain) = nodes
             .iter()
-            .find(|n| matches!(n.scheme(), Scheme::Redis | Scheme::Etcd))
+            .find(|n| matches!(n.scheme(), Scheme::Redis | Scheme::Etcd | Scheme::Postgres))
         {
+            if plain.scheme().is_postgres() {
+                return Err(Error::config(
+                    "tls",
+                    format!("TLS settings are given but node {plain} is a PostgreSQL database, which fencelock reaches without TLS so far"),
+                ));
+            }
             let tls = if plain.scheme().is_redis() {
                 "rediss://"
             } else {

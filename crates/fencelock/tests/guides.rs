@@ -423,6 +423,26 @@ fn the_fenced_writes_guide_runs_on_postgres() {
 }
 
 #[test]
+fn the_postgres_lock_guide_runs_and_each_run_gets_a_larger_token() {
+    let pg = Postgres::start().unwrap();
+    let mut last = 0;
+    for _ in 0..2 {
+        let out = example("postgres_lock")
+            .env("FENCELOCK_NODES", pg.url())
+            .output()
+            .unwrap();
+        let stdout = ok("postgres_lock", out);
+        let token: u64 = stdout
+            .trim()
+            .strip_prefix("held under fencing token ")
+            .and_then(|t| t.parse().ok())
+            .unwrap_or_else(|| panic!("{stdout}"));
+        assert!(token > last, "{token} after {last}");
+        last = token;
+    }
+}
+
+#[test]
 fn the_published_crates_readmes_link_only_to_absolute_addresses() {
     // crates.io shows a crate's README without the repository around it: a relative link there
     // leads nowhere.

@@ -46,6 +46,33 @@ fn only_backend_rs_etcd_and_lib_rs_name_the_etcd_feature() {
 }
 
 #[test]
+fn only_backend_rs_pglock_and_lib_rs_name_the_postgres_lock_feature() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let files = source_files(&root);
+    let naming: Vec<String> = files
+        .iter()
+        .filter(|p| {
+            fs::read_to_string(p)
+                .unwrap()
+                .contains("feature = \"postgres-lock\"")
+        })
+        .map(|p| p.strip_prefix(&root).unwrap().display().to_string())
+        .collect();
+    assert!(
+        naming.iter().any(|p| p == "backend.rs"),
+        "the feature is not found at all: {naming:?}"
+    );
+    let elsewhere: Vec<&String> = naming
+        .iter()
+        .filter(|p| *p != "backend.rs" && *p != "lib.rs" && !p.starts_with("pglock/"))
+        .collect();
+    assert!(
+        elsewhere.is_empty(),
+        "the postgres-lock feature named in {elsewhere:?}"
+    );
+}
+
+#[test]
 fn nothing_is_unreachable() {
     let with: Vec<String> = modules()
         .into_iter()

@@ -1,0 +1,36 @@
+//! The PostgreSQL lock guide's example: a lock kept in the application's own database.
+//!
+//! ```text
+//! FENCELOCK_NODES=postgres://app:secret@127.0.0.1:5432/shop \
+//!     cargo run -p fencelock --features postgres-lock --example postgres_lock
+//! ```
+//!
+//! docs/guide/postgres-lock.md shows the region below; `tests/guides.rs` checks that it is the
+//! same text and runs this program against a real PostgreSQL.
+
+// region: main
+use std::time::Duration;
+
+use fencelock::{AutoExtend, Client, Config};
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // FENCELOCK_NODES=postgres://app:secret@db.internal:5432/shop
+    let client = Client::new(Config::from_env()?.with_ttl(Duration::from_secs(10)))?;
+    let guard = client
+        .acquire("nightly-report") // retries until the row is free
+        .await?
+        .auto_extend(AutoExtend::new());
+    let token = guard
+        .fencing_token()
+        .expect("every PostgreSQL lock has one");
+    let lost = guard.lost();
+    tokio::select! {
+        () = lost.fired() => return Err("lost the lock: stop writing".into()),
+        () = tokio::time::sleep(Duration::from_secs(1)) => {} // the work
+    }
+    guard.release().await?;
+    println!("held under fencing token {}", token.value());
+    Ok(())
+}
+// endregion: main

@@ -1,0 +1,636 @@
+//! The PostgreSQL backend (feature `postgres-lock`): a lease row per locked resource in one
+//! database, whose fencing token comes from a sequence of that database.
+//!
+//! # The table
+//!
+//! On first use the client creates, if missing, the table `fencelock_locks(resource text
+//! primary key, owner text, token bigint, expires_at timestamptz)` and the sequence
+//! `fencelock_tokens` (under an advisory lock, so that clients starting together do not race on
+//! the catalog; when both exist nothing is created, so a user granted them without the right
+//! to create in the schema works). A row is a lease: the resource is held by `owner` (a random
+//! 128-bit value only its holder knows) until `expires_at`. Nothing deletes expired rows but the
+//! next acquisition of the resource, which overwrites them, and releases.
+//!
+//! # One clock: the database's
+//!
+//! Acquisition is one statement (`sql::ACQUIRE`): insert the row, or overwrite it when it has
+//! expired by the database's `clock_timestamp()`, with an expiry of `clock_timestamp() + TTL`;
+//! it returns the token, or no row when another owner holds a live lease. Extension
+//! (`sql::EXTEND`) moves the expiry of a row that is ours and still live; release
+//! (`sql::RELEASE`) deletes a row that is ours. Every comparison of times happens in the
+//! database, against its own clock, so two clients never compare clocks with each other.
+//!
+//! The client keeps its own validity as the Redis backend does: counted from before it sent
+//! the request, `ttl - elapsed - drift`. The server reads its clock after the request arrived,
+//! so the row's expiry is at least as late as the client's deadline as long as the database's
+//! clock runs at the rate of the client's within the drift allowance. A step of the database's
+//! clock (an NTP jump forward) shortens every lease by the step: that is not covered, as a
+//! step of a Redis node's clock is not.
+//!
+//! A lock whose row has expired but was not yet overwritten is free: the acquisition's
+//! `WHERE` takes it, extension refuses to revive it (another client may already have seen it
+//! expired, and the holder's own validity ran out before it), and its holder's release reports
+//! it lost. TTLs are sent in whole milliseconds; `timestamptz` keeps microseconds.
+//!
+//! # Tokens
+//!
+//! The token is `nextval('fencelock_tokens')`, drawn in the acquisition's own statement and
+//! committed with the row. A later holder's statement sees the earlier holder's row committed
+//! (it overwrites it only once expired, or finds it deleted), so its `nextval` runs after the
+//! earlier one and returns more. Across a crash: `nextval` writes the sequence's WAL record
+//! (logging values ahead) before the transaction's commit record, and a commit is durable only
+//! once the WAL up to its record is flushed, so recovery restores the sequence at or past
+//! every token a committed row holds; values handed to transactions that did not commit may be
+//! skipped, never reused below a committed one. This holds with `synchronous_commit = on`
+//! (the default): with it off, a commit acknowledged to a client may be lost in a crash with
+//! its sequence record, and the lost holder's token may be handed out again. A failover to an
+//! asynchronous replica loses committed rows the same way (a lease that the old primary
+//! granted is gone on the new one): a data loss this backend does not cover.
+//!
+//! # Failures
+//!
+//! Each request gets at most the node timeout (at least [`MIN_REQUEST_TIMEOUT`], a commit
+//! waits for a WAL flush); the session's `statement_timeout` is set to the same, so the server
+//! gives up on a statement blocked behind someone's lock too. A request that timed out or lost
+//! its connection may still have committed: an acquisition reports [`Error::Unavailable`] and
+//! its row expires after the TTL; an extension is retried within the validity left
+//! (`keepalive.rs`), and the lost signal fires when none succeeded before the deadline minus
+//! the margin; a release reports [`Error::Unavailable`]. The connection is opened on first use
+//! and again after it failed or timed out.
+//!
+//! # Not yet
+//!
+//! Semaphores, read-write locks, elections, several resources in one lock and waiting in line
+//! (a wait here retries as the policy says, by polling) are refused with
+//! [`Error::InvalidConfig`] or are not offered; TLS is not offered either.
+
+mod sql;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{NoTls, Row, Statement};
+
+use crate::config::Config;
+use crate::error::{Error, ErrorKind, LostCause, Result};
+use crate::keepalive::{Engine, Extends, GuardState, Outcome, Stop};
+use crate::node::NodeAddr;
+use crate::pure::extension::{Attempt, Schedule};
+use crate::pure::node_error::{FailureCause, NodeError};
+use crate::pure::retry::RetryPolicy;
+use crate::pure::token::OwnerToken;
+use crate::pure::validity;
+use crate::pure::vote::{NodeVote, VoteOutcome, Votes};
+
+use self::sql::Released;
+
+/// The least time a request gets, whatever the node timeout: a commit waits for a WAL flush,
+/// which on a busy disk takes longer than the tens of milliseconds a Redis node needs.
+pub(crate) const MIN_REQUEST_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// One PostgreSQL database, reached through one connection (opened on first use).
+pub(crate) struct PgBackend {
+    /// The driver's settings parsed from the URL (with its password: never printed).
+    pg_config: tokio_postgres::Config,
+    /// The redacted URL, for votes and logs.
+    label: Arc<str>,
+    ttl: Duration,
+    drift: Duration,
+    request_timeout: Duration,
+    connect_timeout: Duration,
+    conn: tokio::sync::Mutex<Option<Arc<Conn>>>,
+    engine: Engine<PgHeld>,
+}
+
+impl std::fmt::Debug for PgBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgBackend")
+            .field("database", &self.label)
+            .field("ttl", &self.ttl)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A connection with the backend's statements prepared on it.
+struct Conn {
+    client: tokio_postgres::Client,
+    acquire: Statement,
+    extend: Statement,
+    release: Statement,
+}
+
+/// Which statement a request runs.
+#[derive(Debug, Clone, Copy)]
+enum Stmt {
+    Acquire,
+    Extend,
+    Release,
+}
+
+impl Conn {
+    fn statement(&self, which: Stmt) -> &Statement {
+        match which {
+            Stmt::Acquire => &self.acquire,
+            Stmt::Extend => &self.extend,
+            Stmt::Release => &self.release,
+        }
+    }
+}
+
+/// A lock held in the database: its resource, owner value and token.
+#[derive(Clone)]
+pub(crate) struct PgHeld {
+    pub(crate) resource: Arc<str>,
+    owner: Arc<str>,
+    pub(crate) token: u64,
+}
+
+impl PgHeld {
+    pub(crate) fn owner(&self) -> &str {
+        &self.owner
+    }
+}
+
+impl std::fmt::Debug for PgHeld {
+    // The owner value is a capability (whoever knows it can release the lock): a prefix only.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let shown: String = self.owner.chars().take(8).collect();
+        f.debug_struct("PgHeld")
+            .field("resource", &self.resource)
+            .field("owner", &format_args!("{shown}…"))
+            .field("token", &self.token)
+            .finish()
+    }
+}
+
+/// A lock just taken.
+#[derive(Debug)]
+pub(crate) struct PgGrant {
+    pub(crate) held: PgHeld,
+    pub(crate) deadline: Instant,
+    pub(crate) votes: Votes,
+}
+
+impl PgBackend {
+    /// A backend for the database at `addr`. No I/O.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] when the driver cannot parse the URL.
+    pub(crate) fn new(addr: &NodeAddr, config: &Config) -> Result<PgBackend> {
+        let mut pg_config = addr
+            .secret_url()
+            .parse::<tokio_postgres::Config>()
+            .map_err(|e| {
+                Error::config(
+                    format!("node URL {addr}"),
+                    format!("PostgreSQL cannot use it: {e}"),
+                )
+            })?;
+        if pg_config.get_connect_timeout().is_none() {
+            pg_config.connect_timeout(config.connect_timeout());
+        }
+        Ok(PgBackend {
+            pg_config,
+            label: Arc::from(addr.redacted()),
+            ttl: config.ttl(),
+            drift: config.drift(),
+            request_timeout: config.node_timeout().max(MIN_REQUEST_TIMEOUT),
+            connect_timeout: config.connect_timeout(),
+            conn: tokio::sync::Mutex::default(),
+            engine: Engine::default(),
+        })
+    }
+
+    /// The connection, opened (with the table created if missing and the statements prepared)
+    /// if there is none or the last one failed.
+    async fn conn(&self) -> std::result::Result<Arc<Conn>, VoteOutcome> {
+        let mut slot = self.conn.lock().await;
+        if let Some(conn) = slot.as_ref().filter(|c| !c.client.is_closed()) {
+            return Ok(conn.clone());
+        }
+        *slot = None;
+        let conn =
+            tokio::time::timeout(self.connect_timeout + self.request_timeout, self.connect())
+                .await
+                .map_err(|_| VoteOutcome::TimedOut)?
+                .map_err(|e| VoteOutcome::Failed(node_error(&e)))?;
+        let conn = Arc::new(conn);
+        *slot = Some(conn.clone());
+        Ok(conn)
+    }
+
+    async fn connect(&self) -> std::result::Result<Conn, tokio_postgres::Error> {
+        let (client, connection) = self.pg_config.connect(NoTls).await?;
+        let label = self.label.clone();
+        // The connection object does the I/O; it ends when the client is dropped.
+        tokio::spawn(async move {
+            if let Err(error) = connection.await {
+                tracing::debug!(database = %label, %error, "PostgreSQL lock connection ended");
+            }
+        });
+        let ms = self.request_timeout.as_millis();
+        client
+            .batch_execute(&format!("SET statement_timeout = {ms}"))
+            .await?;
+        client.batch_execute(sql::SETUP).await?;
+        Ok(Conn {
+            acquire: client.prepare(sql::ACQUIRE).await?,
+            extend: client.prepare(sql::EXTEND).await?,
+            release: client.prepare(sql::RELEASE).await?,
+            client,
+        })
+    }
+
+    /// Drops `conn` if it is still the current one: the next request opens a new connection.
+    async fn forget(&self, conn: &Arc<Conn>) {
+        let mut slot = self.conn.lock().await;
+        if slot.as_ref().is_some_and(|c| Arc::ptr_eq(c, conn)) {
+            *slot = None;
+        }
+    }
+
+    /// Opens the connection now (creating the table if missing): the database's vote.
+    pub(crate) async fn connect_now(&self) -> Votes {
+        let started = Instant::now();
+        let outcome = match self.conn().await {
+            Ok(_) => VoteOutcome::Granted,
+            Err(outcome) => outcome,
+        };
+        self.votes(outcome, started.elapsed())
+    }
+
+    /// Runs one statement within `limit` (and the request timeout): its one row or none, or the
+    /// failure as a vote.
+    async fn request(
+        &self,
+        which: Stmt,
+        params: &[&(dyn ToSql + Sync)],
+        limit: Duration,
+    ) -> std::result::Result<Option<Row>, VoteOutcome> {
+        let conn = self.conn().await?;
+        let limit = limit.min(self.request_timeout);
+        match tokio::time::timeout(limit, conn.client.query_opt(conn.statement(which), params))
+            .await
+        {
+            Ok(Ok(row)) => Ok(row),
+            Ok(Err(e)) => {
+                if conn.client.is_closed() {
+                    self.forget(&conn).await;
+                }
+                Err(VoteOutcome::Failed(node_error(&e)))
+            }
+            Err(_elapsed) => {
+                // The statement may still run (and commit): a new connection for the next
+                // request, rather than queueing behind it.
+                self.forget(&conn).await;
+                Err(VoteOutcome::TimedOut)
+            }
+        }
+    }
+
+    fn votes(&self, outcome: VoteOutcome, latency: Duration) -> Votes {
+        Votes::from(vec![NodeVote::new(self.label.clone(), outcome, latency)])
+    }
+
+    fn ttl_millis(&self) -> i64 {
+        i64::try_from(validity::ttl_millis(self.ttl)).unwrap_or(i64::MAX)
+    }
+
+    /// One attempt to take `keys` (one resource).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] for more than one resource (before any I/O);
+    /// [`Error::Contention`] when another owner holds a live lease; [`Error::Unavailable`] when
+    /// the database did not answer in time or failed (the row, if the statement committed
+    /// after all, expires after the TTL); [`Error::TooSlow`] when the answer came too late to
+    /// leave any validity (the row is deleted again).
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel-safe: a cancelled attempt may have taken the row, which then expires after
+    /// the TTL.
+    pub(crate) async fn try_acquire(&self, keys: &[String]) -> Result<PgGrant> {
+        let resource = one_resource(keys)?;
+        let owner = OwnerToken::generate().map_err(|e| {
+            Error::config(
+                "random source",
+                format!("the OS random number generator failed: {e}"),
+            )
+        })?;
+        let owner = owner.as_str();
+        let started = Instant::now();
+        let ttl = self.ttl_millis();
+        let row = self
+            .request(
+                Stmt::Acquire,
+                &[&resource, &owner, &ttl],
+                self.request_timeout,
+            )
+            .await;
+        let elapsed = started.elapsed();
+        let row = match row {
+            Ok(Some(row)) => row,
+            Ok(None) => {
+                return Err(Error::Contention {
+                    resource: resource.to_string(),
+                    votes: self.votes(VoteOutcome::HeldByOther, elapsed),
+                })
+            }
+            Err(outcome) => {
+                return Err(Error::Unavailable {
+                    resource: resource.to_string(),
+                    votes: self.votes(outcome, elapsed),
+                })
+            }
+        };
+        let held = PgHeld {
+            resource: Arc::from(resource),
+            owner: Arc::from(owner),
+            token: 0,
+        };
+        let Some(token) = sql::token(row.get(0)) else {
+            let _ = self.release_row(&held, self.request_timeout).await;
+            let why = NodeError::other("the token sequence returned a value below 1");
+            return Err(Error::Unavailable {
+                resource: resource.to_string(),
+                votes: self.votes(VoteOutcome::Failed(why), elapsed),
+            });
+        };
+        let held = PgHeld { token, ..held };
+        let votes = self.votes(VoteOutcome::Granted, elapsed);
+        match validity::validity(self.ttl, elapsed, self.drift) {
+            Some(_) => Ok(PgGrant {
+                held,
+                // As Redis: the validity counts from before the request was sent.
+                deadline: started + self.ttl.saturating_sub(self.drift),
+                votes,
+            }),
+            None => {
+                let _ = self.release_row(&held, self.request_timeout).await;
+                Err(Error::TooSlow {
+                    resource: resource.to_string(),
+                    votes,
+                })
+            }
+        }
+    }
+
+    /// Takes `keys`, retrying as `policy` allows (by polling: no wake-up on release yet).
+    ///
+    /// # Errors
+    ///
+    /// As [`PgBackend::try_acquire`]; [`Error::Timeout`] when the policy ran out, holding the
+    /// last attempt's error.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`PgBackend::try_acquire`].
+    pub(crate) async fn acquire(&self, keys: &[String], policy: &RetryPolicy) -> Result<PgGrant> {
+        one_resource(keys)?;
+        let started = Instant::now();
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let err = match self.try_acquire(keys).await {
+                Ok(grant) => return Ok(grant),
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        ErrorKind::Contention | ErrorKind::Unavailable | ErrorKind::TooSlow
+                    ) =>
+                {
+                    e
+                }
+                Err(e) => return Err(e),
+            };
+            let elapsed = started.elapsed();
+            if !policy.may_retry(attempts, elapsed) {
+                return Err(Error::Timeout {
+                    resource: keys[0].clone(),
+                    attempts,
+                    last: Box::new(err),
+                });
+            }
+            let delay = policy
+                .delay(attempts, fastrand::f64())
+                .min(policy.wait().saturating_sub(elapsed));
+            tokio::time::sleep(delay).await;
+        }
+    }
+
+    /// Extends the lock before `deadline`, retrying failures within the validity left.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Lost`] when the row is gone, expired or another owner's, or when no extension
+    /// succeeded before `deadline`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: a cancelled extension leaves the expiry as it was or moved.
+    pub(crate) async fn extend(
+        &self,
+        held: &PgHeld,
+        deadline: Instant,
+    ) -> Result<(Instant, Votes)> {
+        let retry = crate::pure::extension::retry_delay(self.ttl);
+        crate::keepalive::extend_within(deadline, retry, |budget| self.extend_once(held, budget))
+            .await
+            .map_err(|(cause, votes)| Error::lost(held.resource.to_string(), votes, cause))
+    }
+
+    /// One extension within `budget`: what it found, with the database's vote.
+    async fn extend_once(&self, held: &PgHeld, budget: Duration) -> (Outcome, Votes) {
+        if budget.is_zero() {
+            let outcome = Outcome::failed(
+                Attempt::TooLate,
+                "the validity ran out before an extension was sent",
+            );
+            return (outcome, Votes::default());
+        }
+        let started = Instant::now();
+        let ttl = self.ttl_millis();
+        let resource: &str = &held.resource;
+        let owner: &str = &held.owner;
+        let row = self
+            .request(Stmt::Extend, &[&resource, &owner, &ttl], budget)
+            .await;
+        let elapsed = started.elapsed();
+        match row {
+            Ok(Some(_)) => {
+                let outcome = match validity::validity(self.ttl, elapsed, self.drift) {
+                    Some(_) => Outcome::extended(started + self.ttl.saturating_sub(self.drift)),
+                    None => Outcome::failed(Attempt::TooLate, "the extension left no validity"),
+                };
+                (outcome, self.votes(VoteOutcome::Granted, elapsed))
+            }
+            Ok(None) => (
+                Outcome::failed(
+                    Attempt::Impossible,
+                    "the lock's row is gone, expired or another owner's",
+                ),
+                self.votes(VoteOutcome::NotHeld, elapsed),
+            ),
+            Err(outcome) => (
+                Outcome::failed(Attempt::Failed, outcome.to_string()),
+                self.votes(outcome, elapsed),
+            ),
+        }
+    }
+
+    /// Extends `keys` once to a fresh TTL if `owner` holds them.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Lost`] when `owner` does not hold a live lease; [`Error::Unavailable`] when the
+    /// database did not answer.
+    pub(crate) async fn extend_by_owner(&self, keys: &[String], owner: &str) -> Result<Votes> {
+        let held = PgHeld {
+            resource: Arc::from(one_resource(keys)?),
+            owner: Arc::from(owner),
+            token: 0,
+        };
+        let (outcome, votes) = self.extend_once(&held, self.request_timeout).await;
+        match outcome.attempt {
+            Attempt::Extended(_) => Ok(votes),
+            Attempt::Impossible => Err(Error::lost(keys[0].clone(), votes, LostCause::NotHeld)),
+            Attempt::TooLate => Err(Error::lost(keys[0].clone(), votes, LostCause::Expired)),
+            Attempt::Failed => Err(Error::Unavailable {
+                resource: keys[0].clone(),
+                votes,
+            }),
+        }
+    }
+
+    async fn release_row(
+        &self,
+        held: &PgHeld,
+        limit: Duration,
+    ) -> std::result::Result<Released, VoteOutcome> {
+        let resource: &str = &held.resource;
+        let owner: &str = &held.owner;
+        let row = self
+            .request(Stmt::Release, &[&resource, &owner], limit)
+            .await?;
+        Ok(Released::from_row(row.map(|r| r.get(0))))
+    }
+
+    /// Deletes the lock's row if it is ours.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Lost`] when the row was gone, another owner's, or expired by the database's
+    /// clock (work done since was unprotected); [`Error::Unavailable`] when the database did not
+    /// answer (the row, if not deleted after all, expires after the TTL).
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel-safe: a cancelled release leaves the row to expire after the TTL.
+    pub(crate) async fn release(&self, held: &PgHeld) -> Result<Votes> {
+        let started = Instant::now();
+        let resource = held.resource.to_string();
+        match self.release_row(held, self.request_timeout).await {
+            Ok(Released::Live) => Ok(self.votes(VoteOutcome::Granted, started.elapsed())),
+            Ok(Released::Expired | Released::NotOurs) => Err(Error::lost(
+                resource,
+                self.votes(VoteOutcome::NotHeld, started.elapsed()),
+                LostCause::NotHeld,
+            )),
+            Err(outcome) => Err(Error::Unavailable {
+                resource,
+                votes: self.votes(outcome, started.elapsed()),
+            }),
+        }
+    }
+
+    /// Releases `keys` if `owner` holds them (an owner value handed between processes).
+    ///
+    /// # Errors
+    ///
+    /// As [`PgBackend::release`].
+    pub(crate) async fn release_by_owner(&self, keys: &[String], owner: &str) -> Result<Votes> {
+        let held = PgHeld {
+            resource: Arc::from(one_resource(keys)?),
+            owner: Arc::from(owner),
+            token: 0,
+        };
+        self.release(&held).await
+    }
+
+    /// Registers the lock with the client's extension engine; the returned [`Stop`] takes it
+    /// out.
+    pub(crate) fn keep_alive_held(
+        self: &Arc<Self>,
+        held: &PgHeld,
+        state: Arc<GuardState>,
+        schedule: Schedule,
+    ) -> Stop {
+        self.engine
+            .register(self, &held.resource, held.clone(), state, schedule)
+    }
+}
+
+impl Extends for PgBackend {
+    type Lock = PgHeld;
+
+    /// Extends every lock of the batch once; the statements share the one connection, which
+    /// pipelines them.
+    async fn extend_batch(
+        self: Arc<Self>,
+        locks: Vec<Arc<PgHeld>>,
+        budget: Duration,
+    ) -> Vec<Outcome> {
+        let attempts = locks.iter().map(|held| self.extend_once(held, budget));
+        futures_util::future::join_all(attempts)
+            .await
+            .into_iter()
+            .map(|(outcome, _)| outcome)
+            .collect()
+    }
+}
+
+/// The one resource of a lock: a lock of several is not offered on PostgreSQL yet.
+fn one_resource(keys: &[String]) -> Result<&str> {
+    match keys {
+        [one] => Ok(one),
+        _ => Err(unsupported("a lock of several resources")),
+    }
+}
+
+/// The refusal of a primitive this backend does not offer yet.
+pub(crate) fn unsupported(what: &str) -> Error {
+    Error::config(
+        "backend",
+        format!("{what} is not supported on postgres:// yet; use Redis or etcd nodes for it"),
+    )
+}
+
+/// The driver's error as a vote's failure, in the words of `NodeError` (never a secret: the
+/// driver's messages do not carry the password).
+fn node_error(e: &tokio_postgres::Error) -> NodeError {
+    if let Some(db) = e.as_db_error() {
+        let cause = match db.code().code() {
+            "28P01" | "28000" => FailureCause::Auth,
+            "42501" => FailureCause::NoPermission,
+            "25006" => FailureCause::ReadOnly,
+            "3D000" => FailureCause::NoDatabase,
+            "57P03" => FailureCause::Loading,
+            _ => FailureCause::Other,
+        };
+        let detail = format!("{}: {}", db.code().code(), db.message());
+        return NodeError::new(cause, detail);
+    }
+    let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(e);
+    while let Some(s) = source {
+        if let Some(io) = s.downcast_ref::<std::io::Error>() {
+            if io.kind() == std::io::ErrorKind::ConnectionRefused {
+                return NodeError::new(FailureCause::Refused, "");
+            }
+        }
+        source = s.source();
+    }
+    NodeError::other(e.to_string())
+}

@@ -1,0 +1,455 @@
+//! The PostgreSQL lock backend (`postgres://`) against a real PostgreSQL 15 server that the test
+//! kit starts: mutual exclusion, tokens that grow across holders and a crash, expiry and
+//! takeover, extension, the owner check, auto-extension and the lost signal, and the refusals.
+#![cfg(feature = "postgres-lock")]
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fencelock::{AutoExtend, Client, Config, ErrorKind, LostCause, RetryPolicy, VoteOutcome};
+use fencelock_testkit::Postgres;
+
+/// Generous: waits on a loaded 2-core machine.
+const LONG: Duration = Duration::from_secs(30);
+
+async fn start() -> Postgres {
+    tokio::task::spawn_blocking(Postgres::start)
+        .await
+        .unwrap()
+        .expect("start PostgreSQL")
+}
+
+fn client(pg: &Postgres, ttl: Duration) -> Client {
+    let config = Config::new([pg.url()])
+        .with_ttl(ttl)
+        .with_retry(RetryPolicy::new().with_wait(LONG));
+    Client::new(config).unwrap()
+}
+
+fn token(lock: &fencelock::Lock) -> u64 {
+    lock.fencing_token()
+        .expect("a postgres lock has a token")
+        .value()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_client_is_refused_while_the_first_holds_then_gets_it() {
+    let pg = start().await;
+    let a = client(&pg, Duration::from_secs(10));
+    let b = client(&pg, Duration::from_secs(10));
+    // Connecting ahead creates the table: one vote, the database's.
+    let votes = a.connect().await;
+    assert_eq!(votes.len(), 1);
+    assert_eq!(votes.granted(), 1, "{votes}");
+    let tables = pg
+        .psql("SELECT count(*) FROM pg_class WHERE relname IN ('fencelock_locks', 'fencelock_tokens')")
+        .unwrap();
+    assert_eq!(tables, "2");
+
+    let lock = a.try_acquire("order:42").await.unwrap();
+    assert_eq!(lock.votes().len(), 1);
+    assert_eq!(lock.votes().as_slice()[0].outcome, VoteOutcome::Granted);
+    let err = b.try_acquire("order:42").await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Contention, "{err}");
+    // Another resource is free.
+    b.try_acquire("order:43")
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+
+    lock.release().await.unwrap();
+    let lock = b.try_acquire("order:42").await.unwrap();
+    lock.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_without_the_right_to_create_uses_the_table_an_administrator_made() {
+    let pg = start().await;
+    let admin = client(&pg, Duration::from_secs(10));
+    assert_eq!(admin.connect().await.granted(), 1);
+    // PostgreSQL 15 gives ordinary users no CREATE on the public schema.
+    pg.psql(
+        "CREATE ROLE app LOGIN; \
+         GRANT SELECT, INSERT, UPDATE, DELETE ON fencelock_locks TO app; \
+         GRANT USAGE ON SEQUENCE fencelock_tokens TO app;",
+    )
+    .unwrap();
+    let url = pg.url().replacen("postgres@", "app@", 1);
+    let app = Client::new(Config::new([url]).with_retry(RetryPolicy::once())).unwrap();
+    let mut lock = app.try_acquire("shared-with-admin").await.unwrap();
+    lock.extend().await.unwrap();
+    assert_eq!(
+        admin
+            .try_acquire("shared-with-admin")
+            .await
+            .unwrap_err()
+            .kind(),
+        ErrorKind::Contention
+    );
+    lock.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_times_out_while_the_lock_is_held_and_gets_it_after_the_release() {
+    let pg = start().await;
+    let a = client(&pg, Duration::from_secs(20));
+    let b = client(&pg, Duration::from_secs(20));
+    let lock = a.try_acquire("queue").await.unwrap();
+
+    let short = RetryPolicy::new().with_wait(Duration::from_millis(800));
+    let asked = Instant::now();
+    let err = b.acquire_with("queue", &short).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    assert!(
+        asked.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        asked.elapsed()
+    );
+    let fencelock::Error::Timeout { attempts, last, .. } = &err else {
+        panic!("{err:?}")
+    };
+    assert!(*attempts > 1, "{attempts} attempts");
+    assert_eq!(last.kind(), ErrorKind::Contention, "{last}");
+
+    let waiter = tokio::spawn(async move { b.acquire("queue").await });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let t1 = token(&lock);
+    lock.release().await.unwrap();
+    let second = tokio::time::timeout(LONG, waiter)
+        .await
+        .expect("the waiter gets the lock")
+        .unwrap()
+        .unwrap();
+    assert!(token(&second) > t1);
+    second.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_racing_for_one_resource_never_hold_it_together() {
+    let pg = start().await;
+    let busy = Arc::new(AtomicBool::new(false));
+    let overlaps = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    // Four clients from a fresh database: their first requests also race to create the table.
+    for _ in 0..4 {
+        let c = client(&pg, Duration::from_secs(10));
+        let busy = busy.clone();
+        let overlaps = overlaps.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut tokens = Vec::new();
+            for _ in 0..8 {
+                let lock = c.acquire("shared").await.unwrap();
+                if busy.swap(true, Ordering::SeqCst) {
+                    overlaps.fetch_add(1, Ordering::SeqCst);
+                }
+                tokens.push(token(&lock));
+                tokio::time::sleep(Duration::from_millis(15)).await;
+                busy.store(false, Ordering::SeqCst);
+                lock.release().await.unwrap();
+            }
+            tokens
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap());
+    }
+    assert_eq!(overlaps.load(Ordering::SeqCst), 0, "two holders at once");
+    let n = all.len();
+    all.sort_unstable();
+    all.dedup();
+    assert_eq!(all.len(), n, "a token was handed out twice");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_increase_across_holders_and_a_server_crash() {
+    let pg = start().await;
+    let clients = [
+        client(&pg, Duration::from_secs(10)),
+        client(&pg, Duration::from_secs(10)),
+    ];
+    let mut last = 0;
+    for i in 0..20 {
+        let lock = clients[i % 2].try_acquire("ledger").await.unwrap();
+        let t = token(&lock);
+        assert!(t > last, "holder {i}: token {t} after {last}");
+        last = t;
+        lock.release().await.unwrap();
+    }
+    // An immediate shutdown (no checkpoint) and crash recovery: the sequence comes back at or
+    // past every committed token.
+    let pg = tokio::task::spawn_blocking(move || {
+        pg.kill().unwrap();
+        pg.restart().unwrap();
+        pg
+    })
+    .await
+    .unwrap();
+    let c = client(&pg, Duration::from_secs(10));
+    let lock = c.acquire("ledger").await.unwrap();
+    assert!(token(&lock) > last, "{} after {last}", token(&lock));
+    lock.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_lock_is_not_revived_and_is_taken_over_with_a_larger_token() {
+    let pg = start().await;
+    let ttl = Duration::from_secs(2);
+    let a = client(&pg, ttl);
+    let b = client(&pg, ttl);
+
+    let mut first = a.try_acquire("job").await.unwrap();
+    let t1 = token(&first);
+    assert!(first.validity_deadline() <= Instant::now() + ttl);
+    assert_eq!(
+        b.try_acquire("job").await.unwrap_err().kind(),
+        ErrorKind::Contention
+    );
+    // Past the TTL by the database's clock, the row is still there but expired: no extension
+    // revives it, and nobody has taken it yet.
+    tokio::time::sleep(ttl + Duration::from_millis(700)).await;
+    let err = first.extend().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Lost, "{err}");
+    let err = a.extend_by_owner("job", first.owner()).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Lost, "{err}");
+
+    let second = b.try_acquire("job").await.unwrap();
+    assert!(token(&second) > t1, "{} after {t1}", token(&second));
+    // The first holder's release finds it lost, and leaves the second holder's row.
+    let err = first.release().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Lost, "{err}");
+    assert_eq!(
+        a.try_acquire("job").await.unwrap_err().kind(),
+        ErrorKind::Contention
+    );
+    second.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extension_keeps_the_lock_past_its_ttl() {
+    let pg = start().await;
+    let ttl = Duration::from_secs(2);
+    let a = client(&pg, ttl);
+    let b = client(&pg, ttl);
+
+    let mut lock = a.try_acquire("report").await.unwrap();
+    let started = Instant::now();
+    while started.elapsed() < 2 * ttl + Duration::from_secs(1) {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let before = lock.validity_deadline();
+        lock.extend().await.unwrap();
+        assert!(lock.validity_deadline() > before);
+        let err = b.try_acquire("report").await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Contention, "{err}");
+    }
+    lock.release().await.unwrap();
+    b.try_acquire("report")
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_or_extension_by_the_wrong_owner_does_nothing() {
+    let pg = start().await;
+    let a = client(&pg, Duration::from_secs(10));
+    let b = client(&pg, Duration::from_secs(10));
+
+    let lock = a.try_acquire("account:7").await.unwrap();
+    let wrong = "0123456789abcdef0123456789abcdef";
+    let err = b.release_by_owner("account:7", wrong).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Lost, "{err}");
+    let err = b.extend_by_owner("account:7", wrong).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Lost, "{err}");
+    assert_eq!(
+        b.try_acquire("account:7").await.unwrap_err().kind(),
+        ErrorKind::Contention
+    );
+    // The right owner, from another client: the owner value is the capability.
+    b.extend_by_owner("account:7", lock.owner()).await.unwrap();
+    b.release_by_owner("account:7", lock.owner()).await.unwrap();
+    b.try_acquire("account:7")
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    assert_eq!(lock.release().await.unwrap_err().kind(), ErrorKind::Lost);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_terminated_connection_is_reopened_and_the_lock_still_extends() {
+    let pg = start().await;
+    let a = client(&pg, Duration::from_secs(5));
+    let mut lock = a.try_acquire("sync").await.unwrap();
+    let killed = pg
+        .psql(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+             WHERE datname = 'postgres' AND pid <> pg_backend_pid() AND backend_type = 'client backend'",
+        )
+        .unwrap();
+    assert_eq!(killed, "1", "the client's one connection");
+    // The first try finds the connection closed; the retry within the validity reconnects.
+    lock.extend().await.unwrap();
+    lock.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_statement_blocked_behind_a_row_lock_gives_up_within_the_request_timeout() {
+    let pg = Arc::new(start().await);
+    let a = client(&pg, Duration::from_secs(20));
+    let b = client(&pg, Duration::from_secs(20));
+    let mut lock = a.try_acquire("stuck").await.unwrap();
+    // Another session holds the row's lock for 6 s (a long transaction on the lock table).
+    let holder = {
+        let pg = pg.clone();
+        tokio::task::spawn_blocking(move || {
+            pg.psql(
+                "BEGIN; SELECT 1 FROM fencelock_locks WHERE resource = 'stuck' FOR UPDATE; \
+                 SELECT pg_sleep(6); COMMIT;",
+            )
+        })
+    };
+    let started = Instant::now();
+    loop {
+        let sleeping = pg
+            .psql(
+                "SELECT count(*) FROM pg_stat_activity \
+                 WHERE query LIKE '%pg_sleep(6)%' AND state = 'active' AND pid <> pg_backend_pid()",
+            )
+            .unwrap();
+        if sleeping == "1" {
+            break;
+        }
+        assert!(
+            started.elapsed() < LONG,
+            "the blocking session never started"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The acquisition waits on the row lock: it gives up after the request timeout (1 s, the
+    // client's and the session's statement_timeout), not when the other transaction ends.
+    let asked = Instant::now();
+    let err = b.try_acquire("stuck").await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    assert!(
+        asked.elapsed() < Duration::from_secs(4),
+        "gave up after {:?}",
+        asked.elapsed()
+    );
+    // The holder's extension retries within its validity and gets through once the row is free.
+    lock.extend().await.unwrap();
+    holder.await.unwrap().unwrap();
+    lock.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_extension_holds_the_lock_and_the_lost_signal_fires_when_the_server_stops() {
+    let pg = start().await;
+    let ttl = Duration::from_secs(3);
+    let a = client(&pg, ttl);
+    let b = client(&pg, ttl);
+
+    let guard = a
+        .try_acquire("daemon")
+        .await
+        .unwrap()
+        .auto_extend(AutoExtend::new());
+    let lost = guard.lost();
+    tokio::time::sleep(ttl + Duration::from_secs(1)).await;
+    assert!(!lost.is_fired(), "the engine extends the lock");
+    assert_eq!(
+        b.try_acquire("daemon").await.unwrap_err().kind(),
+        ErrorKind::Contention
+    );
+
+    let stopped_at = Instant::now();
+    let last_deadline = guard.validity_deadline();
+    let _pg = tokio::task::spawn_blocking(move || {
+        pg.stop().unwrap();
+        pg
+    })
+    .await
+    .unwrap();
+    tokio::time::timeout(LONG, lost.fired())
+        .await
+        .expect("the lost signal fires");
+    // No later than the validity deadline the extensions had reached (plus scheduling slack on
+    // a loaded machine), and for the database's silence, not for an answer.
+    assert!(
+        Instant::now() <= guard.validity_deadline().max(last_deadline) + Duration::from_secs(1),
+        "fired {:?} after the stop",
+        stopped_at.elapsed()
+    );
+    assert_eq!(lost.cause(), Some(LostCause::Unreachable));
+    drop(guard);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_database_is_unavailable_with_the_reason() {
+    // A port nothing listens on (the server was stopped).
+    let pg = start().await;
+    let url = pg.url();
+    tokio::task::spawn_blocking(move || pg.stop().map(|()| pg))
+        .await
+        .unwrap()
+        .unwrap();
+    let c = Client::new(
+        Config::new([url.replace("postgres@", "postgres:hunter2@")])
+            .with_retry(RetryPolicy::once()),
+    )
+    .unwrap();
+    let votes = c.connect().await;
+    assert_eq!(votes.len(), 1);
+    assert_eq!(votes.failed(), 1, "{votes}");
+    let err = c.try_acquire("x").await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    let text = err.to_string();
+    assert!(text.contains("refused"), "{text}");
+    assert!(!text.contains("hunter2"), "{text}");
+}
+
+#[tokio::test]
+async fn bad_urls_and_primitives_postgres_does_not_offer_are_refused_clearly() {
+    // No server: every refusal here comes before any I/O.
+    let url = "postgres://app:hunter2@127.0.0.1:1/shop";
+    for (nodes, why) in [
+        (
+            vec![url, "postgresql://app@127.0.0.1:2/shop"],
+            "exactly one URL",
+        ),
+        (vec![url, "redis://127.0.0.1:6379"], "are mixed"),
+        (vec!["postgres://h:port/db"], "port"),
+        (vec!["postgres:///db"], "host is missing"),
+    ] {
+        let err = Client::new(Config::new(nodes.clone())).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{nodes:?}");
+        let text = err.to_string();
+        assert!(text.contains(why), "{nodes:?}: {text}");
+        assert!(!text.contains("hunter2"), "{text}");
+    }
+    let c = Client::new(Config::new([url])).unwrap();
+    assert!(!format!("{c:?}").contains("hunter2"));
+    for (what, err) in [
+        ("semaphore", c.semaphore("pool", 3).map(|_| ()).unwrap_err()),
+        ("read-write lock", c.rwlock("doc").map(|_| ()).unwrap_err()),
+        ("election", c.election("leader").map(|_| ()).unwrap_err()),
+        (
+            "several resources",
+            c.try_acquire_many(&["a", "b"])
+                .await
+                .map(|_| ())
+                .unwrap_err(),
+        ),
+    ] {
+        assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{what}: {err}");
+        let text = err.to_string();
+        assert!(text.contains(what), "{text}");
+        assert!(text.contains("not supported on postgres:// yet"), "{text}");
+    }
+}
