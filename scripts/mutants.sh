@@ -239,7 +239,7 @@ mutant rw-no-record "a write lock is granted without recording its token for rea
 
 mutant ahead-never-announced "a plain lock on several nodes is a bare SET NX PX with no TTL announced ahead" \
   crates/fencelock/src/redis/ops.rs \
-  's/let ahead = \(plain_set && self\.nodes\.len\(\) > 1\)/let ahead = (false \&\& plain_set \&\& self.nodes.len() > 1)/' \
+  's/let ahead = \(plain_set && announces\)/let ahead = (false \&\& plain_set \&\& announces)/' \
   "-p fencelock --test quarantine a_restarted_node_waits_for_the_longest_ttl_any_client_uses" \
   "-p fencelock --test quarantine plain_grants_announce_their_ttl_ahead_once_per_window_on_each_node"
 mutant ahead-kept-across-connections "the announcement sent ahead is kept per process, not per connection" \
@@ -458,6 +458,15 @@ mutant etcd-inspect-no-family "inspect on etcd reads the resource's line only: a
   crates/fencelock-cli/src/probe/etcd.rs \
   's/let family = read_family\(&mut client, resource, &line\)\.await\?;/let family = Family::default();/' \
   "-p fencelock-cli --test inspect on_etcd_permits_readers_the_writer_and_the_leader_are_shown"
+
+mutant sentinel-failover-not-a-loss "a Sentinel node whose primary changed is judged by the uptime of the promoted replica, not as a loss seen now: counted at once after a failover that lost a held lock (issue 31)" \
+  crates/fencelock/src/redis/conn.rs \
+  's/if marker\.and_then\(crate::pure::nodeset::identity\) == Some\(run_id\) \{/if true || marker.and_then(crate::pure::nodeset::identity) == Some(run_id) {/' \
+  "-p fencelock --test sentinel a_failover_that_lost_a_held_lock_keeps_it_out_of_reach_and_tokens_in_order"
+mutant sentinel-quarantine-own-ttl-only "after a failover the quarantine lasts the client's own TTL, not the longest TTL the node's replicated record holds (issue 31)" \
+  crates/fencelock/src/redis/round.rs \
+  's/if nodes\[i\]\.addr\(\)\.sentinel\(\)\.is_some\(\) \{/if false \&\& nodes[i].addr().sentinel().is_some() {/' \
+  "-p fencelock --test sentinel a_failover_that_lost_a_held_lock_keeps_it_out_of_reach_and_tokens_in_order"
 
 index_of() {
   local i
