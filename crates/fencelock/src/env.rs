@@ -50,11 +50,8 @@ impl Config {
     /// [`Config::from_env`] over any source of variables.
     pub(crate) fn from_lookup(var: impl Fn(&str) -> Option<String>) -> Result<Config> {
         let nodes = var(NODES).unwrap_or_default();
-        let nodes: Vec<&str> = nodes
-            .split(',')
-            .map(str::trim)
-            .filter(|n| !n.is_empty())
-            .collect();
+        // A Sentinel URL lists its Sentinels with commas too.
+        let nodes = crate::NodeAddr::split_list(&nodes);
         if nodes.is_empty() {
             return Err(Error::config(
                 NODES,

@@ -171,6 +171,32 @@ impl NodeAddr {
         })
     }
 
+    /// Splits a comma-separated list of node URLs (`FENCELOCK_NODES`, `--nodes`). A piece
+    /// without `://` continues the URL before it: a `redis+sentinel://` URL lists its Sentinels
+    /// with commas. Pieces are trimmed; empty ones are dropped.
+    ///
+    /// ```
+    /// use fencelock::NodeAddr;
+    /// let list = "redis+sentinel://s1:26379,s2:26379/main, redis://cache:6379";
+    /// assert_eq!(
+    ///     NodeAddr::split_list(list),
+    ///     ["redis+sentinel://s1:26379,s2:26379/main", "redis://cache:6379"]
+    /// );
+    /// ```
+    pub fn split_list(list: &str) -> Vec<String> {
+        let mut urls: Vec<String> = Vec::new();
+        for piece in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            match urls.last_mut() {
+                Some(last) if !piece.contains("://") => {
+                    last.push(',');
+                    last.push_str(piece);
+                }
+                _ => urls.push(piece.to_string()),
+            }
+        }
+        urls
+    }
+
     /// The scheme.
     pub fn scheme(&self) -> Scheme {
         self.scheme
