@@ -170,6 +170,7 @@ async fn a_failover_that_lost_a_held_lock_keeps_it_out_of_reach_and_tokens_in_or
         tokio::time::sleep(Duration::from_millis(300)).await;
     };
     let tb = granted.fencing_token().unwrap().value();
+    eprintln!("counter before A: {before}; A's token {ta}; B's token {tb}");
     assert!(
         tb > ta,
         "B was issued {tb} after A's {ta}: the order broke across the failover"

@@ -49,7 +49,9 @@ pub(crate) async fn primary(
         };
         match tokio::time::timeout(timeout, ask).await {
             Ok(Ok(answer)) => Ok(answer),
-            Ok(Err(e)) => Err(super::describe::describe(&e).to_string()),
+            // The Sentinels are asked without credentials: their errors hold no secret.
+            Ok(Err(e)) if e.is_connection_refusal() => Err("connection refused".to_string()),
+            Ok(Err(e)) => Err(e.to_string()),
             Err(_) => Err("no answer in time".to_string()),
         }
     });
