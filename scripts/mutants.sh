@@ -467,6 +467,14 @@ mutant sentinel-quarantine-own-ttl-only "after a failover the quarantine lasts t
   crates/fencelock/src/redis/round.rs \
   's/if nodes\[i\]\.addr\(\)\.sentinel\(\)\.is_some\(\) \{/if false \&\& nodes[i].addr().sentinel().is_some() {/' \
   "-p fencelock --test sentinel a_failover_that_lost_a_held_lock_keeps_it_out_of_reach_and_tokens_in_order"
+mutant sentinel-readonly-kept "a connection that meets READONLY (a primary demoted under it) is kept: every later request goes to the replica (issue 31)" \
+  crates/fencelock/src/redis/conn.rs \
+  's/\|\| e\.kind\(\) == redis::ErrorKind::Server\(redis::ServerErrorKind::ReadOnly\)/|| false \&\& e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly)/' \
+  "-p fencelock --test sentinel a_primary_demoted_under_a_kept_connection_is_dropped_and_never_written"
+mutant sentinel-no-role-check "the node the Sentinels name is used without checking ROLE says master (issue 31)" \
+  crates/fencelock/src/redis/sentinel.rs \
+  's/    if first == "master" \{/    if true || first == "master" {/' \
+  "-p fencelock --test sentinel a_primary_demoted_under_a_kept_connection_is_dropped_and_never_written"
 
 index_of() {
   local i

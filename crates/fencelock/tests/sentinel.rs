@@ -245,6 +245,55 @@ async fn a_client_follows_the_primary_across_a_failover_and_never_writes_to_a_re
     );
 }
 
+/// A primary demoted by hand (`REPLICAOF`, not by the Sentinels, which would close its clients'
+/// connections): the client's kept connection meets `READONLY`, is dropped, and the next
+/// connection finds the node the Sentinels still name answering as a replica: not used.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_demoted_under_a_kept_connection_is_dropped_and_never_written() {
+    let group = SentinelGroup::start().unwrap();
+    mark_new(&group);
+    let p = group.primary().unwrap();
+    let other = (p + 1) % 3;
+    let c = client(&group, Duration::from_secs(2), false);
+    c.try_acquire("warm")
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+
+    let port = group.node(other).port().to_string();
+    group
+        .node(p)
+        .cli(&["REPLICAOF", "127.0.0.1", &port])
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !group.node(p).cli(&["ROLE"]).unwrap().starts_with("slave") {
+        assert!(Instant::now() < deadline, "node {p} never became a replica");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The Sentinels still name it (they take seconds to react).
+    assert_eq!(group.primary().unwrap(), p);
+
+    let first = c.try_acquire("demoted").await.unwrap_err().to_string();
+    assert!(
+        first.contains("read-only") || first.contains("READONLY"),
+        "{first}"
+    );
+    let second = c.try_acquire("demoted").await.unwrap_err().to_string();
+    assert!(
+        second.contains("answers ROLE \"slave\""),
+        "the kept connection was not dropped, or the replica was used: {second}"
+    );
+    for n in 0..3 {
+        assert_eq!(
+            group.node(n).cli(&["GET", "demoted"]).unwrap(),
+            "(nil)",
+            "node {n}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bad_sentinel_url_says_what_to_fix() {
     for (url, says) in [
