@@ -462,7 +462,8 @@ mutant etcd-inspect-no-family "inspect on etcd reads the resource's line only: a
 mutant sentinel-failover-not-a-loss "a Sentinel node whose primary changed is judged by the uptime of the promoted replica, not as a loss seen now: counted at once after a failover that lost a held lock (issue 31)" \
   crates/fencelock/src/redis/conn.rs \
   's/if marker\.and_then\(crate::pure::nodeset::identity\) == Some\(run_id\) \{/if true || marker.and_then(crate::pure::nodeset::identity) == Some(run_id) {/' \
-  "-p fencelock --test sentinel a_failover_that_lost_a_held_lock_keeps_it_out_of_reach_and_tokens_in_order"
+  "-p fencelock --test sentinel a_failover_that_lost_a_held_lock_keeps_it_out_of_reach_and_tokens_in_order" \
+  "-p fencelock --test sentinel redlock_over_three_sentinel_groups_counts_each_group_as_one_node"
 mutant sentinel-quarantine-own-ttl-only "after a failover the quarantine lasts the client's own TTL, not the longest TTL the node's replicated record holds (issue 31)" \
   crates/fencelock/src/redis/round.rs \
   's/if nodes\[i\]\.addr\(\)\.sentinel\(\)\.is_some\(\) \{/if false \&\& nodes[i].addr().sentinel().is_some() {/' \

@@ -36,6 +36,19 @@ fn wait_for_replicas(group: &SentinelGroup, primary: usize, key: &str, value: &s
     }
 }
 
+/// Waits until `node` holds `value` at `key`.
+fn wait_for_key(node: &fencelock_testkit::RedisNode, key: &str, value: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while node.cli(&["GET", key]).unwrap() != value {
+        assert!(
+            Instant::now() < deadline,
+            "{key} never reached port {}",
+            node.port()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 fn client(group: &SentinelGroup, ttl: Duration, fencing: bool) -> Client {
     Client::new(
         Config::new([group.url()])
@@ -292,6 +305,69 @@ async fn a_primary_demoted_under_a_kept_connection_is_dropped_and_never_written(
             "node {n}"
         );
     }
+}
+
+/// Redlock over three independent Sentinel groups: each group is one node of the quorum. One
+/// group's primary is killed; the lock is still taken on the two others, during the failover and
+/// after it (the promoted primary is in quarantine, then counts again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_over_three_sentinel_groups_counts_each_group_as_one_node() {
+    let groups: Vec<SentinelGroup> = std::thread::scope(|s| {
+        let started: Vec<_> = (0..3).map(|_| s.spawn(SentinelGroup::start)).collect();
+        started
+            .into_iter()
+            .map(|h| h.join().unwrap().unwrap())
+            .collect()
+    });
+    for g in &groups {
+        mark_new(g);
+    }
+    let urls: Vec<String> = groups.iter().map(SentinelGroup::url).collect();
+    let c = Client::new(
+        Config::new(urls)
+            .with_ttl(Duration::from_secs(3))
+            .with_node_timeout(Duration::from_millis(1500))
+            .with_connect_timeout(Duration::from_secs(5)),
+    )
+    .unwrap();
+    let lock = c.try_acquire("multi").await.unwrap();
+    // The round returns at a quorum; the third grant lands just after.
+    for g in &groups {
+        wait_for_key(g.node(g.primary().unwrap()), "multi", lock.owner());
+    }
+    lock.release().await.unwrap();
+
+    let old = groups[0].primary().unwrap();
+    groups[0].node(old).kill().unwrap();
+    // During the failover: the two other groups are a quorum.
+    let during = c.try_acquire("multi").await.unwrap();
+    assert!(during.votes().granted() >= 2, "{}", during.votes());
+    during.release().await.unwrap();
+    let new = groups[0].wait_for_failover(old, FAILOVER_DEADLINE).unwrap();
+    // After it: the promoted primary is in quarantine (a possible loss): not asked, the lock is
+    // taken on the two others; then it counts again.
+    let after = c.try_acquire("multi").await.unwrap();
+    assert!(after.votes().granted() >= 2, "{}", after.votes());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(groups[0].node(new).cli(&["GET", "multi"]).unwrap(), "(nil)");
+    after.release().await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(40);
+    loop {
+        let lock = c.try_acquire("multi").await.unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let there = groups[0].node(new).cli(&["GET", "multi"]).unwrap() == lock.owner();
+        lock.release().await.unwrap();
+        if there {
+            break;
+        }
+        assert!(Instant::now() < deadline, "group 0 never counted again");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(groups[0]
+        .node(new)
+        .cli(&["ROLE"])
+        .unwrap()
+        .starts_with("master"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
