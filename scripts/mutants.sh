@@ -468,6 +468,10 @@ mutant sentinel-quarantine-own-ttl-only "after a failover the quarantine lasts t
   crates/fencelock/src/redis/round.rs \
   's/if nodes\[i\]\.addr\(\)\.sentinel\(\)\.is_some\(\) \{/if false \&\& nodes[i].addr().sentinel().is_some() {/' \
   "-p fencelock --test sentinel a_failover_that_lost_a_held_lock_keeps_it_out_of_reach_and_tokens_in_order"
+mutant sentinel-failover-keeps-counter "a failover is judged as a loss but the node counter is kept: a stale counter is trusted (issue 31)" \
+  crates/fencelock/src/redis/lua/failover.lua \
+  "s/^redis\.call\('del', KEYS\[2\]\)\n/-- mutant: the counter kept\n/m" \
+  "-p fencelock --test sentinel a_failover_that_lost_a_counter_raise_never_yields_a_smaller_token_over_three_groups"
 mutant sentinel-readonly-kept "a connection that meets READONLY (a primary demoted under it) is kept: every later request goes to the replica (issue 31)" \
   crates/fencelock/src/redis/conn.rs \
   's/\|\| e\.kind\(\) == redis::ErrorKind::Server\(redis::ServerErrorKind::ReadOnly\)/|| false \&\& e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly)/' \

@@ -370,6 +370,107 @@ async fn redlock_over_three_sentinel_groups_counts_each_group_as_one_node() {
         .starts_with("master"));
 }
 
+/// Fencing over three Sentinel groups when a failover loses a counter raise (the amnesia
+/// guard's case): counters above the clock (as `fencelock reseed --above` leaves them), A is
+/// issued a token on groups 0 and 1 (a stranger holds group 2), group 0 fails over without A's
+/// raise (made by hand on its replicas, as in the single-group test), and B asks while group 1
+/// does not answer. B must not be issued a token at or below A's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failover_that_lost_a_counter_raise_never_yields_a_smaller_token_over_three_groups() {
+    let groups: Vec<SentinelGroup> = std::thread::scope(|s| {
+        let started: Vec<_> = (0..3).map(|_| s.spawn(SentinelGroup::start)).collect();
+        started
+            .into_iter()
+            .map(|h| h.join().unwrap().unwrap())
+            .collect()
+    });
+    let high = "100000000000000000"; // 1e17: above any clock-derived token
+    for g in &groups {
+        mark_new(g);
+        let p = g.primary().unwrap();
+        g.node(p).cli(&["SET", "fencelock:fence", high]).unwrap();
+        wait_for_replicas(g, p, "fencelock:fence", high);
+    }
+    let primaries: Vec<usize> = groups.iter().map(|g| g.primary().unwrap()).collect();
+    groups[2]
+        .node(primaries[2])
+        .cli(&["SET", "job", "stranger", "PX", "60000"])
+        .unwrap();
+    let urls: Vec<String> = groups.iter().map(SentinelGroup::url).collect();
+    let config = |ttl| {
+        Config::new(urls.clone())
+            .with_ttl(ttl)
+            .with_node_timeout(Duration::from_millis(1500))
+            .with_connect_timeout(Duration::from_secs(5))
+            .with_fencing(true)
+    };
+    let a = Client::new(config(Duration::from_secs(3))).unwrap();
+    let held = a.try_acquire("job").await.unwrap();
+    let ta = held.fencing_token().unwrap().value();
+    let raised = groups[0]
+        .node(primaries[0])
+        .cli(&["GET", "fencelock:fence"])
+        .unwrap();
+    assert_eq!(raised, ta.to_string(), "A's raise on group 0");
+    wait_for_replicas(&groups[0], primaries[0], "fencelock:fence", &raised);
+    for r in (0..3).filter(|r| *r != primaries[0]) {
+        let node = groups[0].node(r);
+        node.cli(&["CONFIG", "SET", "replica-read-only", "no"])
+            .unwrap();
+        node.cli(&["DEL", "job"]).unwrap();
+        node.cli(&["SET", "fencelock:fence", high]).unwrap();
+        node.cli(&["CONFIG", "SET", "replica-read-only", "yes"])
+            .unwrap();
+    }
+    groups[0].node(primaries[0]).kill().unwrap();
+    let promoted = groups[0]
+        .wait_for_failover(primaries[0], FAILOVER_DEADLINE)
+        .unwrap();
+    groups[2].node(primaries[2]).cli(&["DEL", "job"]).unwrap();
+
+    // An unfenced client sees group 0's quarantine start and end, and marks it clear, touching
+    // no counter: A's lock has expired by then.
+    let w = Client::new(config(Duration::from_secs(3)).with_fencing(false)).unwrap();
+    w.connect().await;
+    tokio::time::sleep(held.remaining().max(Duration::from_secs(3)) + Duration::from_secs(1)).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(lock) = w.try_acquire("other").await {
+            lock.release().await.unwrap();
+        }
+        let marker = groups[0]
+            .node(promoted)
+            .cli(&["GET", NODE_MARKER_KEY])
+            .unwrap();
+        if marker.ends_with(" clear") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "group 0's quarantine never ended: {marker}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+
+    // B, fenced, counts group 0 at once (its marker is clear) and cannot reach group 1.
+    let b = Client::new(config(Duration::from_secs(3))).unwrap();
+    groups[1].node(primaries[1]).pause().unwrap();
+    let result = b.try_acquire("job").await;
+    groups[1].node(primaries[1]).resume().unwrap();
+    match result {
+        Ok(lock) => {
+            let tb = lock.fencing_token().unwrap().value();
+            assert!(
+                tb > ta,
+                "B was issued {tb} after A's {ta} across group 0's failover"
+            );
+        }
+        // The amnesia guard: group 0 lost its counter with the failover, so its read cannot
+        // count, and group 2's alone is no quorum.
+        Err(e) => assert!(e.to_string().contains("no fence counter"), "{e}"),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bad_sentinel_url_says_what_to_fix() {
     for (url, says) in [
