@@ -112,6 +112,14 @@ impl Node {
                 index + 1
             )));
         }
+        if addr.scheme() == fencelock::Scheme::RedisSentinel {
+            // The lock commands take it; the commands that talk to nodes directly (doctor,
+            // inspect, bench, ...) do not ask Sentinels yet.
+            return Err(Failure::usage(format!(
+                "node {} of the list ({name}) is a Sentinel group; this command does not ask Sentinels yet: name the primary with redis://host:port (SENTINEL GET-MASTER-ADDR-BY-NAME tells it)",
+                index + 1
+            )));
+        }
         let client = redis::Client::open(url.trim()).map_err(|e| {
             Failure::usage(format!(
                 "node {} of the list ({name}) is not a valid Redis URL: {}; expected redis://[user:password@]host:port[/db]",
