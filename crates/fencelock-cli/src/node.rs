@@ -293,6 +293,13 @@ mod tests {
         assert!(err.message.contains("node 1 "), "{}", err.message);
         assert!(Node::parse("redis://127.0.0.1:6379", 0).is_ok());
         assert!(Node::parse("redis://127.0.0.1:notaport", 1).is_err());
+        let sentinel = Node::parse("redis+sentinel://127.0.0.1:26379/main", 2).unwrap_err();
+        assert_eq!(sentinel.code, crate::exit::USAGE);
+        assert!(
+            sentinel.message.contains("node 3 ") && sentinel.message.contains("redis://host:port"),
+            "{}",
+            sentinel.message
+        );
     }
 
     #[test]

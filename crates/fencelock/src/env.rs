@@ -169,6 +169,27 @@ mod tests {
     }
 
     #[test]
+    fn a_sentinel_url_keeps_its_commas_and_turns_the_quarantine_on() {
+        let c = from(&[(
+            NODES,
+            "redis+sentinel://s1:26379, s2:26379,s3/main/0,redis://b:1",
+        )])
+        .unwrap();
+        assert_eq!(
+            c.nodes(),
+            [
+                "redis+sentinel://s1:26379,s2:26379,s3/main/0",
+                "redis://b:1"
+            ]
+        );
+        // One Sentinel node: its failover may lose data, so the quarantine is on by default.
+        let one = from(&[(NODES, "redis+sentinel://s1,s2/main")]).unwrap();
+        assert_eq!(one.nodes().len(), 1);
+        assert!(one.quarantine());
+        assert!(!from(&[(NODES, "redis://a:1")]).unwrap().quarantine());
+    }
+
+    #[test]
     fn says_which_variable_is_wrong_and_what_to_do() {
         let unset = from(&[]).unwrap_err().to_string();
         assert!(unset.contains("FENCELOCK_NODES"), "{unset}");
