@@ -386,6 +386,8 @@ impl NodeConn {
                     _ => String::new(),
                 };
                 super::sentinel::check_role(&first, host, *port)?;
+                // Only a primary is followed by the pub/sub wake-ups and the election log.
+                self.target.set(client.clone());
             }
             let mut pipe = redis::pipe();
             for code in scripts::ALL {
@@ -477,8 +479,8 @@ impl NodeConn {
     }
 
     /// The driver's client for this connection: the URL's node, or for a Sentinel node the
-    /// primary the Sentinels name now (with its address), which later connections of the
-    /// pub/sub wake-ups and the election log follow.
+    /// primary the Sentinels name now (with its address), which the pub/sub wake-ups and the
+    /// election log follow once its `ROLE` was checked.
     async fn resolve(&self) -> Result<(redis::Client, Option<(String, u16)>), RedisError> {
         let Some(group) = self.addr.sentinel() else {
             return Ok((self.target.get()?, None));
@@ -486,7 +488,6 @@ impl NodeConn {
         // Half the connect timeout: the rest is for the primary's own set-up.
         let (host, port) = super::sentinel::primary(group, self.connect_timeout / 2).await?;
         let client = redis::Client::open(self.addr.primary_url(&host, port))?;
-        self.target.set(client.clone());
         Ok((client, Some((host, port))))
     }
 
