@@ -242,7 +242,7 @@ mutant rw-no-record "a write lock is granted without recording its token for rea
 
 mutant ahead-never-announced "a plain lock on several nodes is a bare SET NX PX with no TTL announced ahead" \
   crates/fencelock/src/redis/ops.rs \
-  's/let ahead = \(plain_set && self\.nodes\.len\(\) > 1\)/let ahead = (false \&\& plain_set \&\& self.nodes.len() > 1)/' \
+  's/let ahead = \(plain_set && announces\)/let ahead = (false \&\& plain_set \&\& announces)/' \
   "-p fencelock --test quarantine a_restarted_node_waits_for_the_longest_ttl_any_client_uses" \
   "-p fencelock --test quarantine plain_grants_announce_their_ttl_ahead_once_per_window_on_each_node"
 mutant ahead-kept-across-connections "the announcement sent ahead is kept per process, not per connection" \
@@ -489,6 +489,27 @@ mutant pg-no-request-timeout "postgres: a statement waits as long as the databas
   crates/fencelock/src/pglock/mod.rs \
   's/let limit = limit\.min\(self\.request_timeout\);/let limit = limit.max(Duration::from_secs(60));/; s/SET statement_timeout = \{ms\}/SET statement_timeout = 0/' \
   "-p fencelock --test postgres_lock a_statement_blocked_behind_a_row_lock_gives_up_within_the_request_timeout"
+mutant sentinel-failover-not-a-loss "a Sentinel node whose primary changed is judged by the uptime of the promoted replica, not as a loss seen now: counted at once after a failover that lost a held lock (issue 31)" \
+  crates/fencelock/src/redis/conn.rs \
+  's/if marker\.and_then\(crate::pure::nodeset::identity\) == Some\(run_id\) \{/if true || marker.and_then(crate::pure::nodeset::identity) == Some(run_id) {/' \
+  "-p fencelock --test sentinel a_failover_that_lost_a_held_lock_keeps_it_out_of_reach_and_tokens_in_order" \
+  "-p fencelock --test sentinel redlock_over_three_sentinel_groups_counts_each_group_as_one_node"
+mutant sentinel-quarantine-own-ttl-only "after a failover the quarantine lasts the client's own TTL, not the longest TTL the node's replicated record holds (issue 31)" \
+  crates/fencelock/src/redis/round.rs \
+  's/if nodes\[i\]\.addr\(\)\.sentinel\(\)\.is_some\(\) \{/if false \&\& nodes[i].addr().sentinel().is_some() {/' \
+  "-p fencelock --test sentinel a_failover_that_lost_a_held_lock_keeps_it_out_of_reach_and_tokens_in_order"
+mutant sentinel-failover-keeps-counter "a failover is judged as a loss but the node counter is kept: a stale counter is trusted (issue 31)" \
+  crates/fencelock/src/redis/lua/failover.lua \
+  "s/^redis\.call\('del', KEYS\[2\]\)\n/-- mutant: the counter kept\n/m" \
+  "-p fencelock --test sentinel a_failover_that_lost_a_counter_raise_never_yields_a_smaller_token_over_three_groups"
+mutant sentinel-readonly-kept "a connection that meets READONLY (a primary demoted under it) is kept: every later request goes to the replica (issue 31)" \
+  crates/fencelock/src/redis/conn.rs \
+  's/\|\| e\.kind\(\) == redis::ErrorKind::Server\(redis::ServerErrorKind::ReadOnly\)/|| false \&\& e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly)/' \
+  "-p fencelock --test sentinel a_primary_demoted_under_a_kept_connection_is_dropped_and_never_written"
+mutant sentinel-no-role-check "the node the Sentinels name is used without checking ROLE says master (issue 31)" \
+  crates/fencelock/src/redis/sentinel.rs \
+  's/    if first == "master" \{/    if true || first == "master" {/' \
+  "-p fencelock --test sentinel a_primary_demoted_under_a_kept_connection_is_dropped_and_never_written"
 
 index_of() {
   local i

@@ -112,6 +112,14 @@ impl Node {
                 index + 1
             )));
         }
+        if addr.scheme() == fencelock::Scheme::RedisSentinel {
+            // The lock commands take it; the commands that talk to nodes directly (doctor,
+            // inspect, bench, ...) do not ask Sentinels yet.
+            return Err(Failure::usage(format!(
+                "node {} of the list ({name}) is a Sentinel group; this command does not ask Sentinels yet: name the primary with redis://host:port (SENTINEL GET-MASTER-ADDR-BY-NAME tells it)",
+                index + 1
+            )));
+        }
         let client = redis::Client::open(url.trim()).map_err(|e| {
             Failure::usage(format!(
                 "node {} of the list ({name}) is not a valid Redis URL: {}; expected redis://[user:password@]host:port[/db]",
@@ -285,6 +293,13 @@ mod tests {
         assert!(err.message.contains("node 1 "), "{}", err.message);
         assert!(Node::parse("redis://127.0.0.1:6379", 0).is_ok());
         assert!(Node::parse("redis://127.0.0.1:notaport", 1).is_err());
+        let sentinel = Node::parse("redis+sentinel://127.0.0.1:26379/main", 2).unwrap_err();
+        assert_eq!(sentinel.code, crate::exit::USAGE);
+        assert!(
+            sentinel.message.contains("node 3 ") && sentinel.message.contains("redis://host:port"),
+            "{}",
+            sentinel.message
+        );
     }
 
     #[test]

@@ -232,7 +232,9 @@ fn resolve_nodes(
     file_path: Option<&PathBuf>,
 ) -> Result<(Vec<String>, Source), Failure> {
     let (nodes, source) = if !global.nodes.is_empty() {
-        (clean_list(&global.nodes), Source::Flag)
+        // `--nodes` splits at every comma; a Sentinel URL's list of Sentinels is put back.
+        let list = fencelock::NodeAddr::split_list(&global.nodes.join(","));
+        (clean_list(&list), Source::Flag)
     } else if let Ok(env) = std::env::var("FENCELOCK_NODES") {
         // Set but empty is a mistake (a variable of a template left blank), not a wish for the
         // dev set: falling back would lock on whatever nodes `up` left on this machine.
@@ -241,7 +243,7 @@ fn resolve_nodes(
                 "FENCELOCK_NODES is set but empty; give it node URLs (redis://host:6379,...), or unset it to use the config file or the dev set of `fencelock up`",
             ));
         }
-        let list: Vec<String> = env.split(',').map(str::to_owned).collect();
+        let list = fencelock::NodeAddr::split_list(&env);
         (clean_list(&list), Source::Env)
     } else if let (Some(nodes), Some(path)) = (file.nodes.as_ref(), file_path) {
         (clean_list(nodes), Source::ConfigFile(path.clone()))

@@ -29,6 +29,7 @@
 //!   restart, pause, resume, a tiny RESP [`cli`](RedisNode::cli).
 //! - [`RedisOptions`] and [`Persistence`]: how a node starts.
 //! - [`RedisNodes`]: N independent nodes started in parallel, for Redlock.
+//! - [`SentinelGroup`]: a primary, two replicas and three Sentinels, for failovers.
 //! - [`Postgres`]: a throw-away PostgreSQL 15 cluster (initdb in a temp dir,
 //!   run as the `postgres` user when the test runs as root).
 //! - [`Etcd`], [`EtcdCluster`], [`EtcdMember`]: single-member and static
@@ -70,6 +71,7 @@ mod redis_nodes;
 mod redis_options;
 mod redis_tls;
 mod resp;
+mod sentinel_group;
 mod tls_server;
 mod workspace_build;
 
@@ -88,5 +90,6 @@ pub use redis_node::RedisNode;
 pub use redis_nodes::RedisNodes;
 pub use redis_options::RedisOptions;
 pub use redis_tls::TlsRedisNode;
+pub use sentinel_group::{SentinelGroup, MASTER_NAME};
 pub use tls_server::TlsServer;
 pub use workspace_build::workspace_build;

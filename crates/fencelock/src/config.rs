@@ -242,9 +242,17 @@ impl Config {
         self.node_set_check
     }
 
-    /// Whether restart quarantine is on (its default depends on the node count).
+    /// Whether restart quarantine is on (its default depends on the node count: on for
+    /// several nodes, and for a Sentinel-managed primary, whose failover may lose data).
     pub fn quarantine(&self) -> bool {
-        self.quarantine.unwrap_or(self.nodes.len() > 1)
+        self.quarantine.unwrap_or_else(|| {
+            self.nodes.len() > 1
+                || self.nodes.iter().any(|u| {
+                    u.trim_start()
+                        .get(..17)
+                        .is_some_and(|s| s.eq_ignore_ascii_case("redis+sentinel://"))
+                })
+        })
     }
 
     /// Checks the settings and parses the node URLs.

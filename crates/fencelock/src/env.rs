@@ -50,11 +50,8 @@ impl Config {
     /// [`Config::from_env`] over any source of variables.
     pub(crate) fn from_lookup(var: impl Fn(&str) -> Option<String>) -> Result<Config> {
         let nodes = var(NODES).unwrap_or_default();
-        let nodes: Vec<&str> = nodes
-            .split(',')
-            .map(str::trim)
-            .filter(|n| !n.is_empty())
-            .collect();
+        // A Sentinel URL lists its Sentinels with commas too.
+        let nodes = crate::NodeAddr::split_list(&nodes);
         if nodes.is_empty() {
             return Err(Error::config(
                 NODES,
@@ -169,6 +166,27 @@ mod tests {
         let c = from(&[(NODES, "redis://a:1,redis://b:1,redis://c:1")]).unwrap();
         assert_eq!(c.ttl(), Config::DEFAULT_TTL);
         assert!(c.quarantine());
+    }
+
+    #[test]
+    fn a_sentinel_url_keeps_its_commas_and_turns_the_quarantine_on() {
+        let c = from(&[(
+            NODES,
+            "redis+sentinel://s1:26379, s2:26379,s3/main/0,redis://b:1",
+        )])
+        .unwrap();
+        assert_eq!(
+            c.nodes(),
+            [
+                "redis+sentinel://s1:26379,s2:26379,s3/main/0",
+                "redis://b:1"
+            ]
+        );
+        // One Sentinel node: its failover may lose data, so the quarantine is on by default.
+        let one = from(&[(NODES, "redis+sentinel://s1,s2/main")]).unwrap();
+        assert_eq!(one.nodes().len(), 1);
+        assert!(one.quarantine());
+        assert!(!from(&[(NODES, "redis://a:1")]).unwrap().quarantine());
     }
 
     #[test]

@@ -19,12 +19,18 @@ pub enum Scheme {
     /// `postgres://` or `postgresql://`: one PostgreSQL database (needs the `postgres-lock`
     /// feature).
     Postgres,
+    /// `redis+sentinel://`: the primary a group of Redis Sentinels names, found anew at each
+    /// connection (one logical node).
+    RedisSentinel,
 }
 
 impl Scheme {
     /// Whether the scheme names a Redis node.
     pub fn is_redis(self) -> bool {
-        matches!(self, Scheme::Redis | Scheme::RedisTls)
+        matches!(
+            self,
+            Scheme::Redis | Scheme::RedisTls | Scheme::RedisSentinel
+        )
     }
 
     /// Whether the scheme names a PostgreSQL database.
@@ -35,7 +41,7 @@ impl Scheme {
     /// The backend the scheme selects, in words: `"Redis"`, `"etcd"` or `"PostgreSQL"`.
     pub fn backend(self) -> &'static str {
         match self {
-            Scheme::Redis | Scheme::RedisTls => "Redis",
+            Scheme::Redis | Scheme::RedisTls | Scheme::RedisSentinel => "Redis",
             Scheme::Etcd | Scheme::EtcdTls => "etcd",
             Scheme::Postgres => "PostgreSQL",
         }
@@ -54,7 +60,26 @@ pub struct NodeAddr {
     user: Option<String>,
     has_password: bool,
     path: String,
+    /// For `redis+sentinel://`: the Sentinels and the primary's name.
+    sentinel: Option<SentinelGroup>,
 }
+
+/// The Sentinels of a `redis+sentinel://` URL and the name of the primary they watch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SentinelGroup {
+    /// Each Sentinel's host (IPv6 without brackets) and port, in the URL's order.
+    pub(crate) sentinels: Vec<(String, u16)>,
+    /// The name the Sentinels know the primary by (`sentinel monitor <name> ...`).
+    pub(crate) master: String,
+    /// The database on the primary.
+    pub(crate) db: i64,
+}
+
+/// The port of a Sentinel when the URL gives none.
+const SENTINEL_PORT: u16 = 26379;
+
+/// How a Sentinel URL is written, for the errors.
+const SENTINEL_FORM: &str = "write it as redis+sentinel://host:26379,host:26379/<master-name>[/db]";
 
 impl NodeAddr {
     /// Parses a node URL.
@@ -78,6 +103,14 @@ impl NodeAddr {
             "etcd" => Scheme::Etcd,
             "etcds" => Scheme::EtcdTls,
             "postgres" | "postgresql" => Scheme::Postgres,
+            "redis+sentinel" => return parse_sentinel(url, rest),
+            "rediss+sentinel" => {
+                return Err(Error::config(
+                    what(),
+                    "TLS to a Sentinel group is not supported yet; use redis+sentinel:// on a \
+                     trusted network, or name the primary directly with rediss://host:port",
+                ))
+            }
             // Taken as etcd once, which sent a Redis or web server's address to the etcd
             // client: the scheme must name the backend.
             "http" | "https" => {
@@ -97,7 +130,7 @@ impl NodeAddr {
                 return Err(Error::config(
                     what(),
                     format!(
-                        "unknown scheme {other:?}; use redis://, rediss://, etcd://, etcds:// or postgres://"
+                        "unknown scheme {other:?}; use redis://, rediss://, redis+sentinel://, etcd://, etcds:// or postgres://"
                     ),
                 ))
             }
@@ -125,7 +158,7 @@ impl NodeAddr {
             ));
         }
         let default_port = match scheme {
-            Scheme::Redis | Scheme::RedisTls => 6379,
+            Scheme::Redis | Scheme::RedisTls | Scheme::RedisSentinel => 6379,
             Scheme::Etcd | Scheme::EtcdTls => 2379,
             Scheme::Postgres => 5432,
         };
@@ -156,7 +189,34 @@ impl NodeAddr {
             user,
             has_password,
             path: path.to_string(),
+            sentinel: None,
         })
+    }
+
+    /// Splits a comma-separated list of node URLs (`FENCELOCK_NODES`, `--nodes`). A piece
+    /// without `://` continues the URL before it: a `redis+sentinel://` URL lists its Sentinels
+    /// with commas. Pieces are trimmed; empty ones are dropped.
+    ///
+    /// ```
+    /// use fencelock::NodeAddr;
+    /// let list = "redis+sentinel://s1:26379,s2:26379/main, redis://cache:6379";
+    /// assert_eq!(
+    ///     NodeAddr::split_list(list),
+    ///     ["redis+sentinel://s1:26379,s2:26379/main", "redis://cache:6379"]
+    /// );
+    /// ```
+    pub fn split_list(list: &str) -> Vec<String> {
+        let mut urls: Vec<String> = Vec::new();
+        for piece in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            match urls.last_mut() {
+                Some(last) if !piece.contains("://") => {
+                    last.push(',');
+                    last.push_str(piece);
+                }
+                _ => urls.push(piece.to_string()),
+            }
+        }
+        urls
     }
 
     /// The scheme.
@@ -175,13 +235,39 @@ impl NodeAddr {
         self.port
     }
 
-    /// `host:port`, the identity used to check that nodes are distinct.
+    /// `host:port`, the identity used to check that nodes are distinct. For a Sentinel URL:
+    /// every Sentinel's `host:port`, then `/` and the primary's name (one group, one node).
     pub fn host_port(&self) -> String {
+        if let Some(group) = &self.sentinel {
+            let list: Vec<String> = group
+                .sentinels
+                .iter()
+                .map(|(h, p)| join_host_port(h, *p))
+                .collect();
+            return format!("{}/{}", list.join(","), group.master);
+        }
         if self.host.contains(':') {
             format!("[{}]:{}", self.host, self.port)
         } else {
             format!("{}:{}", self.host, self.port)
         }
+    }
+
+    /// The Sentinels and the primary's name of a `redis+sentinel://` URL.
+    pub(crate) fn sentinel(&self) -> Option<&SentinelGroup> {
+        self.sentinel.as_ref()
+    }
+
+    /// The `redis://` URL of the primary at `host:port` that this Sentinel URL names, with the
+    /// URL's user and password and database (the secret is in it: for the driver only).
+    pub(crate) fn primary_url(&self, host: &str, port: u16) -> String {
+        let db = self.sentinel.as_ref().map_or(0, |g| g.db);
+        let rest = self.url.split_once("://").map_or("", |(_, r)| r);
+        let end = rest.find(['/', '?']).unwrap_or(rest.len());
+        let auth = rest[..end]
+            .rfind('@')
+            .map_or(String::new(), |at| format!("{}@", &rest[..at]));
+        format!("redis://{auth}{}/{db}", join_host_port(host, port))
     }
 
     /// The URL with its secret, for the driver only.
@@ -197,6 +283,7 @@ impl NodeAddr {
             Scheme::Etcd => "etcd",
             Scheme::EtcdTls => "etcds",
             Scheme::Postgres => "postgres",
+            Scheme::RedisSentinel => "redis+sentinel",
         };
         let auth = match (&self.user, self.has_password) {
             (Some(u), true) => format!("{u}:***@"),
@@ -204,7 +291,16 @@ impl NodeAddr {
             (Some(u), false) => format!("{u}@"),
             (None, false) => String::new(),
         };
-        format!("{scheme}://{auth}{}{}", self.host_port(), self.path)
+        let hosts = match &self.sentinel {
+            Some(group) => group
+                .sentinels
+                .iter()
+                .map(|(h, p)| join_host_port(h, *p))
+                .collect::<Vec<_>>()
+                .join(","),
+            None => self.host_port(),
+        };
+        format!("{scheme}://{auth}{hosts}{}", self.path)
     }
 }
 
@@ -218,6 +314,119 @@ impl fmt::Debug for NodeAddr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "NodeAddr({})", self.redacted())
     }
+}
+
+fn join_host_port(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
+/// Parses the part after `redis+sentinel://`: `[user:password@]host[:port][,host[:port]...]
+/// /<master-name>[/db]`. The user and password are the primary's (the Sentinels are asked
+/// without them).
+fn parse_sentinel(url: &str, rest: &str) -> Result<NodeAddr, Error> {
+    let what = || format!("node URL {}", redact(url));
+    if rest.contains('?') {
+        return Err(Error::config(
+            what(),
+            format!("it has options (after ?), which Sentinel URLs do not take; {SENTINEL_FORM}"),
+        ));
+    }
+    let (authority, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, ""),
+    };
+    let (userinfo, hosts) = match authority.rfind('@') {
+        Some(i) => (Some(&authority[..i]), &authority[i + 1..]),
+        None => (None, authority),
+    };
+    let (user, has_password) = match userinfo {
+        None => (None, false),
+        Some(info) => match info.split_once(':') {
+            Some((u, _)) => ((!u.is_empty()).then(|| u.to_string()), true),
+            None => ((!info.is_empty()).then(|| info.to_string()), false),
+        },
+    };
+    let mut sentinels = Vec::new();
+    for (i, one) in hosts.split(',').enumerate() {
+        let (host, port) = split_host_port(one.trim());
+        if host.is_empty() {
+            return Err(Error::config(
+                what(),
+                format!(
+                    "Sentinel {} of the list has no host (an empty entry between commas?); \
+                     {SENTINEL_FORM}",
+                    i + 1
+                ),
+            ));
+        }
+        let port = match port {
+            None | Some("") => SENTINEL_PORT,
+            Some(p) => p.parse::<u16>().ok().filter(|p| *p != 0).ok_or_else(|| {
+                Error::config(
+                    what(),
+                    format!(
+                        "the port {p:?} of Sentinel {host} is not a number from 1 to 65535 \
+                         (Sentinels listen on 26379 by default); {SENTINEL_FORM}"
+                    ),
+                )
+            })?,
+        };
+        if sentinels.iter().any(|(h, p)| h == host && *p == port) {
+            return Err(Error::config(
+                what(),
+                format!(
+                    "Sentinel {} is listed twice; list each Sentinel once",
+                    join_host_port(host, port)
+                ),
+            ));
+        }
+        sentinels.push((host.to_string(), port));
+    }
+    let mut segments = path.trim_start_matches('/').split('/');
+    let master = segments.next().unwrap_or("").trim();
+    if master.is_empty() {
+        return Err(Error::config(
+            what(),
+            format!(
+                "the primary's name is missing (the name in the Sentinels' `sentinel monitor \
+                 <name> ...`, which SENTINEL MASTERS lists); {SENTINEL_FORM}"
+            ),
+        ));
+    }
+    let db = match segments.next() {
+        None | Some("") => 0,
+        Some(db) => db.parse::<i64>().ok().filter(|d| *d >= 0).ok_or_else(|| {
+            Error::config(
+                what(),
+                format!("database {db:?} is not a number; {SENTINEL_FORM}"),
+            )
+        })?,
+    };
+    if let Some(extra) = segments.find(|s| !s.is_empty()) {
+        return Err(Error::config(
+            what(),
+            format!("{extra:?} after the database is not understood; {SENTINEL_FORM}"),
+        ));
+    }
+    let (host, port) = sentinels[0].clone();
+    Ok(NodeAddr {
+        url: url.to_string(),
+        scheme: Scheme::RedisSentinel,
+        host,
+        port,
+        user,
+        has_password,
+        path: path.to_string(),
+        sentinel: Some(SentinelGroup {
+            sentinels,
+            master: master.to_string(),
+            db,
+        }),
+    })
 }
 
 fn split_host_port(hostport: &str) -> (&str, Option<&str>) {
@@ -296,6 +505,62 @@ mod tests {
             assert!(err.contains(why), "{url}: {err}");
         }
         let err = NodeAddr::parse("redis://u:hunter2@h:abc/0")
+            .unwrap_err()
+            .to_string();
+        assert!(!err.contains("hunter2"), "{err}");
+    }
+
+    #[test]
+    fn parses_sentinel_urls() {
+        let n = NodeAddr::parse("redis+sentinel://:pw@10.0.0.1,10.0.0.2:26380/mymaster/2").unwrap();
+        assert_eq!(n.scheme(), Scheme::RedisSentinel);
+        assert!(n.scheme().is_redis());
+        let g = n.sentinel().unwrap();
+        assert_eq!(
+            g.sentinels,
+            [
+                ("10.0.0.1".to_string(), 26379),
+                ("10.0.0.2".to_string(), 26380)
+            ]
+        );
+        assert_eq!((g.master.as_str(), g.db), ("mymaster", 2));
+        assert_eq!(
+            n.to_string(),
+            "redis+sentinel://:***@10.0.0.1:26379,10.0.0.2:26380/mymaster/2"
+        );
+        assert_eq!(n.host_port(), "10.0.0.1:26379,10.0.0.2:26380/mymaster");
+        assert_eq!(
+            n.primary_url("10.0.0.9", 6379),
+            "redis://:pw@10.0.0.9:6379/2"
+        );
+        let n = NodeAddr::parse("redis+sentinel://[::1]:5000/m").unwrap();
+        assert_eq!(n.primary_url("::1", 7), "redis://[::1]:7/0");
+    }
+
+    #[test]
+    fn rejects_bad_sentinel_urls_with_the_reason() {
+        for (url, why) in [
+            ("redis+sentinel://h:26379", "the primary's name is missing"),
+            ("redis+sentinel://h:26379/", "the primary's name is missing"),
+            (
+                "redis+sentinel://h:1,,h:2/m",
+                "Sentinel 2 of the list has no host",
+            ),
+            ("redis+sentinel://h:x/m", "port \"x\" of Sentinel h"),
+            ("redis+sentinel://h:1,h:1/m", "listed twice"),
+            ("redis+sentinel://h/m/zero", "database \"zero\""),
+            ("redis+sentinel://h/m/0/x", "after the database"),
+            ("redis+sentinel://h/m?db=1", "options"),
+            ("rediss+sentinel://h/m", "not supported yet"),
+        ] {
+            let err = NodeAddr::parse(url).unwrap_err().to_string();
+            assert!(err.contains(why), "{url}: {err}");
+            assert!(
+                err.contains("redis+sentinel://") || url.starts_with("rediss"),
+                "{err}"
+            );
+        }
+        let err = NodeAddr::parse("redis+sentinel://u:hunter2@h:x/m")
             .unwrap_err()
             .to_string();
         assert!(!err.contains("hunter2"), "{err}");

@@ -9,7 +9,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use fencelock_testkit::{Etcd, Postgres, RedisNodes};
+use fencelock_testkit::{Etcd, Postgres, RedisNodes, SentinelGroup};
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -264,6 +264,34 @@ fn the_front_page_example_runs_on_redis_and_on_etcd() {
     }
     // The second Redis run follows the first holder of the same lock.
     assert!(tokens[1] > tokens[0], "{tokens:?}");
+}
+
+#[test]
+fn the_managed_redis_guide_runs_on_a_sentinel_group() {
+    let group = SentinelGroup::start().unwrap();
+    let mut tokens = Vec::new();
+    for _ in 0..2 {
+        let out = example("managed_redis")
+            .env("FENCELOCK_NODES", group.url())
+            .output()
+            .unwrap();
+        let stdout = ok("managed_redis", out);
+        let token: u64 = stdout
+            .trim()
+            .strip_prefix("held nightly-report under fencing token ")
+            .and_then(|t| t.parse().ok())
+            .unwrap_or_else(|| panic!("{stdout}"));
+        tokens.push(token);
+    }
+    assert!(tokens[1] > tokens[0], "{tokens:?}");
+    // The lock went through the primary the Sentinels name: its counter is there.
+    let primary = group.node(group.primary().unwrap());
+    let counter: u64 = primary
+        .cli(&["GET", "fencelock:fence"])
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(counter >= tokens[1], "counter {counter}, tokens {tokens:?}");
 }
 
 fn semaphore_on(url: &str) {

@@ -58,6 +58,42 @@ pub(crate) enum Standing {
     Unknown,
 }
 
+/// The driver's client for the server a node's URL names now: fixed for a `redis://` node, the
+/// primary the Sentinels named at the last connection for a `redis+sentinel://` one (none before
+/// the first). Shared with the pub/sub wake-ups and the election log, which open their own
+/// connections.
+#[derive(Debug, Clone)]
+pub(crate) struct Target(Arc<Mutex<Option<redis::Client>>>);
+
+impl Target {
+    fn new(client: Option<redis::Client>) -> Target {
+        Target(Arc::new(Mutex::new(client)))
+    }
+
+    /// The client for the node as last known.
+    ///
+    /// # Errors
+    ///
+    /// For a Sentinel node no connection has found yet: the next request asks the Sentinels.
+    pub(crate) fn get(&self) -> Result<redis::Client, RedisError> {
+        self.0
+            .lock()
+            .expect("target mutex poisoned")
+            .clone()
+            .ok_or_else(|| {
+                RedisError::from((
+                    redis::ErrorKind::Client,
+                    super::sentinel::SENTINEL_ERR,
+                    "the Sentinels were not asked for the primary yet".to_string(),
+                ))
+            })
+    }
+
+    fn set(&self, client: redis::Client) {
+        *self.0.lock().expect("target mutex poisoned") = Some(client);
+    }
+}
+
 /// One connection attempt, in a spawned task, that any number of requests wait on.
 type Attempt = Shared<BoxFuture<'static, Result<(), RedisError>>>;
 
@@ -96,7 +132,10 @@ pub(crate) struct NodeConn {
     /// anew for each one was the largest single cost of a round on one node (profiled with
     /// callgrind: about 2,000 instructions per vote, a quarter of the library's own work).
     name: Arc<str>,
-    client: redis::Client,
+    target: Target,
+    /// For a Sentinel node: the primary (address, run id) of the last connection, to say when a
+    /// failover happened.
+    primary: Mutex<Option<(String, String)>>,
     connect_timeout: Duration,
     quarantine: Quarantine,
     /// This node's place in the client's list, and the client's node set (`nodeset.rs`).
@@ -134,11 +173,15 @@ impl NodeConn {
         tls: Option<&TlsMaterial>,
         (index, set): (usize, Arc<NodeSet>),
     ) -> Result<NodeConn, Error> {
-        let client = super::tls::open(&addr, tls)?;
+        let client = match addr.sentinel() {
+            Some(_) => None,
+            None => Some(super::tls::open(&addr, tls)?),
+        };
         Ok(NodeConn {
             name: addr.redacted().into(),
             addr,
-            client,
+            target: Target::new(client),
+            primary: Mutex::new(None),
             connect_timeout,
             quarantine,
             index,
@@ -158,8 +201,9 @@ impl NodeConn {
         &self.name
     }
 
-    pub(crate) fn client(&self) -> &redis::Client {
-        &self.client
+    /// The driver's client for the node as last known (see [`Target`]).
+    pub(crate) fn target(&self) -> Target {
+        self.target.clone()
     }
 
     /// The quarantine settings.
@@ -260,8 +304,11 @@ impl NodeConn {
     async fn set_up_or_plaintext(
         &self,
     ) -> Result<(MultiplexedConnection, Arc<NodeInfo>), RedisError> {
-        let redis::ConnectionAddr::TcpTls { host, port, .. } =
-            self.client.get_connection_info().addr()
+        let client = match self.addr.sentinel() {
+            Some(_) => return self.set_up().await,
+            None => self.target.get()?,
+        };
+        let redis::ConnectionAddr::TcpTls { host, port, .. } = client.get_connection_info().addr()
         else {
             return self.set_up().await;
         };
@@ -323,7 +370,25 @@ impl NodeConn {
             .set_connection_timeout(Some(self.connect_timeout))
             .set_response_timeout(None);
         let setup = async {
-            let mut conn = crate::sim::multiplexed(&self.client, &config).await?;
+            let (client, primary) = self.resolve().await?;
+            let mut conn = crate::sim::multiplexed(&client, &config).await?;
+            if let Some((host, port)) = &primary {
+                // Before anything is written: a replica is never used (`sentinel.rs`).
+                let role: redis::Value = redis::cmd("ROLE").query_async(&mut conn).await?;
+                let first = match &role {
+                    redis::Value::Array(items) => match items.first() {
+                        Some(redis::Value::BulkString(b)) => {
+                            String::from_utf8_lossy(b).into_owned()
+                        }
+                        Some(redis::Value::SimpleString(s)) => s.clone(),
+                        _ => String::new(),
+                    },
+                    _ => String::new(),
+                };
+                super::sentinel::check_role(&first, host, *port)?;
+                // Only a primary is followed by the pub/sub wake-ups and the election log.
+                self.target.set(client.clone());
+            }
             let mut pipe = redis::pipe();
             for code in scripts::ALL {
                 pipe.cmd("SCRIPT").arg("LOAD").arg(code).ignore();
@@ -357,6 +422,13 @@ impl NodeConn {
                 .await
                 .ok();
             let run_id = info_field(&server, "run_id").filter(|r| !r.is_empty());
+            if let (Some(_), Some(run_id)) = (&primary, &run_id) {
+                if let Some(now) =
+                    failover_seen(&mut conn, marker.as_deref(), run_id, node_ms).await?
+                {
+                    marker = now;
+                }
+            }
             // The node is judged by the marker as found; the one written here is what a
             // clearing must replace.
             let found = marker.clone();
@@ -379,6 +451,9 @@ impl NodeConn {
             self.set
                 .read(self.index, &mut conn, marker.as_deref())
                 .await?;
+            if let (Some((host, port)), Some(run_id)) = (&primary, &run_id) {
+                self.saw_primary(format!("{host}:{port}"), run_id);
+            }
             Ok::<_, RedisError>((
                 conn,
                 server,
@@ -401,6 +476,36 @@ impl NodeConn {
         let appendfsync = appendfsync.map(|(_, v)| v);
         let info = self.judge(&server, &persistence, appendfsync, found, marker, node_ms);
         Ok((conn, Arc::new(info)))
+    }
+
+    /// The driver's client for this connection: the URL's node, or for a Sentinel node the
+    /// primary the Sentinels name now (with its address), which the pub/sub wake-ups and the
+    /// election log follow once its `ROLE` was checked.
+    async fn resolve(&self) -> Result<(redis::Client, Option<(String, u16)>), RedisError> {
+        let Some(group) = self.addr.sentinel() else {
+            return Ok((self.target.get()?, None));
+        };
+        // Half the connect timeout: the rest is for the primary's own set-up.
+        let (host, port) = super::sentinel::primary(group, self.connect_timeout / 2).await?;
+        let client = redis::Client::open(self.addr.primary_url(&host, port))?;
+        Ok((client, Some((host, port))))
+    }
+
+    /// Records the primary a Sentinel node's connection reached, and says so when it is
+    /// another one than the last connection's: a failover (or a restart), which the marker's
+    /// judgment treats as a loss of data (`quarantine.rs`).
+    fn saw_primary(&self, addr: String, run_id: &str) {
+        let mut last = self.primary.lock().expect("primary mutex poisoned");
+        if let Some((was, was_run)) = last.as_ref() {
+            if *was != addr || was_run != run_id {
+                tracing::warn!(
+                    node = %self.name,
+                    "node {}: the primary changed from {was} (run id {was_run}) to {addr} (run id {run_id}): a failover or a restart, which may have lost the last writes; it is judged as a node that lost its data (restart quarantine, amnesia guard)",
+                    self.name
+                );
+            }
+        }
+        *last = Some((addr, run_id.to_string()));
     }
 
     /// Warns, once per node and client, when the node's eviction policy may drop lock keys
@@ -466,6 +571,35 @@ impl NodeConn {
             ahead: Mutex::new(Vec::new()),
         }
     }
+}
+
+/// On a Sentinel node, a marker that names another run than the primary's (a promoted replica
+/// carries the old primary's marker by replication) means a failover, which may have lost the
+/// last lock keys and counter raises: the marker is replaced by one of a loss seen now and the
+/// node counter deleted, in one step (`scripts::FAILOVER`), so that this client and every later
+/// one judge the node as restarted without persistence. Returns the marker after that (the one
+/// the first client to see the failover wrote), or `None` when the marker names this run.
+async fn failover_seen(
+    conn: &mut MultiplexedConnection,
+    marker: Option<&str>,
+    run_id: &str,
+    node_ms: u64,
+) -> Result<Option<Option<String>>, RedisError> {
+    if marker.and_then(crate::pure::nodeset::identity) == Some(run_id) {
+        return Ok(None);
+    }
+    let _: i64 = scripts::FAILOVER
+        .key(quarantine::MARKER_KEY)
+        .key(crate::pure::fencing::FENCE_COUNTER_KEY)
+        .arg(marker.unwrap_or(""))
+        .arg(quarantine::marker(run_id, node_ms))
+        .invoke_async(conn)
+        .await?;
+    let now: Option<String> = redis::cmd("GET")
+        .arg(quarantine::MARKER_KEY)
+        .query_async(conn)
+        .await?;
+    Ok(Some(now))
 }
 
 /// Refuses a node too old for the scripts (see `version.rs`), judged by its `INFO server` reply
@@ -629,7 +763,12 @@ impl NodeInfo {
 
 /// Whether an error means the connection is gone and must be replaced.
 pub(crate) fn is_broken(e: &RedisError) -> bool {
-    e.is_connection_dropped() || e.is_io_error() || e.is_unrecoverable_error()
+    // READONLY: the node is a replica now (a primary demoted by a failover); a new connection
+    // asks the Sentinels again, and is never kept on a replica (`sentinel.rs`).
+    e.is_connection_dropped()
+        || e.is_io_error()
+        || e.is_unrecoverable_error()
+        || e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly)
 }
 
 #[cfg(test)]

@@ -29,7 +29,7 @@ pub(crate) struct ElectionLog {
     /// marker says its quarantine ended (see [`Witnesses`]).
     quarantine: bool,
     conns: Arc<[Mutex<Option<MultiplexedConnection>>]>,
-    nodes: Arc<[redis::Client]>,
+    nodes: Arc<[super::conn::Target]>,
     /// The nodes' redacted addresses, for the votes of an append that failed.
     names: Arc<[Arc<str>]>,
 }
@@ -37,7 +37,7 @@ pub(crate) struct ElectionLog {
 impl RedisBackend {
     /// The log `log` of the election whose lock key is `key`. No I/O.
     pub(crate) fn election_log(&self, key: &str, log: &str) -> ElectionLog {
-        let nodes: Arc<[redis::Client]> = self.nodes.iter().map(|n| n.client().clone()).collect();
+        let nodes: Arc<[super::conn::Target]> = self.nodes.iter().map(|n| n.target()).collect();
         ElectionLog {
             key: key.to_string(),
             log: log.to_string(),
@@ -173,7 +173,7 @@ impl ElectionLog {
                             Some(c) => (c.clone(), true),
                             None => {
                                 let c = crate::sim::multiplexed(
-                                    &self.nodes[i],
+                                    &self.nodes[i].get()?,
                                     &redis::AsyncConnectionConfig::new(),
                                 )
                                 .await?;

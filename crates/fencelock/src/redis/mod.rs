@@ -17,7 +17,7 @@
 //! - `scripts.rs`: the Lua scripts; `conn.rs`: one connection per node; `watch.rs`: pub/sub
 //!   wake-ups; `order.rs`: a release waits for its acquisition's requests not yet handed to
 //!   their connection; `quarantine.rs`:
-//!   restarted nodes; `describe.rs`: a driver error in words.
+//!   restarted nodes; `sentinel.rs`: the primary a Sentinel group names; `describe.rs`: a driver error in words.
 
 mod conn;
 mod describe;
@@ -38,6 +38,7 @@ pub(crate) mod rwlock;
 #[cfg(test)]
 mod script_checks;
 pub(crate) mod scripts;
+mod sentinel;
 mod tls;
 mod undo;
 pub(crate) mod version;
@@ -159,7 +160,7 @@ impl RedisBackend {
             })
             .collect::<Result<Arc<[_]>, _>>()?;
         let watch = Arc::new(ReleaseWatch::new(
-            nodes.iter().map(|n| n.client().clone()).collect(),
+            nodes.iter().map(|n| n.target()).collect(),
         ));
         let n = nodes.len();
         Ok(RedisBackend {

@@ -204,8 +204,10 @@ impl RedisBackend {
         let plain_set = !fencing && keys.len() == 1 && mark.is_none() && self.holder.is_none();
         let (cmd, script) = (Arc::new(cmd), !fencing && !plain_set);
         // A single node has no other node to learn from: it announces nothing, and its restart
-        // quarantine is its client's own TTL.
-        let ahead = (plain_set && self.nodes.len() > 1).then_some(AnnounceAhead {
+        // quarantine is its client's own TTL. A Sentinel node announces: its replicas keep the
+        // record, which the quarantine after a failover reads (`round.rs`).
+        let announces = self.nodes.len() > 1 || self.nodes[0].addr().sentinel().is_some();
+        let ahead = (plain_set && announces).then_some(AnnounceAhead {
             ttl: self.settings.ttl,
             drift: self.settings.drift,
             limit: node_timeout,

@@ -449,7 +449,14 @@ async fn check_quarantine(
         let needed = quarantine::witnesses_needed(nodes.len());
         // Half the node timeout, so that a node that does not answer leaves time to say why
         // this one is not counted before the round's deadline.
-        let (read, longest) = longest_ttl_in_use(nodes, i, node_timeout / 2).await;
+        let (read, mut longest) = longest_ttl_in_use(nodes, i, node_timeout / 2).await;
+        if nodes[i].addr().sentinel().is_some() {
+            // A promoted replica replicated the old primary's record of the TTLs in use: the
+            // longest one there counts too (one Sentinel node has no other node to ask; the
+            // record is no witness, as it may miss the lost writes' TTLs, so it adds to
+            // `longest` and not to `read`).
+            longest = longest.max(own_ttl_record(&nodes[i], handle, node_timeout / 2).await);
+        }
         if read < needed {
             return Err(NodeFailure::Excluded(info.unknown_why(read, needed)));
         }
@@ -471,6 +478,30 @@ async fn check_quarantine(
         });
     }
     Ok(())
+}
+
+/// The longest TTL whose lock may still live by the node's own record, read on the handle's
+/// connection within `timeout` (zero when it cannot be read).
+async fn own_ttl_record(node: &NodeConn, handle: &conn::Handle, timeout: Duration) -> Duration {
+    let mut conn = handle.conn.clone();
+    let mut pipe = redis::pipe();
+    pipe.cmd("TIME")
+        .cmd("ZRANGE")
+        .arg(quarantine::TTLS_KEY)
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES");
+    let read = pipe.query_async::<(Vec<String>, Vec<(String, f64)>)>(&mut conn);
+    match tokio::time::timeout(timeout, read).await {
+        Ok(Ok((time, entries))) => quarantine::longest_live(&time, &entries).unwrap_or_default(),
+        Ok(Err(e)) => {
+            if conn::is_broken(&e) {
+                node.discard(handle);
+            }
+            Duration::ZERO
+        }
+        Err(_) => Duration::ZERO,
+    }
 }
 
 /// Reads the TTLs in use from every node but `skip`, each within `timeout`: how many answered,

@@ -163,6 +163,18 @@ pub(crate) const ANNOUNCE_AHEAD_LUA: &str = lua!("announce", "announce_ahead");
 pub(crate) static MARK: LazyLock<Script> = LazyLock::new(|| Script::new(MARK_LUA));
 const MARK_LUA: &str = lua!("mark");
 
+/// A failover seen on a Sentinel node (`sentinel.rs`): the primary serves under a run id its
+/// marker does not name (a promoted replica replicated the old primary's marker, and may lack
+/// the old primary's last writes). In one step, while the marker still holds the value the
+/// client found (`''`: none), it writes the marker of a loss seen now and deletes the node
+/// counter, so that the node stands exactly as one restarted without persistence: restart
+/// quarantine for the locks, the amnesia guard (an untrusted read, the seed wait) for the
+/// fencing tokens, whose counter may have lost its last raises. KEYS: the marker, the node
+/// counter. ARGV: the marker found, the new marker. Returns 1 when done, 0 when the marker
+/// held something else (another client saw the failover first).
+pub(crate) static FAILOVER: LazyLock<Script> = LazyLock::new(|| Script::new(FAILOVER_LUA));
+const FAILOVER_LUA: &str = lua!("failover");
+
 /// Raises `KEYS[1]` (the node counter) to `max(current, ARGV[1])` (see `reseed.rs`). Both are
 /// compared as decimal digit strings, not as Lua numbers: those are doubles, exact only below
 /// 2^53, and a token may be as large as `i64::MAX`. A counter that is not a decimal integer is

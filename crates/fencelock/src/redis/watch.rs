@@ -36,7 +36,7 @@ struct Waiter {
 
 /// The pub/sub connections of one client, one per node, opened on first use.
 pub(crate) struct ReleaseWatch {
-    clients: Vec<redis::Client>,
+    clients: Vec<super::conn::Target>,
     sinks: Vec<Mutex<Arc<OnceCell<PubSubSink>>>>,
     waiters: Waiters,
     /// This client's name in waiter ids, and its turn channel.
@@ -62,7 +62,7 @@ pub(crate) struct Subscription {
 }
 
 impl ReleaseWatch {
-    pub(crate) fn new(clients: Vec<redis::Client>) -> ReleaseWatch {
+    pub(crate) fn new(clients: Vec<super::conn::Target>) -> ReleaseWatch {
         let sinks = clients
             .iter()
             .map(|_| Mutex::new(Arc::new(OnceCell::new())))
@@ -165,7 +165,8 @@ impl ReleaseWatch {
         let mut opened = false;
         let sink = cell
             .get_or_try_init(|| async {
-                let (mut sink, mut stream) = crate::sim::pubsub(&self.clients[i]).await?.split();
+                let (mut sink, mut stream) =
+                    crate::sim::pubsub(&self.clients[i].get()?).await?.split();
                 let waiters = self.waiters.clone();
                 let watch = Arc::downgrade(self);
                 let turn = self.turn_channel.clone();
