@@ -843,12 +843,9 @@ async fn client_loop(
                         lost.is_fired()
                     ));
                 } else if StdInstant::now() > deadline {
-                    let what = &history.borrow().grants[grants[0]].resource.clone();
-                    history.borrow_mut().seen.push(if fired {
-                        format!("client {c}: the lost signal of {what} fired at {at}ms, after the validity deadline {dl}ms")
-                    } else {
-                        format!("client {c}: the validity deadline of {what} ({dl}ms) passed at {at}ms without the lost signal")
-                    });
+                    let what = history.borrow().grants[grants[0]].resource.clone();
+                    let verdict = late_signal(c, &what, fired, at, dl);
+                    history.borrow_mut().seen.push(verdict);
                 }
                 if fired {
                     world.log(format!(
@@ -1024,6 +1021,64 @@ fn scripted(
     }
 }
 
+/// What a holder's lost signal did wrong, seen when the validity deadline has passed: it fired
+/// late, or it never fired.
+fn late_signal(c: usize, what: &str, fired: bool, at: i64, dl: i64) -> String {
+    if fired {
+        format!("client {c}: the lost signal of {what} fired at {at}ms, after the validity deadline {dl}ms")
+    } else {
+        format!("client {c}: the validity deadline of {what} ({dl}ms) passed at {at}ms without the lost signal")
+    }
+}
+
+/// Holds the auto-extended grant `g` for `ms` or until its lost signal fires; a signal late or
+/// missing is a violation; the grant then ends with the validity the holder last knew.
+async fn hold_watching(
+    world: &World,
+    history: &RefCell<History>,
+    g: usize,
+    guard: &fencelock::LockGuard,
+    ms: u64,
+) {
+    let lost = guard.lost();
+    let fired = tokio::select! {
+        biased;
+        () = lost.fired() => true,
+        () = tokio::time::sleep(Duration::from_millis(ms)) => false,
+    };
+    let at = world.elapsed_ms();
+    let dl = virtual_ms(world, guard.validity_deadline());
+    let mut h = history.borrow_mut();
+    if StdInstant::now() > guard.validity_deadline() {
+        let verdict = late_signal(h.grants[g].client, &h.grants[g].resource, fired, at, dl);
+        h.seen.push(verdict);
+    }
+    h.grants[g].valid_until = dl;
+    h.grants[g].ended = Some(at.min(dl));
+}
+
+/// Waits until `cell` is set (another task of the scenario sets it).
+async fn set_by(cell: &Cell<i64>) -> i64 {
+    while cell.get() == i64::MAX {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    cell.get()
+}
+
+/// Takes `resource` once and releases it at once, if granted (a client's first request, which
+/// opens its connections and leaves its announcement).
+async fn take_once(
+    world: &World,
+    history: &RefCell<History>,
+    client: &Client,
+    s: &Setup,
+    resource: &str,
+) -> Option<usize> {
+    let (g, lock) = take(world, history, client, s, resource).await?;
+    give_back(world, history, g, lock).await;
+    Some(g)
+}
+
 /// Issue 27 item 1 (see `Scenario::ShortTtl`). With L's TTL `T` = 4 s announced at `ta` (its
 /// entry until `ta + 2T`), a later plain grant of L at `tg` stops at the mark while the mark has
 /// more than `T` + L's margin left: `tg` up to `ta + 3.9 s`. S's announcement (margin 1,971 ms)
@@ -1085,10 +1140,7 @@ fn short_ttl(
         let lapse = lapse.clone();
         tasks.push(tokio::task::spawn_local(async move {
             let (client, setup) = s;
-            while granted.get() == i64::MAX {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-            let (ta, tg) = (announced.get(), granted.get());
+            let (tg, ta) = (set_by(&granted).await, announced.get());
             // Node 1 restarts empty while L holds it.
             until(&world, tg + world.rng(|r| r.i64(100..1000))).await;
             world.restart(1, Persistence::None);
@@ -1112,18 +1164,9 @@ fn short_ttl(
             // away: the first client to meet node 1 restarted is S, whose marker dates its
             // quarantine; C judges node 1 only after S's record would have lapsed.
             until(&world, world.rng(|r| r.i64(150..300))).await;
-            if let Some((g, lock)) = take(&world, &history, &client, &setup, "r8").await {
-                give_back(&world, &history, g, lock).await;
-            }
-            while granted.get() == i64::MAX {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-            let tg = granted.get();
-            let _ = tg;
-            while lapse.get() == i64::MAX {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-            until(&world, lapse.get() + 2).await;
+            take_once(&world, &history, &client, &setup, "r8").await;
+            let tg = set_by(&granted).await;
+            until(&world, set_by(&lapse).await + 2).await;
             while world.elapsed_ms() < tg + 4500 {
                 if let Some((g, lock)) = take(&world, &history, &client, &setup, "r0").await {
                     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -1163,7 +1206,6 @@ fn held_extension(
         world.log(format!("fault: node 0 replies late, up to {hi}ms"));
         let guard = lock.auto_extend(AutoExtend::new());
         history.borrow_mut().grants[g].lost = Some(guard.lost());
-        let lost = guard.lost();
         // Later, node 0 is cut off from everyone: the last extension that reached it is the
         // last write there, and its key must not outlive the record it left (the lock goes on
         // on nodes 1 and 2).
@@ -1194,25 +1236,7 @@ fn held_extension(
             });
         }
         let hold = end - 800 - world.elapsed_ms();
-        let fired = tokio::select! {
-            biased;
-            () = lost.fired() => true,
-            () = tokio::time::sleep(Duration::from_millis(hold.max(0) as u64)) => false,
-        };
-        let at = world.elapsed_ms();
-        let dl = virtual_ms(&world, guard.validity_deadline());
-        if StdInstant::now() > guard.validity_deadline() {
-            history.borrow_mut().seen.push(if fired {
-                format!("client 0: the lost signal of r0 fired at {at}ms, after the validity deadline {dl}ms")
-            } else {
-                format!("client 0: the validity deadline of r0 ({dl}ms) passed at {at}ms without the lost signal")
-            });
-        }
-        {
-            let mut h = history.borrow_mut();
-            h.grants[g].valid_until = dl;
-            h.grants[g].ended = Some(at.min(dl));
-        }
+        hold_watching(&world, &history, g, &guard, hold.max(0) as u64).await;
         world.nodes[0].borrow_mut().delay_ms = (0, 2);
         world.nodes[0].borrow_mut().partitioned = false;
         world.trouble(0);
@@ -1285,27 +1309,8 @@ fn flush(
                 // fail there and its lost signal must fire before its validity ends.
                 let guard = lock.auto_extend(AutoExtend::new());
                 history.borrow_mut().grants[g].lost = Some(guard.lost());
-                let lost = guard.lost();
                 ends.set(world.elapsed_ms() + 4000);
-                let fired = tokio::select! {
-                    biased;
-                    () = lost.fired() => true,
-                    () = tokio::time::sleep(Duration::from_millis(4000)) => false,
-                };
-                let at = world.elapsed_ms();
-                let dl = virtual_ms(&world, guard.validity_deadline());
-                if StdInstant::now() > guard.validity_deadline() {
-                    history.borrow_mut().seen.push(if fired {
-                        format!("client 0: the lost signal of r0 fired at {at}ms, after the validity deadline {dl}ms")
-                    } else {
-                        format!("client 0: the validity deadline of r0 ({dl}ms) passed at {at}ms without the lost signal")
-                    });
-                }
-                {
-                    let mut h = history.borrow_mut();
-                    h.grants[g].valid_until = dl;
-                    h.grants[g].ended = Some(at.min(dl));
-                }
+                hold_watching(&world, &history, g, &guard, 4000).await;
                 let _ = guard.release().await;
             }
             client.close().await;
@@ -1317,10 +1322,9 @@ fn flush(
         let (world, history, ends) = (world.clone(), history.clone(), ends.clone());
         tasks.push(tokio::task::spawn_local(async move {
             let (client, setup) = n;
-            while flushed.get() == i64::MAX || ends.get() == i64::MAX {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-            until(&world, flushed.get() + world.rng(|r| r.i64(0..500))).await;
+            let at = set_by(&flushed).await;
+            set_by(&ends).await;
+            until(&world, at + world.rng(|r| r.i64(0..500))).await;
             while world.elapsed_ms() < ends.get().saturating_add(300).min(6500) {
                 if let Some((g, lock)) = take(&world, &history, &client, &setup, "r0").await {
                     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -1337,12 +1341,8 @@ fn flush(
             let (client, setup) = b;
             // B connects before the flush (its connections stay open through it).
             until(&world, world.rng(|r| r.i64(20..80))).await;
-            if let Some((g, lock)) = take(&world, &history, &client, &setup, "r8").await {
-                give_back(&world, &history, g, lock).await;
-            }
-            while ends.get() == i64::MAX {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
+            take_once(&world, &history, &client, &setup, "r8").await;
+            set_by(&ends).await;
             while world.elapsed_ms() < ends.get().saturating_add(300).min(6500) {
                 if let Some((g, lock)) = take(&world, &history, &client, &setup, "r0").await {
                     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -1378,9 +1378,7 @@ fn slow_reply(
             // Connected first (a plain lock of another resource), so that the slow replies
             // below meet the lock itself.
             until(&world, world.rng(|r| r.i64(0..100))).await;
-            if let Some((g, lock)) = take(&world, &history, &client, &setup, "r8").await {
-                give_back(&world, &history, g, lock).await;
-            }
+            take_once(&world, &history, &client, &setup, "r8").await;
             until(&world, 1000 + world.rng(|r| r.i64(0..200))).await;
             let back = world.rng(|r| r.u64(150..400));
             for j in 0..3 {
@@ -1410,12 +1408,8 @@ fn slow_reply(
         tasks.push(tokio::task::spawn_local(async move {
             let (client, setup) = b;
             until(&world, world.rng(|r| r.i64(0..100))).await;
-            if let Some((g, lock)) = take(&world, &history, &client, &setup, "r9").await {
-                give_back(&world, &history, g, lock).await;
-            }
-            while sent.get() == i64::MAX {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
+            take_once(&world, &history, &client, &setup, "r9").await;
+            set_by(&sent).await;
             // From just before A's keys expire (set right after A's attempt began).
             until(&world, sent.get() + 900).await;
             while world.elapsed_ms() < sent.get() + 1800 {
@@ -1462,9 +1456,7 @@ fn counter_restart(
             async move {
                 // A connects early (a lock of another resource, released).
                 until(&world, world.rng(|r| r.i64(0..100))).await;
-                if let Some((g, lock)) = take(&world, &history, &client, &setup, "r8").await {
-                    give_back(&world, &history, g, lock).await;
-                }
+                take_once(&world, &history, &client, &setup, "r8").await;
                 // A stale key of X on node 0 (refuses A there), and A's request to node 2 in flight.
                 until(&world, t0 - 5).await;
                 world.stranger(0, "X", 200);
@@ -1495,15 +1487,11 @@ fn counter_restart(
             async move {
                 // G's first lock sets every counter (C); its next, on Z, is issued just above.
                 until(&world, world.rng(|r| r.i64(0..100))).await;
-                if let Some((g, lock)) = take(&world, &history, &client, &setup, "r9").await {
-                    give_back(&world, &history, g, lock).await;
-                }
+                take_once(&world, &history, &client, &setup, "r9").await;
                 // Its connection to node 1 broke with the restart: a first request finds that out
                 // (it fails there), the next one connects anew.
                 until(&world, restart_at + 5).await;
-                if let Some((g, lock)) = take(&world, &history, &client, &setup, "r5").await {
-                    give_back(&world, &history, g, lock).await;
-                }
+                take_once(&world, &history, &client, &setup, "r5").await;
                 until(&world, g_at).await;
                 if let Some((g, lock)) = take(&world, &history, &client, &setup, "Z").await {
                     give_back(&world, &history, g, lock).await;
@@ -1520,13 +1508,9 @@ fn counter_restart(
             wall,
             async move {
                 until(&world, world.rng(|r| r.i64(0..100))).await;
-                if let Some((g, lock)) = take(&world, &history, &client, &setup, "r7").await {
-                    give_back(&world, &history, g, lock).await;
-                }
+                take_once(&world, &history, &client, &setup, "r7").await;
                 until(&world, restart_at + 5).await;
-                if let Some((g, lock)) = take(&world, &history, &client, &setup, "r4").await {
-                    give_back(&world, &history, g, lock).await;
-                }
+                take_once(&world, &history, &client, &setup, "r4").await;
                 // After A has ended: node 2 slow for B, so its quorum is nodes 0 and 1.
                 until(&world, b_at).await;
                 world.client_delay.borrow_mut().insert((2, 2), 600);

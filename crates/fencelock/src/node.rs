@@ -139,17 +139,7 @@ impl NodeAddr {
             Some(i) => (&rest[..i], &rest[i..]),
             None => (rest, ""),
         };
-        let (userinfo, hostport) = match authority.rfind('@') {
-            Some(i) => (Some(&authority[..i]), &authority[i + 1..]),
-            None => (None, authority),
-        };
-        let (user, has_password) = match userinfo {
-            None => (None, false),
-            Some(info) => match info.split_once(':') {
-                Some((u, _)) => ((!u.is_empty()).then(|| u.to_string()), true),
-                None => ((!info.is_empty()).then(|| info.to_string()), false),
-            },
-        };
+        let (user, has_password, hostport) = split_userinfo(authority);
         let (host, port_str) = split_host_port(hostport);
         if host.is_empty() {
             return Err(Error::config(
@@ -324,6 +314,24 @@ fn join_host_port(host: &str, port: u16) -> String {
     }
 }
 
+/// Splits a URL's authority at its last `@`: the user (none when empty), whether a password was
+/// given (its text is not kept), and what follows (the host and port, or the hosts).
+fn split_userinfo(authority: &str) -> (Option<String>, bool, &str) {
+    let Some(at) = authority.rfind('@') else {
+        return (None, false, authority);
+    };
+    let (info, rest) = (&authority[..at], &authority[at + 1..]);
+    let (user, has_password) = match info.split_once(':') {
+        Some((u, _)) => (u, true),
+        None => (info, false),
+    };
+    (
+        (!user.is_empty()).then(|| user.to_string()),
+        has_password,
+        rest,
+    )
+}
+
 /// Parses the part after `redis+sentinel://`: `[user:password@]host[:port][,host[:port]...]
 /// /<master-name>[/db]`. The user and password are the primary's (the Sentinels are asked
 /// without them).
@@ -339,17 +347,7 @@ fn parse_sentinel(url: &str, rest: &str) -> Result<NodeAddr, Error> {
         Some(i) => (&rest[..i], &rest[i..]),
         None => (rest, ""),
     };
-    let (userinfo, hosts) = match authority.rfind('@') {
-        Some(i) => (Some(&authority[..i]), &authority[i + 1..]),
-        None => (None, authority),
-    };
-    let (user, has_password) = match userinfo {
-        None => (None, false),
-        Some(info) => match info.split_once(':') {
-            Some((u, _)) => ((!u.is_empty()).then(|| u.to_string()), true),
-            None => ((!info.is_empty()).then(|| info.to_string()), false),
-        },
-    };
+    let (user, has_password, hosts) = split_userinfo(authority);
     let mut sentinels = Vec::new();
     for (i, one) in hosts.split(',').enumerate() {
         let (host, port) = split_host_port(one.trim());
