@@ -480,10 +480,9 @@ async fn check_quarantine(
     Ok(())
 }
 
-/// The longest TTL whose lock may still live by the node's own record, read on the handle's
-/// connection within `timeout` (zero when it cannot be read).
-async fn own_ttl_record(node: &NodeConn, handle: &conn::Handle, timeout: Duration) -> Duration {
-    let mut conn = handle.conn.clone();
+/// The node's time and its record of the TTLs in use (`fencelock:ttls`, with deadlines), in one
+/// round trip.
+fn ttl_record_read() -> redis::Pipeline {
     let mut pipe = redis::pipe();
     pipe.cmd("TIME")
         .cmd("ZRANGE")
@@ -491,6 +490,14 @@ async fn own_ttl_record(node: &NodeConn, handle: &conn::Handle, timeout: Duratio
         .arg(0)
         .arg(-1)
         .arg("WITHSCORES");
+    pipe
+}
+
+/// The longest TTL whose lock may still live by the node's own record, read on the handle's
+/// connection within `timeout` (zero when it cannot be read).
+async fn own_ttl_record(node: &NodeConn, handle: &conn::Handle, timeout: Duration) -> Duration {
+    let mut conn = handle.conn.clone();
+    let pipe = ttl_record_read();
     let read = pipe.query_async::<(Vec<String>, Vec<(String, f64)>)>(&mut conn);
     match tokio::time::timeout(timeout, read).await {
         Ok(Ok((time, entries))) => quarantine::longest_live(&time, &entries).unwrap_or_default(),
@@ -518,15 +525,10 @@ async fn longest_ttl_in_use(
         .map(|(_, node)| async move {
             let handle = node.get().await?;
             let mut conn = handle.conn.clone();
-            let mut pipe = redis::pipe();
-            pipe.cmd("TIME")
-                .cmd("ZRANGE")
-                .arg(quarantine::TTLS_KEY)
-                .arg(0)
-                .arg(-1)
-                .arg("WITHSCORES");
-            let (time, entries): (Vec<String>, Vec<(String, f64)>) =
-                pipe.query_async(&mut conn).await.inspect_err(|e| {
+            let (time, entries): (Vec<String>, Vec<(String, f64)>) = ttl_record_read()
+                .query_async(&mut conn)
+                .await
+                .inspect_err(|e| {
                     if conn::is_broken(e) {
                         node.discard(&handle);
                     }
