@@ -46,7 +46,8 @@ mutant writeback-no-owner-check "the write-back raises counters where another cl
 mutant writeback-quorum-unchecked "the client accepts a write-back that no quorum took" \
   crates/fencelock/src/redis/guard.rs \
   's/if wb\.decision != Decision::Reached \{/if false && wb.decision != Decision::Reached {/' \
-  "-p fencelock --lib redis::script_checks::an_acquisition_whose_write_back_a_majority_refuses"
+  "-p fencelock --lib redis::script_checks::an_acquisition_whose_write_back_a_majority_refuses" \
+  "-p fencelock-sim --test sim tokens_follow_the_counters_a_quorum_took_seeds_0_to_99"
 mutant release-no-compare "the release deletes the key without comparing the owner value" \
   crates/fencelock/src/redis/lua/release.lua \
   's/if v\[1\] ~= ARGV\[1\] then\n(\s*-- MGET)/if false then\n$1/; s/if v\[1\] == ARGV\[1\] then/if true then/' \
@@ -54,7 +55,8 @@ mutant release-no-compare "the release deletes the key without comparing the own
 mutant writeback-off-by-one "the write-back stores token - 1, a value no holder got" \
   crates/fencelock/src/redis/guard.rs \
   's/self\.write_back\(&targets, keys, owner, token, kind\)/self.write_back(\&targets, keys, owner, token - 1, kind)/' \
-  "-p fencelock --test counter a_derived_token_is_written_back_as_issued"
+  "-p fencelock --test counter a_derived_token_is_written_back_as_issued" \
+  "-p fencelock-sim --test sim tokens_follow_the_counters_a_quorum_took_seeds_0_to_99"
 mutant validity-ignores-elapsed "validity counted from the reply, not from before the request" \
   crates/fencelock/src/pure/validity.rs \
   's/ttl\.checked_sub\(elapsed\)\?/ttl.checked_sub(elapsed * 0)?/' \
@@ -74,7 +76,12 @@ mutant extension-lost-at-once "the extension rule loses the lock at the first fa
   crates/fencelock/src/pure/extension.rs \
   's/let due = now \+ schedule\.retry;/return Lost(LostCause::Unreachable);\n            #[allow(unreachable_code)]\n            let due = now + schedule.retry;/' \
   "-p fencelock --lib pure::extension::tests::a_failure_is_retried_within_the_validity_left" \
-  "-p fencelock --test long_work a_passing_failure_of_a_majority_is_retried_within_the_validity"
+  "-p fencelock --test long_work a_passing_failure_of_a_majority_is_retried_within_the_validity" \
+  "-p fencelock-sim --test sim a_passing_failure_does_not_lose_a_held_lock_seeds_0_to_99"
+mutant extension-waits-on-a-hung-node "an extension round waits the whole validity for a hung node after another node failed (a brief break of one node and a hang of another lose the lock)" \
+  crates/fencelock/src/redis/round.rs \
+  's/let patient = matches!\(mode, Mode::UntilQuorum\)/let patient = false \&\& matches!(mode, Mode::UntilQuorum)/' \
+  "-p fencelock-sim --test sim a_passing_failure_does_not_lose_a_held_lock_seeds_0_to_99"
 mutant contention-as-unavailable "a lock held by another client is reported as unavailable when a node failed" \
   crates/fencelock/src/redis/redlock.rs \
   's/if votes\.held_by_other\(\) > n\.saturating_sub\(quorum\) \|\| votes\.failed\(\) == 0 \{/if votes.failed() == 0 {/' \
@@ -146,16 +153,19 @@ mutant fence-accept-equal "the one-round path: a node takes a proposal equal to 
   's/if exists == 0 or not bigger\(p, best\) then/if exists == 0 or (p ~= best and not bigger(p, best)) then/' \
   "-p fencelock --lib redis::script_checks::a_proposal_is_taken_with_the_grant_only_above_an_existing_counter" \
   "-p fencelock --lib redis::script_checks::a_queued_grant_takes_a_proposal_by_the_same_rule" \
-  "-p fencelock --test fencing_model the_model_fences_as_the_lua_does"
+  "-p fencelock --test fencing_model the_model_fences_as_the_lua_does" \
+  "-p fencelock-sim --test sim tokens_follow_the_counters_a_quorum_took_seeds_0_to_99"
 mutant fence-accept-untrusted "the one-round path: a node without its counter (restarted, evicted) takes a proposal" \
   crates/fencelock/src/redis/lua/fence.lua \
   's/if exists == 0 or not bigger\(p, best\) then/if not bigger(p, best) then/' \
   "-p fencelock --lib redis::script_checks::a_proposal_is_taken_with_the_grant_only_above_an_existing_counter" \
-  "-p fencelock --test fencing_model the_model_fences_as_the_lua_does"
+  "-p fencelock --test fencing_model the_model_fences_as_the_lua_does" \
+  "-p fencelock-sim --test sim tokens_follow_the_counters_a_quorum_took_seeds_0_to_99"
 mutant one-round-below-quorum "the one-round path issues a proposal that one node (not a quorum) accepted" \
   crates/fencelock/src/pure/fencing.rs \
   's/accepted >= quorum\)\.then_some/accepted >= 1).then_some/' \
-  "-p fencelock --lib fencing::tests::a_proposal_is_above_the_last_token_and_the_clock"
+  "-p fencelock --lib fencing::tests::a_proposal_is_above_the_last_token_and_the_clock" \
+  "-p fencelock-sim --test sim tokens_follow_the_counters_a_quorum_took_seeds_0_to_99"
 mutant quorum-of-one "one node's grant counts as a quorum" \
   crates/fencelock/src/pure/quorum.rs \
   's/pub fn quorum\(n: usize\) -> usize \{\n    n \/ 2 \+ 1\n/pub fn quorum(_n: usize) -> usize {\n    1\n/' \
@@ -200,7 +210,8 @@ mutant permit-line-ignored "a slot's grant ignores the semaphore's waiting line 
   crates/fencelock/src/redis/lua/acquire_permit.lua \
   's/^if live_ahead\(/if false and live_ahead(/m' \
   "-p fencelock --test semaphore waiters_are_admitted_in_the_order_they_came_and_a_try_does_not_pass_them" \
-  "-p fencelock --test semaphore_model the_model_admits_as_the_lua_does"
+  "-p fencelock --test semaphore_model the_model_admits_as_the_lua_does" \
+  "-p fencelock-sim --test sim the_waiting_lines_keep_their_order_seeds_0_to_99"
 mutant etcd-admits-one-too-many "etcd's semaphore admits a waiter with N waiters ahead of it" \
   crates/fencelock/src/etcd/semaphore.rs \
   's/if ahead >= k\.slots\.len\(\) as i64 \{/if ahead > k.slots.len() as i64 {/' \
@@ -230,7 +241,8 @@ mutant rw-read-ignores-writer "a node grants a read lock while a writer holds th
 mutant rw-writer-not-ahead "readers ignore the writers waiting in line: a stream of readers starves a writer" \
   crates/fencelock/src/redis/lua/readers.lua \
   's/elseif not string\.find\(id, \x27\^\[\^\.\]\*%\.r\x27\) then/elseif false then/' \
-  "-p fencelock --test rwlock a_writer_behind_a_stream_of_readers_gets_in"
+  "-p fencelock --test rwlock a_writer_behind_a_stream_of_readers_gets_in" \
+  "-p fencelock-sim --test sim the_waiting_lines_keep_their_order_seeds_0_to_99"
 mutant rw-marker-short "the readers' marker expires a second before the longest reader's entry" \
   crates/fencelock/src/redis/lua/readers.lua \
   's/local left = tonumber\(top\[2\]\) - now/local left = tonumber(top[2]) - now - 1000/' \
@@ -238,7 +250,8 @@ mutant rw-marker-short "the readers' marker expires a second before the longest 
 mutant rw-no-record "a write lock is granted without recording its token for readers" \
   crates/fencelock/src/rwlock.rs \
   's/let Some\(token\) = lock\.fencing_token\(\)\.map\(\|t\| t\.value\(\)\) else \{/let Some(token) = lock.fencing_token().map(|t| t.value()).filter(|_| false) else {/' \
-  "-p fencelock --test rwlock readers_learn_the_last_writers_token"
+  "-p fencelock --test rwlock readers_learn_the_last_writers_token" \
+  "-p fencelock-sim --test sim the_claimed_faults_are_safe_seeds_first_quarter"
 
 mutant ahead-never-announced "a plain lock on several nodes is a bare SET NX PX with no TTL announced ahead" \
   crates/fencelock/src/redis/ops.rs \

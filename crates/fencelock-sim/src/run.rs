@@ -78,6 +78,24 @@ pub enum Scenario {
     /// while node 1 restarts empty and G, on another resource, is issued a smaller token and
     /// seeds node 1; A is then issued its larger one; B, after A, must get a token above A's.
     CounterRestart,
+    /// The one-round path's acceptance rule and the write-back, step by step on one resource X
+    /// (fencing on, quarantine off): B sets every counter; A, with node 0 cut off, is issued pA
+    /// by nodes 1 and 2 only; B, its clock behind pA, proposes a value node 0 alone takes (a
+    /// derived token must follow); A, its clock now far behind, proposes its last token + 1,
+    /// exactly B's derived token, which the written-back counters must refuse; then nodes 0 and
+    /// 1 restart empty and D, its clock a minute behind, must not be issued a token by them.
+    CounterOrder,
+    /// A held lock's liveness: A holds `r0` (TTL 1 s, auto-extended, node timeout 100 ms)
+    /// through a passing failure of a majority, which its lost signal must not report: on half
+    /// the seeds the connections of nodes 0 and 1 break at once; on the other half node 0 hangs
+    /// for 1.5 s (requests neither answered nor refused) while node 1's connections break once.
+    PassingFailure,
+    /// The waiting lines' order. A semaphore of `PERMITS` permits, all held by H; W1 then W2
+    /// wait in line; H frees one permit, then the other; T tries for a permit just after each
+    /// release. W1 must be admitted before W2 and T never while they wait. A read-write lock:
+    /// R1 reads; W waits to write; R2 then waits to read; R1 leaves: W must write before R2
+    /// reads.
+    LineOrder,
 }
 
 impl Scenario {
@@ -90,6 +108,9 @@ impl Scenario {
             Scenario::Flush => "flush",
             Scenario::SlowReply => "slow-reply",
             Scenario::CounterRestart => "counter-restart",
+            Scenario::CounterOrder => "counter-order",
+            Scenario::PassingFailure => "passing-failure",
+            Scenario::LineOrder => "line-order",
         }
     }
 
@@ -102,6 +123,9 @@ impl Scenario {
             Scenario::Flush,
             Scenario::SlowReply,
             Scenario::CounterRestart,
+            Scenario::CounterOrder,
+            Scenario::PassingFailure,
+            Scenario::LineOrder,
         ]
         .into_iter()
         .find(|s| s.name() == name)
@@ -116,6 +140,9 @@ impl Scenario {
             Scenario::Flush => Some(Duration::from_secs(7)),
             Scenario::SlowReply => Some(Duration::from_secs(4)),
             Scenario::CounterRestart => Some(Duration::from_secs(4)),
+            Scenario::CounterOrder => Some(Duration::from_secs(4)),
+            Scenario::PassingFailure => Some(Duration::from_secs(5)),
+            Scenario::LineOrder => Some(Duration::from_secs(4)),
         }
     }
 }
@@ -171,6 +198,8 @@ struct Grant {
     counted: Vec<usize>,
     /// An extended holder's lost signal: held while it has not fired.
     lost: Option<fencelock::LostSignal>,
+    /// A fenced read lock's `last_writer_token()`: the token of the last writer it learned.
+    last_writer: Option<u64>,
 }
 
 impl Grant {
@@ -570,6 +599,7 @@ fn record(
         owner,
         counted,
         lost: None,
+        last_writer: None,
     });
     h.grants.len() - 1
 }
@@ -716,16 +746,24 @@ async fn client_loop(
                     } else {
                         (Kind::Read, rw.try_read().await?)
                     };
+                    // A writer's token, and what a reader learned of the last writer's.
+                    let token = match kind {
+                        Kind::Write => lock.fencing_token().map(|t| t.value()),
+                        _ => None,
+                    };
                     let g = record(
                         &world,
                         &history,
                         &s,
                         kind,
                         "rw",
-                        (None, lock.validity_deadline()),
+                        (token, lock.validity_deadline()),
                         started,
                         (None, Vec::new()),
                     );
+                    if kind == Kind::Read {
+                        history.borrow_mut().grants[g].last_writer = lock.last_writer_token();
+                    }
                     (vec![g], Held::Lock(lock))
                 }
                 60..=69 if s.fencing => {
@@ -1018,6 +1056,9 @@ fn scripted(
         Scenario::Flush => flush(world, history, urls),
         Scenario::SlowReply => slow_reply(world, history, urls),
         Scenario::CounterRestart => counter_restart(world, history, urls),
+        Scenario::CounterOrder => counter_order(world, history, urls),
+        Scenario::PassingFailure => passing_failure(world, history, urls),
+        Scenario::LineOrder => line_order(world, history, urls),
     }
 }
 
@@ -1032,14 +1073,15 @@ fn late_signal(c: usize, what: &str, fired: bool, at: i64, dl: i64) -> String {
 }
 
 /// Holds the auto-extended grant `g` for `ms` or until its lost signal fires; a signal late or
-/// missing is a violation; the grant then ends with the validity the holder last knew.
+/// missing is a violation; the grant then ends with the validity the holder last knew. Whether
+/// the signal fired.
 async fn hold_watching(
     world: &World,
     history: &RefCell<History>,
     g: usize,
     guard: &fencelock::LockGuard,
     ms: u64,
-) {
+) -> bool {
     let lost = guard.lost();
     let fired = tokio::select! {
         biased;
@@ -1055,6 +1097,7 @@ async fn hold_watching(
     }
     h.grants[g].valid_until = dl;
     h.grants[g].ended = Some(at.min(dl));
+    fired
 }
 
 /// Waits until `cell` is set (another task of the scenario sets it).
@@ -1526,6 +1569,322 @@ fn counter_restart(
     tasks
 }
 
+/// The one-round path's rule and the write-back (see `Scenario::CounterOrder`). Wall clocks set
+/// the proposals: A's 500 ms ahead of the run's, B's 2 s behind (its proposal at X lies between
+/// node 0's counter and A's token), D's a minute behind (below every counter).
+fn counter_order(
+    world: Rc<World>,
+    history: Rc<RefCell<History>>,
+    urls: &[String],
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let (Some(a), Some(b), Some(d)) = (
+        scripted_client_with(&world, urls, 0, (2000, 980), false, 500),
+        scripted_client_with(&world, urls, 1, (2000, 980), false, -2000),
+        scripted_client_with(&world, urls, 2, (2000, 980), false, -60_000),
+    ) else {
+        return Vec::new();
+    };
+    let t1 = world.rng(|r| r.i64(50..200));
+    let t2 = t1 + world.rng(|r| r.i64(200..400));
+    let t3 = t2 + world.rng(|r| r.i64(1400..1600));
+    let t4 = t3 + world.rng(|r| r.i64(200..400));
+    let t5 = t4 + world.rng(|r| r.i64(300..500));
+    // Half the seeds: node 1 refuses writes (out of memory) after B's grant there and before
+    // its write-back, so B's derived token reaches one node only and must not be issued; A's
+    // last token + 1 is then free again.
+    let oom = world.rng(|r| r.bool());
+    let mut tasks = Vec::new();
+    {
+        // Node 0 hears nothing from t2 until A's request there has timed out.
+        let world = world.clone();
+        tasks.push(tokio::task::spawn_local(async move {
+            until(&world, t2 - 5).await;
+            world.trouble(0);
+            world.nodes[0].borrow_mut().partitioned = true;
+            world.log("fault: node 0 partitioned");
+            until(&world, t2 + 1200).await;
+            world.nodes[0].borrow_mut().partitioned = false;
+            world.log("fault: node 0 heals");
+            // Nodes 0 and 1 lose their counters (quarantine off: they grant at once).
+            until(&world, t5).await;
+            world.restart(0, Persistence::None);
+            world.restart(1, Persistence::None);
+        }));
+    }
+    {
+        let (world, history) = (world.clone(), history.clone());
+        let (client, setup) = a;
+        let wall = setup.wall.clone();
+        tasks.push(tokio::task::spawn_local(crate::clock::WallOffset::new(
+            wall.clone(),
+            async move {
+                until(&world, t2).await;
+                if let Some((g, lock)) = take(&world, &history, &client, &setup, "X").await {
+                    give_back(&world, &history, g, lock).await;
+                }
+                // Its clock a minute behind: the proposal is its last token + 1.
+                until(&world, t4).await;
+                wall.set(-60_000);
+                // The offset is read when the task is polled: the next poll runs with it.
+                tokio::task::yield_now().await;
+                if let Some((g, lock)) = take(&world, &history, &client, &setup, "X").await {
+                    give_back(&world, &history, g, lock).await;
+                }
+                client.close().await;
+            },
+        )));
+    }
+    {
+        let (world, history) = (world.clone(), history.clone());
+        let (client, setup) = b;
+        let wall = setup.wall.clone();
+        tasks.push(tokio::task::spawn_local(crate::clock::WallOffset::new(
+            wall,
+            async move {
+                until(&world, t1).await;
+                take_once(&world, &history, &client, &setup, "X").await;
+                until(&world, t3).await;
+                // Its quorum is nodes 0 and 1: node 2's reply comes after both.
+                let mut delays = world.client_delay.borrow_mut();
+                delays.insert((2, 1), 600);
+                if oom {
+                    delays.insert((1, 1), 50);
+                }
+                drop(delays);
+                if oom {
+                    let world = world.clone();
+                    tokio::task::spawn_local(async move {
+                        until(&world, t3 + 75).await;
+                        world.set_oom(1, true);
+                        world.log("fault: node 1 out of memory");
+                        until(&world, t3 + 150).await;
+                        world.set_oom(1, false);
+                        world.log("fault: node 1 takes writes again");
+                    });
+                }
+                take_once(&world, &history, &client, &setup, "X").await;
+                world.client_delay.borrow_mut().retain(|&(_, c), _| c != 1);
+                client.close().await;
+            },
+        )));
+    }
+    {
+        let (world, history) = (world.clone(), history.clone());
+        let (client, setup) = d;
+        let wall = setup.wall.clone();
+        tasks.push(tokio::task::spawn_local(crate::clock::WallOffset::new(
+            wall,
+            async move {
+                until(&world, t5 + world.rng(|r| r.i64(50..150))).await;
+                take_once(&world, &history, &client, &setup, "X").await;
+                client.close().await;
+            },
+        )));
+    }
+    tasks
+}
+
+/// A held lock's liveness (see `Scenario::PassingFailure`).
+fn passing_failure(
+    world: Rc<World>,
+    history: Rc<RefCell<History>>,
+    urls: &[String],
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let Some((client, setup)) = scripted_client(&world, urls, 0, 1000, 100) else {
+        return Vec::new();
+    };
+    let end = Scenario::PassingFailure
+        .length()
+        .map_or(0, |d| d.as_millis() as i64);
+    vec![tokio::task::spawn_local(async move {
+        until(&world, world.rng(|r| r.i64(0..200))).await;
+        let Some((g, lock)) = take(&world, &history, &client, &setup, "r0").await else {
+            world.log("client 0: the lock was refused; the scenario is void");
+            return;
+        };
+        let guard = lock.auto_extend(AutoExtend::new());
+        history.borrow_mut().grants[g].lost = Some(guard.lost());
+        let hang = world.rng(|r| r.bool());
+        let fault_at = world.elapsed_ms() + world.rng(|r| r.i64(800..1500));
+        let broken_at = fault_at + world.rng(|r| r.i64(0..150));
+        {
+            let world = world.clone();
+            tokio::task::spawn_local(async move {
+                until(&world, fault_at).await;
+                if hang {
+                    world.trouble(0);
+                    world.nodes[0].borrow_mut().partitioned = true;
+                    world.log("fault: node 0 hangs");
+                    until(&world, broken_at).await;
+                    world.cut(1);
+                    world.log("fault: node 1 connections cut");
+                    until(&world, fault_at + 1500).await;
+                    world.nodes[0].borrow_mut().partitioned = false;
+                    world.trouble(0);
+                    world.log("fault: node 0 answers again");
+                } else {
+                    world.cut(0);
+                    world.cut(1);
+                    world.log("fault: nodes 0 and 1 connections cut");
+                }
+            });
+        }
+        let hold = end - 500 - world.elapsed_ms();
+        if hold_watching(&world, &history, g, &guard, hold.max(0) as u64).await {
+            let at = world.elapsed_ms();
+            let what = format!(
+                "client 0: the lost signal of r0 fired at {at}ms: a spurious loss (node 2 never failed, {} answered on a new connection at once)",
+                if hang { "node 0 hung, node 1" } else { "nodes 0 and 1" }
+            );
+            world.log(what.clone());
+            history.borrow_mut().seen.push(what);
+        }
+        let _ = guard.release().await;
+        client.close().await;
+    })]
+}
+
+/// Records a grant of the family (a permit, a read or a write lock) taken by `attempt`.
+async fn take_with(
+    world: &World,
+    history: &RefCell<History>,
+    s: &Setup,
+    (kind, resource): (Kind, &str),
+    attempt: impl std::future::Future<Output = fencelock::Result<fencelock::Lock>>,
+) -> Option<(usize, fencelock::Lock)> {
+    let started = world.elapsed_ms();
+    match attempt.await {
+        Ok(lock) => {
+            let g = record(
+                world,
+                history,
+                s,
+                kind,
+                resource,
+                (None, lock.validity_deadline()),
+                started,
+                (None, Vec::new()),
+            );
+            Some((g, lock))
+        }
+        Err(e) => {
+            world.log(format!("client {}: {kind:?} {resource} refused: {e}", s.c));
+            None
+        }
+    }
+}
+
+/// The waiting lines' order (see `Scenario::LineOrder`).
+fn line_order(
+    world: Rc<World>,
+    history: Rc<RefCell<History>>,
+    urls: &[String],
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let clients: Vec<(Client, Setup)> = (0..7)
+        .filter_map(|c| scripted_client(&world, urls, c, 2000, 200))
+        .collect();
+    if clients.len() < 7 {
+        return Vec::new();
+    }
+    let t0 = world.rng(|r| r.i64(100..300));
+    let (free1, free2) = (t0 + 400, t0 + 400 + world.rng(|r| r.i64(200..400)));
+    // When each waiter was admitted (virtual ms; i64::MAX while it waits).
+    let admitted: Rc<Vec<Cell<i64>>> = Rc::new((0..3).map(|_| Cell::new(i64::MAX)).collect());
+    let mut tasks = Vec::new();
+    for (c, (client, setup)) in clients.into_iter().enumerate() {
+        let (world, history, admitted) = (world.clone(), history.clone(), admitted.clone());
+        tasks.push(tokio::task::spawn_local(async move {
+            let sem = client.semaphore("sem", PERMITS);
+            let rw = client.rwlock("rw");
+            let (Ok(sem), Ok(rw)) = (sem, rw) else {
+                world.log(format!("client {c}: refused the semaphore or the read-write lock"));
+                return;
+            };
+            let permit = (Kind::Permit, "sem");
+            match c {
+                // H: every permit, freed one at a time.
+                0 => {
+                    until(&world, t0).await;
+                    let mut held = Vec::new();
+                    for _ in 0..PERMITS {
+                        held.extend(take_with(&world, &history, &setup, permit, sem.try_acquire()).await);
+                    }
+                    for (at, (g, lock)) in [free1, free2].into_iter().zip(held) {
+                        until(&world, at).await;
+                        give_back(&world, &history, g, lock).await;
+                    }
+                }
+                // W1 and W2, in line in that order; each holds its permit to the end.
+                1 | 2 => {
+                    until(&world, t0 + 50 * c as i64).await;
+                    if let Some((g, lock)) = take_with(&world, &history, &setup, permit, sem.acquire()).await {
+                        admitted[c - 1].set(world.elapsed_ms());
+                        until(&world, free2 + 600).await;
+                        give_back(&world, &history, g, lock).await;
+                    }
+                }
+                // T: a try just after each release, while W1 or W2 waits.
+                3 => {
+                    for at in [free1, free2] {
+                        until(&world, at + 1).await;
+                        let waiting = admitted[1].get() == i64::MAX;
+                        if let Some((g, lock)) = take_with(&world, &history, &setup, permit, sem.try_acquire()).await {
+                            if waiting {
+                                let what = format!("client 3's try for a permit of sem was granted at {}ms while client 2 waited in line since {}ms", world.elapsed_ms(), t0 + 100);
+                                world.log(what.clone());
+                                history.borrow_mut().seen.push(what);
+                            }
+                            give_back(&world, &history, g, lock).await;
+                        }
+                    }
+                }
+                // R1 reads until W and R2 wait; W writes; R2 reads after it.
+                4 => {
+                    until(&world, t0).await;
+                    if let Some((g, lock)) = take_with(&world, &history, &setup, (Kind::Read, "rw"), rw.try_read()).await {
+                        until(&world, t0 + 400).await;
+                        give_back(&world, &history, g, lock).await;
+                    }
+                }
+                5 | 6 => {
+                    let (kind, at) = if c == 5 { (Kind::Write, t0 + 50) } else { (Kind::Read, t0 + 100) };
+                    until(&world, at).await;
+                    let attempt = async {
+                        if kind == Kind::Write { rw.write().await } else { rw.read().await }
+                    };
+                    if let Some((g, lock)) = take_with(&world, &history, &setup, (kind, "rw"), attempt).await {
+                        let now = world.elapsed_ms();
+                        if c == 5 {
+                            admitted[2].set(now);
+                        } else if admitted[2].get() > now {
+                            let what = format!("client 6's read of rw was granted at {now}ms before client 5's write, which waited in line ahead of it since {}ms", t0 + 50);
+                            world.log(what.clone());
+                            history.borrow_mut().seen.push(what);
+                        }
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                        give_back(&world, &history, g, lock).await;
+                    }
+                }
+                _ => {}
+            }
+            client.close().await;
+        }));
+    }
+    {
+        let (world, history) = (world.clone(), history.clone());
+        tasks.push(tokio::task::spawn_local(async move {
+            until(&world, free2 + 500).await;
+            let (w1, w2) = (admitted[0].get(), admitted[1].get());
+            if w2 < w1 {
+                let what = format!("client 2 was admitted to sem at {w2}ms before client 1 ({w1}ms), which came to the line first");
+                world.log(what.clone());
+                history.borrow_mut().seen.push(what);
+            }
+        }));
+    }
+    tasks
+}
+
 /// How often the coverage check looks at the nodes (virtual ms).
 const COVERAGE_EVERY_MS: u64 = 10;
 
@@ -1826,6 +2185,24 @@ fn check(h: &History, world: &World, end: i64) -> Vec<String> {
             }
         }
     }
+    // A fenced reader learns every writer that ended before it began: its last writer's token
+    // is at least theirs.
+    for r in grants.iter().filter(|g| g.kind == Kind::Read) {
+        let Some(learned) = r.last_writer else {
+            continue;
+        };
+        for w in grants
+            .iter()
+            .filter(|g| g.kind == Kind::Write && g.resource == r.resource)
+        {
+            if let Some(t) = w.token.filter(|&t| t > learned && w.end() <= r.started) {
+                out.push(format!(
+                    "a reader of {} learned writer token {learned}: client {} (attempt {}ms) after client {}'s write (token {t}, ended {}ms)",
+                    r.resource, r.client, r.started, w.client, w.end()
+                ));
+            }
+        }
+    }
     // N + 1 permits: at each permit's grant, the permits held then.
     for p in grants
         .iter()
@@ -1993,6 +2370,7 @@ mod tests {
             owner: None,
             counted: Vec::new(),
             lost: None,
+            last_writer: None,
         }
     }
 

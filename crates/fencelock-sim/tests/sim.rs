@@ -123,6 +123,21 @@ fn a_restarted_node_is_not_seeded_below_a_token_it_lost_seeds_0_to_99() {
 }
 
 #[test]
+fn tokens_follow_the_counters_a_quorum_took_seeds_0_to_99() {
+    scenario(Scenario::CounterOrder);
+}
+
+#[test]
+fn a_passing_failure_does_not_lose_a_held_lock_seeds_0_to_99() {
+    scenario(Scenario::PassingFailure);
+}
+
+#[test]
+fn the_waiting_lines_keep_their_order_seeds_0_to_99() {
+    scenario(Scenario::LineOrder);
+}
+
+#[test]
 fn one_seed_gives_one_trace() {
     // Forty seeds under every fault, each run twice on this thread: a run that reads anything
     // but its seed (a hash map's order, tokio's random choice among ready branches, the OS's
@@ -135,6 +150,9 @@ fn one_seed_gives_one_trace() {
         (Faults::Claimed, Scenario::Flush, 5),
         (Faults::Claimed, Scenario::SlowReply, 5),
         (Faults::Claimed, Scenario::CounterRestart, 5),
+        (Faults::Claimed, Scenario::CounterOrder, 5),
+        (Faults::Claimed, Scenario::PassingFailure, 5),
+        (Faults::Claimed, Scenario::LineOrder, 5),
     ] {
         let opts = Options {
             faults,

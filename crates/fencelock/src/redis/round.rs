@@ -134,6 +134,13 @@ impl RedisBackend {
         };
         let every_answer = matches!(mode, Mode::All { .. });
         let releasing = matches!(mode, Mode::Release { .. });
+        // A round allowed longer than the node timeout (an extension, which may take the
+        // validity left): once a node has failed, a node silent past the node timeout no longer
+        // holds the round, so the caller's retry reaches the failed node's new connection
+        // before the validity runs out (one hung node and a brief break of another lost the
+        // lock otherwise). The requests in flight still run to `limit` in the background.
+        let patient = matches!(mode, Mode::UntilQuorum) && limit > self.settings.node_timeout;
+        let until = tokio::time::Instant::from_std(started + limit);
         // Where each request of an acquisition stands, for a release of its token (`order.rs`).
         let sent = acquiring.map(|_| order::Sent::new(nodes.len()));
         let mut inflight = self.launch(nodes, quarantine, sent.as_ref(), after, ahead, op);
@@ -160,9 +167,16 @@ impl RedisBackend {
             match next(&mut inflight, deadline.as_mut()).await {
                 Next::Answer(pos, result) => {
                     let latency = started.elapsed();
+                    let failed = matches!(result, Err(NodeFailure::Failed(_)));
                     let grant = absorb(nodes, pos, result, latency, &mut votes, &mut granted);
                     if decision == Decision::Pending {
                         decision = tally.record(grant);
+                    }
+                    if patient && failed && decision == Decision::Pending {
+                        let cap = (started + self.settings.node_timeout).max(Instant::now());
+                        deadline
+                            .as_mut()
+                            .reset(tokio::time::Instant::from_std(cap).min(until));
                     }
                 }
                 Next::AllDone => break,
@@ -172,7 +186,7 @@ impl RedisBackend {
                             decision = tally.record(false);
                         }
                     }
-                    time_out(&mut votes, limit);
+                    time_out(&mut votes, started.elapsed());
                     break;
                 }
             }
@@ -180,8 +194,7 @@ impl RedisBackend {
         for (pos, vote) in votes.iter().enumerate() {
             self.health.observe_vote(nodes[pos], vote);
         }
-        if inflight.left() > 0 && !deadline.is_elapsed() {
-            let until = deadline.deadline();
+        if inflight.left() > 0 && tokio::time::Instant::now() < until {
             let mut registered = match (acquiring, &sent) {
                 (Some(token), Some(sent)) => {
                     self.register_stragglers(nodes, &inflight, token, sent)
@@ -654,14 +667,14 @@ fn absorb<T>(
     is_grant
 }
 
-/// Marks the requests still in flight at the deadline as timed out.
-fn time_out(votes: &mut [NodeVote], node_timeout: Duration) {
+/// Marks the requests still in flight at the deadline as timed out, after `waited`.
+fn time_out(votes: &mut [NodeVote], waited: Duration) {
     for vote in votes
         .iter_mut()
         .filter(|v| v.outcome == VoteOutcome::Pending)
     {
         vote.outcome = VoteOutcome::TimedOut;
-        vote.latency = node_timeout;
+        vote.latency = waited;
     }
 }
 

@@ -14,7 +14,7 @@
 //! When a pub/sub connection breaks, the next wait opens a new one and subscribes again to the
 //! turn channel and to every release channel still wanted.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -25,8 +25,9 @@ use tokio::sync::{Notify, OnceCell};
 use super::scripts;
 
 /// Who waits on which channel. On the turn channel each waiter has its id; on a release channel
-/// every subscriber wakes.
-type Waiters = Arc<Mutex<HashMap<String, Vec<Waiter>>>>;
+/// every subscriber wakes. Ordered, so that a new connection subscribes in one order (the
+/// simulation replays a seed exactly).
+type Waiters = Arc<Mutex<BTreeMap<String, Vec<Waiter>>>>;
 
 struct Waiter {
     /// The waiter id a turn message must name; `None` on a release channel.
