@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Runs the deterministic simulation (crates/fencelock-sim, docs/simulation.md) against the
 # Redis-side mutants of scripts/mutants.sh: each mutant is applied to mutants.sh's copy of the
-# tree (--tree), the simulator is built there, and a fixed seed set runs under the claimed faults,
-# then (if none failed) under every fault. A mutant is killed when a seed fails.
+# tree (--tree), the simulator is built there, and seeds 0..99 of every scripted scenario run,
+# then (if none failed) a fixed seed set of the mix under the claimed faults. A mutant is killed
+# when a seed fails: main passes all of them (`./dev test` runs them). The mix under every fault
+# (`--faults all`) is left out: main fails some of its seeds by design (faults beyond README's
+# claims), so a failure there says nothing of a mutant without a rerun on main.
 #
 #   scripts/sim-mutants.sh               every Redis-side mutant below
 #   scripts/sim-mutants.sh NAME...       the named ones
@@ -43,12 +46,18 @@ for name in "${REDIS_SIDE[@]}"; do
     continue
   fi
   verdict="SURVIVED"
-  for faults in claimed all; do
-    out="$("$MUTANTS_TARGET_DIR/debug/fencelock-sim" --seeds "$SEEDS" --faults "$faults" "${EXTRA[@]}" --stop 2>&1)"
+  runs=()
+  for scenario in $(sed -n 's/.*--scenario mixed|\([a-z|-]*\) .*/\1/p' "$ROOT/crates/fencelock-sim/src/bin/fencelock-sim.rs" | tr '|' ' '); do
+    runs+=("--scenario $scenario --seeds 100")
+  done
+  runs+=("--faults claimed --seeds $SEEDS")
+  for run in "${runs[@]}"; do
+    read -r -a args <<<"$run"
+    out="$("$MUTANTS_TARGET_DIR/debug/fencelock-sim" "${args[@]}" "${EXTRA[@]}" --stop 2>&1)"
     if [[ $? -ne 0 ]]; then
       first="$(grep -m1 -A1 'FAILED' <<<"$out" | tail -1 | sed 's/^ *//' | cut -c1-160)"
       seed="$(grep -m1 -o '^seed [0-9]*' <<<"$out")"
-      verdict="killed: --faults $faults, $seed: $first"
+      verdict="killed: $run, $seed: $first"
       break
     fi
   done

@@ -1645,12 +1645,13 @@ fn counter_order(
                 take_once(&world, &history, &client, &setup, "X").await;
                 until(&world, t3).await;
                 // Its quorum is nodes 0 and 1: node 2's reply comes after both.
-                let mut delays = world.client_delay.borrow_mut();
-                delays.insert((2, 1), 600);
-                if oom {
-                    delays.insert((1, 1), 50);
+                {
+                    let mut delays = world.client_delay.borrow_mut();
+                    delays.insert((2, 1), 600);
+                    if oom {
+                        delays.insert((1, 1), 50);
+                    }
                 }
-                drop(delays);
                 if oom {
                     let world = world.clone();
                     tokio::task::spawn_local(async move {
