@@ -292,6 +292,11 @@ impl Node {
         &self.run_id
     }
 
+    /// Over `maxmemory` (with `noeviction`): the writes Redis refuses with `OOM` are refused.
+    pub fn set_oom(&mut self, oom: bool) {
+        self.keyspace().oom = oom;
+    }
+
     pub fn persistence(&self) -> Persistence {
         self.persistence
     }

@@ -766,3 +766,72 @@ fn the_announcement_expires_with_the_node_clock_as_on_a_real_node() {
     sleep(400);
     p.compare_keyspaces();
 }
+
+/// A node over `maxmemory` (`noeviction`): the real one filled past a 1 MB limit, the simulated
+/// one told it is over. Plain writes and a script's first write are refused with the same error;
+/// deletes run, and so does a script that wrote before (Redis 7.0 does not stop a script
+/// half-way); fencelock's grant, extension and release scripts answer as on the real node.
+#[test]
+fn out_of_memory_refusals_match_a_real_node() {
+    let mut p = Pair::start();
+    p.case("over maxmemory");
+    p.load_all();
+    let c = "fencelock:fence";
+    p.script(
+        "acquire_fenced",
+        &["held", c, "fencelock:fence:held"],
+        &[OWNER, "30000", "17"],
+        0,
+    );
+    p.exact(&["ZADD", "z", "5", "short"]);
+    let big = "v".repeat(100_000);
+    for i in 0..20 {
+        p.run(
+            &[
+                b"SET".as_slice(),
+                format!("big:{i}").as_bytes(),
+                big.as_bytes(),
+            ],
+            0,
+        );
+    }
+    // The real node over its limit; the simulated one told so.
+    assert_eq!(
+        p.real.cmd(&[b"CONFIG", b"SET", b"maxmemory", b"1mb"]),
+        Reply::Status("OK".into())
+    );
+    p.sim.set_oom(true);
+    p.exact(&["SET", "x", "1"]);
+    p.exact(&["INCR", "n"]);
+    p.exact(&["ZADD", "z", "9", "long"]);
+    p.exact(&[
+        "EVAL",
+        "return redis.call('ZADD', KEYS[1], 9, 'long')",
+        "1",
+        "z",
+    ]);
+    p.exact(&[
+        "EVAL",
+        "redis.call('ZREM', KEYS[1], 'short') return redis.call('ZADD', KEYS[1], 9, 'long')",
+        "1",
+        "z",
+    ]);
+    p.exact(&["DEL", "big:0"]);
+    p.exact(&["PEXPIRE", "big:1", "60000"]);
+    p.script(
+        "acquire_fenced",
+        &["new", c, "fencelock:fence:new"],
+        &[OWNER, "3000", "18"],
+        0,
+    );
+    p.script("acquire_many", &["m1"], &[OWNER, "3000"], 0);
+    p.script("extend", &["held"], &[OWNER, "30000"], 0);
+    p.script("release", &["held", "q", "l", "w"], &[OWNER], 0);
+    assert_eq!(
+        p.real.cmd(&[b"CONFIG", b"SET", b"maxmemory", b"0"]),
+        Reply::Status("OK".into())
+    );
+    p.sim.set_oom(false);
+    p.exact(&["SET", "x", "1"]);
+    p.compare_keyspaces();
+}
