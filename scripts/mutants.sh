@@ -98,8 +98,7 @@ mutant acquire-without-nx "acquisition sets the key whether or not another clien
 mutant guard-seed-before-issue "the amnesia guard seeds the nodes without a counter before the token is issued (and without the seed wait)" \
   crates/fencelock/src/redis/guard.rs \
   's/\n(\s*)let wb = self\.write_back\(/\n$1self.write_back(\&seeds, keys, owner, token, WriteBack::Epoch).await;\n$1let wb = self.write_back(/' \
-  "-p fencelock --test amnesia a_failed_attempt_seeds_no_node" \
-  "-p fencelock-sim --test sim tokens_follow_the_counters_a_quorum_took_seeds_0_to_99"
+  "-p fencelock --test amnesia a_failed_attempt_seeds_no_node"
 mutant guard-untrusted-counted "the amnesia guard counts a read from a node without a counter as trusted (0)" \
   crates/fencelock/src/redis/ops.rs \
   's/exists: exists == 1,/exists: true,/' \
