@@ -45,12 +45,15 @@ fn sub(t: libc::timespec, d: Duration) -> libc::timespec {
 }
 
 /// One client's own wall clock: while `inner` is polled, `SystemTime::now` on this thread reads
-/// `offset` ms more than the run's wall clock. It covers what the client does in its own task
-/// (an acquisition's token proposal among it); tasks the library spawns (the connection
+/// `offset` ms more than the run's wall clock, plus its drift (`with_drift`: so many millionths
+/// of the virtual time since the wrapper was made). It covers what the client does in its own
+/// task (an acquisition's token proposal among it); tasks the library spawns (the connection
 /// drivers, the extenders) read the run's wall clock. A fault moves `offset`.
 #[derive(Debug)]
 pub struct WallOffset<F> {
     offset: std::rc::Rc<Cell<i64>>,
+    drift_ppm: i64,
+    since: tokio::time::Instant,
     inner: std::pin::Pin<Box<F>>,
 }
 
@@ -58,8 +61,26 @@ impl<F: std::future::Future> WallOffset<F> {
     pub fn new(offset: std::rc::Rc<Cell<i64>>, inner: F) -> WallOffset<F> {
         WallOffset {
             offset,
+            drift_ppm: 0,
+            since: tokio::time::Instant::now(),
             inner: Box::pin(inner),
         }
+    }
+
+    /// The clock runs `ppm` millionths fast (negative: slow) from now on.
+    pub fn with_drift(mut self, ppm: i64) -> WallOffset<F> {
+        self.drift_ppm = ppm;
+        self.since = tokio::time::Instant::now();
+        self
+    }
+
+    /// The offset now (ms): the set offset and what the drift added since.
+    fn now_offset(&self) -> i64 {
+        if self.drift_ppm == 0 {
+            return self.offset.get();
+        }
+        let ms = self.since.elapsed().as_millis() as i64;
+        self.offset.get() + ms * self.drift_ppm / 1_000_000
     }
 }
 
@@ -70,7 +91,8 @@ impl<F: std::future::Future> std::future::Future for WallOffset<F> {
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<F::Output> {
-        let before = CLIENT_WALL.with(|w| w.replace(self.offset.get()));
+        let offset = self.now_offset();
+        let before = CLIENT_WALL.with(|w| w.replace(offset));
         let out = self.inner.as_mut().poll(cx);
         CLIENT_WALL.with(|w| w.set(before));
         out

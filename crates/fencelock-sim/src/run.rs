@@ -344,6 +344,7 @@ pub fn run(seed: u64, opts: &Options) -> Outcome {
         let mut tasks = Vec::new();
         let mut walls = Vec::new();
         let mut pauses = Vec::new();
+        let mut drift = fastrand::Rng::with_seed(seed ^ 0x0d71_f7c1_0c4d_0000);
         let clients = if mixed { opts.clients } else { 0 };
         for c in 0..clients {
             // Under every fault, clients with short and long TTLs side by side; under `All`,
@@ -417,10 +418,14 @@ pub fn run(seed: u64, opts: &Options) -> Outcome {
             };
             walls.push(setup.wall.clone());
             pauses.push((c, setup.paused.clone()));
+            // Each client's wall clock drifts (from a generator of its own, so that the draw
+            // moves nothing else in the run): up to 0.5 %, as the nodes' clocks do.
+            let ppm = drift.i64(-5000..=5000);
+            world.log(format!("client {c}: wall clock drifts {ppm} ppm"));
             let body = client_loop(world.clone(), history.clone(), client, setup.clone(), end);
-            tasks.push(tokio::task::spawn_local(crate::clock::WallOffset::new(
-                setup.wall, body,
-            )));
+            tasks.push(tokio::task::spawn_local(
+                crate::clock::WallOffset::new(setup.wall, body).with_drift(ppm),
+            ));
         }
         tasks.push(tokio::task::spawn_local(coverage_loop(
             world.clone(),
