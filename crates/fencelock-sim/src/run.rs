@@ -89,6 +89,8 @@ pub enum Scenario {
     /// through a passing failure of a majority, which its lost signal must not report: on half
     /// the seeds the connections of nodes 0 and 1 break at once; on the other half node 0 hangs
     /// for 1.5 s (requests neither answered nor refused) while node 1's connections break once.
+    /// Then nodes 0 and 1 hang, and an attempt on `r1` must be refused within two node
+    /// timeouts (its round, then the release of what it set).
     PassingFailure,
     /// The waiting lines' order. A semaphore of `PERMITS` permits, all held by H; W1 then W2
     /// wait in line; H frees one permit, then the other; T tries for a permit just after each
@@ -1746,6 +1748,28 @@ fn passing_failure(
             history.borrow_mut().seen.push(what);
         }
         let _ = guard.release().await;
+        // Then two nodes hang: an attempt cannot reach a quorum, and must say so after two node
+        // timeouts (100 ms each: the attempt's round, then the release of what it set), not
+        // more.
+        until(&world, end - 300).await;
+        for i in [0, 1] {
+            world.trouble(i);
+            world.nodes[i].borrow_mut().partitioned = true;
+        }
+        world.log("fault: nodes 0 and 1 hang");
+        let started = world.elapsed_ms();
+        let refused = take(&world, &history, &client, &setup, "r1")
+            .await
+            .is_none();
+        let took = world.elapsed_ms() - started;
+        if !refused || took > 250 {
+            let what = format!(
+                "client 0: an attempt with two of three nodes hung took {took}ms (node timeout 100ms){}",
+                if refused { "" } else { " and was granted" }
+            );
+            world.log(what.clone());
+            history.borrow_mut().seen.push(what);
+        }
         client.close().await;
     })]
 }
