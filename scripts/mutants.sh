@@ -19,7 +19,7 @@
 # unmutated one. Only fencelock is rebuilt per mutant once that dir is warm.
 # Exit status: 0 when every mutant was killed, 1 when one survived or did not apply.
 set -euo pipefail
-ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+ROOT="${MUTANTS_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}"
 TARGET="${MUTANTS_TARGET_DIR:-$ROOT/target/mutants}"
 export CARGO_TARGET_DIR="$TARGET"
 WORK="${MUTANTS_DIR:-$TARGET/mutants-tree}"
@@ -531,16 +531,27 @@ index_of() {
   return 1
 }
 
+# The tree the mutants are applied to: the working tree, or with MUTANTS_FROM=REV (a commit,
+# HEAD) that commit as git stores it, exported once per run, so that edits made in the working
+# tree while a long run goes on (a mutant applied there by hand, a half-written change) never
+# reach a copy.
+SRC="$ROOT"
+if [[ -n "${MUTANTS_FROM:-}" ]]; then
+  SRC="$WORK.src"
+  rm -rf "$SRC" && mkdir -p "$SRC"
+  git -C "$ROOT" archive "$MUTANTS_FROM" | tar -x -C "$SRC"
+fi
+
 sync_tree() {
   mkdir -p "$WORK"
-  rsync -a --delete --exclude /target --exclude /.git --exclude fencelock-harness-out "$ROOT/" "$WORK/"
+  rsync -a --delete --exclude /target --exclude /.git --exclude fencelock-harness-out "$SRC/" "$WORK/"
 }
 
 # Applies mutant $1 (an index) to the copy; fails when the substitution no longer matches.
 apply() {
   local file="${FILES[$1]}"
-  perl -0pe "${SUBSTS[$1]}" "$ROOT/$file" >"$WORK/$file.mutant"
-  if cmp -s "$ROOT/$file" "$WORK/$file.mutant"; then
+  perl -0pe "${SUBSTS[$1]}" "$SRC/$file" >"$WORK/$file.mutant"
+  if cmp -s "$SRC/$file" "$WORK/$file.mutant"; then
     rm -f "$WORK/$file.mutant"
     return 1
   fi
@@ -549,7 +560,7 @@ apply() {
 
 # Puts the file back. A plain copy (a new mtime) makes cargo rebuild it.
 restore() {
-  cp "$ROOT/${FILES[$1]}" "$WORK/${FILES[$1]}"
+  cp "$SRC/${FILES[$1]}" "$WORK/${FILES[$1]}"
 }
 
 if [[ "${1:-}" == "--list" ]]; then

@@ -12,12 +12,28 @@
 #   SIM_SEEDS=300 scripts/sim-mutants.sh (seeds per fault mix; default 200)
 #   SIM_ARGS="--duration 12s" scripts/sim-mutants.sh NAME (more options for each run)
 #
+# The mutants are applied to HEAD as committed (MUTANTS_FROM=HEAD, see mutants.sh; set it to
+# another commit, or to nothing for the working tree): a run takes minutes per mutant, and edits
+# made meanwhile must not reach its copies.
+#
 # Builds go to $MUTANTS_TARGET_DIR (default <repo>/target/sim-mutants; copy a warm target/debug
 # there first to rebuild only the workspace's crates). Prints one table row per mutant.
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 export MUTANTS_TARGET_DIR="${MUTANTS_TARGET_DIR:-$ROOT/target/sim-mutants}"
 export MUTANTS_DIR="${MUTANTS_DIR:-$MUTANTS_TARGET_DIR/tree}"
+export MUTANTS_FROM="${MUTANTS_FROM-HEAD}"
+# The runner and its mutants as they are at the start (an edit to mutants.sh mid-run must not
+# change the list under a running loop).
+export MUTANTS_ROOT="$ROOT"
+SRC_MUTANTS="$MUTANTS_TARGET_DIR/mutants.sh"
+mkdir -p "$MUTANTS_TARGET_DIR"
+if [[ -n "$MUTANTS_FROM" ]]; then
+  git -C "$ROOT" show "$MUTANTS_FROM:scripts/mutants.sh" >"$SRC_MUTANTS"
+else
+  cp "$ROOT/scripts/mutants.sh" "$SRC_MUTANTS"
+fi
+chmod +x "$SRC_MUTANTS"
 SEEDS="${SIM_SEEDS:-200}"
 read -r -a EXTRA <<<"${SIM_ARGS:-}"
 REDIS_SIDE=(
@@ -36,7 +52,7 @@ REDIS_SIDE=(
 )
 (($# > 0)) && REDIS_SIDE=("$@")
 for name in "${REDIS_SIDE[@]}"; do
-  if ! tree="$("$ROOT/scripts/mutants.sh" --tree "$name" 2>/dev/null | tail -1)"; then
+  if ! tree="$("$SRC_MUTANTS" --tree "$name" 2>/dev/null | tail -1)"; then
     echo "| \`$name\` | did not apply |"
     continue
   fi
@@ -47,7 +63,7 @@ for name in "${REDIS_SIDE[@]}"; do
   fi
   verdict="SURVIVED"
   runs=()
-  for scenario in $(sed -n 's/.*--scenario mixed|\([a-z|-]*\) .*/\1/p' "$ROOT/crates/fencelock-sim/src/bin/fencelock-sim.rs" | tr '|' ' '); do
+  for scenario in $(sed -n 's/.*--scenario mixed|\([a-z|-]*\) .*/\1/p' "$tree/crates/fencelock-sim/src/bin/fencelock-sim.rs" | tr '|' ' '); do
     runs+=("--scenario $scenario --seeds 100")
   done
   runs+=("--faults claimed --seeds $SEEDS")
