@@ -1,0 +1,2 @@
+//! The ZooKeeper backend against real ZooKeeper servers.
+#![cfg(feature = "zookeeper")]
