@@ -177,6 +177,9 @@
 //!   tokens.
 //! - `postgres-lock`: `postgres://` (or `postgresql://`) node URLs, locks as lease rows in one
 //!   PostgreSQL database whose sequence gives the fencing tokens (mutexes only so far).
+//! - `zookeeper`: `zk://host:2181,host:2181/chroot` node URLs, locks as Curator's
+//!   InterProcessMutex on a ZooKeeper ensemble, whose nodes' creation zxids are the fencing
+//!   tokens (mutexes only so far).
 //! - `tls`: `rediss://` node URLs, and `etcds://` with `etcd` (rustls with the ring provider);
 //!   [`TlsConfig`] sets a CA and a client certificate.
 //! - `blocking`: `fencelock::blocking`, the same client, lock, guard and lost signal with
@@ -230,6 +233,8 @@ pub mod sim;
 pub mod telemetry;
 mod tls;
 mod waiter;
+#[cfg(feature = "zookeeper")]
+mod zk;
 
 // Public for the benches, the model checker and the CLI only: not part of the API. The key
 // names that other clients need are in `protocol`.
