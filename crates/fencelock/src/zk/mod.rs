@@ -66,7 +66,7 @@ use std::time::{Duration, Instant};
 use zookeeper_client as zk;
 
 use crate::config::Config;
-use crate::error::{Error, LostCause, Result};
+use crate::error::{Error, ErrorKind, LostCause, Result};
 use crate::keepalive::{Engine, Extends, GuardState, Outcome, Stop};
 use crate::node::NodeAddr;
 use crate::pure::extension::{Attempt, Schedule};
@@ -299,8 +299,42 @@ impl ZkBackend {
         self.take(keys, Some(wait)).await
     }
 
+    /// Takes `keys`: one look (`wait` `None`), or waiting in line, and joining it again after
+    /// a failure (a server down, an election, the session expired) while `wait` lasts.
     async fn take(&self, keys: &[String], wait: Option<Duration>) -> Result<ZkGrant> {
         let resource = one_resource(keys)?;
+        let Some(wait) = wait else {
+            return self.take_once(resource, None).await;
+        };
+        let started = Instant::now();
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let left = wait.saturating_sub(started.elapsed());
+            let err = match self.take_once(resource, Some(left)).await {
+                Ok(grant) => return Ok(grant),
+                Err(Error::Timeout { resource, last, .. }) => {
+                    return Err(Error::Timeout {
+                        resource,
+                        attempts,
+                        last,
+                    })
+                }
+                Err(e) if matches!(e.kind(), ErrorKind::Unavailable | ErrorKind::TooSlow) => e,
+                Err(e) => return Err(e),
+            };
+            if started.elapsed() + timing::RETRY_DELAY >= wait {
+                return Err(Error::Timeout {
+                    resource: resource.to_string(),
+                    attempts,
+                    last: Box::new(err),
+                });
+            }
+            tokio::time::sleep(timing::RETRY_DELAY).await;
+        }
+    }
+
+    async fn take_once(&self, resource: &str, wait: Option<Duration>) -> Result<ZkGrant> {
         let owner = OwnerToken::generate().map_err(|e| {
             Error::config(
                 "random source",

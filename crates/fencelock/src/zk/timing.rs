@@ -6,6 +6,10 @@ use std::time::{Duration, Instant};
 /// majority), so the Redis-sized default node timeout would fail requests that are merely slow.
 pub(crate) const MIN_REQUEST_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// The pause before a waiter joins the line again after a failure (a server down, an
+/// election): elections take a few ticks.
+pub(crate) const RETRY_DELAY: Duration = Duration::from_millis(200);
+
 /// The local validity deadline of a lock whose session answered a request sent at `sent`, with
 /// the negotiated session timeout `session`: `sent + session - drift`.
 ///
