@@ -76,7 +76,7 @@ impl ZooKeeper {
              minSessionTimeout={}\n\
              maxSessionTimeout={}\n\
              admin.enableServer=false\n\
-             4lw.commands.whitelist=ruok,srvr,stat,cons,dump\n\
+             4lw.commands.whitelist=ruok,srvr,stat,cons,dump,wchp,wchc\n\
              {servers}",
             data.display(),
             2 * TICK_MS,
@@ -148,7 +148,8 @@ impl ZooKeeper {
             .map(|m| m.trim().to_string())
     }
 
-    /// Sends a four-letter word (`srvr`, `cons`, `dump`, `ruok`, `stat`) and returns the answer.
+    /// Sends a four-letter word (`srvr`, `cons`, `dump`, `ruok`, `stat`, `wchp`: the watched
+    /// paths and their sessions, `wchc`) and returns the answer.
     ///
     /// # Errors
     ///

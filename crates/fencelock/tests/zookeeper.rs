@@ -162,6 +162,66 @@ async fn waiters_are_granted_in_the_order_they_came_with_growing_tokens() {
     wait_nodes(&hosts, dir, 0).await;
 }
 
+/// The paths under `dir` that the server says are watched, each with how many sessions watch
+/// it (the `wchp` four-letter word: a path, then its sessions indented).
+fn watched(zk: &ZooKeeper, dir: &str) -> Vec<(String, usize)> {
+    let text = zk.four_letter("wchp").unwrap();
+    let mut out: Vec<(String, usize)> = Vec::new();
+    for line in text.lines() {
+        if line.starts_with('/') {
+            out.push((line.trim().to_string(), 0));
+        } else if line.trim().starts_with("0x") {
+            if let Some(last) = out.last_mut() {
+                last.1 += 1;
+            }
+        }
+    }
+    out.retain(|(p, _)| p.starts_with(dir));
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_waiter_watches_only_the_node_just_before_it() {
+    let zk = start().await;
+    let url = zk.url();
+    let hosts = zk.host_port();
+    let dir = "/fencelock/locks/herd";
+    let holder = client(&url, Duration::from_secs(6));
+    let lock = holder.acquire("herd").await.unwrap();
+    let mut tasks = Vec::new();
+    for i in 0..3 {
+        let c = client(&url, Duration::from_secs(6));
+        tasks.push(tokio::spawn(async move {
+            c.acquire("herd").await.unwrap().release().await.unwrap();
+        }));
+        wait_nodes(&hosts, dir, i + 2).await;
+    }
+    // Three waiters, three watches once each has set its own.
+    let deadline = Instant::now() + LONG;
+    let seen = loop {
+        let seen = tokio::task::block_in_place(|| watched(&zk, dir));
+        if seen.iter().map(|(_, n)| n).sum::<usize>() == 3 {
+            break seen;
+        }
+        assert!(Instant::now() < deadline, "watches: {seen:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    // Each on another node, by one session: the holder's and the first two waiters'. A release
+    // wakes one waiter, not the herd.
+    let mut line = nodes(&hosts, dir).await;
+    line.sort_by_key(|n| n.rsplit('-').next().unwrap().to_string());
+    let mut paths: Vec<String> = seen.iter().map(|(p, _)| p.clone()).collect();
+    paths.sort();
+    let mut want: Vec<String> = line[..3].iter().map(|n| format!("{dir}/{n}")).collect();
+    want.sort();
+    assert_eq!(paths, want, "{seen:?}");
+    assert!(seen.iter().all(|(_, n)| *n == 1), "{seen:?}");
+    lock.release().await.unwrap();
+    for t in tasks {
+        tokio::time::timeout(LONG, t).await.unwrap().unwrap();
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clients_racing_for_one_resource_never_overlap_and_tokens_grow_in_grant_order() {
     let zk = start().await;
