@@ -271,7 +271,7 @@ impl NodeAddr {
     /// `host:port`, the identity used to check that nodes are distinct. For a Sentinel URL:
     /// every Sentinel's `host:port`, then `/` and the primary's name (one group, one node).
     pub fn host_port(&self) -> String {
-        if let Some(zk) = &self.zookeeper {
+        if let Some(zk) = self.zookeeper() {
             return zk.connect_string();
         }
         if let Some(group) = &self.sentinel {
@@ -295,7 +295,6 @@ impl NodeAddr {
     }
 
     /// The servers and the chroot of a `zk://` URL.
-    #[cfg_attr(not(feature = "zookeeper"), allow(dead_code))]
     pub(crate) fn zookeeper(&self) -> Option<&ZkEnsemble> {
         self.zookeeper.as_ref()
     }
@@ -334,7 +333,7 @@ impl NodeAddr {
             (Some(u), false) => format!("{u}@"),
             (None, false) => String::new(),
         };
-        if let Some(zk) = &self.zookeeper {
+        if let Some(zk) = self.zookeeper() {
             return format!("{scheme}://{auth}{}", zk.connect_string());
         }
         let hosts = match &self.sentinel {
