@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use fencelock::{AutoExtend, Client, Config, ErrorKind, LostCause, RetryPolicy, VoteOutcome};
-use fencelock_testkit::{ZooKeeper, ZooKeeperEnsemble};
+use fencelock_testkit::{DelayProxy, ZooKeeper, ZooKeeperEnsemble};
 
 /// Generous: waits on a loaded 2-core machine.
 const LONG: Duration = Duration::from_secs(60);
@@ -395,6 +395,54 @@ async fn a_stalled_holders_lost_signal_comes_before_the_next_grant() {
     assert!(token(&next) > first_token);
     drop(guard);
     next.release().await.unwrap();
+}
+
+/// A holder cut off from the server (a proxy that holds back everything it sends, so no
+/// heartbeat arrives) while its process runs on: the server expires the session and grants the
+/// next waiter, and the holder's lost signal fired before that grant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_cut_off_from_the_server_is_told_before_the_next_grant() {
+    let zk = start().await;
+    let proxy = DelayProxy::start(zk.port()).unwrap();
+    let ttl = Duration::from_secs(2);
+    let a = client(&format!("zk://127.0.0.1:{}", proxy.port()), ttl);
+    let guard = a
+        .acquire("cut")
+        .await
+        .unwrap()
+        .auto_extend(AutoExtend::new());
+    let first = token_of(&guard);
+    let lost = guard.lost();
+    let fired = tokio::spawn({
+        let lost = lost.clone();
+        async move {
+            lost.fired().await;
+            Instant::now()
+        }
+    });
+    let b = client(&zk.url(), ttl);
+    // Longer than the test: nothing the holder sends reaches the server any more.
+    proxy.set_delay(Duration::from_secs(600));
+    let cut_at = Instant::now();
+    let next = tokio::time::timeout(LONG, b.acquire("cut"))
+        .await
+        .expect("the server expires the cut-off session and grants the next waiter")
+        .unwrap();
+    let granted_at = Instant::now();
+    let fired_at = tokio::time::timeout(Duration::from_secs(1), fired)
+        .await
+        .expect("the holder's lost signal fired before the grant")
+        .unwrap();
+    assert!(
+        fired_at <= granted_at,
+        "the signal fired {:?} after the next grant",
+        fired_at - granted_at
+    );
+    assert!(fired_at > cut_at, "fired before the cut");
+    assert_eq!(lost.cause(), Some(LostCause::Unreachable));
+    assert!(token(&next) > first);
+    next.release().await.unwrap();
+    drop(guard);
 }
 
 fn token_of(guard: &fencelock::LockGuard) -> u64 {
