@@ -502,11 +502,13 @@ mutant zk-validity-outlasts-session "zookeeper: the validity deadline runs a ses
   crates/fencelock/src/zk/timing.rs \
   's/let valid = session\.checked_sub\(drift\)/let valid = (session * 2).checked_sub(drift)/' \
   "-p fencelock --lib zk::timing::tests::the_deadline_counts_from_the_send_time_less_the_drift" \
-  "-p fencelock --test zookeeper a_stalled_holders_lost_signal_comes_before_the_next_grant"
+  "-p fencelock --test zookeeper a_stalled_holders_lost_signal_comes_before_the_next_grant" \
+  "-p fencelock --test zookeeper a_holder_cut_off_from_the_server_is_told_before_the_next_grant"
 mutant zk-failure-counts-as-extension "zookeeper: a check the ensemble did not answer counts as an extension: the lost signal never fires (issue 32)" \
   crates/fencelock/src/zk/mod.rs \
   's/Outcome::failed\(Attempt::Failed, fail\.outcome\(\)\.to_string\(\)\)/Outcome::extended(started + client.session_timeout())/' \
-  "-p fencelock --test zookeeper the_server_killed_under_a_held_lock_fires_lost_by_the_deadline_and_a_restart_serves_again"
+  "-p fencelock --test zookeeper the_server_killed_under_a_held_lock_fires_lost_by_the_deadline_and_a_restart_serves_again" \
+  "-p fencelock --test zookeeper a_holder_cut_off_from_the_server_is_told_before_the_next_grant"
 mutant zk-cancelled-waiter-keeps-its-node "zookeeper: a waiter cut short leaves its node in line until its session ends (issue 32)" \
   crates/fencelock/src/zk/mod.rs \
   's/fn drop\(&mut self\) \{\n        if !self\.armed \{/fn drop(&mut self) {\n        if true || !self.armed {/' \
