@@ -147,7 +147,8 @@
 //! - `redis/` and `etcd/`: the backends, each self-contained (`redis/round.rs` owns the round,
 //!   `redis/redlock.rs` an attempt and the fencing write-back, `redis/line.rs` the waiting
 //!   line, `redis/extender.rs` the Redis batch of the extension engine, `redis/scripts.rs` and
-//!   `redis/lua/` the Lua scripts).
+//!   `redis/lua/` the Lua scripts), `pglock/` (PostgreSQL) and `zk/` (ZooKeeper: `zk/line.rs`
+//!   the line of waiters' nodes, `zk/timing.rs` the session's deadline).
 //! - `backend.rs`: the one place that dispatches to a backend.
 //! - `client.rs`, `lock.rs`, `acquire.rs`, `waiter.rs`, `guard.rs`, `scoped.rs`: the public
 //!   handles, which call `backend.rs` and never match on a backend.
