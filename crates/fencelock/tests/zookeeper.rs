@@ -605,3 +605,57 @@ async fn the_leader_killed_under_a_held_lock_grants_no_one_before_the_holders_de
     }
     drop(ens);
 }
+
+/// The end-to-end case of fencing: a holder cut off from the server writes late with its token,
+/// after the next holder (granted once the session expired) wrote with its own: the fence
+/// refuses the late write.
+#[cfg(feature = "sqlite")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_off_holders_late_write_is_rejected_by_the_fence() {
+    use fencelock::fence::SqliteFence;
+
+    let dir = tempfile::tempdir().unwrap();
+    let fence = SqliteFence::open(dir.path().join("shop.db")).unwrap();
+    fence
+        .unfenced(|conn| {
+            conn.execute_batch(
+                "CREATE TABLE inventory (sku TEXT PRIMARY KEY, stock INTEGER NOT NULL);
+                 INSERT INTO inventory VALUES ('apple', 10);",
+            )
+        })
+        .unwrap();
+
+    let zk = start().await;
+    let proxy = DelayProxy::start(zk.port()).unwrap();
+    let ttl = Duration::from_secs(2);
+    let a = client(&format!("zk://127.0.0.1:{}", proxy.port()), ttl);
+    let b = client(&zk.url(), ttl);
+    let a_lock = a.acquire("sku:apple").await.unwrap();
+    let a_token = token(&a_lock);
+    proxy.set_delay(Duration::from_secs(600));
+    let b_lock = b.acquire("sku:apple").await.unwrap();
+    let b_token = token(&b_lock);
+    assert!(b_token > a_token);
+    assert!(!a_lock.is_valid(), "a's validity ran out before b's grant");
+    fence
+        .write_async("sku:apple", b_token, |tx| {
+            tx.execute(
+                "UPDATE inventory SET stock = stock - 3 WHERE sku = 'apple'",
+                [],
+            )?;
+            Ok(())
+        })
+        .await
+        .unwrap();
+    let err = fence
+        .write_async("sku:apple", a_token, |tx| {
+            tx.execute("UPDATE inventory SET stock = 0 WHERE sku = 'apple'", [])?;
+            Ok(())
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::StaleToken, "{err}");
+    assert_eq!(fence.last_token("sku:apple").unwrap(), Some(b_token));
+    b_lock.release().await.unwrap();
+    drop(a_lock);
+}
