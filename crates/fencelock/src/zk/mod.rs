@@ -14,8 +14,9 @@
 //!    are thus served in creation order (FIFO).
 //! 3. A waiter that gives up (`try_acquire` finding the lock held, a wait that timed out, a
 //!    cancelled call) deletes its node, so it blocks no one behind it: in the call when it can,
-//!    else from a background task (counted, as etcd's lease revokes are). Its session's end
-//!    would remove it too, but a session outlives a call.
+//!    else from a background task (counted, as etcd's lease revokes are) that tries again while
+//!    the ensemble does not answer. Its session's end would remove it too, but a session
+//!    outlives a call.
 //!
 //! # Tokens
 //!
@@ -714,13 +715,13 @@ struct PendingNode {
 }
 
 impl PendingNode {
-    /// Deletes the node now (best effort: the session's end removes it at the latest).
+    /// Deletes the node now. One try: if the ensemble did not answer (a lost connection), the
+    /// node stays armed and its drop hands it to a background task that tries again.
     async fn remove(&mut self) {
         if !self.armed {
             return;
         }
-        self.armed = false;
-        delete_node(
+        let done = delete_once(
             &self.client,
             &self.dir,
             &self.owner,
@@ -728,6 +729,9 @@ impl PendingNode {
             self.request_timeout,
         )
         .await;
+        if done {
+            self.armed = false;
+        }
     }
 }
 
@@ -755,8 +759,10 @@ impl Drop for PendingNode {
     }
 }
 
-/// Deletes the node `name` in `dir`, or, when the create's answer never came, the node of
-/// `owner` if the create made one.
+/// Deletes the node `name` in `dir` (or, when the create's answer never came, the node of
+/// `owner` if the create made one), trying again while the ensemble does not answer, until
+/// the session ends (its nodes with it) or twice its timeout has passed: a waiter that joins
+/// the line again in the same session must not find its old node ahead of it for long.
 async fn delete_node(
     client: &zk::Client,
     dir: &str,
@@ -764,24 +770,47 @@ async fn delete_node(
     name: Option<&str>,
     timeout: Duration,
 ) {
+    let give_up = Instant::now() + client.session_timeout() * 2;
+    while !delete_once(client, dir, owner, name, timeout).await {
+        if Instant::now() >= give_up {
+            tracing::debug!(
+                dir,
+                "ZooKeeper: a waiter's node was not deleted; it goes with the session"
+            );
+            return;
+        }
+        tokio::time::sleep(timing::RETRY_DELAY).await;
+    }
+}
+
+/// One try of [`delete_node`]: whether it is done (deleted, not there, or the session ended).
+async fn delete_once(
+    client: &zk::Client,
+    dir: &str,
+    owner: &str,
+    name: Option<&str>,
+    timeout: Duration,
+) -> bool {
+    if client.state().is_terminated() {
+        return true;
+    }
     let name = match name {
         Some(name) => name.to_string(),
-        None => {
-            let Ok(Ok(children)) = tokio::time::timeout(timeout, client.list_children(dir)).await
-            else {
-                return;
-            };
-            match line::find_own(&children, owner) {
+        None => match tokio::time::timeout(timeout, client.list_children(dir)).await {
+            Ok(Ok(children)) => match line::find_own(&children, owner) {
                 Some(name) => name.clone(),
-                None => return,
-            }
-        }
+                None => return true,
+            },
+            Ok(Err(zk::Error::NoNode)) => return true,
+            Ok(Err(e)) => return Fail::Zk(e).session_ended(),
+            Err(_elapsed) => return false,
+        },
     };
     let path = format!("{dir}/{name}");
-    if let Ok(Err(e)) = tokio::time::timeout(timeout, client.delete(&path, None)).await {
-        if e != zk::Error::NoNode {
-            tracing::debug!(node = %path, error = %e, "ZooKeeper: a waiter's node was not deleted; it goes with the session");
-        }
+    match tokio::time::timeout(timeout, client.delete(&path, None)).await {
+        Ok(Ok(()) | Err(zk::Error::NoNode)) => true,
+        Ok(Err(e)) => Fail::Zk(e).session_ended(),
+        Err(_elapsed) => false,
     }
 }
 
