@@ -659,3 +659,26 @@ async fn a_cut_off_holders_late_write_is_rejected_by_the_fence() {
     b_lock.release().await.unwrap();
     drop(a_lock);
 }
+
+/// The blocking API on `zk://`: its own runtime thread holds the session, and two blocking
+/// clients exclude each other.
+#[cfg(feature = "blocking")]
+#[test]
+fn the_blocking_client_takes_and_releases_a_zookeeper_lock() {
+    let zk = ZooKeeper::start().unwrap();
+    let config = || {
+        Config::new([zk.url()])
+            .with_ttl(Duration::from_secs(6))
+            .with_retry(RetryPolicy::once())
+    };
+    let a = fencelock::blocking::Client::new(config()).unwrap();
+    let b = fencelock::blocking::Client::new(config()).unwrap();
+    let lock = a.try_acquire("blocking").unwrap();
+    let first = lock.fencing_token().unwrap().value();
+    let err = b.try_acquire("blocking").unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Contention, "{err}");
+    lock.release().unwrap();
+    let next = b.try_acquire("blocking").unwrap();
+    assert!(next.fencing_token().unwrap().value() > first);
+    next.release().unwrap();
+}
