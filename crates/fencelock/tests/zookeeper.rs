@@ -553,11 +553,20 @@ async fn bad_urls_and_primitives_zookeeper_does_not_offer_are_refused_clearly() 
     }
 }
 
-/// The leader of a 3-server ensemble killed while a lock is held: the holder's session moves to
+/// How a server of the ensemble fails in [`ensemble_fault`].
+#[derive(Debug, Clone, Copy)]
+enum Fault {
+    /// SIGKILL of the leader: an election.
+    KillLeader,
+    /// SIGSTOP of a follower: it keeps its connections and answers nothing; a session on it
+    /// must move to another server.
+    PauseFollower,
+}
+
+/// A lock held on a 3-server ensemble when `fault` strikes: the holder's session moves to
 /// another server within its timeout, or its lost signal fires first; either way no second
 /// holder is granted before the first one's validity deadline.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_leader_killed_under_a_held_lock_grants_no_one_before_the_holders_deadline() {
+async fn ensemble_fault(fault: Fault) {
     let ens = tokio::task::spawn_blocking(|| ZooKeeperEnsemble::start(3))
         .await
         .unwrap()
@@ -571,10 +580,20 @@ async fn the_leader_killed_under_a_held_lock_grants_no_one_before_the_holders_de
         .unwrap()
         .auto_extend(AutoExtend::new());
     let first = token_of(&guard);
-    let ens = tokio::task::spawn_blocking(move || {
+    let (ens, struck) = tokio::task::spawn_blocking(move || {
         let leader = ens.leader().unwrap();
-        ens.member(leader).kill().unwrap();
-        ens
+        let struck = match fault {
+            Fault::KillLeader => {
+                ens.member(leader).kill().unwrap();
+                leader
+            }
+            Fault::PauseFollower => {
+                let follower = (leader + 1) % 3;
+                ens.member(follower).pause().unwrap();
+                follower
+            }
+        };
+        (ens, struck)
     })
     .await
     .unwrap();
@@ -584,7 +603,8 @@ async fn the_leader_killed_under_a_held_lock_grants_no_one_before_the_holders_de
     let waited = tokio::time::timeout(Duration::from_secs(20), b.acquire("ens")).await;
     match waited {
         Err(_) => {
-            // a kept its lock through the election (its session moved): still valid.
+            // a kept its lock through the fault (its session stayed or moved): still valid.
+            eprintln!("{fault:?} of server {struck}: the holder kept its lock");
             assert!(!guard.is_lost(), "a lost its lock, yet b was not granted");
             guard.release().await.unwrap();
             let next = tokio::time::timeout(LONG, b.acquire("ens"))
@@ -596,6 +616,7 @@ async fn the_leader_killed_under_a_held_lock_grants_no_one_before_the_holders_de
         }
         Ok(next) => {
             let granted_at = Instant::now();
+            eprintln!("{fault:?} of server {struck}: the holder lost its lock, b was granted");
             let next = next.unwrap();
             assert!(lost.is_fired() || guard.is_lost(), "two holders");
             assert!(guard.validity_deadline() <= granted_at);
@@ -603,7 +624,20 @@ async fn the_leader_killed_under_a_held_lock_grants_no_one_before_the_holders_de
             next.release().await.unwrap();
         }
     }
+    if let Fault::PauseFollower = fault {
+        ens.member(struck).resume().unwrap();
+    }
     drop(ens);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leader_killed_under_a_held_lock_grants_no_one_before_the_holders_deadline() {
+    ensemble_fault(Fault::KillLeader).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_paused_under_a_held_lock_grants_no_one_before_the_holders_deadline() {
+    ensemble_fault(Fault::PauseFollower).await;
 }
 
 /// The end-to-end case of fencing: a holder cut off from the server writes late with its token,
