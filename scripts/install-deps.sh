@@ -79,6 +79,12 @@ collect() {
   need_file "${FENCELOCK_MARIADBD:-/usr/sbin/mariadbd}" mariadb-server "the testkit runs it"
   need_cmd mariadb-install-db mariadb-server "the testkit makes its data directory with it"
   need_cmd mariadb mariadb-client "the testkit runs SQL with it"
+  # The ZooKeeper backend's tests: the testkit starts QuorumPeerMain from Debian's zookeeper package
+  # (3.8, its jar names its dependencies in its manifest) with java, on free ports and its own data
+  # directories, never the packaged service. slf4j-simple gives the server a log the testkit keeps.
+  need_file "${FENCELOCK_ZOOKEEPER_JAR:-/usr/share/java/zookeeper.jar}" zookeeper "the testkit runs the server from it"
+  need_file /usr/share/java/slf4j-simple.jar libslf4j-java "the testkit's ZooKeeper servers log through it"
+  need_cmd java default-jre-headless "the testkit runs ZooKeeper with it"
   # As root the testkit runs PostgreSQL as this user (PostgreSQL refuses root); postgresql-common's
   # install creates it.
   getent passwd postgres >/dev/null || need postgresql-common "user postgres (the testkit runs PostgreSQL as it)"

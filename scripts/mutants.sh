@@ -502,6 +502,30 @@ mutant pg-no-request-timeout "postgres: a statement waits as long as the databas
   crates/fencelock/src/pglock/mod.rs \
   's/let limit = limit\.min\(self\.request_timeout\);/let limit = limit.max(Duration::from_secs(60));/; s/SET statement_timeout = \{ms\}/SET statement_timeout = 0/' \
   "-p fencelock --test postgres_lock a_statement_blocked_behind_a_row_lock_gives_up_within_the_request_timeout"
+mutant zk-token-from-sequence "zookeeper: the token is the node's sequence number (which restarts with its directory), not its czxid (issue 32)" \
+  crates/fencelock/src/zk/mod.rs \
+  's/let token = u64::try_from\(stat\.czxid\)/let token = u64::try_from(sequence.into_i64() + 1)/' \
+  "-p fencelock --test zookeeper a_second_client_is_refused_while_the_first_holds_then_gets_it"
+mutant zk-watch-the-holder "zookeeper: every waiter watches the lowest node (the holder), not the one just before it: a release wakes the herd (issue 32)" \
+  crates/fencelock/src/zk/line.rs \
+  's/\.max_by_key\(\|\(s, _\)\| \*s\);/.min_by_key(|(s, _)| *s);/' \
+  "-p fencelock --lib zk::line::tests::the_lowest_sequence_holds_and_each_waiter_watches_the_one_just_before_it" \
+  "-p fencelock --test zookeeper each_waiter_watches_only_the_node_just_before_it"
+mutant zk-validity-outlasts-session "zookeeper: the validity deadline runs a session timeout past the session's (issue 32)" \
+  crates/fencelock/src/zk/timing.rs \
+  's/let valid = session\.checked_sub\(drift\)/let valid = (session * 2).checked_sub(drift)/' \
+  "-p fencelock --lib zk::timing::tests::the_deadline_counts_from_the_send_time_less_the_drift" \
+  "-p fencelock --test zookeeper a_stalled_holders_lost_signal_comes_before_the_next_grant" \
+  "-p fencelock --test zookeeper a_holder_cut_off_from_the_server_is_told_before_the_next_grant"
+mutant zk-failure-counts-as-extension "zookeeper: a check the ensemble did not answer counts as an extension: the lost signal never fires (issue 32)" \
+  crates/fencelock/src/zk/mod.rs \
+  's/Outcome::failed\(Attempt::Failed, fail\.outcome\(\)\.to_string\(\)\)/Outcome::extended(started + client.session_timeout())/' \
+  "-p fencelock --test zookeeper the_server_killed_under_a_held_lock_fires_lost_by_the_deadline_and_a_restart_serves_again" \
+  "-p fencelock --test zookeeper a_holder_cut_off_from_the_server_is_told_before_the_next_grant"
+mutant zk-cancelled-waiter-keeps-its-node "zookeeper: a waiter cut short leaves its node in line until its session ends (issue 32)" \
+  crates/fencelock/src/zk/mod.rs \
+  's/fn drop\(&mut self\) \{\n        if !self\.armed \{/fn drop(&mut self) {\n        if true || !self.armed {/' \
+  "-p fencelock --test zookeeper a_waiter_that_gives_up_or_is_cancelled_leaves_no_node_behind"
 mutant sentinel-failover-not-a-loss "a Sentinel node whose primary changed is judged by the uptime of the promoted replica, not as a loss seen now: counted at once after a failover that lost a held lock (issue 31)" \
   crates/fencelock/src/redis/conn.rs \
   's/if marker\.and_then\(crate::pure::nodeset::identity\) == Some\(run_id\) \{/if true || marker.and_then(crate::pure::nodeset::identity) == Some(run_id) {/' \

@@ -34,6 +34,8 @@
 //!   run as the `postgres` user when the test runs as root).
 //! - [`Etcd`], [`EtcdCluster`], [`EtcdMember`]: single-member and static
 //!   multi-member etcd clusters with quick elections.
+//! - [`ZooKeeper`], [`ZooKeeperEnsemble`]: a standalone ZooKeeper 3.8 server (Debian's
+//!   package, run with `java`) and static ensembles, with four-letter-word probes.
 //! - [`DelayProxy`]: a TCP proxy that delays what clients send to a server.
 //! - [`ClockOffset`] and [`clock_shim_path`]: an `LD_PRELOAD` shim that
 //!   shifts a child's wall clock by an offset read from a file.
@@ -46,7 +48,8 @@
 //! # Requirements
 //!
 //! `redis-server` (7.x), `etcd` 3.4, PostgreSQL 15 under
-//! `/usr/lib/postgresql/15/bin` and `psql`, and `cc` for the clock shim.
+//! `/usr/lib/postgresql/15/bin` and `psql`, ZooKeeper 3.8's jar under `/usr/share/java` and
+//! `java`, and `cc` for the clock shim.
 //! A missing binary is reported as an error naming the package to install.
 
 #![warn(missing_docs)]
@@ -74,6 +77,7 @@ mod resp;
 mod sentinel_group;
 mod tls_server;
 mod workspace_build;
+mod zookeeper;
 
 pub use clock_offset::ClockOffset;
 pub use clock_shim::clock_shim_path;
@@ -93,3 +97,4 @@ pub use redis_tls::TlsRedisNode;
 pub use sentinel_group::{SentinelGroup, MASTER_NAME};
 pub use tls_server::TlsServer;
 pub use workspace_build::workspace_build;
+pub use zookeeper::{ZooKeeper, ZooKeeperEnsemble};

@@ -1,5 +1,6 @@
 //! The one place that dispatches on the backend (and, with `etcd/` and `lib.rs`, the only one
-//! that names the `etcd` feature; with `pglock/` and `lib.rs`, the `postgres-lock` feature).
+//! that names the `etcd` feature; with `pglock/` and `lib.rs`, the `postgres-lock` feature; with
+//! `zk/` and `lib.rs`, the `zookeeper` feature).
 //! The backends offer the same crate-private operations: try acquire, acquire with a policy,
 //! extend, release, keep alive. `Client` and `Lock` call these and never match on a backend
 //! themselves. PostgreSQL offers the mutex only so far: its other primitives are refused
@@ -25,6 +26,8 @@ pub(crate) enum Backend {
     Etcd(Arc<crate::etcd::EtcdBackend>),
     #[cfg(feature = "postgres-lock")]
     Postgres(Arc<crate::pglock::PgBackend>),
+    #[cfg(feature = "zookeeper")]
+    ZooKeeper(Arc<crate::zk::ZkBackend>),
 }
 
 /// What a lock holds, with the backend that holds it: a lock can only be released, extended or
@@ -38,6 +41,8 @@ pub(crate) enum Held {
     Etcd(Arc<crate::etcd::EtcdBackend>, crate::etcd::EtcdHeld),
     #[cfg(feature = "postgres-lock")]
     Postgres(Arc<crate::pglock::PgBackend>, crate::pglock::PgHeld),
+    #[cfg(feature = "zookeeper")]
+    ZooKeeper(Arc<crate::zk::ZkBackend>, crate::zk::ZkHeld),
 }
 
 impl std::fmt::Debug for Held {
@@ -49,6 +54,8 @@ impl std::fmt::Debug for Held {
             Held::Etcd(_, h) => f.debug_tuple("Etcd").field(h).finish(),
             #[cfg(feature = "postgres-lock")]
             Held::Postgres(_, h) => f.debug_tuple("Postgres").field(h).finish(),
+            #[cfg(feature = "zookeeper")]
+            Held::ZooKeeper(_, h) => f.debug_tuple("ZooKeeper").field(h).finish(),
         }
     }
 }
@@ -86,6 +93,17 @@ impl Backend {
                 "postgres:// URLs need fencelock's `postgres-lock` feature, which this build does not include",
             ));
         }
+        if addrs[0].scheme().is_zookeeper() {
+            #[cfg(feature = "zookeeper")]
+            return Ok(Backend::ZooKeeper(Arc::new(crate::zk::ZkBackend::new(
+                &addrs[0], config,
+            )?)));
+            #[cfg(not(feature = "zookeeper"))]
+            return Err(Error::config(
+                "nodes",
+                "zk:// URLs need fencelock's `zookeeper` feature, which this build does not include",
+            ));
+        }
         #[cfg(feature = "etcd")]
         {
             Ok(Backend::Etcd(Arc::new(crate::etcd::EtcdBackend::new(
@@ -109,6 +127,8 @@ impl Backend {
             Backend::Etcd(_) => 1,
             #[cfg(feature = "postgres-lock")]
             Backend::Postgres(_) => 1,
+            #[cfg(feature = "zookeeper")]
+            Backend::ZooKeeper(_) => 1,
         }
     }
 
@@ -123,6 +143,8 @@ impl Backend {
             // Releases run in the caller's call, never in the background.
             #[cfg(feature = "postgres-lock")]
             Backend::Postgres(_) => true,
+            #[cfg(feature = "zookeeper")]
+            Backend::ZooKeeper(z) => z.settle_releases(bound).await,
         }
     }
 
@@ -135,6 +157,8 @@ impl Backend {
             Backend::Etcd(e) => e.background_pending(),
             #[cfg(feature = "postgres-lock")]
             Backend::Postgres(_) => 0,
+            #[cfg(feature = "zookeeper")]
+            Backend::ZooKeeper(z) => z.background_pending(),
         }
     }
 
@@ -147,6 +171,8 @@ impl Backend {
             Backend::Etcd(_) => Votes::default(),
             #[cfg(feature = "postgres-lock")]
             Backend::Postgres(p) => p.connect_now().await,
+            #[cfg(feature = "zookeeper")]
+            Backend::ZooKeeper(z) => z.connect_now().await,
         }
     }
 
@@ -159,6 +185,8 @@ impl Backend {
             Backend::Etcd(_) => Votes::default(),
             #[cfg(feature = "postgres-lock")]
             Backend::Postgres(p) => p.connect_now().await,
+            #[cfg(feature = "zookeeper")]
+            Backend::ZooKeeper(z) => z.connect_now().await,
         }
     }
 
@@ -177,6 +205,8 @@ impl Backend {
             Backend::Etcd(e) => Ok(etcd_grant(e, e.try_acquire(keys).await?)),
             #[cfg(feature = "postgres-lock")]
             Backend::Postgres(p) => Ok(pg_grant(p, p.try_acquire(keys).await?)),
+            #[cfg(feature = "zookeeper")]
+            Backend::ZooKeeper(z) => Ok(zk_grant(z, z.try_acquire(keys).await?)),
         }
     }
 
@@ -204,6 +234,8 @@ impl Backend {
             }
             #[cfg(feature = "postgres-lock")]
             Backend::Postgres(p) => Ok(pg_grant(p, p.acquire(keys, policy).await?)),
+            #[cfg(feature = "zookeeper")]
+            Backend::ZooKeeper(z) => Ok(zk_grant(z, z.acquire(keys, policy.wait()).await?)),
         }
     }
 
@@ -219,6 +251,8 @@ impl Backend {
             Backend::Etcd(e) => Ok(etcd_grant(e, e.try_read(key).await?)),
             #[cfg(feature = "postgres-lock")]
             Backend::Postgres(_) => Err(crate::pglock::unsupported("a read-write lock")),
+            #[cfg(feature = "zookeeper")]
+            Backend::ZooKeeper(_) => Err(crate::zk::unsupported("a read-write lock")),
         }
     }
 
@@ -234,6 +268,8 @@ impl Backend {
             Backend::Etcd(e) => Ok(etcd_grant(e, e.read(key, policy.wait()).await?)),
             #[cfg(feature = "postgres-lock")]
             Backend::Postgres(_) => Err(crate::pglock::unsupported("a read-write lock")),
+            #[cfg(feature = "zookeeper")]
+            Backend::ZooKeeper(_) => Err(crate::zk::unsupported("a read-write lock")),
         }
     }
 
@@ -254,6 +290,8 @@ impl Backend {
             }
             #[cfg(feature = "postgres-lock")]
             Backend::Postgres(p) => p.release_by_owner(keys, token).await,
+            #[cfg(feature = "zookeeper")]
+            Backend::ZooKeeper(z) => z.release_by_owner(keys, token).await,
         }
     }
 
@@ -272,13 +310,19 @@ impl Backend {
             }
             #[cfg(feature = "postgres-lock")]
             Backend::Postgres(p) => p.extend_by_owner(keys, token).await,
+            // The node lives as long as its holder's session, which only its holder keeps.
+            #[cfg(feature = "zookeeper")]
+            Backend::ZooKeeper(_) => Err(Error::config(
+                "backend",
+                "extending by owner value is not possible on zk://: a lock lives as long as its holder's session, which only the holder keeps alive",
+            )),
         }
     }
 
     /// The Redis nodes, or an error naming the operation for other backends (the operations on
     /// a bare token exist on Redis only).
     #[cfg_attr(
-        not(any(feature = "etcd", feature = "postgres-lock")),
+        not(any(feature = "etcd", feature = "postgres-lock", feature = "zookeeper")),
         allow(unused_variables)
     )]
     pub(crate) fn redis(&self, what: &str) -> Result<&RedisBackend> {
@@ -288,6 +332,8 @@ impl Backend {
             Backend::Etcd(_) => Err(redis_only(what)),
             #[cfg(feature = "postgres-lock")]
             Backend::Postgres(_) => Err(redis_only(what)),
+            #[cfg(feature = "zookeeper")]
+            Backend::ZooKeeper(_) => Err(redis_only(what)),
         }
     }
 
@@ -301,6 +347,9 @@ impl Backend {
             // Every lock has its sequence's token.
             #[cfg(feature = "postgres-lock")]
             Backend::Postgres(_) => false,
+            // Every lock has its node's czxid.
+            #[cfg(feature = "zookeeper")]
+            Backend::ZooKeeper(_) => false,
         }
     }
 
@@ -310,11 +359,18 @@ impl Backend {
     /// # Errors
     ///
     /// [`Error::InvalidConfig`] naming the primitive and the backend.
-    #[cfg_attr(not(feature = "postgres-lock"), allow(unused_variables))]
+    #[cfg_attr(
+        not(any(feature = "postgres-lock", feature = "zookeeper")),
+        allow(unused_variables)
+    )]
     pub(crate) fn offers(&self, what: &str) -> Result<()> {
         #[cfg(feature = "postgres-lock")]
         if let Backend::Postgres(_) = self {
             return Err(crate::pglock::unsupported(what));
+        }
+        #[cfg(feature = "zookeeper")]
+        if let Backend::ZooKeeper(_) = self {
+            return Err(crate::zk::unsupported(what));
         }
         Ok(())
     }
@@ -357,6 +413,8 @@ impl Backend {
             }
             #[cfg(feature = "postgres-lock")]
             Backend::Postgres(_) => Err(crate::pglock::unsupported("a semaphore")),
+            #[cfg(feature = "zookeeper")]
+            Backend::ZooKeeper(_) => Err(crate::zk::unsupported("a semaphore")),
         }
     }
 
@@ -374,6 +432,8 @@ impl Backend {
             Backend::Etcd(e) => Ok(ElectionLog::Etcd(e.clone(), key.to_string())),
             #[cfg(feature = "postgres-lock")]
             Backend::Postgres(_) => Err(crate::pglock::unsupported("an election")),
+            #[cfg(feature = "zookeeper")]
+            Backend::ZooKeeper(_) => Err(crate::zk::unsupported("an election")),
         }
     }
 }
@@ -498,6 +558,8 @@ impl Held {
             Held::Etcd(_, h) => &h.key,
             #[cfg(feature = "postgres-lock")]
             Held::Postgres(_, h) => h.owner(),
+            #[cfg(feature = "zookeeper")]
+            Held::ZooKeeper(_, h) => h.owner(),
         }
     }
 
@@ -509,6 +571,8 @@ impl Held {
             Held::Etcd(..) => "etcd",
             #[cfg(feature = "postgres-lock")]
             Held::Postgres(..) => "postgres",
+            #[cfg(feature = "zookeeper")]
+            Held::ZooKeeper(..) => "zookeeper",
         }
     }
 
@@ -530,6 +594,8 @@ impl Held {
             Held::Etcd(e, h) => e.extend(h, deadline).await,
             #[cfg(feature = "postgres-lock")]
             Held::Postgres(p, h) => p.extend(h, deadline).await,
+            #[cfg(feature = "zookeeper")]
+            Held::ZooKeeper(z, h) => z.extend(h, deadline).await,
         }
     }
 
@@ -546,6 +612,8 @@ impl Held {
             Held::Etcd(e, h) => e.release(h).await.map(|()| Votes::default()),
             #[cfg(feature = "postgres-lock")]
             Held::Postgres(p, h) => p.release(h).await,
+            #[cfg(feature = "zookeeper")]
+            Held::ZooKeeper(z, h) => z.release(h).await,
         }
     }
 
@@ -563,7 +631,11 @@ impl Held {
             (Held::Postgres(_, h), Backend::Postgres(p)) => {
                 Some(Held::Postgres(p.clone(), h.clone()))
             }
-            #[cfg(any(feature = "etcd", feature = "postgres-lock"))]
+            #[cfg(feature = "zookeeper")]
+            (Held::ZooKeeper(_, h), Backend::ZooKeeper(z)) => {
+                Some(Held::ZooKeeper(z.clone(), h.clone()))
+            }
+            #[cfg(any(feature = "etcd", feature = "postgres-lock", feature = "zookeeper"))]
             _ => None,
         }
     }
@@ -584,6 +656,10 @@ impl Held {
             Held::Postgres(p, h) => {
                 let _ = p.release(h).await;
             }
+            #[cfg(feature = "zookeeper")]
+            Held::ZooKeeper(z, h) => {
+                let _ = z.release(h).await;
+            }
         }
     }
 
@@ -602,6 +678,8 @@ impl Held {
             Held::Etcd(e, h) => e.keep_alive_held(h, state, schedule),
             #[cfg(feature = "postgres-lock")]
             Held::Postgres(p, h) => p.keep_alive_held(h, state, schedule),
+            #[cfg(feature = "zookeeper")]
+            Held::ZooKeeper(z, h) => z.keep_alive_held(h, state, schedule),
         }
     }
 }
@@ -629,12 +707,15 @@ impl Held {
             Held::Etcd(e, h) => e.record_writer(h).await,
             #[cfg(feature = "postgres-lock")]
             Held::Postgres(..) => Err(crate::pglock::unsupported("a read-write lock")),
+            #[cfg(feature = "zookeeper")]
+            Held::ZooKeeper(..) => Err(crate::zk::unsupported("a read-write lock")),
         }
     }
 }
 
-/// The refusal of an operation that exists on Redis only, on an etcd or PostgreSQL client.
-#[cfg(any(feature = "etcd", feature = "postgres-lock"))]
+/// The refusal of an operation that exists on Redis only, on an etcd, PostgreSQL or ZooKeeper
+/// client.
+#[cfg(any(feature = "etcd", feature = "postgres-lock", feature = "zookeeper"))]
 fn redis_only(what: &str) -> Error {
     Error::config(
         "backend",
@@ -682,5 +763,16 @@ fn pg_grant(backend: &Arc<crate::pglock::PgBackend>, grant: crate::pglock::PgGra
         votes: grant.votes,
         last_writer: None,
         held: Held::Postgres(backend.clone(), grant.held),
+    }
+}
+
+#[cfg(feature = "zookeeper")]
+fn zk_grant(backend: &Arc<crate::zk::ZkBackend>, grant: crate::zk::ZkGrant) -> Grant {
+    Grant {
+        fencing_token: Some(grant.held.token),
+        deadline: grant.deadline,
+        votes: grant.votes,
+        last_writer: None,
+        held: Held::ZooKeeper(backend.clone(), grant.held),
     }
 }

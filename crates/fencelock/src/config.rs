@@ -297,6 +297,17 @@ impl Config {
                 ),
             ));
         }
+        // The servers of one ensemble are one URL (`zk://a,b,c/chroot`): two URLs would be two
+        // independent ensembles, and a lock needs one consensus.
+        if nodes[0].scheme().is_zookeeper() && nodes.len() > 1 {
+            return Err(Error::config(
+                "nodes",
+                format!(
+                    "{} ZooKeeper URLs are given; list the servers of the ensemble in one URL, zk://host:2181,host:2181/chroot",
+                    nodes.len()
+                ),
+            ));
+        }
         if redis != 0 {
             for (i, a) in nodes.iter().enumerate() {
                 if let Some(b) = nodes[..i].iter().find(|b| b.host_port() == a.host_port()) {

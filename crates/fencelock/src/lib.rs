@@ -147,7 +147,8 @@
 //! - `redis/` and `etcd/`: the backends, each self-contained (`redis/round.rs` owns the round,
 //!   `redis/redlock.rs` an attempt and the fencing write-back, `redis/line.rs` the waiting
 //!   line, `redis/extender.rs` the Redis batch of the extension engine, `redis/scripts.rs` and
-//!   `redis/lua/` the Lua scripts).
+//!   `redis/lua/` the Lua scripts), `pglock/` (PostgreSQL) and `zk/` (ZooKeeper: `zk/line.rs`
+//!   the line of waiters' nodes, `zk/timing.rs` the session's deadline).
 //! - `backend.rs`: the one place that dispatches to a backend.
 //! - `client.rs`, `lock.rs`, `acquire.rs`, `waiter.rs`, `guard.rs`, `scoped.rs`: the public
 //!   handles, which call `backend.rs` and never match on a backend.
@@ -177,6 +178,9 @@
 //!   tokens.
 //! - `postgres-lock`: `postgres://` (or `postgresql://`) node URLs, locks as lease rows in one
 //!   PostgreSQL database whose sequence gives the fencing tokens (mutexes only so far).
+//! - `zookeeper`: `zk://host:2181,host:2181/chroot` node URLs, locks as Curator's
+//!   InterProcessMutex on a ZooKeeper ensemble, whose nodes' creation zxids are the fencing
+//!   tokens (mutexes only so far).
 //! - `tls`: `rediss://` node URLs, and `etcds://` with `etcd` (rustls with the ring provider);
 //!   [`TlsConfig`] sets a CA and a client certificate.
 //! - `blocking`: `fencelock::blocking`, the same client, lock, guard and lost signal with
@@ -230,6 +234,8 @@ pub mod sim;
 pub mod telemetry;
 mod tls;
 mod waiter;
+#[cfg(feature = "zookeeper")]
+mod zk;
 
 // Public for the benches, the model checker and the CLI only: not part of the API. The key
 // names that other clients need are in `protocol`.

@@ -22,6 +22,9 @@ pub enum Scheme {
     /// `redis+sentinel://`: the primary a group of Redis Sentinels names, found anew at each
     /// connection (one logical node).
     RedisSentinel,
+    /// `zk://host:2181,host:2181/chroot`: a ZooKeeper ensemble (one logical node; needs the
+    /// `zookeeper` feature).
+    ZooKeeper,
 }
 
 impl Scheme {
@@ -38,12 +41,19 @@ impl Scheme {
         self == Scheme::Postgres
     }
 
-    /// The backend the scheme selects, in words: `"Redis"`, `"etcd"` or `"PostgreSQL"`.
+    /// Whether the scheme names a ZooKeeper ensemble.
+    pub fn is_zookeeper(self) -> bool {
+        self == Scheme::ZooKeeper
+    }
+
+    /// The backend the scheme selects, in words: `"Redis"`, `"etcd"`, `"PostgreSQL"` or
+    /// `"ZooKeeper"`.
     pub fn backend(self) -> &'static str {
         match self {
             Scheme::Redis | Scheme::RedisTls | Scheme::RedisSentinel => "Redis",
             Scheme::Etcd | Scheme::EtcdTls => "etcd",
             Scheme::Postgres => "PostgreSQL",
+            Scheme::ZooKeeper => "ZooKeeper",
         }
     }
 }
@@ -62,7 +72,37 @@ pub struct NodeAddr {
     path: String,
     /// For `redis+sentinel://`: the Sentinels and the primary's name.
     sentinel: Option<SentinelGroup>,
+    /// For `zk://`: the servers and the chroot.
+    zookeeper: Option<ZkEnsemble>,
 }
+
+/// The servers and the chroot of a `zk://` URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ZkEnsemble {
+    /// Each server's host (IPv6 without brackets) and port, in the URL's order.
+    pub(crate) servers: Vec<(String, u16)>,
+    /// The chroot: empty, or a path such as `/apps/billing` (no trailing slash).
+    pub(crate) chroot: String,
+}
+
+impl ZkEnsemble {
+    /// The connect string ZooKeeper clients take (Curator's, kazoo's, the Java client's):
+    /// `host:port,host:port/chroot`.
+    pub(crate) fn connect_string(&self) -> String {
+        let hosts: Vec<String> = self
+            .servers
+            .iter()
+            .map(|(h, p)| join_host_port(h, *p))
+            .collect();
+        format!("{}{}", hosts.join(","), self.chroot)
+    }
+}
+
+/// The port of a ZooKeeper server when the URL gives none.
+const ZOOKEEPER_PORT: u16 = 2181;
+
+/// How a ZooKeeper URL is written, for the errors.
+const ZOOKEEPER_FORM: &str = "write it as zk://host:2181,host:2181/chroot (the chroot is optional)";
 
 /// The Sentinels of a `redis+sentinel://` URL and the name of the primary they watch.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -104,6 +144,7 @@ impl NodeAddr {
             "etcds" => Scheme::EtcdTls,
             "postgres" | "postgresql" => Scheme::Postgres,
             "redis+sentinel" => return parse_sentinel(url, rest),
+            "zk" | "zookeeper" => return parse_zookeeper(url, rest),
             "rediss+sentinel" => {
                 return Err(Error::config(
                     what(),
@@ -130,7 +171,7 @@ impl NodeAddr {
                 return Err(Error::config(
                     what(),
                     format!(
-                        "unknown scheme {other:?}; use redis://, rediss://, redis+sentinel://, etcd://, etcds:// or postgres://"
+                        "unknown scheme {other:?}; use redis://, rediss://, redis+sentinel://, etcd://, etcds://, postgres:// or zk://"
                     ),
                 ))
             }
@@ -151,6 +192,7 @@ impl NodeAddr {
             Scheme::Redis | Scheme::RedisTls | Scheme::RedisSentinel => 6379,
             Scheme::Etcd | Scheme::EtcdTls => 2379,
             Scheme::Postgres => 5432,
+            Scheme::ZooKeeper => ZOOKEEPER_PORT,
         };
         let port = match port_str {
             None | Some("") => default_port,
@@ -180,6 +222,7 @@ impl NodeAddr {
             has_password,
             path: path.to_string(),
             sentinel: None,
+            zookeeper: None,
         })
     }
 
@@ -228,6 +271,9 @@ impl NodeAddr {
     /// `host:port`, the identity used to check that nodes are distinct. For a Sentinel URL:
     /// every Sentinel's `host:port`, then `/` and the primary's name (one group, one node).
     pub fn host_port(&self) -> String {
+        if let Some(zk) = self.zookeeper() {
+            return zk.connect_string();
+        }
         if let Some(group) = &self.sentinel {
             let list: Vec<String> = group
                 .sentinels
@@ -246,6 +292,11 @@ impl NodeAddr {
     /// The Sentinels and the primary's name of a `redis+sentinel://` URL.
     pub(crate) fn sentinel(&self) -> Option<&SentinelGroup> {
         self.sentinel.as_ref()
+    }
+
+    /// The servers and the chroot of a `zk://` URL.
+    pub(crate) fn zookeeper(&self) -> Option<&ZkEnsemble> {
+        self.zookeeper.as_ref()
     }
 
     /// The `redis://` URL of the primary at `host:port` that this Sentinel URL names, with the
@@ -274,6 +325,7 @@ impl NodeAddr {
             Scheme::EtcdTls => "etcds",
             Scheme::Postgres => "postgres",
             Scheme::RedisSentinel => "redis+sentinel",
+            Scheme::ZooKeeper => "zk",
         };
         let auth = match (&self.user, self.has_password) {
             (Some(u), true) => format!("{u}:***@"),
@@ -281,6 +333,9 @@ impl NodeAddr {
             (Some(u), false) => format!("{u}@"),
             (None, false) => String::new(),
         };
+        if let Some(zk) = self.zookeeper() {
+            return format!("{scheme}://{auth}{}", zk.connect_string());
+        }
         let hosts = match &self.sentinel {
             Some(group) => group
                 .sentinels
@@ -423,6 +478,100 @@ fn parse_sentinel(url: &str, rest: &str) -> Result<NodeAddr, Error> {
             sentinels,
             master: master.to_string(),
             db,
+        }),
+        zookeeper: None,
+    })
+}
+
+/// Parses the part after `zk://`: `host[:port][,host[:port]...][/chroot]`, the connect string
+/// of ZooKeeper's own clients (Curator, kazoo, the Java client) behind a scheme, so that a
+/// string copied from their configuration works as it is.
+fn parse_zookeeper(url: &str, rest: &str) -> Result<NodeAddr, Error> {
+    let what = || format!("node URL {}", redact(url));
+    if rest.contains('?') {
+        return Err(Error::config(
+            what(),
+            format!("it has options (after ?), which ZooKeeper URLs do not take; {ZOOKEEPER_FORM}"),
+        ));
+    }
+    let (authority, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, ""),
+    };
+    if authority.contains('@') {
+        return Err(Error::config(
+            what(),
+            format!(
+                "it has a user or password, and ZooKeeper authentication (digest, SASL) is not \
+                 supported yet; use an ensemble that lets this client in without one, {ZOOKEEPER_FORM}"
+            ),
+        ));
+    }
+    let mut servers: Vec<(String, u16)> = Vec::new();
+    for (i, one) in authority.split(',').enumerate() {
+        let (host, port) = split_host_port(one.trim());
+        if host.is_empty() {
+            return Err(Error::config(
+                what(),
+                format!(
+                    "server {} of the list has no host (an empty entry between commas?); \
+                     {ZOOKEEPER_FORM}",
+                    i + 1
+                ),
+            ));
+        }
+        let port = match port {
+            None | Some("") => ZOOKEEPER_PORT,
+            Some(p) => p.parse::<u16>().ok().filter(|p| *p != 0).ok_or_else(|| {
+                Error::config(
+                    what(),
+                    format!(
+                        "the port {p:?} of server {host} is not a number from 1 to 65535 \
+                         (ZooKeeper listens on 2181 by default); {ZOOKEEPER_FORM}"
+                    ),
+                )
+            })?,
+        };
+        if servers.iter().any(|(h, p)| h == host && *p == port) {
+            return Err(Error::config(
+                what(),
+                format!(
+                    "server {} is listed twice; list each server of the ensemble once",
+                    join_host_port(host, port)
+                ),
+            ));
+        }
+        servers.push((host.to_string(), port));
+    }
+    let chroot = path.strip_suffix('/').unwrap_or(path);
+    if !chroot.is_empty() {
+        // ZooKeeper's own path rules: no empty segment, no `.` or `..`.
+        if let Some(bad) = chroot[1..]
+            .split('/')
+            .find(|s| s.is_empty() || *s == "." || *s == "..")
+        {
+            return Err(Error::config(
+                what(),
+                format!(
+                    "the chroot {chroot:?} has the segment {bad:?}, which ZooKeeper paths cannot \
+                     hold; {ZOOKEEPER_FORM}"
+                ),
+            ));
+        }
+    }
+    let (host, port) = servers[0].clone();
+    Ok(NodeAddr {
+        url: url.to_string(),
+        scheme: Scheme::ZooKeeper,
+        host,
+        port,
+        user: None,
+        has_password: false,
+        path: chroot.to_string(),
+        sentinel: None,
+        zookeeper: Some(ZkEnsemble {
+            servers,
+            chroot: chroot.to_string(),
         }),
     })
 }
@@ -590,5 +739,52 @@ mod tests {
         let n = NodeAddr::parse("etcd://127.0.0.1").unwrap();
         assert_eq!(n.scheme(), Scheme::Etcd);
         assert_eq!(n.port(), 2379);
+    }
+
+    #[test]
+    fn zookeeper_urls_are_connect_strings_behind_a_scheme() {
+        let n = NodeAddr::parse("zk://a:2181,b,[::1]:2182/apps/billing/").unwrap();
+        assert_eq!(n.scheme(), Scheme::ZooKeeper);
+        assert!(n.scheme().is_zookeeper());
+        assert_eq!(n.scheme().backend(), "ZooKeeper");
+        let zk = n.zookeeper().unwrap();
+        assert_eq!(
+            zk.servers,
+            [
+                ("a".to_string(), 2181),
+                ("b".to_string(), 2181),
+                ("::1".to_string(), 2182)
+            ]
+        );
+        assert_eq!(zk.chroot, "/apps/billing");
+        assert_eq!(zk.connect_string(), "a:2181,b:2181,[::1]:2182/apps/billing");
+        assert_eq!(n.redacted(), "zk://a:2181,b:2181,[::1]:2182/apps/billing");
+        let bare = NodeAddr::parse("zookeeper://h").unwrap();
+        assert_eq!(bare.zookeeper().unwrap().connect_string(), "h:2181");
+        // The list splitter keeps the ensemble's hosts in one URL.
+        assert_eq!(NodeAddr::split_list("zk://a:1,b:2/x"), ["zk://a:1,b:2/x"]);
+    }
+
+    #[test]
+    fn rejects_bad_zookeeper_urls_with_the_reason() {
+        for (url, why) in [
+            ("zk://", "server 1 of the list has no host"),
+            ("zk://a,,b/x", "server 2 of the list has no host"),
+            ("zk://a:99999", "is not a number from 1 to 65535"),
+            ("zk://a:2181,a:2181", "listed twice"),
+            ("zk://a/x//y", "segment \"\""),
+            ("zk://a/x/../y", "segment \"..\""),
+            ("zk://a?timeout=3", "options"),
+            ("zk://u:hunter2@a", "not supported yet"),
+        ] {
+            let err = NodeAddr::parse(url).unwrap_err();
+            let text = err.to_string();
+            assert!(text.contains(why), "{url}: {text}");
+            assert!(
+                text.contains("zk://host:2181") || text.contains("listed twice"),
+                "{text}"
+            );
+            assert!(!text.contains("hunter2"), "{text}");
+        }
     }
 }

@@ -128,6 +128,12 @@ impl TlsConfig {
         if self.is_empty() {
             return Ok(());
         }
+        if let Some(zk) = nodes.iter().find(|n| n.scheme().is_zookeeper()) {
+            return Err(Error::config(
+                "tls",
+                format!("TLS settings are given but node {zk} is a ZooKeeper ensemble, which fencelock reaches without TLS so far"),
+            ));
+        }
         if let Some(plain) = nodes
             .iter()
             .find(|n| matches!(n.scheme(), Scheme::Redis | Scheme::Etcd | Scheme::Postgres))

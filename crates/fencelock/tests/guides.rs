@@ -9,7 +9,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use fencelock_testkit::{Etcd, Postgres, RedisNodes, SentinelGroup};
+use fencelock_testkit::{Etcd, Postgres, RedisNodes, SentinelGroup, ZooKeeper};
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -460,6 +460,26 @@ fn the_postgres_lock_guide_runs_and_each_run_gets_a_larger_token() {
             .output()
             .unwrap();
         let stdout = ok("postgres_lock", out);
+        let token: u64 = stdout
+            .trim()
+            .strip_prefix("held under fencing token ")
+            .and_then(|t| t.parse().ok())
+            .unwrap_or_else(|| panic!("{stdout}"));
+        assert!(token > last, "{token} after {last}");
+        last = token;
+    }
+}
+
+#[test]
+fn the_zookeeper_guide_runs_and_each_run_gets_a_larger_token() {
+    let zk = ZooKeeper::start().unwrap();
+    let mut last = 0;
+    for _ in 0..2 {
+        let out = example("zookeeper_lock")
+            .env("FENCELOCK_NODES", format!("{}/apps/billing", zk.url()))
+            .output()
+            .unwrap();
+        let stdout = ok("zookeeper_lock", out);
         let token: u64 = stdout
             .trim()
             .strip_prefix("held under fencing token ")

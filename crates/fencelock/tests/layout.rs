@@ -73,6 +73,33 @@ fn only_backend_rs_pglock_and_lib_rs_name_the_postgres_lock_feature() {
 }
 
 #[test]
+fn only_backend_rs_zk_and_lib_rs_name_the_zookeeper_feature() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let files = source_files(&root);
+    let naming: Vec<String> = files
+        .iter()
+        .filter(|p| {
+            fs::read_to_string(p)
+                .unwrap()
+                .contains("feature = \"zookeeper\"")
+        })
+        .map(|p| p.strip_prefix(&root).unwrap().display().to_string())
+        .collect();
+    assert!(
+        naming.iter().any(|p| p == "backend.rs"),
+        "the feature is not found at all: {naming:?}"
+    );
+    let elsewhere: Vec<&String> = naming
+        .iter()
+        .filter(|p| *p != "backend.rs" && *p != "lib.rs" && !p.starts_with("zk/"))
+        .collect();
+    assert!(
+        elsewhere.is_empty(),
+        "the zookeeper feature named in {elsewhere:?}"
+    );
+}
+
+#[test]
 fn nothing_is_unreachable() {
     let with: Vec<String> = modules()
         .into_iter()
