@@ -296,6 +296,21 @@ impl NodeAddr {
         self.cluster.as_ref()
     }
 
+    /// The `host:port` this URL and `other` both name when one of them is a cluster URL (its
+    /// seeds), so that two tags of one cluster are not taken for two nodes.
+    pub(crate) fn same_cluster(&self, other: &NodeAddr) -> Option<String> {
+        if self.cluster.is_none() && other.cluster.is_none() {
+            return None;
+        }
+        let servers = |n: &NodeAddr| match &n.cluster {
+            Some(c) => c.seeds.iter().map(|(h, p)| join_host_port(h, *p)).collect(),
+            None if n.sentinel.is_some() => Vec::new(),
+            None => vec![n.host_port()],
+        };
+        let theirs = servers(other);
+        servers(self).into_iter().find(|s| theirs.contains(s))
+    }
+
     /// The `{tag}` every key of fencelock's carries on this node: `Some` for a cluster only
     /// (single nodes and Sentinel primaries keep their key names).
     pub fn hash_tag(&self) -> Option<String> {
