@@ -20,7 +20,7 @@
 //!   restarted nodes; `sentinel.rs`: the primary a Sentinel group names; `cluster.rs`: the
 //!   shard a cluster's tag lives on; `tagged.rs`: the connection that tags a cluster node's keys; `describe.rs`: a driver error in words.
 
-mod cluster;
+pub(crate) mod cluster;
 mod conn;
 mod describe;
 pub(crate) mod election;
