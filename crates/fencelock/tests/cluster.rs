@@ -338,6 +338,85 @@ async fn a_slot_move_never_gives_a_held_lock_to_a_second_holder() {
     }
 }
 
+/// The rest of the family on one cluster: a waiter woken by a release (the release channel of
+/// the tagged key), a semaphore, a read-write lock and an election (its log on its own
+/// connections). Every key lands in the tag's slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_family_works_on_a_cluster_and_keeps_every_key_in_the_tags_slot() {
+    let cluster = RedisCluster::start().unwrap();
+    mark_new(&cluster);
+    let (slot, p) = owner(&cluster);
+    let a = client(&cluster.url(), Duration::from_secs(10), true);
+    let b = client(&cluster.url(), Duration::from_secs(10), true);
+
+    // A waiter in line is woken by the release: long before its polling would find the key
+    // free (its retry delay is made long here).
+    let held = a.try_acquire("line").await.unwrap();
+    let slow_poll = fencelock::RetryPolicy::new()
+        .with_base_delay(Duration::from_secs(20))
+        .with_wait(Duration::from_secs(60));
+    let waiter = tokio::spawn(async move {
+        let lock = b.acquire_with("line", &slow_poll).await;
+        (lock, Instant::now())
+    });
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let released = Instant::now();
+    held.release().await.unwrap();
+    let (lock, granted) = waiter.await.unwrap();
+    let lock = lock.unwrap();
+    assert!(
+        granted - released < Duration::from_secs(5),
+        "the waiter was not woken: granted {:?} after the release",
+        granted - released
+    );
+    lock.release().await.unwrap();
+
+    let sem = a.semaphore("jobs", 2).unwrap();
+    let one = sem.try_acquire().await.unwrap();
+    let two = sem.try_acquire().await.unwrap();
+    let third = client(&cluster.url(), Duration::from_secs(10), true);
+    assert!(
+        third
+            .semaphore("jobs", 2)
+            .unwrap()
+            .try_acquire()
+            .await
+            .is_err(),
+        "a third permit of two"
+    );
+    one.release().await.unwrap();
+    two.release().await.unwrap();
+
+    // One client holds a resource once (a second take is AlreadyHeld): three clients.
+    let c = client(&cluster.url(), Duration::from_secs(10), true);
+    let d = client(&cluster.url(), Duration::from_secs(10), true);
+    let rw = a.rwlock("doc").unwrap();
+    let r1 = rw.try_read().await.unwrap();
+    let r2 = c.rwlock("doc").unwrap().try_read().await.unwrap();
+    assert!(
+        d.rwlock("doc").unwrap().try_write().await.is_err(),
+        "a writer beside readers"
+    );
+    r1.release().await.unwrap();
+    r2.release().await.unwrap();
+    rw.try_write().await.unwrap().release().await.unwrap();
+
+    let election = a.election("leader").unwrap();
+    let leadership = election.campaign("me").await.unwrap();
+    assert!(leadership.term() > 0);
+    leadership.resign().await.unwrap();
+
+    let keys = cluster.node(p).cli(&["KEYS", "*"]).unwrap();
+    let keys: Vec<&str> = keys.lines().collect();
+    assert!(
+        keys.iter().any(|k| k.contains("leaders")),
+        "no election log: {keys:?}"
+    );
+    for key in &keys {
+        assert_eq!(cluster.key_slot(key).unwrap(), slot, "{key}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bad_cluster_url_is_refused_with_the_reason() {
     for (url, why) in [

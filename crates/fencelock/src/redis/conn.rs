@@ -211,6 +211,11 @@ impl NodeConn {
         self.target.clone()
     }
 
+    /// For a cluster node: the hash tag its keys carry (`tagged.rs`).
+    pub(crate) fn tagging(&self) -> Option<Arc<Tagging>> {
+        self.tagging.clone()
+    }
+
     /// The quarantine settings.
     pub(crate) fn quarantine(&self) -> Quarantine {
         self.quarantine

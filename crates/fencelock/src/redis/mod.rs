@@ -164,6 +164,7 @@ impl RedisBackend {
             .collect::<Result<Arc<[_]>, _>>()?;
         let watch = Arc::new(ReleaseWatch::new(
             nodes.iter().map(|n| n.target()).collect(),
+            nodes.iter().map(|n| n.addr().hash_tag()).collect(),
         ));
         let n = nodes.len();
         Ok(RedisBackend {
