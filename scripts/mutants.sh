@@ -522,6 +522,10 @@ mutant cluster-moved-kept "a connection that meets MOVED (the tag's slot served 
   crates/fencelock/src/redis/conn.rs \
   's/\|\| super::cluster::moved\(e\)/|| false \&\& super::cluster::moved(e)/' \
   "-p fencelock --test cluster a_manual_failover_keeps_an_auto_extended_lock_and_nobody_else_gets_it"
+mutant cluster-release-channel-untagged "a waiter on a cluster node listens on the release channel of the untagged key, where its scripts never publish: woken only by polling (issue 31)" \
+  crates/fencelock/src/redis/mod.rs \
+  's/nodes\.iter\(\)\.map\(\|n\| n\.addr\(\)\.hash_tag\(\)\)\.collect\(\),/nodes.iter().map(|_| None).collect(),/' \
+  "-p fencelock --test cluster the_family_works_on_a_cluster_and_keeps_every_key_in_the_tags_slot"
 
 index_of() {
   local i

@@ -349,14 +349,14 @@ async fn the_family_works_on_a_cluster_and_keeps_every_key_in_the_tags_slot() {
     let a = client(&cluster.url(), Duration::from_secs(10), true);
     let b = client(&cluster.url(), Duration::from_secs(10), true);
 
-    // A waiter in line is woken by the release: long before its polling would find the key
-    // free (its retry delay is made long here).
-    let held = a.try_acquire("line").await.unwrap();
+    // A waiter of two keys (it marks them and listens on their release channels) is woken by
+    // the release: long before its polling would find the key free (its delay is 20 s here).
+    let held = a.try_acquire("line-a").await.unwrap();
     let slow_poll = fencelock::RetryPolicy::new()
         .with_base_delay(Duration::from_secs(20))
         .with_wait(Duration::from_secs(60));
     let waiter = tokio::spawn(async move {
-        let lock = b.acquire_with("line", &slow_poll).await;
+        let lock = b.acquire_many_with(&["line-a", "line-b"], &slow_poll).await;
         (lock, Instant::now())
     });
     tokio::time::sleep(Duration::from_millis(1500)).await;
