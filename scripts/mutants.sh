@@ -497,7 +497,8 @@ mutant sentinel-failover-not-a-loss "a Sentinel node whose primary changed is ju
 mutant sentinel-quarantine-own-ttl-only "after a failover the quarantine lasts the client's own TTL, not the longest TTL the node's replicated record holds (issue 31)" \
   crates/fencelock/src/redis/round.rs \
   's/if nodes\[i\]\.addr\(\)\.follows_primary\(\) \{/if false \&\& nodes[i].addr().follows_primary() {/' \
-  "-p fencelock --test sentinel a_failover_that_lost_a_held_lock_keeps_it_out_of_reach_and_tokens_in_order"
+  "-p fencelock --test sentinel a_failover_that_lost_a_held_lock_keeps_it_out_of_reach_and_tokens_in_order" \
+  "-p fencelock --test cluster a_killed_shard_primary_that_lost_a_held_lock_keeps_it_out_of_reach_and_tokens_in_order"
 mutant sentinel-failover-keeps-counter "a failover is judged as a loss but the node counter is kept: a stale counter is trusted (issue 31)" \
   crates/fencelock/src/redis/lua/failover.lua \
   "s/^redis\.call\('del', KEYS\[2\]\)\n/-- mutant: the counter kept\n/m" \
