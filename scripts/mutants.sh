@@ -493,7 +493,8 @@ mutant sentinel-failover-not-a-loss "a Sentinel node whose primary changed is ju
   crates/fencelock/src/redis/conn.rs \
   's/if marker\.and_then\(crate::pure::nodeset::identity\) == Some\(run_id\) \{/if true || marker.and_then(crate::pure::nodeset::identity) == Some(run_id) {/' \
   "-p fencelock --test sentinel a_failover_that_lost_a_held_lock_keeps_it_out_of_reach_and_tokens_in_order" \
-  "-p fencelock --test sentinel redlock_over_three_sentinel_groups_counts_each_group_as_one_node"
+  "-p fencelock --test sentinel redlock_over_three_sentinel_groups_counts_each_group_as_one_node" \
+  "-p fencelock --test cluster a_killed_shard_primary_that_lost_a_held_lock_keeps_it_out_of_reach_and_tokens_in_order"
 mutant sentinel-quarantine-own-ttl-only "after a failover the quarantine lasts the client's own TTL, not the longest TTL the node's replicated record holds (issue 31)" \
   crates/fencelock/src/redis/round.rs \
   's/if nodes\[i\]\.addr\(\)\.follows_primary\(\) \{/if false \&\& nodes[i].addr().follows_primary() {/' \
