@@ -530,11 +530,13 @@ mutant sentinel-failover-not-a-loss "a Sentinel node whose primary changed is ju
   crates/fencelock/src/redis/conn.rs \
   's/if marker\.and_then\(crate::pure::nodeset::identity\) == Some\(run_id\) \{/if true || marker.and_then(crate::pure::nodeset::identity) == Some(run_id) {/' \
   "-p fencelock --test sentinel a_failover_that_lost_a_held_lock_keeps_it_out_of_reach_and_tokens_in_order" \
-  "-p fencelock --test sentinel redlock_over_three_sentinel_groups_counts_each_group_as_one_node"
+  "-p fencelock --test sentinel redlock_over_three_sentinel_groups_counts_each_group_as_one_node" \
+  "-p fencelock --test cluster a_killed_shard_primary_that_lost_a_held_lock_keeps_it_out_of_reach_and_tokens_in_order"
 mutant sentinel-quarantine-own-ttl-only "after a failover the quarantine lasts the client's own TTL, not the longest TTL the node's replicated record holds (issue 31)" \
   crates/fencelock/src/redis/round.rs \
-  's/if nodes\[i\]\.addr\(\)\.sentinel\(\)\.is_some\(\) \{/if false \&\& nodes[i].addr().sentinel().is_some() {/' \
-  "-p fencelock --test sentinel a_failover_that_lost_a_held_lock_keeps_it_out_of_reach_and_tokens_in_order"
+  's/if nodes\[i\]\.addr\(\)\.follows_primary\(\) \{/if false \&\& nodes[i].addr().follows_primary() {/' \
+  "-p fencelock --test sentinel a_failover_that_lost_a_held_lock_keeps_it_out_of_reach_and_tokens_in_order" \
+  "-p fencelock --test cluster a_killed_shard_primary_that_lost_a_held_lock_keeps_it_out_of_reach_and_tokens_in_order"
 mutant sentinel-failover-keeps-counter "a failover is judged as a loss but the node counter is kept: a stale counter is trusted (issue 31)" \
   crates/fencelock/src/redis/lua/failover.lua \
   "s/^redis\.call\('del', KEYS\[2\]\)\n/-- mutant: the counter kept\n/m" \
@@ -547,6 +549,22 @@ mutant sentinel-no-role-check "the node the Sentinels name is used without check
   crates/fencelock/src/redis/sentinel.rs \
   's/    if first == "master" \{/    if true || first == "master" {/' \
   "-p fencelock --test sentinel a_primary_demoted_under_a_kept_connection_is_dropped_and_never_written"
+mutant cluster-quarantine-off "a redis+cluster:// node has the restart quarantine off by default (as a plain single node): a failover that lost a held lock hands it to a second client at once (issue 31)" \
+  crates/fencelock/src/config.rs \
+  's/\["redis\+sentinel:\/\/", "redis\+cluster:\/\/"\]/["redis+sentinel:\/\/"]/' \
+  "-p fencelock --test cluster a_killed_shard_primary_that_lost_a_held_lock_keeps_it_out_of_reach_and_tokens_in_order"
+mutant cluster-tag-dropped "a cluster node's keys are sent without the hash tag: they scatter over the shards (issue 31)" \
+  crates/fencelock/src/redis/conn.rs \
+  's/let tagging = addr\.hash_tag\(\)\.map\(\|tag\| Tagging::of\(&tag\)\);/let tagging = addr.hash_tag().and(None::<Arc<Tagging>>);/' \
+  "-p fencelock --test cluster a_lock_and_a_fenced_lock_through_a_cluster_url"
+mutant cluster-moved-kept "a connection that meets MOVED (the tag's slot served elsewhere now) is kept: every later request is redirected (issue 31)" \
+  crates/fencelock/src/redis/conn.rs \
+  's/\|\| super::cluster::moved\(e\)/|| false \&\& super::cluster::moved(e)/' \
+  "-p fencelock --test cluster a_manual_failover_keeps_an_auto_extended_lock_and_nobody_else_gets_it"
+mutant cluster-release-channel-untagged "a waiter on a cluster node listens on the release channel of the untagged key, where its scripts never publish: woken only by polling (issue 31)" \
+  crates/fencelock/src/redis/mod.rs \
+  's/nodes\.iter\(\)\.map\(\|n\| n\.addr\(\)\.hash_tag\(\)\)\.collect\(\),/nodes.iter().map(|_| None).collect(),/' \
+  "-p fencelock --test cluster the_family_works_on_a_cluster_and_keeps_every_key_in_the_tags_slot"
 
 index_of() {
   local i

@@ -93,6 +93,60 @@ pub(crate) struct Node {
     /// `host:port`, as the node set's record spells a node.
     pub(crate) addr: String,
     client: redis::Client,
+    /// For a `redis+cluster://` URL: the cluster, whose tag's owner is looked up at each use
+    /// (`client` is then the first seed's, unused).
+    pub(crate) cluster: Option<ClusterNode>,
+}
+
+/// A `redis+cluster://` node: its parsed URL and the user and password it gives (for the
+/// owner's URL; `Debug` never shows them).
+#[derive(Clone)]
+pub(crate) struct ClusterNode {
+    pub(crate) addr: fencelock::NodeAddr,
+    /// `user:password@`, or empty.
+    auth: String,
+}
+
+impl std::fmt::Debug for ClusterNode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterNode")
+            .field("addr", &self.addr)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ClusterNode {
+    /// The primary that owns the tag's slot now, as a plain node, and the slot.
+    ///
+    /// # Errors
+    ///
+    /// Why no owner was found (the seeds' answers).
+    pub(crate) async fn owner(&self, timeout: Duration) -> Result<(Node, u16), String> {
+        let (slot, host, port) = fencelock::protocol::cluster_slot_owner(&self.addr, timeout)
+            .await
+            .map_err(|e| e.to_string())?;
+        let hostport = if host.contains(':') {
+            format!("[{host}]:{port}")
+        } else {
+            format!("{host}:{port}")
+        };
+        let client = redis::Client::open(format!("redis://{}{hostport}/0", self.auth))
+            .map_err(|e| describe(&e))?;
+        Ok((
+            Node {
+                name: format!("redis://{hostport}/0"),
+                addr: hostport,
+                client,
+                cluster: None,
+            },
+            slot,
+        ))
+    }
+
+    /// The tag every key carries on the cluster (`{fencelock}`).
+    pub(crate) fn tag(&self) -> String {
+        self.addr.hash_tag().unwrap_or_default()
+    }
 }
 
 impl Node {
@@ -111,6 +165,33 @@ impl Node {
                 "node {} of the list ({name}) is not a Redis node; this command needs redis:// or rediss:// URLs",
                 index + 1
             )));
+        }
+        if addr.scheme() == fencelock::Scheme::RedisCluster {
+            let raw = url.trim();
+            let rest = raw.split_once("://").map_or("", |(_, r)| r);
+            let end = rest.find(['/', '?']).unwrap_or(rest.len());
+            let auth = rest[..end]
+                .rfind('@')
+                .map_or(String::new(), |at| format!("{}@", &rest[..at]));
+            let seed = format!("redis://{auth}{}:{}/0", addr.host(), addr.port());
+            let seed = if addr.host().contains(':') {
+                format!("redis://{auth}[{}]:{}/0", addr.host(), addr.port())
+            } else {
+                seed
+            };
+            let client = redis::Client::open(seed).map_err(|e| {
+                Failure::usage(format!(
+                    "node {} of the list ({name}): {}",
+                    index + 1,
+                    e.detail().unwrap_or(e.category())
+                ))
+            })?;
+            return Ok(Node {
+                name,
+                addr: addr.host_port(),
+                client,
+                cluster: Some(ClusterNode { addr, auth }),
+            });
         }
         if addr.scheme() == fencelock::Scheme::RedisSentinel {
             // The lock commands take it; the commands that talk to nodes directly (doctor,
@@ -131,15 +212,37 @@ impl Node {
             name,
             addr: addr.host_port(),
             client,
+            cluster: None,
         })
     }
 
-    /// Parses every URL of a list.
+    /// Parses every URL of a list, for the commands that talk to nodes directly and do not
+    /// follow a cluster's slot map yet (all but `doctor`).
+    ///
+    /// # Errors
+    ///
+    /// The first entry that does not parse, or is a `redis+cluster://` URL.
+    pub(crate) fn parse_all(urls: &[String], tls: &TlsFiles) -> Result<Vec<Node>, Failure> {
+        let nodes = Node::parse_all_with_clusters(urls, tls)?;
+        if let Some((i, node)) = nodes.iter().enumerate().find(|(_, n)| n.cluster.is_some()) {
+            return Err(Failure::usage(format!(
+                "node {} of the list ({}) is a Redis Cluster; this command does not follow a cluster's slot map yet (`fencelock doctor` does): name the shard's primary with redis://host:port (CLUSTER SLOTS tells it)",
+                i + 1,
+                node.name
+            )));
+        }
+        Ok(nodes)
+    }
+
+    /// Parses every URL of a list, `redis+cluster://` ones included.
     ///
     /// # Errors
     ///
     /// The first entry that does not parse.
-    pub(crate) fn parse_all(urls: &[String], tls: &TlsFiles) -> Result<Vec<Node>, Failure> {
+    pub(crate) fn parse_all_with_clusters(
+        urls: &[String],
+        tls: &TlsFiles,
+    ) -> Result<Vec<Node>, Failure> {
         let material = tls_material(tls)?;
         urls.iter()
             .enumerate()
@@ -300,6 +403,12 @@ mod tests {
             "{}",
             sentinel.message
         );
+        let urls = ["redis+cluster://:hunter2@127.0.0.1:7000,127.0.0.1:7001".to_string()];
+        let node = &Node::parse_all_with_clusters(&urls, &TlsFiles::default()).unwrap()[0];
+        assert_eq!(node.cluster.as_ref().unwrap().tag(), "{fencelock}");
+        assert!(!format!("{node:?}").contains("hunter2"));
+        let refused = Node::parse_all(&urls, &TlsFiles::default()).unwrap_err();
+        assert!(refused.message.contains("doctor"), "{}", refused.message);
     }
 
     #[test]

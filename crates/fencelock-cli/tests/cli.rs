@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use fencelock_testkit::{RedisNode, RedisNodes, RedisOptions};
+use fencelock_testkit::{RedisCluster, RedisNode, RedisNodes, RedisOptions};
 
 mod common;
 use common::{fencelock, output, wait_output, with_nodes, LOOSE_NODE_TIMEOUT};
@@ -431,6 +431,63 @@ fn doctor_passes_a_clean_set_and_fails_replicas_and_eviction() {
         table.contains("hint: set maxmemory-policy noeviction"),
         "{table}"
     );
+}
+
+/// `doctor` on a `redis+cluster://` URL (issue 31): the checks run on the primary that owns the
+/// tag's slot; the cluster passes while every slot is served, and fails once a shard is gone.
+/// The same node named with `redis://` still fails its `cluster` check (it is not a standalone
+/// node).
+#[test]
+fn doctor_checks_a_cluster_url_at_the_shard_of_its_tag() {
+    let home = home();
+    let cluster = RedisCluster::start().unwrap();
+    let (code, json) = doctor_json(home.path(), &[cluster.url()]);
+    assert_eq!(code, Some(0), "{json:#}");
+    assert!(failed_checks(&json).is_empty(), "{json:#}");
+    let slot = cluster.key_slot("{fencelock}").unwrap();
+    let owner = cluster.slot_owner(slot).unwrap();
+    let shard = json["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["check"] == "cluster")
+        .unwrap_or_else(|| panic!("no cluster check: {json:#}"));
+    assert_eq!(shard["status"], "pass", "{json:#}");
+    let detail = shard["detail"].as_str().unwrap_or_default().to_owned();
+    let at = format!("slot {slot} on 127.0.0.1:{}", cluster.node(owner).port());
+    assert!(detail.contains(&at), "{detail}");
+
+    let (code, json) = doctor_json(home.path(), &[cluster.node(owner).url()]);
+    assert_eq!(code, Some(1), "{json:#}");
+    assert!(
+        failed_checks(&json).contains(&"cluster".to_owned()),
+        "{json:#}"
+    );
+
+    // Another shard gone, primary and replica: its slots are not served, the cluster is down.
+    let other = (0..6)
+        .find(|n| {
+            *n != owner
+                && cluster
+                    .node(*n)
+                    .cli(&["ROLE"])
+                    .unwrap()
+                    .starts_with("master")
+        })
+        .unwrap();
+    let replica = cluster.replica_of(other).unwrap();
+    cluster.node(replica).kill().unwrap();
+    cluster.node(other).kill().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(40);
+    loop {
+        let (code, json) = doctor_json(home.path(), &[cluster.url()]);
+        if failed_checks(&json).contains(&"cluster".to_owned()) {
+            assert_eq!(code, Some(1), "{json:#}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "never failed: {json:#}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
 }
 
 /// Issue 27, item 5 through the CLI: a client of nodes 4-8 is refused where one of nodes 1-5

@@ -30,6 +30,8 @@
 //! - [`RedisOptions`] and [`Persistence`]: how a node starts.
 //! - [`RedisNodes`]: N independent nodes started in parallel, for Redlock.
 //! - [`SentinelGroup`]: a primary, two replicas and three Sentinels, for failovers.
+//! - [`RedisCluster`]: three primaries and three replicas joined as a Redis Cluster, for
+//!   failovers and slot moves.
 //! - [`Postgres`]: a throw-away PostgreSQL 15 cluster (initdb in a temp dir,
 //!   run as the `postgres` user when the test runs as root).
 //! - [`Etcd`], [`EtcdCluster`], [`EtcdMember`]: single-member and static
@@ -69,6 +71,7 @@ mod pki;
 mod ports;
 mod postgres;
 mod process;
+mod redis_cluster;
 mod redis_node;
 mod redis_nodes;
 mod redis_options;
@@ -90,6 +93,7 @@ pub use mariadb::MariaDb;
 pub use persistence::Persistence;
 pub use pki::{CertFiles, Pki};
 pub use postgres::Postgres;
+pub use redis_cluster::{RedisCluster, CLUSTER_NODE_TIMEOUT};
 pub use redis_node::RedisNode;
 pub use redis_nodes::RedisNodes;
 pub use redis_options::RedisOptions;

@@ -53,6 +53,11 @@ impl RedisNodes {
         Ok(RedisNodes { nodes })
     }
 
+    /// The nodes, in order, owned by the caller from now on.
+    pub(crate) fn into_nodes(self) -> Vec<RedisNode> {
+        self.nodes
+    }
+
     /// `redis://127.0.0.1:<port>/0` of every node, in order.
     pub fn urls(&self) -> Vec<String> {
         self.nodes.iter().map(RedisNode::url).collect()

@@ -243,14 +243,19 @@ impl Config {
     }
 
     /// Whether restart quarantine is on (its default depends on the node count: on for
-    /// several nodes, and for a Sentinel-managed primary, whose failover may lose data).
+    /// several nodes, and for a Sentinel-managed primary or a cluster, whose failover may lose
+    /// data).
     pub fn quarantine(&self) -> bool {
         self.quarantine.unwrap_or_else(|| {
             self.nodes.len() > 1
                 || self.nodes.iter().any(|u| {
-                    u.trim_start()
-                        .get(..17)
-                        .is_some_and(|s| s.eq_ignore_ascii_case("redis+sentinel://"))
+                    let u = u.trim_start();
+                    ["redis+sentinel://", "redis+cluster://"]
+                        .iter()
+                        .any(|scheme| {
+                            u.get(..scheme.len())
+                                .is_some_and(|s| s.eq_ignore_ascii_case(scheme))
+                        })
                 })
         })
     }
@@ -316,6 +321,17 @@ impl Config {
                         format!(
                             "{a} and {b} are the same server ({}); Redlock needs independent nodes, list each host:port once",
                             a.host_port()
+                        ),
+                    ));
+                }
+                if let Some((b, shared)) = nodes[..i]
+                    .iter()
+                    .find_map(|b| Some((b, a.same_cluster(b)?)))
+                {
+                    return Err(Error::config(
+                        "nodes",
+                        format!(
+                            "{a} and {b} name the same cluster (both list {shared}); a cluster is one node of the quorum whatever its tag: its tags fail together (one cluster's failover, resharding or outage), so they are not the independent nodes Redlock needs; list each cluster once"
                         ),
                     ));
                 }
@@ -470,6 +486,9 @@ mod tests {
     fn quarantine_defaults_on_for_redlock_only() {
         assert!(!Config::new(["redis://a:1"]).quarantine());
         assert!(Config::new(["redis://a:1", "redis://b:1", "redis://c:1"]).quarantine());
+        // One logical node whose failover may lose data: on.
+        assert!(Config::new(["redis+sentinel://s:1/m"]).quarantine());
+        assert!(Config::new(["REDIS+CLUSTER://a:1,b:2"]).quarantine());
         assert!(!Config::new(["redis://a:1", "redis://b:1", "redis://c:1"])
             .with_quarantine(false)
             .quarantine());

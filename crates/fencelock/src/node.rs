@@ -25,6 +25,10 @@ pub enum Scheme {
     /// `zk://host:2181,host:2181/chroot`: a ZooKeeper ensemble (one logical node; needs the
     /// `zookeeper` feature).
     ZooKeeper,
+    /// `redis+cluster://`: a Redis Cluster as one logical node. Every key fencelock writes there
+    /// carries one hash tag (`{fencelock}` unless the URL's `tag` says otherwise), so they all
+    /// live on the shard that owns the tag's slot, found anew at each connection.
+    RedisCluster,
 }
 
 impl Scheme {
@@ -32,7 +36,7 @@ impl Scheme {
     pub fn is_redis(self) -> bool {
         matches!(
             self,
-            Scheme::Redis | Scheme::RedisTls | Scheme::RedisSentinel
+            Scheme::Redis | Scheme::RedisTls | Scheme::RedisSentinel | Scheme::RedisCluster
         )
     }
 
@@ -50,7 +54,9 @@ impl Scheme {
     /// `"ZooKeeper"`.
     pub fn backend(self) -> &'static str {
         match self {
-            Scheme::Redis | Scheme::RedisTls | Scheme::RedisSentinel => "Redis",
+            Scheme::Redis | Scheme::RedisTls | Scheme::RedisSentinel | Scheme::RedisCluster => {
+                "Redis"
+            }
             Scheme::Etcd | Scheme::EtcdTls => "etcd",
             Scheme::Postgres => "PostgreSQL",
             Scheme::ZooKeeper => "ZooKeeper",
@@ -72,6 +78,8 @@ pub struct NodeAddr {
     path: String,
     /// For `redis+sentinel://`: the Sentinels and the primary's name.
     sentinel: Option<SentinelGroup>,
+    /// For `redis+cluster://`: the seed nodes and the hash tag.
+    cluster: Option<ClusterSeeds>,
     /// For `zk://`: the servers and the chroot.
     zookeeper: Option<ZkEnsemble>,
 }
@@ -103,6 +111,23 @@ const ZOOKEEPER_PORT: u16 = 2181;
 
 /// How a ZooKeeper URL is written, for the errors.
 const ZOOKEEPER_FORM: &str = "write it as zk://host:2181,host:2181/chroot (the chroot is optional)";
+
+/// The seed nodes of a `redis+cluster://` URL and the hash tag of fencelock's keys there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ClusterSeeds {
+    /// Each seed's host (IPv6 without brackets) and port, in the URL's order: any node of the
+    /// cluster, asked for the slot map.
+    pub(crate) seeds: Vec<(String, u16)>,
+    /// The hash tag without its braces (`fencelock` by default).
+    pub(crate) tag: String,
+}
+
+/// The hash tag of fencelock's keys on a cluster when the URL names none.
+pub(crate) const DEFAULT_TAG: &str = "fencelock";
+
+/// How a cluster URL is written, for the errors.
+const CLUSTER_FORM: &str =
+    "write it as redis+cluster://host:6379,host:6379[/?tag=NAME] (any nodes of the cluster)";
 
 /// The Sentinels of a `redis+sentinel://` URL and the name of the primary they watch.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -144,7 +169,15 @@ impl NodeAddr {
             "etcds" => Scheme::EtcdTls,
             "postgres" | "postgresql" => Scheme::Postgres,
             "redis+sentinel" => return parse_sentinel(url, rest),
+            "redis+cluster" => return parse_cluster(url, rest),
             "zk" | "zookeeper" => return parse_zookeeper(url, rest),
+            "rediss+cluster" => {
+                return Err(Error::config(
+                    what(),
+                    "TLS to a Redis Cluster is not supported yet; use redis+cluster:// on a \
+                     trusted network",
+                ))
+            }
             "rediss+sentinel" => {
                 return Err(Error::config(
                     what(),
@@ -171,7 +204,7 @@ impl NodeAddr {
                 return Err(Error::config(
                     what(),
                     format!(
-                        "unknown scheme {other:?}; use redis://, rediss://, redis+sentinel://, etcd://, etcds://, postgres:// or zk://"
+                        "unknown scheme {other:?}; use redis://, rediss://, redis+sentinel://, redis+cluster://, etcd://, etcds://, postgres:// or zk://"
                     ),
                 ))
             }
@@ -189,7 +222,7 @@ impl NodeAddr {
             ));
         }
         let default_port = match scheme {
-            Scheme::Redis | Scheme::RedisTls | Scheme::RedisSentinel => 6379,
+            Scheme::Redis | Scheme::RedisTls | Scheme::RedisSentinel | Scheme::RedisCluster => 6379,
             Scheme::Etcd | Scheme::EtcdTls => 2379,
             Scheme::Postgres => 5432,
             Scheme::ZooKeeper => ZOOKEEPER_PORT,
@@ -223,6 +256,7 @@ impl NodeAddr {
             path: path.to_string(),
             sentinel: None,
             zookeeper: None,
+            cluster: None,
         })
     }
 
@@ -269,7 +303,8 @@ impl NodeAddr {
     }
 
     /// `host:port`, the identity used to check that nodes are distinct. For a Sentinel URL:
-    /// every Sentinel's `host:port`, then `/` and the primary's name (one group, one node).
+    /// every Sentinel's `host:port`, then `/` and the primary's name (one group, one node). For
+    /// a cluster URL: every seed's `host:port`, then `/` and the tag in braces.
     pub fn host_port(&self) -> String {
         if let Some(zk) = self.zookeeper() {
             return zk.connect_string();
@@ -282,6 +317,14 @@ impl NodeAddr {
                 .collect();
             return format!("{}/{}", list.join(","), group.master);
         }
+        if let Some(cluster) = &self.cluster {
+            let list: Vec<String> = cluster
+                .seeds
+                .iter()
+                .map(|(h, p)| join_host_port(h, *p))
+                .collect();
+            return format!("{}/{{{}}}", list.join(","), cluster.tag);
+        }
         if self.host.contains(':') {
             format!("[{}]:{}", self.host, self.port)
         } else {
@@ -292,6 +335,39 @@ impl NodeAddr {
     /// The Sentinels and the primary's name of a `redis+sentinel://` URL.
     pub(crate) fn sentinel(&self) -> Option<&SentinelGroup> {
         self.sentinel.as_ref()
+    }
+
+    /// The seed nodes and the hash tag of a `redis+cluster://` URL.
+    pub(crate) fn cluster(&self) -> Option<&ClusterSeeds> {
+        self.cluster.as_ref()
+    }
+
+    /// The `host:port` this URL and `other` both name when one of them is a cluster URL (its
+    /// seeds), so that two tags of one cluster are not taken for two nodes.
+    pub(crate) fn same_cluster(&self, other: &NodeAddr) -> Option<String> {
+        if self.cluster.is_none() && other.cluster.is_none() {
+            return None;
+        }
+        let servers = |n: &NodeAddr| match &n.cluster {
+            Some(c) => c.seeds.iter().map(|(h, p)| join_host_port(h, *p)).collect(),
+            None if n.sentinel.is_some() => Vec::new(),
+            None => vec![n.host_port()],
+        };
+        let theirs = servers(other);
+        servers(self).into_iter().find(|s| theirs.contains(s))
+    }
+
+    /// The `{tag}` every key of fencelock's carries on this node: `Some` for a cluster only
+    /// (single nodes and Sentinel primaries keep their key names).
+    pub fn hash_tag(&self) -> Option<String> {
+        self.cluster.as_ref().map(|c| format!("{{{}}}", c.tag))
+    }
+
+    /// Whether the node is a primary found anew at each connection (a Sentinel group or a
+    /// cluster's shard), which a failover can replace with a replica that missed the last
+    /// writes.
+    pub(crate) fn follows_primary(&self) -> bool {
+        self.sentinel.is_some() || self.cluster.is_some()
     }
 
     /// The servers and the chroot of a `zk://` URL.
@@ -326,6 +402,7 @@ impl NodeAddr {
             Scheme::Postgres => "postgres",
             Scheme::RedisSentinel => "redis+sentinel",
             Scheme::ZooKeeper => "zk",
+            Scheme::RedisCluster => "redis+cluster",
         };
         let auth = match (&self.user, self.has_password) {
             (Some(u), true) => format!("{u}:***@"),
@@ -336,14 +413,17 @@ impl NodeAddr {
         if let Some(zk) = self.zookeeper() {
             return format!("{scheme}://{auth}{}", zk.connect_string());
         }
-        let hosts = match &self.sentinel {
-            Some(group) => group
-                .sentinels
+        let list = |hosts: &[(String, u16)]| {
+            hosts
                 .iter()
                 .map(|(h, p)| join_host_port(h, *p))
                 .collect::<Vec<_>>()
-                .join(","),
-            None => self.host_port(),
+                .join(",")
+        };
+        let hosts = match (&self.sentinel, &self.cluster) {
+            (Some(group), _) => list(&group.sentinels),
+            (None, Some(cluster)) => list(&cluster.seeds),
+            (None, None) => self.host_port(),
         };
         format!("{scheme}://{auth}{hosts}{}", self.path)
     }
@@ -480,6 +560,7 @@ fn parse_sentinel(url: &str, rest: &str) -> Result<NodeAddr, Error> {
             db,
         }),
         zookeeper: None,
+        cluster: None,
     })
 }
 
@@ -573,6 +654,112 @@ fn parse_zookeeper(url: &str, rest: &str) -> Result<NodeAddr, Error> {
             servers,
             chroot: chroot.to_string(),
         }),
+        cluster: None,
+    })
+}
+
+/// Parses the part after `redis+cluster://`: `[user:password@]host[:port][,host[:port]...]
+/// [/][?tag=NAME]`. The seeds are any nodes of the cluster (the slot map is asked of them); the
+/// user and password are the cluster's. A cluster has database 0 only.
+fn parse_cluster(url: &str, rest: &str) -> Result<NodeAddr, Error> {
+    let what = || format!("node URL {}", redact(url));
+    let (before, query) = match rest.split_once('?') {
+        Some((b, q)) => (b, Some(q)),
+        None => (rest, None),
+    };
+    let (authority, path) = match before.find('/') {
+        Some(i) => (&before[..i], &before[i..]),
+        None => (before, ""),
+    };
+    match path.trim_start_matches('/') {
+        "" | "0" => {}
+        other => {
+            return Err(Error::config(
+                what(),
+                format!(
+                    "{other:?} after the hosts is not understood: a cluster has database 0 \
+                     only, and the tag is an option (?tag=NAME); {CLUSTER_FORM}"
+                ),
+            ))
+        }
+    }
+    let mut tag = DEFAULT_TAG.to_string();
+    for option in query.unwrap_or("").split('&').filter(|o| !o.is_empty()) {
+        match option.split_once('=') {
+            Some(("tag", value)) => {
+                if value.is_empty() || value.contains(['{', '}', '/', '?', '&', ' ']) {
+                    return Err(Error::config(
+                        what(),
+                        format!(
+                            "the tag {value:?} is empty or holds a brace, slash, space or \
+                             option sign; write the name alone (tag=orders, not \
+                             tag={{orders}}); {CLUSTER_FORM}"
+                        ),
+                    ));
+                }
+                tag = value.to_string();
+            }
+            _ => {
+                return Err(Error::config(
+                    what(),
+                    format!(
+                        "option {option:?} is not understood (the only one is tag=NAME); \
+                         {CLUSTER_FORM}"
+                    ),
+                ))
+            }
+        }
+    }
+    let (user, has_password, hosts) = split_userinfo(authority);
+    let mut seeds = Vec::new();
+    for (i, one) in hosts.split(',').enumerate() {
+        let (host, port) = split_host_port(one.trim());
+        if host.is_empty() {
+            return Err(Error::config(
+                what(),
+                format!(
+                    "seed {} of the list has no host (an empty entry between commas?); \
+                     {CLUSTER_FORM}",
+                    i + 1
+                ),
+            ));
+        }
+        let port = match port {
+            None | Some("") => 6379,
+            Some(p) => p.parse::<u16>().ok().filter(|p| *p != 0).ok_or_else(|| {
+                Error::config(
+                    what(),
+                    format!(
+                        "the port {p:?} of seed {host} is not a number from 1 to 65535; \
+                         {CLUSTER_FORM}"
+                    ),
+                )
+            })?,
+        };
+        if seeds.iter().any(|(h, p)| h == host && *p == port) {
+            return Err(Error::config(
+                what(),
+                format!(
+                    "seed {} is listed twice; list each node once",
+                    join_host_port(host, port)
+                ),
+            ));
+        }
+        seeds.push((host.to_string(), port));
+    }
+    let (host, port) = seeds[0].clone();
+    Ok(NodeAddr {
+        url: url.to_string(),
+        scheme: Scheme::RedisCluster,
+        host,
+        port,
+        user,
+        has_password,
+        path: before[authority.len()..].to_string()
+            + &query.map_or(String::new(), |q| format!("?{q}")),
+        sentinel: None,
+        zookeeper: None,
+        cluster: Some(ClusterSeeds { seeds, tag }),
     })
 }
 
@@ -708,6 +895,63 @@ mod tests {
             );
         }
         let err = NodeAddr::parse("redis+sentinel://u:hunter2@h:x/m")
+            .unwrap_err()
+            .to_string();
+        assert!(!err.contains("hunter2"), "{err}");
+    }
+
+    #[test]
+    fn parses_cluster_urls() {
+        let n = NodeAddr::parse("redis+cluster://:pw@10.0.0.1,10.0.0.2:7001").unwrap();
+        assert_eq!(n.scheme(), Scheme::RedisCluster);
+        assert!(n.scheme().is_redis());
+        let c = n.cluster().unwrap();
+        assert_eq!(
+            c.seeds,
+            [
+                ("10.0.0.1".to_string(), 6379),
+                ("10.0.0.2".to_string(), 7001)
+            ]
+        );
+        assert_eq!(c.tag, "fencelock");
+        assert_eq!(n.hash_tag().as_deref(), Some("{fencelock}"));
+        assert_eq!(
+            n.to_string(),
+            "redis+cluster://:***@10.0.0.1:6379,10.0.0.2:7001"
+        );
+        assert_eq!(n.host_port(), "10.0.0.1:6379,10.0.0.2:7001/{fencelock}");
+        assert_eq!(
+            n.primary_url("10.0.0.9", 6379),
+            "redis://:pw@10.0.0.9:6379/0"
+        );
+        let n = NodeAddr::parse("redis+cluster://h:1/?tag=orders").unwrap();
+        assert_eq!(n.hash_tag().as_deref(), Some("{orders}"));
+        assert_eq!(n.to_string(), "redis+cluster://h:1/?tag=orders");
+        let n = NodeAddr::parse("redis+cluster://h:1?tag=o").unwrap();
+        assert_eq!(n.cluster().unwrap().tag, "o");
+        assert_eq!(NodeAddr::parse("redis://h:1").unwrap().hash_tag(), None);
+        assert_eq!(
+            NodeAddr::split_list("redis+cluster://a:1,b:2/?tag=x, redis://c:3"),
+            ["redis+cluster://a:1,b:2/?tag=x", "redis://c:3"]
+        );
+    }
+
+    #[test]
+    fn rejects_bad_cluster_urls_with_the_reason() {
+        for (url, why) in [
+            ("redis+cluster://h:1,,h:2", "seed 2 of the list has no host"),
+            ("redis+cluster://h:x", "port \"x\" of seed h"),
+            ("redis+cluster://h:1,h:1", "listed twice"),
+            ("redis+cluster://h:1/2", "database 0 only"),
+            ("redis+cluster://h:1/?tag=", "empty"),
+            ("redis+cluster://h:1/?tag={x}", "brace"),
+            ("redis+cluster://h:1/?db=1", "option \"db=1\""),
+            ("rediss+cluster://h:1", "not supported yet"),
+        ] {
+            let err = NodeAddr::parse(url).unwrap_err().to_string();
+            assert!(err.contains(why), "{url}: {err}");
+        }
+        let err = NodeAddr::parse("redis+cluster://u:hunter2@h:x")
             .unwrap_err()
             .to_string();
         assert!(!err.contains("hunter2"), "{err}");

@@ -248,3 +248,38 @@ pub fn release_keys(resource: &str) -> [String; 4] {
 /// and holds them to a real redis-server. Not a stable interface.
 #[doc(hidden)]
 pub const ALL_SCRIPTS: [&str; 15] = crate::redis::scripts::ALL;
+
+/// On a Redis Cluster node (`redis+cluster://`), every key above carries the node's hash tag in
+/// front (`{fencelock}` by default: `{fencelock}fencelock:node`, `{fencelock}order:7`), so all
+/// of them hash to one slot and live on the shard that owns it ([`crate::NodeAddr::hash_tag`]).
+/// Keys a script derives from a declared key hold the tag the same way
+/// (`fencelock:holder:{fencelock}order:7`).
+///
+/// The slot of `key` as `CLUSTER KEYSLOT` computes it (CRC16 of the key or of its hash tag,
+/// modulo 16384).
+pub fn key_slot(key: &str) -> u16 {
+    crate::pure::hash_slot::key_slot(key.as_bytes())
+}
+
+/// The slot of a `redis+cluster://` node's tag and the `host` and `port` of the primary that
+/// owns it now, asked of the URL's seeds (`CLUSTER SLOTS`) as a client's connection asks: for
+/// tools that talk to that shard directly (`fencelock doctor`).
+///
+/// # Errors
+///
+/// [`crate::NodeError`] saying why: `addr` is not a cluster URL, no seed answered within
+/// `timeout`, or none names an owner of the slot.
+pub async fn cluster_slot_owner(
+    addr: &crate::NodeAddr,
+    timeout: std::time::Duration,
+) -> Result<(u16, String, u16), crate::NodeError> {
+    let Some(tag) = addr.hash_tag() else {
+        return Err(crate::NodeError::from(format!(
+            "{addr} is not a redis+cluster:// URL"
+        )));
+    };
+    let (host, port) = crate::redis::cluster::owner(addr, timeout)
+        .await
+        .map_err(|e| crate::NodeError::from_driver_error(&e))?;
+    Ok((key_slot(&tag), host, port))
+}

@@ -9,7 +9,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use fencelock_testkit::{Etcd, Postgres, RedisNodes, SentinelGroup, ZooKeeper};
+use fencelock_testkit::{Etcd, Postgres, RedisCluster, RedisNodes, SentinelGroup, ZooKeeper};
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -288,6 +288,35 @@ fn the_managed_redis_guide_runs_on_a_sentinel_group() {
     let primary = group.node(group.primary().unwrap());
     let counter: u64 = primary
         .cli(&["GET", "fencelock:fence"])
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(counter >= tokens[1], "counter {counter}, tokens {tokens:?}");
+}
+
+#[test]
+fn the_managed_redis_guide_runs_on_a_cluster() {
+    let cluster = RedisCluster::start().unwrap();
+    let mut tokens = Vec::new();
+    for _ in 0..2 {
+        let out = example("managed_redis")
+            .env("FENCELOCK_NODES", cluster.url())
+            .output()
+            .unwrap();
+        let stdout = ok("managed_redis", out);
+        let token: u64 = stdout
+            .trim()
+            .strip_prefix("held nightly-report under fencing token ")
+            .and_then(|t| t.parse().ok())
+            .unwrap_or_else(|| panic!("{stdout}"));
+        tokens.push(token);
+    }
+    assert!(tokens[1] > tokens[0], "{tokens:?}");
+    // The lock went through the shard that owns the tag's slot: its counter is there.
+    let slot = cluster.key_slot("{fencelock}").unwrap();
+    let owner = cluster.node(cluster.slot_owner(slot).unwrap());
+    let counter: u64 = owner
+        .cli(&["GET", "{fencelock}fencelock:fence"])
         .unwrap()
         .parse()
         .unwrap();

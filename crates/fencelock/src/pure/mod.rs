@@ -11,6 +11,7 @@
 //! - `token`: the owner value.
 //! - `etcd_keys`: where a lock lives in etcd's key space (its queue prefix).
 //! - `vote`, `node_error`: per-node votes and what a node's failure means.
+//! - `hash_slot`: Redis Cluster's key-to-slot rule (the shard a cluster node's tag lives on).
 //! - `ahead`: the TTL announcement sent ahead of plain grants, and the grants it covers.
 //!
 //! `fencing` and `quorum` are re-exported at the crate root with `#[doc(hidden)]`: the benches,
@@ -21,6 +22,7 @@ pub(crate) mod ahead;
 pub(crate) mod etcd_keys;
 pub(crate) mod extension;
 pub mod fencing;
+pub(crate) mod hash_slot;
 pub(crate) mod node_error;
 pub mod nodeset;
 pub(crate) mod queue;

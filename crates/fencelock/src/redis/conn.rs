@@ -6,12 +6,12 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use futures_util::future::{BoxFuture, FutureExt, Shared};
-use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, RedisError};
 
 use super::nodeset::NodeSet;
 use super::quarantine::{self, Verdict};
 use super::scripts;
+use super::tagged::{NodeConnection, Tagging};
 use super::version;
 use crate::error::Error;
 use crate::node::NodeAddr;
@@ -84,7 +84,7 @@ impl Target {
                 RedisError::from((
                     redis::ErrorKind::Client,
                     super::sentinel::SENTINEL_ERR,
-                    "the Sentinels were not asked for the primary yet".to_string(),
+                    "the primary was not looked up yet (Sentinels or slot map)".to_string(),
                 ))
             })
     }
@@ -102,7 +102,7 @@ type Attempt = Shared<BoxFuture<'static, Result<(), RedisError>>>;
 struct Slot {
     // Shared, not cloned per request: a request only reads it (two strings cloned per request
     // showed up in the profile of the hot path).
-    conn: OnceLock<(MultiplexedConnection, Arc<NodeInfo>)>,
+    conn: OnceLock<(NodeConnection, Arc<NodeInfo>)>,
     /// The attempt in flight (or the one that succeeded). A failed attempt clears it, so the
     /// next request starts a new one; the requests waiting meanwhile all get its error.
     attempt: Mutex<Option<Attempt>>,
@@ -133,8 +133,10 @@ pub(crate) struct NodeConn {
     /// callgrind: about 2,000 instructions per vote, a quarter of the library's own work).
     name: Arc<str>,
     target: Target,
-    /// For a Sentinel node: the primary (address, run id) of the last connection, to say when a
-    /// failover happened.
+    /// For a cluster node: the hash tag every key gets (`tagged.rs`).
+    tagging: Option<Arc<Tagging>>,
+    /// For a Sentinel or cluster node: the primary (address, run id) of the last connection, to
+    /// say when a failover happened.
     primary: Mutex<Option<(String, String)>>,
     connect_timeout: Duration,
     quarantine: Quarantine,
@@ -159,7 +161,7 @@ impl std::fmt::Debug for NodeConn {
 
 /// A connection handed to one request, with the slot it came from (to replace it if broken).
 pub(crate) struct Handle {
-    pub(crate) conn: MultiplexedConnection,
+    pub(crate) conn: NodeConnection,
     pub(crate) info: Arc<NodeInfo>,
     slot: Arc<Slot>,
 }
@@ -173,14 +175,17 @@ impl NodeConn {
         tls: Option<&TlsMaterial>,
         (index, set): (usize, Arc<NodeSet>),
     ) -> Result<NodeConn, Error> {
-        let client = match addr.sentinel() {
-            Some(_) => None,
-            None => Some(super::tls::open(&addr, tls)?),
+        let client = if addr.follows_primary() {
+            None
+        } else {
+            Some(super::tls::open(&addr, tls)?)
         };
+        let tagging = addr.hash_tag().map(|tag| Tagging::of(&tag));
         Ok(NodeConn {
             name: addr.redacted().into(),
             addr,
             target: Target::new(client),
+            tagging,
             primary: Mutex::new(None),
             connect_timeout,
             quarantine,
@@ -204,6 +209,11 @@ impl NodeConn {
     /// The driver's client for the node as last known (see [`Target`]).
     pub(crate) fn target(&self) -> Target {
         self.target.clone()
+    }
+
+    /// For a cluster node: the hash tag its keys carry (`tagged.rs`).
+    pub(crate) fn tagging(&self) -> Option<Arc<Tagging>> {
+        self.tagging.clone()
     }
 
     /// The quarantine settings.
@@ -285,7 +295,7 @@ impl NodeConn {
         }
     }
 
-    async fn connect(&self) -> Result<(MultiplexedConnection, Arc<NodeInfo>), RedisError> {
+    async fn connect(&self) -> Result<(NodeConnection, Arc<NodeInfo>), RedisError> {
         let setup = self.set_up_or_plaintext().await;
         if setup.is_err() {
             self.set.failed(self.index);
@@ -301,13 +311,11 @@ impl NodeConn {
     /// handshake's bytes), which reads as a hung node. Once half the connect timeout went by
     /// without a connection, a plain-text PING is sent beside the set-up; any reply of the
     /// protocol (an error too: NOAUTH) names the mistake.
-    async fn set_up_or_plaintext(
-        &self,
-    ) -> Result<(MultiplexedConnection, Arc<NodeInfo>), RedisError> {
-        let client = match self.addr.sentinel() {
-            Some(_) => return self.set_up().await,
-            None => self.target.get()?,
-        };
+    async fn set_up_or_plaintext(&self) -> Result<(NodeConnection, Arc<NodeInfo>), RedisError> {
+        if self.addr.follows_primary() {
+            return self.set_up().await;
+        }
+        let client = self.target.get()?;
         let redis::ConnectionAddr::TcpTls { host, port, .. } = client.get_connection_info().addr()
         else {
             return self.set_up().await;
@@ -362,7 +370,7 @@ impl NodeConn {
         }
     }
 
-    async fn set_up(&self) -> Result<(MultiplexedConnection, Arc<NodeInfo>), RedisError> {
+    async fn set_up(&self) -> Result<(NodeConnection, Arc<NodeInfo>), RedisError> {
         // No response timeout in the driver: each request is bounded by its round's deadline
         // (the node timeout), and a driver timer per request would be a second, redundant timer
         // on the hot path. The set-up below is bounded by the connect timeout instead.
@@ -371,7 +379,8 @@ impl NodeConn {
             .set_response_timeout(None);
         let setup = async {
             let (client, primary) = self.resolve().await?;
-            let mut conn = crate::sim::multiplexed(&client, &config).await?;
+            let conn = crate::sim::multiplexed(&client, &config).await?;
+            let mut conn = NodeConnection::new(conn, self.tagging.clone());
             if let Some((host, port)) = &primary {
                 // Before anything is written: a replica is never used (`sentinel.rs`).
                 let role: redis::Value = redis::cmd("ROLE").query_async(&mut conn).await?;
@@ -385,7 +394,11 @@ impl NodeConn {
                     },
                     _ => String::new(),
                 };
-                super::sentinel::check_role(&first, host, *port)?;
+                if self.addr.cluster().is_some() {
+                    super::cluster::check_role(&first, host, *port)?;
+                } else {
+                    super::sentinel::check_role(&first, host, *port)?;
+                }
                 // Only a primary is followed by the pub/sub wake-ups and the election log.
                 self.target.set(client.clone());
             }
@@ -479,14 +492,16 @@ impl NodeConn {
     }
 
     /// The driver's client for this connection: the URL's node, or for a Sentinel node the
-    /// primary the Sentinels name now (with its address), which the pub/sub wake-ups and the
-    /// election log follow once its `ROLE` was checked.
+    /// primary the Sentinels name now, or for a cluster node the primary that owns the tag's
+    /// slot now (with its address), which the pub/sub wake-ups and the election log follow once
+    /// its `ROLE` was checked.
     async fn resolve(&self) -> Result<(redis::Client, Option<(String, u16)>), RedisError> {
-        let Some(group) = self.addr.sentinel() else {
-            return Ok((self.target.get()?, None));
-        };
         // Half the connect timeout: the rest is for the primary's own set-up.
-        let (host, port) = super::sentinel::primary(group, self.connect_timeout / 2).await?;
+        let (host, port) = match (self.addr.sentinel(), self.addr.cluster()) {
+            (Some(group), _) => super::sentinel::primary(group, self.connect_timeout / 2).await?,
+            (None, Some(_)) => super::cluster::owner(&self.addr, self.connect_timeout / 2).await?,
+            (None, None) => return Ok((self.target.get()?, None)),
+        };
         let client = redis::Client::open(self.addr.primary_url(&host, port))?;
         Ok((client, Some((host, port))))
     }
@@ -573,14 +588,15 @@ impl NodeConn {
     }
 }
 
-/// On a Sentinel node, a marker that names another run than the primary's (a promoted replica
-/// carries the old primary's marker by replication) means a failover, which may have lost the
+/// On a Sentinel or cluster node, a marker that names another run than the primary's (a promoted
+/// replica carries the old primary's marker by replication; a slot's new owner, by migration)
+/// means a failover, which may have lost the
 /// last lock keys and counter raises: the marker is replaced by one of a loss seen now and the
 /// node counter deleted, in one step (`scripts::FAILOVER`), so that this client and every later
 /// one judge the node as restarted without persistence. Returns the marker after that (the one
 /// the first client to see the failover wrote), or `None` when the marker names this run.
 async fn failover_seen(
-    conn: &mut MultiplexedConnection,
+    conn: &mut NodeConnection,
     marker: Option<&str>,
     run_id: &str,
     node_ms: u64,
@@ -765,10 +781,13 @@ impl NodeInfo {
 pub(crate) fn is_broken(e: &RedisError) -> bool {
     // READONLY: the node is a replica now (a primary demoted by a failover); a new connection
     // asks the Sentinels again, and is never kept on a replica (`sentinel.rs`).
+    // MOVED, ASK, TRYAGAIN, CLUSTERDOWN: the tag's slot is not served on this cluster node (any
+    // more, or not now); a new connection reads the slot map again (`cluster.rs`).
     e.is_connection_dropped()
         || e.is_io_error()
         || e.is_unrecoverable_error()
         || e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly)
+        || super::cluster::moved(e)
 }
 
 #[cfg(test)]

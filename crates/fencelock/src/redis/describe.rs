@@ -58,6 +58,10 @@ pub(crate) fn describe(e: &RedisError) -> NodeError {
         // The Sentinels of a `redis+sentinel://` node: which answered what, and what to try.
         return NodeError::other(e.detail().unwrap_or_default());
     }
+    if e.kind() == ErrorKind::Client && e.to_string().starts_with(super::cluster::CLUSTER_ERR) {
+        // The seeds of a `redis+cluster://` node: which answered what, and what to try.
+        return NodeError::other(e.detail().unwrap_or_default());
+    }
     if e.kind() == ErrorKind::InvalidClientConfig {
         // The client's own TLS library refused its TLS settings before any handshake: not the
         // node's fault, and no retry helps.

@@ -5,9 +5,9 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redis::aio::MultiplexedConnection;
 use tokio::sync::Mutex;
 
+use super::tagged::{NodeConnection, Tagging};
 use super::RedisBackend;
 use crate::pure::node_error::NodeError;
 use crate::pure::vote::{NodeVote, VoteOutcome, Votes};
@@ -28,8 +28,10 @@ pub(crate) struct ElectionLog {
     /// The client's restart quarantine is on: an observer then counts a node only once its
     /// marker says its quarantine ended (see [`Witnesses`]).
     quarantine: bool,
-    conns: Arc<[Mutex<Option<MultiplexedConnection>>]>,
+    conns: Arc<[Mutex<Option<NodeConnection>>]>,
     nodes: Arc<[super::conn::Target]>,
+    /// Per node, the hash tag of a cluster node's keys (`tagged.rs`).
+    taggings: Arc<[Option<Arc<Tagging>>]>,
     /// The nodes' redacted addresses, for the votes of an append that failed.
     names: Arc<[Arc<str>]>,
 }
@@ -46,6 +48,7 @@ impl RedisBackend {
             quarantine: self.nodes.first().is_some_and(|n| n.quarantine().enabled),
             conns: nodes.iter().map(|_| Mutex::new(None)).collect(),
             nodes,
+            taggings: self.nodes.iter().map(|n| n.tagging()).collect(),
             names: self.nodes.iter().map(|n| n.name().clone()).collect(),
         }
     }
@@ -139,7 +142,7 @@ impl ElectionLog {
     /// the node failed or timed out.
     async fn on_every_node<T, F, Fut>(&self, timeout: Duration, f: F) -> Vec<Option<T>>
     where
-        F: Fn(MultiplexedConnection) -> Fut,
+        F: Fn(NodeConnection) -> Fut,
         Fut: std::future::Future<Output = redis::RedisResult<T>>,
     {
         self.on_every_node_with_errors(timeout, f)
@@ -159,7 +162,7 @@ impl ElectionLog {
         f: F,
     ) -> Vec<(Result<T, Option<NodeError>>, Duration)>
     where
-        F: Fn(MultiplexedConnection) -> Fut,
+        F: Fn(NodeConnection) -> Fut,
         Fut: std::future::Future<Output = redis::RedisResult<T>>,
     {
         let calls = (0..self.nodes.len()).map(|i| {
@@ -172,11 +175,14 @@ impl ElectionLog {
                         let (conn, kept) = match slot.as_ref() {
                             Some(c) => (c.clone(), true),
                             None => {
-                                let c = crate::sim::multiplexed(
-                                    &self.nodes[i].get()?,
-                                    &redis::AsyncConnectionConfig::new(),
-                                )
-                                .await?;
+                                let c = NodeConnection::new(
+                                    crate::sim::multiplexed(
+                                        &self.nodes[i].get()?,
+                                        &redis::AsyncConnectionConfig::new(),
+                                    )
+                                    .await?,
+                                    self.taggings[i].clone(),
+                                );
                                 *slot = Some(c.clone());
                                 (c, false)
                             }

@@ -17,8 +17,10 @@
 //! - `scripts.rs`: the Lua scripts; `conn.rs`: one connection per node; `watch.rs`: pub/sub
 //!   wake-ups; `order.rs`: a release waits for its acquisition's requests not yet handed to
 //!   their connection; `quarantine.rs`:
-//!   restarted nodes; `sentinel.rs`: the primary a Sentinel group names; `describe.rs`: a driver error in words.
+//!   restarted nodes; `sentinel.rs`: the primary a Sentinel group names; `cluster.rs`: the
+//!   shard a cluster's tag lives on; `tagged.rs`: the connection that tags a cluster node's keys; `describe.rs`: a driver error in words.
 
+pub(crate) mod cluster;
 mod conn;
 mod describe;
 pub(crate) mod election;
@@ -39,6 +41,7 @@ pub(crate) mod rwlock;
 mod script_checks;
 pub(crate) mod scripts;
 mod sentinel;
+mod tagged;
 mod tls;
 mod undo;
 pub(crate) mod version;
@@ -161,6 +164,7 @@ impl RedisBackend {
             .collect::<Result<Arc<[_]>, _>>()?;
         let watch = Arc::new(ReleaseWatch::new(
             nodes.iter().map(|n| n.target()).collect(),
+            nodes.iter().map(|n| n.addr().hash_tag()).collect(),
         ));
         let n = nodes.len();
         Ok(RedisBackend {

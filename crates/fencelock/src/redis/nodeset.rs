@@ -12,7 +12,7 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use redis::aio::MultiplexedConnection;
+use super::tagged::NodeConnection;
 use redis::RedisError;
 
 use crate::pure::nodeset::{self, Member, RECORD_KEY};
@@ -81,7 +81,7 @@ impl NodeSet {
     pub(crate) async fn read(
         &self,
         i: usize,
-        conn: &mut MultiplexedConnection,
+        conn: &mut NodeConnection,
         marker: Option<&str>,
     ) -> Result<(), RedisError> {
         if !self.enabled {

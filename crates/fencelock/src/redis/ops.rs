@@ -206,7 +206,7 @@ impl RedisBackend {
         // A single node has no other node to learn from: it announces nothing, and its restart
         // quarantine is its client's own TTL. A Sentinel node announces: its replicas keep the
         // record, which the quarantine after a failover reads (`round.rs`).
-        let announces = self.nodes.len() > 1 || self.nodes[0].addr().sentinel().is_some();
+        let announces = self.nodes.len() > 1 || self.nodes[0].addr().follows_primary();
         let ahead = (plain_set && announces).then_some(AnnounceAhead {
             ttl: self.settings.ttl,
             drift: self.settings.drift,
@@ -477,7 +477,7 @@ fn is_noscript(e: &RedisError) -> bool {
 }
 
 /// Loads the scripts a batched extension sends (`extend_batch_round`).
-async fn load_extend_scripts(conn: &mut redis::aio::MultiplexedConnection) -> RedisResult<()> {
+async fn load_extend_scripts(conn: &mut super::tagged::NodeConnection) -> RedisResult<()> {
     scripts::EXTEND.load_async(conn).await?;
     scripts::READ_EXTEND.load_async(conn).await?;
     Ok(())
@@ -569,7 +569,7 @@ pub(super) fn evalsha(script: &Script, keys: &[String]) -> Cmd {
 pub(super) async fn eval<T: redis::FromRedisValue>(
     script: &Script,
     cmd: &Cmd,
-    conn: &mut redis::aio::MultiplexedConnection,
+    conn: &mut super::tagged::NodeConnection,
 ) -> RedisResult<T> {
     eval_ordered(script, cmd, conn, &Slot::default()).await
 }
@@ -580,7 +580,7 @@ pub(super) async fn eval<T: redis::FromRedisValue>(
 pub(super) async fn eval_ordered<T: redis::FromRedisValue>(
     script: &Script,
     cmd: &Cmd,
-    conn: &mut redis::aio::MultiplexedConnection,
+    conn: &mut super::tagged::NodeConnection,
     slot: &Slot,
 ) -> RedisResult<T> {
     match cmd.query_async(conn).await {
@@ -604,7 +604,7 @@ pub(super) async fn eval_ordered<T: redis::FromRedisValue>(
 async fn if_owned(
     script: &Script,
     cmd: &Cmd,
-    conn: &mut redis::aio::MultiplexedConnection,
+    conn: &mut super::tagged::NodeConnection,
 ) -> Result<Answer<()>, RedisError> {
     let done: i64 = eval(script, cmd, conn).await?;
     Ok(if done == 1 {

@@ -116,11 +116,7 @@ impl RedisBackend {
     ) -> Round<T>
     where
         T: Send + 'static + WantsMore,
-        F: Fn(redis::aio::MultiplexedConnection, order::Slot) -> Fut
-            + Clone
-            + Send
-            + Sync
-            + 'static,
+        F: Fn(super::tagged::NodeConnection, order::Slot) -> Fut + Clone + Send + Sync + 'static,
         Fut: Future<Output = Result<Answer<T>, RedisError>> + Send + 'static,
     {
         let need = self.quorum.min(nodes.len().max(1));
@@ -289,11 +285,7 @@ impl RedisBackend {
     ) -> Inflight<impl Future<Output = Result<Answer<T>, NodeFailure>> + Send + 'static>
     where
         T: Send + 'static,
-        F: Fn(redis::aio::MultiplexedConnection, order::Slot) -> Fut
-            + Clone
-            + Send
-            + Sync
-            + 'static,
+        F: Fn(super::tagged::NodeConnection, order::Slot) -> Fut + Clone + Send + Sync + 'static,
         Fut: Future<Output = Result<Answer<T>, RedisError>> + Send + 'static,
     {
         Inflight::new(nodes.iter().enumerate().map(move |(pos, &i)| {
@@ -463,7 +455,7 @@ async fn check_quarantine(
         // Half the node timeout, so that a node that does not answer leaves time to say why
         // this one is not counted before the round's deadline.
         let (read, mut longest) = longest_ttl_in_use(nodes, i, node_timeout / 2).await;
-        if nodes[i].addr().sentinel().is_some() {
+        if nodes[i].addr().follows_primary() {
             // A promoted replica replicated the old primary's record of the TTLs in use: the
             // longest one there counts too (one Sentinel node has no other node to ask; the
             // record is no witness, as it may miss the lost writes' TTLs, so it adds to

@@ -38,6 +38,9 @@ struct Waiter {
 /// The pub/sub connections of one client, one per node, opened on first use.
 pub(crate) struct ReleaseWatch {
     clients: Vec<super::conn::Target>,
+    /// Per node, the hash tag of a cluster node (`{fencelock}`): its scripts publish a release
+    /// of `key` on the release channel of `{tag}key`, the key's name there.
+    tags: Vec<Option<String>>,
     sinks: Vec<Mutex<Arc<OnceCell<PubSubSink>>>>,
     waiters: Waiters,
     /// This client's name in waiter ids, and its turn channel.
@@ -63,7 +66,10 @@ pub(crate) struct Subscription {
 }
 
 impl ReleaseWatch {
-    pub(crate) fn new(clients: Vec<super::conn::Target>) -> ReleaseWatch {
+    pub(crate) fn new(
+        clients: Vec<super::conn::Target>,
+        tags: Vec<Option<String>>,
+    ) -> ReleaseWatch {
         let sinks = clients
             .iter()
             .map(|_| Mutex::new(Arc::new(OnceCell::new())))
@@ -71,6 +77,7 @@ impl ReleaseWatch {
         let client_id = format!("{:016x}", fastrand::u64(..));
         ReleaseWatch {
             clients,
+            tags,
             sinks,
             waiters: Arc::default(),
             turn_channel: scripts::turn_channel(&client_id),
@@ -148,7 +155,7 @@ impl ReleaseWatch {
                 return;
             }
             for ch in fresh {
-                if sink.subscribe(ch).await.is_err() {
+                if sink.subscribe(self.on_node(i, ch)).await.is_err() {
                     self.forget_sink(i);
                     return;
                 }
@@ -171,10 +178,18 @@ impl ReleaseWatch {
                 let waiters = self.waiters.clone();
                 let watch = Arc::downgrade(self);
                 let turn = self.turn_channel.clone();
+                let tagged = self.tags[i]
+                    .as_ref()
+                    .map(|tag| scripts::release_channel(tag));
                 tokio::spawn(async move {
                     while let Some(msg) = stream.next().await {
                         let map = waiters.lock().expect("waiters mutex poisoned");
-                        let Some(list) = map.get(msg.get_channel_name()) else {
+                        let name = msg.get_channel_name();
+                        // A cluster node's release channel, as the waiters know it.
+                        let untagged = tagged
+                            .as_deref()
+                            .and_then(|t| Some(scripts::release_channel(name.strip_prefix(t)?)));
+                        let Some(list) = map.get(untagged.as_deref().unwrap_or(name)) else {
                             continue;
                         };
                         let named =
@@ -200,7 +215,7 @@ impl ReleaseWatch {
                         .expect("waiters mutex poisoned")
                         .keys()
                         .filter(|ch| **ch != self.turn_channel)
-                        .cloned(),
+                        .map(|ch| self.on_node(i, ch)),
                 );
                 sink.subscribe(&channels).await?;
                 opened = true;
@@ -208,6 +223,18 @@ impl ReleaseWatch {
             })
             .await?;
         Ok((sink.clone(), opened))
+    }
+
+    /// `channel` as node `i` publishes it: a release channel of a cluster node names the tagged
+    /// key.
+    fn on_node(&self, i: usize, channel: &str) -> String {
+        match (
+            &self.tags[i],
+            channel.strip_prefix(scripts::RELEASE_CHANNEL_PREFIX),
+        ) {
+            (Some(tag), Some(key)) => scripts::release_channel(&format!("{tag}{key}")),
+            _ => channel.to_string(),
+        }
     }
 
     fn forget_sink(&self, i: usize) {
@@ -261,7 +288,7 @@ impl Drop for Subscription {
                                 .expect("waiters mutex poisoned")
                                 .contains_key(ch);
                             if !still_wanted {
-                                let _ = sink.unsubscribe(ch).await;
+                                let _ = sink.unsubscribe(watch.on_node(i, ch)).await;
                             }
                         }
                     }

@@ -48,6 +48,17 @@ pub(crate) struct NodeFacts {
     /// The node set's view of the node: its `host:port`, its marker (whose first word is its
     /// identity) and the node set it records, if any.
     pub(crate) set: SetFacts,
+    /// For a `redis+cluster://` node: the tag, its slot and the primary that owns it (the facts
+    /// above are that primary's, `CLUSTER INFO` merged into `info`).
+    pub(crate) cluster: Option<ClusterFacts>,
+}
+
+/// Where a cluster node's keys live.
+#[derive(Debug, Clone)]
+pub(crate) struct ClusterFacts {
+    pub(crate) tag: String,
+    pub(crate) slot: u16,
+    pub(crate) owner: String,
 }
 
 /// What the node set check reads of a node (see `fencelock::nodeset`).
@@ -209,8 +220,16 @@ fn node_checks(f: &NodeFacts, limits: Limits, checks: &mut Vec<Check>) {
     checks.extend(round_trip_check(f, limits));
     checks.extend(write_check(f));
     checks.extend(memory_check(f));
-    checks.push(replication_check(f));
-    checks.extend(cluster_check(f));
+    match &f.cluster {
+        None => {
+            checks.push(replication_check(f));
+            checks.extend(cluster_check(f));
+        }
+        Some(cluster) => {
+            checks.push(cluster_shard_check(f, cluster));
+            checks.push(cluster_replication_check(f));
+        }
+    }
     match &f.config {
         Err(why) => checks.push(check(
             "config",
@@ -377,9 +396,63 @@ fn cluster_check(f: &NodeFacts) -> Option<Check> {
             Some(&f.name),
             Status::Fail,
             "cluster_enabled:1, the node is part of a Redis Cluster",
-            Some("do not use a Redis Cluster as Redlock nodes: its masters fail over to replicas; use standalone servers"),
+            Some("a cluster is one node, not several: name it with redis+cluster://host:port,host:port (every key then lives on the shard of one hash tag, and its failover is treated as a loss), or use standalone servers for Redlock"),
         )
     })
+}
+
+/// A `redis+cluster://` node: every slot covered, and the tag's owner a reachable primary.
+fn cluster_shard_check(f: &NodeFacts, cluster: &ClusterFacts) -> Check {
+    let node = Some(f.name.as_str());
+    let state = info(f, "cluster_state").unwrap_or("?");
+    let assigned = info(f, "cluster_slots_assigned").unwrap_or("?");
+    let failing = info(f, "cluster_slots_fail").unwrap_or("?");
+    let role = info(f, "role").unwrap_or("?");
+    let whole = state == "ok" && assigned == "16384" && failing == "0";
+    if whole && role == "master" {
+        check(
+            "cluster",
+            node,
+            Status::Pass,
+            format!(
+                "cluster_state ok, all 16384 slots covered; tag {} is slot {} on {} (primary): every lock of this URL lives there",
+                cluster.tag, cluster.slot, cluster.owner
+            ),
+            None,
+        )
+    } else {
+        check(
+            "cluster",
+            node,
+            Status::Fail,
+            format!(
+                "cluster_state {state}, {assigned} of 16384 slots assigned, {failing} failing; tag {} is slot {} on {} (role {role})",
+                cluster.tag, cluster.slot, cluster.owner
+            ),
+            Some("locks need the tag's shard served by a primary: repair the cluster (redis-cli --cluster check / fix) before relying on it"),
+        )
+    }
+}
+
+/// A cluster shard's replicas: the failover they allow is treated as a loss of data.
+fn cluster_replication_check(f: &NodeFacts) -> Check {
+    let replicas: u64 = info(f, "connected_slaves")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let (status, detail, hint) = if replicas == 0 {
+        (
+            Status::Warn,
+            "the tag's shard has no connected replica: if its primary fails, no lock can be taken until it is back".to_string(),
+            Some("give each shard a replica (--cluster-replicas 1)"),
+        )
+    } else {
+        (
+            Status::Pass,
+            format!("the tag's shard has {replicas} replica(s); a failover to one is treated as a loss of data (restart quarantine, amnesia guard)"),
+            None,
+        )
+    };
+    check("replication", Some(&f.name), status, detail, hint)
 }
 
 /// The node's clock against the local one, less the measurement's uncertainty.
@@ -552,11 +625,11 @@ fn skew_between_nodes(reachable: &[&NodeFacts]) -> Option<Check> {
 /// A write as a lock's: a node that answers every read may still refuse each write (out of
 /// memory under noeviction, a replica, a failed snapshot), and then every acquisition fails on
 /// it. The key is the doctor's own and expires by itself if the DEL does not arrive.
-async fn write_probe(conn: &mut crate::node::Conn) -> Result<(), fencelock::NodeError> {
+async fn write_probe(conn: &mut crate::node::Conn, tag: &str) -> Result<(), fencelock::NodeError> {
     let nanos = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.subsec_nanos());
-    let key = format!("fencelock:doctor:{}:{nanos}", std::process::id());
+    let key = format!("{tag}fencelock:doctor:{}:{nanos}", std::process::id());
     conn.query_why::<Option<String>>(
         redis::cmd("SET")
             .arg(&key)
@@ -569,8 +642,65 @@ async fn write_probe(conn: &mut crate::node::Conn) -> Result<(), fencelock::Node
     Ok(())
 }
 
-/// Asks one node everything the checks need.
+/// Asks one node everything the checks need; for a cluster node, the primary that owns its
+/// tag's slot.
 async fn gather(node: &Node) -> NodeFacts {
+    let Some(cluster) = &node.cluster else {
+        return gather_at(node, node, "").await;
+    };
+    match cluster.owner(PROBE_TIMEOUT).await {
+        Ok((owner, slot)) => {
+            let tag = cluster.tag();
+            let mut facts = gather_at(node, &owner, &tag).await;
+            facts.cluster = Some(ClusterFacts {
+                tag,
+                slot,
+                owner: owner.addr.clone(),
+            });
+            if facts.reachable.is_ok() {
+                match owner.connect(PROBE_TIMEOUT).await {
+                    Ok(mut conn) => {
+                        if let Ok(text) = conn
+                            .query::<String>(redis::cmd("CLUSTER").arg("INFO"))
+                            .await
+                        {
+                            facts.info.extend(parse_info(&text));
+                        }
+                    }
+                    Err(why) => facts.reachable = Err(why),
+                }
+            }
+            facts
+        }
+        Err(why) => {
+            let mut facts = empty_facts(node);
+            facts.reachable = Err(format!("no owner of the tag's slot found: {why}"));
+            facts
+        }
+    }
+}
+
+fn empty_facts(node: &Node) -> NodeFacts {
+    NodeFacts {
+        name: node.name.clone(),
+        reachable: Ok(()),
+        refusal: None,
+        write: None,
+        rtts: Vec::new(),
+        info: BTreeMap::new(),
+        config: Ok(BTreeMap::new()),
+        clock_offset: None,
+        set: SetFacts {
+            addr: node.addr.clone(),
+            ..SetFacts::default()
+        },
+        cluster: None,
+    }
+}
+
+/// Asks `at` everything the checks need, reported under `node`'s name; `tag` goes in front of
+/// every key read or written (a cluster's).
+async fn gather_at(node: &Node, at: &Node, tag: &str) -> NodeFacts {
     let mut facts = NodeFacts {
         name: node.name.clone(),
         reachable: Ok(()),
@@ -584,8 +714,9 @@ async fn gather(node: &Node) -> NodeFacts {
             addr: node.addr.clone(),
             ..SetFacts::default()
         },
+        cluster: None,
     };
-    let mut conn = match node.connect_why(PROBE_TIMEOUT).await {
+    let mut conn = match at.connect_why(PROBE_TIMEOUT).await {
         Ok(conn) => conn,
         Err(why) => {
             facts.reachable = Err(why.to_string());
@@ -642,14 +773,14 @@ async fn gather(node: &Node) -> NodeFacts {
     if facts.config.is_ok() {
         facts.config = Ok(config);
     }
-    facts.write = Some(write_probe(&mut conn).await);
+    facts.write = Some(write_probe(&mut conn, tag).await);
 
     for (key, slot) in [
         (fencelock::protocol::NODE_MARKER_KEY, &mut facts.set.marker),
         (fencelock::protocol::NODE_SET_KEY, &mut facts.set.record),
     ] {
         if let Ok(value) = conn
-            .query::<Option<String>>(redis::cmd("GET").arg(key))
+            .query::<Option<String>>(redis::cmd("GET").arg(format!("{tag}{key}")))
             .await
         {
             *slot = value;
@@ -674,7 +805,7 @@ async fn gather(node: &Node) -> NodeFacts {
 ///
 /// A usage failure for a bad node URL; unreachable nodes are a failing check, not an error.
 pub(crate) async fn doctor(settings: &Settings, json: bool) -> anyhow::Result<u8> {
-    let nodes = Node::parse_all(&settings.nodes, &settings.tls)?;
+    let nodes = Node::parse_all_with_clusters(&settings.nodes, &settings.tls)?;
     let facts = futures_util::future::join_all(nodes.iter().map(gather)).await;
     let limits = Limits {
         ttl: settings.ttl,
@@ -745,7 +876,52 @@ mod tests {
                 marker: Some(format!("{run_id} clear")),
                 record: None,
             },
+            cluster: None,
         }
+    }
+
+    /// A `redis+cluster://` node's facts: the tag's owner, a primary with one replica, in a
+    /// cluster whose slots are all served.
+    fn cluster_node() -> NodeFacts {
+        let mut f = healthy("redis+cluster://a:1,b:2", "1");
+        for (k, v) in [
+            ("cluster_enabled", "1"),
+            ("connected_slaves", "1"),
+            ("cluster_state", "ok"),
+            ("cluster_slots_assigned", "16384"),
+            ("cluster_slots_fail", "0"),
+        ] {
+            f.info.insert(k.into(), v.into());
+        }
+        f.cluster = Some(ClusterFacts {
+            tag: "{fencelock}".into(),
+            slot: 1234,
+            owner: "a:1".into(),
+        });
+        f
+    }
+
+    #[test]
+    fn a_cluster_url_passes_when_its_tags_shard_is_served_and_fails_when_slots_are_not() {
+        let facts = vec![cluster_node()];
+        let checks = evaluate(&facts, limits());
+        assert_eq!(worst(&checks, "cluster"), Some(Status::Pass));
+        assert_eq!(worst(&checks, "replication"), Some(Status::Pass));
+        let text = render(&checks);
+        assert!(text.contains("slot 1234 on a:1"), "{text}");
+        let mut down = cluster_node();
+        down.info.insert("cluster_state".into(), "fail".into());
+        down.info.insert("cluster_slots_fail".into(), "5461".into());
+        assert_eq!(
+            worst(&evaluate(&[down], limits()), "cluster"),
+            Some(Status::Fail)
+        );
+        let mut lone = cluster_node();
+        lone.info.insert("connected_slaves".into(), "0".into());
+        assert_eq!(
+            worst(&evaluate(&[lone], limits()), "replication"),
+            Some(Status::Warn)
+        );
     }
 
     #[test]
@@ -976,6 +1152,6 @@ mod tests {
         facts[0].info.insert("cluster_enabled".into(), "1".into());
         let text = render(&evaluate(&facts, limits()));
         assert!(text.contains("fail  cluster"), "{text}");
-        assert!(text.contains("hint: do not use a Redis Cluster"), "{text}");
+        assert!(text.contains("hint: a cluster is one node"), "{text}");
     }
 }

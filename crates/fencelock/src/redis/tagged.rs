@@ -1,0 +1,268 @@
+//! The connection every request to a node goes through. On a single node or a Sentinel primary
+//! it is the driver's multiplexed connection as it is. On a cluster node (`redis+cluster://`) it
+//! puts the node's hash tag in front of every key fencelock sends, so that all of them hash to
+//! the tag's slot and live on the one shard that owns it: for the protocol, that shard is the
+//! node (docs/guide/managed-redis.md).
+//!
+//! The keys are tagged here, in one place, rather than where each is named: the rounds build
+//! one command per round and send it to every node (`ops.rs`), and the nodes of one client may
+//! mix clusters and single nodes, whose key names must not change (their existing data).
+//!
+//! - A script's declared keys (`EVALSHA`/`EVAL`'s KEYS) and the key of each plain command the
+//!   library sends (`GET`, `SET`, `ZRANGE`, ...) become `{tag}key`.
+//! - Keys a script derives from a declared key (`'fencelock:holder:' .. KEYS[i]`) hold the
+//!   tag's braces, which are the first in the name: same slot.
+//! - The three node-wide keys the scripts name themselves (`fencelock:ttls`, the marks
+//!   `fencelock:ttls:<ttl>`, `fencelock:lost`) are named with the tag in the node's own copy of
+//!   each script ([`tag_script`]): the connection loads the copies and sends an `EVALSHA` of a
+//!   script as one of its copy. The copies differ from the scripts in those names only.
+//!
+//! A command the table below does not know is sent as it is; on a cluster its keys then reach
+//! another slot, and the node answers `MOVED` or a script error (no silent misplacement: the
+//! cluster refuses a key it does not own).
+
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex};
+
+use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::{Arg, Cmd, Pipeline, RedisFuture, Value};
+
+use super::scripts;
+
+/// A node's connection, tagging keys when the node is a cluster.
+#[derive(Clone)]
+pub(crate) struct NodeConnection {
+    inner: MultiplexedConnection,
+    tagging: Option<Arc<Tagging>>,
+}
+
+impl std::fmt::Debug for NodeConnection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeConnection")
+            .field("tag", &self.tagging.as_ref().map(|t| &t.tag))
+            .finish_non_exhaustive()
+    }
+}
+
+/// One tag's key prefix and its script copies.
+#[derive(Debug)]
+pub(crate) struct Tagging {
+    /// `{tag}`, braces included.
+    tag: Box<str>,
+    /// The SHA1 of each script whose copy differs, and the copy's.
+    shas: HashMap<String, String>,
+}
+
+impl Tagging {
+    /// The tagging of `tag` (`{name}`, braces included), shared by every connection to nodes
+    /// with that tag (the script hashes are computed once per tag and process).
+    pub(crate) fn of(tag: &str) -> Arc<Tagging> {
+        static MADE: LazyLock<Mutex<HashMap<String, Arc<Tagging>>>> = LazyLock::new(Mutex::default);
+        let mut made = MADE.lock().expect("tagging mutex poisoned");
+        made.entry(tag.to_string())
+            .or_insert_with(|| {
+                let shas = scripts::ALL
+                    .iter()
+                    .filter_map(|code| {
+                        let copy = tag_script(code, tag);
+                        (copy != *code).then(|| {
+                            (
+                                redis::Script::new(code).get_hash().to_string(),
+                                redis::Script::new(&copy).get_hash().to_string(),
+                            )
+                        })
+                    })
+                    .collect();
+                Arc::new(Tagging {
+                    tag: tag.into(),
+                    shas,
+                })
+            })
+            .clone()
+    }
+
+    /// `key` with the tag in front.
+    fn key(&self, key: &[u8]) -> Vec<u8> {
+        let mut tagged = Vec::with_capacity(self.tag.len() + key.len());
+        tagged.extend_from_slice(self.tag.as_bytes());
+        tagged.extend_from_slice(key);
+        tagged
+    }
+
+    /// `cmd` with its keys tagged (see the module's docs).
+    pub(crate) fn command(&self, cmd: &Cmd) -> Cmd {
+        let args: Vec<&[u8]> = cmd
+            .args_iter()
+            .map(|a| match a {
+                Arg::Simple(bytes) => bytes,
+                // Cursors belong to SCAN-like iteration, which the library never sends on a
+                // node connection.
+                _ => b"0".as_slice(),
+            })
+            .collect();
+        let name = args
+            .first()
+            .map(|n| n.to_ascii_uppercase())
+            .unwrap_or_default();
+        let sub = args.get(1).map(|n| n.to_ascii_uppercase());
+        let mut out = Cmd::with_capacity(args.len(), 0);
+        let keys = match (name.as_slice(), sub.as_deref()) {
+            (b"EVALSHA" | b"EVAL", _) => {
+                let n = args
+                    .get(2)
+                    .and_then(|n| std::str::from_utf8(n).ok()?.parse::<usize>().ok())
+                    .unwrap_or(0);
+                3..3 + n
+            }
+            (b"SCRIPT", Some(b"LOAD")) => 0..0,
+            (b"DEL" | b"EXISTS" | b"MGET" | b"UNLINK" | b"TOUCH", _) => 1..args.len(),
+            (
+                b"GET" | b"SET" | b"PTTL" | b"PEXPIRE" | b"PEXPIREAT" | b"TYPE" | b"ZRANGE"
+                | b"ZRANGEBYSCORE" | b"ZREM" | b"ZADD" | b"ZSCORE" | b"ZCARD" | b"INCR" | b"INCRBY"
+                | b"HGET" | b"HSET" | b"HDEL" | b"HGETALL",
+                _,
+            ) => 1..2.min(args.len()),
+            _ => 0..0,
+        };
+        for (i, arg) in args.iter().enumerate() {
+            if keys.contains(&i) {
+                out.arg(self.key(arg));
+            } else if i == 1 && name == b"EVALSHA" {
+                let sha = std::str::from_utf8(arg).unwrap_or("");
+                match self.shas.get(sha) {
+                    Some(copy) => out.arg(copy.as_str()),
+                    None => out.arg(*arg),
+                };
+            } else if (i == 1 && name == b"EVAL") || (i == 2 && sub.as_deref() == Some(b"LOAD")) {
+                let code = String::from_utf8_lossy(arg);
+                out.arg(tag_script(&code, &self.tag));
+            } else {
+                out.arg(*arg);
+            }
+        }
+        out
+    }
+}
+
+/// The copy of a script for the node tag `tag` (`{name}`): the node-wide keys it names itself
+/// carry the tag. Only quoted names are replaced (`'fencelock:ttls'`, `'fencelock:ttls:' ..`,
+/// `'fencelock:lost'`); a copy of a copy is the copy.
+pub(crate) fn tag_script(code: &str, tag: &str) -> String {
+    code.replace("'fencelock:ttls", &format!("'{tag}fencelock:ttls"))
+        .replace("'fencelock:lost'", &format!("'{tag}fencelock:lost'"))
+}
+
+impl NodeConnection {
+    /// `inner` as it is (`None`), or tagging keys with `tagging`.
+    pub(crate) fn new(inner: MultiplexedConnection, tagging: Option<Arc<Tagging>>) -> Self {
+        NodeConnection { inner, tagging }
+    }
+}
+
+impl ConnectionLike for NodeConnection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match &self.tagging {
+            None => self.inner.req_packed_command(cmd),
+            Some(tagging) => {
+                let tagged = tagging.command(cmd);
+                Box::pin(async move { self.inner.req_packed_command(&tagged).await })
+            }
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match &self.tagging {
+            None => self.inner.req_packed_commands(pipeline, offset, count),
+            Some(tagging) => {
+                let mut tagged = Pipeline::with_capacity(pipeline.len());
+                if pipeline.is_transaction() {
+                    tagged.atomic();
+                }
+                for cmd in pipeline.cmd_iter() {
+                    tagged.add_command(tagging.command(cmd));
+                }
+                Box::pin(
+                    async move { self.inner.req_packed_commands(&tagged, offset, count).await },
+                )
+            }
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        self.inner.get_db()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rendered(cmd: &Cmd) -> Vec<String> {
+        cmd.args_iter()
+            .map(|a| match a {
+                Arg::Simple(b) => String::from_utf8_lossy(b).into_owned(),
+                _ => "<cursor>".into(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn declared_keys_and_plain_keys_get_the_tag_and_nothing_else_does() {
+        let t = Tagging::of("{fencelock}");
+        let mut set = redis::cmd("SET");
+        set.arg("job").arg("owner").arg("NX").arg("PX").arg(5000);
+        assert_eq!(
+            rendered(&t.command(&set)),
+            ["SET", "{fencelock}job", "owner", "NX", "PX", "5000"]
+        );
+        let script = &scripts::EXTEND;
+        let mut eval = redis::cmd("EVALSHA");
+        eval.arg(script.get_hash())
+            .arg(2)
+            .arg("a")
+            .arg("b")
+            .arg("tok");
+        let out = rendered(&t.command(&eval));
+        assert_eq!(out[2..], ["2", "{fencelock}a", "{fencelock}b", "tok"]);
+        // The extension script announces its TTL: the tagged copy's hash is sent.
+        let copy = tag_script(scripts::ALL[5], "{fencelock}");
+        assert_eq!(out[1], redis::Script::new(&copy).get_hash());
+        assert_ne!(out[1], script.get_hash());
+        let mut info = redis::cmd("INFO");
+        info.arg("server");
+        assert_eq!(rendered(&t.command(&info)), ["INFO", "server"]);
+    }
+
+    #[test]
+    fn a_script_copy_names_the_node_wide_keys_with_the_tag() {
+        let copy = tag_script(super::scripts::ANNOUNCE_AHEAD_LUA, "{x}");
+        assert!(copy.contains("local k = '{x}fencelock:ttls'"));
+        assert!(copy.contains("'{x}fencelock:ttls:' .. ARGV[1]"));
+        assert!(!copy.contains("'fencelock:ttls"));
+        let copy = tag_script(super::scripts::WRITE_BACK_LUA, "{x}");
+        assert!(copy.contains("'{x}fencelock:lost'"));
+        assert!(!copy.contains("'fencelock:lost'"));
+        assert_eq!(tag_script(&copy, "{x}"), copy);
+        // Every fixed name a script holds is one of these (a new one must be added above).
+        for code in scripts::ALL {
+            let copy = tag_script(code, "{x}");
+            for quoted in copy.split('\'').skip(1).step_by(2) {
+                if quoted.starts_with("fencelock:")
+                    && !quoted.starts_with("fencelock: ")
+                    && !quoted.ends_with(':')
+                {
+                    // The read-write lock's marker is a value, not a key.
+                    assert!(
+                        quoted == "fencelock:readers",
+                        "a script names the key {quoted:?} itself: tag it in tag_script"
+                    );
+                }
+            }
+        }
+    }
+}

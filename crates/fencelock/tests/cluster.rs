@@ -1,0 +1,458 @@
+//! A Redis Cluster as one node (`redis+cluster://`, issue 31) on real processes: three primaries
+//! and three replicas (`fencelock_testkit::RedisCluster`). Every key of fencelock's carries the
+//! tag `{fencelock}`, so the shard that owns the tag's slot is the node.
+
+use std::time::{Duration, Instant};
+
+use fencelock::protocol::{new_node_marker, NODE_MARKER_KEY};
+use fencelock::{AutoExtend, Client, Config, ErrorKind};
+use fencelock_testkit::RedisCluster;
+
+/// Generous: a node is called failing after 1 s, and the machine may be loaded.
+const FAILOVER_DEADLINE: Duration = Duration::from_secs(60);
+
+const TAG: &str = "{fencelock}";
+
+/// `key` as it lives on the cluster.
+fn tagged(key: &str) -> String {
+    format!("{TAG}{key}")
+}
+
+/// The tag's slot and the node that owns it now.
+fn owner(cluster: &RedisCluster) -> (u16, usize) {
+    let slot = cluster.key_slot(TAG).unwrap();
+    (slot, cluster.slot_owner(slot).unwrap())
+}
+
+/// Marks the tag's shard as new (as `fencelock up` does on a node): it never held a lock. Waits
+/// until its replica has the marker.
+fn mark_new(cluster: &RedisCluster) {
+    let (_, p) = owner(cluster);
+    let marker = new_node_marker(&cluster.node(p).run_id().unwrap());
+    let key = tagged(NODE_MARKER_KEY);
+    cluster.node(p).cli(&["SET", &key, &marker]).unwrap();
+    wait_on_replica(cluster, p, &key, &marker);
+}
+
+/// Waits until the replica of `primary` holds `value` at `key` (a cluster replica answers reads
+/// after `READONLY`, which the test kit's one-command connections cannot send: `GET` on it is
+/// redirected, so the replica's `INFO replication` offset is compared instead).
+fn wait_on_replica(cluster: &RedisCluster, primary: usize, key: &str, value: &str) {
+    assert_eq!(cluster.node(primary).cli(&["GET", key]).unwrap(), value);
+    let r = cluster.replica_of(primary).unwrap();
+    let offset = |n: usize, field: &str| -> u64 {
+        let info = cluster.node(n).cli(&["INFO", "replication"]).unwrap();
+        info.lines()
+            .find_map(|l| l.strip_prefix(field))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    let want = offset(primary, "master_repl_offset:");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while offset(r, "slave_repl_offset:") < want {
+        assert!(Instant::now() < deadline, "replica {r} never caught up");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn client(url: &str, ttl: Duration, fencing: bool) -> Client {
+    Client::new(
+        Config::new([url])
+            .with_ttl(ttl)
+            .with_node_timeout(Duration::from_millis(1500))
+            .with_connect_timeout(Duration::from_secs(5))
+            .with_fencing(fencing),
+    )
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_and_a_fenced_lock_through_a_cluster_url() {
+    let cluster = RedisCluster::start().unwrap();
+    mark_new(&cluster);
+    let (slot, p) = owner(&cluster);
+
+    let a = client(&cluster.url(), Duration::from_secs(5), false);
+    let b = client(&cluster.url(), Duration::from_secs(5), false);
+    let lock = a.try_acquire("cluster-plain").await.unwrap();
+    // The key is on the tag's owner, in the tag's slot.
+    assert_eq!(
+        cluster
+            .node(p)
+            .cli(&["GET", &tagged("cluster-plain")])
+            .unwrap(),
+        lock.owner()
+    );
+    assert_eq!(cluster.key_slot(&tagged("cluster-plain")).unwrap(), slot);
+    let refused = b.try_acquire("cluster-plain").await.unwrap_err();
+    assert_eq!(refused.kind(), ErrorKind::Contention, "{refused}");
+    lock.release().await.unwrap();
+    b.try_acquire("cluster-plain")
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+
+    let f = client(&cluster.url(), Duration::from_secs(5), true);
+    let first = f.try_acquire("cluster-fenced").await.unwrap();
+    let t1 = first.fencing_token().unwrap().value();
+    first.release().await.unwrap();
+    let g = client(&cluster.url(), Duration::from_secs(5), true);
+    let mut second = g.try_acquire("cluster-fenced").await.unwrap();
+    second.extend().await.unwrap();
+    let t2 = second.fencing_token().unwrap().value();
+    assert!(t2 > t1, "token {t2} after {t1}");
+    // Every key fencelock wrote (the lock, the counter, the marker, the TTL record) is in the
+    // tag's slot, on its owner; the other primaries hold nothing.
+    let keys = cluster.node(p).cli(&["KEYS", "*"]).unwrap();
+    let keys: Vec<&str> = keys.lines().collect();
+    assert!(
+        keys.contains(&tagged("cluster-fenced").as_str()),
+        "{keys:?}"
+    );
+    assert!(
+        keys.contains(&tagged("fencelock:fence").as_str()),
+        "{keys:?}"
+    );
+    for key in &keys {
+        assert_eq!(cluster.key_slot(key).unwrap(), slot, "{key}");
+    }
+    for n in 0..6 {
+        if n != p
+            && cluster
+                .node(n)
+                .cli(&["ROLE"])
+                .unwrap()
+                .starts_with("master")
+        {
+            assert_eq!(cluster.node(n).cli(&["DBSIZE"]).unwrap(), "0", "node {n}");
+        }
+    }
+    second.release().await.unwrap();
+}
+
+/// A failover may lose the last writes: replication is asynchronous, and the old primary may
+/// die with a lock's key and its counter raise not yet sent. No real failover loses a chosen
+/// write on demand, and a cluster replica takes no write, so the loss is made by hand on the
+/// promoted replica before any client reaches it (a real process state: the key and the raise
+/// of A's one script call gone, as if its replication had not left the old primary).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_shard_primary_that_lost_a_held_lock_keeps_it_out_of_reach_and_tokens_in_order() {
+    let cluster = RedisCluster::start().unwrap();
+    mark_new(&cluster);
+    let (slot, p) = owner(&cluster);
+    let counter = tagged("fencelock:fence");
+
+    // A counter exists before A's grant (a warm node), so the loss leaves a stale one.
+    let warm = client(&cluster.url(), Duration::from_secs(2), true);
+    warm.try_acquire("warm-up")
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let before = cluster.node(p).cli(&["GET", &counter]).unwrap();
+
+    let a_ttl = Duration::from_secs(12);
+    let a = client(&cluster.url(), a_ttl, true);
+    let mut held = a.try_acquire("job").await.unwrap();
+    let ta = held.fencing_token().unwrap().value();
+    wait_on_replica(&cluster, p, &tagged("job"), held.owner());
+
+    cluster.node(p).kill().unwrap();
+    let killed = Instant::now();
+    let new = cluster
+        .wait_for_owner_change(slot, p, FAILOVER_DEADLINE)
+        .unwrap();
+    eprintln!("failover to node {new} in {:?}", killed.elapsed());
+    // The loss: A's key and counter raise gone from the promoted replica.
+    cluster.node(new).cli(&["DEL", &tagged("job")]).unwrap();
+    cluster.node(new).cli(&["SET", &counter, &before]).unwrap();
+
+    // B, a client with a shorter TTL, tries while A's lock is valid: never granted.
+    let b = client(&cluster.url(), Duration::from_secs(2), true);
+    let mut tries = 0;
+    while held.remaining() > Duration::from_millis(1500) {
+        match b.try_acquire("job").await {
+            Ok(stolen) => panic!(
+                "B took the lock while A's is valid for {:?} more: {}",
+                held.remaining(),
+                stolen.votes()
+            ),
+            Err(e) => assert!(
+                matches!(e.kind(), ErrorKind::Unavailable | ErrorKind::Contention),
+                "{e}"
+            ),
+        }
+        tries += 1;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(
+        tries >= 3,
+        "the test ran too slowly to show anything ({tries} tries)"
+    );
+    // A is told its lock is gone (the promoted node lacks its key), not extended.
+    assert!(
+        held.extend().await.is_err(),
+        "A's lock was extended on a node without its key"
+    );
+
+    // Once A's lock has expired, B gets it, with a token above A's.
+    let deadline = Instant::now() + Duration::from_secs(40);
+    tokio::time::sleep(held.remaining() + Duration::from_millis(100)).await;
+    let granted = loop {
+        match b.try_acquire("job").await {
+            Ok(lock) => break lock,
+            Err(e) => assert!(Instant::now() < deadline, "B never got the lock: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    let tb = granted.fencing_token().unwrap().value();
+    eprintln!("counter before A: {before}; A's token {ta}; B's token {tb}");
+    assert!(
+        tb > ta,
+        "B was issued {tb} after A's {ta}: the order broke across the failover"
+    );
+    granted.release().await.unwrap();
+}
+
+/// `CLUSTER FAILOVER` on the replica: a manual failover, which waits for the replica to catch
+/// up, so nothing is lost. A's auto-extended lock goes on on the promoted node (its connection
+/// to the demoted one is dropped at the first redirect); B never gets the lock meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manual_failover_keeps_an_auto_extended_lock_and_nobody_else_gets_it() {
+    let cluster = RedisCluster::start().unwrap();
+    mark_new(&cluster);
+    let (slot, p) = owner(&cluster);
+    let a = client(&cluster.url(), Duration::from_secs(3), true);
+    let b = client(&cluster.url(), Duration::from_secs(3), true);
+    let guard = a
+        .try_acquire("manual")
+        .await
+        .unwrap()
+        .auto_extend(AutoExtend::new());
+    let lost = guard.lost();
+    let r = cluster.replica_of(p).unwrap();
+    cluster.node(r).cli(&["CLUSTER", "FAILOVER"]).unwrap();
+    let new = cluster
+        .wait_for_owner_change(slot, p, FAILOVER_DEADLINE)
+        .unwrap();
+    assert_eq!(new, r);
+    // Four TTLs after the failover: A's lock lives on, B is refused every time.
+    let until = Instant::now() + Duration::from_secs(12);
+    let mut refusals = 0;
+    while Instant::now() < until {
+        match b.try_acquire("manual").await {
+            Ok(stolen) => panic!("B took A's lock after the failover: {}", stolen.votes()),
+            Err(e) => assert!(
+                matches!(e.kind(), ErrorKind::Unavailable | ErrorKind::Contention),
+                "{e}"
+            ),
+        }
+        refusals += 1;
+        assert!(
+            !lost.is_fired(),
+            "A was told it lost its lock: {:?}",
+            lost.cause()
+        );
+        tokio::time::sleep(Duration::from_millis(400)).await;
+    }
+    assert!(refusals >= 5, "{refusals} tries");
+    // The lock is on the promoted node, extended there.
+    assert_eq!(
+        cluster.node(new).cli(&["GET", &tagged("manual")]).unwrap(),
+        guard.owner()
+    );
+    guard.release().await.unwrap();
+}
+
+/// The tag's slot moves to another primary, key by key (`MIGRATE`), while A holds an
+/// auto-extended lock: nobody else gets it while A holds it; A keeps it, or is told it lost it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_move_never_gives_a_held_lock_to_a_second_holder() {
+    let cluster = RedisCluster::start().unwrap();
+    mark_new(&cluster);
+    let (slot, p) = owner(&cluster);
+    let to = (0..6)
+        .find(|n| {
+            *n != p
+                && cluster
+                    .node(*n)
+                    .cli(&["ROLE"])
+                    .unwrap()
+                    .starts_with("master")
+        })
+        .unwrap();
+    let a = client(&cluster.url(), Duration::from_secs(3), true);
+    let b = client(&cluster.url(), Duration::from_secs(3), true);
+    let guard = a
+        .try_acquire("moving")
+        .await
+        .unwrap()
+        .auto_extend(AutoExtend::new());
+    let lost = guard.lost();
+    // The move in a thread (it blocks), 300 ms between steps: clients meet the slot half moved.
+    let moved = std::thread::scope(|s| {
+        let mover = s.spawn(|| cluster.move_slot(slot, to, Duration::from_millis(300)));
+        let rt = tokio::runtime::Handle::current();
+        let mut refusals = Vec::new();
+        while !mover.is_finished() {
+            let tried = tokio::task::block_in_place(|| rt.block_on(b.try_acquire("moving")));
+            match tried {
+                Ok(stolen) => assert!(
+                    lost.is_fired() && Instant::now() > guard.validity_deadline(),
+                    "B took A's lock during the move: {}",
+                    stolen.votes()
+                ),
+                Err(e) => refusals.push(e.to_string()),
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        eprintln!("refusals during the move: {}", refusals.len());
+        mover.join().unwrap()
+    });
+    moved.unwrap();
+    assert_eq!(cluster.slot_owner(slot).unwrap(), to);
+    // After the move: the same, for four TTLs.
+    let until = Instant::now() + Duration::from_secs(12);
+    while Instant::now() < until {
+        if let Ok(stolen) = b.try_acquire("moving").await {
+            assert!(
+                lost.is_fired() && Instant::now() > guard.validity_deadline(),
+                "B took A's lock after the move: {}",
+                stolen.votes()
+            );
+            stolen.release().await.unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(400)).await;
+    }
+    eprintln!("A's lock lost: {:?}", lost.cause());
+    if !lost.is_fired() {
+        assert_eq!(
+            cluster.node(to).cli(&["GET", &tagged("moving")]).unwrap(),
+            guard.owner(),
+            "A was not told, yet its key is not on the new owner"
+        );
+        guard.release().await.unwrap();
+    }
+}
+
+/// The rest of the family on one cluster: a waiter woken by a release (the release channel of
+/// the tagged key), a semaphore, a read-write lock and an election (its log on its own
+/// connections). Every key lands in the tag's slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_family_works_on_a_cluster_and_keeps_every_key_in_the_tags_slot() {
+    let cluster = RedisCluster::start().unwrap();
+    mark_new(&cluster);
+    let (slot, p) = owner(&cluster);
+    let a = client(&cluster.url(), Duration::from_secs(10), true);
+    let b = client(&cluster.url(), Duration::from_secs(10), true);
+
+    // A waiter of two keys (it marks them and listens on their release channels) is woken by
+    // the release: long before its polling would find the key free (its delay is 20 s here).
+    let held = a.try_acquire("line-a").await.unwrap();
+    let slow_poll = fencelock::RetryPolicy::new()
+        .with_base_delay(Duration::from_secs(20))
+        .with_wait(Duration::from_secs(60));
+    let waiter = tokio::spawn(async move {
+        let lock = b.acquire_many_with(&["line-a", "line-b"], &slow_poll).await;
+        (lock, Instant::now())
+    });
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let released = Instant::now();
+    held.release().await.unwrap();
+    let (lock, granted) = waiter.await.unwrap();
+    let lock = lock.unwrap();
+    assert!(
+        granted - released < Duration::from_secs(5),
+        "the waiter was not woken: granted {:?} after the release",
+        granted - released
+    );
+    lock.release().await.unwrap();
+
+    let sem = a.semaphore("jobs", 2).unwrap();
+    let one = sem.try_acquire().await.unwrap();
+    let two = sem.try_acquire().await.unwrap();
+    let third = client(&cluster.url(), Duration::from_secs(10), true);
+    assert!(
+        third
+            .semaphore("jobs", 2)
+            .unwrap()
+            .try_acquire()
+            .await
+            .is_err(),
+        "a third permit of two"
+    );
+    one.release().await.unwrap();
+    two.release().await.unwrap();
+
+    // One client holds a resource once (a second take is AlreadyHeld): three clients.
+    let c = client(&cluster.url(), Duration::from_secs(10), true);
+    let d = client(&cluster.url(), Duration::from_secs(10), true);
+    let rw = a.rwlock("doc").unwrap();
+    let r1 = rw.try_read().await.unwrap();
+    let r2 = c.rwlock("doc").unwrap().try_read().await.unwrap();
+    assert!(
+        d.rwlock("doc").unwrap().try_write().await.is_err(),
+        "a writer beside readers"
+    );
+    r1.release().await.unwrap();
+    r2.release().await.unwrap();
+    rw.try_write().await.unwrap().release().await.unwrap();
+
+    let election = a.election("leader").unwrap();
+    let leadership = election.campaign("me").await.unwrap();
+    assert!(leadership.term() > 0);
+    leadership.resign().await.unwrap();
+
+    let keys = cluster.node(p).cli(&["KEYS", "*"]).unwrap();
+    let keys: Vec<&str> = keys.lines().collect();
+    assert!(
+        keys.iter().any(|k| k.contains("leaders")),
+        "no election log: {keys:?}"
+    );
+    for key in &keys {
+        assert_eq!(cluster.key_slot(key).unwrap(), slot, "{key}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_cluster_url_is_refused_with_the_reason() {
+    for (url, why) in [
+        (
+            "redis+cluster://127.0.0.1:x",
+            "port \"x\" of seed 127.0.0.1",
+        ),
+        ("redis+cluster://127.0.0.1:1/?tag={x}", "brace"),
+        ("redis+cluster://127.0.0.1:1/3", "database 0 only"),
+        ("redis+cluster://:hunter2@127.0.0.1:1,,h", "seed 2"),
+    ] {
+        let err = Client::new(Config::new([url])).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{url}: {err}");
+        let text = err.to_string();
+        assert!(text.contains(why), "{url}: {text}");
+        assert!(!text.contains("hunter2"), "{text}");
+    }
+    // Two tags of one cluster are not two independent nodes: refused.
+    let err = Client::new(Config::new([
+        "redis+cluster://127.0.0.1:7000,127.0.0.1:7001",
+        "redis+cluster://127.0.0.1:7001/?tag=b",
+        "redis://127.0.0.1:7005",
+    ]))
+    .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
+    assert!(err.to_string().contains("127.0.0.1:7001"), "{err}");
+    // A seed that is no cluster node: the node's own words.
+    let plain = fencelock_testkit::RedisNode::start().unwrap();
+    let url = format!("redis+cluster://127.0.0.1:{}", plain.port());
+    let err = client(&url, Duration::from_secs(2), false)
+        .try_acquire("x")
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    assert!(
+        err.to_string().contains("cluster support disabled"),
+        "{err}"
+    );
+}
