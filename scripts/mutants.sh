@@ -67,7 +67,8 @@ mutant validity-ignores-elapsed "validity counted from the reply, not from befor
 mutant round-waits-three-timeouts "a round waits three node timeouts for paused nodes" \
   crates/fencelock/src/redis/round.rs \
   's/std::pin::pin!\(tokio::time::sleep\(limit\)\)/std::pin::pin!(tokio::time::sleep(limit * 3))/' \
-  "-p fencelock --test redlock paused_nodes_cost_about_one_node_timeout"
+  "-p fencelock --test redlock paused_nodes_cost_about_one_node_timeout" \
+  "-p fencelock-sim --test sim a_passing_failure_does_not_lose_a_held_lock_seeds_0_to_99"
 mutant extend-unbatched "auto-extension sends one pipeline per lock, in turn, not one per batch" \
   crates/fencelock/src/redis/extender.rs \
   's/let \(counts, votes\) = self\.extend_batch_round\(&locks, timeout\)\.await;/let (mut counts, mut votes) = (Vec::new(), Default::default()); for l in &locks { let (c, v) = self.extend_batch_round(std::slice::from_ref(l), timeout).await; counts.extend(c); votes = v; }/' \
