@@ -35,6 +35,8 @@ impl RedisBackend {
         let mut woken: Option<Instant> = None;
         let label = ResourceLabel::of(self.settings.resource_label, &keys[0]);
         let mut subscription = None;
+        // Quick retries since the last wake-up (see below).
+        let mut quick = 0u32;
         let single = keys.len() == 1;
         let wall_start = resumed.unwrap_or_else(SystemTime::now);
         let lease = queue::lease(policy.max_delay(), self.settings.node_timeout);
@@ -93,7 +95,7 @@ impl RedisBackend {
                 }
                 Err(e) => e,
             };
-            woken = None;
+            let wake = woken.take();
             let elapsed = started.elapsed();
             if !policy.may_retry(attempts, elapsed) {
                 if attempts > 1 {
@@ -127,11 +129,27 @@ impl RedisBackend {
             tracing::debug!(resource = %keys[0], attempts, ?delay, error = %err, "waiting");
             match &subscription {
                 Some(s) if !sets_off_its_own_wake(&err) => {
+                    quick = 0;
                     if s.wait(delay).await {
                         woken = Some(Instant::now());
                     }
                 }
-                _ => tokio::time::sleep(delay).await,
+                // Woken by a release, the attempt found the key free on some nodes and still
+                // held on others: the release was still on its way to them (each node wakes the
+                // line when its own copy of the release runs, the first one at once). Its
+                // failure set off a wake of its own, so no wake-up can be trusted; but waiting
+                // the full delay leaves the lock free that long while this waiter is first in
+                // line (the contended hand-over's tail was 185-420 ms). Retry after the round's
+                // own time, a few times, then serve the delays.
+                Some(_) if wake.is_some() && quick < QUICK_RETRIES => {
+                    quick += 1;
+                    woken = wake;
+                    tokio::time::sleep(round_time(&err).min(delay)).await;
+                }
+                _ => {
+                    quick = 0;
+                    tokio::time::sleep(delay).await;
+                }
             }
         }
     }
@@ -163,6 +181,19 @@ impl RedisBackend {
         }
         map.insert(resource.to_string(), now + ttl);
     }
+}
+
+/// How many times a waiter woken by a release retries at the pace of its rounds before it serves
+/// its retry delays again.
+const QUICK_RETRIES: u32 = 3;
+
+/// How long the failed attempt's round took (its slowest answer), at least a millisecond.
+fn round_time(err: &Error) -> std::time::Duration {
+    let slowest = err
+        .votes()
+        .and_then(|votes| votes.iter().map(|v| v.latency).max())
+        .unwrap_or_default();
+    slowest.max(std::time::Duration::from_millis(1))
 }
 
 /// Whether a failed attempt set keys on some node (granted there, or not yet answered): its
