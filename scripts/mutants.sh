@@ -526,7 +526,8 @@ mutant zk-failure-counts-as-extension "zookeeper: a check the ensemble did not a
 mutant zk-cancelled-waiter-keeps-its-node "zookeeper: a waiter cut short leaves its node in line until its session ends (issue 32)" \
   crates/fencelock/src/zk/mod.rs \
   's/fn drop\(&mut self\) \{\n        if !self\.armed \{/fn drop(&mut self) {\n        if true || !self.armed {/' \
-  "-p fencelock --test zookeeper a_waiter_that_gives_up_or_is_cancelled_leaves_no_node_behind"
+  "-p fencelock --test zookeeper a_waiter_that_gives_up_or_is_cancelled_leaves_no_node_behind" \
+  "-p fencelock --test backends zookeeper_keeps_the_mutex_contract"
 mutant sentinel-failover-not-a-loss "a Sentinel node whose primary changed is judged by the uptime of the promoted replica, not as a loss seen now: counted at once after a failover that lost a held lock (issue 31)" \
   crates/fencelock/src/redis/conn.rs \
   's/if marker\.and_then\(crate::pure::nodeset::identity\) == Some\(run_id\) \{/if true || marker.and_then(crate::pure::nodeset::identity) == Some(run_id) {/' \
