@@ -483,42 +483,7 @@ fn parse_sentinel(url: &str, rest: &str) -> Result<NodeAddr, Error> {
         None => (rest, ""),
     };
     let (user, has_password, hosts) = split_userinfo(authority);
-    let mut sentinels = Vec::new();
-    for (i, one) in hosts.split(',').enumerate() {
-        let (host, port) = split_host_port(one.trim());
-        if host.is_empty() {
-            return Err(Error::config(
-                what(),
-                format!(
-                    "Sentinel {} of the list has no host (an empty entry between commas?); \
-                     {SENTINEL_FORM}",
-                    i + 1
-                ),
-            ));
-        }
-        let port = match port {
-            None | Some("") => SENTINEL_PORT,
-            Some(p) => p.parse::<u16>().ok().filter(|p| *p != 0).ok_or_else(|| {
-                Error::config(
-                    what(),
-                    format!(
-                        "the port {p:?} of Sentinel {host} is not a number from 1 to 65535 \
-                         (Sentinels listen on 26379 by default); {SENTINEL_FORM}"
-                    ),
-                )
-            })?,
-        };
-        if sentinels.iter().any(|(h, p)| h == host && *p == port) {
-            return Err(Error::config(
-                what(),
-                format!(
-                    "Sentinel {} is listed twice; list each Sentinel once",
-                    join_host_port(host, port)
-                ),
-            ));
-        }
-        sentinels.push((host.to_string(), port));
-    }
+    let sentinels = parse_host_list(&what(), hosts, &SENTINELS)?;
     let mut segments = path.trim_start_matches('/').split('/');
     let master = segments.next().unwrap_or("").trim();
     if master.is_empty() {
@@ -588,42 +553,7 @@ fn parse_zookeeper(url: &str, rest: &str) -> Result<NodeAddr, Error> {
             ),
         ));
     }
-    let mut servers: Vec<(String, u16)> = Vec::new();
-    for (i, one) in authority.split(',').enumerate() {
-        let (host, port) = split_host_port(one.trim());
-        if host.is_empty() {
-            return Err(Error::config(
-                what(),
-                format!(
-                    "server {} of the list has no host (an empty entry between commas?); \
-                     {ZOOKEEPER_FORM}",
-                    i + 1
-                ),
-            ));
-        }
-        let port = match port {
-            None | Some("") => ZOOKEEPER_PORT,
-            Some(p) => p.parse::<u16>().ok().filter(|p| *p != 0).ok_or_else(|| {
-                Error::config(
-                    what(),
-                    format!(
-                        "the port {p:?} of server {host} is not a number from 1 to 65535 \
-                         (ZooKeeper listens on 2181 by default); {ZOOKEEPER_FORM}"
-                    ),
-                )
-            })?,
-        };
-        if servers.iter().any(|(h, p)| h == host && *p == port) {
-            return Err(Error::config(
-                what(),
-                format!(
-                    "server {} is listed twice; list each server of the ensemble once",
-                    join_host_port(host, port)
-                ),
-            ));
-        }
-        servers.push((host.to_string(), port));
-    }
+    let servers = parse_host_list(&what(), authority, &ZOOKEEPER_SERVERS)?;
     let chroot = path.strip_suffix('/').unwrap_or(path);
     if !chroot.is_empty() {
         // ZooKeeper's own path rules: no empty segment, no `.` or `..`.
@@ -711,42 +641,7 @@ fn parse_cluster(url: &str, rest: &str) -> Result<NodeAddr, Error> {
         }
     }
     let (user, has_password, hosts) = split_userinfo(authority);
-    let mut seeds = Vec::new();
-    for (i, one) in hosts.split(',').enumerate() {
-        let (host, port) = split_host_port(one.trim());
-        if host.is_empty() {
-            return Err(Error::config(
-                what(),
-                format!(
-                    "seed {} of the list has no host (an empty entry between commas?); \
-                     {CLUSTER_FORM}",
-                    i + 1
-                ),
-            ));
-        }
-        let port = match port {
-            None | Some("") => 6379,
-            Some(p) => p.parse::<u16>().ok().filter(|p| *p != 0).ok_or_else(|| {
-                Error::config(
-                    what(),
-                    format!(
-                        "the port {p:?} of seed {host} is not a number from 1 to 65535; \
-                         {CLUSTER_FORM}"
-                    ),
-                )
-            })?,
-        };
-        if seeds.iter().any(|(h, p)| h == host && *p == port) {
-            return Err(Error::config(
-                what(),
-                format!(
-                    "seed {} is listed twice; list each node once",
-                    join_host_port(host, port)
-                ),
-            ));
-        }
-        seeds.push((host.to_string(), port));
-    }
+    let seeds = parse_host_list(&what(), hosts, &CLUSTER_SEEDS)?;
     let (host, port) = seeds[0].clone();
     Ok(NodeAddr {
         url: url.to_string(),
@@ -761,6 +656,91 @@ fn parse_cluster(url: &str, rest: &str) -> Result<NodeAddr, Error> {
         zookeeper: None,
         cluster: Some(ClusterSeeds { seeds, tag }),
     })
+}
+
+/// What one kind of host list (a URL's Sentinels, ZooKeeper servers, cluster seeds) is called in
+/// the errors, and its default port.
+struct HostList {
+    /// One entry, in the errors: "Sentinel", "server", "seed".
+    noun: &'static str,
+    default_port: u16,
+    /// Said after a bad port (with its leading space), or nothing.
+    port_hint: &'static str,
+    /// What to do about an entry listed twice.
+    once: &'static str,
+    /// How the URL is written.
+    form: &'static str,
+}
+
+const SENTINELS: HostList = HostList {
+    noun: "Sentinel",
+    default_port: SENTINEL_PORT,
+    port_hint: " (Sentinels listen on 26379 by default)",
+    once: "list each Sentinel once",
+    form: SENTINEL_FORM,
+};
+
+const ZOOKEEPER_SERVERS: HostList = HostList {
+    noun: "server",
+    default_port: ZOOKEEPER_PORT,
+    port_hint: " (ZooKeeper listens on 2181 by default)",
+    once: "list each server of the ensemble once",
+    form: ZOOKEEPER_FORM,
+};
+
+const CLUSTER_SEEDS: HostList = HostList {
+    noun: "seed",
+    default_port: 6379,
+    port_hint: "",
+    once: "list each node once",
+    form: CLUSTER_FORM,
+};
+
+/// Parses `host[:port][,host[:port]...]` (IPv6 in brackets): every entry has a host, a port
+/// from 1 to 65535 (`kind.default_port` when none) and appears once. `what` names the URL.
+fn parse_host_list(what: &str, list: &str, kind: &HostList) -> Result<Vec<(String, u16)>, Error> {
+    let HostList {
+        noun,
+        default_port,
+        port_hint,
+        once,
+        form,
+    } = kind;
+    let mut hosts: Vec<(String, u16)> = Vec::new();
+    for (i, one) in list.split(',').enumerate() {
+        let (host, port) = split_host_port(one.trim());
+        if host.is_empty() {
+            return Err(Error::config(
+                what,
+                format!(
+                    "{noun} {} of the list has no host (an empty entry between commas?); {form}",
+                    i + 1
+                ),
+            ));
+        }
+        let port = match port {
+            None | Some("") => *default_port,
+            Some(p) => p.parse::<u16>().ok().filter(|p| *p != 0).ok_or_else(|| {
+                Error::config(
+                    what,
+                    format!(
+                        "the port {p:?} of {noun} {host} is not a number from 1 to 65535{port_hint}; {form}"
+                    ),
+                )
+            })?,
+        };
+        if hosts.iter().any(|(h, p)| h == host && *p == port) {
+            return Err(Error::config(
+                what,
+                format!(
+                    "{noun} {} is listed twice; {once}",
+                    join_host_port(host, port)
+                ),
+            ));
+        }
+        hosts.push((host.to_string(), port));
+    }
+    Ok(hosts)
 }
 
 fn split_host_port(hostport: &str) -> (&str, Option<&str>) {
