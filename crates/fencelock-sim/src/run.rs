@@ -1107,6 +1107,12 @@ async fn hold_watching(
     fired
 }
 
+/// Records a violation a scenario saw itself (not the checker): in the trace and the verdict.
+fn violation(world: &World, history: &RefCell<History>, what: String) {
+    world.log(what.clone());
+    history.borrow_mut().seen.push(what);
+}
+
 /// Waits until `cell` is set (another task of the scenario sets it).
 async fn set_by(cell: &Cell<i64>) -> i64 {
     while cell.get() == i64::MAX {
@@ -1744,8 +1750,7 @@ fn passing_failure(
                 "client 0: the lost signal of r0 fired at {at}ms: a spurious loss (node 2 never failed, {} answered on a new connection at once)",
                 if hang { "node 0 hung, node 1" } else { "nodes 0 and 1" }
             );
-            world.log(what.clone());
-            history.borrow_mut().seen.push(what);
+            violation(&world, &history, what);
         }
         let _ = guard.release().await;
         // Then two nodes hang: an attempt cannot reach a quorum, and must say so after two node
@@ -1767,8 +1772,7 @@ fn passing_failure(
                 "client 0: an attempt with two of three nodes hung took {took}ms (node timeout 100ms){}",
                 if refused { "" } else { " and was granted" }
             );
-            world.log(what.clone());
-            history.borrow_mut().seen.push(what);
+            violation(&world, &history, what);
         }
         client.close().await;
     })]
@@ -1861,8 +1865,7 @@ fn line_order(
                         if let Some((g, lock)) = take_with(&world, &history, &setup, permit, sem.try_acquire()).await {
                             if waiting {
                                 let what = format!("client 3's try for a permit of sem was granted at {}ms while client 2 waited in line since {}ms", world.elapsed_ms(), t0 + 100);
-                                world.log(what.clone());
-                                history.borrow_mut().seen.push(what);
+                                violation(&world, &history, what);
                             }
                             give_back(&world, &history, g, lock).await;
                         }
@@ -1888,8 +1891,7 @@ fn line_order(
                             admitted[2].set(now);
                         } else if admitted[2].get() > now {
                             let what = format!("client 6's read of rw was granted at {now}ms before client 5's write, which waited in line ahead of it since {}ms", t0 + 50);
-                            world.log(what.clone());
-                            history.borrow_mut().seen.push(what);
+                            violation(&world, &history, what);
                         }
                         tokio::time::sleep(Duration::from_millis(200)).await;
                         give_back(&world, &history, g, lock).await;
@@ -1907,8 +1909,7 @@ fn line_order(
             let (w1, w2) = (admitted[0].get(), admitted[1].get());
             if w2 < w1 {
                 let what = format!("client 2 was admitted to sem at {w2}ms before client 1 ({w1}ms), which came to the line first");
-                world.log(what.clone());
-                history.borrow_mut().seen.push(what);
+                violation(&world, &history, what);
             }
         }));
     }
