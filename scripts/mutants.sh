@@ -522,7 +522,8 @@ mutant zk-failure-counts-as-extension "zookeeper: a check the ensemble did not a
   crates/fencelock/src/zk/mod.rs \
   's/Outcome::failed\(Attempt::Failed, fail\.outcome\(\)\.to_string\(\)\)/Outcome::extended(started + client.session_timeout())/' \
   "-p fencelock --test zookeeper the_server_killed_under_a_held_lock_fires_lost_by_the_deadline_and_a_restart_serves_again" \
-  "-p fencelock --test zookeeper a_holder_cut_off_from_the_server_is_told_before_the_next_grant"
+  "-p fencelock --test zookeeper a_holder_cut_off_from_the_server_is_told_before_the_next_grant" \
+  "-p fencelock --test zookeeper_family a_cut_off_holders_lost_signal_comes_before_the_next_grant_for_each_primitive"
 mutant zk-cancelled-waiter-keeps-its-node "zookeeper: a waiter cut short leaves its node in line until its session ends (issue 32)" \
   crates/fencelock/src/zk/mod.rs \
   's/fn drop\(&mut self\) \{\n        if !self\.armed \{/fn drop(&mut self) {\n        if true || !self.armed {/' \
@@ -540,7 +541,8 @@ mutant zk-reader-ignores-writers "zookeeper: a read lock does not wait for the w
   crates/fencelock/src/zk/line.rs \
   's/\.filter\(\|\(_, c\)\| !is_reader\(c\)\)/.filter(|(_, c)| !is_reader(c) \&\& false)/' \
   "-p fencelock --lib zk::line::tests::readers_wait_only_for_writers_ahead_and_writers_for_everyone_ahead" \
-  "-p fencelock --test zookeeper_family readers_share_writers_exclude_and_a_waiting_writer_goes_before_later_readers"
+  "-p fencelock --test zookeeper_family readers_share_writers_exclude_and_a_waiting_writer_goes_before_later_readers" \
+  "-p fencelock --test backends the_family_keeps_its_contract_on_redlock_etcd_and_zookeeper"
 mutant zk-observer-term-from-announcement "zookeeper: an observer reports the announcement's zxid (mzxid) as the term, not the leader's node's czxid, which the leader fences with (issue 32)" \
   crates/fencelock/src/zk/election.rs \
   's/let term = u64::try_from\(stat\.czxid\)/let term = u64::try_from(stat.mzxid)/' \

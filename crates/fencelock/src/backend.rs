@@ -423,7 +423,10 @@ impl Backend {
     /// # Errors
     ///
     /// [`Error::InvalidConfig`] on a backend without elections (`postgres://`).
-    #[cfg_attr(not(any(feature = "etcd", feature = "zookeeper")), allow(unused_variables))]
+    #[cfg_attr(
+        not(any(feature = "etcd", feature = "zookeeper")),
+        allow(unused_variables)
+    )]
     pub(crate) fn election_log(&self, key: &str, log: &str) -> Result<ElectionLog> {
         match self {
             Backend::Redis(r) => Ok(ElectionLog::Redis(r.election_log(key, log))),

@@ -90,11 +90,8 @@ async fn a_lock_of_several_resources_is_all_or_nothing_without_deadlock() {
     assert_eq!(err.kind(), ErrorKind::Contention, "{err}");
     assert!(nodes(&hosts, "/fencelock/locks/m:c").await.is_empty());
     // A waiter cut short while it holds one resource and waits for the other leaves nothing.
-    let cut = tokio::time::timeout(
-        Duration::from_millis(1500),
-        b.acquire_many(&["m:c", "m:b"]),
-    )
-    .await;
+    let cut =
+        tokio::time::timeout(Duration::from_millis(1500), b.acquire_many(&["m:c", "m:b"])).await;
     assert!(cut.is_err(), "granted while m:b was held");
     // Deleted in the background: m:c's node goes, m:b keeps only the holder's.
     wait_nodes(&hosts, "/fencelock/locks/m:c", 0).await;
@@ -407,10 +404,7 @@ async fn a_cut_off_holders_lost_signal_comes_before_the_next_grant_for_each_prim
         .unwrap()
         .auto_extend(fencelock::AutoExtend::new());
     let leader = c3.election("cut").unwrap().campaign("far").await.unwrap();
-    let first = [
-        permit.fencing_token().unwrap().value(),
-        leader.term(),
-    ];
+    let first = [permit.fencing_token().unwrap().value(), leader.term()];
     let signals = [permit.lost(), reader.lost(), leader.lost()];
     let fired: Vec<_> = signals
         .iter()

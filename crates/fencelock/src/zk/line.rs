@@ -141,9 +141,7 @@ pub(crate) fn place(children: &[String], mine: &str, rule: Rule) -> Place {
         .filter(|(s, _)| *s < my_seq);
     let blocking = match rule {
         Rule::Exclusive => ahead.max_by_key(|(s, _)| *s),
-        Rule::Shared => ahead
-            .filter(|(_, c)| !is_reader(c))
-            .max_by_key(|(s, _)| *s),
+        Rule::Shared => ahead.filter(|(_, c)| !is_reader(c)).max_by_key(|(s, _)| *s),
         Rule::Permits(n) => {
             let ahead: Vec<_> = ahead.collect();
             if ahead.len() < n {

@@ -406,7 +406,10 @@ impl ZkBackend {
         }
         let grants = taken.map(|t| t.keep_all()).unwrap_or_default();
         combine(&keys[0], grants).ok_or_else(|| {
-            Error::config("resources", "the list of resources is empty; name at least one")
+            Error::config(
+                "resources",
+                "the list of resources is empty; name at least one",
+            )
         })
     }
 
@@ -489,8 +492,7 @@ impl ZkBackend {
         let outcome = match wait {
             None => self.turn_then_slot(line, &mut node, false).await,
             Some(wait) => {
-                match tokio::time::timeout(wait, self.turn_then_slot(line, &mut node, true)).await
-                {
+                match tokio::time::timeout(wait, self.turn_then_slot(line, &mut node, true)).await {
                     Ok(outcome) => outcome,
                     Err(_elapsed) => Err(Error::Timeout {
                         resource: resource.to_string(),
@@ -722,7 +724,9 @@ impl ZkBackend {
             .call(budget, async move {
                 sync.await?;
                 let stats = futures_util::future::join_all(looks).await;
-                stats.into_iter().collect::<std::result::Result<Vec<_>, _>>()
+                stats
+                    .into_iter()
+                    .collect::<std::result::Result<Vec<_>, _>>()
             })
             .await;
         let elapsed = started.elapsed();
@@ -823,9 +827,9 @@ impl ZkBackend {
                 // lock of several resources.
                 let mut multi = client.new_multi_writer();
                 for node in several {
-                    multi.add_delete(&node.path, None).map_err(|e| {
-                        self.unavailable(&resource, &Fail::Zk(e), started)
-                    })?;
+                    multi
+                        .add_delete(&node.path, None)
+                        .map_err(|e| self.unavailable(&resource, &Fail::Zk(e), started))?;
                 }
                 let answer = self
                     .call(self.request_timeout, async move {

@@ -146,8 +146,7 @@ impl ZkBackend {
                     .add_set_data(&lease_path, &self.holder, None)
                     .and_then(|()| multi.add_create(&slot_path, node.owner.as_bytes(), &SLOT_NODE))
                     .map_err(|e| unavailable(Fail::Zk(e)))?;
-                let answer =
-                    tokio::time::timeout(self.request_timeout, multi.commit()).await;
+                let answer = tokio::time::timeout(self.request_timeout, multi.commit()).await;
                 let created = match answer {
                     Err(_elapsed) => return Err(unavailable(Fail::TimedOut)),
                     Ok(Ok(results)) => results,
@@ -170,9 +169,7 @@ impl ZkBackend {
                     Ok(Err(e)) => return Err(unavailable(Fail::Zk(e.into()))),
                 };
                 let czxid = match created.into_iter().nth(1) {
-                    Some(zk::MultiWriteResult::Create { stat, .. }) if stat.czxid > 0 => {
-                        stat.czxid
-                    }
+                    Some(zk::MultiWriteResult::Create { stat, .. }) if stat.czxid > 0 => stat.czxid,
                     // Some servers answer a create in a transaction without its stat.
                     _ => self
                         .call(self.request_timeout, client.check_stat(&slot_path))
@@ -181,13 +178,16 @@ impl ZkBackend {
                         .map(|stat| stat.czxid)
                         .unwrap_or_default(),
                 };
-                let token = u64::try_from(czxid).ok().filter(|t| *t > 0).ok_or_else(|| {
-                    Error::lost(
-                        slots[i].clone(),
-                        self.votes(VoteOutcome::NotHeld, started.elapsed()),
-                        LostCause::NotHeld,
-                    )
-                })?;
+                let token = u64::try_from(czxid)
+                    .ok()
+                    .filter(|t| *t > 0)
+                    .ok_or_else(|| {
+                        Error::lost(
+                            slots[i].clone(),
+                            self.votes(VoteOutcome::NotHeld, started.elapsed()),
+                            LostCause::NotHeld,
+                        )
+                    })?;
                 let lease_node = lease.held.nodes[0].clone();
                 let held = ZkHeld {
                     resource: Arc::from(slots[i].as_str()),
@@ -233,7 +233,10 @@ impl ZkBackend {
             .await
             .map_err(|f| self.unavailable(resource, &f, started))?;
         let path = line::writer_record(&self.chroot, resource);
-        match self.call(self.request_timeout, client.get_data(&path)).await {
+        match self
+            .call(self.request_timeout, client.get_data(&path))
+            .await
+        {
             Ok((data, _)) => Ok(String::from_utf8_lossy(&data).parse().unwrap_or_default()),
             Err(Fail::Zk(zk::Error::NoNode)) => Ok(0),
             Err(f) => Err(self.unavailable(resource, &f, started)),
