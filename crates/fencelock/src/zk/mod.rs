@@ -52,10 +52,21 @@
 //! A release whose answer was lost reports [`Error::Unavailable`]; the node goes with the
 //! session at the latest.
 //!
+//! # The family
+//!
+//! - Several resources: each resource's lock in turn, in sorted order (no deadlock between two
+//!   clients naming them in opposite orders), all released if one fails or the call is cut
+//!   short; the token is the largest czxid (the last node created), the release one `multi`.
+//! - Read locks: nodes `<owner>-read-lock-<sequence>` in the lock's own line; a reader holds
+//!   when no writer's node is ahead (and watches the nearest writer ahead), a writer (the
+//!   lock itself) when first, readers ahead included: a waiting writer goes before the
+//!   readers after it (Curator's InterProcessReadWriteLock). Writers record their token for
+//!   readers in a persistent node per resource (`zk/semaphore.rs`).
+//! - Semaphores: `zk/semaphore.rs`. Elections: `zk/election.rs`.
+//!
 //! # Not yet
 //!
-//! Semaphores, read-write locks, elections and several resources in one lock are refused with
-//! [`Error::InvalidConfig`]; no TLS, no authentication, no metrics of waits.
+//! No TLS, no authentication, no metrics of waits.
 
 mod election;
 mod line;
