@@ -130,16 +130,16 @@ impl ZkBackend {
         let unavailable = |f: Fail| self.unavailable(resource, &f, started);
         let lease_path = lease.held.path().to_string();
         let recheck = (client.session_timeout() / 3).max(Duration::from_millis(100));
+        let free = |children: &[String]| -> Vec<usize> {
+            let taken: Vec<usize> = children.iter().filter_map(|c| line::slot_of(c)).collect();
+            (0..slots.len()).filter(|i| !taken.contains(i)).collect()
+        };
         loop {
-            let (children, watcher) = self
-                .call(
-                    self.request_timeout,
-                    client.list_and_watch_children(&line.dir),
-                )
+            let children = self
+                .call(self.request_timeout, client.list_children(&line.dir))
                 .await
                 .map_err(unavailable)?;
-            let taken: Vec<usize> = children.iter().filter_map(|c| line::slot_of(c)).collect();
-            for i in (0..slots.len()).filter(|i| !taken.contains(i)) {
+            for i in free(&children) {
                 let slot_path = format!("{}/{}", line.dir, line::slot_name(i));
                 let mut multi = client.new_multi_writer();
                 multi
@@ -214,14 +214,25 @@ impl ZkBackend {
                 ));
             }
             // Admitted but every slot taken: a holder whose release is under way, or a take
-            // whose answer was lost and whose cleanup runs. Wait for a slot to go.
+            // whose answer was lost and whose cleanup runs. Wait for a slot to go, watching
+            // the directory only now (a holder leaves no watch behind), after a look that sets
+            // the watch (a slot freed between the two looks is in the second).
             if !wait {
                 return Err(Error::Contention {
                     resource: resource.to_string(),
                     votes: self.votes(VoteOutcome::HeldByOther, started.elapsed()),
                 });
             }
-            let _ = tokio::time::timeout(recheck, watcher.changed()).await;
+            let (children, watcher) = self
+                .call(
+                    self.request_timeout,
+                    client.list_and_watch_children(&line.dir),
+                )
+                .await
+                .map_err(unavailable)?;
+            if free(&children).is_empty() {
+                let _ = tokio::time::timeout(recheck, watcher.changed()).await;
+            }
         }
     }
 
