@@ -537,6 +537,11 @@ mutant zk-permit-count-unchecked "zookeeper: a semaphore's waiter does not check
   crates/fencelock/src/zk/semaphore.rs \
   's/if theirs\.parse::<usize>\(\)\.ok\(\) == Some\(n\) \{/if true {/' \
   "-p fencelock --test zookeeper_family a_semaphore_never_has_more_than_n_holders_and_admits_in_order"
+mutant zk-permit-waiters-watch-the-first "zookeeper: every semaphore waiter behind the first one watches the oldest place in line (a holder's), not the waiter just before it: a release wakes the herd (issue 32)" \
+  crates/fencelock/src/zk/line.rs \
+  's/ahead\.into_iter\(\)\.max_by_key/ahead.into_iter().min_by_key/' \
+  "-p fencelock --lib zk::line::tests::a_permit_is_admitted_with_fewer_than_n_ahead_and_only_the_first_waiter_watches_all" \
+  "-p fencelock --test zookeeper_family semaphore_waiters_each_watch_one_node_not_the_herd"
 mutant zk-reader-ignores-writers "zookeeper: a read lock does not wait for the writers ahead of it: a reader holds beside a writer (issue 32)" \
   crates/fencelock/src/zk/line.rs \
   's/\.filter\(\|\(_, c\)\| !is_reader\(c\)\)/.filter(|(_, c)| !is_reader(c) \&\& false)/' \

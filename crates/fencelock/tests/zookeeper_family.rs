@@ -454,3 +454,77 @@ async fn a_cut_off_holders_lost_signal_comes_before_the_next_grant_for_each_prim
     next_leader.1.resign().await.unwrap();
     drop((permit, reader, leader));
 }
+
+/// The paths under `dir` that the server says are watched, each with how many sessions watch
+/// it (the `wchp` four-letter word: a path, then its sessions indented).
+fn watched(zk: &ZooKeeper, dir: &str) -> Vec<(String, usize)> {
+    let text = zk.four_letter("wchp").unwrap();
+    let mut out: Vec<(String, usize)> = Vec::new();
+    for line in text.lines() {
+        if line.starts_with('/') {
+            out.push((line.trim().to_string(), 0));
+        } else if line.trim().starts_with("0x") {
+            if let Some(last) = out.last_mut() {
+                last.1 += 1;
+            }
+        }
+    }
+    out.retain(|(p, _)| p.starts_with(dir));
+    out
+}
+
+/// A semaphore of 1 with three waiters: the first waiter watches the directory (any release
+/// lets it in), each other waiter the waiter just before it (no one watches the holder). A release wakes one waiter, not
+/// the herd; the next waiters follow in order as each is admitted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semaphore_waiters_each_watch_one_node_not_the_herd() {
+    let zk = start().await;
+    let (url, hosts) = (zk.url(), zk.host_port());
+    let dir = "/fencelock/semaphores/herd";
+    let holder = client(&url, TTL);
+    let permit = holder
+        .semaphore("herd", 1)
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap();
+    let mut tasks = Vec::new();
+    for i in 0..3 {
+        let c = client(&url, TTL);
+        tasks.push(tokio::spawn(async move {
+            let p = c.semaphore("herd", 1).unwrap().acquire().await.unwrap();
+            p.release().await.unwrap();
+        }));
+        // The holder's place and slot, and one node per waiter.
+        wait_nodes(&hosts, dir, 3 + i).await;
+    }
+    // `wchp` lists the nodes' watches (the first waiter's watch of the directory's children is
+    // not among them): two, the first and the second waiter's nodes.
+    let deadline = Instant::now() + LONG;
+    let seen = loop {
+        let seen = tokio::task::block_in_place(|| watched(&zk, dir));
+        if seen.iter().map(|(_, n)| n).sum::<usize>() == 2 {
+            break seen;
+        }
+        assert!(Instant::now() < deadline, "watches: {seen:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let mut line: Vec<String> = nodes(&hosts, dir)
+        .await
+        .into_iter()
+        .filter(|n| n.contains("-lock-"))
+        .collect();
+    line.sort_by_key(|n| n.rsplit('-').next().unwrap().to_string());
+    // line[0] is the holder's place, line[1] the first waiter.
+    let mut want = vec![format!("{dir}/{}", line[1]), format!("{dir}/{}", line[2])];
+    want.sort();
+    let mut paths: Vec<String> = seen.iter().map(|(p, _)| p.clone()).collect();
+    paths.sort();
+    assert_eq!(paths, want, "{seen:?}");
+    assert!(seen.iter().all(|(_, n)| *n == 1), "{seen:?}");
+    permit.release().await.unwrap();
+    for t in tasks {
+        tokio::time::timeout(LONG, t).await.unwrap().unwrap();
+    }
+    wait_nodes(&hosts, dir, 0).await;
+}
