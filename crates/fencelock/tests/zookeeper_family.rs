@@ -263,6 +263,12 @@ async fn readers_share_writers_exclude_and_a_waiting_writer_goes_before_later_re
             // A first writer records its token for later readers.
             let first = w.rwlock("doc").unwrap().try_write().await.unwrap();
             let first_token = token(&first);
+            // A reader cut short while the writer holds leaves no node.
+            let cut =
+                tokio::time::timeout(Duration::from_millis(800), r1.rwlock("doc").unwrap().read())
+                    .await;
+            assert!(cut.is_err(), "a reader beside the writer");
+            wait_nodes(&hosts, dir, 1).await;
             first.release().await.unwrap();
             let a = r1.rwlock("doc").unwrap().try_read().await.unwrap();
             let b = r2.rwlock("doc").unwrap().try_read().await.unwrap();
@@ -378,9 +384,10 @@ async fn one_leader_at_a_time_with_growing_terms_and_observers_see_each_leader()
     lead_b.resign().await.unwrap();
 }
 
-/// The holder of a permit, a read lock and a leadership, all three cut off from the server (a
-/// proxy that holds back everything they send): the server expires their sessions and grants
-/// the next waiters, and each holder's lost signal fired before its successor's grant.
+/// The holder of a permit, a read lock, a leadership and a lock of two resources, all cut off
+/// from the server (a proxy that holds back everything they send): the server expires their
+/// sessions and grants the next waiters, and each holder's lost signal fired before its
+/// successor's grant.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cut_off_holders_lost_signal_comes_before_the_next_grant_for_each_primitive() {
     let zk = start().await;
@@ -388,7 +395,12 @@ async fn a_cut_off_holders_lost_signal_comes_before_the_next_grant_for_each_prim
     let proxy = DelayProxy::start(zk.port()).unwrap();
     let ttl = Duration::from_secs(2);
     let far = format!("zk://127.0.0.1:{}", proxy.port());
-    let (c1, c2, c3) = (client(&far, ttl), client(&far, ttl), client(&far, ttl));
+    let (c1, c2, c3, c4) = (
+        client(&far, ttl),
+        client(&far, ttl),
+        client(&far, ttl),
+        client(&far, ttl),
+    );
     let permit = c1
         .semaphore("cut:sem", 1)
         .unwrap()
@@ -404,8 +416,17 @@ async fn a_cut_off_holders_lost_signal_comes_before_the_next_grant_for_each_prim
         .unwrap()
         .auto_extend(fencelock::AutoExtend::new());
     let leader = c3.election("cut").unwrap().campaign("far").await.unwrap();
-    let first = [permit.fencing_token().unwrap().value(), leader.term()];
-    let signals = [permit.lost(), reader.lost(), leader.lost()];
+    let pair = c4
+        .acquire_many(&["cut:a", "cut:b"])
+        .await
+        .unwrap()
+        .auto_extend(fencelock::AutoExtend::new());
+    let first = [
+        permit.fencing_token().unwrap().value(),
+        leader.term(),
+        pair.fencing_token().unwrap().value(),
+    ];
+    let signals = [permit.lost(), reader.lost(), leader.lost(), pair.lost()];
     let fired: Vec<_> = signals
         .iter()
         .map(|s| {
@@ -418,8 +439,13 @@ async fn a_cut_off_holders_lost_signal_comes_before_the_next_grant_for_each_prim
         .collect();
     proxy.set_delay(Duration::from_secs(600));
     let cut_at = Instant::now();
-    let (n1, n2, n3) = (client(&url, ttl), client(&url, ttl), client(&url, ttl));
-    let (next_permit, writer, next_leader) = tokio::join!(
+    let (n1, n2, n3, n4) = (
+        client(&url, ttl),
+        client(&url, ttl),
+        client(&url, ttl),
+        client(&url, ttl),
+    );
+    let (next_permit, writer, next_leader, next_pair) = tokio::join!(
         async {
             let p = n1.semaphore("cut:sem", 1).unwrap().acquire().await.unwrap();
             (Instant::now(), p)
@@ -432,8 +458,12 @@ async fn a_cut_off_holders_lost_signal_comes_before_the_next_grant_for_each_prim
             let l = n3.election("cut").unwrap().campaign("near").await.unwrap();
             (Instant::now(), l)
         },
+        async {
+            let l = n4.acquire_many(&["cut:b", "cut:a"]).await.unwrap();
+            (Instant::now(), l)
+        },
     );
-    let granted = [next_permit.0, writer.0, next_leader.0];
+    let granted = [next_permit.0, writer.0, next_leader.0, next_pair.0];
     for (i, f) in fired.into_iter().enumerate() {
         let fired_at = tokio::time::timeout(Duration::from_secs(1), f)
             .await
@@ -449,10 +479,12 @@ async fn a_cut_off_holders_lost_signal_comes_before_the_next_grant_for_each_prim
     assert_eq!(signals[0].cause(), Some(LostCause::Unreachable));
     assert!(token(&next_permit.1) > first[0]);
     assert!(next_leader.1.term() > first[1]);
+    assert!(token(&next_pair.1) > first[2]);
+    next_pair.1.release().await.unwrap();
     next_permit.1.release().await.unwrap();
     writer.1.release().await.unwrap();
     next_leader.1.resign().await.unwrap();
-    drop((permit, reader, leader));
+    drop((permit, reader, leader, pair));
 }
 
 /// The paths under `dir` that the server says are watched, each with how many sessions watch
