@@ -521,7 +521,7 @@ mutant zk-token-from-sequence "zookeeper: the token is the node's sequence numbe
   "-p fencelock --test zookeeper a_second_client_is_refused_while_the_first_holds_then_gets_it"
 mutant zk-watch-the-holder "zookeeper: every waiter watches the lowest node (the holder), not the one just before it: a release wakes the herd (issue 32)" \
   crates/fencelock/src/zk/line.rs \
-  's/\.max_by_key\(\|\(s, _\)\| \*s\);/.min_by_key(|(s, _)| *s);/' \
+  's/Rule::Exclusive => ahead\.max_by_key/Rule::Exclusive => ahead.min_by_key/' \
   "-p fencelock --lib zk::line::tests::the_lowest_sequence_holds_and_each_waiter_watches_the_one_just_before_it" \
   "-p fencelock --test zookeeper each_waiter_watches_only_the_node_just_before_it"
 mutant zk-validity-outlasts-session "zookeeper: the validity deadline runs a session timeout past the session's (issue 32)" \
@@ -534,12 +534,36 @@ mutant zk-failure-counts-as-extension "zookeeper: a check the ensemble did not a
   crates/fencelock/src/zk/mod.rs \
   's/Outcome::failed\(Attempt::Failed, fail\.outcome\(\)\.to_string\(\)\)/Outcome::extended(started + client.session_timeout())/' \
   "-p fencelock --test zookeeper the_server_killed_under_a_held_lock_fires_lost_by_the_deadline_and_a_restart_serves_again" \
-  "-p fencelock --test zookeeper a_holder_cut_off_from_the_server_is_told_before_the_next_grant"
+  "-p fencelock --test zookeeper a_holder_cut_off_from_the_server_is_told_before_the_next_grant" \
+  "-p fencelock --test zookeeper_family a_cut_off_holders_lost_signal_comes_before_the_next_grant_for_each_primitive"
 mutant zk-cancelled-waiter-keeps-its-node "zookeeper: a waiter cut short leaves its node in line until its session ends (issue 32)" \
   crates/fencelock/src/zk/mod.rs \
   's/fn drop\(&mut self\) \{\n        if !self\.armed \{/fn drop(&mut self) {\n        if true || !self.armed {/' \
   "-p fencelock --test zookeeper a_waiter_that_gives_up_or_is_cancelled_leaves_no_node_behind" \
   "-p fencelock --test backends zookeeper_keeps_the_mutex_contract"
+mutant zk-many-token-smallest "zookeeper: a lock of several resources takes the smallest czxid of its nodes as its token, not the largest (issue 32)" \
+  crates/fencelock/src/zk/mod.rs \
+  's/let token = grants\.iter\(\)\.map\(\|g\| g\.held\.token\)\.max\(\)\?;/let token = grants.iter().map(|g| g.held.token).min()?;/' \
+  "-p fencelock --test zookeeper_family a_lock_of_several_resources_is_all_or_nothing_without_deadlock"
+mutant zk-permit-count-unchecked "zookeeper: a semaphore's waiter does not check the permit count in use: clients with different counts admit more holders than the smaller one allows (issue 32)" \
+  crates/fencelock/src/zk/semaphore.rs \
+  's/if theirs\.parse::<usize>\(\)\.ok\(\) == Some\(n\) \{/if true {/' \
+  "-p fencelock --test zookeeper_family a_semaphore_never_has_more_than_n_holders_and_admits_in_order"
+mutant zk-permit-waiters-watch-the-first "zookeeper: every semaphore waiter behind the first one watches the oldest place in line (a holder's), not the waiter just before it: a release wakes the herd (issue 32)" \
+  crates/fencelock/src/zk/line.rs \
+  's/ahead\.into_iter\(\)\.max_by_key/ahead.into_iter().min_by_key/' \
+  "-p fencelock --lib zk::line::tests::a_permit_is_admitted_with_fewer_than_n_ahead_and_only_the_first_waiter_watches_all" \
+  "-p fencelock --test zookeeper_family semaphore_waiters_each_watch_one_node_not_the_herd"
+mutant zk-reader-ignores-writers "zookeeper: a read lock does not wait for the writers ahead of it: a reader holds beside a writer (issue 32)" \
+  crates/fencelock/src/zk/line.rs \
+  's/\.filter\(\|\(_, c\)\| !is_reader\(c\)\)/.filter(|(_, c)| !is_reader(c) \&\& false)/' \
+  "-p fencelock --lib zk::line::tests::readers_wait_only_for_writers_ahead_and_writers_for_everyone_ahead" \
+  "-p fencelock --test zookeeper_family readers_share_writers_exclude_and_a_waiting_writer_goes_before_later_readers" \
+  "-p fencelock --test backends the_family_keeps_its_contract_on_redlock_etcd_and_zookeeper"
+mutant zk-observer-term-from-announcement "zookeeper: an observer reports the announcement's zxid (mzxid) as the term, not the leader's node's czxid, which the leader fences with (issue 32)" \
+  crates/fencelock/src/zk/election.rs \
+  's/let term = u64::try_from\(stat\.czxid\)/let term = u64::try_from(stat.mzxid)/' \
+  "-p fencelock --test zookeeper_family one_leader_at_a_time_with_growing_terms_and_observers_see_each_leader"
 mutant sentinel-failover-not-a-loss "a Sentinel node whose primary changed is judged by the uptime of the promoted replica, not as a loss seen now: counted at once after a failover that lost a held lock (issue 31)" \
   crates/fencelock/src/redis/conn.rs \
   's/if marker\.and_then\(crate::pure::nodeset::identity\) == Some\(run_id\) \{/if true || marker.and_then(crate::pure::nodeset::identity) == Some(run_id) {/' \
