@@ -27,6 +27,28 @@ fn client(pg: &Postgres, ttl: Duration) -> Client {
     Client::new(config).unwrap()
 }
 
+/// How many waiters stand in the line of `resource` (live or not yet cleaned up).
+fn in_line(pg: &Postgres, resource: &str) -> usize {
+    pg.psql(&format!(
+        "SELECT count(*) FROM fencelock_waiters WHERE resource = '{resource}'"
+    ))
+    .unwrap()
+    .parse()
+    .unwrap()
+}
+
+/// Waits until `n` waiters stand in the line of `resource`.
+async fn until_in_line(pg: &Postgres, resource: &str, n: usize) {
+    let started = Instant::now();
+    while in_line(pg, resource) != n {
+        assert!(
+            started.elapsed() < LONG,
+            "never {n} in the line of {resource}"
+        );
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+}
+
 fn token(lock: &fencelock::Lock) -> u64 {
     lock.fencing_token()
         .expect("a postgres lock has a token")
@@ -73,8 +95,8 @@ async fn a_user_without_the_right_to_create_uses_the_table_an_administrator_made
     // PostgreSQL 15 gives ordinary users no CREATE on the public schema.
     pg.psql(
         "CREATE ROLE app LOGIN; \
-         GRANT SELECT, INSERT, UPDATE, DELETE ON fencelock_locks TO app; \
-         GRANT USAGE ON SEQUENCE fencelock_tokens TO app;",
+         GRANT SELECT, INSERT, UPDATE, DELETE ON fencelock_locks, fencelock_waiters TO app; \
+         GRANT USAGE ON SEQUENCE fencelock_tokens, fencelock_line TO app;",
     )
     .unwrap();
     let url = pg.url().replacen("postgres@", "app@", 1);
@@ -113,6 +135,8 @@ async fn a_waiter_times_out_while_the_lock_is_held_and_gets_it_after_the_release
     };
     assert!(*attempts > 1, "{attempts} attempts");
     assert_eq!(last.kind(), ErrorKind::Contention, "{last}");
+    // The waiter that gave up left the line.
+    assert_eq!(in_line(&pg, "queue"), 0);
 
     let waiter = tokio::spawn(async move { b.acquire("queue").await });
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -125,6 +149,262 @@ async fn a_waiter_times_out_while_the_lock_is_held_and_gets_it_after_the_release
         .unwrap();
     assert!(token(&second) > t1);
     second.release().await.unwrap();
+}
+
+/// A TTL of 30 s: a waiter re-checks on its own only at a third of it (its heartbeat), so a
+/// grant within [`WOKEN`] of a release came from the release's wake-up.
+const LINE_TTL: Duration = Duration::from_secs(30);
+/// Far below the heartbeat (10 s) and generous on a loaded machine.
+const WOKEN: Duration = Duration::from_secs(3);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_are_granted_in_line_order_and_woken_by_the_release() {
+    let pg = start().await;
+    let holder = client(&pg, LINE_TTL);
+    let first = holder.try_acquire("fifo").await.unwrap();
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    // When the last release was sent.
+    let released = Arc::new(std::sync::Mutex::new(Instant::now()));
+    let mut waiters = Vec::new();
+    for i in 0..4 {
+        let c = client(&pg, LINE_TTL);
+        let (order, released) = (order.clone(), released.clone());
+        waiters.push(tokio::spawn(async move {
+            let lock = c.acquire("fifo").await.unwrap();
+            let latency = released.lock().unwrap().elapsed();
+            order.lock().unwrap().push(i);
+            let t = token(&lock);
+            *released.lock().unwrap() = Instant::now();
+            lock.release().await.unwrap();
+            (latency, t)
+        }));
+        // Each waiter stands in line before the next one comes.
+        until_in_line(&pg, "fifo", i + 1).await;
+    }
+    // A try never passes the waiters.
+    assert_eq!(
+        client(&pg, LINE_TTL)
+            .try_acquire("fifo")
+            .await
+            .unwrap_err()
+            .kind(),
+        ErrorKind::Contention
+    );
+    let mut last = token(&first);
+    *released.lock().unwrap() = Instant::now();
+    first.release().await.unwrap();
+    for w in waiters {
+        let (latency, t) = tokio::time::timeout(LONG, w).await.unwrap().unwrap();
+        assert!(latency < WOKEN, "woken {latency:?} after the release");
+        assert!(t > last, "token {t} after {last}");
+        last = t;
+    }
+    assert_eq!(*order.lock().unwrap(), [0, 1, 2, 3]);
+    assert_eq!(in_line(&pg, "fifo"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_try_never_passes_a_waiter_and_a_place_that_expires_or_is_left_frees_the_line() {
+    let pg = start().await;
+    let c = client(&pg, LINE_TTL);
+    assert_eq!(c.connect().await.granted(), 1);
+    // A waiter that stands in line and makes no attempt (a paused process): the lock is free,
+    // yet nobody passes it.
+    let place = pg
+        .psql("SELECT fencelock_enter_v1(ARRAY['gate'], 'paused', 30000)")
+        .unwrap();
+    let err = c.try_acquire("gate").await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Contention, "{err}");
+    let short = RetryPolicy::new().with_wait(Duration::from_millis(800));
+    let err = c.acquire_with("gate", &short).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    // A waiter behind it gets the lock once it leaves, woken by the leaving.
+    let behind = client(&pg, LINE_TTL);
+    let waiter = tokio::spawn(async move { behind.acquire("gate").await });
+    until_in_line(&pg, "gate", 2).await;
+    let left = Instant::now();
+    pg.psql(&format!(
+        "SELECT fencelock_leave_v1(ARRAY['gate'], {place})"
+    ))
+    .unwrap();
+    let lock = tokio::time::timeout(LONG, waiter)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(left.elapsed() < WOKEN, "woken {:?} after", left.elapsed());
+    lock.release().await.unwrap();
+
+    // A place that is not refreshed expires: the waiter behind wakes at its expiry.
+    pg.psql("SELECT fencelock_enter_v1(ARRAY['gate2'], 'paused', 1500)")
+        .unwrap();
+    let asked = Instant::now();
+    let lock = c.acquire("gate2").await.unwrap();
+    assert!(
+        asked.elapsed() < Duration::from_millis(1500) + WOKEN,
+        "{:?}",
+        asked.elapsed()
+    );
+    lock.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_waiter_leaves_the_line() {
+    let pg = start().await;
+    let holder = client(&pg, LINE_TTL);
+    let lock = holder.try_acquire("cancel").await.unwrap();
+    let c = client(&pg, LINE_TTL);
+    let cancelled = tokio::spawn(async move { c.acquire("cancel").await });
+    until_in_line(&pg, "cancel", 1).await;
+    let aborted = Instant::now();
+    cancelled.abort();
+    // Long before the place's 30 s expiry.
+    until_in_line(&pg, "cancel", 0).await;
+    assert!(
+        aborted.elapsed() < WOKEN,
+        "left {:?} after",
+        aborted.elapsed()
+    );
+
+    let next = client(&pg, LINE_TTL);
+    let waiter = tokio::spawn(async move { next.acquire("cancel").await });
+    until_in_line(&pg, "cancel", 1).await;
+    let released = Instant::now();
+    lock.release().await.unwrap();
+    let lock = tokio::time::timeout(LONG, waiter)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(released.elapsed() < WOKEN, "{:?}", released.elapsed());
+    lock.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_is_woken_after_its_connections_are_terminated_and_after_a_server_restart() {
+    let pg = start().await;
+    let holder = client(&pg, LINE_TTL);
+    let lock = holder.try_acquire("restart").await.unwrap();
+    let c = client(&pg, LINE_TTL);
+    let waiter = tokio::spawn(async move { (c.acquire("restart").await, c) });
+    until_in_line(&pg, "restart", 1).await;
+    // Every connection but psql's: the holder's, the waiter's and its listening connection.
+    let killed: usize = pg
+        .psql(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+             WHERE datname = 'postgres' AND pid <> pg_backend_pid() AND backend_type = 'client backend'",
+        )
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(killed >= 3, "{killed} connections");
+    let released = Instant::now();
+    lock.release().await.unwrap();
+    let (lock, c) = tokio::time::timeout(LONG, waiter).await.unwrap().unwrap();
+    let lock = lock.unwrap();
+    assert!(released.elapsed() < WOKEN, "{:?}", released.elapsed());
+    let t1 = token(&lock);
+
+    // The lock row and a waiter's place outlive a restart; the waiter listens again and is
+    // woken by the release after it.
+    let next = client(&pg, LINE_TTL);
+    let waiter = tokio::spawn(async move { next.acquire("restart").await });
+    until_in_line(&pg, "restart", 1).await;
+    let pg = tokio::task::spawn_blocking(move || {
+        pg.stop().unwrap();
+        pg.restart().unwrap();
+        pg
+    })
+    .await
+    .unwrap();
+    assert_eq!(in_line(&pg, "restart"), 1);
+    // Time for the waiter to find the server back (it retries within its policy's delays).
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let released = Instant::now();
+    lock.release().await.unwrap();
+    let lock = tokio::time::timeout(LONG, waiter)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(released.elapsed() < WOKEN, "{:?}", released.elapsed());
+    assert!(token(&lock) > t1);
+    lock.release().await.unwrap();
+    drop(c);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_of_several_resources_is_all_or_nothing_with_one_token() {
+    let pg = start().await;
+    let ttl = Duration::from_secs(10);
+    let a = client(&pg, ttl);
+    let b = client(&pg, ttl);
+    let one = a.try_acquire("m:b").await.unwrap();
+    let err = b.try_acquire_many(&["m:a", "m:b"]).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Contention, "{err}");
+    // Nothing was taken: m:a is free.
+    b.try_acquire("m:a").await.unwrap().release().await.unwrap();
+    // A waiter for both gets both once m:b is released.
+    let waiter = {
+        let b = client(&pg, ttl);
+        tokio::spawn(async move { b.acquire_many(&["m:b", "m:a"]).await })
+    };
+    until_in_line(&pg, "m:a", 1).await;
+    one.release().await.unwrap();
+    let mut both = tokio::time::timeout(LONG, waiter)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let tokens = pg
+        .psql("SELECT string_agg(DISTINCT token::text, ',') FROM fencelock_locks WHERE resource IN ('m:a', 'm:b')")
+        .unwrap();
+    assert_eq!(tokens, token(&both).to_string(), "one token for every row");
+    for r in ["m:a", "m:b"] {
+        assert_eq!(
+            a.try_acquire(r).await.unwrap_err().kind(),
+            ErrorKind::Contention
+        );
+    }
+    both.extend().await.unwrap();
+    both.release().await.unwrap();
+    assert_eq!(
+        pg.psql("SELECT count(*) FROM fencelock_locks WHERE resource IN ('m:a', 'm:b')")
+            .unwrap(),
+        "0"
+    );
+
+    // Overlapping sets in opposite orders beside single resources: no deadlock, no overlap.
+    let busy: Arc<[AtomicBool; 2]> = Arc::new([AtomicBool::new(false), AtomicBool::new(false)]);
+    let overlaps = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for set in [vec![0, 1], vec![1, 0], vec![0], vec![1]] {
+        let c = client(&pg, ttl);
+        let (busy, overlaps) = (busy.clone(), overlaps.clone());
+        tasks.push(tokio::spawn(async move {
+            let names: Vec<String> = set.iter().map(|i| format!("xy:{i}")).collect();
+            for _ in 0..6 {
+                let lock = c.acquire_many(&names).await.unwrap();
+                for &i in &set {
+                    if busy[i].swap(true, Ordering::SeqCst) {
+                        overlaps.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                for &i in &set {
+                    busy[i].store(false, Ordering::SeqCst);
+                }
+                lock.release().await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        tokio::time::timeout(LONG, t)
+            .await
+            .expect("no deadlock")
+            .unwrap();
+    }
+    assert_eq!(overlaps.load(Ordering::SeqCst), 0, "two holders at once");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -305,12 +585,14 @@ async fn a_statement_blocked_behind_a_row_lock_gives_up_within_the_request_timeo
     let a = client(&pg, Duration::from_secs(20));
     let b = client(&pg, Duration::from_secs(20));
     let mut lock = a.try_acquire("stuck").await.unwrap();
-    // Another session holds the row's lock for 6 s (a long transaction on the lock table).
+    // Another session holds the row's lock and the resource's advisory lock for 6 s (a long
+    // transaction on the lock table).
     let holder = {
         let pg = pg.clone();
         tokio::task::spawn_blocking(move || {
             pg.psql(
                 "BEGIN; SELECT 1 FROM fencelock_locks WHERE resource = 'stuck' FOR UPDATE; \
+                 SELECT pg_advisory_xact_lock(hashtextextended('stuck', 0)); \
                  SELECT pg_sleep(6); COMMIT;",
             )
         })
@@ -332,7 +614,7 @@ async fn a_statement_blocked_behind_a_row_lock_gives_up_within_the_request_timeo
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    // The acquisition waits on the row lock: it gives up after the request timeout (1 s, the
+    // The acquisition waits on the advisory lock: it gives up after the request timeout (1 s, the
     // client's and the session's statement_timeout), not when the other transaction ends.
     let asked = Instant::now();
     let err = b.try_acquire("stuck").await.unwrap_err();
@@ -439,13 +721,6 @@ async fn bad_urls_and_primitives_postgres_does_not_offer_are_refused_clearly() {
         ("semaphore", c.semaphore("pool", 3).map(|_| ()).unwrap_err()),
         ("read-write lock", c.rwlock("doc").map(|_| ()).unwrap_err()),
         ("election", c.election("leader").map(|_| ()).unwrap_err()),
-        (
-            "several resources",
-            c.try_acquire_many(&["a", "b"])
-                .await
-                .map(|_| ())
-                .unwrap_err(),
-        ),
     ] {
         assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{what}: {err}");
         let text = err.to_string();

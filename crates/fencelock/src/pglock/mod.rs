@@ -64,6 +64,7 @@
 //! (a wait here retries as the policy says, by polling) are refused with
 //! [`Error::InvalidConfig`] or are not offered; TLS is not offered either.
 
+mod listen;
 mod sql;
 
 use std::sync::Arc;
@@ -100,6 +101,8 @@ pub(crate) struct PgBackend {
     request_timeout: Duration,
     connect_timeout: Duration,
     conn: tokio::sync::Mutex<Option<Arc<Conn>>>,
+    /// The connection that listens for releases, opened on the first wait.
+    listener: tokio::sync::Mutex<Option<Arc<listen::Listener>>>,
     engine: Engine<PgHeld>,
 }
 
@@ -115,7 +118,9 @@ impl std::fmt::Debug for PgBackend {
 /// A connection with the backend's statements prepared on it.
 struct Conn {
     client: tokio_postgres::Client,
-    acquire: Statement,
+    take: Statement,
+    enter: Statement,
+    leave: Statement,
     extend: Statement,
     release: Statement,
 }
@@ -123,7 +128,9 @@ struct Conn {
 /// Which statement a request runs.
 #[derive(Debug, Clone, Copy)]
 enum Stmt {
-    Acquire,
+    Take,
+    Enter,
+    Leave,
     Extend,
     Release,
 }
@@ -131,17 +138,22 @@ enum Stmt {
 impl Conn {
     fn statement(&self, which: Stmt) -> &Statement {
         match which {
-            Stmt::Acquire => &self.acquire,
+            Stmt::Take => &self.take,
+            Stmt::Enter => &self.enter,
+            Stmt::Leave => &self.leave,
             Stmt::Extend => &self.extend,
             Stmt::Release => &self.release,
         }
     }
 }
 
-/// A lock held in the database: its resource, owner value and token.
+/// A lock held in the database: its resources (a row each, all with the one owner value and
+/// token), owner value and token.
 #[derive(Clone)]
 pub(crate) struct PgHeld {
+    /// The first resource: the lock's name in errors and in the extension engine.
     pub(crate) resource: Arc<str>,
+    resources: Arc<[String]>,
     owner: Arc<str>,
     pub(crate) token: u64,
 }
@@ -150,6 +162,16 @@ impl PgHeld {
     pub(crate) fn owner(&self) -> &str {
         &self.owner
     }
+
+    /// The lock of `keys` that `owner` may hold (an owner value handed between processes).
+    fn by_owner(keys: &[String], owner: &str) -> PgHeld {
+        PgHeld {
+            resource: Arc::from(keys[0].as_str()),
+            resources: Arc::from(keys),
+            owner: Arc::from(owner),
+            token: 0,
+        }
+    }
 }
 
 impl std::fmt::Debug for PgHeld {
@@ -157,7 +179,7 @@ impl std::fmt::Debug for PgHeld {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let shown: String = self.owner.chars().take(8).collect();
         f.debug_struct("PgHeld")
-            .field("resource", &self.resource)
+            .field("resources", &self.resources)
             .field("owner", &format_args!("{shown}…"))
             .field("token", &self.token)
             .finish()
@@ -199,6 +221,7 @@ impl PgBackend {
             request_timeout: config.node_timeout().max(MIN_REQUEST_TIMEOUT),
             connect_timeout: config.connect_timeout(),
             conn: tokio::sync::Mutex::default(),
+            listener: tokio::sync::Mutex::default(),
             engine: Engine::default(),
         })
     }
@@ -236,7 +259,9 @@ impl PgBackend {
             .await?;
         client.batch_execute(sql::SETUP).await?;
         Ok(Conn {
-            acquire: client.prepare(sql::ACQUIRE).await?,
+            take: client.prepare(sql::TAKE).await?,
+            enter: client.prepare(sql::ENTER).await?,
+            leave: client.prepare(sql::LEAVE).await?,
             extend: client.prepare(sql::EXTEND).await?,
             release: client.prepare(sql::RELEASE).await?,
             client,
@@ -268,13 +293,11 @@ impl PgBackend {
         which: Stmt,
         params: &[&(dyn ToSql + Sync)],
         limit: Duration,
-    ) -> std::result::Result<Option<Row>, VoteOutcome> {
+    ) -> std::result::Result<Vec<Row>, VoteOutcome> {
         let conn = self.conn().await?;
         let limit = limit.min(self.request_timeout);
-        match tokio::time::timeout(limit, conn.client.query_opt(conn.statement(which), params))
-            .await
-        {
-            Ok(Ok(row)) => Ok(row),
+        match tokio::time::timeout(limit, conn.client.query(conn.statement(which), params)).await {
+            Ok(Ok(rows)) => Ok(rows),
             Ok(Err(e)) => {
                 if conn.client.is_closed() {
                     self.forget(&conn).await;
@@ -298,127 +321,290 @@ impl PgBackend {
         i64::try_from(validity::ttl_millis(self.ttl)).unwrap_or(i64::MAX)
     }
 
-    /// One attempt to take `keys` (one resource).
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidConfig`] for more than one resource (before any I/O);
-    /// [`Error::Contention`] when another owner holds a live lease; [`Error::Unavailable`] when
-    /// the database did not answer in time or failed (the row, if the statement committed
-    /// after all, expires after the TTL); [`Error::TooSlow`] when the answer came too late to
-    /// leave any validity (the row is deleted again).
-    ///
-    /// # Cancel safety
-    ///
-    /// Not cancel-safe: a cancelled attempt may have taken the row, which then expires after
-    /// the TTL.
-    pub(crate) async fn try_acquire(&self, keys: &[String]) -> Result<PgGrant> {
-        let resource = one_resource(keys)?;
-        let owner = OwnerToken::generate().map_err(|e| {
-            Error::config(
-                "random source",
-                format!("the OS random number generator failed: {e}"),
-            )
-        })?;
-        let owner = owner.as_str();
+    /// A fresh owner value: a random 128-bit value only the holder knows.
+    fn new_owner() -> Result<String> {
+        OwnerToken::generate()
+            .map(|o| o.as_str().to_string())
+            .map_err(|e| {
+                Error::config(
+                    "random source",
+                    format!("the OS random number generator failed: {e}"),
+                )
+            })
+    }
+
+    /// One attempt (`sql::TAKE`) to take `keys` for `owner`: a try when `place` is `None`, else
+    /// the attempt of the waiter at `place` in line.
+    async fn take(&self, keys: &[String], owner: &str, place: Option<i64>) -> Result<Take> {
         let started = Instant::now();
         let ttl = self.ttl_millis();
-        let row = self
+        let rows = self
             .request(
-                Stmt::Acquire,
-                &[&resource, &owner, &ttl],
+                Stmt::Take,
+                &[&keys, &owner, &ttl, &place],
                 self.request_timeout,
             )
             .await;
         let elapsed = started.elapsed();
-        let row = match row {
-            Ok(Some(row)) => row,
-            Ok(None) => {
-                return Err(Error::Contention {
-                    resource: resource.to_string(),
+        let unavailable = |outcome| Error::Unavailable {
+            resource: keys[0].clone(),
+            votes: self.votes(outcome, elapsed),
+        };
+        let row = match rows {
+            Ok(rows) if rows.len() == 1 => rows.into_iter().next().expect("one row"),
+            Ok(rows) => {
+                let why = format!("the attempt returned {} rows, not 1", rows.len());
+                return Err(unavailable(VoteOutcome::Failed(NodeError::other(why))));
+            }
+            Err(outcome) => return Err(unavailable(outcome)),
+        };
+        let (token, wait_ms, in_line): (Option<i64>, Option<i64>, Option<bool>) =
+            (row.get(0), row.get(1), row.get(2));
+        if in_line == Some(false) {
+            return Ok(Take::OutOfLine);
+        }
+        let Some(token) = token else {
+            let wait = Duration::from_millis(u64::try_from(wait_ms.unwrap_or(0)).unwrap_or(0));
+            return Ok(Take::Blocked {
+                wait,
+                refusal: Error::Contention {
+                    resource: keys[0].clone(),
                     votes: self.votes(VoteOutcome::HeldByOther, elapsed),
-                })
-            }
-            Err(outcome) => {
-                return Err(Error::Unavailable {
-                    resource: resource.to_string(),
-                    votes: self.votes(outcome, elapsed),
-                })
-            }
+                },
+            });
         };
         let held = PgHeld {
-            resource: Arc::from(resource),
+            resource: Arc::from(keys[0].as_str()),
+            resources: Arc::from(keys),
             owner: Arc::from(owner),
             token: 0,
         };
-        let Some(token) = sql::token(row.get(0)) else {
-            let _ = self.release_row(&held, self.request_timeout).await;
+        let Some(token) = sql::token(token) else {
+            let _ = self.release_rows(&held, self.request_timeout).await;
             let why = NodeError::other("the token sequence returned a value below 1");
-            return Err(Error::Unavailable {
-                resource: resource.to_string(),
-                votes: self.votes(VoteOutcome::Failed(why), elapsed),
-            });
+            return Err(unavailable(VoteOutcome::Failed(why)));
         };
         let held = PgHeld { token, ..held };
         let votes = self.votes(VoteOutcome::Granted, elapsed);
         match validity::validity(self.ttl, elapsed, self.drift) {
-            Some(_) => Ok(PgGrant {
+            Some(_) => Ok(Take::Granted(PgGrant {
                 held,
                 // As Redis: the validity counts from before the request was sent.
                 deadline: started + self.ttl.saturating_sub(self.drift),
                 votes,
-            }),
+            })),
             None => {
-                let _ = self.release_row(&held, self.request_timeout).await;
+                let _ = self.release_rows(&held, self.request_timeout).await;
                 Err(Error::TooSlow {
-                    resource: resource.to_string(),
+                    resource: keys[0].clone(),
                     votes,
                 })
             }
         }
     }
 
-    /// Takes `keys`, retrying as `policy` allows (by polling: no wake-up on release yet).
+    /// One attempt to take `keys` (every resource, or none), which never passes a waiter in
+    /// line.
     ///
     /// # Errors
     ///
-    /// As [`PgBackend::try_acquire`]; [`Error::Timeout`] when the policy ran out, holding the
-    /// last attempt's error.
+    /// [`Error::Contention`] when another owner holds a live lease on one of the resources, or
+    /// a waiter is in line for one; [`Error::Unavailable`] when the database did not answer in
+    /// time or failed (the rows, if the transaction committed after all, expire after the TTL);
+    /// [`Error::TooSlow`] when the answer came too late to leave any validity (the rows are
+    /// deleted again).
     ///
     /// # Cancel safety
     ///
-    /// As [`PgBackend::try_acquire`].
-    pub(crate) async fn acquire(&self, keys: &[String], policy: &RetryPolicy) -> Result<PgGrant> {
-        one_resource(keys)?;
+    /// Not cancel-safe: a cancelled attempt may have taken the rows, which then expire after
+    /// the TTL.
+    pub(crate) async fn try_acquire(&self, keys: &[String]) -> Result<PgGrant> {
+        let owner = Self::new_owner()?;
+        match self.take(keys, &owner, None).await? {
+            Take::Granted(grant) => Ok(grant),
+            Take::Blocked { refusal, .. } => Err(refusal),
+            // A try has no place in line: the database answered out of protocol.
+            Take::OutOfLine => Err(Error::Unavailable {
+                resource: keys[0].clone(),
+                votes: self.votes(
+                    VoteOutcome::Failed(NodeError::other("a try was answered as out of line")),
+                    Duration::ZERO,
+                ),
+            }),
+        }
+    }
+
+    /// Takes `keys`, waiting in line as `policy` allows: a try first; when refused, a place in
+    /// the line of every resource (`sql::ENTER`), then an attempt each time a release or a
+    /// waiter leaving wakes it (`listen.rs`), when the row in its way expires by itself, or at
+    /// a third of the TTL, when it also refreshes its place. Grants follow the places.
+    ///
+    /// # Errors
+    ///
+    /// As [`PgBackend::try_acquire`]; [`Error::Timeout`] when the policy ran out (the place is
+    /// left), holding the last attempt's error.
+    ///
+    /// # Cancel safety
+    ///
+    /// A cancelled wait leaves the line: its place is deleted by a task (or expires after the
+    /// TTL if no runtime is left to run it). An attempt cancelled in flight may have taken the
+    /// rows, which then expire after the TTL.
+    pub(crate) async fn acquire(
+        self: &Arc<Self>,
+        keys: &[String],
+        policy: &RetryPolicy,
+    ) -> Result<PgGrant> {
         let started = Instant::now();
+        let owner = Self::new_owner()?;
         let mut attempts = 0;
+        let mut place: Option<Place> = None;
+        let mut subscription: Option<listen::Subscription> = None;
         loop {
             attempts += 1;
-            let err = match self.try_acquire(keys).await {
-                Ok(grant) => return Ok(grant),
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        ErrorKind::Contention | ErrorKind::Unavailable | ErrorKind::TooSlow
-                    ) =>
-                {
-                    e
+            let at = place.as_ref().map(|p| p.seq);
+            let (last, mut nap) = match self.take(keys, &owner, at).await {
+                Ok(Take::Granted(grant)) => {
+                    if let Some(p) = place.as_mut() {
+                        p.disarm();
+                    }
+                    return Ok(grant);
+                }
+                Ok(Take::Blocked { wait, refusal }) => (refusal, wait + WAKE_SLACK),
+                Ok(Take::OutOfLine) => {
+                    // The place expired (this waiter was paused past the TTL): the back of
+                    // the line.
+                    if let Some(p) = place.as_mut() {
+                        p.disarm();
+                    }
+                    place = None;
+                    continue;
+                }
+                Err(e) if matches!(e.kind(), ErrorKind::Unavailable | ErrorKind::TooSlow) => {
+                    (e, policy.delay(attempts, fastrand::f64()))
                 }
                 Err(e) => return Err(e),
             };
             let elapsed = started.elapsed();
             if !policy.may_retry(attempts, elapsed) {
+                if let Some(mut p) = place.take() {
+                    p.disarm();
+                    let left = policy
+                        .wait()
+                        .saturating_sub(elapsed)
+                        .max(MIN_REQUEST_TIMEOUT);
+                    let _ = self.leave(keys, p.seq, left).await;
+                }
                 return Err(Error::Timeout {
                     resource: keys[0].clone(),
                     attempts,
-                    last: Box::new(err),
+                    last: Box::new(last),
                 });
             }
-            let delay = policy
-                .delay(attempts, fastrand::f64())
+            if last.kind() == ErrorKind::Contention {
+                // Listen first, then take a place, then attempt again at once: that attempt
+                // comes after both, so no release after it goes unnoticed (the refused one may
+                // have come before the `LISTEN`, or before the place existed).
+                let mut fresh = false;
+                if subscription.is_none() {
+                    subscription = self.subscribe(keys).await;
+                    fresh = subscription.is_some();
+                }
+                if place.is_none() {
+                    match self.enter(keys, &owner).await {
+                        Ok(seq) => {
+                            place = Some(Place {
+                                backend: Some(self.clone()),
+                                resources: keys.to_vec(),
+                                seq,
+                            });
+                            fresh = true;
+                        }
+                        Err(_) => nap = policy.delay(attempts, fastrand::f64()),
+                    }
+                }
+                if fresh {
+                    continue;
+                }
+            }
+            nap = nap
+                .min(self.ttl / 3)
                 .min(policy.wait().saturating_sub(elapsed));
-            tokio::time::sleep(delay).await;
+            match &subscription {
+                Some(s) => {
+                    if !s.wait(nap).await {
+                        // The listening connection ended: notifications may have been lost.
+                        // Re-check now and listen again through a new connection.
+                        subscription = None;
+                    }
+                }
+                None => tokio::time::sleep(nap).await,
+            }
         }
+    }
+
+    /// A subscription to the releases of `keys`, or `None` when the listening connection
+    /// cannot be opened (the waiter then wakes at the heartbeat only).
+    async fn subscribe(&self, keys: &[String]) -> Option<listen::Subscription> {
+        let listener = {
+            let mut slot = self.listener.lock().await;
+            match slot.as_ref().filter(|l| !l.is_closed()) {
+                Some(l) => l.clone(),
+                None => {
+                    let opened = tokio::time::timeout(
+                        self.connect_timeout + self.request_timeout,
+                        listen::Listener::open(
+                            &self.pg_config,
+                            self.request_timeout,
+                            self.label.clone(),
+                        ),
+                    )
+                    .await;
+                    match opened {
+                        Ok(Ok(l)) => {
+                            *slot = Some(l.clone());
+                            l
+                        }
+                        Ok(Err(error)) => {
+                            tracing::debug!(database = %self.label, %error, "cannot listen for releases");
+                            return None;
+                        }
+                        Err(_) => return None,
+                    }
+                }
+            }
+        };
+        match listener.subscribe(keys).await {
+            Ok(s) => Some(s),
+            Err(error) => {
+                tracing::debug!(database = %self.label, %error, "cannot listen for releases");
+                None
+            }
+        }
+    }
+
+    /// Enters the line of every resource of `keys`; returns the place.
+    async fn enter(&self, keys: &[String], owner: &str) -> std::result::Result<i64, VoteOutcome> {
+        let ttl = self.ttl_millis();
+        let rows = self
+            .request(Stmt::Enter, &[&keys, &owner, &ttl], self.request_timeout)
+            .await?;
+        rows.first()
+            .and_then(|r| r.get::<_, Option<i64>>(0))
+            .ok_or_else(|| {
+                VoteOutcome::Failed(NodeError::other("entering the line returned no place"))
+            })
+    }
+
+    /// Leaves the line of `keys` at `seq`, waking the waiters behind.
+    async fn leave(
+        &self,
+        keys: &[String],
+        seq: i64,
+        limit: Duration,
+    ) -> std::result::Result<(), VoteOutcome> {
+        self.request(Stmt::Leave, &[&keys, &seq], limit)
+            .await
+            .map(|_| ())
     }
 
     /// Extends the lock before `deadline`, retrying failures within the validity left.
@@ -453,24 +639,25 @@ impl PgBackend {
         }
         let started = Instant::now();
         let ttl = self.ttl_millis();
-        let resource: &str = &held.resource;
+        let resources: &[String] = &held.resources;
         let owner: &str = &held.owner;
-        let row = self
-            .request(Stmt::Extend, &[&resource, &owner, &ttl], budget)
+        let rows = self
+            .request(Stmt::Extend, &[&resources, &owner, &ttl], budget)
             .await;
         let elapsed = started.elapsed();
-        match row {
-            Ok(Some(_)) => {
+        let all = distinct(resources);
+        match rows {
+            Ok(rows) if rows.len() == all => {
                 let outcome = match validity::validity(self.ttl, elapsed, self.drift) {
                     Some(_) => Outcome::extended(started + self.ttl.saturating_sub(self.drift)),
                     None => Outcome::failed(Attempt::TooLate, "the extension left no validity"),
                 };
                 (outcome, self.votes(VoteOutcome::Granted, elapsed))
             }
-            Ok(None) => (
+            Ok(_) => (
                 Outcome::failed(
                     Attempt::Impossible,
-                    "the lock's row is gone, expired or another owner's",
+                    "a row of the lock is gone, expired or another owner's",
                 ),
                 self.votes(VoteOutcome::NotHeld, elapsed),
             ),
@@ -488,11 +675,7 @@ impl PgBackend {
     /// [`Error::Lost`] when `owner` does not hold a live lease; [`Error::Unavailable`] when the
     /// database did not answer.
     pub(crate) async fn extend_by_owner(&self, keys: &[String], owner: &str) -> Result<Votes> {
-        let held = PgHeld {
-            resource: Arc::from(one_resource(keys)?),
-            owner: Arc::from(owner),
-            token: 0,
-        };
+        let held = PgHeld::by_owner(keys, owner);
         let (outcome, votes) = self.extend_once(&held, self.request_timeout).await;
         match outcome.attempt {
             Attempt::Extended(_) => Ok(votes),
@@ -505,20 +688,23 @@ impl PgBackend {
         }
     }
 
-    async fn release_row(
+    async fn release_rows(
         &self,
         held: &PgHeld,
         limit: Duration,
     ) -> std::result::Result<Released, VoteOutcome> {
-        let resource: &str = &held.resource;
+        let resources: &[String] = &held.resources;
         let owner: &str = &held.owner;
-        let row = self
-            .request(Stmt::Release, &[&resource, &owner], limit)
+        let rows = self
+            .request(Stmt::Release, &[&resources, &owner], limit)
             .await?;
-        Ok(Released::from_row(row.map(|r| r.get(0))))
+        Ok(Released::from_row(
+            rows.first().and_then(|r| r.get::<_, Option<bool>>(0)),
+        ))
     }
 
-    /// Deletes the lock's row if it is ours.
+    /// Deletes the lock's rows that are ours, and wakes the waiters of their resources (the
+    /// `NOTIFY` commits with the deletion).
     ///
     /// # Errors
     ///
@@ -532,7 +718,7 @@ impl PgBackend {
     pub(crate) async fn release(&self, held: &PgHeld) -> Result<Votes> {
         let started = Instant::now();
         let resource = held.resource.to_string();
-        match self.release_row(held, self.request_timeout).await {
+        match self.release_rows(held, self.request_timeout).await {
             Ok(Released::Live) => Ok(self.votes(VoteOutcome::Granted, started.elapsed())),
             Ok(Released::Expired | Released::NotOurs) => Err(Error::lost(
                 resource,
@@ -552,11 +738,7 @@ impl PgBackend {
     ///
     /// As [`PgBackend::release`].
     pub(crate) async fn release_by_owner(&self, keys: &[String], owner: &str) -> Result<Votes> {
-        let held = PgHeld {
-            resource: Arc::from(one_resource(keys)?),
-            owner: Arc::from(owner),
-            token: 0,
-        };
+        let held = PgHeld::by_owner(keys, owner);
         self.release(&held).await
     }
 
@@ -592,11 +774,61 @@ impl Extends for PgBackend {
     }
 }
 
-/// The one resource of a lock: a lock of several is not offered on PostgreSQL yet.
-fn one_resource(keys: &[String]) -> Result<&str> {
-    match keys {
-        [one] => Ok(one),
-        _ => Err(unsupported("a lock of several resources")),
+/// How many distinct resources `keys` names (the statements count rows per distinct resource).
+fn distinct(keys: &[String]) -> usize {
+    let mut sorted: Vec<&String> = keys.iter().collect();
+    sorted.sort();
+    sorted.dedup();
+    sorted.len()
+}
+
+/// A wake-up set for a row's expiry comes this much after it, so that the attempt finds it
+/// expired by the database's clock.
+const WAKE_SLACK: Duration = Duration::from_millis(20);
+
+/// What one attempt found.
+enum Take {
+    Granted(PgGrant),
+    /// Held by another owner, or a waiter ahead in line: `wait` until the first row in the
+    /// way expires by itself (unless refreshed).
+    Blocked {
+        wait: Duration,
+        refusal: Error,
+    },
+    /// The waiter's place in line had expired.
+    OutOfLine,
+}
+
+/// A waiter's place in line. Dropped while armed (a cancelled wait), it hands the leaving to
+/// a task: `Drop` does no I/O.
+struct Place {
+    backend: Option<Arc<PgBackend>>,
+    resources: Vec<String>,
+    seq: i64,
+}
+
+impl Place {
+    /// The place is gone already (taken with the lock, or expired) or was left: nothing to do
+    /// on drop.
+    fn disarm(&mut self) {
+        self.backend = None;
+    }
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        let Some(backend) = self.backend.take() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let resources = std::mem::take(&mut self.resources);
+        let seq = self.seq;
+        runtime.spawn(async move {
+            let limit = backend.request_timeout;
+            let _ = backend.leave(&resources, seq, limit).await;
+        });
     }
 }
 

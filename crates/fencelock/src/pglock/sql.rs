@@ -5,17 +5,28 @@
 //! never reaches the table. The client counts its own validity from before it sent the request
 //! (`mod.rs`).
 
-/// Creates the lock table and the token sequence if missing. The look comes first: `CREATE
-/// TABLE IF NOT EXISTS` checks the right to create in the schema even when the table exists, and
-/// since PostgreSQL 15 an ordinary user has no such right on `public`, so a user an administrator
-/// granted the table and sequence to would fail on every connection. The creation runs under a
-/// transaction-level advisory lock, so that two clients starting together on an empty database
-/// do not both try to create them (`IF NOT EXISTS` is not safe against that race: the loser
-/// fails on the catalog's unique index).
+/// Creates the lock table, the line, both sequences and the functions if missing. The look
+/// comes first: `CREATE TABLE IF NOT EXISTS` checks the right to create in the schema even when
+/// the table exists, and since PostgreSQL 15 an ordinary user has no such right on `public`, so a
+/// user an administrator granted the objects to would fail on every connection. The creation runs
+/// under a transaction-level advisory lock, so that two clients starting together on an empty
+/// database do not both try to create them (`IF NOT EXISTS` is not safe against that race: the
+/// loser fails on the catalog's unique index).
+///
+/// The functions carry the protocol's version in their names (`_v1`): a later protocol adds
+/// functions of its own instead of replacing these under clients that still call them.
+///
+/// Every function that writes a resource's rows first takes the transaction-level advisory
+/// lock of each resource (`fencelock_serialize_v1`, in the order of their hashes, so that two
+/// callers with overlapping sets never wait on each other in a cycle), and inside a plpgsql
+/// function each statement reads a fresh snapshot: the function sees every commit of the
+/// caller before it on these resources.
 pub(super) const SETUP: &str = "
 DO $$
 BEGIN
-    IF to_regclass('fencelock_locks') IS NULL OR to_regclass('fencelock_tokens') IS NULL THEN
+    IF to_regclass('fencelock_locks') IS NULL OR to_regclass('fencelock_tokens') IS NULL
+       OR to_regclass('fencelock_waiters') IS NULL OR to_regclass('fencelock_line') IS NULL
+       OR to_regprocedure('fencelock_leave_v1(text[],bigint)') IS NULL THEN
         PERFORM pg_advisory_xact_lock(7269105834512867432);
         CREATE TABLE IF NOT EXISTS fencelock_locks (
             resource   text        PRIMARY KEY,
@@ -24,41 +35,166 @@ BEGIN
             expires_at timestamptz NOT NULL
         );
         CREATE SEQUENCE IF NOT EXISTS fencelock_tokens AS bigint MINVALUE 1;
+        CREATE TABLE IF NOT EXISTS fencelock_waiters (
+            resource   text        NOT NULL,
+            seq        bigint      NOT NULL,
+            owner      text        NOT NULL,
+            expires_at timestamptz NOT NULL,
+            PRIMARY KEY (resource, seq)
+        );
+        CREATE SEQUENCE IF NOT EXISTS fencelock_line AS bigint MINVALUE 1;
+
+        CREATE OR REPLACE FUNCTION fencelock_channel_v1(p_resource text) RETURNS text
+        LANGUAGE sql IMMUTABLE AS $f$ SELECT 'fencelock_' || md5(p_resource) $f$;
+
+        CREATE OR REPLACE FUNCTION fencelock_serialize_v1(p_resources text[]) RETURNS void
+        LANGUAGE plpgsql AS $f$
+        DECLARE k bigint;
+        BEGIN
+            FOR k IN SELECT DISTINCT hashtextextended(r, 0) FROM unnest(p_resources) r ORDER BY 1
+            LOOP
+                PERFORM pg_advisory_xact_lock(k);
+            END LOOP;
+        END $f$;
+
+        CREATE OR REPLACE FUNCTION fencelock_enter_v1(p_resources text[], p_owner text,
+                                                      p_ttl_ms bigint) RETURNS bigint
+        LANGUAGE plpgsql AS $f$
+        DECLARE s bigint;
+        BEGIN
+            PERFORM fencelock_serialize_v1(p_resources);
+            s := nextval('fencelock_line');
+            INSERT INTO fencelock_waiters (resource, seq, owner, expires_at)
+            SELECT DISTINCT r, s, p_owner,
+                   clock_timestamp() + p_ttl_ms::float8 * interval '1 millisecond'
+            FROM unnest(p_resources) r;
+            RETURN s;
+        END $f$;
+
+        CREATE OR REPLACE FUNCTION fencelock_take_v1(p_resources text[], p_owner text,
+                                                     p_ttl_ms bigint, p_seq bigint,
+                                                     OUT o_token bigint, OUT o_wait_ms bigint,
+                                                     OUT o_in_line boolean)
+        LANGUAGE plpgsql AS $f$
+        DECLARE t timestamptz; blocked_until timestamptz; n bigint;
+        BEGIN
+            PERFORM fencelock_serialize_v1(p_resources);
+            t := clock_timestamp();
+            DELETE FROM fencelock_waiters w
+            WHERE w.resource = ANY(p_resources) AND w.expires_at <= t;
+            IF p_seq IS NOT NULL THEN
+                UPDATE fencelock_waiters w
+                SET expires_at = t + p_ttl_ms::float8 * interval '1 millisecond'
+                WHERE w.resource = ANY(p_resources) AND w.seq = p_seq AND w.owner = p_owner;
+                GET DIAGNOSTICS n = ROW_COUNT;
+                IF n = 0 THEN
+                    o_in_line := false;
+                    RETURN;
+                END IF;
+            END IF;
+            o_in_line := true;
+            SELECT min(b.e) INTO blocked_until FROM (
+                SELECT l.expires_at AS e FROM fencelock_locks l
+                WHERE l.resource = ANY(p_resources) AND l.expires_at > t
+                UNION ALL
+                SELECT w.expires_at FROM fencelock_waiters w
+                WHERE w.resource = ANY(p_resources) AND (p_seq IS NULL OR w.seq < p_seq)
+            ) b;
+            IF blocked_until IS NOT NULL THEN
+                o_wait_ms := ceil(extract(epoch FROM blocked_until - t) * 1000)::bigint;
+                RETURN;
+            END IF;
+            o_token := nextval('fencelock_tokens');
+            INSERT INTO fencelock_locks AS l (resource, owner, token, expires_at)
+            SELECT DISTINCT r, p_owner, o_token,
+                   clock_timestamp() + p_ttl_ms::float8 * interval '1 millisecond'
+            FROM unnest(p_resources) r
+            ON CONFLICT (resource) DO UPDATE
+                SET owner = EXCLUDED.owner, token = EXCLUDED.token,
+                    expires_at = EXCLUDED.expires_at
+                WHERE l.expires_at <= clock_timestamp();
+            GET DIAGNOSTICS n = ROW_COUNT;
+            IF n <> (SELECT count(DISTINCT r) FROM unnest(p_resources) r) THEN
+                RAISE EXCEPTION 'fencelock: a resource was taken while serialized';
+            END IF;
+            IF p_seq IS NOT NULL THEN
+                DELETE FROM fencelock_waiters w
+                WHERE w.resource = ANY(p_resources) AND w.seq = p_seq;
+            END IF;
+        END $f$;
+
+        CREATE OR REPLACE FUNCTION fencelock_release_v1(p_resources text[], p_owner text)
+        RETURNS boolean
+        LANGUAGE plpgsql AS $f$
+        DECLARE d record; n bigint := 0; live boolean := true;
+        BEGIN
+            FOR d IN
+                DELETE FROM fencelock_locks l
+                WHERE l.resource = ANY(p_resources) AND l.owner = p_owner
+                RETURNING l.resource, l.expires_at > clock_timestamp() AS live
+            LOOP
+                n := n + 1;
+                live := live AND d.live;
+                PERFORM pg_notify(fencelock_channel_v1(d.resource), '');
+            END LOOP;
+            IF n = 0 THEN
+                RETURN NULL;
+            END IF;
+            RETURN live AND n = (SELECT count(DISTINCT r) FROM unnest(p_resources) r);
+        END $f$;
+
+        CREATE OR REPLACE FUNCTION fencelock_leave_v1(p_resources text[], p_seq bigint)
+        RETURNS bigint
+        LANGUAGE plpgsql AS $f$
+        DECLARE d record; n bigint := 0;
+        BEGIN
+            FOR d IN
+                DELETE FROM fencelock_waiters w
+                WHERE w.resource = ANY(p_resources) AND w.seq = p_seq
+                RETURNING w.resource
+            LOOP
+                n := n + 1;
+                PERFORM pg_notify(fencelock_channel_v1(d.resource), '');
+            END LOOP;
+            RETURN n;
+        END $f$;
     END IF;
 END
 $$";
 
-/// Takes `$1` for owner `$2` for `$3` milliseconds, if the row is missing or expired by the
-/// database's clock; returns the new token, or no row when another owner holds it.
-///
-/// `nextval` is called for every attempt, granted or not (a refused attempt leaves a gap in
-/// the sequence, which is harmless: tokens must grow, not be dense). It runs in the statement's
-/// own transaction, after any earlier holder's commit was visible to the `WHERE` below, so a
-/// later holder's token is always larger.
-pub(super) const ACQUIRE: &str = "
-INSERT INTO fencelock_locks AS l (resource, owner, token, expires_at)
-VALUES ($1, $2, nextval('fencelock_tokens'),
-        clock_timestamp() + $3::bigint::float8 * interval '1 millisecond')
-ON CONFLICT (resource) DO UPDATE
-    SET owner = EXCLUDED.owner, token = EXCLUDED.token, expires_at = EXCLUDED.expires_at
-    WHERE l.expires_at <= clock_timestamp()
-RETURNING token";
+/// One attempt to take the resources `$1` for owner `$2` for `$3` milliseconds: a try
+/// (`$4` null), which any live waiter in line refuses, or the attempt of the waiter whose place
+/// in line is `$4`, which only the waiters ahead of it refuse (and which refreshes its place's
+/// expiry). Returns `(token, wait_ms, in_line)`: the token when granted (for every resource, in
+/// one transaction); else, while blocked, the milliseconds until the first blocking row expires
+/// by itself; `in_line` false when the waiter's place had expired (it must enter again).
+pub(super) const TAKE: &str =
+    "SELECT o_token, o_wait_ms, o_in_line FROM fencelock_take_v1($1, $2, $3, $4)";
 
-/// Moves the expiry of `$1` to `$3` milliseconds from now, if owner `$2` holds it and it has
-/// not expired; returns the token, or no row when the lock is not (or no longer) ours. An
-/// expired row is never revived: another client may already have seen it expired.
+/// Enters the line of every resource `$1` for owner `$2`, the place expiring after `$3`
+/// milliseconds unless refreshed; returns the place (one number for all the resources).
+pub(super) const ENTER: &str = "SELECT fencelock_enter_v1($1, $2, $3)";
+
+/// Leaves the line: deletes the place `$2` in the lines of `$1` and wakes the waiters behind.
+pub(super) const LEAVE: &str = "SELECT fencelock_leave_v1($1, $2)";
+
+/// The channel names the releases of `$1` are announced on, one row per resource.
+pub(super) const CHANNELS: &str = "SELECT fencelock_channel_v1(r) FROM unnest($1::text[]) r";
+
+/// Moves the expiry of the rows of `$1` to `$3` milliseconds from now, where owner `$2` holds
+/// them and they have not expired; returns one token per row moved (fewer rows than resources:
+/// the lock is not, or no longer, wholly ours). An expired row is never revived: another client
+/// may already have seen it expired.
 pub(super) const EXTEND: &str = "
 UPDATE fencelock_locks
 SET expires_at = clock_timestamp() + $3::bigint::float8 * interval '1 millisecond'
-WHERE resource = $1 AND owner = $2 AND expires_at > clock_timestamp()
+WHERE resource = ANY($1) AND owner = $2 AND expires_at > clock_timestamp()
 RETURNING token";
 
-/// Deletes `$1` if owner `$2` holds it; returns whether it was still live, or no row when it
-/// was not ours (another owner's, or gone).
-pub(super) const RELEASE: &str = "
-DELETE FROM fencelock_locks
-WHERE resource = $1 AND owner = $2
-RETURNING expires_at > clock_timestamp()";
+/// Deletes the rows of `$1` that owner `$2` holds and wakes their lines (the notification is
+/// sent when the statement's transaction commits); returns whether every resource was still
+/// held and live, or null when none was ours (another owner's, or gone).
+pub(super) const RELEASE: &str = "SELECT fencelock_release_v1($1, $2)";
 
 /// What a release found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,9 +244,8 @@ mod tests {
 
     #[test]
     fn every_statement_reads_the_databases_clock_only() {
-        for sql in [ACQUIRE, EXTEND, RELEASE] {
-            assert!(sql.contains("clock_timestamp()"), "{sql}");
-            assert!(!sql.contains("now()"), "{sql}");
-        }
+        assert!(EXTEND.contains("clock_timestamp()"));
+        assert!(!SETUP.contains("now()"));
+        assert!(!EXTEND.contains("now()"));
     }
 }
