@@ -18,7 +18,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // FENCELOCK_NODES=postgres://app:secret@db.internal:5432/shop
     let client = Client::new(Config::from_env()?.with_ttl(Duration::from_secs(10)))?;
     let guard = client
-        .acquire("nightly-report") // retries until the row is free
+        .acquire("nightly-report") // waits in line until the row is free
         .await?
         .auto_extend(AutoExtend::new());
     let token = guard
@@ -30,7 +30,29 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         () = tokio::time::sleep(Duration::from_secs(1)) => {} // the work
     }
     guard.release().await?;
+    waiting(&client).await?;
+    several(&client).await?;
     println!("held under fencing token {}", token.value());
     Ok(())
 }
 // endregion: main
+
+async fn waiting(client: &Client) -> fencelock::Result<()> {
+    // region: line
+    let lock = client.acquire("nightly-report").await?; // a place in line, woken by a release
+    let refused = client.try_acquire("nightly-report").await; // held, or someone waits: refused
+    assert!(refused.is_err());
+    lock.release().await?; // NOTIFY: the next in line wakes
+                           // endregion: line
+    Ok(())
+}
+
+async fn several(client: &Client) -> fencelock::Result<()> {
+    // region: several
+    let lock = client.acquire_many(&["account:7", "account:9"]).await?;
+    let token = lock.fencing_token().expect("one token for both rows");
+    lock.release().await?;
+    // endregion: several
+    assert!(token.value() > 0);
+    Ok(())
+}

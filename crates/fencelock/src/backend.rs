@@ -140,9 +140,10 @@ impl Backend {
             Backend::Redis(r) => r.settle_releases(bound).await,
             #[cfg(feature = "etcd")]
             Backend::Etcd(e) => e.settle_releases(bound).await,
-            // Releases run in the caller's call, never in the background.
+            // Releases run in the caller's call; only the places of cancelled waits are left
+            // in the background.
             #[cfg(feature = "postgres-lock")]
-            Backend::Postgres(_) => true,
+            Backend::Postgres(p) => p.settle_leaves(bound).await,
             #[cfg(feature = "zookeeper")]
             Backend::ZooKeeper(z) => z.settle_releases(bound).await,
         }
@@ -156,7 +157,7 @@ impl Backend {
             #[cfg(feature = "etcd")]
             Backend::Etcd(e) => e.background_pending(),
             #[cfg(feature = "postgres-lock")]
-            Backend::Postgres(_) => 0,
+            Backend::Postgres(p) => p.leaves_pending(),
             #[cfg(feature = "zookeeper")]
             Backend::ZooKeeper(z) => z.background_pending(),
         }

@@ -1,23 +1,32 @@
 //! The PostgreSQL backend (feature `postgres-lock`): a lease row per locked resource in one
 //! database, whose fencing token comes from a sequence of that database.
 //!
-//! # The table
+//! # What the database stores
 //!
-//! On first use the client creates, if missing, the table `fencelock_locks(resource text
-//! primary key, owner text, token bigint, expires_at timestamptz)` and the sequence
-//! `fencelock_tokens` (under an advisory lock, so that clients starting together do not race on
-//! the catalog; when both exist nothing is created, so a user granted them without the right
-//! to create in the schema works). A row is a lease: the resource is held by `owner` (a random
-//! 128-bit value only its holder knows) until `expires_at`. Nothing deletes expired rows but the
-//! next acquisition of the resource, which overwrites them, and releases.
+//! On first use the client creates, if missing (under an advisory lock, so that clients
+//! starting together do not race on the catalog; when all exist nothing is created, so a user
+//! granted them without the right to create in the schema works):
+//!
+//! - the table `fencelock_locks(resource text primary key, owner text, token bigint,
+//!   expires_at timestamptz)`: a row is a lease, the resource held by `owner` (a random 128-bit
+//!   value only its holder knows) until `expires_at`. A lock of several resources has a row for
+//!   each, with one owner and one token;
+//! - the sequence `fencelock_tokens`: the tokens;
+//! - the table `fencelock_waiters(resource, seq, owner, expires_at)`: the places in line, one
+//!   row per waiter and resource, `seq` from the sequence `fencelock_line`;
+//! - the functions `fencelock_*_v1` (`sql::SETUP`): take, enter, leave, release, each one
+//!   transaction.
+//!
+//! Nothing deletes expired leases but the next take of the resource, which overwrites them, and
+//! releases; expired places are deleted by the next take of their resource.
 //!
 //! # One clock: the database's
 //!
-//! Acquisition is one statement (`sql::ACQUIRE`): insert the row, or overwrite it when it has
-//! expired by the database's `clock_timestamp()`, with an expiry of `clock_timestamp() + TTL`;
-//! it returns the token, or no row when another owner holds a live lease. Extension
-//! (`sql::EXTEND`) moves the expiry of a row that is ours and still live; release
-//! (`sql::RELEASE`) deletes a row that is ours. Every comparison of times happens in the
+//! A take (`sql::TAKE`) writes the rows, or overwrites them where they have expired by the
+//! database's `clock_timestamp()`, with an expiry of `clock_timestamp() + TTL`; it returns the
+//! token, or none when another owner holds a live lease or a waiter is ahead. Extension
+//! (`sql::EXTEND`) moves the expiry of rows that are ours and still live; release
+//! (`sql::RELEASE`) deletes rows that are ours. Every comparison of times happens in the
 //! database, against its own clock, so two clients never compare clocks with each other.
 //!
 //! The client keeps its own validity as the Redis backend does: counted from before it sent
@@ -32,12 +41,56 @@
 //! expired, and the holder's own validity ran out before it), and its holder's release reports
 //! it lost. TTLs are sent in whole milliseconds; `timestamptz` keeps microseconds.
 //!
+//! # Serialized per resource (the protocol since the line)
+//!
+//! Every function that writes a resource's rows first takes the transaction-level advisory
+//! lock of each of its resources, in the order of their hashes (`fencelock_serialize_v1`), and
+//! a plpgsql function reads a fresh snapshot per statement: it sees every commit of those who
+//! held those locks before it. This is what the line and the locks of several resources rest
+//! on:
+//!
+//! - *Exclusion.* A take checks that no live lease and no waiter ahead exists on any of its
+//!   resources, then writes a row for each. Two takes that share a resource run one after the
+//!   other, and the second sees the first's rows. The write keeps its own `WHERE` on the
+//!   expiry, and a row count short of the resources rolls the whole take back: all or nothing.
+//!   Short and long TTLs mix: each row has its own expiry, read against the one clock.
+//! - *No deadlock.* Advisory locks are taken in one global order, so `{a, b}` and `{b, a}` do
+//!   not wait on each other; the line does not deadlock either: the waiter with the smallest
+//!   place anywhere waits only for leases, which expire.
+//! - *Line order.* A place's number is drawn under the same locks, so on each resource the
+//!   numbers follow the commit order of the places. A waiter's take looks for places with
+//!   smaller numbers; a try for any place: it never passes the line.
+//! - *Restarts.* Leases, places and both sequences are durable; advisory locks live for one
+//!   transaction, and `LISTEN`s are redone by the waiters when their connection ends.
+//!
+//! Clients of the protocol before the line (one `INSERT ... ON CONFLICT` statement, no advisory
+//! lock, no line) must not share a database with these: they would pass the line.
+//!
+//! # Waiting
+//!
+//! A waiter tries once; when refused, it subscribes to the channels of its resources
+//! (`listen.rs`: `LISTEN fencelock_<md5 of the resource>`, as channel names are identifiers of
+//! at most 63 bytes), enters the line (`sql::ENTER`), and takes again at once. After that it
+//! takes again when woken: by a release, whose `pg_notify` is in the release's transaction (a
+//! notification is delivered on commit only), or by a waiter leaving the line; when the row in
+//! its way expires by itself (the take returns how long until then); and at a third of the TTL,
+//! its heartbeat, when the take refreshes its place's expiry. A release wakes every waiter of
+//! the resource; the first in line takes it, the others find it taken and wait again. There is
+//! no polling: the heartbeat is also the safety net for a notification lost while the listening
+//! connection was down (its end wakes every waiter, which re-checks and listens again).
+//!
+//! A place is a row rather than an advisory lock or a session's state because it must survive
+//! the waiter's connection dropping (the waiter reconnects and keeps its place) and must expire
+//! when the waiter dies (the heartbeat stops). A cancelled wait deletes its place through a
+//! task (`Drop` does no I/O); a timed-out one deletes it in the call.
+//!
 //! # Tokens
 //!
-//! The token is `nextval('fencelock_tokens')`, drawn in the acquisition's own statement and
-//! committed with the row. A later holder's statement sees the earlier holder's row committed
-//! (it overwrites it only once expired, or finds it deleted), so its `nextval` runs after the
-//! earlier one and returns more. Across a crash: `nextval` writes the sequence's WAL record
+//! The token is `nextval('fencelock_tokens')`, drawn in the take's own transaction, under the
+//! advisory locks, and committed with the rows. A later holder's take sees the earlier holder's
+//! rows committed (it overwrites them only once expired, or finds them deleted), so its
+//! `nextval` runs after the earlier one and returns more; for a lock of several resources, more
+//! than the token of every earlier holder of any of them. Across a crash: `nextval` writes the sequence's WAL record
 //! (logging values ahead) before the transaction's commit record, and a commit is durable only
 //! once the WAL up to its record is flushed, so recovery restores the sequence at or past
 //! every token a committed row holds; values handed to transactions that did not commit may be
@@ -60,13 +113,13 @@
 //!
 //! # Not yet
 //!
-//! Semaphores, read-write locks, elections, several resources in one lock and waiting in line
-//! (a wait here retries as the policy says, by polling) are refused with
-//! [`Error::InvalidConfig`] or are not offered; TLS is not offered either.
+//! Read-write locks and elections are refused with [`Error::InvalidConfig`]; TLS is not
+//! offered either.
 
 mod listen;
 mod sql;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -104,6 +157,9 @@ pub(crate) struct PgBackend {
     /// The connection that listens for releases, opened on the first wait.
     listener: tokio::sync::Mutex<Option<Arc<listen::Listener>>>,
     engine: Engine<PgHeld>,
+    /// Places of cancelled waits whose deletion runs in a task, and its wake-up when one ends.
+    leaving: AtomicUsize,
+    left: tokio::sync::Notify,
 }
 
 impl std::fmt::Debug for PgBackend {
@@ -223,6 +279,8 @@ impl PgBackend {
             conn: tokio::sync::Mutex::default(),
             listener: tokio::sync::Mutex::default(),
             engine: Engine::default(),
+            leaving: AtomicUsize::new(0),
+            left: tokio::sync::Notify::new(),
         })
     }
 
@@ -447,22 +505,44 @@ impl PgBackend {
     /// # Cancel safety
     ///
     /// A cancelled wait leaves the line: its place is deleted by a task (or expires after the
-    /// TTL if no runtime is left to run it). An attempt cancelled in flight may have taken the
-    /// rows, which then expire after the TTL.
+    /// TTL if no runtime is left to run it; `Client::close` waits for the task). An attempt
+    /// cancelled in flight may have taken the rows, which then expire after the TTL.
     pub(crate) async fn acquire(
         self: &Arc<Self>,
         keys: &[String],
         policy: &RetryPolicy,
     ) -> Result<PgGrant> {
-        let started = Instant::now();
         let owner = Self::new_owner()?;
+        let (this, who): (&PgBackend, &str) = (self, &owner);
+        self.wait_in_line(keys, keys, policy, who, move |place| {
+            this.take(keys, who, place)
+        })
+        .await
+    }
+
+    /// The waiting loop of every primitive: `attempt(place)` once as a try (`None`), then, while
+    /// it is refused, with a place in the line of `line` (entered for `owner`), woken by the
+    /// releases of `wake` (their channels).
+    async fn wait_in_line<T, F, Fut>(
+        self: &Arc<Self>,
+        line: &[String],
+        wake: &[String],
+        policy: &RetryPolicy,
+        owner: &str,
+        mut attempt: F,
+    ) -> Result<T>
+    where
+        F: FnMut(Option<i64>) -> Fut,
+        Fut: std::future::Future<Output = Result<Take<T>>>,
+    {
+        let started = Instant::now();
         let mut attempts = 0;
         let mut place: Option<Place> = None;
         let mut subscription: Option<listen::Subscription> = None;
         loop {
             attempts += 1;
             let at = place.as_ref().map(|p| p.seq);
-            let (last, mut nap) = match self.take(keys, &owner, at).await {
+            let (last, mut nap) = match attempt(at).await {
                 Ok(Take::Granted(grant)) => {
                     if let Some(p) = place.as_mut() {
                         p.disarm();
@@ -492,10 +572,10 @@ impl PgBackend {
                         .wait()
                         .saturating_sub(elapsed)
                         .max(MIN_REQUEST_TIMEOUT);
-                    let _ = self.leave(keys, p.seq, left).await;
+                    let _ = self.leave(line, p.seq, left).await;
                 }
                 return Err(Error::Timeout {
-                    resource: keys[0].clone(),
+                    resource: line[0].clone(),
                     attempts,
                     last: Box::new(last),
                 });
@@ -506,15 +586,15 @@ impl PgBackend {
                 // have come before the `LISTEN`, or before the place existed).
                 let mut fresh = false;
                 if subscription.is_none() {
-                    subscription = self.subscribe(keys).await;
+                    subscription = self.subscribe(wake).await;
                     fresh = subscription.is_some();
                 }
                 if place.is_none() {
-                    match self.enter(keys, &owner).await {
+                    match self.enter(line, owner).await {
                         Ok(seq) => {
                             place = Some(Place {
                                 backend: Some(self.clone()),
-                                resources: keys.to_vec(),
+                                resources: line.to_vec(),
                                 seq,
                             });
                             fresh = true;
@@ -540,6 +620,28 @@ impl PgBackend {
                 None => tokio::time::sleep(nap).await,
             }
         }
+    }
+
+    /// Waits, at most `bound`, until the places of cancelled waits are deleted. Returns whether
+    /// they are.
+    pub(crate) async fn settle_leaves(&self, bound: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + bound;
+        loop {
+            let left = self.left.notified();
+            tokio::pin!(left);
+            left.as_mut().enable();
+            if self.leaving.load(Ordering::SeqCst) == 0 {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, left).await.is_err() {
+                return self.leaving.load(Ordering::SeqCst) == 0;
+            }
+        }
+    }
+
+    /// How many places of cancelled waits are still being deleted.
+    pub(crate) fn leaves_pending(&self) -> usize {
+        self.leaving.load(Ordering::SeqCst)
     }
 
     /// A subscription to the releases of `keys`, or `None` when the listening connection
@@ -787,8 +889,8 @@ fn distinct(keys: &[String]) -> usize {
 const WAKE_SLACK: Duration = Duration::from_millis(20);
 
 /// What one attempt found.
-enum Take {
-    Granted(PgGrant),
+enum Take<T = PgGrant> {
+    Granted(T),
     /// Held by another owner, or a waiter ahead in line: `wait` until the first row in the
     /// way expires by itself (unless refreshed).
     Blocked {
@@ -825,9 +927,12 @@ impl Drop for Place {
         };
         let resources = std::mem::take(&mut self.resources);
         let seq = self.seq;
+        backend.leaving.fetch_add(1, Ordering::SeqCst);
         runtime.spawn(async move {
             let limit = backend.request_timeout;
             let _ = backend.leave(&resources, seq, limit).await;
+            backend.leaving.fetch_sub(1, Ordering::SeqCst);
+            backend.left.notify_waiters();
         });
     }
 }
