@@ -527,6 +527,14 @@ mutant pg-several-tokens "postgres: each resource of a lock of several gets a to
   crates/fencelock/src/pglock/sql.rs \
   's/SELECT DISTINCT r, p_owner, o_token,/SELECT DISTINCT r, p_owner, nextval(\x27fencelock_tokens\x27),/' \
   "-p fencelock --test postgres_lock a_lock_of_several_resources_is_all_or_nothing_with_one_token"
+mutant pg-permit-counts-nothing "postgres: a permit is taken without counting the live permits (the first slot, held or not): N+1 holders (issue 32)" \
+  crates/fencelock/src/pglock/sql.rs \
+  's/WHERE NOT EXISTS \(SELECT 1 FROM fencelock_locks l\n(\s*)WHERE l\.resource = s\.r AND l\.expires_at > t\)/WHERE true/; s/RAISE EXCEPTION \x27fencelock: a permit was taken while serialized\x27;/NULL;/' \
+  "-p fencelock --test postgres_lock a_semaphore_of_three_grants_three_permits_never_four_and_wakes_its_waiters"
+mutant pg-permit-try-passes-the-line "postgres: a try for a permit ignores the semaphore's waiters (issue 32)" \
+  crates/fencelock/src/pglock/sql.rs \
+  's/WHERE w\.resource = p_line AND \(p_seq IS NULL OR w\.seq < p_seq\)/WHERE w.resource = p_line AND (p_seq IS NOT NULL AND w.seq < p_seq)/' \
+  "-p fencelock --test postgres_lock a_semaphore_of_three_grants_three_permits_never_four_and_wakes_its_waiters"
 mutant zk-token-from-sequence "zookeeper: the token is the node's sequence number (which restarts with its directory), not its czxid (issue 32)" \
   crates/fencelock/src/zk/mod.rs \
   's/let token = u64::try_from\(stat\.czxid\)/let token = u64::try_from(sequence.into_i64() + 1)/' \

@@ -365,9 +365,12 @@ impl Backend {
         allow(unused_variables)
     )]
     pub(crate) fn offers(&self, what: &str) -> Result<()> {
+        // A semaphore is offered on PostgreSQL; its other primitives are not yet.
         #[cfg(feature = "postgres-lock")]
         if let Backend::Postgres(_) = self {
-            return Err(crate::pglock::unsupported(what));
+            if what != "a semaphore" {
+                return Err(crate::pglock::unsupported(what));
+            }
         }
         #[cfg(feature = "zookeeper")]
         if let Backend::ZooKeeper(_) = self {
@@ -413,7 +416,13 @@ impl Backend {
                 Ok((i, etcd_grant(e, held)))
             }
             #[cfg(feature = "postgres-lock")]
-            Backend::Postgres(_) => Err(crate::pglock::unsupported("a semaphore")),
+            Backend::Postgres(p) => {
+                let slots: Vec<String> = permits.slots.iter().map(|s| s[0].clone()).collect();
+                let (i, grant) = p
+                    .acquire_permit(permits.name, permits.line, &slots, policy)
+                    .await?;
+                Ok((i, pg_grant(p, grant)))
+            }
             #[cfg(feature = "zookeeper")]
             Backend::ZooKeeper(_) => Err(crate::zk::unsupported("a semaphore")),
         }

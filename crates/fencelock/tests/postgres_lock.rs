@@ -718,7 +718,6 @@ async fn bad_urls_and_primitives_postgres_does_not_offer_are_refused_clearly() {
     let c = Client::new(Config::new([url])).unwrap();
     assert!(!format!("{c:?}").contains("hunter2"));
     for (what, err) in [
-        ("semaphore", c.semaphore("pool", 3).map(|_| ()).unwrap_err()),
         ("read-write lock", c.rwlock("doc").map(|_| ()).unwrap_err()),
         ("election", c.election("leader").map(|_| ()).unwrap_err()),
     ] {
@@ -727,4 +726,94 @@ async fn bad_urls_and_primitives_postgres_does_not_offer_are_refused_clearly() {
         assert!(text.contains(what), "{text}");
         assert!(text.contains("not supported on postgres:// yet"), "{text}");
     }
+}
+
+/// The semaphore's contract, written against `Client` only (any backend): `clients` take
+/// permits of a semaphore of `n` concurrently, hold each a moment and release it; never more
+/// than `n` at once, and no token handed out twice. Returns the most permits seen held at once.
+async fn a_semaphore_never_grants_more_than_its_permits(
+    clients: Vec<Client>,
+    name: &str,
+    n: u32,
+) -> usize {
+    let held = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for c in clients {
+        let sem = c.semaphore(name, n).unwrap();
+        let (held, most) = (held.clone(), most.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut tokens = Vec::new();
+            for _ in 0..5 {
+                let permit = sem.acquire().await.unwrap();
+                let now = held.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                tokens.push(token(&permit));
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                held.fetch_sub(1, Ordering::SeqCst);
+                permit.release().await.unwrap();
+            }
+            tokens
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(tokio::time::timeout(LONG, t).await.unwrap().unwrap());
+    }
+    let most = most.load(Ordering::SeqCst);
+    assert!(most <= n as usize, "{most} permits of {n} held at once");
+    let count = all.len();
+    all.sort_unstable();
+    all.dedup();
+    assert_eq!(all.len(), count, "a token was handed out twice");
+    most
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_semaphore_of_three_grants_three_permits_never_four_and_wakes_its_waiters() {
+    let pg = start().await;
+    let c = client(&pg, LINE_TTL);
+    let sem = c.semaphore("encoders", 3).unwrap();
+    let mut permits = Vec::new();
+    for _ in 0..3 {
+        permits.push(sem.try_acquire().await.unwrap());
+    }
+    let mut slots: Vec<&str> = permits.iter().map(|p| p.resource()).collect();
+    slots.sort_unstable();
+    slots.dedup();
+    assert_eq!(slots.len(), 3, "three slots: {slots:?}");
+    // Another client (this task holds every permit through `c`).
+    let other = client(&pg, LINE_TTL).semaphore("encoders", 3).unwrap();
+    let err = other.try_acquire().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Contention, "{err}");
+    assert!(err.to_string().contains("encoders"), "{err}");
+
+    // Two waiters, in line in turn: each is woken by a release, in line order.
+    let mut waiters = Vec::new();
+    for i in 0..2 {
+        let sem = client(&pg, LINE_TTL).semaphore("encoders", 3).unwrap();
+        waiters.push(tokio::spawn(async move { (i, sem.acquire().await) }));
+        until_in_line(&pg, "fencelock:permits:encoders", i + 1).await;
+    }
+    // A try never passes them.
+    let err = other.try_acquire().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Contention, "{err}");
+    let mut got = Vec::new();
+    for w in waiters {
+        let released = Instant::now();
+        permits.pop().unwrap().release().await.unwrap();
+        let (i, permit) = tokio::time::timeout(LONG, w).await.unwrap().unwrap();
+        assert!(released.elapsed() < WOKEN, "{:?}", released.elapsed());
+        got.push(i);
+        permits.push(permit.unwrap());
+    }
+    assert_eq!(got, [0, 1]);
+    for p in permits {
+        p.release().await.unwrap();
+    }
+
+    // Six clients at once on three permits.
+    let clients = (0..6).map(|_| client(&pg, LINE_TTL)).collect();
+    let most = a_semaphore_never_grants_more_than_its_permits(clients, "pool", 3).await;
+    assert!(most >= 2, "the permits were used together: {most}");
 }

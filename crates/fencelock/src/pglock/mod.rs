@@ -175,6 +175,7 @@ impl std::fmt::Debug for PgBackend {
 struct Conn {
     client: tokio_postgres::Client,
     take: Statement,
+    take_permit: Statement,
     enter: Statement,
     leave: Statement,
     extend: Statement,
@@ -185,6 +186,7 @@ struct Conn {
 #[derive(Debug, Clone, Copy)]
 enum Stmt {
     Take,
+    TakePermit,
     Enter,
     Leave,
     Extend,
@@ -195,6 +197,7 @@ impl Conn {
     fn statement(&self, which: Stmt) -> &Statement {
         match which {
             Stmt::Take => &self.take,
+            Stmt::TakePermit => &self.take_permit,
             Stmt::Enter => &self.enter,
             Stmt::Leave => &self.leave,
             Stmt::Extend => &self.extend,
@@ -318,6 +321,7 @@ impl PgBackend {
         client.batch_execute(sql::SETUP).await?;
         Ok(Conn {
             take: client.prepare(sql::TAKE).await?,
+            take_permit: client.prepare(sql::TAKE_PERMIT).await?,
             enter: client.prepare(sql::ENTER).await?,
             leave: client.prepare(sql::LEAVE).await?,
             extend: client.prepare(sql::EXTEND).await?,
@@ -396,16 +400,68 @@ impl PgBackend {
     async fn take(&self, keys: &[String], owner: &str, place: Option<i64>) -> Result<Take> {
         let started = Instant::now();
         let ttl = self.ttl_millis();
-        let rows = self
+        let row = self
             .request(
                 Stmt::Take,
                 &[&keys, &owner, &ttl, &place],
                 self.request_timeout,
             )
             .await;
+        self.answer(&keys[0], keys, owner, row, 0, started).await
+    }
+
+    /// One attempt (`sql::TAKE_PERMIT`) to take a permit of the semaphore `name` (its line
+    /// `line`, its slots `slots`) for `owner`: a try when `place` is `None`, else the attempt of
+    /// the waiter at `place`. Returns the slot with the grant.
+    async fn take_permit(
+        &self,
+        name: &str,
+        line: &str,
+        slots: &[String],
+        owner: &str,
+        place: Option<i64>,
+    ) -> Result<Take<(usize, PgGrant)>> {
+        let started = Instant::now();
+        let ttl = self.ttl_millis();
+        let row = self
+            .request(
+                Stmt::TakePermit,
+                &[&line, &slots, &owner, &ttl, &place],
+                self.request_timeout,
+            )
+            .await;
+        let slot = match &row {
+            Ok(rows) if rows.len() == 1 => rows[0].get::<_, Option<i32>>(0),
+            _ => None,
+        };
+        let slot = slot
+            .and_then(|i| usize::try_from(i).ok())
+            .filter(|i| *i < slots.len());
+        let granted = slot.map_or(&[][..], |i| std::slice::from_ref(&slots[i]));
+        Ok(
+            match self.answer(name, granted, owner, row, 1, started).await? {
+                Take::Granted(grant) => Take::Granted((slot.unwrap_or(0), grant)),
+                Take::Blocked { wait, refusal } => Take::Blocked { wait, refusal },
+                Take::OutOfLine => Take::OutOfLine,
+            },
+        )
+    }
+
+    /// Reads a take's answer, whose `(token, wait_ms, in_line)` start at column `at`: the grant
+    /// of `resources` (none: the database answered out of protocol), the refusal naming `name`,
+    /// or the lost place.
+    async fn answer(
+        &self,
+        name: &str,
+        resources: &[String],
+        owner: &str,
+        rows: std::result::Result<Vec<Row>, VoteOutcome>,
+        at: usize,
+        started: Instant,
+    ) -> Result<Take> {
         let elapsed = started.elapsed();
         let unavailable = |outcome| Error::Unavailable {
-            resource: keys[0].clone(),
+            resource: name.to_string(),
             votes: self.votes(outcome, elapsed),
         };
         let row = match rows {
@@ -417,7 +473,7 @@ impl PgBackend {
             Err(outcome) => return Err(unavailable(outcome)),
         };
         let (token, wait_ms, in_line): (Option<i64>, Option<i64>, Option<bool>) =
-            (row.get(0), row.get(1), row.get(2));
+            (row.get(at), row.get(at + 1), row.get(at + 2));
         if in_line == Some(false) {
             return Ok(Take::OutOfLine);
         }
@@ -426,14 +482,18 @@ impl PgBackend {
             return Ok(Take::Blocked {
                 wait,
                 refusal: Error::Contention {
-                    resource: keys[0].clone(),
+                    resource: name.to_string(),
                     votes: self.votes(VoteOutcome::HeldByOther, elapsed),
                 },
             });
         };
+        if resources.is_empty() {
+            let why = NodeError::other("a grant named no slot of the semaphore");
+            return Err(unavailable(VoteOutcome::Failed(why)));
+        }
         let held = PgHeld {
-            resource: Arc::from(keys[0].as_str()),
-            resources: Arc::from(keys),
+            resource: Arc::from(resources[0].as_str()),
+            resources: Arc::from(resources),
             owner: Arc::from(owner),
             token: 0,
         };
@@ -454,11 +514,55 @@ impl PgBackend {
             None => {
                 let _ = self.release_rows(&held, self.request_timeout).await;
                 Err(Error::TooSlow {
-                    resource: keys[0].clone(),
+                    resource: name.to_string(),
                     votes,
                 })
             }
         }
+    }
+
+    /// Takes a permit of the semaphore `name`, whose waiters stand in the line of `line` and
+    /// whose slots are `slots`: one try when `policy` is `None`, else waiting in line as it
+    /// allows (woken by the release of any slot, and by the waiter ahead taking one). Returns
+    /// the slot's index with the grant. A permit is a lease row on its slot, as a lock is.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Contention`] (naming the semaphore) when every permit is held or a waiter is in
+    /// line; [`Error::Timeout`] when the policy ran out; otherwise as
+    /// [`PgBackend::try_acquire`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`PgBackend::acquire`].
+    pub(crate) async fn acquire_permit(
+        self: &Arc<Self>,
+        name: &str,
+        line: &str,
+        slots: &[String],
+        policy: Option<&RetryPolicy>,
+    ) -> Result<(usize, PgGrant)> {
+        let owner = Self::new_owner()?;
+        let (this, who): (&PgBackend, &str) = (self, &owner);
+        let attempt = move |place| this.take_permit(name, line, slots, who, place);
+        let Some(policy) = policy else {
+            return match attempt(None).await? {
+                Take::Granted(grant) => Ok(grant),
+                Take::Blocked { refusal, .. } => Err(refusal),
+                Take::OutOfLine => Err(Error::Unavailable {
+                    resource: name.to_string(),
+                    votes: self.votes(
+                        VoteOutcome::Failed(NodeError::other("a try was answered as out of line")),
+                        Duration::ZERO,
+                    ),
+                }),
+            };
+        };
+        let line = [line.to_string()];
+        let mut wake = slots.to_vec();
+        wake.extend(line.iter().cloned());
+        self.wait_in_line(name, &line, &wake, policy, who, attempt)
+            .await
     }
 
     /// One attempt to take `keys` (every resource, or none), which never passes a waiter in
@@ -514,17 +618,18 @@ impl PgBackend {
     ) -> Result<PgGrant> {
         let owner = Self::new_owner()?;
         let (this, who): (&PgBackend, &str) = (self, &owner);
-        self.wait_in_line(keys, keys, policy, who, move |place| {
+        self.wait_in_line(&keys[0], keys, keys, policy, who, move |place| {
             this.take(keys, who, place)
         })
         .await
     }
 
-    /// The waiting loop of every primitive: `attempt(place)` once as a try (`None`), then, while
-    /// it is refused, with a place in the line of `line` (entered for `owner`), woken by the
-    /// releases of `wake` (their channels).
+    /// The waiting loop of every primitive (`name` in errors): `attempt(place)` once as a try
+    /// (`None`), then, while it is refused, with a place in the line of `line` (entered for
+    /// `owner`), woken by the notifications of `wake` (their channels).
     async fn wait_in_line<T, F, Fut>(
         self: &Arc<Self>,
+        name: &str,
         line: &[String],
         wake: &[String],
         policy: &RetryPolicy,
@@ -575,7 +680,7 @@ impl PgBackend {
                     let _ = self.leave(line, p.seq, left).await;
                 }
                 return Err(Error::Timeout {
-                    resource: line[0].clone(),
+                    resource: name.to_string(),
                     attempts,
                     last: Box::new(last),
                 });

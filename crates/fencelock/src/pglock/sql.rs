@@ -26,7 +26,8 @@ DO $$
 BEGIN
     IF to_regclass('fencelock_locks') IS NULL OR to_regclass('fencelock_tokens') IS NULL
        OR to_regclass('fencelock_waiters') IS NULL OR to_regclass('fencelock_line') IS NULL
-       OR to_regprocedure('fencelock_leave_v1(text[],bigint)') IS NULL THEN
+       OR to_regprocedure('fencelock_leave_v1(text[],bigint)') IS NULL
+       OR to_regprocedure('fencelock_take_permit_v1(text,text[],text,bigint,bigint)') IS NULL THEN
         PERFORM pg_advisory_xact_lock(7269105834512867432);
         CREATE TABLE IF NOT EXISTS fencelock_locks (
             resource   text        PRIMARY KEY,
@@ -123,6 +124,66 @@ BEGIN
             END IF;
         END $f$;
 
+        CREATE OR REPLACE FUNCTION fencelock_take_permit_v1(p_line text, p_slots text[],
+                                                            p_owner text, p_ttl_ms bigint,
+                                                            p_seq bigint,
+                                                            OUT o_slot integer,
+                                                            OUT o_token bigint,
+                                                            OUT o_wait_ms bigint,
+                                                            OUT o_in_line boolean)
+        LANGUAGE plpgsql AS $f$
+        DECLARE t timestamptz; blocked_until timestamptz; n bigint; free integer;
+        BEGIN
+            PERFORM fencelock_serialize_v1(ARRAY[p_line]);
+            t := clock_timestamp();
+            DELETE FROM fencelock_waiters w WHERE w.resource = p_line AND w.expires_at <= t;
+            IF p_seq IS NOT NULL THEN
+                UPDATE fencelock_waiters w
+                SET expires_at = t + p_ttl_ms::float8 * interval '1 millisecond'
+                WHERE w.resource = p_line AND w.seq = p_seq AND w.owner = p_owner;
+                GET DIAGNOSTICS n = ROW_COUNT;
+                IF n = 0 THEN
+                    o_in_line := false;
+                    RETURN;
+                END IF;
+            END IF;
+            o_in_line := true;
+            SELECT min(w.expires_at) INTO blocked_until FROM fencelock_waiters w
+            WHERE w.resource = p_line AND (p_seq IS NULL OR w.seq < p_seq);
+            IF blocked_until IS NULL THEN
+                SELECT s.i INTO free FROM unnest(p_slots) WITH ORDINALITY AS s(r, i)
+                WHERE NOT EXISTS (SELECT 1 FROM fencelock_locks l
+                                  WHERE l.resource = s.r AND l.expires_at > t)
+                ORDER BY s.i LIMIT 1;
+                IF free IS NULL THEN
+                    SELECT min(l.expires_at) INTO blocked_until FROM fencelock_locks l
+                    WHERE l.resource = ANY(p_slots) AND l.expires_at > t;
+                END IF;
+            END IF;
+            IF free IS NULL THEN
+                o_wait_ms := ceil(extract(epoch FROM coalesce(blocked_until, t) - t) * 1000)::bigint;
+                RETURN;
+            END IF;
+            o_token := nextval('fencelock_tokens');
+            INSERT INTO fencelock_locks AS l (resource, owner, token, expires_at)
+            VALUES (p_slots[free], p_owner, o_token,
+                    clock_timestamp() + p_ttl_ms::float8 * interval '1 millisecond')
+            ON CONFLICT (resource) DO UPDATE
+                SET owner = EXCLUDED.owner, token = EXCLUDED.token,
+                    expires_at = EXCLUDED.expires_at
+                WHERE l.expires_at <= clock_timestamp();
+            GET DIAGNOSTICS n = ROW_COUNT;
+            IF n <> 1 THEN
+                RAISE EXCEPTION 'fencelock: a permit was taken while serialized';
+            END IF;
+            IF p_seq IS NOT NULL THEN
+                DELETE FROM fencelock_waiters w WHERE w.resource = p_line AND w.seq = p_seq;
+                -- The next in line may find another permit free: wake it.
+                PERFORM pg_notify(fencelock_channel_v1(p_line), '');
+            END IF;
+            o_slot := free - 1;
+        END $f$;
+
         CREATE OR REPLACE FUNCTION fencelock_release_v1(p_resources text[], p_owner text)
         RETURNS boolean
         LANGUAGE plpgsql AS $f$
@@ -170,6 +231,15 @@ $$";
 /// by itself; `in_line` false when the waiter's place had expired (it must enter again).
 pub(super) const TAKE: &str =
     "SELECT o_token, o_wait_ms, o_in_line FROM fencelock_take_v1($1, $2, $3, $4)";
+
+/// One attempt to take a permit of the semaphore whose line is `$1` and whose slots are `$2`
+/// (one lease row each), for owner `$3`, for `$4` milliseconds: a try (`$5` null), which any live
+/// waiter refuses, or the attempt of the waiter at place `$5` in the line of `$1`. Under the
+/// line's advisory lock it counts the live leases of the slots and takes the first free one, so
+/// no two takes ever count the same free slot. Returns `(slot, token, wait_ms, in_line)` as
+/// [`TAKE`], with the slot's index when granted.
+pub(super) const TAKE_PERMIT: &str =
+    "SELECT o_slot, o_token, o_wait_ms, o_in_line FROM fencelock_take_permit_v1($1, $2, $3, $4, $5)";
 
 /// Enters the line of every resource `$1` for owner `$2`, the place expiring after `$3`
 /// milliseconds unless refreshed; returns the place (one number for all the resources).
