@@ -32,6 +32,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     guard.release().await?;
     waiting(&client).await?;
     several(&client).await?;
+    permits(&client).await?;
     println!("held under fencing token {}", token.value());
     Ok(())
 }
@@ -53,6 +54,17 @@ async fn several(client: &Client) -> fencelock::Result<()> {
     let token = lock.fencing_token().expect("one token for both rows");
     lock.release().await?;
     // endregion: several
+    assert!(token.value() > 0);
+    Ok(())
+}
+
+async fn permits(client: &Client) -> fencelock::Result<()> {
+    // region: semaphore
+    let encoders = client.semaphore("encoders", 3)?; // no I/O
+    let permit = encoders.acquire().await?; // one of 3 lease rows; in line while all are held
+    let token = permit.fencing_token().expect("every permit has one");
+    permit.release().await?; // NOTIFY: the next in line wakes
+    // endregion: semaphore
     assert!(token.value() > 0);
     Ok(())
 }

@@ -811,6 +811,18 @@ async fn a_semaphore_of_three_grants_three_permits_never_four_and_wakes_its_wait
     for p in permits {
         p.release().await.unwrap();
     }
+    // A place that makes no attempt (a paused waiter): every permit is free, yet a try is
+    // refused until the place is left.
+    let place = pg
+        .psql("SELECT fencelock_enter_v1(ARRAY['fencelock:permits:encoders'], 'paused', 30000)")
+        .unwrap();
+    let err = other.try_acquire().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Contention, "{err}");
+    pg.psql(&format!(
+        "SELECT fencelock_leave_v1(ARRAY['fencelock:permits:encoders'], {place})"
+    ))
+    .unwrap();
+    other.try_acquire().await.unwrap().release().await.unwrap();
 
     // Six clients at once on three permits.
     let clients = (0..6).map(|_| client(&pg, LINE_TTL)).collect();
