@@ -535,6 +535,14 @@ mutant pg-permit-try-passes-the-line "postgres: a try for a permit ignores the s
   crates/fencelock/src/pglock/sql.rs \
   's/WHERE w\.resource = p_line AND \(p_seq IS NULL OR w\.seq < p_seq\)/WHERE w.resource = p_line AND (p_seq IS NOT NULL AND w.seq < p_seq)/' \
   "-p fencelock --test postgres_lock a_semaphore_of_three_grants_three_permits_never_four_and_wakes_its_waiters"
+mutant pg-reader-ignores-the-writer "postgres: a read lock is granted while a writer holds the resource (issue 32)" \
+  crates/fencelock/src/pglock/sql.rs \
+  's/WHERE l\.resource = p_resource AND l\.expires_at > t\n/WHERE l.resource = p_resource AND false\n/' \
+  "-p fencelock --test postgres_lock readers_share_a_writer_excludes_them_and_a_waiting_writer_goes_before_later_readers"
+mutant pg-writer-ignores-readers "postgres: a write lock (the mutex) is granted while readers hold the resource (issue 32)" \
+  crates/fencelock/src/pglock/sql.rs \
+  's/\n\s*SELECT r\.expires_at FROM fencelock_readers r\n\s*WHERE r\.resource = ANY\(p_resources\) AND r\.expires_at > t\n\s*UNION ALL//' \
+  "-p fencelock --test postgres_lock readers_share_a_writer_excludes_them_and_a_waiting_writer_goes_before_later_readers"
 mutant zk-token-from-sequence "zookeeper: the token is the node's sequence number (which restarts with its directory), not its czxid (issue 32)" \
   crates/fencelock/src/zk/mod.rs \
   's/let token = u64::try_from\(stat\.czxid\)/let token = u64::try_from(sequence.into_i64() + 1)/' \

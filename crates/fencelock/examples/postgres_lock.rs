@@ -64,7 +64,7 @@ async fn permits(client: &Client) -> fencelock::Result<()> {
     let permit = encoders.acquire().await?; // one of 3 lease rows; in line while all are held
     let token = permit.fencing_token().expect("every permit has one");
     permit.release().await?; // NOTIFY: the next in line wakes
-    // endregion: semaphore
+                             // endregion: semaphore
     assert!(token.value() > 0);
     Ok(())
 }

@@ -251,7 +251,7 @@ impl Backend {
             #[cfg(feature = "etcd")]
             Backend::Etcd(e) => Ok(etcd_grant(e, e.try_read(key).await?)),
             #[cfg(feature = "postgres-lock")]
-            Backend::Postgres(_) => Err(crate::pglock::unsupported("a read-write lock")),
+            Backend::Postgres(p) => Ok(pg_read_grant(p, p.read(key, None).await?)),
             #[cfg(feature = "zookeeper")]
             Backend::ZooKeeper(_) => Err(crate::zk::unsupported("a read-write lock")),
         }
@@ -268,7 +268,7 @@ impl Backend {
             #[cfg(feature = "etcd")]
             Backend::Etcd(e) => Ok(etcd_grant(e, e.read(key, policy.wait()).await?)),
             #[cfg(feature = "postgres-lock")]
-            Backend::Postgres(_) => Err(crate::pglock::unsupported("a read-write lock")),
+            Backend::Postgres(p) => Ok(pg_read_grant(p, p.read(key, Some(policy)).await?)),
             #[cfg(feature = "zookeeper")]
             Backend::ZooKeeper(_) => Err(crate::zk::unsupported("a read-write lock")),
         }
@@ -365,10 +365,10 @@ impl Backend {
         allow(unused_variables)
     )]
     pub(crate) fn offers(&self, what: &str) -> Result<()> {
-        // A semaphore is offered on PostgreSQL; its other primitives are not yet.
+        // Semaphores and read-write locks are offered on PostgreSQL; elections are not yet.
         #[cfg(feature = "postgres-lock")]
         if let Backend::Postgres(_) = self {
-            if what != "a semaphore" {
+            if what == "an election" {
                 return Err(crate::pglock::unsupported(what));
             }
         }
@@ -715,8 +715,14 @@ impl Held {
             )),
             #[cfg(feature = "etcd")]
             Held::Etcd(e, h) => e.record_writer(h).await,
+            // A reader reads the token sequence itself: nothing to record.
             #[cfg(feature = "postgres-lock")]
-            Held::Postgres(..) => Err(crate::pglock::unsupported("a read-write lock")),
+            Held::Postgres(_, h) if !h.shared => Ok(()),
+            #[cfg(feature = "postgres-lock")]
+            Held::Postgres(..) => Err(Error::config(
+                "rwlock",
+                "a read lock has no fencing token to record",
+            )),
             #[cfg(feature = "zookeeper")]
             Held::ZooKeeper(..) => Err(crate::zk::unsupported("a read-write lock")),
         }
@@ -772,6 +778,19 @@ fn pg_grant(backend: &Arc<crate::pglock::PgBackend>, grant: crate::pglock::PgGra
         deadline: grant.deadline,
         votes: grant.votes,
         last_writer: None,
+        held: Held::Postgres(backend.clone(), grant.held),
+    }
+}
+
+/// A read lock: no fencing token of its own, the last writer's token (the sequence's last value
+/// when it was granted).
+#[cfg(feature = "postgres-lock")]
+fn pg_read_grant(backend: &Arc<crate::pglock::PgBackend>, grant: crate::pglock::PgGrant) -> Grant {
+    Grant {
+        fencing_token: None,
+        deadline: grant.deadline,
+        votes: grant.votes,
+        last_writer: Some(grant.held.token),
         held: Held::Postgres(backend.clone(), grant.held),
     }
 }

@@ -95,7 +95,7 @@ async fn a_user_without_the_right_to_create_uses_the_table_an_administrator_made
     // PostgreSQL 15 gives ordinary users no CREATE on the public schema.
     pg.psql(
         "CREATE ROLE app LOGIN; \
-         GRANT SELECT, INSERT, UPDATE, DELETE ON fencelock_locks, fencelock_waiters TO app; \
+         GRANT SELECT, INSERT, UPDATE, DELETE ON fencelock_locks, fencelock_waiters, fencelock_readers TO app; \
          GRANT USAGE ON SEQUENCE fencelock_tokens, fencelock_line TO app;",
     )
     .unwrap();
@@ -717,10 +717,7 @@ async fn bad_urls_and_primitives_postgres_does_not_offer_are_refused_clearly() {
     }
     let c = Client::new(Config::new([url])).unwrap();
     assert!(!format!("{c:?}").contains("hunter2"));
-    for (what, err) in [
-        ("read-write lock", c.rwlock("doc").map(|_| ()).unwrap_err()),
-        ("election", c.election("leader").map(|_| ()).unwrap_err()),
-    ] {
+    for (what, err) in [("election", c.election("leader").map(|_| ()).unwrap_err())] {
         assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{what}: {err}");
         let text = err.to_string();
         assert!(text.contains(what), "{text}");
@@ -828,4 +825,117 @@ async fn a_semaphore_of_three_grants_three_permits_never_four_and_wakes_its_wait
     let clients = (0..6).map(|_| client(&pg, LINE_TTL)).collect();
     let most = a_semaphore_never_grants_more_than_its_permits(clients, "pool", 3).await;
     assert!(most >= 2, "the permits were used together: {most}");
+}
+
+/// The read-write lock's contract, written against `Client` only (any backend): half the
+/// `clients` read, half write, concurrently, several times each; a writer never holds the lock
+/// with a reader or another writer. Returns the most readers seen holding it at once.
+async fn a_rwlock_never_lets_a_writer_in_with_anyone(clients: Vec<Client>, name: &str) -> usize {
+    let readers = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let writing = Arc::new(AtomicBool::new(false));
+    let violations = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for (i, c) in clients.into_iter().enumerate() {
+        let rw = c.rwlock(name).unwrap();
+        let (readers, most) = (readers.clone(), most.clone());
+        let (writing, violations) = (writing.clone(), violations.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..4 {
+                if i % 2 == 0 {
+                    let lock = rw.read().await.unwrap();
+                    if writing.load(Ordering::SeqCst) {
+                        violations.fetch_add(1, Ordering::SeqCst);
+                    }
+                    let now = readers.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(now, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    readers.fetch_sub(1, Ordering::SeqCst);
+                    lock.release().await.unwrap();
+                } else {
+                    let lock = rw.write().await.unwrap();
+                    if writing.swap(true, Ordering::SeqCst) || readers.load(Ordering::SeqCst) > 0 {
+                        violations.fetch_add(1, Ordering::SeqCst);
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    writing.store(false, Ordering::SeqCst);
+                    lock.release().await.unwrap();
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        tokio::time::timeout(LONG, t).await.unwrap().unwrap();
+    }
+    assert_eq!(
+        violations.load(Ordering::SeqCst),
+        0,
+        "a writer held {name} with someone else"
+    );
+    most.load(Ordering::SeqCst)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_share_a_writer_excludes_them_and_a_waiting_writer_goes_before_later_readers() {
+    let pg = start().await;
+    let rw = |c: &Client| c.rwlock("doc").unwrap();
+    let (a, b) = (client(&pg, LINE_TTL), client(&pg, LINE_TTL));
+    // A writer excludes readers.
+    let written = rw(&a).try_write().await.unwrap();
+    let err = rw(&b).try_read().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Contention, "{err}");
+    written.release().await.unwrap();
+
+    let first = rw(&a).try_read().await.unwrap();
+    let second = rw(&b).try_read().await.unwrap();
+    assert!(first.fencing_token().is_none(), "a read lock has no token");
+    let err = rw(&client(&pg, LINE_TTL)).try_write().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Contention, "{err}");
+    // The plain mutex of the same name is the write side.
+    let err = client(&pg, LINE_TTL).try_acquire("doc").await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Contention, "{err}");
+
+    // A writer waits; the readers that come after it wait for it.
+    let writer = {
+        let rw = rw(&client(&pg, LINE_TTL));
+        tokio::spawn(async move { rw.write().await })
+    };
+    until_in_line(&pg, "doc", 1).await;
+    let err = rw(&client(&pg, LINE_TTL)).try_read().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Contention, "{err}");
+    let late = {
+        let rw = rw(&client(&pg, LINE_TTL));
+        tokio::spawn(async move { rw.read().await })
+    };
+    until_in_line(&pg, "doc", 2).await;
+    first.release().await.unwrap();
+    let released = Instant::now();
+    second.release().await.unwrap();
+    let written = tokio::time::timeout(LONG, writer)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(released.elapsed() < WOKEN, "{:?}", released.elapsed());
+    let t = token(&written);
+    // The late reader still waits, behind the writer's lock.
+    assert!(!late.is_finished());
+    assert_eq!(in_line(&pg, "doc"), 1);
+    let released = Instant::now();
+    written.release().await.unwrap();
+    let read = tokio::time::timeout(LONG, late)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(released.elapsed() < WOKEN, "{:?}", released.elapsed());
+    let last = read
+        .last_writer_token()
+        .expect("a read lock has the last writer's token");
+    assert!(last >= t, "last writer {last}, the writer had {t}");
+    read.release().await.unwrap();
+
+    // Three readers and three writers at once.
+    let clients = (0..6).map(|_| client(&pg, LINE_TTL)).collect();
+    a_rwlock_never_lets_a_writer_in_with_anyone(clients, "shared-doc").await;
 }

@@ -176,6 +176,9 @@ struct Conn {
     client: tokio_postgres::Client,
     take: Statement,
     take_permit: Statement,
+    read: Statement,
+    extend_reader: Statement,
+    release_reader: Statement,
     enter: Statement,
     leave: Statement,
     extend: Statement,
@@ -187,6 +190,9 @@ struct Conn {
 enum Stmt {
     Take,
     TakePermit,
+    Read,
+    ExtendReader,
+    ReleaseReader,
     Enter,
     Leave,
     Extend,
@@ -198,6 +204,9 @@ impl Conn {
         match which {
             Stmt::Take => &self.take,
             Stmt::TakePermit => &self.take_permit,
+            Stmt::Read => &self.read,
+            Stmt::ExtendReader => &self.extend_reader,
+            Stmt::ReleaseReader => &self.release_reader,
             Stmt::Enter => &self.enter,
             Stmt::Leave => &self.leave,
             Stmt::Extend => &self.extend,
@@ -214,7 +223,10 @@ pub(crate) struct PgHeld {
     pub(crate) resource: Arc<str>,
     resources: Arc<[String]>,
     owner: Arc<str>,
+    /// The lock's token; for a read lock, the last writer's token it read.
     pub(crate) token: u64,
+    /// A read lock: an entry in `fencelock_readers`, not a lease row.
+    pub(crate) shared: bool,
 }
 
 impl PgHeld {
@@ -229,6 +241,7 @@ impl PgHeld {
             resources: Arc::from(keys),
             owner: Arc::from(owner),
             token: 0,
+            shared: false,
         }
     }
 }
@@ -322,6 +335,9 @@ impl PgBackend {
         Ok(Conn {
             take: client.prepare(sql::TAKE).await?,
             take_permit: client.prepare(sql::TAKE_PERMIT).await?,
+            read: client.prepare(sql::READ).await?,
+            extend_reader: client.prepare(sql::EXTEND_READER).await?,
+            release_reader: client.prepare(sql::RELEASE_READER).await?,
             enter: client.prepare(sql::ENTER).await?,
             leave: client.prepare(sql::LEAVE).await?,
             extend: client.prepare(sql::EXTEND).await?,
@@ -407,7 +423,8 @@ impl PgBackend {
                 self.request_timeout,
             )
             .await;
-        self.answer(&keys[0], keys, owner, row, 0, started).await
+        self.answer(&keys[0], keys, owner, row, 0, false, started)
+            .await
     }
 
     /// One attempt (`sql::TAKE_PERMIT`) to take a permit of the semaphore `name` (its line
@@ -439,7 +456,10 @@ impl PgBackend {
             .filter(|i| *i < slots.len());
         let granted = slot.map_or(&[][..], |i| std::slice::from_ref(&slots[i]));
         Ok(
-            match self.answer(name, granted, owner, row, 1, started).await? {
+            match self
+                .answer(name, granted, owner, row, 1, false, started)
+                .await?
+            {
                 Take::Granted(grant) => Take::Granted((slot.unwrap_or(0), grant)),
                 Take::Blocked { wait, refusal } => Take::Blocked { wait, refusal },
                 Take::OutOfLine => Take::OutOfLine,
@@ -457,6 +477,7 @@ impl PgBackend {
         owner: &str,
         rows: std::result::Result<Vec<Row>, VoteOutcome>,
         at: usize,
+        shared: bool,
         started: Instant,
     ) -> Result<Take> {
         let elapsed = started.elapsed();
@@ -496,6 +517,7 @@ impl PgBackend {
             resources: Arc::from(resources),
             owner: Arc::from(owner),
             token: 0,
+            shared,
         };
         let Some(token) = sql::token(token) else {
             let _ = self.release_rows(&held, self.request_timeout).await;
@@ -519,6 +541,62 @@ impl PgBackend {
                 })
             }
         }
+    }
+
+    /// One attempt (`sql::READ`) to take a read lock of `resource` for `owner`: a try when
+    /// `place` is `None`, else the attempt of the waiter at `place`.
+    async fn take_read(&self, resource: &str, owner: &str, place: Option<i64>) -> Result<Take> {
+        let started = Instant::now();
+        let ttl = self.ttl_millis();
+        let row = self
+            .request(
+                Stmt::Read,
+                &[&resource, &owner, &ttl, &place],
+                self.request_timeout,
+            )
+            .await;
+        let keys = [resource.to_string()];
+        self.answer(resource, &keys, owner, row, 0, true, started)
+            .await
+    }
+
+    /// Takes a read lock of `resource`: one try when `policy` is `None`, else waiting in the
+    /// resource's line (the same line as its writers) as it allows. Granted while no writer
+    /// holds the resource and nobody waits ahead; the grant's token is the sequence's last
+    /// value, at least the token of every writer granted before (the last writer's token).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Contention`] while a writer holds the resource or anyone waits ahead;
+    /// [`Error::Timeout`] when the policy ran out; otherwise as [`PgBackend::try_acquire`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`PgBackend::acquire`].
+    pub(crate) async fn read(
+        self: &Arc<Self>,
+        resource: &str,
+        policy: Option<&RetryPolicy>,
+    ) -> Result<PgGrant> {
+        let owner = Self::new_owner()?;
+        let (this, who): (&PgBackend, &str) = (self, &owner);
+        let attempt = move |place| this.take_read(resource, who, place);
+        let Some(policy) = policy else {
+            return match attempt(None).await? {
+                Take::Granted(grant) => Ok(grant),
+                Take::Blocked { refusal, .. } => Err(refusal),
+                Take::OutOfLine => Err(Error::Unavailable {
+                    resource: resource.to_string(),
+                    votes: self.votes(
+                        VoteOutcome::Failed(NodeError::other("a try was answered as out of line")),
+                        Duration::ZERO,
+                    ),
+                }),
+            };
+        };
+        let keys = [resource.to_string()];
+        self.wait_in_line(resource, &keys, &keys, policy, who, attempt)
+            .await
     }
 
     /// Takes a permit of the semaphore `name`, whose waiters stand in the line of `line` and
@@ -848,11 +926,16 @@ impl PgBackend {
         let ttl = self.ttl_millis();
         let resources: &[String] = &held.resources;
         let owner: &str = &held.owner;
-        let rows = self
-            .request(Stmt::Extend, &[&resources, &owner, &ttl], budget)
-            .await;
+        let rows = if held.shared {
+            let resource: &str = &held.resource;
+            self.request(Stmt::ExtendReader, &[&resource, &owner, &ttl], budget)
+                .await
+        } else {
+            self.request(Stmt::Extend, &[&resources, &owner, &ttl], budget)
+                .await
+        };
         let elapsed = started.elapsed();
-        let all = distinct(resources);
+        let all = if held.shared { 1 } else { distinct(resources) };
         match rows {
             Ok(rows) if rows.len() == all => {
                 let outcome = match validity::validity(self.ttl, elapsed, self.drift) {
@@ -902,9 +985,14 @@ impl PgBackend {
     ) -> std::result::Result<Released, VoteOutcome> {
         let resources: &[String] = &held.resources;
         let owner: &str = &held.owner;
-        let rows = self
-            .request(Stmt::Release, &[&resources, &owner], limit)
-            .await?;
+        let rows = if held.shared {
+            let resource: &str = &held.resource;
+            self.request(Stmt::ReleaseReader, &[&resource, &owner], limit)
+                .await?
+        } else {
+            self.request(Stmt::Release, &[&resources, &owner], limit)
+                .await?
+        };
         Ok(Released::from_row(
             rows.first().and_then(|r| r.get::<_, Option<bool>>(0)),
         ))

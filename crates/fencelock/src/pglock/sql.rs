@@ -26,6 +26,8 @@ DO $$
 BEGIN
     IF to_regclass('fencelock_locks') IS NULL OR to_regclass('fencelock_tokens') IS NULL
        OR to_regclass('fencelock_waiters') IS NULL OR to_regclass('fencelock_line') IS NULL
+       OR to_regclass('fencelock_readers') IS NULL
+       OR to_regprocedure('fencelock_read_v1(text,text,bigint,bigint)') IS NULL
        OR to_regprocedure('fencelock_leave_v1(text[],bigint)') IS NULL
        OR to_regprocedure('fencelock_take_permit_v1(text,text[],text,bigint,bigint)') IS NULL THEN
         PERFORM pg_advisory_xact_lock(7269105834512867432);
@@ -44,6 +46,12 @@ BEGIN
             PRIMARY KEY (resource, seq)
         );
         CREATE SEQUENCE IF NOT EXISTS fencelock_line AS bigint MINVALUE 1;
+        CREATE TABLE IF NOT EXISTS fencelock_readers (
+            resource   text        NOT NULL,
+            owner      text        NOT NULL,
+            expires_at timestamptz NOT NULL,
+            PRIMARY KEY (resource, owner)
+        );
 
         CREATE OR REPLACE FUNCTION fencelock_channel_v1(p_resource text) RETURNS text
         LANGUAGE sql IMMUTABLE AS $f$ SELECT 'fencelock_' || md5(p_resource) $f$;
@@ -97,6 +105,9 @@ BEGIN
             SELECT min(b.e) INTO blocked_until FROM (
                 SELECT l.expires_at AS e FROM fencelock_locks l
                 WHERE l.resource = ANY(p_resources) AND l.expires_at > t
+                UNION ALL
+                SELECT r.expires_at FROM fencelock_readers r
+                WHERE r.resource = ANY(p_resources) AND r.expires_at > t
                 UNION ALL
                 SELECT w.expires_at FROM fencelock_waiters w
                 WHERE w.resource = ANY(p_resources) AND (p_seq IS NULL OR w.seq < p_seq)
@@ -184,6 +195,68 @@ BEGIN
             o_slot := free - 1;
         END $f$;
 
+        CREATE OR REPLACE FUNCTION fencelock_read_v1(p_resource text, p_owner text,
+                                                     p_ttl_ms bigint, p_seq bigint,
+                                                     OUT o_last bigint, OUT o_wait_ms bigint,
+                                                     OUT o_in_line boolean)
+        LANGUAGE plpgsql AS $f$
+        DECLARE t timestamptz; blocked_until timestamptz; n bigint;
+        BEGIN
+            PERFORM fencelock_serialize_v1(ARRAY[p_resource]);
+            t := clock_timestamp();
+            DELETE FROM fencelock_waiters w
+            WHERE w.resource = p_resource AND w.expires_at <= t;
+            IF p_seq IS NOT NULL THEN
+                UPDATE fencelock_waiters w
+                SET expires_at = t + p_ttl_ms::float8 * interval '1 millisecond'
+                WHERE w.resource = p_resource AND w.seq = p_seq AND w.owner = p_owner;
+                GET DIAGNOSTICS n = ROW_COUNT;
+                IF n = 0 THEN
+                    o_in_line := false;
+                    RETURN;
+                END IF;
+            END IF;
+            o_in_line := true;
+            SELECT min(b.e) INTO blocked_until FROM (
+                SELECT l.expires_at AS e FROM fencelock_locks l
+                WHERE l.resource = p_resource AND l.expires_at > t
+                UNION ALL
+                SELECT w.expires_at FROM fencelock_waiters w
+                WHERE w.resource = p_resource AND (p_seq IS NULL OR w.seq < p_seq)
+            ) b;
+            IF blocked_until IS NOT NULL THEN
+                o_wait_ms := ceil(extract(epoch FROM blocked_until - t) * 1000)::bigint;
+                RETURN;
+            END IF;
+            DELETE FROM fencelock_readers r
+            WHERE r.resource = p_resource AND r.expires_at <= t;
+            INSERT INTO fencelock_readers (resource, owner, expires_at)
+            VALUES (p_resource, p_owner,
+                    clock_timestamp() + p_ttl_ms::float8 * interval '1 millisecond');
+            IF p_seq IS NOT NULL THEN
+                DELETE FROM fencelock_waiters w
+                WHERE w.resource = p_resource AND w.seq = p_seq;
+                -- The next in line may be a reader too: wake it.
+                PERFORM pg_notify(fencelock_channel_v1(p_resource), '');
+            END IF;
+            -- At least every token issued so far: every writer granted before this reader.
+            SELECT last_value INTO o_last FROM fencelock_tokens;
+        END $f$;
+
+        CREATE OR REPLACE FUNCTION fencelock_unread_v1(p_resource text, p_owner text)
+        RETURNS boolean
+        LANGUAGE plpgsql AS $f$
+        DECLARE live boolean;
+        BEGIN
+            DELETE FROM fencelock_readers r
+            WHERE r.resource = p_resource AND r.owner = p_owner
+            RETURNING r.expires_at > clock_timestamp() INTO live;
+            IF live IS NOT NULL THEN
+                PERFORM pg_notify(fencelock_channel_v1(p_resource), '');
+            END IF;
+            RETURN live;
+        END $f$;
+
         CREATE OR REPLACE FUNCTION fencelock_release_v1(p_resources text[], p_owner text)
         RETURNS boolean
         LANGUAGE plpgsql AS $f$
@@ -240,6 +313,25 @@ pub(super) const TAKE: &str =
 /// [`TAKE`], with the slot's index when granted.
 pub(super) const TAKE_PERMIT: &str =
     "SELECT o_slot, o_token, o_wait_ms, o_in_line FROM fencelock_take_permit_v1($1, $2, $3, $4, $5)";
+
+/// One attempt to take a read lock of `$1` for owner `$2` for `$3` milliseconds: a try (`$4`
+/// null) or the attempt of the waiter at place `$4`. Refused while a writer (a lease row of
+/// `$1`) holds it or a waiter (writer or reader) is ahead in line: a waiting writer keeps the
+/// readers that came after it out. Returns `(last, wait_ms, in_line)` as [`TAKE`], `last` (the
+/// sequence's last value, at least every writer's token so far) when granted.
+pub(super) const READ: &str =
+    "SELECT o_last, o_wait_ms, o_in_line FROM fencelock_read_v1($1, $2, $3, $4)";
+
+/// Moves the expiry of reader `$2`'s entry of `$1` to `$3` milliseconds from now, if live.
+pub(super) const EXTEND_READER: &str = "
+UPDATE fencelock_readers
+SET expires_at = clock_timestamp() + $3::bigint::float8 * interval '1 millisecond'
+WHERE resource = $1 AND owner = $2 AND expires_at > clock_timestamp()
+RETURNING 1";
+
+/// Deletes reader `$2`'s entry of `$1` and wakes the line; returns whether it was live, or null
+/// when there was none.
+pub(super) const RELEASE_READER: &str = "SELECT fencelock_unread_v1($1, $2)";
 
 /// Enters the line of every resource `$1` for owner `$2`, the place expiring after `$3`
 /// milliseconds unless refreshed; returns the place (one number for all the resources).
