@@ -33,6 +33,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     waiting(&client).await?;
     several(&client).await?;
     permits(&client).await?;
+    readers(&client).await?;
     println!("held under fencing token {}", token.value());
     Ok(())
 }
@@ -66,5 +67,18 @@ async fn permits(client: &Client) -> fencelock::Result<()> {
     permit.release().await?; // NOTIFY: the next in line wakes
                              // endregion: semaphore
     assert!(token.value() > 0);
+    Ok(())
+}
+
+async fn readers(client: &Client) -> fencelock::Result<()> {
+    // region: rwlock
+    let doc = client.rwlock("doc")?; // no I/O
+    let read = doc.read().await?; // shared; in line behind any writer that waits
+    let last = read.last_writer_token(); // at least every earlier writer's token
+    read.release().await?;
+    let write = doc.write().await?; // the mutex of "doc": excludes readers and writers
+    write.release().await?;
+    // endregion: rwlock
+    assert!(last.is_some());
     Ok(())
 }

@@ -111,10 +111,24 @@
 //! the margin; a release reports [`Error::Unavailable`]. The connection is opened on first use
 //! and again after it failed or timed out.
 //!
+//! # The family
+//!
+//! A semaphore of N permits is N slots, each an ordinary resource with its lease row
+//! (`sql::TAKE_PERMIT`): under the advisory lock of the semaphore's line it counts the slots'
+//! live rows and takes the first free one, so two takes never count the same free slot: N are
+//! never N+1. Its waiters stand in one line (the line's resource), woken by the release of any
+//! slot and by the waiter ahead taking one.
+//!
+//! A read-write lock's write side is the mutex of its resource; a reader is an entry in
+//! `fencelock_readers` (`sql::READ`), with its own expiry. A take of the mutex counts live
+//! readers as holders; a reader is refused by a live lease row and by any place ahead in the
+//! resource's one line, so a waiting writer keeps the later readers out. A read lock's
+//! `last_writer_token` is the token sequence's `last_value` when it was granted: every writer
+//! granted before drew its token from the sequence earlier, so it is at least theirs.
+//!
 //! # Not yet
 //!
-//! Read-write locks and elections are refused with [`Error::InvalidConfig`]; TLS is not
-//! offered either.
+//! Elections are refused with [`Error::InvalidConfig`]; TLS is not offered either.
 
 mod listen;
 mod sql;
