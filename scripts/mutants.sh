@@ -543,6 +543,10 @@ mutant pg-writer-ignores-readers "postgres: a write lock (the mutex) is granted 
   crates/fencelock/src/pglock/sql.rs \
   's/\n\s*SELECT r\.expires_at FROM fencelock_readers r\n\s*WHERE r\.resource = ANY\(p_resources\) AND r\.expires_at > t\n\s*UNION ALL//' \
   "-p fencelock --test postgres_lock readers_share_a_writer_excludes_them_and_a_waiting_writer_goes_before_later_readers"
+mutant pg-observer-skips-leaders "postgres: an observer reads only the newest leader each time, skipping the terms between (issue 32)" \
+  crates/fencelock/src/pglock/sql.rs \
+  's/LIMIT CASE WHEN \$2::bigint IS NULL THEN 1 END/LIMIT 1/' \
+  "-p fencelock --test postgres_lock an_election_has_one_leader_per_term_observers_see_each_in_order_and_a_lost_leader_is_signalled"
 mutant zk-token-from-sequence "zookeeper: the token is the node's sequence number (which restarts with its directory), not its czxid (issue 32)" \
   crates/fencelock/src/zk/mod.rs \
   's/let token = u64::try_from\(stat\.czxid\)/let token = u64::try_from(sequence.into_i64() + 1)/' \

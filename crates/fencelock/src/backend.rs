@@ -3,7 +3,7 @@
 //! `zk/` and `lib.rs`, the `zookeeper` feature).
 //! The backends offer the same crate-private operations: try acquire, acquire with a policy,
 //! extend, release, keep alive. `Client` and `Lock` call these and never match on a backend
-//! themselves. PostgreSQL offers the mutex only so far: its other primitives are refused
+//! themselves. ZooKeeper offers the mutex only so far: its other primitives are refused
 //! ([`Backend::offers`]) before any I/O.
 
 use std::sync::Arc;
@@ -354,24 +354,14 @@ impl Backend {
         }
     }
 
-    /// Refuses, before any I/O, a primitive the backend does not offer: on `postgres://`,
+    /// Refuses, before any I/O, a primitive the backend does not offer: on `zk://`,
     /// semaphores, read-write locks and elections (`what` names it).
     ///
     /// # Errors
     ///
     /// [`Error::InvalidConfig`] naming the primitive and the backend.
-    #[cfg_attr(
-        not(any(feature = "postgres-lock", feature = "zookeeper")),
-        allow(unused_variables)
-    )]
+    #[cfg_attr(not(feature = "zookeeper"), allow(unused_variables))]
     pub(crate) fn offers(&self, what: &str) -> Result<()> {
-        // Semaphores and read-write locks are offered on PostgreSQL; elections are not yet.
-        #[cfg(feature = "postgres-lock")]
-        if let Backend::Postgres(_) = self {
-            if what == "an election" {
-                return Err(crate::pglock::unsupported(what));
-            }
-        }
         #[cfg(feature = "zookeeper")]
         if let Backend::ZooKeeper(_) = self {
             return Err(crate::zk::unsupported(what));
@@ -441,7 +431,7 @@ impl Backend {
             #[cfg(feature = "etcd")]
             Backend::Etcd(e) => Ok(ElectionLog::Etcd(e.clone(), key.to_string())),
             #[cfg(feature = "postgres-lock")]
-            Backend::Postgres(_) => Err(crate::pglock::unsupported("an election")),
+            Backend::Postgres(p) => Ok(ElectionLog::Postgres(p.clone(), key.to_string())),
             #[cfg(feature = "zookeeper")]
             Backend::ZooKeeper(_) => Err(crate::zk::unsupported("an election")),
         }
@@ -465,6 +455,8 @@ pub(crate) struct Permits<'a> {
 #[derive(Debug, Clone)]
 pub(crate) enum ElectionLog {
     Redis(crate::redis::election::ElectionLog),
+    #[cfg(feature = "postgres-lock")]
+    Postgres(Arc<crate::pglock::PgBackend>, String),
     #[cfg(feature = "etcd")]
     Etcd(Arc<crate::etcd::EtcdBackend>, String),
 }
@@ -473,6 +465,8 @@ pub(crate) enum ElectionLog {
 #[derive(Debug)]
 pub(crate) enum LeaderStream {
     Redis(Box<crate::redis::election::LogReader>),
+    #[cfg(feature = "postgres-lock")]
+    Postgres(Box<crate::pglock::PgLeaders>),
     #[cfg(feature = "etcd")]
     Etcd(Box<crate::etcd::LeaderWatch>),
 }
@@ -516,6 +510,10 @@ impl ElectionLog {
             }
             #[cfg(feature = "etcd")]
             (ElectionLog::Etcd(..), Held::Etcd(e, h)) => e.proclaim(h, value).await,
+            #[cfg(feature = "postgres-lock")]
+            (ElectionLog::Postgres(_, key), Held::Postgres(p, h)) if !h.shared => {
+                p.announce(name, key, h, term, value).await
+            }
             // An election's lock comes from the election's own client (one backend for both),
             // and it is a mutex, never a read lock.
             _ => Err(Error::config(
@@ -533,6 +531,8 @@ impl ElectionLog {
             ElectionLog::Redis(log) => log.withdraw(term, value).await,
             #[cfg(feature = "etcd")]
             ElectionLog::Etcd(..) => {}
+            #[cfg(feature = "postgres-lock")]
+            ElectionLog::Postgres(p, key) => p.withdraw(key, term, value).await,
         }
     }
 
@@ -543,6 +543,10 @@ impl ElectionLog {
             #[cfg(feature = "etcd")]
             ElectionLog::Etcd(e, key) => {
                 LeaderStream::Etcd(Box::new(crate::etcd::LeaderWatch::new(e.clone(), key)))
+            }
+            #[cfg(feature = "postgres-lock")]
+            ElectionLog::Postgres(p, key) => {
+                LeaderStream::Postgres(Box::new(crate::pglock::PgLeaders::new(p.clone(), key)))
             }
         }
     }
@@ -555,6 +559,8 @@ impl LeaderStream {
             LeaderStream::Redis(r) => r.next().await,
             #[cfg(feature = "etcd")]
             LeaderStream::Etcd(w) => w.next().await,
+            #[cfg(feature = "postgres-lock")]
+            LeaderStream::Postgres(l) => l.next().await,
         }
     }
 }

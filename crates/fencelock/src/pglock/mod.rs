@@ -126,12 +126,21 @@
 //! `last_writer_token` is the token sequence's `last_value` when it was granted: every writer
 //! granted before drew its token from the sequence earlier, so it is at least theirs.
 //!
+//! An election is the mutex of `election:<name>`, the term its token (`election.rs`). The
+//! leader announces itself in `fencelock_leaders (election, term, value)` under the lock's
+//! advisory lock and only while its lease row is live and its own, so announcements commit in
+//! term order; observers read the table after the last term they reported, woken by the
+//! announcement's `NOTIFY`.
+//!
 //! # Not yet
 //!
-//! Elections are refused with [`Error::InvalidConfig`]; TLS is not offered either.
+//! TLS is not offered.
 
+mod election;
 mod listen;
 mod sql;
+
+pub(crate) use self::election::PgLeaders;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -193,6 +202,9 @@ struct Conn {
     read: Statement,
     extend_reader: Statement,
     release_reader: Statement,
+    announce: Statement,
+    withdraw: Statement,
+    leaders: Statement,
     enter: Statement,
     leave: Statement,
     extend: Statement,
@@ -207,6 +219,9 @@ enum Stmt {
     Read,
     ExtendReader,
     ReleaseReader,
+    Announce,
+    Withdraw,
+    Leaders,
     Enter,
     Leave,
     Extend,
@@ -221,6 +236,9 @@ impl Conn {
             Stmt::Read => &self.read,
             Stmt::ExtendReader => &self.extend_reader,
             Stmt::ReleaseReader => &self.release_reader,
+            Stmt::Announce => &self.announce,
+            Stmt::Withdraw => &self.withdraw,
+            Stmt::Leaders => &self.leaders,
             Stmt::Enter => &self.enter,
             Stmt::Leave => &self.leave,
             Stmt::Extend => &self.extend,
@@ -352,6 +370,9 @@ impl PgBackend {
             read: client.prepare(sql::READ).await?,
             extend_reader: client.prepare(sql::EXTEND_READER).await?,
             release_reader: client.prepare(sql::RELEASE_READER).await?,
+            announce: client.prepare(sql::ANNOUNCE).await?,
+            withdraw: client.prepare(sql::WITHDRAW).await?,
+            leaders: client.prepare(sql::LEADERS).await?,
             enter: client.prepare(sql::ENTER).await?,
             leave: client.prepare(sql::LEAVE).await?,
             extend: client.prepare(sql::EXTEND).await?,
@@ -1142,14 +1163,6 @@ impl Drop for Place {
             backend.left.notify_waiters();
         });
     }
-}
-
-/// The refusal of a primitive this backend does not offer yet.
-pub(crate) fn unsupported(what: &str) -> Error {
-    Error::config(
-        "backend",
-        format!("{what} is not supported on postgres:// yet; use Redis or etcd nodes for it"),
-    )
 }
 
 /// The driver's error as a vote's failure, in the words of `NodeError` (never a secret: the

@@ -26,7 +26,8 @@ DO $$
 BEGIN
     IF to_regclass('fencelock_locks') IS NULL OR to_regclass('fencelock_tokens') IS NULL
        OR to_regclass('fencelock_waiters') IS NULL OR to_regclass('fencelock_line') IS NULL
-       OR to_regclass('fencelock_readers') IS NULL
+       OR to_regclass('fencelock_readers') IS NULL OR to_regclass('fencelock_leaders') IS NULL
+       OR to_regprocedure('fencelock_announce_v1(text,text,bigint,text)') IS NULL
        OR to_regprocedure('fencelock_read_v1(text,text,bigint,bigint)') IS NULL
        OR to_regprocedure('fencelock_leave_v1(text[],bigint)') IS NULL
        OR to_regprocedure('fencelock_take_permit_v1(text,text[],text,bigint,bigint)') IS NULL THEN
@@ -46,6 +47,12 @@ BEGIN
             PRIMARY KEY (resource, seq)
         );
         CREATE SEQUENCE IF NOT EXISTS fencelock_line AS bigint MINVALUE 1;
+        CREATE TABLE IF NOT EXISTS fencelock_leaders (
+            election text   NOT NULL,
+            term     bigint NOT NULL,
+            value    text   NOT NULL,
+            PRIMARY KEY (election, term)
+        );
         CREATE TABLE IF NOT EXISTS fencelock_readers (
             resource   text        NOT NULL,
             owner      text        NOT NULL,
@@ -257,6 +264,33 @@ BEGIN
             RETURN live;
         END $f$;
 
+        CREATE OR REPLACE FUNCTION fencelock_announce_v1(p_key text, p_owner text,
+                                                         p_term bigint, p_value text)
+        RETURNS boolean
+        LANGUAGE plpgsql AS $f$
+        DECLARE n bigint;
+        BEGIN
+            PERFORM fencelock_serialize_v1(ARRAY[p_key]);
+            INSERT INTO fencelock_leaders (election, term, value)
+            SELECT p_key, p_term, p_value
+            WHERE EXISTS (SELECT 1 FROM fencelock_locks l
+                          WHERE l.resource = p_key AND l.owner = p_owner AND l.token = p_term
+                            AND l.expires_at > clock_timestamp())
+            ON CONFLICT DO NOTHING;
+            GET DIAGNOSTICS n = ROW_COUNT;
+            IF n = 0 THEN
+                RETURN false;
+            END IF;
+            DELETE FROM fencelock_leaders d
+            WHERE d.election = p_key AND d.term < (
+                SELECT min(k.term) FROM (
+                    SELECT x.term FROM fencelock_leaders x WHERE x.election = p_key
+                    ORDER BY x.term DESC LIMIT 64
+                ) k);
+            PERFORM pg_notify(fencelock_channel_v1(p_key), '');
+            RETURN true;
+        END $f$;
+
         CREATE OR REPLACE FUNCTION fencelock_release_v1(p_resources text[], p_owner text)
         RETURNS boolean
         LANGUAGE plpgsql AS $f$
@@ -332,6 +366,25 @@ RETURNING 1";
 /// Deletes reader `$2`'s entry of `$1` and wakes the line; returns whether it was live, or null
 /// when there was none.
 pub(super) const RELEASE_READER: &str = "SELECT fencelock_unread_v1($1, $2)";
+
+/// Announces owner `$2`, holding the election's lock `$1` with token `$3`, as the leader of
+/// term `$3` with value `$4`, under the lock's advisory lock: only while the lease row is still
+/// that holder's and live, so announcements commit in term order (a later term's take waits for
+/// the earlier holder's announcement, or overwrote its row first and refuses it). Keeps the last
+/// 64 terms and wakes the observers (the lock's channel). Returns whether it announced.
+pub(super) const ANNOUNCE: &str = "SELECT fencelock_announce_v1($1, $2, $3, $4)";
+
+/// Takes back the announcement of term `$2` with value `$3` of the election `$1`.
+pub(super) const WITHDRAW: &str =
+    "DELETE FROM fencelock_leaders WHERE election = $1 AND term = $2 AND value = $3";
+
+/// The leaders of the election `$1` after term `$2`, newest first; with `$2` null, the latest
+/// only.
+pub(super) const LEADERS: &str = "
+SELECT term, value FROM fencelock_leaders
+WHERE election = $1 AND ($2::bigint IS NULL OR term > $2)
+ORDER BY term DESC
+LIMIT CASE WHEN $2::bigint IS NULL THEN 1 END";
 
 /// Enters the line of every resource `$1` for owner `$2`, the place expiring after `$3`
 /// milliseconds unless refreshed; returns the place (one number for all the resources).
