@@ -34,6 +34,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     several(&client).await?;
     permits(&client).await?;
     readers(&client).await?;
+    leader(&client).await?;
     println!("held under fencing token {}", token.value());
     Ok(())
 }
@@ -80,5 +81,17 @@ async fn readers(client: &Client) -> fencelock::Result<()> {
     write.release().await?;
     // endregion: rwlock
     assert!(last.is_some());
+    Ok(())
+}
+
+async fn leader(client: &Client) -> fencelock::Result<()> {
+    // region: election
+    let election = client.election("primary")?; // no I/O
+    let mut leaders = election.observe(); // each leader once, in term order
+    let leadership = election.campaign("node-a").await?; // waits in line; kept extended
+    let seen = leaders.next().await; // woken by the announcement's NOTIFY
+    assert_eq!(seen.term(), leadership.term()); // the term is the lock's token
+    leadership.resign().await?;
+    // endregion: election
     Ok(())
 }
