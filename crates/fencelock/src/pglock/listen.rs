@@ -23,10 +23,13 @@ use futures_util::StreamExt;
 use tokio::sync::{mpsc, Notify};
 use tokio_postgres::{AsyncMessage, NoTls};
 
+/// The subscriptions of one channel: each subscription's id and wake-up.
+type Subscribers = Vec<(u64, Arc<Notify>)>;
+
 /// The waiters of each channel, shared with the task that reads the connection.
 #[derive(Default)]
 struct Waiters {
-    by_channel: Mutex<HashMap<String, Vec<(u64, Arc<Notify>)>>>,
+    by_channel: Mutex<HashMap<String, Subscribers>>,
     closed: AtomicBool,
     next_id: AtomicU64,
 }

@@ -458,8 +458,18 @@ impl PgBackend {
                 self.request_timeout,
             )
             .await;
-        self.answer(&keys[0], keys, owner, row, 0, false, started)
-            .await
+        self.answer(
+            Claim {
+                name: &keys[0],
+                resources: keys,
+                owner,
+                shared: false,
+            },
+            row,
+            0,
+            started,
+        )
+        .await
     }
 
     /// One attempt (`sql::TAKE_PERMIT`) to take a permit of the semaphore `name` (its line
@@ -492,7 +502,17 @@ impl PgBackend {
         let granted = slot.map_or(&[][..], |i| std::slice::from_ref(&slots[i]));
         Ok(
             match self
-                .answer(name, granted, owner, row, 1, false, started)
+                .answer(
+                    Claim {
+                        name,
+                        resources: granted,
+                        owner,
+                        shared: false,
+                    },
+                    row,
+                    1,
+                    started,
+                )
                 .await?
             {
                 Take::Granted(grant) => Take::Granted((slot.unwrap_or(0), grant)),
@@ -507,14 +527,17 @@ impl PgBackend {
     /// or the lost place.
     async fn answer(
         &self,
-        name: &str,
-        resources: &[String],
-        owner: &str,
+        claim: Claim<'_>,
         rows: std::result::Result<Vec<Row>, VoteOutcome>,
         at: usize,
-        shared: bool,
         started: Instant,
     ) -> Result<Take> {
+        let Claim {
+            name,
+            resources,
+            owner,
+            shared,
+        } = claim;
         let elapsed = started.elapsed();
         let unavailable = |outcome| Error::Unavailable {
             resource: name.to_string(),
@@ -591,8 +614,18 @@ impl PgBackend {
             )
             .await;
         let keys = [resource.to_string()];
-        self.answer(resource, &keys, owner, row, 0, true, started)
-            .await
+        self.answer(
+            Claim {
+                name: resource,
+                resources: &keys,
+                owner,
+                shared: true,
+            },
+            row,
+            0,
+            started,
+        )
+        .await
     }
 
     /// Takes a read lock of `resource`: one try when `policy` is `None`, else waiting in the
@@ -1115,6 +1148,16 @@ fn distinct(keys: &[String]) -> usize {
 /// A wake-up set for a row's expiry comes this much after it, so that the attempt finds it
 /// expired by the database's clock.
 const WAKE_SLACK: Duration = Duration::from_millis(20);
+
+/// What an attempt asked for: the name in errors, the resources granted, by whom, and whether
+/// as a reader.
+#[derive(Clone, Copy)]
+struct Claim<'a> {
+    name: &'a str,
+    resources: &'a [String],
+    owner: &'a str,
+    shared: bool,
+}
 
 /// What one attempt found.
 enum Take<T = PgGrant> {
