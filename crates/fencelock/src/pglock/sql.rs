@@ -103,7 +103,10 @@ BEGIN
                 SET expires_at = t + p_ttl_ms::float8 * interval '1 millisecond'
                 WHERE w.resource = ANY(p_resources) AND w.seq = p_seq AND w.owner = p_owner;
                 GET DIAGNOSTICS n = ROW_COUNT;
-                IF n = 0 THEN
+                IF n <> (SELECT count(DISTINCT r) FROM unnest(p_resources) r) THEN
+                    -- A place expired in some line: out of every line, to enter again.
+                    DELETE FROM fencelock_waiters w
+                    WHERE w.resource = ANY(p_resources) AND w.seq = p_seq;
                     o_in_line := false;
                     RETURN;
                 END IF;
