@@ -1028,3 +1028,41 @@ async fn an_election_has_one_leader_per_term_observers_see_each_in_order_and_a_l
     }
     assert_eq!(reported, terms);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_that_checks_the_lock_in_its_own_transaction_fails_once_the_lock_was_taken_over() {
+    let pg = start().await;
+    let ttl = Duration::from_secs(2);
+    let (a, b) = (client(&pg, ttl), client(&pg, ttl));
+    assert_eq!(a.connect().await.granted(), 1);
+    pg.psql("CREATE TABLE accounts (id int PRIMARY KEY, balance int); INSERT INTO accounts VALUES (7, 100);")
+        .unwrap();
+    // The guide's statement: the data changes only while the lease row is the holder's, live,
+    // with its token; FOR SHARE keeps a takeover out until the write commits.
+    let write = |lock: &fencelock::Lock, amount: i32| {
+        format!(
+            "UPDATE accounts SET balance = balance + {amount} WHERE id = 7 AND EXISTS ( \
+               SELECT 1 FROM fencelock_locks WHERE resource = 'account:7' AND owner = '{}' \
+               AND token = {} AND expires_at > clock_timestamp() FOR SHARE) RETURNING balance",
+            lock.owner(),
+            token(lock)
+        )
+    };
+    let first = a.try_acquire("account:7").await.unwrap();
+    assert_eq!(pg.psql(&write(&first, 10)).unwrap(), "110");
+    // The holder pauses past its TTL; another client takes the lock. The paused holder's
+    // write changes nothing; the new holder's goes through.
+    tokio::time::sleep(ttl + Duration::from_millis(700)).await;
+    let second = b.try_acquire("account:7").await.unwrap();
+    assert_eq!(pg.psql(&write(&first, 10)).unwrap(), "");
+    assert_eq!(pg.psql(&write(&second, 5)).unwrap(), "115");
+    let after_release = write(&second, 5);
+    second.release().await.unwrap();
+    // Released: no write under it any more.
+    assert_eq!(pg.psql(&after_release).unwrap(), "");
+    assert_eq!(
+        pg.psql("SELECT balance FROM accounts WHERE id = 7")
+            .unwrap(),
+        "115"
+    );
+}
