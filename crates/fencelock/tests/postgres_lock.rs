@@ -1066,3 +1066,42 @@ async fn a_write_that_checks_the_lock_in_its_own_transaction_fails_once_the_lock
         "115"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_lock_outlives_its_connection_being_terminated_and_a_quick_server_restart() {
+    let pg = start().await;
+    // Generous: the restart must fit in the validity on a loaded machine.
+    let ttl = Duration::from_secs(6);
+    let (a, b) = (client(&pg, ttl), client(&pg, ttl));
+    let guard = a
+        .try_acquire("daemon")
+        .await
+        .unwrap()
+        .auto_extend(AutoExtend::new());
+    let lost = guard.lost();
+    // The lease is a row, not the session: terminating the holder's connection loses nothing.
+    pg.psql(
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+         WHERE datname = 'postgres' AND pid <> pg_backend_pid() AND backend_type = 'client backend'",
+    )
+    .unwrap();
+    // A fast shutdown and a start: the row is durable, the extension reconnects in time.
+    let pg = tokio::task::spawn_blocking(move || {
+        pg.stop().unwrap();
+        pg.restart().unwrap();
+        pg
+    })
+    .await
+    .unwrap();
+    tokio::time::sleep(ttl).await;
+    assert!(!lost.is_fired(), "lost: {:?}", lost.cause());
+    assert_eq!(
+        b.try_acquire("daemon").await.unwrap_err().kind(),
+        ErrorKind::Contention
+    );
+    let t = guard.fencing_token().unwrap().value();
+    guard.release().await.unwrap();
+    let next = b.try_acquire("daemon").await.unwrap();
+    assert!(token(&next) > t);
+    next.release().await.unwrap();
+}
