@@ -1086,7 +1086,7 @@ async fn a_held_lock_outlives_its_connection_being_terminated_and_a_quick_server
     )
     .unwrap();
     // A fast shutdown and a start: the row is durable, the extension reconnects in time.
-    let pg = tokio::task::spawn_blocking(move || {
+    let _pg = tokio::task::spawn_blocking(move || {
         pg.stop().unwrap();
         pg.restart().unwrap();
         pg
