@@ -490,14 +490,14 @@ mutant etcd-inspect-no-family "inspect on etcd reads the resource's line only: a
   's/let family = read_family\(&mut client, resource, &line\)\.await\?;/let family = Family::default();/' \
   "-p fencelock-cli --test inspect on_etcd_permits_readers_the_writer_and_the_leader_are_shown"
 
-mutant pg-acquire-ignores-expiry "postgres: the acquisition overwrites a live row (its WHERE on the expiry gone): two holders (issue 32)" \
+mutant pg-acquire-ignores-expiry "postgres: the acquisition overwrites a live row (its check of live rows and its WHERE on the expiry gone): two holders (issue 32)" \
   crates/fencelock/src/pglock/sql.rs \
-  's/    WHERE l\.expires_at <= clock_timestamp\(\)\n/    WHERE true\n/' \
+  's/WHERE l\.resource = ANY\(p_resources\) AND l\.expires_at > t\n/WHERE false\n/; s/WHERE l\.expires_at <= clock_timestamp\(\);/WHERE true;/' \
   "-p fencelock --test postgres_lock a_second_client_is_refused_while_the_first_holds_then_gets_it" \
   "-p fencelock --test postgres_lock clients_racing_for_one_resource_never_hold_it_together"
 mutant pg-release-ignores-owner "postgres: the release deletes the row whoever owns it (issue 32)" \
   crates/fencelock/src/pglock/sql.rs \
-  's/DELETE FROM fencelock_locks\nWHERE resource = \$1 AND owner = \$2\n/DELETE FROM fencelock_locks\nWHERE resource = \$1 AND (owner = \$2 OR true)\n/' \
+  's/WHERE l\.resource = ANY\(p_resources\) AND l\.owner = p_owner\n/WHERE l.resource = ANY(p_resources) AND (l.owner = p_owner OR true)\n/' \
   "-p fencelock --test postgres_lock a_release_or_extension_by_the_wrong_owner_does_nothing"
 mutant pg-token-not-from-the-sequence "postgres: the token is a constant, not the sequence's next value (issue 32)" \
   crates/fencelock/src/pglock/sql.rs \
@@ -505,7 +505,7 @@ mutant pg-token-not-from-the-sequence "postgres: the token is a constant, not th
   "-p fencelock --test postgres_lock tokens_increase_across_holders_and_a_server_crash"
 mutant pg-extend-revives-expired "postgres: an extension revives a row past its expiry (issue 32)" \
   crates/fencelock/src/pglock/sql.rs \
-  's/WHERE resource = \$1 AND owner = \$2 AND expires_at > clock_timestamp\(\)/WHERE resource = \$1 AND owner = \$2/' \
+  's/WHERE resource = ANY\(\$1\) AND owner = \$2 AND expires_at > clock_timestamp\(\)/WHERE resource = ANY(\$1) AND owner = \$2/' \
   "-p fencelock --test postgres_lock an_expired_lock_is_not_revived_and_is_taken_over_with_a_larger_token"
 mutant pg-failure-counts-as-extension "postgres: an extension the database did not answer counts as done: the lost signal never fires (issue 32)" \
   crates/fencelock/src/pglock/mod.rs \
@@ -515,6 +515,50 @@ mutant pg-no-request-timeout "postgres: a statement waits as long as the databas
   crates/fencelock/src/pglock/mod.rs \
   's/let limit = limit\.min\(self\.request_timeout\);/let limit = limit.max(Duration::from_secs(60));/; s/SET statement_timeout = \{ms\}/SET statement_timeout = 0/' \
   "-p fencelock --test postgres_lock a_statement_blocked_behind_a_row_lock_gives_up_within_the_request_timeout"
+mutant pg-release-does-not-notify "postgres: a release wakes no waiter (no NOTIFY): waiters wake at their heartbeat only (issue 32)" \
+  crates/fencelock/src/pglock/sql.rs \
+  's/live := live AND d\.live;\n\s*PERFORM pg_notify\(fencelock_channel_v1\(d\.resource\), \x27\x27\);/live := live AND d.live;/' \
+  "-p fencelock --test postgres_lock waiters_are_granted_in_line_order_and_woken_by_the_release"
+mutant pg-try-passes-the-line "postgres: a try ignores the waiters in line (issue 32)" \
+  crates/fencelock/src/pglock/sql.rs \
+  's/\(p_seq IS NULL OR w\.seq < p_seq\)/(p_seq IS NOT NULL AND w.seq < p_seq)/' \
+  "-p fencelock --test postgres_lock a_try_never_passes_a_waiter_and_a_place_that_expires_or_is_left_frees_the_line"
+mutant pg-line-backwards "postgres: a waiter waits for the waiters behind it, not ahead: last in, first out (issue 32)" \
+  crates/fencelock/src/pglock/sql.rs \
+  's/\(p_seq IS NULL OR w\.seq < p_seq\)/(p_seq IS NULL OR w.seq > p_seq)/' \
+  "-p fencelock --test postgres_lock waiters_are_granted_in_line_order_and_woken_by_the_release"
+mutant pg-cancelled-waiter-stays "postgres: a cancelled wait leaves its place in line until it expires (issue 32)" \
+  crates/fencelock/src/pglock/mod.rs \
+  's/let Some\(backend\) = self\.backend\.take\(\) else \{/let Some(backend) = self.backend.take().filter(|_| false) else {/' \
+  "-p fencelock --test postgres_lock a_cancelled_waiter_leaves_the_line"
+mutant pg-several-checks-the-first "postgres: a lock of several resources checks the first resource only (issue 32)" \
+  crates/fencelock/src/pglock/sql.rs \
+  's/WHERE l\.resource = ANY\(p_resources\) AND l\.expires_at > t\n/WHERE l.resource = p_resources[1] AND l.expires_at > t\n/' \
+  "-p fencelock --test postgres_lock a_lock_of_several_resources_is_all_or_nothing_with_one_token"
+mutant pg-several-tokens "postgres: each resource of a lock of several gets a token of its own (issue 32)" \
+  crates/fencelock/src/pglock/sql.rs \
+  's/SELECT DISTINCT r, p_owner, o_token,/SELECT DISTINCT r, p_owner, nextval(\x27fencelock_tokens\x27),/' \
+  "-p fencelock --test postgres_lock a_lock_of_several_resources_is_all_or_nothing_with_one_token"
+mutant pg-permit-counts-nothing "postgres: a permit is taken without counting the live permits (the first slot, held or not): N+1 holders (issue 32)" \
+  crates/fencelock/src/pglock/sql.rs \
+  's/WHERE NOT EXISTS \(SELECT 1 FROM fencelock_locks l\n(\s*)WHERE l\.resource = s\.r AND l\.expires_at > t\)/WHERE true/; s/RAISE EXCEPTION \x27fencelock: a permit was taken while serialized\x27;/NULL;/' \
+  "-p fencelock --test postgres_lock a_semaphore_of_three_grants_three_permits_never_four_and_wakes_its_waiters"
+mutant pg-permit-try-passes-the-line "postgres: a try for a permit ignores the semaphore's waiters (issue 32)" \
+  crates/fencelock/src/pglock/sql.rs \
+  's/WHERE w\.resource = p_line AND \(p_seq IS NULL OR w\.seq < p_seq\)/WHERE w.resource = p_line AND (p_seq IS NOT NULL AND w.seq < p_seq)/' \
+  "-p fencelock --test postgres_lock a_semaphore_of_three_grants_three_permits_never_four_and_wakes_its_waiters"
+mutant pg-reader-ignores-the-writer "postgres: a read lock is granted while a writer holds the resource (issue 32)" \
+  crates/fencelock/src/pglock/sql.rs \
+  's/WHERE l\.resource = p_resource AND l\.expires_at > t\n/WHERE l.resource = p_resource AND false\n/' \
+  "-p fencelock --test postgres_lock readers_share_a_writer_excludes_them_and_a_waiting_writer_goes_before_later_readers"
+mutant pg-writer-ignores-readers "postgres: a write lock (the mutex) is granted while readers hold the resource (issue 32)" \
+  crates/fencelock/src/pglock/sql.rs \
+  's/\n\s*SELECT r\.expires_at FROM fencelock_readers r\n\s*WHERE r\.resource = ANY\(p_resources\) AND r\.expires_at > t\n\s*UNION ALL//' \
+  "-p fencelock --test postgres_lock readers_share_a_writer_excludes_them_and_a_waiting_writer_goes_before_later_readers"
+mutant pg-observer-skips-leaders "postgres: an observer reads only the newest leader each time, skipping the terms between (issue 32)" \
+  crates/fencelock/src/pglock/sql.rs \
+  's/LIMIT CASE WHEN \$2::bigint IS NULL THEN 1 END/LIMIT 1/' \
+  "-p fencelock --test postgres_lock an_election_has_one_leader_per_term_observers_see_each_in_order_and_a_lost_leader_is_signalled"
 mutant zk-token-from-sequence "zookeeper: the token is the node's sequence number (which restarts with its directory), not its czxid (issue 32)" \
   crates/fencelock/src/zk/mod.rs \
   's/let token = u64::try_from\(stat\.czxid\)/let token = u64::try_from(sequence.into_i64() + 1)/' \
@@ -559,7 +603,7 @@ mutant zk-reader-ignores-writers "zookeeper: a read lock does not wait for the w
   's/\.filter\(\|\(_, c\)\| !is_reader\(c\)\)/.filter(|(_, c)| !is_reader(c) \&\& false)/' \
   "-p fencelock --lib zk::line::tests::readers_wait_only_for_writers_ahead_and_writers_for_everyone_ahead" \
   "-p fencelock --test zookeeper_family readers_share_writers_exclude_and_a_waiting_writer_goes_before_later_readers" \
-  "-p fencelock --test backends the_family_keeps_its_contract_on_redlock_etcd_and_zookeeper"
+  "-p fencelock --test backends the_family_keeps_its_contract_on_every_backend"
 mutant zk-observer-term-from-announcement "zookeeper: an observer reports the announcement's zxid (mzxid) as the term, not the leader's node's czxid, which the leader fences with (issue 32)" \
   crates/fencelock/src/zk/election.rs \
   's/let term = u64::try_from\(stat\.czxid\)/let term = u64::try_from(stat.mzxid)/' \

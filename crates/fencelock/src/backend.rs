@@ -3,8 +3,13 @@
 //! `zk/` and `lib.rs`, the `zookeeper` feature).
 //! The backends offer the same crate-private operations: try acquire, acquire with a policy,
 //! extend, release, keep alive. `Client` and `Lock` call these and never match on a backend
+<<<<<<< HEAD
 //! themselves. PostgreSQL offers the mutex only so far: its other primitives are refused
 //! ([`Backend::offers`]) before any I/O. ZooKeeper offers the whole family.
+=======
+//! themselves. ZooKeeper offers the mutex only so far: its other primitives are refused
+//! ([`Backend::offers`]) before any I/O.
+>>>>>>> pgfam
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -140,9 +145,10 @@ impl Backend {
             Backend::Redis(r) => r.settle_releases(bound).await,
             #[cfg(feature = "etcd")]
             Backend::Etcd(e) => e.settle_releases(bound).await,
-            // Releases run in the caller's call, never in the background.
+            // Releases run in the caller's call; only the places of cancelled waits are left
+            // in the background.
             #[cfg(feature = "postgres-lock")]
-            Backend::Postgres(_) => true,
+            Backend::Postgres(p) => p.settle_leaves(bound).await,
             #[cfg(feature = "zookeeper")]
             Backend::ZooKeeper(z) => z.settle_releases(bound).await,
         }
@@ -156,7 +162,7 @@ impl Backend {
             #[cfg(feature = "etcd")]
             Backend::Etcd(e) => e.background_pending(),
             #[cfg(feature = "postgres-lock")]
-            Backend::Postgres(_) => 0,
+            Backend::Postgres(p) => p.leaves_pending(),
             #[cfg(feature = "zookeeper")]
             Backend::ZooKeeper(z) => z.background_pending(),
         }
@@ -250,7 +256,7 @@ impl Backend {
             #[cfg(feature = "etcd")]
             Backend::Etcd(e) => Ok(etcd_grant(e, e.try_read(key).await?)),
             #[cfg(feature = "postgres-lock")]
-            Backend::Postgres(_) => Err(crate::pglock::unsupported("a read-write lock")),
+            Backend::Postgres(p) => Ok(pg_read_grant(p, p.read(key, None).await?)),
             #[cfg(feature = "zookeeper")]
             Backend::ZooKeeper(z) => Ok(zk_grant(z, z.try_read(key).await?)),
         }
@@ -267,7 +273,7 @@ impl Backend {
             #[cfg(feature = "etcd")]
             Backend::Etcd(e) => Ok(etcd_grant(e, e.read(key, policy.wait()).await?)),
             #[cfg(feature = "postgres-lock")]
-            Backend::Postgres(_) => Err(crate::pglock::unsupported("a read-write lock")),
+            Backend::Postgres(p) => Ok(pg_read_grant(p, p.read(key, Some(policy)).await?)),
             #[cfg(feature = "zookeeper")]
             Backend::ZooKeeper(z) => Ok(zk_grant(z, z.read(key, policy.wait()).await?)),
         }
@@ -353,17 +359,30 @@ impl Backend {
         }
     }
 
+<<<<<<< HEAD
     /// Refuses, before any I/O, a primitive the backend does not offer: on `postgres://`,
     /// semaphores, read-write locks and elections (`what` names it). ZooKeeper offers them all.
+=======
+    /// Refuses, before any I/O, a primitive the backend does not offer: on `zk://`,
+    /// semaphores, read-write locks and elections (`what` names it).
+>>>>>>> pgfam
     ///
     /// # Errors
     ///
     /// [`Error::InvalidConfig`] naming the primitive and the backend.
+<<<<<<< HEAD
     #[cfg_attr(not(feature = "postgres-lock"), allow(unused_variables))]
     pub(crate) fn offers(&self, what: &str) -> Result<()> {
         #[cfg(feature = "postgres-lock")]
         if let Backend::Postgres(_) = self {
             return Err(crate::pglock::unsupported(what));
+=======
+    #[cfg_attr(not(feature = "zookeeper"), allow(unused_variables))]
+    pub(crate) fn offers(&self, what: &str) -> Result<()> {
+        #[cfg(feature = "zookeeper")]
+        if let Backend::ZooKeeper(_) = self {
+            return Err(crate::zk::unsupported(what));
+>>>>>>> pgfam
         }
         Ok(())
     }
@@ -405,7 +424,13 @@ impl Backend {
                 Ok((i, etcd_grant(e, held)))
             }
             #[cfg(feature = "postgres-lock")]
-            Backend::Postgres(_) => Err(crate::pglock::unsupported("a semaphore")),
+            Backend::Postgres(p) => {
+                let slots: Vec<String> = permits.slots.iter().map(|s| s[0].clone()).collect();
+                let (i, grant) = p
+                    .acquire_permit(permits.name, permits.line, &slots, policy)
+                    .await?;
+                Ok((i, pg_grant(p, grant)))
+            }
             #[cfg(feature = "zookeeper")]
             Backend::ZooKeeper(z) => {
                 let slots: Vec<String> = permits.slots.iter().map(|s| s[0].clone()).collect();
@@ -433,7 +458,7 @@ impl Backend {
             #[cfg(feature = "etcd")]
             Backend::Etcd(e) => Ok(ElectionLog::Etcd(e.clone(), key.to_string())),
             #[cfg(feature = "postgres-lock")]
-            Backend::Postgres(_) => Err(crate::pglock::unsupported("an election")),
+            Backend::Postgres(p) => Ok(ElectionLog::Postgres(p.clone(), key.to_string())),
             #[cfg(feature = "zookeeper")]
             Backend::ZooKeeper(z) => Ok(ElectionLog::ZooKeeper(z.clone(), key.to_string())),
         }
@@ -457,6 +482,8 @@ pub(crate) struct Permits<'a> {
 #[derive(Debug, Clone)]
 pub(crate) enum ElectionLog {
     Redis(crate::redis::election::ElectionLog),
+    #[cfg(feature = "postgres-lock")]
+    Postgres(Arc<crate::pglock::PgBackend>, String),
     #[cfg(feature = "etcd")]
     Etcd(Arc<crate::etcd::EtcdBackend>, String),
     /// The election's lock resource: the leader's node holds the announcement.
@@ -468,6 +495,8 @@ pub(crate) enum ElectionLog {
 #[derive(Debug)]
 pub(crate) enum LeaderStream {
     Redis(Box<crate::redis::election::LogReader>),
+    #[cfg(feature = "postgres-lock")]
+    Postgres(Box<crate::pglock::PgLeaders>),
     #[cfg(feature = "etcd")]
     Etcd(Box<crate::etcd::LeaderWatch>),
     #[cfg(feature = "zookeeper")]
@@ -513,9 +542,15 @@ impl ElectionLog {
             }
             #[cfg(feature = "etcd")]
             (ElectionLog::Etcd(..), Held::Etcd(e, h)) => e.proclaim(h, value).await,
+<<<<<<< HEAD
             #[cfg(feature = "zookeeper")]
             (ElectionLog::ZooKeeper(..), Held::ZooKeeper(z, h)) if !h.shared => {
                 z.proclaim(h, value).await
+=======
+            #[cfg(feature = "postgres-lock")]
+            (ElectionLog::Postgres(_, key), Held::Postgres(p, h)) if !h.shared => {
+                p.announce(name, key, h, term, value).await
+>>>>>>> pgfam
             }
             // An election's lock comes from the election's own client (one backend for both),
             // and it is a mutex, never a read lock.
@@ -534,9 +569,14 @@ impl ElectionLog {
             ElectionLog::Redis(log) => log.withdraw(term, value).await,
             #[cfg(feature = "etcd")]
             ElectionLog::Etcd(..) => {}
+<<<<<<< HEAD
             // As on etcd: the announcement is the leader's node, which the release deletes.
             #[cfg(feature = "zookeeper")]
             ElectionLog::ZooKeeper(..) => {}
+=======
+            #[cfg(feature = "postgres-lock")]
+            ElectionLog::Postgres(p, key) => p.withdraw(key, term, value).await,
+>>>>>>> pgfam
         }
     }
 
@@ -548,9 +588,15 @@ impl ElectionLog {
             ElectionLog::Etcd(e, key) => {
                 LeaderStream::Etcd(Box::new(crate::etcd::LeaderWatch::new(e.clone(), key)))
             }
+<<<<<<< HEAD
             #[cfg(feature = "zookeeper")]
             ElectionLog::ZooKeeper(z, key) => {
                 LeaderStream::ZooKeeper(Box::new(crate::zk::LeaderWatch::new(z.clone(), key)))
+=======
+            #[cfg(feature = "postgres-lock")]
+            ElectionLog::Postgres(p, key) => {
+                LeaderStream::Postgres(Box::new(crate::pglock::PgLeaders::new(p.clone(), key)))
+>>>>>>> pgfam
             }
         }
     }
@@ -563,8 +609,13 @@ impl LeaderStream {
             LeaderStream::Redis(r) => r.next().await,
             #[cfg(feature = "etcd")]
             LeaderStream::Etcd(w) => w.next().await,
+<<<<<<< HEAD
             #[cfg(feature = "zookeeper")]
             LeaderStream::ZooKeeper(w) => w.next().await,
+=======
+            #[cfg(feature = "postgres-lock")]
+            LeaderStream::Postgres(l) => l.next().await,
+>>>>>>> pgfam
         }
     }
 }
@@ -725,8 +776,14 @@ impl Held {
             )),
             #[cfg(feature = "etcd")]
             Held::Etcd(e, h) => e.record_writer(h).await,
+            // A reader reads the token sequence itself: nothing to record.
             #[cfg(feature = "postgres-lock")]
-            Held::Postgres(..) => Err(crate::pglock::unsupported("a read-write lock")),
+            Held::Postgres(_, h) if !h.shared => Ok(()),
+            #[cfg(feature = "postgres-lock")]
+            Held::Postgres(..) => Err(Error::config(
+                "rwlock",
+                "a read lock has no fencing token to record",
+            )),
             #[cfg(feature = "zookeeper")]
             Held::ZooKeeper(z, h) => z.record_writer(h).await,
         }
@@ -782,6 +839,19 @@ fn pg_grant(backend: &Arc<crate::pglock::PgBackend>, grant: crate::pglock::PgGra
         deadline: grant.deadline,
         votes: grant.votes,
         last_writer: None,
+        held: Held::Postgres(backend.clone(), grant.held),
+    }
+}
+
+/// A read lock: no fencing token of its own, the last writer's token (the sequence's last value
+/// when it was granted).
+#[cfg(feature = "postgres-lock")]
+fn pg_read_grant(backend: &Arc<crate::pglock::PgBackend>, grant: crate::pglock::PgGrant) -> Grant {
+    Grant {
+        fencing_token: None,
+        deadline: grant.deadline,
+        votes: grant.votes,
+        last_writer: Some(grant.held.token),
         held: Held::Postgres(backend.clone(), grant.held),
     }
 }

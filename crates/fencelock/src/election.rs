@@ -131,13 +131,14 @@ pub struct Election {
 }
 
 impl Client {
-    /// The election `name` on this client's nodes (Redis or etcd). No I/O happens here.
+    /// The election `name` on this client's nodes (Redis, etcd or PostgreSQL). No I/O happens
+    /// here.
     ///
     /// # Errors
     ///
     /// [`Error::InvalidConfig`] when the client is not in fencing mode on Redis (the term is
-    /// the fencing token; on etcd every lock has one), for a name a lock would refuse, or on a
-    /// backend without elections (`postgres://`).
+    /// the fencing token; on etcd and PostgreSQL every lock has one), for a name a lock would
+    /// refuse, or on a backend without elections (`zk://`).
     pub fn election(&self, name: &str) -> Result<Election> {
         let key = election_key(name);
         crate::client::check_resources(&[key.as_str()])?;

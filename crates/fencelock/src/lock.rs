@@ -112,7 +112,9 @@ impl Lock {
     /// under this lock is no older than that write. On Redis it is at least the token of every
     /// write lock of the resource that was granted before this read lock's acquisition began,
     /// and it is the token of a writer issued one before this read lock was granted; on etcd it
-    /// is exactly the token of the last write lock granted before this one. The conditions
+    /// is exactly the token of the last write lock granted before this one; on PostgreSQL it is
+    /// the token sequence's last value, at least the token of every write lock granted before
+    /// it (on PostgreSQL every read lock has it, fencing mode or not). The conditions
     /// (nodes that keep their data) are in [`RwLock`](crate::RwLock)'s docs. `None` on write
     /// locks, on mutexes and outside fencing mode.
     pub fn last_writer_token(&self) -> Option<u64> {

@@ -125,7 +125,7 @@ impl Client {
     /// # Errors
     ///
     /// [`Error::InvalidConfig`] for a resource name a lock would refuse, or on a backend
-    /// without read-write locks (`postgres://`).
+    /// without read-write locks (`zk://`).
     pub fn rwlock(&self, resource: &str) -> Result<RwLock> {
         self.backend().offers("a read-write lock")?;
         Ok(RwLock {

@@ -85,7 +85,7 @@ impl Client {
     /// # Errors
     ///
     /// [`Error::InvalidConfig`] for a resource name a lock would refuse, or `permits` outside
-    /// 1..=[`MAX_PERMITS`], or on a backend without semaphores (`postgres://`).
+    /// 1..=[`MAX_PERMITS`], or on a backend without semaphores (`zk://`).
     pub fn semaphore(&self, resource: &str, permits: u32) -> Result<Semaphore> {
         crate::client::check_resources(&[resource])?;
         self.backend().offers("a semaphore")?;

@@ -207,7 +207,7 @@ async fn the_family_contract(backend: &str, config: Config) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_family_keeps_its_contract_on_redlock_etcd_and_zookeeper() {
+async fn the_family_keeps_its_contract_on_every_backend() {
     let nodes = RedisNodes::start(3).unwrap();
     for node in nodes.iter() {
         let marker = new_node_marker(&node.run_id().unwrap());
@@ -226,10 +226,15 @@ async fn the_family_keeps_its_contract_on_redlock_etcd_and_zookeeper() {
         .await
         .unwrap()
         .unwrap();
+    let pg = tokio::task::spawn_blocking(Postgres::start)
+        .await
+        .unwrap()
+        .unwrap();
     // The backends side by side: one line each.
     tokio::join!(
         the_family_contract("Redlock", config(&nodes.urls())),
         the_family_contract("etcd", config(&etcd_urls)),
         the_family_contract("ZooKeeper", config(&[zk.url()])),
+        the_family_contract("PostgreSQL", config(&[pg.url()])),
     );
 }

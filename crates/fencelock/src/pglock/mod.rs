@@ -1,23 +1,32 @@
 //! The PostgreSQL backend (feature `postgres-lock`): a lease row per locked resource in one
 //! database, whose fencing token comes from a sequence of that database.
 //!
-//! # The table
+//! # What the database stores
 //!
-//! On first use the client creates, if missing, the table `fencelock_locks(resource text
-//! primary key, owner text, token bigint, expires_at timestamptz)` and the sequence
-//! `fencelock_tokens` (under an advisory lock, so that clients starting together do not race on
-//! the catalog; when both exist nothing is created, so a user granted them without the right
-//! to create in the schema works). A row is a lease: the resource is held by `owner` (a random
-//! 128-bit value only its holder knows) until `expires_at`. Nothing deletes expired rows but the
-//! next acquisition of the resource, which overwrites them, and releases.
+//! On first use the client creates, if missing (under an advisory lock, so that clients
+//! starting together do not race on the catalog; when all exist nothing is created, so a user
+//! granted them without the right to create in the schema works):
+//!
+//! - the table `fencelock_locks(resource text primary key, owner text, token bigint,
+//!   expires_at timestamptz)`: a row is a lease, the resource held by `owner` (a random 128-bit
+//!   value only its holder knows) until `expires_at`. A lock of several resources has a row for
+//!   each, with one owner and one token;
+//! - the sequence `fencelock_tokens`: the tokens;
+//! - the table `fencelock_waiters(resource, seq, owner, expires_at)`: the places in line, one
+//!   row per waiter and resource, `seq` from the sequence `fencelock_line`;
+//! - the functions `fencelock_*_v1` (`sql::SETUP`): take, enter, leave, release, each one
+//!   transaction.
+//!
+//! Nothing deletes expired leases but the next take of the resource, which overwrites them, and
+//! releases; expired places are deleted by the next take of their resource.
 //!
 //! # One clock: the database's
 //!
-//! Acquisition is one statement (`sql::ACQUIRE`): insert the row, or overwrite it when it has
-//! expired by the database's `clock_timestamp()`, with an expiry of `clock_timestamp() + TTL`;
-//! it returns the token, or no row when another owner holds a live lease. Extension
-//! (`sql::EXTEND`) moves the expiry of a row that is ours and still live; release
-//! (`sql::RELEASE`) deletes a row that is ours. Every comparison of times happens in the
+//! A take (`sql::TAKE`) writes the rows, or overwrites them where they have expired by the
+//! database's `clock_timestamp()`, with an expiry of `clock_timestamp() + TTL`; it returns the
+//! token, or none when another owner holds a live lease or a waiter is ahead. Extension
+//! (`sql::EXTEND`) moves the expiry of rows that are ours and still live; release
+//! (`sql::RELEASE`) deletes rows that are ours. Every comparison of times happens in the
 //! database, against its own clock, so two clients never compare clocks with each other.
 //!
 //! The client keeps its own validity as the Redis backend does: counted from before it sent
@@ -32,12 +41,56 @@
 //! expired, and the holder's own validity ran out before it), and its holder's release reports
 //! it lost. TTLs are sent in whole milliseconds; `timestamptz` keeps microseconds.
 //!
+//! # Serialized per resource (the protocol since the line)
+//!
+//! Every function that writes a resource's rows first takes the transaction-level advisory
+//! lock of each of its resources, in the order of their hashes (`fencelock_serialize_v1`), and
+//! a plpgsql function reads a fresh snapshot per statement: it sees every commit of those who
+//! held those locks before it. This is what the line and the locks of several resources rest
+//! on:
+//!
+//! - *Exclusion.* A take checks that no live lease and no waiter ahead exists on any of its
+//!   resources, then writes a row for each. Two takes that share a resource run one after the
+//!   other, and the second sees the first's rows. The write keeps its own `WHERE` on the
+//!   expiry, and a row count short of the resources rolls the whole take back: all or nothing.
+//!   Short and long TTLs mix: each row has its own expiry, read against the one clock.
+//! - *No deadlock.* Advisory locks are taken in one global order, so `{a, b}` and `{b, a}` do
+//!   not wait on each other; the line does not deadlock either: the waiter with the smallest
+//!   place anywhere waits only for leases, which expire.
+//! - *Line order.* A place's number is drawn under the same locks, so on each resource the
+//!   numbers follow the commit order of the places. A waiter's take looks for places with
+//!   smaller numbers; a try for any place: it never passes the line.
+//! - *Restarts.* Leases, places and both sequences are durable; advisory locks live for one
+//!   transaction, and `LISTEN`s are redone by the waiters when their connection ends.
+//!
+//! Clients of the protocol before the line (one `INSERT ... ON CONFLICT` statement, no advisory
+//! lock, no line) must not share a database with these: they would pass the line.
+//!
+//! # Waiting
+//!
+//! A waiter tries once; when refused, it subscribes to the channels of its resources
+//! (`listen.rs`: `LISTEN fencelock_<md5 of the resource>`, as channel names are identifiers of
+//! at most 63 bytes), enters the line (`sql::ENTER`), and takes again at once. After that it
+//! takes again when woken: by a release, whose `pg_notify` is in the release's transaction (a
+//! notification is delivered on commit only), or by a waiter leaving the line; when the row in
+//! its way expires by itself (the take returns how long until then); and at a third of the TTL,
+//! its heartbeat, when the take refreshes its place's expiry. A release wakes every waiter of
+//! the resource; the first in line takes it, the others find it taken and wait again. There is
+//! no polling: the heartbeat is also the safety net for a notification lost while the listening
+//! connection was down (its end wakes every waiter, which re-checks and listens again).
+//!
+//! A place is a row rather than an advisory lock or a session's state because it must survive
+//! the waiter's connection dropping (the waiter reconnects and keeps its place) and must expire
+//! when the waiter dies (the heartbeat stops). A cancelled wait deletes its place through a
+//! task (`Drop` does no I/O); a timed-out one deletes it in the call.
+//!
 //! # Tokens
 //!
-//! The token is `nextval('fencelock_tokens')`, drawn in the acquisition's own statement and
-//! committed with the row. A later holder's statement sees the earlier holder's row committed
-//! (it overwrites it only once expired, or finds it deleted), so its `nextval` runs after the
-//! earlier one and returns more. Across a crash: `nextval` writes the sequence's WAL record
+//! The token is `nextval('fencelock_tokens')`, drawn in the take's own transaction, under the
+//! advisory locks, and committed with the rows. A later holder's take sees the earlier holder's
+//! rows committed (it overwrites them only once expired, or finds them deleted), so its
+//! `nextval` runs after the earlier one and returns more; for a lock of several resources, more
+//! than the token of every earlier holder of any of them. Across a crash: `nextval` writes the sequence's WAL record
 //! (logging values ahead) before the transaction's commit record, and a commit is durable only
 //! once the WAL up to its record is flushed, so recovery restores the sequence at or past
 //! every token a committed row holds; values handed to transactions that did not commit may be
@@ -58,14 +111,38 @@
 //! the margin; a release reports [`Error::Unavailable`]. The connection is opened on first use
 //! and again after it failed or timed out.
 //!
+//! # The family
+//!
+//! A semaphore of N permits is N slots, each an ordinary resource with its lease row
+//! (`sql::TAKE_PERMIT`): under the advisory lock of the semaphore's line it counts the slots'
+//! live rows and takes the first free one, so two takes never count the same free slot: N are
+//! never N+1. Its waiters stand in one line (the line's resource), woken by the release of any
+//! slot and by the waiter ahead taking one.
+//!
+//! A read-write lock's write side is the mutex of its resource; a reader is an entry in
+//! `fencelock_readers` (`sql::READ`), with its own expiry. A take of the mutex counts live
+//! readers as holders; a reader is refused by a live lease row and by any place ahead in the
+//! resource's one line, so a waiting writer keeps the later readers out. A read lock's
+//! `last_writer_token` is the token sequence's `last_value` when it was granted: every writer
+//! granted before drew its token from the sequence earlier, so it is at least theirs.
+//!
+//! An election is the mutex of `election:<name>`, the term its token (`election.rs`). The
+//! leader announces itself in `fencelock_leaders (election, term, value)` under the lock's
+//! advisory lock and only while its lease row is live and its own, so announcements commit in
+//! term order; observers read the table after the last term they reported, woken by the
+//! announcement's `NOTIFY`.
+//!
 //! # Not yet
 //!
-//! Semaphores, read-write locks, elections, several resources in one lock and waiting in line
-//! (a wait here retries as the policy says, by polling) are refused with
-//! [`Error::InvalidConfig`] or are not offered; TLS is not offered either.
+//! TLS is not offered.
 
+mod election;
+mod listen;
 mod sql;
 
+pub(crate) use self::election::PgLeaders;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -100,7 +177,12 @@ pub(crate) struct PgBackend {
     request_timeout: Duration,
     connect_timeout: Duration,
     conn: tokio::sync::Mutex<Option<Arc<Conn>>>,
+    /// The connection that listens for releases, opened on the first wait.
+    listener: tokio::sync::Mutex<Option<Arc<listen::Listener>>>,
     engine: Engine<PgHeld>,
+    /// Places of cancelled waits whose deletion runs in a task, and its wake-up when one ends.
+    leaving: AtomicUsize,
+    left: tokio::sync::Notify,
 }
 
 impl std::fmt::Debug for PgBackend {
@@ -115,7 +197,16 @@ impl std::fmt::Debug for PgBackend {
 /// A connection with the backend's statements prepared on it.
 struct Conn {
     client: tokio_postgres::Client,
-    acquire: Statement,
+    take: Statement,
+    take_permit: Statement,
+    read: Statement,
+    extend_reader: Statement,
+    release_reader: Statement,
+    announce: Statement,
+    withdraw: Statement,
+    leaders: Statement,
+    enter: Statement,
+    leave: Statement,
     extend: Statement,
     release: Statement,
 }
@@ -123,7 +214,16 @@ struct Conn {
 /// Which statement a request runs.
 #[derive(Debug, Clone, Copy)]
 enum Stmt {
-    Acquire,
+    Take,
+    TakePermit,
+    Read,
+    ExtendReader,
+    ReleaseReader,
+    Announce,
+    Withdraw,
+    Leaders,
+    Enter,
+    Leave,
     Extend,
     Release,
 }
@@ -131,24 +231,50 @@ enum Stmt {
 impl Conn {
     fn statement(&self, which: Stmt) -> &Statement {
         match which {
-            Stmt::Acquire => &self.acquire,
+            Stmt::Take => &self.take,
+            Stmt::TakePermit => &self.take_permit,
+            Stmt::Read => &self.read,
+            Stmt::ExtendReader => &self.extend_reader,
+            Stmt::ReleaseReader => &self.release_reader,
+            Stmt::Announce => &self.announce,
+            Stmt::Withdraw => &self.withdraw,
+            Stmt::Leaders => &self.leaders,
+            Stmt::Enter => &self.enter,
+            Stmt::Leave => &self.leave,
             Stmt::Extend => &self.extend,
             Stmt::Release => &self.release,
         }
     }
 }
 
-/// A lock held in the database: its resource, owner value and token.
+/// A lock held in the database: its resources (a row each, all with the one owner value and
+/// token), owner value and token.
 #[derive(Clone)]
 pub(crate) struct PgHeld {
+    /// The first resource: the lock's name in errors and in the extension engine.
     pub(crate) resource: Arc<str>,
+    resources: Arc<[String]>,
     owner: Arc<str>,
+    /// The lock's token; for a read lock, the last writer's token it read.
     pub(crate) token: u64,
+    /// A read lock: an entry in `fencelock_readers`, not a lease row.
+    pub(crate) shared: bool,
 }
 
 impl PgHeld {
     pub(crate) fn owner(&self) -> &str {
         &self.owner
+    }
+
+    /// The lock of `keys` that `owner` may hold (an owner value handed between processes).
+    fn by_owner(keys: &[String], owner: &str) -> PgHeld {
+        PgHeld {
+            resource: Arc::from(keys[0].as_str()),
+            resources: Arc::from(keys),
+            owner: Arc::from(owner),
+            token: 0,
+            shared: false,
+        }
     }
 }
 
@@ -157,7 +283,7 @@ impl std::fmt::Debug for PgHeld {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let shown: String = self.owner.chars().take(8).collect();
         f.debug_struct("PgHeld")
-            .field("resource", &self.resource)
+            .field("resources", &self.resources)
             .field("owner", &format_args!("{shown}…"))
             .field("token", &self.token)
             .finish()
@@ -199,7 +325,10 @@ impl PgBackend {
             request_timeout: config.node_timeout().max(MIN_REQUEST_TIMEOUT),
             connect_timeout: config.connect_timeout(),
             conn: tokio::sync::Mutex::default(),
+            listener: tokio::sync::Mutex::default(),
             engine: Engine::default(),
+            leaving: AtomicUsize::new(0),
+            left: tokio::sync::Notify::new(),
         })
     }
 
@@ -236,7 +365,16 @@ impl PgBackend {
             .await?;
         client.batch_execute(sql::SETUP).await?;
         Ok(Conn {
-            acquire: client.prepare(sql::ACQUIRE).await?,
+            take: client.prepare(sql::TAKE).await?,
+            take_permit: client.prepare(sql::TAKE_PERMIT).await?,
+            read: client.prepare(sql::READ).await?,
+            extend_reader: client.prepare(sql::EXTEND_READER).await?,
+            release_reader: client.prepare(sql::RELEASE_READER).await?,
+            announce: client.prepare(sql::ANNOUNCE).await?,
+            withdraw: client.prepare(sql::WITHDRAW).await?,
+            leaders: client.prepare(sql::LEADERS).await?,
+            enter: client.prepare(sql::ENTER).await?,
+            leave: client.prepare(sql::LEAVE).await?,
             extend: client.prepare(sql::EXTEND).await?,
             release: client.prepare(sql::RELEASE).await?,
             client,
@@ -268,13 +406,11 @@ impl PgBackend {
         which: Stmt,
         params: &[&(dyn ToSql + Sync)],
         limit: Duration,
-    ) -> std::result::Result<Option<Row>, VoteOutcome> {
+    ) -> std::result::Result<Vec<Row>, VoteOutcome> {
         let conn = self.conn().await?;
         let limit = limit.min(self.request_timeout);
-        match tokio::time::timeout(limit, conn.client.query_opt(conn.statement(which), params))
-            .await
-        {
-            Ok(Ok(row)) => Ok(row),
+        match tokio::time::timeout(limit, conn.client.query(conn.statement(which), params)).await {
+            Ok(Ok(rows)) => Ok(rows),
             Ok(Err(e)) => {
                 if conn.client.is_closed() {
                     self.forget(&conn).await;
@@ -298,127 +434,530 @@ impl PgBackend {
         i64::try_from(validity::ttl_millis(self.ttl)).unwrap_or(i64::MAX)
     }
 
-    /// One attempt to take `keys` (one resource).
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidConfig`] for more than one resource (before any I/O);
-    /// [`Error::Contention`] when another owner holds a live lease; [`Error::Unavailable`] when
-    /// the database did not answer in time or failed (the row, if the statement committed
-    /// after all, expires after the TTL); [`Error::TooSlow`] when the answer came too late to
-    /// leave any validity (the row is deleted again).
-    ///
-    /// # Cancel safety
-    ///
-    /// Not cancel-safe: a cancelled attempt may have taken the row, which then expires after
-    /// the TTL.
-    pub(crate) async fn try_acquire(&self, keys: &[String]) -> Result<PgGrant> {
-        let resource = one_resource(keys)?;
-        let owner = OwnerToken::generate().map_err(|e| {
-            Error::config(
-                "random source",
-                format!("the OS random number generator failed: {e}"),
-            )
-        })?;
-        let owner = owner.as_str();
+    /// A fresh owner value: a random 128-bit value only the holder knows.
+    fn new_owner() -> Result<String> {
+        OwnerToken::generate()
+            .map(|o| o.as_str().to_string())
+            .map_err(|e| {
+                Error::config(
+                    "random source",
+                    format!("the OS random number generator failed: {e}"),
+                )
+            })
+    }
+
+    /// One attempt (`sql::TAKE`) to take `keys` for `owner`: a try when `place` is `None`, else
+    /// the attempt of the waiter at `place` in line.
+    async fn take(&self, keys: &[String], owner: &str, place: Option<i64>) -> Result<Take> {
         let started = Instant::now();
         let ttl = self.ttl_millis();
         let row = self
             .request(
-                Stmt::Acquire,
-                &[&resource, &owner, &ttl],
+                Stmt::Take,
+                &[&keys, &owner, &ttl, &place],
                 self.request_timeout,
             )
             .await;
-        let elapsed = started.elapsed();
-        let row = match row {
-            Ok(Some(row)) => row,
-            Ok(None) => {
-                return Err(Error::Contention {
-                    resource: resource.to_string(),
-                    votes: self.votes(VoteOutcome::HeldByOther, elapsed),
-                })
-            }
-            Err(outcome) => {
-                return Err(Error::Unavailable {
-                    resource: resource.to_string(),
-                    votes: self.votes(outcome, elapsed),
-                })
-            }
+        self.answer(
+            Claim {
+                name: &keys[0],
+                resources: keys,
+                owner,
+                shared: false,
+            },
+            row,
+            0,
+            started,
+        )
+        .await
+    }
+
+    /// One attempt (`sql::TAKE_PERMIT`) to take a permit of the semaphore `name` (its line
+    /// `line`, its slots `slots`) for `owner`: a try when `place` is `None`, else the attempt of
+    /// the waiter at `place`. Returns the slot with the grant.
+    async fn take_permit(
+        &self,
+        name: &str,
+        line: &str,
+        slots: &[String],
+        owner: &str,
+        place: Option<i64>,
+    ) -> Result<Take<(usize, PgGrant)>> {
+        let started = Instant::now();
+        let ttl = self.ttl_millis();
+        let row = self
+            .request(
+                Stmt::TakePermit,
+                &[&line, &slots, &owner, &ttl, &place],
+                self.request_timeout,
+            )
+            .await;
+        let slot = match &row {
+            Ok(rows) if rows.len() == 1 => rows[0].get::<_, Option<i32>>(0),
+            _ => None,
         };
+        let slot = slot
+            .and_then(|i| usize::try_from(i).ok())
+            .filter(|i| *i < slots.len());
+        let granted = slot.map_or(&[][..], |i| std::slice::from_ref(&slots[i]));
+        Ok(
+            match self
+                .answer(
+                    Claim {
+                        name,
+                        resources: granted,
+                        owner,
+                        shared: false,
+                    },
+                    row,
+                    1,
+                    started,
+                )
+                .await?
+            {
+                Take::Granted(grant) => Take::Granted((slot.unwrap_or(0), grant)),
+                Take::Blocked { wait, refusal } => Take::Blocked { wait, refusal },
+                Take::OutOfLine => Take::OutOfLine,
+            },
+        )
+    }
+
+    /// Reads a take's answer, whose `(token, wait_ms, in_line)` start at column `at`: the grant
+    /// of `resources` (none: the database answered out of protocol), the refusal naming `name`,
+    /// or the lost place.
+    async fn answer(
+        &self,
+        claim: Claim<'_>,
+        rows: std::result::Result<Vec<Row>, VoteOutcome>,
+        at: usize,
+        started: Instant,
+    ) -> Result<Take> {
+        let Claim {
+            name,
+            resources,
+            owner,
+            shared,
+        } = claim;
+        let elapsed = started.elapsed();
+        let unavailable = |outcome| Error::Unavailable {
+            resource: name.to_string(),
+            votes: self.votes(outcome, elapsed),
+        };
+        let row = match rows {
+            Ok(rows) if rows.len() == 1 => rows.into_iter().next().expect("one row"),
+            Ok(rows) => {
+                let why = format!("the attempt returned {} rows, not 1", rows.len());
+                return Err(unavailable(VoteOutcome::Failed(NodeError::other(why))));
+            }
+            Err(outcome) => return Err(unavailable(outcome)),
+        };
+        let (token, wait_ms, in_line): (Option<i64>, Option<i64>, Option<bool>) =
+            (row.get(at), row.get(at + 1), row.get(at + 2));
+        if in_line == Some(false) {
+            return Ok(Take::OutOfLine);
+        }
+        let Some(token) = token else {
+            let wait = Duration::from_millis(u64::try_from(wait_ms.unwrap_or(0)).unwrap_or(0));
+            return Ok(Take::Blocked {
+                wait,
+                refusal: Error::Contention {
+                    resource: name.to_string(),
+                    votes: self.votes(VoteOutcome::HeldByOther, elapsed),
+                },
+            });
+        };
+        if resources.is_empty() {
+            let why = NodeError::other("a grant named no slot of the semaphore");
+            return Err(unavailable(VoteOutcome::Failed(why)));
+        }
         let held = PgHeld {
-            resource: Arc::from(resource),
+            resource: Arc::from(resources[0].as_str()),
+            resources: Arc::from(resources),
             owner: Arc::from(owner),
             token: 0,
+            shared,
         };
-        let Some(token) = sql::token(row.get(0)) else {
-            let _ = self.release_row(&held, self.request_timeout).await;
+        let Some(token) = sql::token(token) else {
+            let _ = self.release_rows(&held, self.request_timeout).await;
             let why = NodeError::other("the token sequence returned a value below 1");
-            return Err(Error::Unavailable {
-                resource: resource.to_string(),
-                votes: self.votes(VoteOutcome::Failed(why), elapsed),
-            });
+            return Err(unavailable(VoteOutcome::Failed(why)));
         };
         let held = PgHeld { token, ..held };
         let votes = self.votes(VoteOutcome::Granted, elapsed);
         match validity::validity(self.ttl, elapsed, self.drift) {
-            Some(_) => Ok(PgGrant {
+            Some(_) => Ok(Take::Granted(PgGrant {
                 held,
                 // As Redis: the validity counts from before the request was sent.
                 deadline: started + self.ttl.saturating_sub(self.drift),
                 votes,
-            }),
+            })),
             None => {
-                let _ = self.release_row(&held, self.request_timeout).await;
+                let _ = self.release_rows(&held, self.request_timeout).await;
                 Err(Error::TooSlow {
-                    resource: resource.to_string(),
+                    resource: name.to_string(),
                     votes,
                 })
             }
         }
     }
 
-    /// Takes `keys`, retrying as `policy` allows (by polling: no wake-up on release yet).
+    /// One attempt (`sql::READ`) to take a read lock of `resource` for `owner`: a try when
+    /// `place` is `None`, else the attempt of the waiter at `place`.
+    async fn take_read(&self, resource: &str, owner: &str, place: Option<i64>) -> Result<Take> {
+        let started = Instant::now();
+        let ttl = self.ttl_millis();
+        let row = self
+            .request(
+                Stmt::Read,
+                &[&resource, &owner, &ttl, &place],
+                self.request_timeout,
+            )
+            .await;
+        let keys = [resource.to_string()];
+        self.answer(
+            Claim {
+                name: resource,
+                resources: &keys,
+                owner,
+                shared: true,
+            },
+            row,
+            0,
+            started,
+        )
+        .await
+    }
+
+    /// Takes a read lock of `resource`: one try when `policy` is `None`, else waiting in the
+    /// resource's line (the same line as its writers) as it allows. Granted while no writer
+    /// holds the resource and nobody waits ahead; the grant's token is the sequence's last
+    /// value, at least the token of every writer granted before (the last writer's token).
     ///
     /// # Errors
     ///
-    /// As [`PgBackend::try_acquire`]; [`Error::Timeout`] when the policy ran out, holding the
-    /// last attempt's error.
+    /// [`Error::Contention`] while a writer holds the resource or anyone waits ahead;
+    /// [`Error::Timeout`] when the policy ran out; otherwise as [`PgBackend::try_acquire`].
     ///
     /// # Cancel safety
     ///
-    /// As [`PgBackend::try_acquire`].
-    pub(crate) async fn acquire(&self, keys: &[String], policy: &RetryPolicy) -> Result<PgGrant> {
-        one_resource(keys)?;
+    /// As [`PgBackend::acquire`].
+    pub(crate) async fn read(
+        self: &Arc<Self>,
+        resource: &str,
+        policy: Option<&RetryPolicy>,
+    ) -> Result<PgGrant> {
+        let owner = Self::new_owner()?;
+        let (this, who): (&PgBackend, &str) = (self, &owner);
+        let attempt = move |place| this.take_read(resource, who, place);
+        let Some(policy) = policy else {
+            return match attempt(None).await? {
+                Take::Granted(grant) => Ok(grant),
+                Take::Blocked { refusal, .. } => Err(refusal),
+                Take::OutOfLine => Err(Error::Unavailable {
+                    resource: resource.to_string(),
+                    votes: self.votes(
+                        VoteOutcome::Failed(NodeError::other("a try was answered as out of line")),
+                        Duration::ZERO,
+                    ),
+                }),
+            };
+        };
+        let keys = [resource.to_string()];
+        self.wait_in_line(resource, &keys, &keys, policy, who, attempt)
+            .await
+    }
+
+    /// Takes a permit of the semaphore `name`, whose waiters stand in the line of `line` and
+    /// whose slots are `slots`: one try when `policy` is `None`, else waiting in line as it
+    /// allows (woken by the release of any slot, and by the waiter ahead taking one). Returns
+    /// the slot's index with the grant. A permit is a lease row on its slot, as a lock is.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Contention`] (naming the semaphore) when every permit is held or a waiter is in
+    /// line; [`Error::Timeout`] when the policy ran out; otherwise as
+    /// [`PgBackend::try_acquire`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`PgBackend::acquire`].
+    pub(crate) async fn acquire_permit(
+        self: &Arc<Self>,
+        name: &str,
+        line: &str,
+        slots: &[String],
+        policy: Option<&RetryPolicy>,
+    ) -> Result<(usize, PgGrant)> {
+        let owner = Self::new_owner()?;
+        let (this, who): (&PgBackend, &str) = (self, &owner);
+        let attempt = move |place| this.take_permit(name, line, slots, who, place);
+        let Some(policy) = policy else {
+            return match attempt(None).await? {
+                Take::Granted(grant) => Ok(grant),
+                Take::Blocked { refusal, .. } => Err(refusal),
+                Take::OutOfLine => Err(Error::Unavailable {
+                    resource: name.to_string(),
+                    votes: self.votes(
+                        VoteOutcome::Failed(NodeError::other("a try was answered as out of line")),
+                        Duration::ZERO,
+                    ),
+                }),
+            };
+        };
+        let line = [line.to_string()];
+        let mut wake = slots.to_vec();
+        wake.extend(line.iter().cloned());
+        self.wait_in_line(name, &line, &wake, policy, who, attempt)
+            .await
+    }
+
+    /// One attempt to take `keys` (every resource, or none), which never passes a waiter in
+    /// line.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Contention`] when another owner holds a live lease on one of the resources, or
+    /// a waiter is in line for one; [`Error::Unavailable`] when the database did not answer in
+    /// time or failed (the rows, if the transaction committed after all, expire after the TTL);
+    /// [`Error::TooSlow`] when the answer came too late to leave any validity (the rows are
+    /// deleted again).
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel-safe: a cancelled attempt may have taken the rows, which then expire after
+    /// the TTL.
+    pub(crate) async fn try_acquire(&self, keys: &[String]) -> Result<PgGrant> {
+        let owner = Self::new_owner()?;
+        match self.take(keys, &owner, None).await? {
+            Take::Granted(grant) => Ok(grant),
+            Take::Blocked { refusal, .. } => Err(refusal),
+            // A try has no place in line: the database answered out of protocol.
+            Take::OutOfLine => Err(Error::Unavailable {
+                resource: keys[0].clone(),
+                votes: self.votes(
+                    VoteOutcome::Failed(NodeError::other("a try was answered as out of line")),
+                    Duration::ZERO,
+                ),
+            }),
+        }
+    }
+
+    /// Takes `keys`, waiting in line as `policy` allows: a try first; when refused, a place in
+    /// the line of every resource (`sql::ENTER`), then an attempt each time a release or a
+    /// waiter leaving wakes it (`listen.rs`), when the row in its way expires by itself, or at
+    /// a third of the TTL, when it also refreshes its place. Grants follow the places.
+    ///
+    /// # Errors
+    ///
+    /// As [`PgBackend::try_acquire`]; [`Error::Timeout`] when the policy ran out (the place is
+    /// left), holding the last attempt's error.
+    ///
+    /// # Cancel safety
+    ///
+    /// A cancelled wait leaves the line: its place is deleted by a task (or expires after the
+    /// TTL if no runtime is left to run it; `Client::close` waits for the task). An attempt
+    /// cancelled in flight may have taken the rows, which then expire after the TTL.
+    pub(crate) async fn acquire(
+        self: &Arc<Self>,
+        keys: &[String],
+        policy: &RetryPolicy,
+    ) -> Result<PgGrant> {
+        let owner = Self::new_owner()?;
+        let (this, who): (&PgBackend, &str) = (self, &owner);
+        self.wait_in_line(&keys[0], keys, keys, policy, who, move |place| {
+            this.take(keys, who, place)
+        })
+        .await
+    }
+
+    /// The waiting loop of every primitive (`name` in errors): `attempt(place)` once as a try
+    /// (`None`), then, while it is refused, with a place in the line of `line` (entered for
+    /// `owner`), woken by the notifications of `wake` (their channels).
+    async fn wait_in_line<T, F, Fut>(
+        self: &Arc<Self>,
+        name: &str,
+        line: &[String],
+        wake: &[String],
+        policy: &RetryPolicy,
+        owner: &str,
+        mut attempt: F,
+    ) -> Result<T>
+    where
+        F: FnMut(Option<i64>) -> Fut,
+        Fut: std::future::Future<Output = Result<Take<T>>>,
+    {
         let started = Instant::now();
         let mut attempts = 0;
+        let mut place: Option<Place> = None;
+        let mut subscription: Option<listen::Subscription> = None;
         loop {
             attempts += 1;
-            let err = match self.try_acquire(keys).await {
-                Ok(grant) => return Ok(grant),
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        ErrorKind::Contention | ErrorKind::Unavailable | ErrorKind::TooSlow
-                    ) =>
-                {
-                    e
+            let at = place.as_ref().map(|p| p.seq);
+            let (last, mut nap) = match attempt(at).await {
+                Ok(Take::Granted(grant)) => {
+                    if let Some(p) = place.as_mut() {
+                        p.disarm();
+                    }
+                    return Ok(grant);
+                }
+                Ok(Take::Blocked { wait, refusal }) => (refusal, wait + WAKE_SLACK),
+                Ok(Take::OutOfLine) => {
+                    // The place expired (this waiter was paused past the TTL): the back of
+                    // the line.
+                    if let Some(p) = place.as_mut() {
+                        p.disarm();
+                    }
+                    place = None;
+                    continue;
+                }
+                Err(e) if matches!(e.kind(), ErrorKind::Unavailable | ErrorKind::TooSlow) => {
+                    (e, policy.delay(attempts, fastrand::f64()))
                 }
                 Err(e) => return Err(e),
             };
             let elapsed = started.elapsed();
             if !policy.may_retry(attempts, elapsed) {
+                if let Some(mut p) = place.take() {
+                    p.disarm();
+                    let left = policy
+                        .wait()
+                        .saturating_sub(elapsed)
+                        .max(MIN_REQUEST_TIMEOUT);
+                    let _ = self.leave(line, p.seq, left).await;
+                }
                 return Err(Error::Timeout {
-                    resource: keys[0].clone(),
+                    resource: name.to_string(),
                     attempts,
-                    last: Box::new(err),
+                    last: Box::new(last),
                 });
             }
-            let delay = policy
-                .delay(attempts, fastrand::f64())
+            if last.kind() == ErrorKind::Contention {
+                // Listen first, then take a place, then attempt again at once: that attempt
+                // comes after both, so no release after it goes unnoticed (the refused one may
+                // have come before the `LISTEN`, or before the place existed).
+                let mut fresh = false;
+                if subscription.is_none() {
+                    subscription = self.subscribe(wake).await;
+                    fresh = subscription.is_some();
+                }
+                if place.is_none() {
+                    match self.enter(line, owner).await {
+                        Ok(seq) => {
+                            place = Some(Place {
+                                backend: Some(self.clone()),
+                                resources: line.to_vec(),
+                                seq,
+                            });
+                            fresh = true;
+                        }
+                        Err(_) => nap = policy.delay(attempts, fastrand::f64()),
+                    }
+                }
+                if fresh {
+                    continue;
+                }
+            }
+            nap = nap
+                .min(self.ttl / 3)
                 .min(policy.wait().saturating_sub(elapsed));
-            tokio::time::sleep(delay).await;
+            match &subscription {
+                Some(s) => {
+                    if !s.wait(nap).await {
+                        // The listening connection ended: notifications may have been lost.
+                        // Re-check now and listen again through a new connection.
+                        subscription = None;
+                    }
+                }
+                None => tokio::time::sleep(nap).await,
+            }
         }
+    }
+
+    /// Waits, at most `bound`, until the places of cancelled waits are deleted. Returns whether
+    /// they are.
+    pub(crate) async fn settle_leaves(&self, bound: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + bound;
+        loop {
+            let left = self.left.notified();
+            tokio::pin!(left);
+            left.as_mut().enable();
+            if self.leaving.load(Ordering::SeqCst) == 0 {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, left).await.is_err() {
+                return self.leaving.load(Ordering::SeqCst) == 0;
+            }
+        }
+    }
+
+    /// How many places of cancelled waits are still being deleted.
+    pub(crate) fn leaves_pending(&self) -> usize {
+        self.leaving.load(Ordering::SeqCst)
+    }
+
+    /// A subscription to the releases of `keys`, or `None` when the listening connection
+    /// cannot be opened (the waiter then wakes at the heartbeat only).
+    async fn subscribe(&self, keys: &[String]) -> Option<listen::Subscription> {
+        let listener = {
+            let mut slot = self.listener.lock().await;
+            match slot.as_ref().filter(|l| !l.is_closed()) {
+                Some(l) => l.clone(),
+                None => {
+                    let opened = tokio::time::timeout(
+                        self.connect_timeout + self.request_timeout,
+                        listen::Listener::open(
+                            &self.pg_config,
+                            self.request_timeout,
+                            self.label.clone(),
+                        ),
+                    )
+                    .await;
+                    match opened {
+                        Ok(Ok(l)) => {
+                            *slot = Some(l.clone());
+                            l
+                        }
+                        Ok(Err(error)) => {
+                            tracing::debug!(database = %self.label, %error, "cannot listen for releases");
+                            return None;
+                        }
+                        Err(_) => return None,
+                    }
+                }
+            }
+        };
+        match listener.subscribe(keys).await {
+            Ok(s) => Some(s),
+            Err(error) => {
+                tracing::debug!(database = %self.label, %error, "cannot listen for releases");
+                None
+            }
+        }
+    }
+
+    /// Enters the line of every resource of `keys`; returns the place.
+    async fn enter(&self, keys: &[String], owner: &str) -> std::result::Result<i64, VoteOutcome> {
+        let ttl = self.ttl_millis();
+        let rows = self
+            .request(Stmt::Enter, &[&keys, &owner, &ttl], self.request_timeout)
+            .await?;
+        rows.first()
+            .and_then(|r| r.get::<_, Option<i64>>(0))
+            .ok_or_else(|| {
+                VoteOutcome::Failed(NodeError::other("entering the line returned no place"))
+            })
+    }
+
+    /// Leaves the line of `keys` at `seq`, waking the waiters behind.
+    async fn leave(
+        &self,
+        keys: &[String],
+        seq: i64,
+        limit: Duration,
+    ) -> std::result::Result<(), VoteOutcome> {
+        self.request(Stmt::Leave, &[&keys, &seq], limit)
+            .await
+            .map(|_| ())
     }
 
     /// Extends the lock before `deadline`, retrying failures within the validity left.
@@ -453,24 +992,30 @@ impl PgBackend {
         }
         let started = Instant::now();
         let ttl = self.ttl_millis();
-        let resource: &str = &held.resource;
+        let resources: &[String] = &held.resources;
         let owner: &str = &held.owner;
-        let row = self
-            .request(Stmt::Extend, &[&resource, &owner, &ttl], budget)
-            .await;
+        let rows = if held.shared {
+            let resource: &str = &held.resource;
+            self.request(Stmt::ExtendReader, &[&resource, &owner, &ttl], budget)
+                .await
+        } else {
+            self.request(Stmt::Extend, &[&resources, &owner, &ttl], budget)
+                .await
+        };
         let elapsed = started.elapsed();
-        match row {
-            Ok(Some(_)) => {
+        let all = if held.shared { 1 } else { distinct(resources) };
+        match rows {
+            Ok(rows) if rows.len() == all => {
                 let outcome = match validity::validity(self.ttl, elapsed, self.drift) {
                     Some(_) => Outcome::extended(started + self.ttl.saturating_sub(self.drift)),
                     None => Outcome::failed(Attempt::TooLate, "the extension left no validity"),
                 };
                 (outcome, self.votes(VoteOutcome::Granted, elapsed))
             }
-            Ok(None) => (
+            Ok(_) => (
                 Outcome::failed(
                     Attempt::Impossible,
-                    "the lock's row is gone, expired or another owner's",
+                    "a row of the lock is gone, expired or another owner's",
                 ),
                 self.votes(VoteOutcome::NotHeld, elapsed),
             ),
@@ -488,11 +1033,7 @@ impl PgBackend {
     /// [`Error::Lost`] when `owner` does not hold a live lease; [`Error::Unavailable`] when the
     /// database did not answer.
     pub(crate) async fn extend_by_owner(&self, keys: &[String], owner: &str) -> Result<Votes> {
-        let held = PgHeld {
-            resource: Arc::from(one_resource(keys)?),
-            owner: Arc::from(owner),
-            token: 0,
-        };
+        let held = PgHeld::by_owner(keys, owner);
         let (outcome, votes) = self.extend_once(&held, self.request_timeout).await;
         match outcome.attempt {
             Attempt::Extended(_) => Ok(votes),
@@ -505,20 +1046,28 @@ impl PgBackend {
         }
     }
 
-    async fn release_row(
+    async fn release_rows(
         &self,
         held: &PgHeld,
         limit: Duration,
     ) -> std::result::Result<Released, VoteOutcome> {
-        let resource: &str = &held.resource;
+        let resources: &[String] = &held.resources;
         let owner: &str = &held.owner;
-        let row = self
-            .request(Stmt::Release, &[&resource, &owner], limit)
-            .await?;
-        Ok(Released::from_row(row.map(|r| r.get(0))))
+        let rows = if held.shared {
+            let resource: &str = &held.resource;
+            self.request(Stmt::ReleaseReader, &[&resource, &owner], limit)
+                .await?
+        } else {
+            self.request(Stmt::Release, &[&resources, &owner], limit)
+                .await?
+        };
+        Ok(Released::from_row(
+            rows.first().and_then(|r| r.get::<_, Option<bool>>(0)),
+        ))
     }
 
-    /// Deletes the lock's row if it is ours.
+    /// Deletes the lock's rows that are ours, and wakes the waiters of their resources (the
+    /// `NOTIFY` commits with the deletion).
     ///
     /// # Errors
     ///
@@ -532,7 +1081,7 @@ impl PgBackend {
     pub(crate) async fn release(&self, held: &PgHeld) -> Result<Votes> {
         let started = Instant::now();
         let resource = held.resource.to_string();
-        match self.release_row(held, self.request_timeout).await {
+        match self.release_rows(held, self.request_timeout).await {
             Ok(Released::Live) => Ok(self.votes(VoteOutcome::Granted, started.elapsed())),
             Ok(Released::Expired | Released::NotOurs) => Err(Error::lost(
                 resource,
@@ -552,11 +1101,7 @@ impl PgBackend {
     ///
     /// As [`PgBackend::release`].
     pub(crate) async fn release_by_owner(&self, keys: &[String], owner: &str) -> Result<Votes> {
-        let held = PgHeld {
-            resource: Arc::from(one_resource(keys)?),
-            owner: Arc::from(owner),
-            token: 0,
-        };
+        let held = PgHeld::by_owner(keys, owner);
         self.release(&held).await
     }
 
@@ -592,20 +1137,75 @@ impl Extends for PgBackend {
     }
 }
 
-/// The one resource of a lock: a lock of several is not offered on PostgreSQL yet.
-fn one_resource(keys: &[String]) -> Result<&str> {
-    match keys {
-        [one] => Ok(one),
-        _ => Err(unsupported("a lock of several resources")),
+/// How many distinct resources `keys` names (the statements count rows per distinct resource).
+fn distinct(keys: &[String]) -> usize {
+    let mut sorted: Vec<&String> = keys.iter().collect();
+    sorted.sort();
+    sorted.dedup();
+    sorted.len()
+}
+
+/// A wake-up set for a row's expiry comes this much after it, so that the attempt finds it
+/// expired by the database's clock.
+const WAKE_SLACK: Duration = Duration::from_millis(20);
+
+/// What an attempt asked for: the name in errors, the resources granted, by whom, and whether
+/// as a reader.
+#[derive(Clone, Copy)]
+struct Claim<'a> {
+    name: &'a str,
+    resources: &'a [String],
+    owner: &'a str,
+    shared: bool,
+}
+
+/// What one attempt found.
+enum Take<T = PgGrant> {
+    Granted(T),
+    /// Held by another owner, or a waiter ahead in line: `wait` until the first row in the
+    /// way expires by itself (unless refreshed).
+    Blocked {
+        wait: Duration,
+        refusal: Error,
+    },
+    /// The waiter's place in line had expired.
+    OutOfLine,
+}
+
+/// A waiter's place in line. Dropped while armed (a cancelled wait), it hands the leaving to
+/// a task: `Drop` does no I/O.
+struct Place {
+    backend: Option<Arc<PgBackend>>,
+    resources: Vec<String>,
+    seq: i64,
+}
+
+impl Place {
+    /// The place is gone already (taken with the lock, or expired) or was left: nothing to do
+    /// on drop.
+    fn disarm(&mut self) {
+        self.backend = None;
     }
 }
 
-/// The refusal of a primitive this backend does not offer yet.
-pub(crate) fn unsupported(what: &str) -> Error {
-    Error::config(
-        "backend",
-        format!("{what} is not supported on postgres:// yet; use Redis or etcd nodes for it"),
-    )
+impl Drop for Place {
+    fn drop(&mut self) {
+        let Some(backend) = self.backend.take() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let resources = std::mem::take(&mut self.resources);
+        let seq = self.seq;
+        backend.leaving.fetch_add(1, Ordering::SeqCst);
+        runtime.spawn(async move {
+            let limit = backend.request_timeout;
+            let _ = backend.leave(&resources, seq, limit).await;
+            backend.leaving.fetch_sub(1, Ordering::SeqCst);
+            backend.left.notify_waiters();
+        });
+    }
 }
 
 /// The driver's error as a vote's failure, in the words of `NodeError` (never a secret: the
