@@ -3,13 +3,10 @@
 //! `zk/` and `lib.rs`, the `zookeeper` feature).
 //! The backends offer the same crate-private operations: try acquire, acquire with a policy,
 //! extend, release, keep alive. `Client` and `Lock` call these and never match on a backend
-<<<<<<< HEAD
 //! themselves. PostgreSQL offers the mutex only so far: its other primitives are refused
 //! ([`Backend::offers`]) before any I/O. ZooKeeper offers the whole family.
-=======
 //! themselves. ZooKeeper offers the mutex only so far: its other primitives are refused
 //! ([`Backend::offers`]) before any I/O.
->>>>>>> pgfam
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -359,34 +356,6 @@ impl Backend {
         }
     }
 
-<<<<<<< HEAD
-    /// Refuses, before any I/O, a primitive the backend does not offer: on `postgres://`,
-    /// semaphores, read-write locks and elections (`what` names it). ZooKeeper offers them all.
-=======
-    /// Refuses, before any I/O, a primitive the backend does not offer: on `zk://`,
-    /// semaphores, read-write locks and elections (`what` names it).
->>>>>>> pgfam
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidConfig`] naming the primitive and the backend.
-<<<<<<< HEAD
-    #[cfg_attr(not(feature = "postgres-lock"), allow(unused_variables))]
-    pub(crate) fn offers(&self, what: &str) -> Result<()> {
-        #[cfg(feature = "postgres-lock")]
-        if let Backend::Postgres(_) = self {
-            return Err(crate::pglock::unsupported(what));
-=======
-    #[cfg_attr(not(feature = "zookeeper"), allow(unused_variables))]
-    pub(crate) fn offers(&self, what: &str) -> Result<()> {
-        #[cfg(feature = "zookeeper")]
-        if let Backend::ZooKeeper(_) = self {
-            return Err(crate::zk::unsupported(what));
->>>>>>> pgfam
-        }
-        Ok(())
-    }
-
     /// Takes a permit of a semaphore: one try with `policy` `None`, else waiting as it allows.
     /// Returns the slot and its grant. `mine`: the slots the calling task holds through this
     /// client (Redis does not ask for them; on etcd a held slot is never free anyway).
@@ -542,15 +511,13 @@ impl ElectionLog {
             }
             #[cfg(feature = "etcd")]
             (ElectionLog::Etcd(..), Held::Etcd(e, h)) => e.proclaim(h, value).await,
-<<<<<<< HEAD
             #[cfg(feature = "zookeeper")]
             (ElectionLog::ZooKeeper(..), Held::ZooKeeper(z, h)) if !h.shared => {
                 z.proclaim(h, value).await
-=======
+            }
             #[cfg(feature = "postgres-lock")]
             (ElectionLog::Postgres(_, key), Held::Postgres(p, h)) if !h.shared => {
                 p.announce(name, key, h, term, value).await
->>>>>>> pgfam
             }
             // An election's lock comes from the election's own client (one backend for both),
             // and it is a mutex, never a read lock.
@@ -569,14 +536,11 @@ impl ElectionLog {
             ElectionLog::Redis(log) => log.withdraw(term, value).await,
             #[cfg(feature = "etcd")]
             ElectionLog::Etcd(..) => {}
-<<<<<<< HEAD
             // As on etcd: the announcement is the leader's node, which the release deletes.
             #[cfg(feature = "zookeeper")]
             ElectionLog::ZooKeeper(..) => {}
-=======
             #[cfg(feature = "postgres-lock")]
             ElectionLog::Postgres(p, key) => p.withdraw(key, term, value).await,
->>>>>>> pgfam
         }
     }
 
@@ -588,15 +552,13 @@ impl ElectionLog {
             ElectionLog::Etcd(e, key) => {
                 LeaderStream::Etcd(Box::new(crate::etcd::LeaderWatch::new(e.clone(), key)))
             }
-<<<<<<< HEAD
             #[cfg(feature = "zookeeper")]
             ElectionLog::ZooKeeper(z, key) => {
                 LeaderStream::ZooKeeper(Box::new(crate::zk::LeaderWatch::new(z.clone(), key)))
-=======
+            }
             #[cfg(feature = "postgres-lock")]
             ElectionLog::Postgres(p, key) => {
                 LeaderStream::Postgres(Box::new(crate::pglock::PgLeaders::new(p.clone(), key)))
->>>>>>> pgfam
             }
         }
     }
@@ -609,13 +571,10 @@ impl LeaderStream {
             LeaderStream::Redis(r) => r.next().await,
             #[cfg(feature = "etcd")]
             LeaderStream::Etcd(w) => w.next().await,
-<<<<<<< HEAD
             #[cfg(feature = "zookeeper")]
             LeaderStream::ZooKeeper(w) => w.next().await,
-=======
             #[cfg(feature = "postgres-lock")]
             LeaderStream::Postgres(l) => l.next().await,
->>>>>>> pgfam
         }
     }
 }

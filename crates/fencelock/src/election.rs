@@ -142,7 +142,6 @@ impl Client {
     pub fn election(&self, name: &str) -> Result<Election> {
         let key = election_key(name);
         crate::client::check_resources(&[key.as_str()])?;
-        self.backend().offers("an election")?;
         if self.backend().tokens_need_fencing_mode() && !self.config().fencing() {
             return Err(Error::config(
                 "fencing",

@@ -127,7 +127,6 @@ impl Client {
     /// [`Error::InvalidConfig`] for a resource name a lock would refuse, or on a backend
     /// without read-write locks (`zk://`).
     pub fn rwlock(&self, resource: &str) -> Result<RwLock> {
-        self.backend().offers("a read-write lock")?;
         Ok(RwLock {
             client: self.clone(),
             keys: check_resources(&[resource])?,

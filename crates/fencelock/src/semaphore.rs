@@ -88,7 +88,6 @@ impl Client {
     /// 1..=[`MAX_PERMITS`], or on a backend without semaphores (`zk://`).
     pub fn semaphore(&self, resource: &str, permits: u32) -> Result<Semaphore> {
         crate::client::check_resources(&[resource])?;
-        self.backend().offers("a semaphore")?;
         if !(1..=MAX_PERMITS).contains(&permits) {
             return Err(Error::config(
                 "permits",
