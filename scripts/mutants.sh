@@ -385,7 +385,8 @@ mutant extend-batch-no-reload "a batched extension that meets NOSCRIPT does not 
   crates/fencelock/src/redis/ops.rs \
   's/Err\(e\) if is_noscript\(&e\) =>/Err(e) if false \&\& is_noscript(\&e) =>/' \
   "-p fencelock --test long_work a_script_flush_on_every_node_does_not_stop_the_batched_extensions" \
-  "-p fencelock-cli --test run_ops a_script_flush_while_run_holds_does_not_lose_the_lock"
+  "-p fencelock-cli --test run_ops a_script_flush_while_run_holds_does_not_lose_the_lock" \
+  "-p fencelock-sim --test sim hundreds_of_auto_extended_locks_stay_held_seeds_0_to_99"
 mutant writer-record-no-ttl "the writer record is kept without a TTL: a key per resource name, forever (issue 29 item 4)" \
   crates/fencelock/src/redis/lua/write_record.lua \
   's/redis\.call\(\x27set\x27, KEYS\[2\], c, \x27PX\x27, ARGV\[3\]\)/redis.call(\x27set\x27, KEYS[2], c)/' \
