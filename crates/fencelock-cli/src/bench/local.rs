@@ -43,13 +43,21 @@ impl LocalNodes {
         let binary = std::env::var_os("FENCELOCK_REDIS_SERVER")
             .filter(|v| !v.is_empty())
             .unwrap_or_else(|| "redis-server".into());
-        for _ in 0..count {
-            // Bind port 0 to learn a free port; the tiny window before redis-server binds it is
-            // acceptable for a bench (a clash fails loudly below).
-            let port = TcpListener::bind(("127.0.0.1", 0))
-                .and_then(|l| l.local_addr())
-                .context("cannot find a free port")?
-                .port();
+        // Bind port 0 once per node to learn free ports, holding every listener until all are
+        // chosen: a listener dropped at once lets the next bind return the same port, and two
+        // nodes on one port are one node (the rest of the window, before each redis-server
+        // binds its port, fails loudly below).
+        let listeners = (0..count)
+            .map(|_| TcpListener::bind(("127.0.0.1", 0)))
+            .collect::<std::io::Result<Vec<_>>>()
+            .context("cannot find a free port")?;
+        let ports = listeners
+            .iter()
+            .map(|l| l.local_addr().map(|a| a.port()))
+            .collect::<std::io::Result<Vec<u16>>>()
+            .context("cannot find a free port")?;
+        drop(listeners);
+        for port in ports {
             let child = Command::new(&binary)
                 .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
                 .args([
