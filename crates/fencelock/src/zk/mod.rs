@@ -57,7 +57,7 @@
 //! Semaphores, read-write locks, elections and several resources in one lock are refused with
 //! [`Error::InvalidConfig`]; no TLS, no authentication, no metrics of waits.
 
-mod line;
+pub(crate) mod line;
 pub(crate) mod timing;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
