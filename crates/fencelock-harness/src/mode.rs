@@ -44,6 +44,13 @@ pub enum Mode {
     /// inside another's validity with no clock jump in progress. (Last, so that the other modes'
     /// seeds, which mix in the mode's index, stay as they were.)
     RedlockDefault,
+    /// Curator's mutex on a 3-server ZooKeeper ensemble (issue 32); the fencing token is the
+    /// lock node's `czxid`. The ensemble's faults: kill or stop the leader or a follower.
+    ZooKeeper,
+    /// The lease-row lock in one PostgreSQL database (issue 32); the fencing token comes from
+    /// its sequence. Its faults: kill -9 and restart (also while a client holds the lock), and
+    /// `pg_terminate_backend` of every client connection.
+    Postgres,
 }
 
 /// How many permits the semaphore modes' semaphore has.
@@ -51,7 +58,7 @@ pub const PERMITS: u32 = 2;
 
 impl Mode {
     /// Every mode, in the order the report lists them.
-    pub const ALL: [Mode; 12] = [
+    pub const ALL: [Mode; 14] = [
         Mode::Single,
         Mode::Redlock,
         Mode::RedlockDefault,
@@ -64,21 +71,31 @@ impl Mode {
         Mode::Election,
         Mode::ElectionEtcd,
         Mode::RedlockRwlock,
+        Mode::ZooKeeper,
+        Mode::Postgres,
     ];
 
     /// How many nodes (Redis nodes, or etcd members) the mode runs.
     pub fn nodes(self) -> usize {
         match self {
-            Mode::Single => 1,
+            Mode::Single | Mode::Postgres => 1,
             _ if self.consensus() => 3,
             _ => 5,
         }
     }
 
-    /// Whether the nodes are the members of one consensus cluster (etcd) rather than
-    /// independent Redis nodes.
+    /// Whether the nodes are the members of one consensus cluster (etcd, ZooKeeper) rather
+    /// than independent Redis nodes.
     pub fn consensus(self) -> bool {
-        matches!(self, Mode::Etcd | Mode::SemaphoreEtcd | Mode::ElectionEtcd)
+        matches!(
+            self,
+            Mode::Etcd | Mode::SemaphoreEtcd | Mode::ElectionEtcd | Mode::ZooKeeper
+        )
+    }
+
+    /// Whether the nodes are an etcd cluster.
+    pub fn etcd(self) -> bool {
+        self.consensus() && self != Mode::ZooKeeper
     }
 
     /// The semaphore modes' number of permits.
@@ -94,6 +111,10 @@ impl Mode {
     /// The Redis node that persists with `appendfsync always` (the target of
     /// `restart-persist`): the last of 5. etcd members always persist their raft log.
     pub fn aof_node(self) -> Option<usize> {
+        if self == Mode::Postgres {
+            // Its one server always persists (WAL, fsync on commit).
+            return Some(0);
+        }
         let n = self.nodes();
         (!self.consensus() && n >= 5).then_some(n - 1)
     }
@@ -110,6 +131,8 @@ impl Mode {
                 | Mode::Election
                 | Mode::ElectionEtcd
                 | Mode::RedlockRwlock
+                | Mode::ZooKeeper
+                | Mode::Postgres
         )
     }
 
@@ -117,7 +140,9 @@ impl Mode {
     /// TTL is `ttl` rounded up to whole seconds; the nemesis then sizes its pauses on the
     /// lease actually granted.
     pub fn ttl(self, ttl: Duration) -> Duration {
-        if self.consensus() {
+        // ZooKeeper grants sessions of at least two ticks (1 s in the test kit), and a
+        // PostgreSQL request gets at least 1 s: whole seconds for them too.
+        if self.consensus() || self == Mode::Postgres {
             let secs = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
             Duration::from_secs(secs.max(1))
         } else {
@@ -138,7 +163,37 @@ impl Mode {
             ),
             (Mode::Run, _) => {}
             (_, K::KillSupervisor) => return Some("only the run mode has a `fencelock run` supervisor to kill"),
+            (Mode::Postgres, K::TerminateBackend) => return None,
+            (_, K::TerminateBackend) => return Some("only PostgreSQL has client backends to terminate"),
             _ => {}
+        }
+        if self == Mode::ZooKeeper {
+            return match kind {
+                K::RestartNopersist | K::RestartTwoNopersist | K::RestartPersist => Some(
+                    "a ZooKeeper server always persists its transaction log, and cannot come back empty under the same identity: its kill -9 and restart is `kill` / `kill-leader`",
+                ),
+                K::Flushall => Some("ZooKeeper has no FLUSHALL"),
+                K::ClockForward | K::ClockBackward => Some(
+                    "the test kit's ZooKeeper (a JVM) runs without the clock shim; sessions run on the leader's monotonic clock",
+                ),
+                _ => None,
+            };
+        }
+        if self == Mode::Postgres {
+            return match kind {
+                K::KillLeader | K::PauseLeader => Some("one PostgreSQL server: there is no leader"),
+                K::PauseNode => Some(
+                    "SIGSTOP of the postmaster leaves its backends serving: not a server's stop; the connection fault is terminate-backend",
+                ),
+                K::RestartNopersist | K::RestartTwoNopersist => Some(
+                    "PostgreSQL always persists (WAL): its kill -9 and restart while held is `restart-persist`",
+                ),
+                K::Flushall => Some("PostgreSQL has no FLUSHALL"),
+                K::ClockForward | K::ClockBackward => Some(
+                    "the test kit's PostgreSQL runs without the clock shim",
+                ),
+                _ => None,
+            };
         }
         match (self.consensus(), kind) {
             (false, K::KillLeader | K::PauseLeader) => {
@@ -206,6 +261,8 @@ impl Mode {
             Mode::Election => "election",
             Mode::ElectionEtcd => "election-etcd",
             Mode::RedlockRwlock => "redlock-rwlock",
+            Mode::ZooKeeper => "zookeeper",
+            Mode::Postgres => "postgres",
         }
     }
 }
@@ -267,11 +324,14 @@ pub enum FaultKind {
     /// that a quorum keeps its fence counter, and in `redlock-default` too (see
     /// [`Mode::flushes_a_minority`]); otherwise up to every node the holder holds.
     Flushall,
+    /// PostgreSQL only: `pg_terminate_backend` of every client connection, the holder's among
+    /// them (the clients reconnect).
+    TerminateBackend,
 }
 
 impl FaultKind {
     /// Every fault kind: the full mix.
-    pub const ALL: [FaultKind; 13] = [
+    pub const ALL: [FaultKind; 14] = [
         FaultKind::Kill,
         FaultKind::KillLeader,
         FaultKind::RestartNopersist,
@@ -285,6 +345,7 @@ impl FaultKind {
         FaultKind::KillSupervisor,
         FaultKind::RestartTwoNopersist,
         FaultKind::Flushall,
+        FaultKind::TerminateBackend,
     ];
 
     /// The name used on the command line.
@@ -303,6 +364,7 @@ impl FaultKind {
             FaultKind::KillSupervisor => "kill-supervisor",
             FaultKind::RestartTwoNopersist => "restart-two-nopersist",
             FaultKind::Flushall => "flushall",
+            FaultKind::TerminateBackend => "terminate-backend",
         }
     }
 }

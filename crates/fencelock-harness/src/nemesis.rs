@@ -149,6 +149,8 @@ pub enum Episode {
         /// How long.
         lasts: Duration,
     },
+    /// PostgreSQL: `pg_terminate_backend` of every client connection.
+    TerminateBackends,
 }
 
 impl Episode {
@@ -169,6 +171,7 @@ impl Episode {
             Episode::KillSupervisor { .. } => FaultKind::KillSupervisor,
             Episode::RestartTwo { .. } => FaultKind::RestartTwoNopersist,
             Episode::Flush { .. } => FaultKind::Flushall,
+            Episode::TerminateBackends => FaultKind::TerminateBackend,
         }
     }
 }
@@ -327,6 +330,7 @@ impl Plan {
             FaultKind::Latency => self.latency(),
             FaultKind::RestartTwoNopersist => self.restart_two(holder),
             FaultKind::Flushall => self.flush(holder),
+            FaultKind::TerminateBackend => Episode::TerminateBackends,
         }
     }
 
@@ -634,6 +638,14 @@ impl Nemesis {
                 client,
             } => self.restart_two_while_held(cut, victims, *gap, *client),
             Episode::Flush { cut, nodes, client } => self.flush_while_held(cut, nodes, *client),
+            Episode::TerminateBackends => match self.nodes.terminate_backends() {
+                Ok(n) => (
+                    vec![0],
+                    vec![],
+                    format!("pg_terminate_backend of {n} client connection(s)"),
+                ),
+                Err(e) => (vec![0], vec![], format!("pg_terminate_backend failed: {e}")),
+            },
         };
         FaultEvent {
             kind: episode.kind(),
@@ -1122,6 +1134,7 @@ mod tests {
                     panic!("a member episode on Redis nodes: {ep:?}")
                 }
                 Episode::KillSupervisor { .. } => panic!("a supervisor kill outside run: {ep:?}"),
+                Episode::TerminateBackends => panic!("a PostgreSQL fault on Redis: {ep:?}"),
             }
         }
         let applicable = FaultKind::ALL
@@ -1131,8 +1144,8 @@ mod tests {
         assert_eq!(seen.len(), applicable);
         assert_eq!(
             applicable,
-            FaultKind::ALL.len() - 3,
-            "all but the leader faults and the supervisor kill"
+            FaultKind::ALL.len() - 4,
+            "all but the leader faults, the supervisor kill and the backends' termination"
         );
     }
 

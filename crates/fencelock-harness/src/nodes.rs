@@ -1,11 +1,14 @@
-//! The servers of a run: independent Redis nodes, or the members of one etcd cluster. The
-//! nemesis acts on them by index through one interface.
+//! The servers of a run: independent Redis nodes, the members of one etcd cluster or of one
+//! ZooKeeper ensemble, or one PostgreSQL server. The nemesis acts on them by index through one
+//! interface.
 
 use std::io;
 use std::thread;
 use std::time::Duration;
 
-use fencelock_testkit::{EtcdCluster, Persistence, RedisNode, RedisOptions};
+use fencelock_testkit::{
+    EtcdCluster, Persistence, Postgres, RedisNode, RedisOptions, ZooKeeperEnsemble,
+};
 
 use crate::mode::Mode;
 
@@ -19,6 +22,15 @@ pub enum Nodes {
     Redis(Vec<RedisNode>),
     /// One etcd cluster.
     Etcd(EtcdCluster),
+    /// One ZooKeeper ensemble.
+    ZooKeeper(ZooKeeperEnsemble),
+    /// One PostgreSQL server.
+    Postgres(Postgres),
+}
+
+/// An error for what a kind of server cannot do.
+fn unsupported(what: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::Unsupported, what.to_string())
 }
 
 impl Nodes {
@@ -29,6 +41,11 @@ impl Nodes {
     ///
     /// When a server cannot be started (binary missing, not ready in time).
     pub fn start(mode: Mode) -> io::Result<Nodes> {
+        match mode {
+            Mode::ZooKeeper => return ZooKeeperEnsemble::start(mode.nodes()).map(Nodes::ZooKeeper),
+            Mode::Postgres => return Postgres::start().map(Nodes::Postgres),
+            _ => {}
+        }
         if mode.consensus() {
             return EtcdCluster::start(mode.nodes()).map(Nodes::Etcd);
         }
@@ -59,6 +76,8 @@ impl Nodes {
         match self {
             Nodes::Redis(n) => n.len(),
             Nodes::Etcd(c) => c.len(),
+            Nodes::ZooKeeper(z) => z.members().len(),
+            Nodes::Postgres(_) => 1,
         }
     }
 
@@ -72,6 +91,8 @@ impl Nodes {
         match self {
             Nodes::Redis(n) => n[i].port(),
             Nodes::Etcd(c) => c.member(i).client_port(),
+            Nodes::ZooKeeper(z) => z.member(i).port(),
+            Nodes::Postgres(p) => p.port(),
         }
     }
 
@@ -80,7 +101,43 @@ impl Nodes {
         match self {
             Nodes::Redis(_) => format!("redis://127.0.0.1:{port}/0"),
             Nodes::Etcd(_) => format!("etcd://127.0.0.1:{port}"),
+            Nodes::ZooKeeper(_) => format!("zk://127.0.0.1:{port}"),
+            Nodes::Postgres(_) => format!("postgres://postgres@127.0.0.1:{port}/postgres"),
         }
+    }
+
+    /// The node list a client is given for the servers' `urls` (as [`Nodes::url`] makes them):
+    /// the URLs, comma-separated; for a ZooKeeper ensemble, one `zk://` URL that lists every
+    /// server, under the chroot `/harness`.
+    pub fn client_nodes(&self, urls: &[String]) -> String {
+        match self {
+            Nodes::ZooKeeper(_) => {
+                let hosts: Vec<&str> = urls
+                    .iter()
+                    .map(|u| u.strip_prefix("zk://").unwrap_or(u))
+                    .collect();
+                format!("zk://{}/harness", hosts.join(","))
+            }
+            _ => urls.join(","),
+        }
+    }
+
+    /// `pg_terminate_backend` of every other connection to the PostgreSQL server (the
+    /// clients'); how many it ended.
+    ///
+    /// # Errors
+    ///
+    /// For other servers, or when `psql` fails.
+    pub fn terminate_backends(&self) -> io::Result<usize> {
+        let Nodes::Postgres(p) = self else {
+            return Err(unsupported("only PostgreSQL has backends to terminate"));
+        };
+        let out = p.psql(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND backend_type = 'client backend'",
+        )?;
+        out.trim()
+            .parse()
+            .map_err(|_| io::Error::other(format!("pg_terminate_backend answered {out:?}")))
     }
 
     /// kill -9 of server `i`.
@@ -92,6 +149,8 @@ impl Nodes {
         match self {
             Nodes::Redis(n) => n[i].kill(),
             Nodes::Etcd(c) => c.member(i).kill(),
+            Nodes::ZooKeeper(z) => z.member(i).kill(),
+            Nodes::Postgres(p) => p.kill(),
         }
     }
 
@@ -105,6 +164,8 @@ impl Nodes {
         match self {
             Nodes::Redis(n) => n[i].restart(),
             Nodes::Etcd(c) => c.member(i).restart(),
+            Nodes::ZooKeeper(z) => z.member(i).restart(),
+            Nodes::Postgres(p) => p.restart(),
         }
     }
 
@@ -123,10 +184,9 @@ impl Nodes {
                     Err(io::Error::other(format!("FLUSHALL answered {reply:?}")))
                 }
             }
-            Nodes::Etcd(_) => Err(io::Error::new(
-                io::ErrorKind::Unsupported,
-                "etcd has no FLUSHALL",
-            )),
+            Nodes::Etcd(_) | Nodes::ZooKeeper(_) | Nodes::Postgres(_) => {
+                Err(unsupported("only Redis has FLUSHALL"))
+            }
         }
     }
 
@@ -152,10 +212,14 @@ impl Nodes {
     /// with `quarantine`, its marker says no lock it may have lost can still be live (`<run id>
     /// clear`, written by the client that saw its quarantine end); with `fencing`, it has its
     /// fence counter again (a node that lost it is seeded by a later grant). An etcd member, or
-    /// a node that does not answer, is not settled.
+    /// a node that does not answer, is not settled; a ZooKeeper or PostgreSQL server always is.
     pub fn settled(&self, i: usize, quarantine: bool, fencing: bool) -> bool {
-        let Nodes::Redis(n) = self else {
-            return false;
+        let n = match self {
+            Nodes::Redis(n) => n,
+            // Its tokens come from the server's own sequence or zxid, and no client keeps a
+            // state of a loss: nothing to settle.
+            Nodes::ZooKeeper(_) | Nodes::Postgres(_) => return true,
+            Nodes::Etcd(_) => return false,
         };
         let marker_clear = || {
             n[i].cli(&["GET", fencelock::protocol::NODE_MARKER_KEY])
@@ -177,6 +241,10 @@ impl Nodes {
         match self {
             Nodes::Redis(n) => n[i].pause(),
             Nodes::Etcd(c) => c.member(i).pause(),
+            Nodes::ZooKeeper(z) => z.member(i).pause(),
+            Nodes::Postgres(_) => Err(unsupported(
+                "SIGSTOP of the postmaster leaves its backends serving",
+            )),
         }
     }
 
@@ -189,6 +257,8 @@ impl Nodes {
         match self {
             Nodes::Redis(n) => n[i].resume(),
             Nodes::Etcd(c) => c.member(i).resume(),
+            Nodes::ZooKeeper(z) => z.member(i).resume(),
+            Nodes::Postgres(_) => Ok(()),
         }
     }
 
@@ -200,10 +270,10 @@ impl Nodes {
     pub fn set_clock_offset(&self, i: usize, offset_ms: i64) -> io::Result<()> {
         match self {
             Nodes::Redis(n) => n[i].set_clock_offset(offset_ms),
-            Nodes::Etcd(_) => Err(io::Error::new(
-                io::ErrorKind::Unsupported,
-                "etcd ignores the LD_PRELOAD clock shim",
-            )),
+            Nodes::Etcd(_) => Err(unsupported("etcd ignores the LD_PRELOAD clock shim")),
+            Nodes::ZooKeeper(_) | Nodes::Postgres(_) => {
+                Err(unsupported("the test kit starts it without the clock shim"))
+            }
         }
     }
 
@@ -211,8 +281,9 @@ impl Nodes {
     /// nodes or when no leader appears.
     pub fn leader(&self) -> Option<usize> {
         match self {
-            Nodes::Redis(_) => None,
+            Nodes::Redis(_) | Nodes::Postgres(_) => None,
             Nodes::Etcd(c) => c.wait_for_leader(Duration::from_secs(10)).ok(),
+            Nodes::ZooKeeper(z) => z.leader().ok(),
         }
     }
 
@@ -220,8 +291,19 @@ impl Nodes {
     /// next episode never takes a second member out while one is still catching up (that would
     /// be a majority down, which no lock survives). Nothing to do for Redis nodes.
     pub fn settle(&self) {
-        if let Nodes::Etcd(c) = self {
-            let _ = c.wait_healthy(SETTLE);
+        match self {
+            Nodes::Etcd(c) => {
+                let _ = c.wait_healthy(SETTLE);
+            }
+            Nodes::ZooKeeper(z) => {
+                let deadline = std::time::Instant::now() + SETTLE;
+                while !z.members().iter().all(|m| m.serving())
+                    && std::time::Instant::now() < deadline
+                {
+                    thread::sleep(Duration::from_millis(100));
+                }
+            }
+            _ => {}
         }
     }
 }
