@@ -4,7 +4,7 @@
 
 use std::process::{Command, Output, Stdio};
 
-use fencelock_testkit::{Etcd, Postgres, RedisNodes, ZooKeeper};
+use fencelock_testkit::{Etcd, Postgres, RedisCluster, RedisNodes, ZooKeeper};
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_fencelock");
@@ -449,4 +449,35 @@ fn zookeeper_and_postgres_run_beside_their_raw_baselines() {
     let pg = Postgres::start().unwrap();
     seq_and_contended_beside_the_raw_baseline(&pg.url());
     zk.join().unwrap();
+}
+
+/// A `redis+cluster://` URL: the library through the cluster beside the baseline on the primary
+/// that owns the tag's slot, a plain node (issue 31: a cluster's figures beside a single
+/// node's).
+#[test]
+fn a_cluster_runs_beside_the_primary_that_serves_it() {
+    let cluster = RedisCluster::start().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let v = bench(
+        home.path(),
+        &[cluster.url()],
+        &["--workload", "seq", "--cycles", "20", "--raw"],
+    );
+    assert_series(&v["fencelock"], 20);
+    assert_series(&v["raw"], 20);
+    let v = bench(
+        home.path(),
+        &[cluster.url()],
+        &[
+            "--workload",
+            "par",
+            "--cycles",
+            "40",
+            "--concurrency",
+            "4",
+            "--raw",
+        ],
+    );
+    assert_series(&v["fencelock"], 40);
+    assert_series(&v["raw"], 40);
 }

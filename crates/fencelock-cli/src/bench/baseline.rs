@@ -68,7 +68,7 @@ impl Baseline {
             Kind::Etcd => Baseline::Etcd(Box::new(RawEtcd::connect(urls, ttl).await?)),
             Kind::ZooKeeper => Baseline::ZooKeeper(Box::new(RawZk::connect(urls, ttl).await?)),
             Kind::Postgres => Baseline::Postgres(Box::new(RawPg::connect(urls, ttl, true).await?)),
-            Kind::Redis => Baseline::Redis(Raw::connect(urls, ttl).await?),
+            Kind::Redis => Baseline::Redis(Raw::connect_through_clusters(urls, ttl).await?),
         })
     }
 
@@ -87,7 +87,7 @@ impl Baseline {
             Kind::ZooKeeper => Baseline::ZooKeeper(Box::new(RawZk::connect(urls, ttl).await?)),
             // The run's first connection made the table.
             Kind::Postgres => Baseline::Postgres(Box::new(RawPg::connect(urls, ttl, false).await?)),
-            Kind::Redis => Baseline::Redis(Raw::connect(urls, ttl).await?),
+            Kind::Redis => Baseline::Redis(Raw::connect_through_clusters(urls, ttl).await?),
         })
     }
 
