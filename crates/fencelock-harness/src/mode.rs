@@ -51,6 +51,14 @@ pub enum Mode {
     /// its sequence. Its faults: kill -9 and restart (also while a client holds the lock), and
     /// `pg_terminate_backend` of every client connection.
     Postgres,
+    /// Fenced locks on a Redis Cluster as one node (issue 31: 3 primaries, 3 replicas, every
+    /// key on the shard of one hash tag), restart quarantine on: its faults are the tag's
+    /// primary killed (a replica takes over), killed and restarted empty while a client holds
+    /// the lock, and `CLUSTER FAILOVER`.
+    Cluster,
+    /// The same on a Sentinel-managed primary (one primary, two replicas, three Sentinels):
+    /// the primary killed, killed and restarted empty while held, and `SENTINEL FAILOVER`.
+    Sentinel,
 }
 
 /// How many permits the semaphore modes' semaphore has.
@@ -58,7 +66,7 @@ pub const PERMITS: u32 = 2;
 
 impl Mode {
     /// Every mode, in the order the report lists them.
-    pub const ALL: [Mode; 14] = [
+    pub const ALL: [Mode; 16] = [
         Mode::Single,
         Mode::Redlock,
         Mode::RedlockDefault,
@@ -73,12 +81,14 @@ impl Mode {
         Mode::RedlockRwlock,
         Mode::ZooKeeper,
         Mode::Postgres,
+        Mode::Cluster,
+        Mode::Sentinel,
     ];
 
     /// How many nodes (Redis nodes, or etcd members) the mode runs.
     pub fn nodes(self) -> usize {
         match self {
-            Mode::Single | Mode::Postgres => 1,
+            Mode::Single | Mode::Postgres | Mode::Cluster | Mode::Sentinel => 1,
             _ if self.consensus() => 3,
             _ => 5,
         }
@@ -133,7 +143,14 @@ impl Mode {
                 | Mode::RedlockRwlock
                 | Mode::ZooKeeper
                 | Mode::Postgres
+                | Mode::Cluster
+                | Mode::Sentinel
         )
+    }
+
+    /// Whether the one node is a group that fails over (a cluster's shard, a Sentinel group).
+    pub fn managed_redis(self) -> bool {
+        matches!(self, Mode::Cluster | Mode::Sentinel)
     }
 
     /// The TTL the mode runs with: etcd grants leases in whole seconds (at least 1 s), so its
@@ -164,6 +181,8 @@ impl Mode {
             (Mode::Run, _) => {}
             (_, K::KillSupervisor) => return Some("only the run mode has a `fencelock run` supervisor to kill"),
             (Mode::Postgres, K::TerminateBackend) => return None,
+            (Mode::Cluster | Mode::Sentinel, K::Failover) => return None,
+            (_, K::Failover) => return Some("only a Redis Cluster or a Sentinel group fails over on command"),
             (_, K::TerminateBackend) => return Some("only PostgreSQL has client backends to terminate"),
             _ => {}
         }
@@ -177,6 +196,18 @@ impl Mode {
                     "the test kit's ZooKeeper (a JVM) runs without the clock shim; sessions run on the leader's monotonic clock",
                 ),
                 _ => None,
+            };
+        }
+        if self.managed_redis() {
+            return match kind {
+                K::Kill | K::RestartNopersist | K::PauseClient | K::Failover => None,
+                K::PauseNode | K::PauseLeader => Some(
+                    "a stopped primary that comes back after its replica took over is the unsafe window docs/guide/managed-redis.md documents, not a fault the lock survives",
+                ),
+                K::Latency => Some(
+                    "the client reaches the servers at the addresses the cluster or the Sentinels give, not through the harness's proxy",
+                ),
+                _ => Some("one logical node: the fault needs independent nodes, a leader, persistence or the clock shim, which this group does not have here"),
             };
         }
         if self == Mode::Postgres {
@@ -243,6 +274,8 @@ impl Mode {
                 | Mode::Semaphore
                 | Mode::Election
                 | Mode::RedlockRwlock
+                | Mode::Cluster
+                | Mode::Sentinel
         )
     }
 
@@ -263,6 +296,8 @@ impl Mode {
             Mode::RedlockRwlock => "redlock-rwlock",
             Mode::ZooKeeper => "zookeeper",
             Mode::Postgres => "postgres",
+            Mode::Cluster => "cluster",
+            Mode::Sentinel => "sentinel",
         }
     }
 }
@@ -327,11 +362,14 @@ pub enum FaultKind {
     /// PostgreSQL only: `pg_terminate_backend` of every client connection, the holder's among
     /// them (the clients reconnect).
     TerminateBackend,
+    /// Cluster and Sentinel modes: a failover on command (`CLUSTER FAILOVER` on the tag's
+    /// primary's replica, `SENTINEL FAILOVER`), the old primary running on as a replica.
+    Failover,
 }
 
 impl FaultKind {
     /// Every fault kind: the full mix.
-    pub const ALL: [FaultKind; 14] = [
+    pub const ALL: [FaultKind; 15] = [
         FaultKind::Kill,
         FaultKind::KillLeader,
         FaultKind::RestartNopersist,
@@ -346,6 +384,7 @@ impl FaultKind {
         FaultKind::RestartTwoNopersist,
         FaultKind::Flushall,
         FaultKind::TerminateBackend,
+        FaultKind::Failover,
     ];
 
     /// The name used on the command line.
@@ -365,6 +404,7 @@ impl FaultKind {
             FaultKind::RestartTwoNopersist => "restart-two-nopersist",
             FaultKind::Flushall => "flushall",
             FaultKind::TerminateBackend => "terminate-backend",
+            FaultKind::Failover => "failover",
         }
     }
 }

@@ -151,6 +151,8 @@ pub enum Episode {
     },
     /// PostgreSQL: `pg_terminate_backend` of every client connection.
     TerminateBackends,
+    /// Cluster and Sentinel: a failover on command.
+    Failover,
 }
 
 impl Episode {
@@ -172,6 +174,7 @@ impl Episode {
             Episode::RestartTwo { .. } => FaultKind::RestartTwoNopersist,
             Episode::Flush { .. } => FaultKind::Flushall,
             Episode::TerminateBackends => FaultKind::TerminateBackend,
+            Episode::Failover => FaultKind::Failover,
         }
     }
 }
@@ -331,6 +334,7 @@ impl Plan {
             FaultKind::RestartTwoNopersist => self.restart_two(holder),
             FaultKind::Flushall => self.flush(holder),
             FaultKind::TerminateBackend => Episode::TerminateBackends,
+            FaultKind::Failover => Episode::Failover,
         }
     }
 
@@ -638,6 +642,10 @@ impl Nemesis {
                 client,
             } => self.restart_two_while_held(cut, victims, *gap, *client),
             Episode::Flush { cut, nodes, client } => self.flush_while_held(cut, nodes, *client),
+            Episode::Failover => match self.nodes.failover() {
+                Ok(how) => (vec![0], vec![], how),
+                Err(e) => (vec![0], vec![], format!("failover failed: {e}")),
+            },
             Episode::TerminateBackends => match self.nodes.terminate_backends() {
                 Ok(n) => (
                     vec![0],
@@ -1134,7 +1142,9 @@ mod tests {
                     panic!("a member episode on Redis nodes: {ep:?}")
                 }
                 Episode::KillSupervisor { .. } => panic!("a supervisor kill outside run: {ep:?}"),
-                Episode::TerminateBackends => panic!("a PostgreSQL fault on Redis: {ep:?}"),
+                Episode::TerminateBackends | Episode::Failover => {
+                    panic!("a PostgreSQL or managed Redis fault on Redis: {ep:?}")
+                }
             }
         }
         let applicable = FaultKind::ALL
@@ -1144,8 +1154,8 @@ mod tests {
         assert_eq!(seen.len(), applicable);
         assert_eq!(
             applicable,
-            FaultKind::ALL.len() - 4,
-            "all but the leader faults, the supervisor kill and the backends' termination"
+            FaultKind::ALL.len() - 5,
+            "all but the leader faults, the supervisor kill, the backends' termination and the failover"
         );
     }
 

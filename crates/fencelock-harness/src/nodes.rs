@@ -6,8 +6,11 @@ use std::io;
 use std::thread;
 use std::time::Duration;
 
+use std::sync::Mutex;
+
 use fencelock_testkit::{
-    EtcdCluster, Persistence, Postgres, RedisNode, RedisOptions, ZooKeeperEnsemble,
+    EtcdCluster, Persistence, Postgres, RedisCluster, RedisNode, RedisOptions, SentinelGroup,
+    ZooKeeperEnsemble,
 };
 
 use crate::mode::Mode;
@@ -26,6 +29,18 @@ pub enum Nodes {
     ZooKeeper(ZooKeeperEnsemble),
     /// One PostgreSQL server.
     Postgres(Postgres),
+    /// A Redis Cluster as one node, and the server the last `kill` killed (to restart).
+    Cluster(RedisCluster, Mutex<Option<usize>>),
+    /// A Sentinel group as one node, and the server the last `kill` killed.
+    Sentinel(SentinelGroup, Mutex<Option<usize>>),
+}
+
+/// How long a failover may take in the test kit's groups (node timeouts of a few seconds).
+const FAILOVER: Duration = Duration::from_secs(30);
+
+/// The slot of the tag the harness's cluster URL gives every key (the default, `{fencelock}`).
+fn tag_slot() -> u16 {
+    fencelock::protocol::key_slot("{fencelock}")
 }
 
 /// An error for what a kind of server cannot do.
@@ -44,6 +59,12 @@ impl Nodes {
         match mode {
             Mode::ZooKeeper => return ZooKeeperEnsemble::start(mode.nodes()).map(Nodes::ZooKeeper),
             Mode::Postgres => return Postgres::start().map(Nodes::Postgres),
+            Mode::Cluster => {
+                return RedisCluster::start().map(|c| Nodes::Cluster(c, Mutex::new(None)))
+            }
+            Mode::Sentinel => {
+                return SentinelGroup::start().map(|s| Nodes::Sentinel(s, Mutex::new(None)))
+            }
             _ => {}
         }
         if mode.consensus() {
@@ -77,7 +98,7 @@ impl Nodes {
             Nodes::Redis(n) => n.len(),
             Nodes::Etcd(c) => c.len(),
             Nodes::ZooKeeper(z) => z.members().len(),
-            Nodes::Postgres(_) => 1,
+            Nodes::Postgres(_) | Nodes::Cluster(..) | Nodes::Sentinel(..) => 1,
         }
     }
 
@@ -93,6 +114,10 @@ impl Nodes {
             Nodes::Etcd(c) => c.member(i).client_port(),
             Nodes::ZooKeeper(z) => z.member(i).port(),
             Nodes::Postgres(p) => p.port(),
+            // The clients go where the slot map or the Sentinels send them: this port's proxy
+            // stands unused.
+            Nodes::Cluster(c, _) => c.node(0).port(),
+            Nodes::Sentinel(s, _) => s.sentinel_ports()[0],
         }
     }
 
@@ -103,6 +128,44 @@ impl Nodes {
             Nodes::Etcd(_) => format!("etcd://127.0.0.1:{port}"),
             Nodes::ZooKeeper(_) => format!("zk://127.0.0.1:{port}"),
             Nodes::Postgres(_) => format!("postgres://postgres@127.0.0.1:{port}/postgres"),
+            Nodes::Cluster(c, _) => c.url(),
+            Nodes::Sentinel(s, _) => s.url(),
+        }
+    }
+
+    /// The server that holds the lock keys now: the tag's primary, or the Sentinels' primary.
+    fn primary(&self) -> io::Result<usize> {
+        match self {
+            Nodes::Cluster(c, _) => c.slot_owner(tag_slot()),
+            Nodes::Sentinel(s, _) => s.primary(),
+            _ => Err(unsupported("not a group that fails over")),
+        }
+    }
+
+    /// A failover on command, waited for; what happened.
+    ///
+    /// # Errors
+    ///
+    /// For other servers, or when no new primary takes over in time.
+    pub fn failover(&self) -> io::Result<String> {
+        let old = self.primary()?;
+        match self {
+            Nodes::Cluster(c, _) => {
+                let replica = c.replica_of(old)?;
+                c.node(replica).cli(&["CLUSTER", "FAILOVER"])?;
+                let new = c.wait_for_owner_change(tag_slot(), old, FAILOVER)?;
+                Ok(format!(
+                    "CLUSTER FAILOVER: server {new} took the tag's slot from {old}"
+                ))
+            }
+            Nodes::Sentinel(s, _) => {
+                s.failover()?;
+                let new = s.wait_for_failover(old, FAILOVER)?;
+                Ok(format!(
+                    "SENTINEL FAILOVER: server {new} took over from {old}"
+                ))
+            }
+            _ => Err(unsupported("not a group that fails over")),
         }
     }
 
@@ -111,6 +174,8 @@ impl Nodes {
     /// server, under the chroot `/harness`.
     pub fn client_nodes(&self, urls: &[String]) -> String {
         match self {
+            Nodes::Cluster(c, _) => c.url(),
+            Nodes::Sentinel(s, _) => s.url(),
             Nodes::ZooKeeper(_) => {
                 let hosts: Vec<&str> = urls
                     .iter()
@@ -151,6 +216,20 @@ impl Nodes {
             Nodes::Etcd(c) => c.member(i).kill(),
             Nodes::ZooKeeper(z) => z.member(i).kill(),
             Nodes::Postgres(p) => p.kill(),
+            Nodes::Cluster(c, killed) => {
+                let i = self.primary()?;
+                *killed
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(i);
+                c.node(i).kill()
+            }
+            Nodes::Sentinel(s, killed) => {
+                let i = self.primary()?;
+                *killed
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(i);
+                s.node(i).kill()
+            }
         }
     }
 
@@ -166,6 +245,20 @@ impl Nodes {
             Nodes::Etcd(c) => c.member(i).restart(),
             Nodes::ZooKeeper(z) => z.member(i).restart(),
             Nodes::Postgres(p) => p.restart(),
+            Nodes::Cluster(c, killed) => {
+                let i = killed
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .take();
+                i.map_or(Ok(()), |i| c.node(i).restart())
+            }
+            Nodes::Sentinel(s, killed) => {
+                let i = killed
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .take();
+                i.map_or(Ok(()), |i| s.node(i).restart())
+            }
         }
     }
 
@@ -184,9 +277,7 @@ impl Nodes {
                     Err(io::Error::other(format!("FLUSHALL answered {reply:?}")))
                 }
             }
-            Nodes::Etcd(_) | Nodes::ZooKeeper(_) | Nodes::Postgres(_) => {
-                Err(unsupported("only Redis has FLUSHALL"))
-            }
+            _ => Err(unsupported("only plain Redis nodes take FLUSHALL here")),
         }
     }
 
@@ -219,6 +310,9 @@ impl Nodes {
             // Its tokens come from the server's own sequence or zxid, and no client keeps a
             // state of a loss: nothing to settle.
             Nodes::ZooKeeper(_) | Nodes::Postgres(_) => return true,
+            // Their keys carry the tag or move with failovers: the clients' quarantine judges
+            // them, the nemesis does not wait.
+            Nodes::Cluster(..) | Nodes::Sentinel(..) => return true,
             Nodes::Etcd(_) => return false,
         };
         let marker_clear = || {
@@ -245,6 +339,9 @@ impl Nodes {
             Nodes::Postgres(_) => Err(unsupported(
                 "SIGSTOP of the postmaster leaves its backends serving",
             )),
+            Nodes::Cluster(..) | Nodes::Sentinel(..) => Err(unsupported(
+                "pausing a primary is not a fault the lock claims to survive",
+            )),
         }
     }
 
@@ -258,7 +355,7 @@ impl Nodes {
             Nodes::Redis(n) => n[i].resume(),
             Nodes::Etcd(c) => c.member(i).resume(),
             Nodes::ZooKeeper(z) => z.member(i).resume(),
-            Nodes::Postgres(_) => Ok(()),
+            Nodes::Postgres(_) | Nodes::Cluster(..) | Nodes::Sentinel(..) => Ok(()),
         }
     }
 
@@ -271,9 +368,7 @@ impl Nodes {
         match self {
             Nodes::Redis(n) => n[i].set_clock_offset(offset_ms),
             Nodes::Etcd(_) => Err(unsupported("etcd ignores the LD_PRELOAD clock shim")),
-            Nodes::ZooKeeper(_) | Nodes::Postgres(_) => {
-                Err(unsupported("the test kit starts it without the clock shim"))
-            }
+            _ => Err(unsupported("the test kit starts it without the clock shim")),
         }
     }
 
@@ -281,7 +376,7 @@ impl Nodes {
     /// nodes or when no leader appears.
     pub fn leader(&self) -> Option<usize> {
         match self {
-            Nodes::Redis(_) | Nodes::Postgres(_) => None,
+            Nodes::Redis(_) | Nodes::Postgres(_) | Nodes::Cluster(..) | Nodes::Sentinel(..) => None,
             Nodes::Etcd(c) => c.wait_for_leader(Duration::from_secs(10)).ok(),
             Nodes::ZooKeeper(z) => z.leader().ok(),
         }
@@ -294,6 +389,13 @@ impl Nodes {
         match self {
             Nodes::Etcd(c) => {
                 let _ = c.wait_healthy(SETTLE);
+            }
+            Nodes::Cluster(..) | Nodes::Sentinel(..) => {
+                // A primary serves the lock keys again (after a kill, once a replica took over).
+                let deadline = std::time::Instant::now() + SETTLE;
+                while self.primary().is_err() && std::time::Instant::now() < deadline {
+                    thread::sleep(Duration::from_millis(100));
+                }
             }
             Nodes::ZooKeeper(z) => {
                 let deadline = std::time::Instant::now() + SETTLE;

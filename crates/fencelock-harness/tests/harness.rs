@@ -193,6 +193,25 @@ fn zookeeper_and_postgres_tokens_keep_the_fenced_record_safe() {
     );
 }
 
+/// A Redis Cluster and a Sentinel group, each one node (issue 31), fencing and restart
+/// quarantine on: the primary holding the lock keys killed (restarted empty), killed and
+/// restarted at once while a client holds the lock, failed over on command (`CLUSTER FAILOVER`,
+/// `SENTINEL FAILOVER`), and client pauses. The fenced record accepts no stale write and
+/// tokens follow the grants.
+#[test]
+fn cluster_and_sentinel_failovers_keep_the_fenced_record_safe() {
+    let runs = run_with(
+        "cluster,sentinel",
+        "pause-client,restart-nopersist,failover,kill",
+        "15s",
+        &["--ttl", "1s"],
+    );
+    for m in &runs {
+        assert_fenced_data_safe(m);
+        assert!(m["faults"]["failover"].as_i64().unwrap_or(0) >= 1, "{m:#}");
+    }
+}
+
 /// A job with a 2 s TTL and application clients with 500 ms on one node set, restart quarantine
 /// on (the library's default), nodes restarted without persistence while the job holds the lock:
 /// no client is granted the lock inside another's validity unless a clock jump explains it. The
