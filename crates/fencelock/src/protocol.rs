@@ -326,3 +326,25 @@ pub const PG_LOCK_TABLE: &str = "fencelock_locks";
 
 /// The PostgreSQL backend's sequence of fencing tokens.
 pub const PG_TOKEN_SEQUENCE: &str = "fencelock_tokens";
+
+/// The `host` and `port` of the primary that a `redis+sentinel://` URL's Sentinels name now,
+/// asked as a client's connection asks: for tools that talk to the primary directly
+/// (`fencelock inspect`, `doctor`).
+///
+/// # Errors
+///
+/// [`crate::NodeError`] saying why: `addr` is not a Sentinel URL, no Sentinel answered within
+/// `timeout`, or none knows the primary's name.
+pub async fn sentinel_primary(
+    addr: &crate::NodeAddr,
+    timeout: std::time::Duration,
+) -> Result<(String, u16), crate::NodeError> {
+    let Some(group) = addr.sentinel() else {
+        return Err(crate::NodeError::from(format!(
+            "{addr} is not a redis+sentinel:// URL"
+        )));
+    };
+    crate::redis::sentinel::primary(group, timeout)
+        .await
+        .map_err(|e| crate::NodeError::from_driver_error(&e))
+}
