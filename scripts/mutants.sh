@@ -42,7 +42,8 @@ mutant writeback-no-raise "the write-back does not raise the counters" \
 mutant writeback-no-owner-check "the write-back raises counters where another client owns the key" \
   crates/fencelock/src/redis/lua/write_back.lua \
   's/if not all_owned\(n, ARGV\[1\]\) then return 0 end/-- mutant: no ownership check/' \
-  "-p fencelock --lib redis::script_checks::a_write_back_on_a_key_another_client_owns"
+  "-p fencelock --lib redis::script_checks::a_write_back_on_a_key_another_client_owns" \
+  "-p fencelock-sim --test sim a_grant_never_counts_a_node_its_key_left_between_rounds_seeds_0_to_99"
 mutant writeback-quorum-unchecked "the client accepts a write-back that no quorum took" \
   crates/fencelock/src/redis/guard.rs \
   's/if wb\.decision != Decision::Reached \{/if false && wb.decision != Decision::Reached {/' \
@@ -72,7 +73,8 @@ mutant round-waits-three-timeouts "a round waits three node timeouts for paused 
 mutant extend-unbatched "auto-extension sends one pipeline per lock, in turn, not one per batch" \
   crates/fencelock/src/redis/extender.rs \
   's/let \(counts, votes\) = self\.extend_batch_round\(&locks, timeout\)\.await;/let (mut counts, mut votes) = (Vec::new(), Default::default()); for l in &locks { let (c, v) = self.extend_batch_round(std::slice::from_ref(l), timeout).await; counts.extend(c); votes = v; }/' \
-  "-p fencelock --test long_work one_client_extends_two_thousand_locks_in_batches"
+  "-p fencelock --test long_work one_client_extends_two_thousand_locks_in_batches" \
+  "-p fencelock-sim --test sim hundreds_of_auto_extended_locks_stay_held_seeds_0_to_99"
 mutant extension-lost-at-once "the extension rule loses the lock at the first failed attempt instead of retrying within the validity left (the rule before issue 15)" \
   crates/fencelock/src/pure/extension.rs \
   's/let due = now \+ schedule\.retry;/return Lost(LostCause::Unreachable);\n            #[allow(unreachable_code)]\n            let due = now + schedule.retry;/' \
@@ -86,7 +88,8 @@ mutant extension-waits-on-a-hung-node "an extension round waits the whole validi
 mutant contention-as-unavailable "a lock held by another client is reported as unavailable when a node failed" \
   crates/fencelock/src/redis/redlock.rs \
   's/if votes\.held_by_other\(\) > n\.saturating_sub\(quorum\) \|\| votes\.failed\(\) == 0 \{/if votes.failed() == 0 {/' \
-  "-p fencelock --test long_work a_job_of_ten_ttls_keeps_its_lock_while_a_minority_dies"
+  "-p fencelock --test long_work a_job_of_ten_ttls_keeps_its_lock_while_a_minority_dies" \
+  "-p fencelock-sim --test sim a_refusal_says_whether_the_lock_is_held_or_the_nodes_are_down_seeds_0_to_99"
 mutant etcd-validity-outlasts-lease "etcd: the validity deadline runs half a TTL past the lease" \
   crates/fencelock/src/etcd/timing.rs \
   's/    sent\.checked_add\(valid\)\n/    sent.checked_add(valid + granted \/ 2)\n/' \
@@ -99,11 +102,13 @@ mutant acquire-without-nx "acquisition sets the key whether or not another clien
 mutant guard-seed-before-issue "the amnesia guard seeds the nodes without a counter before the token is issued (and without the seed wait)" \
   crates/fencelock/src/redis/guard.rs \
   's/\n(\s*)let wb = self\.write_back\(/\n$1self.write_back(\&seeds, keys, owner, token, WriteBack::Epoch).await;\n$1let wb = self.write_back(/' \
-  "-p fencelock --test amnesia a_failed_attempt_seeds_no_node"
+  "-p fencelock --test amnesia a_failed_attempt_seeds_no_node" \
+  "-p fencelock-sim --test sim a_restarted_node_is_not_seeded_below_a_token_it_lost_seeds_0_to_99"
 mutant guard-untrusted-counted "the amnesia guard counts a read from a node without a counter as trusted (0)" \
   crates/fencelock/src/redis/ops.rs \
   's/exists: exists == 1,/exists: true,/' \
-  "-p fencelock --test amnesia a_node_restarted_without_its_counter_never_yields_a_smaller_token"
+  "-p fencelock --test amnesia a_node_restarted_without_its_counter_never_yields_a_smaller_token" \
+  "-p fencelock-sim --test sim a_node_without_its_counter_is_not_a_trusted_read_seeds_0_to_99"
 mutant guard-epoch-on-quorum "a new epoch starts when a quorum (not every node) granted without a counter" \
   crates/fencelock/src/pure/fencing.rs \
   's/granting >= nodes && nodes > 0/granting > nodes \/ 2 && nodes > 0/' \
@@ -134,21 +139,25 @@ mutant reseed-creates-lost-counters "issue 27 item 6: reseed creates a counter o
   crates/fencelock/src/redis/lua/reseed.lua \
   's/elseif ARGV\[2\] ~= \x271\x27 then/elseif false then/' \
   "-p fencelock --lib redis::reseed::tests::the_reseed_script_creates_a_counter_only_when_asked" \
-  "-p fencelock-cli --test reseed reseed_creates_no_counter_on_a_node_that_lost_it"
+  "-p fencelock-cli --test reseed reseed_creates_no_counter_on_a_node_that_lost_it" \
+  "-p fencelock-sim --test sim a_node_without_its_counter_is_not_a_trusted_read_seeds_0_to_99"
 mutant token-proposed-past-i64 "issue 27 item 7: the client proposes a token above i64::MAX" \
   crates/fencelock/src/pure/fencing.rs \
   's/if p > TOKEN_MAX \{/if false \&\& p > TOKEN_MAX {/' \
   "-p fencelock --lib fencing::tests::a_proposal_is_above_the_last_token_and_the_clock" \
-  "-p fencelock --test counter tokens_stop_at_the_largest_the_fences_store"
+  "-p fencelock --test counter tokens_stop_at_the_largest_the_fences_store" \
+  "-p fencelock-sim --test sim tokens_end_at_i64_max_seeds_0_to_99"
 mutant token-derived-past-i64 "issue 27 item 7: a token above i64::MAX is derived from a counter at i64::MAX" \
   crates/fencelock/src/pure/fencing.rs \
   's/if max >= TOKEN_MAX \{/if max == u64::MAX {/' \
   "-p fencelock --lib fencing::tests::derive_takes_the_largest_trusted_read_plus_one" \
-  "-p fencelock --test counter tokens_stop_at_the_largest_the_fences_store"
+  "-p fencelock --test counter tokens_stop_at_the_largest_the_fences_store" \
+  "-p fencelock-sim --test sim tokens_end_at_i64_max_seeds_0_to_99"
 mutant node-takes-past-i64 "issue 27 item 7: a node takes a proposal above i64::MAX" \
   crates/fencelock/src/redis/lua/fence.lua \
   's/ and not bigger\(arg, TOKEN_MAX\)//' \
-  "-p fencelock --test counter no_node_takes_a_token_beyond_the_fences_range"
+  "-p fencelock --test counter no_node_takes_a_token_beyond_the_fences_range" \
+  "-p fencelock-sim --test sim tokens_end_at_i64_max_seeds_0_to_99"
 mutant fence-accept-equal "the one-round path: a node takes a proposal equal to its counter (the token the last holder got)" \
   crates/fencelock/src/redis/lua/fence.lua \
   's/if exists == 0 or not bigger\(p, best\) then/if exists == 0 or (p ~= best and not bigger(p, best)) then/' \
@@ -200,7 +209,8 @@ mutant nodeset-no-check "a client accepts a node that records another node set: 
 mutant nodeset-no-wait "a client's first connections do not wait for each other: its own nodes count before a shared node shows the other set" \
   crates/fencelock/src/redis/nodeset.rs \
   's/tokio::time::timeout\(self\.wait, /tokio::time::timeout(Duration::ZERO, /' \
-  "-p fencelock --test node_set a_client_counts_no_node_before_the_slow_shared_ones_answer"
+  "-p fencelock --test node_set a_client_counts_no_node_before_the_slow_shared_ones_answer" \
+  "-p fencelock-sim --test sim a_new_client_waits_for_the_shared_nodes_of_an_overlapping_list_seeds_0_to_99"
 
 mutant bench-counter-alone "the bench's sections run after the release and overlaps are not counted: only the counter can tell" \
   crates/fencelock-cli/src/bench.rs \
@@ -247,7 +257,8 @@ mutant rw-writer-not-ahead "readers ignore the writers waiting in line: a stream
 mutant rw-marker-short "the readers' marker expires a second before the longest reader's entry" \
   crates/fencelock/src/redis/lua/readers.lua \
   's/local left = tonumber\(top\[2\]\) - now/local left = tonumber(top[2]) - now - 1000/' \
-  "-p fencelock --test rwlock_model the_model_locks_as_the_lua_does"
+  "-p fencelock --test rwlock_model the_model_locks_as_the_lua_does" \
+  "-p fencelock-sim --test sim a_reader_held_to_its_last_millisecond_keeps_writers_out_seeds_0_to_99"
 mutant rw-no-record "a write lock is granted without recording its token for readers" \
   crates/fencelock/src/rwlock.rs \
   's/let Some\(token\) = lock\.fencing_token\(\)\.map\(\|t\| t\.value\(\)\) else \{/let Some(token) = lock.fencing_token().map(|t| t.value()).filter(|_| false) else {/' \
@@ -317,7 +328,8 @@ mutant etcd-permit-take-unread "a look at the semaphore's line ignores the mark 
 mutant election-log-trim-by-rank "the election log's append trims by rank (score, then member text), not by the terms' exact value (issue 27 item 8)" \
   crates/fencelock/src/redis/lua/election_append.lua \
   's/for i = 1, extra do redis\.call\(\x27zrem\x27, KEYS\[2\], low\[i\]\) end/redis.call(\x27zremrangebyrank\x27, KEYS[2], 0, extra - 1)/' \
-  "-p fencelock --lib redis::script_checks::the_election_log_keeps_its_newest_terms_exactly_above_2_pow_53"
+  "-p fencelock --lib redis::script_checks::the_election_log_keeps_its_newest_terms_exactly_above_2_pow_53" \
+  "-p fencelock-sim --test sim an_observer_sees_the_last_leader_when_terms_cross_10_pow_18_seeds_0_to_99"
 mutant election-failed-campaign-not-withdrawn "a campaign that fails after its append leaves its log entry for observers to report (issue 35 item 4)" \
   crates/fencelock/src/election.rs \
   's/self\.log\.withdraw\(term, value\)\.await;/let _ = (term, value);/' \
@@ -509,7 +521,7 @@ mutant zk-token-from-sequence "zookeeper: the token is the node's sequence numbe
   "-p fencelock --test zookeeper a_second_client_is_refused_while_the_first_holds_then_gets_it"
 mutant zk-watch-the-holder "zookeeper: every waiter watches the lowest node (the holder), not the one just before it: a release wakes the herd (issue 32)" \
   crates/fencelock/src/zk/line.rs \
-  's/\.max_by_key\(\|\(s, _\)\| \*s\);/.min_by_key(|(s, _)| *s);/' \
+  's/Rule::Exclusive => ahead\.max_by_key/Rule::Exclusive => ahead.min_by_key/' \
   "-p fencelock --lib zk::line::tests::the_lowest_sequence_holds_and_each_waiter_watches_the_one_just_before_it" \
   "-p fencelock --test zookeeper each_waiter_watches_only_the_node_just_before_it"
 mutant zk-validity-outlasts-session "zookeeper: the validity deadline runs a session timeout past the session's (issue 32)" \
@@ -522,12 +534,36 @@ mutant zk-failure-counts-as-extension "zookeeper: a check the ensemble did not a
   crates/fencelock/src/zk/mod.rs \
   's/Outcome::failed\(Attempt::Failed, fail\.outcome\(\)\.to_string\(\)\)/Outcome::extended(started + client.session_timeout())/' \
   "-p fencelock --test zookeeper the_server_killed_under_a_held_lock_fires_lost_by_the_deadline_and_a_restart_serves_again" \
-  "-p fencelock --test zookeeper a_holder_cut_off_from_the_server_is_told_before_the_next_grant"
+  "-p fencelock --test zookeeper a_holder_cut_off_from_the_server_is_told_before_the_next_grant" \
+  "-p fencelock --test zookeeper_family a_cut_off_holders_lost_signal_comes_before_the_next_grant_for_each_primitive"
 mutant zk-cancelled-waiter-keeps-its-node "zookeeper: a waiter cut short leaves its node in line until its session ends (issue 32)" \
   crates/fencelock/src/zk/mod.rs \
   's/fn drop\(&mut self\) \{\n        if !self\.armed \{/fn drop(&mut self) {\n        if true || !self.armed {/' \
   "-p fencelock --test zookeeper a_waiter_that_gives_up_or_is_cancelled_leaves_no_node_behind" \
   "-p fencelock --test backends zookeeper_keeps_the_mutex_contract"
+mutant zk-many-token-smallest "zookeeper: a lock of several resources takes the smallest czxid of its nodes as its token, not the largest (issue 32)" \
+  crates/fencelock/src/zk/mod.rs \
+  's/let token = grants\.iter\(\)\.map\(\|g\| g\.held\.token\)\.max\(\)\?;/let token = grants.iter().map(|g| g.held.token).min()?;/' \
+  "-p fencelock --test zookeeper_family a_lock_of_several_resources_is_all_or_nothing_without_deadlock"
+mutant zk-permit-count-unchecked "zookeeper: a semaphore's waiter does not check the permit count in use: clients with different counts admit more holders than the smaller one allows (issue 32)" \
+  crates/fencelock/src/zk/semaphore.rs \
+  's/if theirs\.parse::<usize>\(\)\.ok\(\) == Some\(n\) \{/if true {/' \
+  "-p fencelock --test zookeeper_family a_semaphore_never_has_more_than_n_holders_and_admits_in_order"
+mutant zk-permit-waiters-watch-the-first "zookeeper: every semaphore waiter behind the first one watches the oldest place in line (a holder's), not the waiter just before it: a release wakes the herd (issue 32)" \
+  crates/fencelock/src/zk/line.rs \
+  's/ahead\.into_iter\(\)\.max_by_key/ahead.into_iter().min_by_key/' \
+  "-p fencelock --lib zk::line::tests::a_permit_is_admitted_with_fewer_than_n_ahead_and_only_the_first_waiter_watches_all" \
+  "-p fencelock --test zookeeper_family semaphore_waiters_each_watch_one_node_not_the_herd"
+mutant zk-reader-ignores-writers "zookeeper: a read lock does not wait for the writers ahead of it: a reader holds beside a writer (issue 32)" \
+  crates/fencelock/src/zk/line.rs \
+  's/\.filter\(\|\(_, c\)\| !is_reader\(c\)\)/.filter(|(_, c)| !is_reader(c) \&\& false)/' \
+  "-p fencelock --lib zk::line::tests::readers_wait_only_for_writers_ahead_and_writers_for_everyone_ahead" \
+  "-p fencelock --test zookeeper_family readers_share_writers_exclude_and_a_waiting_writer_goes_before_later_readers" \
+  "-p fencelock --test backends the_family_keeps_its_contract_on_redlock_etcd_and_zookeeper"
+mutant zk-observer-term-from-announcement "zookeeper: an observer reports the announcement's zxid (mzxid) as the term, not the leader's node's czxid, which the leader fences with (issue 32)" \
+  crates/fencelock/src/zk/election.rs \
+  's/let term = u64::try_from\(stat\.czxid\)/let term = u64::try_from(stat.mzxid)/' \
+  "-p fencelock --test zookeeper_family one_leader_at_a_time_with_growing_terms_and_observers_see_each_leader"
 mutant sentinel-failover-not-a-loss "a Sentinel node whose primary changed is judged by the uptime of the promoted replica, not as a loss seen now: counted at once after a failover that lost a held lock (issue 31)" \
   crates/fencelock/src/redis/conn.rs \
   's/if marker\.and_then\(crate::pure::nodeset::identity\) == Some\(run_id\) \{/if true || marker.and_then(crate::pure::nodeset::identity) == Some(run_id) {/' \

@@ -1,6 +1,7 @@
 //! The command on a ZooKeeper ensemble (`zk://`) and a PostgreSQL database (`postgres://`) as
 //! on Redis and etcd: `run`, `acquire` and `release`, `inspect`, `doctor` with each backend's
-//! own checks, and the clear refusals (`elect`, `extend` on ZooKeeper, bad URLs). Real servers
+//! own checks, `elect` and the family on ZooKeeper, and the clear refusals (`elect` on
+//! PostgreSQL, `extend` on ZooKeeper, bad URLs). Real servers
 //! from the test kit; the two backends' tests run side by side.
 
 use std::process::{Command, Output, Stdio};
@@ -39,8 +40,8 @@ fn code(out: &Output) -> Option<i32> {
 
 /// What every backend's lock commands share: `acquire` hands out an owner value that
 /// `inspect` shows with the fencing token and `release` takes; a second `run --no-wait` finds
-/// the lock held (75); `run --fencing` hands the command its token; `elect` is refused naming
-/// the URL (2).
+/// the lock held (75); `run --fencing` hands the command its token. `elect`, `run --permits`
+/// and `run --shared` run on ZooKeeper; `elect` is refused on PostgreSQL, naming the URL (2).
 fn lock_commands(url: &str, backend: &str) -> (String, String) {
     let home = tempfile::tempdir().unwrap();
     let cmd = || on(home.path(), url);
@@ -84,10 +85,33 @@ fn lock_commands(url: &str, backend: &str) -> (String, String) {
         .and_then(|t| t.parse().ok())
         .unwrap_or_else(|| panic!("{backend}: {said}"));
     assert!(token > 0, "{backend}: {said}");
-    // Elections are not offered: a clear refusal.
-    let out = output(cmd().args(["elect", "--no-wait", "boss", "--", "true"]));
+    // Elections: ZooKeeper offers them (the command runs while leader, its term the token);
+    // PostgreSQL refuses clearly.
+    let out = output(cmd().args([
+        "elect",
+        "--no-wait",
+        "boss",
+        "--",
+        "sh",
+        "-c",
+        "echo term=$FENCELOCK_TOKEN",
+    ]));
     let err = text(&out.stderr);
-    assert_eq!(code(&out), Some(2), "{backend}: {err}");
+    if backend == "zookeeper" {
+        let said = ok(&out);
+        assert!(said.starts_with("term="), "{backend}: {said}");
+        for how in [&["--permits", "2"][..], &["--shared"]] {
+            let out = output(
+                cmd()
+                    .arg("run")
+                    .args(how)
+                    .args(["--no-wait", "pool", "--", "true"]),
+            );
+            ok(&out);
+        }
+    } else {
+        assert_eq!(code(&out), Some(2), "{backend}: {err}");
+    }
     (owner, err)
 }
 
@@ -108,11 +132,7 @@ fn refused(home: &std::path::Path, urls: &str, says: &[&str]) {
 fn zookeeper_takes_inspects_releases_and_checks() {
     let zk = ZooKeeper::start().unwrap();
     let url = format!("{}/apps/cli", zk.url());
-    let (owner, elect) = lock_commands(&url, "zookeeper");
-    assert!(
-        elect.contains("zk://") && elect.contains("(ZooKeeper)") && elect.contains("fencelock run"),
-        "{elect}"
-    );
+    let (owner, _) = lock_commands(&url, "zookeeper");
     let home = tempfile::tempdir().unwrap();
     let cmd = || on(home.path(), &url);
     // Released by `lock_commands`: `extend` is refused for what it is, not for a stale value.

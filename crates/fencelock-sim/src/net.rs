@@ -40,6 +40,9 @@ pub struct SimNode {
     /// A delay after the command ran, before its reply leaves (ms): the way back is slow, the
     /// command took effect on time.
     pub reply_delay_ms: u64,
+    /// How long each message (what the node reads at once: a command, or a whole pipeline)
+    /// takes to arrive, on top of `delay_ms` per command.
+    pub latency_ms: u64,
     /// How fast the node's clock runs, in millionths more than the virtual time.
     pub drift_ppm: i64,
     /// When a fault last touched the node (virtual ms), for the checker's "quiet node".
@@ -112,6 +115,7 @@ impl World {
                 subs: HashMap::new(),
                 delay_ms: (0, 2),
                 reply_delay_ms: 0,
+                latency_ms: 0,
                 drift_ppm: 0,
                 troubled_at: i64::MIN / 2,
             }));
@@ -519,7 +523,16 @@ async fn serve(world: Rc<World>, i: usize, conn: u64, mut io: DuplexStream) {
             biased;
             read = io.read_buf(&mut buf) => match read {
                 Ok(0) | Err(_) => break,
-                Ok(_) => {}
+                Ok(_) => {
+                    let latency = world.nodes[i].borrow().latency_ms;
+                    if latency > 0 {
+                        tokio::select! {
+                            biased;
+                            _ = tokio::time::sleep(Duration::from_millis(latency)) => {}
+                            _ = kill.notified() => return,
+                        }
+                    }
+                }
             },
             // While the client is paused, its messages wait.
             _ = tokio::time::sleep(Duration::from_millis(10)), if frozen(&world, client) => {}

@@ -13,6 +13,8 @@ use fencelock::{AutoExtend, Client, Config, RetryPolicy};
 use crate::net::{Net, World, EPOCH_MS};
 use crate::node::Persistence;
 
+mod edges;
+
 /// Which faults a run may inject.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Faults {
@@ -98,6 +100,27 @@ pub enum Scenario {
     /// R1 reads; W waits to write; R2 then waits to read; R1 leaves: W must write before R2
     /// reads.
     LineOrder,
+    /// A reader held to the last millisecond of its validity while a writer tries through its
+    /// last 1.5 s (the readers' marker).
+    ReaderToTheEnd,
+    /// The kind of error a refused attempt reports: a held lock with one node hung
+    /// (contention), a majority hung (unavailable).
+    Refusals,
+    /// Overlapping node lists whose shared node answers a new client last (five nodes).
+    NodeSetFirst,
+    /// One client extends hundreds of locks on nodes 20 ms away.
+    ManyLocks,
+    /// The end of the tokens' range: a proposal past i64::MAX by hand, a reseed near it, a
+    /// client clock past it, the last token issued and the next attempt refused.
+    RangeEnd,
+    /// A node restarted without its counter beside a node with a stale one: no quorum of
+    /// trusted reads, no token.
+    UntrustedRead,
+    /// An election's terms crossing 10^18, past what a sorted set's double score tells apart.
+    TermsPastTenToThe18,
+    /// A key deleted on one node between an attempt's grant round and its write-back, and
+    /// taken there by another client.
+    DeletedBetweenRounds,
 }
 
 impl Scenario {
@@ -113,6 +136,14 @@ impl Scenario {
             Scenario::CounterOrder => "counter-order",
             Scenario::PassingFailure => "passing-failure",
             Scenario::LineOrder => "line-order",
+            Scenario::ReaderToTheEnd => "reader-to-the-end",
+            Scenario::Refusals => "refusals",
+            Scenario::NodeSetFirst => "node-set-first",
+            Scenario::ManyLocks => "many-locks",
+            Scenario::RangeEnd => "range-end",
+            Scenario::UntrustedRead => "untrusted-read",
+            Scenario::TermsPastTenToThe18 => "terms-past-1e18",
+            Scenario::DeletedBetweenRounds => "deleted-between-rounds",
         }
     }
 
@@ -128,6 +159,14 @@ impl Scenario {
             Scenario::CounterOrder,
             Scenario::PassingFailure,
             Scenario::LineOrder,
+            Scenario::ReaderToTheEnd,
+            Scenario::Refusals,
+            Scenario::NodeSetFirst,
+            Scenario::ManyLocks,
+            Scenario::RangeEnd,
+            Scenario::UntrustedRead,
+            Scenario::TermsPastTenToThe18,
+            Scenario::DeletedBetweenRounds,
         ]
         .into_iter()
         .find(|s| s.name() == name)
@@ -145,6 +184,22 @@ impl Scenario {
             Scenario::CounterOrder => Some(Duration::from_secs(4)),
             Scenario::PassingFailure => Some(Duration::from_secs(5)),
             Scenario::LineOrder => Some(Duration::from_secs(4)),
+            Scenario::ReaderToTheEnd => Some(Duration::from_secs(4)),
+            Scenario::Refusals => Some(Duration::from_secs(3)),
+            Scenario::NodeSetFirst => Some(Duration::from_secs(3)),
+            Scenario::ManyLocks => Some(Duration::from_secs(4)),
+            Scenario::RangeEnd => Some(Duration::from_secs(3)),
+            Scenario::UntrustedRead => Some(Duration::from_secs(4)),
+            Scenario::TermsPastTenToThe18 => Some(Duration::from_secs(5)),
+            Scenario::DeletedBetweenRounds => Some(Duration::from_secs(3)),
+        }
+    }
+
+    /// How many nodes a scripted run needs, when not `Options::nodes`.
+    fn nodes(self) -> Option<usize> {
+        match self {
+            Scenario::NodeSetFirst => Some(5),
+            _ => None,
         }
     }
 }
@@ -326,7 +381,8 @@ pub fn run(seed: u64, opts: &Options) -> Outcome {
             && !opts.ttl_roles
             && opts.clients > 1
             && fastrand::Rng::with_seed(seed ^ 0x6f76_6572).u32(..4) == 0;
-        let world = World::new(opts.nodes + usize::from(overlap), seed, opts.verbose);
+        let nodes = opts.scenario.nodes().unwrap_or(opts.nodes);
+        let world = World::new(nodes + usize::from(overlap), seed, opts.verbose);
         let urls = world.urls();
         if overlap {
             world.log(format!(
@@ -438,7 +494,7 @@ pub fn run(seed: u64, opts: &Options) -> Outcome {
             opts.scenario,
             world.clone(),
             history.clone(),
-            &urls[..opts.nodes],
+            &urls[..nodes],
         ));
         // One observer of the election, on a client of its own.
         let observer = mixed
@@ -1066,6 +1122,14 @@ fn scripted(
         Scenario::CounterOrder => counter_order(world, history, urls),
         Scenario::PassingFailure => passing_failure(world, history, urls),
         Scenario::LineOrder => line_order(world, history, urls),
+        Scenario::ReaderToTheEnd => edges::reader_to_the_end(world, history, urls),
+        Scenario::Refusals => edges::refusals(world, history, urls),
+        Scenario::NodeSetFirst => edges::node_set_first(world, history, urls),
+        Scenario::ManyLocks => edges::many_locks(world, history, urls),
+        Scenario::RangeEnd => edges::range_end(world, history, urls),
+        Scenario::UntrustedRead => edges::untrusted_read(world, history, urls),
+        Scenario::TermsPastTenToThe18 => edges::terms_past_ten_to_the_18(world, history, urls),
+        Scenario::DeletedBetweenRounds => edges::deleted_between_rounds(world, history, urls),
     }
 }
 
@@ -1490,9 +1554,12 @@ fn counter_restart(
     history: Rc<RefCell<History>>,
     urls: &[String],
 ) -> Vec<tokio::task::JoinHandle<()>> {
+    // Half the seeds: G's clock 3 s behind the counters, so that its token on Z is derived from
+    // the reads (the two-round path, which seeds node 1 once issued) instead of proposed.
+    let g_wall = if world.rng(|r| r.bool()) { -3000 } else { 0 };
     let (Some(a), Some(g), Some(b)) = (
         scripted_client_with(&world, urls, 0, (2000, 980), false, 500),
-        scripted_client_with(&world, urls, 1, (2000, 980), false, 0),
+        scripted_client_with(&world, urls, 1, (2000, 980), false, g_wall),
         scripted_client_with(&world, urls, 2, (2000, 980), false, -60_000),
     ) else {
         return Vec::new();
@@ -2214,6 +2281,15 @@ fn check(h: &History, world: &World, end: i64) -> Vec<String> {
                     }
                 }
             }
+        }
+    }
+    // Every token fits the fences' signed 64-bit column.
+    for g in grants {
+        if let Some(t) = g.token.filter(|&t| t > i64::MAX.unsigned_abs()) {
+            out.push(format!(
+                "client {} was issued token {t} for {} at {}ms: past i64::MAX, which no fenced storage holds",
+                g.client, g.resource, g.granted
+            ));
         }
     }
     // A fenced reader learns every writer that ended before it began: its last writer's token

@@ -138,6 +138,46 @@ fn the_waiting_lines_keep_their_order_seeds_0_to_99() {
 }
 
 #[test]
+fn a_reader_held_to_its_last_millisecond_keeps_writers_out_seeds_0_to_99() {
+    scenario(Scenario::ReaderToTheEnd);
+}
+
+#[test]
+fn a_refusal_says_whether_the_lock_is_held_or_the_nodes_are_down_seeds_0_to_99() {
+    scenario(Scenario::Refusals);
+}
+
+#[test]
+fn a_new_client_waits_for_the_shared_nodes_of_an_overlapping_list_seeds_0_to_99() {
+    scenario(Scenario::NodeSetFirst);
+}
+
+#[test]
+fn hundreds_of_auto_extended_locks_stay_held_seeds_0_to_99() {
+    scenario(Scenario::ManyLocks);
+}
+
+#[test]
+fn tokens_end_at_i64_max_seeds_0_to_99() {
+    scenario(Scenario::RangeEnd);
+}
+
+#[test]
+fn a_node_without_its_counter_is_not_a_trusted_read_seeds_0_to_99() {
+    scenario(Scenario::UntrustedRead);
+}
+
+#[test]
+fn an_observer_sees_the_last_leader_when_terms_cross_10_pow_18_seeds_0_to_99() {
+    scenario(Scenario::TermsPastTenToThe18);
+}
+
+#[test]
+fn a_grant_never_counts_a_node_its_key_left_between_rounds_seeds_0_to_99() {
+    scenario(Scenario::DeletedBetweenRounds);
+}
+
+#[test]
 fn one_seed_gives_one_trace() {
     // Forty seeds under every fault, each run twice on this thread: a run that reads anything
     // but its seed (a hash map's order, tokio's random choice among ready branches, the OS's
@@ -153,6 +193,14 @@ fn one_seed_gives_one_trace() {
         (Faults::Claimed, Scenario::CounterOrder, 5),
         (Faults::Claimed, Scenario::PassingFailure, 5),
         (Faults::Claimed, Scenario::LineOrder, 5),
+        (Faults::Claimed, Scenario::ReaderToTheEnd, 3),
+        (Faults::Claimed, Scenario::Refusals, 3),
+        (Faults::Claimed, Scenario::NodeSetFirst, 3),
+        (Faults::Claimed, Scenario::ManyLocks, 2),
+        (Faults::Claimed, Scenario::RangeEnd, 3),
+        (Faults::Claimed, Scenario::UntrustedRead, 3),
+        (Faults::Claimed, Scenario::TermsPastTenToThe18, 2),
+        (Faults::Claimed, Scenario::DeletedBetweenRounds, 3),
     ] {
         let opts = Options {
             faults,

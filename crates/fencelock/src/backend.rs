@@ -4,7 +4,7 @@
 //! The backends offer the same crate-private operations: try acquire, acquire with a policy,
 //! extend, release, keep alive. `Client` and `Lock` call these and never match on a backend
 //! themselves. PostgreSQL offers the mutex only so far: its other primitives are refused
-//! ([`Backend::offers`]) before any I/O.
+//! ([`Backend::offers`]) before any I/O. ZooKeeper offers the whole family.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -252,7 +252,7 @@ impl Backend {
             #[cfg(feature = "postgres-lock")]
             Backend::Postgres(_) => Err(crate::pglock::unsupported("a read-write lock")),
             #[cfg(feature = "zookeeper")]
-            Backend::ZooKeeper(_) => Err(crate::zk::unsupported("a read-write lock")),
+            Backend::ZooKeeper(z) => Ok(zk_grant(z, z.try_read(key).await?)),
         }
     }
 
@@ -269,7 +269,7 @@ impl Backend {
             #[cfg(feature = "postgres-lock")]
             Backend::Postgres(_) => Err(crate::pglock::unsupported("a read-write lock")),
             #[cfg(feature = "zookeeper")]
-            Backend::ZooKeeper(_) => Err(crate::zk::unsupported("a read-write lock")),
+            Backend::ZooKeeper(z) => Ok(zk_grant(z, z.read(key, policy.wait()).await?)),
         }
     }
 
@@ -354,23 +354,16 @@ impl Backend {
     }
 
     /// Refuses, before any I/O, a primitive the backend does not offer: on `postgres://`,
-    /// semaphores, read-write locks and elections (`what` names it).
+    /// semaphores, read-write locks and elections (`what` names it). ZooKeeper offers them all.
     ///
     /// # Errors
     ///
     /// [`Error::InvalidConfig`] naming the primitive and the backend.
-    #[cfg_attr(
-        not(any(feature = "postgres-lock", feature = "zookeeper")),
-        allow(unused_variables)
-    )]
+    #[cfg_attr(not(feature = "postgres-lock"), allow(unused_variables))]
     pub(crate) fn offers(&self, what: &str) -> Result<()> {
         #[cfg(feature = "postgres-lock")]
         if let Backend::Postgres(_) = self {
             return Err(crate::pglock::unsupported(what));
-        }
-        #[cfg(feature = "zookeeper")]
-        if let Backend::ZooKeeper(_) = self {
-            return Err(crate::zk::unsupported(what));
         }
         Ok(())
     }
@@ -414,7 +407,13 @@ impl Backend {
             #[cfg(feature = "postgres-lock")]
             Backend::Postgres(_) => Err(crate::pglock::unsupported("a semaphore")),
             #[cfg(feature = "zookeeper")]
-            Backend::ZooKeeper(_) => Err(crate::zk::unsupported("a semaphore")),
+            Backend::ZooKeeper(z) => {
+                let slots: Vec<String> = permits.slots.iter().map(|s| s[0].clone()).collect();
+                let (i, grant) = z
+                    .acquire_permit(permits.name, &slots, policy.map(RetryPolicy::wait))
+                    .await?;
+                Ok((i, zk_grant(z, grant)))
+            }
         }
     }
 
@@ -424,7 +423,10 @@ impl Backend {
     /// # Errors
     ///
     /// [`Error::InvalidConfig`] on a backend without elections (`postgres://`).
-    #[cfg_attr(not(feature = "etcd"), allow(unused_variables))]
+    #[cfg_attr(
+        not(any(feature = "etcd", feature = "zookeeper")),
+        allow(unused_variables)
+    )]
     pub(crate) fn election_log(&self, key: &str, log: &str) -> Result<ElectionLog> {
         match self {
             Backend::Redis(r) => Ok(ElectionLog::Redis(r.election_log(key, log))),
@@ -433,7 +435,7 @@ impl Backend {
             #[cfg(feature = "postgres-lock")]
             Backend::Postgres(_) => Err(crate::pglock::unsupported("an election")),
             #[cfg(feature = "zookeeper")]
-            Backend::ZooKeeper(_) => Err(crate::zk::unsupported("an election")),
+            Backend::ZooKeeper(z) => Ok(ElectionLog::ZooKeeper(z.clone(), key.to_string())),
         }
     }
 }
@@ -457,6 +459,9 @@ pub(crate) enum ElectionLog {
     Redis(crate::redis::election::ElectionLog),
     #[cfg(feature = "etcd")]
     Etcd(Arc<crate::etcd::EtcdBackend>, String),
+    /// The election's lock resource: the leader's node holds the announcement.
+    #[cfg(feature = "zookeeper")]
+    ZooKeeper(Arc<crate::zk::ZkBackend>, String),
 }
 
 /// The leaders of an election as they change, in term order.
@@ -465,6 +470,8 @@ pub(crate) enum LeaderStream {
     Redis(Box<crate::redis::election::LogReader>),
     #[cfg(feature = "etcd")]
     Etcd(Box<crate::etcd::LeaderWatch>),
+    #[cfg(feature = "zookeeper")]
+    ZooKeeper(Box<crate::zk::LeaderWatch>),
 }
 
 impl ElectionLog {
@@ -506,6 +513,10 @@ impl ElectionLog {
             }
             #[cfg(feature = "etcd")]
             (ElectionLog::Etcd(..), Held::Etcd(e, h)) => e.proclaim(h, value).await,
+            #[cfg(feature = "zookeeper")]
+            (ElectionLog::ZooKeeper(..), Held::ZooKeeper(z, h)) if !h.shared => {
+                z.proclaim(h, value).await
+            }
             // An election's lock comes from the election's own client (one backend for both),
             // and it is a mutex, never a read lock.
             _ => Err(Error::config(
@@ -523,6 +534,9 @@ impl ElectionLog {
             ElectionLog::Redis(log) => log.withdraw(term, value).await,
             #[cfg(feature = "etcd")]
             ElectionLog::Etcd(..) => {}
+            // As on etcd: the announcement is the leader's node, which the release deletes.
+            #[cfg(feature = "zookeeper")]
+            ElectionLog::ZooKeeper(..) => {}
         }
     }
 
@@ -533,6 +547,10 @@ impl ElectionLog {
             #[cfg(feature = "etcd")]
             ElectionLog::Etcd(e, key) => {
                 LeaderStream::Etcd(Box::new(crate::etcd::LeaderWatch::new(e.clone(), key)))
+            }
+            #[cfg(feature = "zookeeper")]
+            ElectionLog::ZooKeeper(z, key) => {
+                LeaderStream::ZooKeeper(Box::new(crate::zk::LeaderWatch::new(z.clone(), key)))
             }
         }
     }
@@ -545,6 +563,8 @@ impl LeaderStream {
             LeaderStream::Redis(r) => r.next().await,
             #[cfg(feature = "etcd")]
             LeaderStream::Etcd(w) => w.next().await,
+            #[cfg(feature = "zookeeper")]
+            LeaderStream::ZooKeeper(w) => w.next().await,
         }
     }
 }
@@ -708,7 +728,7 @@ impl Held {
             #[cfg(feature = "postgres-lock")]
             Held::Postgres(..) => Err(crate::pglock::unsupported("a read-write lock")),
             #[cfg(feature = "zookeeper")]
-            Held::ZooKeeper(..) => Err(crate::zk::unsupported("a read-write lock")),
+            Held::ZooKeeper(z, h) => z.record_writer(h).await,
         }
     }
 }
@@ -769,10 +789,10 @@ fn pg_grant(backend: &Arc<crate::pglock::PgBackend>, grant: crate::pglock::PgGra
 #[cfg(feature = "zookeeper")]
 fn zk_grant(backend: &Arc<crate::zk::ZkBackend>, grant: crate::zk::ZkGrant) -> Grant {
     Grant {
-        fencing_token: Some(grant.held.token),
+        fencing_token: (!grant.held.shared).then_some(grant.held.token),
         deadline: grant.deadline,
         votes: grant.votes,
-        last_writer: None,
+        last_writer: grant.last_writer,
         held: Held::ZooKeeper(backend.clone(), grant.held),
     }
 }

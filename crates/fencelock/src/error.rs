@@ -302,6 +302,16 @@ impl fmt::Display for Error {
                     crate::pure::vote::advice(votes)
                 )
             }
+            Error::TooSlow { resource, votes }
+                if votes
+                    .iter()
+                    .any(|v| matches!(v.outcome, crate::pure::vote::VoteOutcome::NotHeld)) =>
+            {
+                write!(
+                    f,
+                    "lock {resource:?}: a quorum granted, but when the fencing token was written back our key was gone on some nodes ({votes}): it expired, or something deleted or evicted it, or the node lost its data; retry, and if it recurs check the nodes' maxmemory-policy (noeviction) and who deletes keys there"
+                )
+            }
             Error::TooSlow { resource, votes } => write!(
                 f,
                 "lock {resource:?}: a quorum granted but acquisition took longer than the TTL allows, so no validity was left ({votes}); raise the TTL or lower the per-node timeout"

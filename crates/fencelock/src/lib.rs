@@ -180,7 +180,8 @@
 //!   PostgreSQL database whose sequence gives the fencing tokens (mutexes only so far).
 //! - `zookeeper`: `zk://host:2181,host:2181/chroot` node URLs, locks as Curator's
 //!   InterProcessMutex on a ZooKeeper ensemble, whose nodes' creation zxids are the fencing
-//!   tokens (mutexes only so far).
+//!   tokens; semaphores, read-write locks, elections and locks of several resources as Curator's
+//!   recipes.
 //! - `tls`: `rediss://` node URLs, and `etcds://` with `etcd` (rustls with the ring provider);
 //!   [`TlsConfig`] sets a CA and a client certificate.
 //! - `blocking`: `fencelock::blocking`, the same client, lock, guard and lost signal with

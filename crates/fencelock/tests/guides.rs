@@ -520,6 +520,33 @@ fn the_zookeeper_guide_runs_and_each_run_gets_a_larger_token() {
 }
 
 #[test]
+fn the_zookeeper_guides_family_runs() {
+    let zk = ZooKeeper::start().unwrap();
+    let out = example("zookeeper_family")
+        .env("FENCELOCK_NODES", format!("{}/apps/billing", zk.url()))
+        .output()
+        .unwrap();
+    let stdout = ok("zookeeper_family", out);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 4, "{stdout}");
+    assert!(
+        lines[0].starts_with("both accounts under token "),
+        "{stdout}"
+    );
+    assert!(
+        ["holding gpu:permit:0", "holding gpu:permit:1"].contains(&lines[1]),
+        "{stdout}"
+    );
+    // The reader sees the writer's token.
+    let written = lines[2]
+        .strip_prefix("read after the write of token ")
+        .and_then(|rest| rest.split_once(':'))
+        .unwrap_or_else(|| panic!("{stdout}"));
+    assert_eq!(written.1.trim(), format!("Some({})", written.0), "{stdout}");
+    assert!(lines[3].starts_with("leader host-a in term "), "{stdout}");
+}
+
+#[test]
 fn the_published_crates_readmes_link_only_to_absolute_addresses() {
     // crates.io shows a crate's README without the repository around it: a relative link there
     // leads nowhere.

@@ -52,13 +52,28 @@
 //! A release whose answer was lost reports [`Error::Unavailable`]; the node goes with the
 //! session at the latest.
 //!
+//! # The family
+//!
+//! - Several resources: each resource's lock in turn, in sorted order (no deadlock between two
+//!   clients naming them in opposite orders), all released if one fails or the call is cut
+//!   short; the token is the largest czxid (the last node created), the release one `multi`.
+//! - Read locks: nodes `<owner>-read-lock-<sequence>` in the lock's own line; a reader holds
+//!   when no writer's node is ahead (and watches the nearest writer ahead), a writer (the
+//!   lock itself) when first, readers ahead included: a waiting writer goes before the
+//!   readers after it (Curator's InterProcessReadWriteLock). Writers record their token for
+//!   readers in a persistent node per resource (`zk/semaphore.rs`).
+//! - Semaphores: `zk/semaphore.rs`. Elections: `zk/election.rs`.
+//!
 //! # Not yet
 //!
-//! Semaphores, read-write locks, elections and several resources in one lock are refused with
-//! [`Error::InvalidConfig`]; no TLS, no authentication, no metrics of waits.
+//! No TLS, no authentication, no metrics of waits.
 
+mod election;
 pub(crate) mod line;
+mod semaphore;
 pub(crate) mod timing;
+
+pub(crate) use election::LeaderWatch;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -110,23 +125,40 @@ impl std::fmt::Debug for ZkBackend {
     }
 }
 
-/// A lock held in the ensemble: its node and the session that owns it.
+/// A lock held in the ensemble: its nodes and the session that owns them.
 #[derive(Clone)]
 pub(crate) struct ZkHeld {
     pub(crate) resource: Arc<str>,
-    /// The node's name in its directory (the lock's owner value).
+    /// The first node's name in its directory (the lock's owner value).
     name: Arc<str>,
-    /// The node's full path.
-    path: Arc<str>,
-    /// The node's czxid: the fencing token (0 for a lock named by its owner value).
+    /// The nodes held, each with its czxid (0 for a lock named by its owner value): one for a
+    /// lock, one per resource for a lock of several, the slot then the place in line for a
+    /// permit. An extension checks each; the release deletes them in one transaction.
+    nodes: Arc<[HeldNode]>,
+    /// The fencing token: the node's czxid; the largest for a lock of several; the slot's for a
+    /// permit; 0 for a read lock and for a lock named by its owner value.
     pub(crate) token: u64,
-    /// The session that owns the node (`None` for a lock named by its owner value).
+    /// A read lock (no token of its own).
+    pub(crate) shared: bool,
+    /// The session that owns the nodes (`None` for a lock named by its owner value).
     session: Option<zk::Client>,
+}
+
+/// One node a lock holds.
+#[derive(Debug, Clone)]
+struct HeldNode {
+    path: String,
+    czxid: u64,
 }
 
 impl ZkHeld {
     pub(crate) fn owner(&self) -> &str {
         &self.name
+    }
+
+    /// The first node's path (the lock's, the permit's slot).
+    fn path(&self) -> &str {
+        &self.nodes[0].path
     }
 }
 
@@ -148,6 +180,8 @@ pub(crate) struct ZkGrant {
     pub(crate) held: ZkHeld,
     pub(crate) deadline: Instant,
     pub(crate) votes: Votes,
+    /// A read lock's: the token the last writer recorded (0 when none did).
+    pub(crate) last_writer: Option<u64>,
 }
 
 /// Why a request did not succeed: the server's answer, or none in time.
@@ -269,19 +303,19 @@ impl ZkBackend {
         timing::drift_for(session, self.ttl, self.drift)
     }
 
-    /// One attempt to take `keys` (one resource): joins the line and leaves it again unless
-    /// first.
+    /// One attempt to take `keys`: for each resource, in sorted order, joins its line and
+    /// leaves it again unless first.
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidConfig`] for more than one resource (before any I/O);
-    /// [`Error::Contention`] when another waiter is ahead; [`Error::Unavailable`] when the
-    /// ensemble did not answer in time or failed; [`Error::TooSlow`] when the answer came too
-    /// late to leave any validity (the node is deleted again).
+    /// [`Error::Contention`] when another waiter is ahead (on any of the resources: those
+    /// taken already are released); [`Error::Unavailable`] when the ensemble did not answer in
+    /// time or failed; [`Error::TooSlow`] when the answer came too late to leave any validity
+    /// (the node is deleted again).
     ///
     /// # Cancel safety
     ///
-    /// Cancel-safe in effect: a cancelled attempt's node is deleted from a background task.
+    /// Cancel-safe in effect: a cancelled attempt's nodes are deleted from a background task.
     pub(crate) async fn try_acquire(&self, keys: &[String]) -> Result<ZkGrant> {
         self.take(keys, None).await
     }
@@ -291,7 +325,7 @@ impl ZkBackend {
     /// # Errors
     ///
     /// As [`ZkBackend::try_acquire`], but waiting instead of [`Error::Contention`];
-    /// [`Error::Timeout`] when `wait` ran out first (the node is deleted).
+    /// [`Error::Timeout`] when `wait` ran out first (the nodes are deleted).
     ///
     /// # Cancel safety
     ///
@@ -300,19 +334,117 @@ impl ZkBackend {
         self.take(keys, Some(wait)).await
     }
 
+    /// One attempt at a read lock on `key`: no writer ahead in its line.
+    ///
+    /// # Errors
+    ///
+    /// As [`ZkBackend::try_acquire`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`ZkBackend::try_acquire`].
+    pub(crate) async fn try_read(&self, key: &str) -> Result<ZkGrant> {
+        self.read_as(key, None).await
+    }
+
+    /// A read lock on `key`, waiting in line at most `wait`.
+    ///
+    /// # Errors
+    ///
+    /// As [`ZkBackend::acquire`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`ZkBackend::try_acquire`].
+    pub(crate) async fn read(&self, key: &str, wait: Duration) -> Result<ZkGrant> {
+        self.read_as(key, Some(wait)).await
+    }
+
+    async fn read_as(&self, key: &str, wait: Option<Duration>) -> Result<ZkGrant> {
+        let line = Line::lock(&self.chroot, key, line::Rule::Shared);
+        let grant = self
+            .retrying(key, wait, |left| self.take_once(&line, left))
+            .await?
+            .1;
+        let taken = Taken::new(self, grant);
+        // Read after the grant: every writer granted before us recorded its token before its
+        // release (`RwLock::write` records before it returns the lock), and its release came
+        // before our grant.
+        match self.read_writer_record(key).await {
+            Ok(recorded) => {
+                let mut grant = taken.keep();
+                grant.last_writer = Some(recorded);
+                Ok(grant)
+            }
+            Err(e) => {
+                taken.release(self).await;
+                Err(e)
+            }
+        }
+    }
+
     /// Takes `keys`: one look (`wait` `None`), or waiting in line, and joining it again after
-    /// a failure (a server down, an election, the session expired) while `wait` lasts.
+    /// a failure (a server down, an election, the session expired) while `wait` lasts. Several
+    /// resources are taken one at a time in sorted order, so that two clients asking for
+    /// `{a, b}` and `{b, a}` never hold one each while waiting for the other.
     async fn take(&self, keys: &[String], wait: Option<Duration>) -> Result<ZkGrant> {
-        let resource = one_resource(keys)?;
+        if let [one] = keys {
+            let line = Line::lock(&self.chroot, one, line::Rule::Exclusive);
+            let grant = self
+                .retrying(one, wait, |left| self.take_once(&line, left))
+                .await?;
+            return Ok(grant.1);
+        }
+        let mut sorted: Vec<&String> = keys.iter().collect();
+        sorted.sort();
+        let started = Instant::now();
+        let mut taken: Option<Taken<'_>> = None;
+        for key in sorted {
+            let left = wait.map(|w| w.saturating_sub(started.elapsed()));
+            let line = Line::lock(&self.chroot, key, line::Rule::Exclusive);
+            match self.retrying(key, left, |l| self.take_once(&line, l)).await {
+                Ok((_, grant)) => match taken.as_mut() {
+                    Some(t) => t.grants.push(grant),
+                    None => taken = Some(Taken::new(self, grant)),
+                },
+                Err(e) => {
+                    if let Some(t) = taken {
+                        t.release(self).await;
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        let grants = taken.map(|t| t.keep_all()).unwrap_or_default();
+        combine(&keys[0], grants).ok_or_else(|| {
+            Error::config(
+                "resources",
+                "the list of resources is empty; name at least one",
+            )
+        })
+    }
+
+    /// Runs `once` (one attempt with the wait left, `None` for one look) until it succeeds,
+    /// fails for good, or `wait` runs out; failures of the ensemble are tried again.
+    pub(super) async fn retrying<T, F, Fut>(
+        &self,
+        resource: &str,
+        wait: Option<Duration>,
+        mut once: F,
+    ) -> Result<T>
+    where
+        F: FnMut(Option<Duration>) -> Fut,
+        Fut: std::future::Future<Output = Result<T>>,
+    {
         let Some(wait) = wait else {
-            return self.take_once(resource, None).await;
+            return once(None).await;
         };
         let started = Instant::now();
         let mut attempts = 0;
         loop {
             attempts += 1;
             let left = wait.saturating_sub(started.elapsed());
-            let err = match self.take_once(resource, Some(left)).await {
+            let err = match once(Some(left)).await {
                 Ok(grant) => return Ok(grant),
                 Err(Error::Timeout { resource, last, .. }) => {
                     return Err(Error::Timeout {
@@ -335,7 +467,14 @@ impl ZkBackend {
         }
     }
 
-    async fn take_once(&self, resource: &str, wait: Option<Duration>) -> Result<ZkGrant> {
+    /// One attempt in `line`: joins it, waits for a turn (at most `wait`; `None`: one look),
+    /// and for a semaphore takes a free slot. Returns the slot (0 for a lock) and the grant.
+    pub(super) async fn take_once(
+        &self,
+        line: &Line<'_>,
+        wait: Option<Duration>,
+    ) -> Result<(usize, ZkGrant)> {
+        let resource = line.resource;
         let owner = OwnerToken::generate().map_err(|e| {
             Error::config(
                 "random source",
@@ -347,21 +486,24 @@ impl ZkBackend {
             .session()
             .await
             .map_err(|f| self.unavailable(resource, &f, started))?;
+        let tag = match line.rule {
+            line::Rule::Shared => line::reader_tag(owner.as_str()),
+            _ => owner.as_str().to_string(),
+        };
         let mut node = PendingNode {
             client,
-            dir: line::lock_dir(&self.chroot, resource),
-            owner: owner.as_str().to_string(),
+            dir: line.dir.clone(),
+            owner: tag,
             name: None,
             armed: true,
+            slots: line.slots.is_some(),
             request_timeout: self.request_timeout,
             cleanups: self.cleanups.clone(),
         };
         let outcome = match wait {
-            None => self.wait_for_turn(resource, &mut node, false).await,
+            None => self.turn_then_slot(line, &mut node, false).await,
             Some(wait) => {
-                match tokio::time::timeout(wait, self.wait_for_turn(resource, &mut node, true))
-                    .await
-                {
+                match tokio::time::timeout(wait, self.turn_then_slot(line, &mut node, true)).await {
                     Ok(outcome) => outcome,
                     Err(_elapsed) => Err(Error::Timeout {
                         resource: resource.to_string(),
@@ -374,20 +516,40 @@ impl ZkBackend {
                 }
             }
         };
-        if outcome.is_err() {
-            node.remove().await;
+        match outcome {
+            Ok(grant) => {
+                node.armed = false;
+                Ok(grant)
+            }
+            Err(e) => {
+                node.remove().await;
+                Err(e)
+            }
         }
-        outcome
     }
 
-    /// Joins the line (creating the node, and the directories if missing) and waits until first
-    /// (`wait`) or looks once.
+    async fn turn_then_slot(
+        &self,
+        line: &Line<'_>,
+        node: &mut PendingNode,
+        wait: bool,
+    ) -> Result<(usize, ZkGrant)> {
+        let grant = self.wait_for_turn(line, node, wait).await?;
+        match line.slots {
+            None => Ok((0, grant)),
+            Some(slots) => self.take_slot(line, slots, node, grant, wait).await,
+        }
+    }
+
+    /// Joins the line (creating the node, and the directories if missing) and waits until its
+    /// rule lets it in (`wait`) or looks once.
     async fn wait_for_turn(
         &self,
-        resource: &str,
+        line: &Line<'_>,
         node: &mut PendingNode,
         wait: bool,
     ) -> Result<ZkGrant> {
+        let resource = line.resource;
         let started = Instant::now();
         let client = node.client.clone();
         let unavailable = |f: Fail| self.unavailable(resource, &f, started);
@@ -405,13 +567,9 @@ impl ZkBackend {
                 .await
             {
                 Err(Fail::Zk(zk::Error::NoNode)) if tries < 5 => {
-                    match self
-                        .call(self.request_timeout, client.mkdir(&node.dir, &DIRECTORY))
+                    self.make_dir(&client, &node.dir, &line.dir_data)
                         .await
-                    {
-                        Ok(()) | Err(Fail::Zk(zk::Error::NodeExists)) => {}
-                        Err(f) => return Err(unavailable(f)),
-                    }
+                        .map_err(unavailable)?;
                 }
                 Err(f) => return Err(unavailable(f)),
                 Ok(created) => break created,
@@ -432,6 +590,9 @@ impl ZkBackend {
                     votes: self.votes(VoteOutcome::Failed(why), started.elapsed()),
                 }
             })?;
+        if let line::Rule::Permits(n) = line.rule {
+            self.check_permits(line, &client, n, started).await?;
+        }
         let session = client.session_timeout();
         let recheck = (session / 3).max(Duration::from_millis(100));
         loop {
@@ -440,7 +601,14 @@ impl ZkBackend {
                 .call(self.request_timeout, client.list_children(&node.dir))
                 .await
                 .map_err(unavailable)?;
-            match line::place(&children, &name) {
+            let place = line::place(&children, &name, line.rule);
+            if matches!(place, line::Place::Behind(_) | line::Place::Next) && !wait {
+                return Err(Error::Contention {
+                    resource: resource.to_string(),
+                    votes: self.votes(VoteOutcome::HeldByOther, started.elapsed()),
+                });
+            }
+            match place {
                 line::Place::First => {
                     let elapsed = started.elapsed();
                     let votes = self.votes(VoteOutcome::Granted, elapsed);
@@ -452,18 +620,22 @@ impl ZkBackend {
                             votes,
                         });
                     };
-                    node.armed = false;
                     let held = ZkHeld {
                         resource: Arc::from(resource),
-                        path: Arc::from(format!("{}/{name}", node.dir)),
+                        nodes: Arc::from(vec![HeldNode {
+                            path: format!("{}/{name}", node.dir),
+                            czxid: token,
+                        }]),
                         name: Arc::from(name.as_str()),
                         token,
+                        shared: line.rule == line::Rule::Shared,
                         session: Some(client.clone()),
                     };
                     return Ok(ZkGrant {
                         held,
                         deadline,
                         votes,
+                        last_writer: None,
                     });
                 }
                 line::Place::Gone => {
@@ -475,25 +647,62 @@ impl ZkBackend {
                         votes: self.votes(VoteOutcome::Failed(why), started.elapsed()),
                     });
                 }
-                line::Place::Behind(predecessor) => {
-                    if !wait {
-                        return Err(Error::Contention {
-                            resource: resource.to_string(),
-                            votes: self.votes(VoteOutcome::HeldByOther, started.elapsed()),
-                        });
+                line::Place::Next => {
+                    // Any holder's release lets us in: watch the directory, after a look that
+                    // sets the watch (a release between the two looks is in the second).
+                    let (children, watcher) = self
+                        .call(
+                            self.request_timeout,
+                            client.list_and_watch_children(&node.dir),
+                        )
+                        .await
+                        .map_err(unavailable)?;
+                    if line::place(&children, &name, line.rule) == line::Place::Next {
+                        let _ = tokio::time::timeout(recheck, watcher.changed()).await;
                     }
+                }
+                line::Place::Behind(predecessor) => {
                     let path = format!("{}/{predecessor}", node.dir);
                     let (stat, watcher) = self
                         .call(self.request_timeout, client.check_and_watch_stat(&path))
                         .await
                         .map_err(unavailable)?;
-                    if stat.is_some() {
-                        // Woken when it goes; a look every third of the session in case the
-                        // watch was lost with a connection.
+                    // A permit's waiter touches its node when it takes its slot (`take_slot`):
+                    // one touched since our look was admitted then, and we may be next.
+                    let admitted = matches!(line.rule, line::Rule::Permits(_))
+                        && stat.as_ref().is_some_and(|s| s.version > 0);
+                    if stat.is_some() && !admitted {
+                        // Woken when it goes (or, for a permit, is admitted); a look every
+                        // third of the session in case the watch was lost with a connection.
                         let _ = tokio::time::timeout(recheck, watcher.changed()).await;
                     }
                 }
             }
+        }
+    }
+
+    /// Makes the directory `dir` (a container, with `data`) and its parents.
+    async fn make_dir(
+        &self,
+        client: &zk::Client,
+        dir: &str,
+        data: &[u8],
+    ) -> std::result::Result<(), Fail> {
+        if let Some((parent, _)) = dir.rsplit_once('/').filter(|(p, _)| !p.is_empty()) {
+            match self
+                .call(self.request_timeout, client.mkdir(parent, &DIRECTORY))
+                .await
+            {
+                Ok(()) | Err(Fail::Zk(zk::Error::NodeExists)) => {}
+                Err(f) => return Err(f),
+            }
+        }
+        match self
+            .call(self.request_timeout, client.create(dir, data, &DIRECTORY))
+            .await
+        {
+            Ok(_) | Err(Fail::Zk(zk::Error::NodeExists)) => Ok(()),
+            Err(f) => Err(f),
         }
     }
 
@@ -516,20 +725,33 @@ impl ZkBackend {
             return (outcome, Votes::default());
         };
         let started = Instant::now();
-        let sync = client.sync(&held.path);
-        let look = client.check_stat(&held.path);
+        let sync = client.sync(held.path());
+        let looks: Vec<_> = held
+            .nodes
+            .iter()
+            .map(|n| client.check_stat(&n.path))
+            .collect();
         let answer = self
             .call(budget, async move {
                 sync.await?;
-                look.await
+                let stats = futures_util::future::join_all(looks).await;
+                stats
+                    .into_iter()
+                    .collect::<std::result::Result<Vec<_>, _>>()
             })
             .await;
         let elapsed = started.elapsed();
+        // Every node still there, created when we created it, and our session's.
+        let ours = |stats: &[Option<zk::Stat>]| {
+            stats.iter().zip(held.nodes.iter()).all(|(stat, node)| {
+                stat.as_ref().is_some_and(|stat| {
+                    u64::try_from(stat.czxid).ok() == Some(node.czxid)
+                        && stat.ephemeral_owner == client.session_id().0
+                })
+            })
+        };
         match answer {
-            Ok(Some(stat))
-                if u64::try_from(stat.czxid).ok() == Some(held.token)
-                    && stat.ephemeral_owner == client.session_id().0 =>
-            {
+            Ok(stats) if ours(&stats) => {
                 let session = client.session_timeout();
                 let outcome = match timing::deadline(started, session, self.drift(session)) {
                     Some(deadline) if deadline > Instant::now() => Outcome::extended(deadline),
@@ -605,10 +827,39 @@ impl ZkBackend {
                 .await
                 .map_err(|f| self.unavailable(&resource, &f, started))?,
         };
-        match self
-            .call(self.request_timeout, client.delete(&held.path, None))
-            .await
-        {
+        let deleted = match &held.nodes[..] {
+            [one] => {
+                self.call(self.request_timeout, client.delete(&one.path, None))
+                    .await
+            }
+            several => {
+                // In one transaction: a permit's slot and its place in line go together (a
+                // waiter admitted in between would find no free slot), as do the nodes of a
+                // lock of several resources.
+                let mut multi = client.new_multi_writer();
+                for node in several {
+                    multi
+                        .add_delete(&node.path, None)
+                        .map_err(|e| self.unavailable(&resource, &Fail::Zk(e), started))?;
+                }
+                let answer = self
+                    .call(self.request_timeout, async move {
+                        multi.commit().await.map_err(zk::Error::from)
+                    })
+                    .await;
+                if let Err(Fail::Zk(zk::Error::NoNode)) = answer {
+                    // One node gone (its session expired): the others go one by one, and the
+                    // lock is reported lost.
+                    for node in several {
+                        let _ = self
+                            .call(self.request_timeout, client.delete(&node.path, None))
+                            .await;
+                    }
+                }
+                answer.map(|_| ())
+            }
+        };
+        match deleted {
             Ok(()) => Ok(self.votes(VoteOutcome::Granted, started.elapsed())),
             Err(Fail::Zk(zk::Error::NoNode)) => Err(Error::lost(
                 resource,
@@ -639,12 +890,13 @@ impl ZkBackend {
         }
         let held = ZkHeld {
             resource: Arc::from(resource),
-            path: Arc::from(format!(
-                "{}/{owner}",
-                line::lock_dir(&self.chroot, resource)
-            )),
+            nodes: Arc::from(vec![HeldNode {
+                path: format!("{}/{owner}", line::lock_dir(&self.chroot, resource)),
+                czxid: 0,
+            }]),
             name: Arc::from(owner),
             token: 0,
+            shared: line::is_reader(owner),
             session: None,
         };
         self.release(&held).await
@@ -710,6 +962,8 @@ struct PendingNode {
     /// The node's name once the create answered; before, the node (if any) is found by owner.
     name: Option<String>,
     armed: bool,
+    /// A semaphore's waiter: a slot node holding our owner value goes too.
+    slots: bool,
     request_timeout: Duration,
     cleanups: Arc<AtomicUsize>,
 }
@@ -727,6 +981,7 @@ impl PendingNode {
             &self.owner,
             self.name.as_deref(),
             self.request_timeout,
+            self.slots,
         )
         .await;
         if done {
@@ -749,11 +1004,11 @@ impl Drop for PendingNode {
             std::mem::take(&mut self.owner),
             self.name.take(),
         );
-        let timeout = self.request_timeout;
+        let (timeout, slots) = (self.request_timeout, self.slots);
         let cleanups = self.cleanups.clone();
         cleanups.fetch_add(1, Ordering::AcqRel);
         runtime.spawn(async move {
-            delete_node(&client, &dir, &owner, name.as_deref(), timeout).await;
+            delete_node(&client, &dir, &owner, name.as_deref(), timeout, slots).await;
             cleanups.fetch_sub(1, Ordering::AcqRel);
         });
     }
@@ -769,9 +1024,10 @@ async fn delete_node(
     owner: &str,
     name: Option<&str>,
     timeout: Duration,
+    slots: bool,
 ) {
     let give_up = Instant::now() + client.session_timeout() * 2;
-    while !delete_once(client, dir, owner, name, timeout).await {
+    while !delete_once(client, dir, owner, name, timeout, slots).await {
         if Instant::now() >= give_up {
             tracing::debug!(
                 dir,
@@ -790,9 +1046,13 @@ async fn delete_once(
     owner: &str,
     name: Option<&str>,
     timeout: Duration,
+    slots: bool,
 ) -> bool {
     if client.state().is_terminated() {
         return true;
+    }
+    if slots && !semaphore::delete_slot_of(client, dir, owner, timeout).await {
+        return false;
     }
     let name = match name {
         Some(name) => name.to_string(),
@@ -814,20 +1074,130 @@ async fn delete_once(
     }
 }
 
-/// The one resource of a lock: a lock of several is not offered on ZooKeeper yet.
+/// The one resource of a lock named by its owner value: a lock of several resources is
+/// released by its holder only.
 fn one_resource(keys: &[String]) -> Result<&str> {
     match keys {
         [one] => Ok(one),
-        _ => Err(unsupported("a lock of several resources")),
+        _ => Err(Error::config(
+            "resources",
+            "on zk://, a lock of several resources is released by its holder (the Lock), not by owner value",
+        )),
     }
 }
 
-/// The refusal of a primitive this backend does not offer yet.
-pub(crate) fn unsupported(what: &str) -> Error {
-    Error::config(
-        "backend",
-        format!("{what} is not supported on zk:// yet; use Redis or etcd nodes for it"),
-    )
+/// One line of waiters: where it is and what its waiters wait for.
+#[derive(Debug)]
+pub(super) struct Line<'a> {
+    /// The lock's resource or the semaphore's name, for errors.
+    pub(super) resource: &'a str,
+    pub(super) dir: String,
+    pub(super) rule: line::Rule,
+    /// The directory's data when we make it: a semaphore's permit count.
+    pub(super) dir_data: Vec<u8>,
+    /// A semaphore's slot resources: an admitted waiter takes a free one.
+    pub(super) slots: Option<&'a [String]>,
+}
+
+impl<'a> Line<'a> {
+    /// The line of the lock (or read-write lock) of `resource`.
+    fn lock(chroot: &str, resource: &'a str, rule: line::Rule) -> Line<'a> {
+        Line {
+            resource,
+            dir: line::lock_dir(chroot, resource),
+            rule,
+            dir_data: Vec::new(),
+            slots: None,
+        }
+    }
+}
+
+/// Locks taken within a call that is not over: if the call is cut short, their nodes are
+/// deleted from a background task (counted with the waiters' cleanups).
+struct Taken<'a> {
+    backend: &'a ZkBackend,
+    grants: Vec<ZkGrant>,
+}
+
+impl<'a> Taken<'a> {
+    fn new(backend: &'a ZkBackend, grant: ZkGrant) -> Taken<'a> {
+        Taken {
+            backend,
+            grants: vec![grant],
+        }
+    }
+
+    /// The one grant, kept.
+    fn keep(mut self) -> ZkGrant {
+        self.grants.remove(0)
+    }
+
+    fn keep_all(mut self) -> Vec<ZkGrant> {
+        std::mem::take(&mut self.grants)
+    }
+
+    /// Releases them now.
+    async fn release(mut self, backend: &ZkBackend) {
+        for grant in std::mem::take(&mut self.grants) {
+            let _ = backend.release(&grant.held).await;
+        }
+    }
+}
+
+impl Drop for Taken<'_> {
+    fn drop(&mut self) {
+        if self.grants.is_empty() {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        for grant in std::mem::take(&mut self.grants) {
+            let Some(client) = grant.held.session.clone() else {
+                continue;
+            };
+            for node in grant.held.nodes.iter() {
+                let Some((dir, name)) = node.path.rsplit_once('/') else {
+                    continue;
+                };
+                let (client, dir, name) = (client.clone(), dir.to_string(), name.to_string());
+                let timeout = self.backend.request_timeout;
+                let cleanups = self.backend.cleanups.clone();
+                cleanups.fetch_add(1, Ordering::AcqRel);
+                runtime.spawn(async move {
+                    delete_node(&client, &dir, "", Some(&name), timeout, false).await;
+                    cleanups.fetch_sub(1, Ordering::AcqRel);
+                });
+            }
+        }
+    }
+}
+
+/// One lock of the resources of `grants` (taken in sorted order), named by `resource`: its
+/// token is the largest czxid (the last node created), its deadline the earliest.
+fn combine(resource: &str, grants: Vec<ZkGrant>) -> Option<ZkGrant> {
+    let first = grants.first()?;
+    let token = grants.iter().map(|g| g.held.token).max()?;
+    let deadline = grants.iter().map(|g| g.deadline).min()?;
+    let votes = grants.last()?.votes.clone();
+    let nodes: Vec<HeldNode> = grants
+        .iter()
+        .flat_map(|g| g.held.nodes.iter().cloned())
+        .collect();
+    let held = ZkHeld {
+        resource: Arc::from(resource),
+        name: first.held.name.clone(),
+        nodes: Arc::from(nodes),
+        token,
+        shared: false,
+        session: first.held.session.clone(),
+    };
+    Some(ZkGrant {
+        held,
+        deadline,
+        votes,
+        last_writer: None,
+    })
 }
 
 /// The client's error as a vote's failure.
