@@ -319,6 +319,13 @@ pub fn zk_sequence(name: &str) -> Option<i64> {
     crate::zk::line::sequence(name)
 }
 
+/// Whether a waiter's node on ZooKeeper is a read lock's (`<owner>-read-lock-<sequence>`):
+/// readers ahead of the first writer's node hold together.
+#[cfg(feature = "zookeeper")]
+pub fn zk_is_reader(name: &str) -> bool {
+    crate::zk::line::is_reader(name)
+}
+
 /// The PostgreSQL backend's lease table: `fencelock_locks (resource text primary key, owner
 /// text, token bigint, expires_at timestamptz)`, one row per held resource, each expiry by the
 /// database's clock.

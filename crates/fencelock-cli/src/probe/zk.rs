@@ -99,6 +99,8 @@ pub(crate) struct Waiter {
     /// The holder label its client stored, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) holder: Option<String>,
+    /// A read lock's node (a read-write lock's reader).
+    pub(crate) reader: bool,
 }
 
 /// `fencelock inspect RESOURCE` on ZooKeeper.
@@ -144,6 +146,7 @@ pub(crate) async fn inspect(settings: &Settings, resource: &str, json: bool) -> 
         };
         let holder = String::from_utf8(data).ok().filter(|h| !h.is_empty());
         line.push(Waiter {
+            reader: fencelock::protocol::zk_is_reader(&node),
             node,
             sequence,
             czxid: stat.czxid,
@@ -176,6 +179,16 @@ pub(crate) fn render_line(resource: &str, dir: &str, line: &[Waiter]) -> String 
         );
         return out;
     };
+    let readers = line.iter().take_while(|w| w.reader).count();
+    if readers > 0 {
+        // Readers ahead of the first writer share the lock: no one node holds it.
+        let _ = writeln!(
+            out,
+            "lock {resource:?}: held by {readers} reader(s) (a read-write lock), {} waiting behind them (ZooKeeper, {dir})",
+            line.len() - readers
+        );
+        return out;
+    }
     let _ = writeln!(
         out,
         "lock {resource:?}: held by node {} (czxid {} = fencing token, session {}) (ZooKeeper, {dir})",
@@ -708,6 +721,7 @@ mod tests {
             czxid,
             session: "0x10".into(),
             holder: holder.map(Into::into),
+            reader: false,
         };
         let text = render_line(
             "r",
@@ -721,5 +735,12 @@ mod tests {
             "{text}"
         );
         assert!(render_line("r", "/d", &[]).contains("not held"));
+        let mut reader = w(3, 42, None);
+        reader.reader = true;
+        let shared = render_line("r", "/d", &[reader.clone(), reader, w(5, 44, None)]);
+        assert!(
+            shared.contains("held by 2 reader(s) (a read-write lock), 1 waiting"),
+            "{shared}"
+        );
     }
 }
