@@ -648,6 +648,16 @@ mutant cluster-release-channel-untagged "a waiter on a cluster node listens on t
   crates/fencelock/src/redis/mod.rs \
   's/nodes\.iter\(\)\.map\(\|n\| n\.addr\(\)\.hash_tag\(\)\)\.collect\(\),/nodes.iter().map(|_| None).collect(),/' \
   "-p fencelock --test cluster the_family_works_on_a_cluster_and_keeps_every_key_in_the_tags_slot"
+mutant cli-pg-doctor-async-commit-passes "doctor passes a PostgreSQL session with synchronous_commit off, which can lose an acknowledged lock and reuse its token (issue 32)" \
+  crates/fencelock-cli/src/probe/pg.rs \
+  's/"off" => check\(/"off (mutant)" => check(/' \
+  "-p fencelock-cli --bin fencelock probe::pg::tests::what_loses_locks_fails_and_what_may_warns" \
+  "-p fencelock-cli --test zk_pg postgres_takes_extends_inspects_releases_and_checks"
+mutant cli-zk-doctor-quorum-of-half "doctor counts half the listed ZooKeeper servers as a quorum: an ensemble that cannot grant passes with a warning (issue 32)" \
+  crates/fencelock-cli/src/probe/zk.rs \
+  's/let quorum = listed \/ 2 \+ 1;/let quorum = listed \/ 2;/' \
+  "-p fencelock-cli --bin fencelock probe::zk::tests::a_lost_quorum_or_two_leaders_fail" \
+  "-p fencelock-cli --test zk_pg zookeeper_takes_inspects_releases_and_checks"
 
 index_of() {
   local i

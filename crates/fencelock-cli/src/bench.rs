@@ -29,6 +29,8 @@ mod plot;
 mod proxy;
 mod raw;
 mod raw_etcd;
+mod raw_pg;
+mod raw_zk;
 mod shared;
 mod stats;
 
@@ -240,11 +242,7 @@ impl Plan {
             "fencelock bench: workload {}, {} node(s){}, ttl {:?}, node timeout {:?}{delay}{}",
             self.workload.name(),
             settings.nodes.len(),
-            if baseline::is_etcd(&settings.nodes) {
-                " (etcd)"
-            } else {
-                ""
-            },
+            baseline::Kind::of(&settings.nodes).label(),
             settings.ttl,
             settings.node_timeout,
             if self.fencing { ", fencing" } else { "" }
@@ -332,6 +330,12 @@ async fn run_held(
         out.push(match baseline {
             Baseline::Redis(raw) => held_raw(raw, n, hold, settings.ttl, prefix).await,
             Baseline::Etcd(raw) => held_raw_etcd(raw, n, hold, settings.ttl, prefix).await?,
+            Baseline::ZooKeeper(_) | Baseline::Postgres(_) => {
+                return Err(Failure::usage(
+                    "`bench held --raw` has no baseline on ZooKeeper or PostgreSQL yet (a lock there is kept by the session or by extensions the library sends); run it without --raw",
+                )
+                .into())
+            }
         });
     }
     Ok(out)

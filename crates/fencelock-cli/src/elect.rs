@@ -48,7 +48,7 @@ async fn observe(settings: &Settings, name: &str, json: bool) -> anyhow::Result<
     let client = settings.client(true).await?;
     let election = client
         .election(name)
-        .map_err(|e| Failure::usage(format!("election {name:?}: {e}")))?;
+        .map_err(|e| crate::hold::refused(settings, &format!("election {name:?}"), &e))?;
     let mut observer = election.observe();
     loop {
         let leader = observer.next().await;

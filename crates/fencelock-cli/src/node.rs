@@ -96,6 +96,45 @@ pub(crate) struct Node {
     /// For a `redis+cluster://` URL: the cluster, whose tag's owner is looked up at each use
     /// (`client` is then the first seed's, unused).
     pub(crate) cluster: Option<ClusterNode>,
+    /// For a `redis+sentinel://` URL: the group, whose primary the Sentinels name at each
+    /// connection (`client` is then unused).
+    sentinel: Option<SentinelNode>,
+}
+
+/// A `redis+sentinel://` node: its parsed URL, and the user, password and database it gives
+/// the primary (`Debug` never shows them).
+#[derive(Clone)]
+struct SentinelNode {
+    addr: fencelock::NodeAddr,
+    /// `user:password@`, or empty.
+    auth: String,
+    db: i64,
+}
+
+impl std::fmt::Debug for SentinelNode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SentinelNode")
+            .field("addr", &self.addr)
+            .finish_non_exhaustive()
+    }
+}
+
+/// `user:password@` of a URL with a host list, or empty.
+fn userinfo(url: &str) -> String {
+    let rest = url.trim().split_once("://").map_or("", |(_, r)| r);
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    rest[..end]
+        .rfind('@')
+        .map_or(String::new(), |at| format!("{}@", &rest[..at]))
+}
+
+/// `host:port`, IPv6 in brackets.
+fn host_port(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
 }
 
 /// A `redis+cluster://` node: its parsed URL and the user and password it gives (for the
@@ -138,6 +177,7 @@ impl ClusterNode {
                 addr: hostport,
                 client,
                 cluster: None,
+                sentinel: None,
             },
             slot,
         ))
@@ -150,6 +190,12 @@ impl ClusterNode {
 }
 
 impl Node {
+    /// Whether the node is a Sentinel group (its connections go to the primary the Sentinels
+    /// name).
+    pub(crate) fn is_sentinel(&self) -> bool {
+        self.sentinel.is_some()
+    }
+
     /// Parses a node URL without any I/O.
     ///
     /// # Errors
@@ -191,15 +237,39 @@ impl Node {
                 addr: addr.host_port(),
                 client,
                 cluster: Some(ClusterNode { addr, auth }),
+                sentinel: None,
             });
         }
         if addr.scheme() == fencelock::Scheme::RedisSentinel {
-            // The lock commands take it; the commands that talk to nodes directly (doctor,
-            // inspect, bench, ...) do not ask Sentinels yet.
-            return Err(Failure::usage(format!(
-                "node {} of the list ({name}) is a Sentinel group; this command does not ask Sentinels yet: name the primary with redis://host:port (SENTINEL GET-MASTER-ADDR-BY-NAME tells it)",
-                index + 1
-            )));
+            // `.../<master>[/db]`: the library's parser checked the form.
+            let raw = url.trim();
+            let path = raw.split_once("://").map_or("", |(_, r)| r);
+            let db = path
+                .split_once('/')
+                .and_then(|(_, p)| p.split('/').nth(1))
+                .and_then(|d| d.parse().ok())
+                .unwrap_or(0);
+            // Unused: every connection asks the Sentinels for the primary first.
+            let client =
+                redis::Client::open(format!("redis://{}/0", host_port(addr.host(), addr.port())))
+                    .map_err(|e| {
+                    Failure::usage(format!(
+                        "node {} of the list ({name}): {}",
+                        index + 1,
+                        e.detail().unwrap_or(e.category())
+                    ))
+                })?;
+            return Ok(Node {
+                name,
+                addr: addr.host_port(),
+                client,
+                cluster: None,
+                sentinel: Some(SentinelNode {
+                    auth: userinfo(raw),
+                    addr,
+                    db,
+                }),
+            });
         }
         let client = redis::Client::open(url.trim()).map_err(|e| {
             Failure::usage(format!(
@@ -213,6 +283,7 @@ impl Node {
             addr: addr.host_port(),
             client,
             cluster: None,
+            sentinel: None,
         })
     }
 
@@ -293,9 +364,22 @@ impl Node {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(timeout))
             .set_response_timeout(Some(timeout));
-        let fut = self
-            .client
-            .get_multiplexed_async_connection_with_config(&config);
+        let primary;
+        let client = match &self.sentinel {
+            None => &self.client,
+            Some(s) => {
+                let (host, port) = fencelock::protocol::sentinel_primary(&s.addr, timeout).await?;
+                primary = redis::Client::open(format!(
+                    "redis://{}{}/{}",
+                    s.auth,
+                    host_port(&host, port),
+                    s.db
+                ))
+                .map_err(|e| fencelock::NodeError::from_driver_error(&e))?;
+                &primary
+            }
+        };
+        let fut = client.get_multiplexed_async_connection_with_config(&config);
         match tokio::time::timeout(timeout, fut).await {
             Ok(Ok(con)) => Ok(Conn { con, timeout }),
             Ok(Err(e)) if e.is_timeout() => Err(describe(&e).into()),
@@ -396,13 +480,10 @@ mod tests {
         assert!(err.message.contains("node 1 "), "{}", err.message);
         assert!(Node::parse("redis://127.0.0.1:6379", 0).is_ok());
         assert!(Node::parse("redis://127.0.0.1:notaport", 1).is_err());
-        let sentinel = Node::parse("redis+sentinel://127.0.0.1:26379/main", 2).unwrap_err();
-        assert_eq!(sentinel.code, crate::exit::USAGE);
-        assert!(
-            sentinel.message.contains("node 3 ") && sentinel.message.contains("redis://host:port"),
-            "{}",
-            sentinel.message
-        );
+        let sentinel = Node::parse("redis+sentinel://:hunter2@127.0.0.1:26379/main/2", 2).unwrap();
+        let group = sentinel.sentinel.as_ref().unwrap();
+        assert_eq!((group.auth.as_str(), group.db), (":hunter2@", 2));
+        assert!(!format!("{sentinel:?}").contains("hunter2"));
         let urls = ["redis+cluster://:hunter2@127.0.0.1:7000,127.0.0.1:7001".to_string()];
         let node = &Node::parse_all_with_clusters(&urls, &TlsFiles::default()).unwrap()[0];
         assert_eq!(node.cluster.as_ref().unwrap().tag(), "{fencelock}");

@@ -4,7 +4,7 @@
 
 use std::process::{Command, Output, Stdio};
 
-use fencelock_testkit::{Etcd, RedisNodes};
+use fencelock_testkit::{Etcd, Postgres, RedisCluster, RedisNodes, ZooKeeper};
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_fencelock");
@@ -395,4 +395,89 @@ fn permits_never_exceed_n_holders_and_report_their_ratio_to_the_mutex() {
     assert!(v["fencelock"]["most_holders"].as_u64().unwrap() <= 2, "{v}");
     assert_eq!(v["mutex"]["most_holders"], 1, "{v}");
     assert!(v["ratio_to_mutex"].as_f64().is_some(), "{v}");
+}
+
+/// `seq --raw` and `contended --raw` on one backend's URL: both series complete, and the
+/// contended sections never overlap, the counter equals the sections.
+fn seq_and_contended_beside_the_raw_baseline(url: &str) {
+    let home = tempfile::tempdir().unwrap();
+    let url = vec![url.to_string()];
+    let v = bench(
+        home.path(),
+        &url,
+        &[
+            "--ttl",
+            "10s",
+            "--workload",
+            "seq",
+            "--cycles",
+            "20",
+            "--raw",
+        ],
+    );
+    assert_series(&v["fencelock"], 20);
+    assert_series(&v["raw"], 20);
+    assert!(v["ratio"].as_f64().is_some_and(|r| r > 0.0), "{url:?}: {v}");
+    let v = bench(
+        home.path(),
+        &url,
+        &[
+            "--ttl",
+            "10s",
+            "--workload",
+            "contended",
+            "--cycles",
+            "12",
+            "--concurrency",
+            "3",
+            "--raw",
+        ],
+    );
+    for s in [&v["fencelock"], &v["raw"], &v["raw_barging"]] {
+        assert_eq!(s["counter"], s["sections"], "{url:?}: {s}");
+        assert_eq!(s["overlaps"], 0, "{url:?}: {s}");
+        assert_eq!(s["sections"], 12, "{url:?}: {s}");
+    }
+}
+
+#[test]
+fn zookeeper_and_postgres_run_beside_their_raw_baselines() {
+    let zk = std::thread::spawn(|| {
+        let zk = ZooKeeper::start().unwrap();
+        seq_and_contended_beside_the_raw_baseline(&format!("{}/bench", zk.url()));
+    });
+    let pg = Postgres::start().unwrap();
+    seq_and_contended_beside_the_raw_baseline(&pg.url());
+    zk.join().unwrap();
+}
+
+/// A `redis+cluster://` URL: the library through the cluster beside the baseline on the primary
+/// that owns the tag's slot, a plain node (issue 31: a cluster's figures beside a single
+/// node's).
+#[test]
+fn a_cluster_runs_beside_the_primary_that_serves_it() {
+    let cluster = RedisCluster::start().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let v = bench(
+        home.path(),
+        &[cluster.url()],
+        &["--workload", "seq", "--cycles", "20", "--raw"],
+    );
+    assert_series(&v["fencelock"], 20);
+    assert_series(&v["raw"], 20);
+    let v = bench(
+        home.path(),
+        &[cluster.url()],
+        &[
+            "--workload",
+            "par",
+            "--cycles",
+            "40",
+            "--concurrency",
+            "4",
+            "--raw",
+        ],
+    );
+    assert_series(&v["fencelock"], 40);
+    assert_series(&v["raw"], 40);
 }

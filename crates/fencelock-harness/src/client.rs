@@ -201,7 +201,9 @@ async fn run_async(args: &ClientArgs) -> io::Result<()> {
 
 async fn run_locks(args: &ClientArgs) -> io::Result<()> {
     let mut log = Log::create(args)?;
-    let config = Config::new(&args.nodes)
+    // The command line split a `zk://` URL's server list at its commas: put it back.
+    let nodes = fencelock::NodeAddr::split_list(&args.nodes.join(","));
+    let config = Config::new(&nodes)
         .with_ttl(args.ttl)
         .with_node_timeout(args.node_timeout)
         .with_fencing(args.mode.fencing())

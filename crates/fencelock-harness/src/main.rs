@@ -91,7 +91,7 @@ struct RunArgs {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "kill,kill-leader,restart-nopersist,restart-persist,pause-node,pause-leader,pause-client,clock-forward,clock-backward,latency,kill-supervisor,restart-two-nopersist,flushall"
+        default_value = "kill,kill-leader,restart-nopersist,restart-persist,pause-node,pause-leader,pause-client,clock-forward,clock-backward,latency,kill-supervisor,restart-two-nopersist,flushall,terminate-backend,failover"
     )]
     faults: Vec<FaultKind>,
     /// Client i's wall clock runs i times this behind (client 0 on time; the test kit's clock

@@ -44,6 +44,21 @@ pub enum Mode {
     /// inside another's validity with no clock jump in progress. (Last, so that the other modes'
     /// seeds, which mix in the mode's index, stay as they were.)
     RedlockDefault,
+    /// Curator's mutex on a 3-server ZooKeeper ensemble (issue 32); the fencing token is the
+    /// lock node's `czxid`. The ensemble's faults: kill or stop the leader or a follower.
+    ZooKeeper,
+    /// The lease-row lock in one PostgreSQL database (issue 32); the fencing token comes from
+    /// its sequence. Its faults: kill -9 and restart (also while a client holds the lock), and
+    /// `pg_terminate_backend` of every client connection.
+    Postgres,
+    /// Fenced locks on a Redis Cluster as one node (issue 31: 3 primaries, 3 replicas, every
+    /// key on the shard of one hash tag), restart quarantine on: its faults are the tag's
+    /// primary killed (a replica takes over), killed and restarted empty while a client holds
+    /// the lock, and `CLUSTER FAILOVER`.
+    Cluster,
+    /// The same on a Sentinel-managed primary (one primary, two replicas, three Sentinels):
+    /// the primary killed, killed and restarted empty while held, and `SENTINEL FAILOVER`.
+    Sentinel,
 }
 
 /// How many permits the semaphore modes' semaphore has.
@@ -51,7 +66,7 @@ pub const PERMITS: u32 = 2;
 
 impl Mode {
     /// Every mode, in the order the report lists them.
-    pub const ALL: [Mode; 12] = [
+    pub const ALL: [Mode; 16] = [
         Mode::Single,
         Mode::Redlock,
         Mode::RedlockDefault,
@@ -64,21 +79,33 @@ impl Mode {
         Mode::Election,
         Mode::ElectionEtcd,
         Mode::RedlockRwlock,
+        Mode::ZooKeeper,
+        Mode::Postgres,
+        Mode::Cluster,
+        Mode::Sentinel,
     ];
 
     /// How many nodes (Redis nodes, or etcd members) the mode runs.
     pub fn nodes(self) -> usize {
         match self {
-            Mode::Single => 1,
+            Mode::Single | Mode::Postgres | Mode::Cluster | Mode::Sentinel => 1,
             _ if self.consensus() => 3,
             _ => 5,
         }
     }
 
-    /// Whether the nodes are the members of one consensus cluster (etcd) rather than
-    /// independent Redis nodes.
+    /// Whether the nodes are the members of one consensus cluster (etcd, ZooKeeper) rather
+    /// than independent Redis nodes.
     pub fn consensus(self) -> bool {
-        matches!(self, Mode::Etcd | Mode::SemaphoreEtcd | Mode::ElectionEtcd)
+        matches!(
+            self,
+            Mode::Etcd | Mode::SemaphoreEtcd | Mode::ElectionEtcd | Mode::ZooKeeper
+        )
+    }
+
+    /// Whether the nodes are an etcd cluster.
+    pub fn etcd(self) -> bool {
+        self.consensus() && self != Mode::ZooKeeper
     }
 
     /// The semaphore modes' number of permits.
@@ -94,6 +121,10 @@ impl Mode {
     /// The Redis node that persists with `appendfsync always` (the target of
     /// `restart-persist`): the last of 5. etcd members always persist their raft log.
     pub fn aof_node(self) -> Option<usize> {
+        if self == Mode::Postgres {
+            // Its one server always persists (WAL, fsync on commit).
+            return Some(0);
+        }
         let n = self.nodes();
         (!self.consensus() && n >= 5).then_some(n - 1)
     }
@@ -110,14 +141,25 @@ impl Mode {
                 | Mode::Election
                 | Mode::ElectionEtcd
                 | Mode::RedlockRwlock
+                | Mode::ZooKeeper
+                | Mode::Postgres
+                | Mode::Cluster
+                | Mode::Sentinel
         )
+    }
+
+    /// Whether the one node is a group that fails over (a cluster's shard, a Sentinel group).
+    pub fn managed_redis(self) -> bool {
+        matches!(self, Mode::Cluster | Mode::Sentinel)
     }
 
     /// The TTL the mode runs with: etcd grants leases in whole seconds (at least 1 s), so its
     /// TTL is `ttl` rounded up to whole seconds; the nemesis then sizes its pauses on the
     /// lease actually granted.
     pub fn ttl(self, ttl: Duration) -> Duration {
-        if self.consensus() {
+        // ZooKeeper grants sessions of at least two ticks (1 s in the test kit), and a
+        // PostgreSQL request gets at least 1 s: whole seconds for them too.
+        if self.consensus() || self == Mode::Postgres {
             let secs = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
             Duration::from_secs(secs.max(1))
         } else {
@@ -138,7 +180,51 @@ impl Mode {
             ),
             (Mode::Run, _) => {}
             (_, K::KillSupervisor) => return Some("only the run mode has a `fencelock run` supervisor to kill"),
+            (Mode::Postgres, K::TerminateBackend) => return None,
+            (Mode::Cluster | Mode::Sentinel, K::Failover) => return None,
+            (_, K::Failover) => return Some("only a Redis Cluster or a Sentinel group fails over on command"),
+            (_, K::TerminateBackend) => return Some("only PostgreSQL has client backends to terminate"),
             _ => {}
+        }
+        if self == Mode::ZooKeeper {
+            return match kind {
+                K::RestartNopersist | K::RestartTwoNopersist | K::RestartPersist => Some(
+                    "a ZooKeeper server always persists its transaction log, and cannot come back empty under the same identity: its kill -9 and restart is `kill` / `kill-leader`",
+                ),
+                K::Flushall => Some("ZooKeeper has no FLUSHALL"),
+                K::ClockForward | K::ClockBackward => Some(
+                    "the test kit's ZooKeeper (a JVM) runs without the clock shim; sessions run on the leader's monotonic clock",
+                ),
+                _ => None,
+            };
+        }
+        if self.managed_redis() {
+            return match kind {
+                K::Kill | K::RestartNopersist | K::PauseClient | K::Failover => None,
+                K::PauseNode | K::PauseLeader => Some(
+                    "a stopped primary that comes back after its replica took over is the unsafe window docs/guide/managed-redis.md documents, not a fault the lock survives",
+                ),
+                K::Latency => Some(
+                    "the client reaches the servers at the addresses the cluster or the Sentinels give, not through the harness's proxy",
+                ),
+                _ => Some("one logical node: the fault needs independent nodes, a leader, persistence or the clock shim, which this group does not have here"),
+            };
+        }
+        if self == Mode::Postgres {
+            return match kind {
+                K::KillLeader | K::PauseLeader => Some("one PostgreSQL server: there is no leader"),
+                K::PauseNode => Some(
+                    "SIGSTOP of the postmaster leaves its backends serving: not a server's stop; the connection fault is terminate-backend",
+                ),
+                K::RestartNopersist | K::RestartTwoNopersist => Some(
+                    "PostgreSQL always persists (WAL): its kill -9 and restart while held is `restart-persist`",
+                ),
+                K::Flushall => Some("PostgreSQL has no FLUSHALL"),
+                K::ClockForward | K::ClockBackward => Some(
+                    "the test kit's PostgreSQL runs without the clock shim",
+                ),
+                _ => None,
+            };
         }
         match (self.consensus(), kind) {
             (false, K::KillLeader | K::PauseLeader) => {
@@ -188,6 +274,8 @@ impl Mode {
                 | Mode::Semaphore
                 | Mode::Election
                 | Mode::RedlockRwlock
+                | Mode::Cluster
+                | Mode::Sentinel
         )
     }
 
@@ -206,6 +294,10 @@ impl Mode {
             Mode::Election => "election",
             Mode::ElectionEtcd => "election-etcd",
             Mode::RedlockRwlock => "redlock-rwlock",
+            Mode::ZooKeeper => "zookeeper",
+            Mode::Postgres => "postgres",
+            Mode::Cluster => "cluster",
+            Mode::Sentinel => "sentinel",
         }
     }
 }
@@ -267,11 +359,17 @@ pub enum FaultKind {
     /// that a quorum keeps its fence counter, and in `redlock-default` too (see
     /// [`Mode::flushes_a_minority`]); otherwise up to every node the holder holds.
     Flushall,
+    /// PostgreSQL only: `pg_terminate_backend` of every client connection, the holder's among
+    /// them (the clients reconnect).
+    TerminateBackend,
+    /// Cluster and Sentinel modes: a failover on command (`CLUSTER FAILOVER` on the tag's
+    /// primary's replica, `SENTINEL FAILOVER`), the old primary running on as a replica.
+    Failover,
 }
 
 impl FaultKind {
     /// Every fault kind: the full mix.
-    pub const ALL: [FaultKind; 13] = [
+    pub const ALL: [FaultKind; 15] = [
         FaultKind::Kill,
         FaultKind::KillLeader,
         FaultKind::RestartNopersist,
@@ -285,6 +383,8 @@ impl FaultKind {
         FaultKind::KillSupervisor,
         FaultKind::RestartTwoNopersist,
         FaultKind::Flushall,
+        FaultKind::TerminateBackend,
+        FaultKind::Failover,
     ];
 
     /// The name used on the command line.
@@ -303,6 +403,8 @@ impl FaultKind {
             FaultKind::KillSupervisor => "kill-supervisor",
             FaultKind::RestartTwoNopersist => "restart-two-nopersist",
             FaultKind::Flushall => "flushall",
+            FaultKind::TerminateBackend => "terminate-backend",
+            FaultKind::Failover => "failover",
         }
     }
 }

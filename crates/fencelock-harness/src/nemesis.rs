@@ -149,6 +149,10 @@ pub enum Episode {
         /// How long.
         lasts: Duration,
     },
+    /// PostgreSQL: `pg_terminate_backend` of every client connection.
+    TerminateBackends,
+    /// Cluster and Sentinel: a failover on command.
+    Failover,
 }
 
 impl Episode {
@@ -169,6 +173,8 @@ impl Episode {
             Episode::KillSupervisor { .. } => FaultKind::KillSupervisor,
             Episode::RestartTwo { .. } => FaultKind::RestartTwoNopersist,
             Episode::Flush { .. } => FaultKind::Flushall,
+            Episode::TerminateBackends => FaultKind::TerminateBackend,
+            Episode::Failover => FaultKind::Failover,
         }
     }
 }
@@ -327,6 +333,8 @@ impl Plan {
             FaultKind::Latency => self.latency(),
             FaultKind::RestartTwoNopersist => self.restart_two(holder),
             FaultKind::Flushall => self.flush(holder),
+            FaultKind::TerminateBackend => Episode::TerminateBackends,
+            FaultKind::Failover => Episode::Failover,
         }
     }
 
@@ -634,6 +642,18 @@ impl Nemesis {
                 client,
             } => self.restart_two_while_held(cut, victims, *gap, *client),
             Episode::Flush { cut, nodes, client } => self.flush_while_held(cut, nodes, *client),
+            Episode::Failover => match self.nodes.failover() {
+                Ok(how) => (vec![0], vec![], how),
+                Err(e) => (vec![0], vec![], format!("failover failed: {e}")),
+            },
+            Episode::TerminateBackends => match self.nodes.terminate_backends() {
+                Ok(n) => (
+                    vec![0],
+                    vec![],
+                    format!("pg_terminate_backend of {n} client connection(s)"),
+                ),
+                Err(e) => (vec![0], vec![], format!("pg_terminate_backend failed: {e}")),
+            },
         };
         FaultEvent {
             kind: episode.kind(),
@@ -1122,6 +1142,9 @@ mod tests {
                     panic!("a member episode on Redis nodes: {ep:?}")
                 }
                 Episode::KillSupervisor { .. } => panic!("a supervisor kill outside run: {ep:?}"),
+                Episode::TerminateBackends | Episode::Failover => {
+                    panic!("a PostgreSQL or managed Redis fault on Redis: {ep:?}")
+                }
             }
         }
         let applicable = FaultKind::ALL
@@ -1131,8 +1154,8 @@ mod tests {
         assert_eq!(seen.len(), applicable);
         assert_eq!(
             applicable,
-            FaultKind::ALL.len() - 3,
-            "all but the leader faults and the supervisor kill"
+            FaultKind::ALL.len() - 5,
+            "all but the leader faults, the supervisor kill, the backends' termination and the failover"
         );
     }
 

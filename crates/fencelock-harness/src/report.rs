@@ -366,6 +366,8 @@ fn fault_color(kind: FaultKind) -> &'static str {
         FaultKind::KillSupervisor => "#000000",
         FaultKind::RestartTwoNopersist => "#8b0000",
         FaultKind::Flushall => "#ff1493",
+        FaultKind::TerminateBackend => "#9467bd",
+        FaultKind::Failover => "#2ca02c",
     }
 }
 

@@ -446,8 +446,14 @@ pub fn run_mode(mode: Mode, opts: &RunOptions) -> io::Result<ModeRun> {
     }
     let epoch = mono::now_ns();
     let started = Instant::now();
-    let (mut children, _client_clocks) =
-        spawn_clients(opts, mode, &ttls, &rig.urls, &files, epoch)?;
+    let (mut children, _client_clocks) = spawn_clients(
+        opts,
+        mode,
+        &ttls,
+        &rig.nodes.client_nodes(&rig.urls),
+        &files,
+        epoch,
+    )?;
     let nemesis = NemesisThread::start(mode, opts, &rig, &children, &files.control, &ttls, epoch);
     let outcome = watch_workload(mode, opts, &files, &mut children, &nemesis.faults, started);
     let elapsed = started.elapsed();
@@ -562,7 +568,7 @@ fn spawn_clients(
     opts: &RunOptions,
     mode: Mode,
     ttls: &Ttls,
-    urls: &[String],
+    nodes: &str,
     files: &ModeFiles,
     epoch: u64,
 ) -> io::Result<(Vec<Child>, Vec<ClockOffset>)> {
@@ -583,7 +589,7 @@ fn spawn_clients(
             mode,
             ttls.each[id as usize],
             id,
-            &urls.join(","),
+            nodes,
             &files.db,
             &files.dir,
             epoch,

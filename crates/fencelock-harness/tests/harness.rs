@@ -142,6 +142,76 @@ fn etcd_revision_tokens_keep_the_fenced_record_safe() {
     assert!(!skipped.contains_key("kill-leader"), "{e:#}");
 }
 
+/// ZooKeeper (a 3-server ensemble: its leader or a follower killed or stopped) and PostgreSQL
+/// (kill -9 and restart, also while a client holds the lock; `pg_terminate_backend` of every
+/// client connection), each under client pauses and latency too: the fenced record, fed `czxid`
+/// and sequence tokens, accepts no stale write, tokens follow the grants (issue 32). The two
+/// modes run one after the other, a few seconds each.
+#[test]
+fn zookeeper_and_postgres_tokens_keep_the_fenced_record_safe() {
+    let zk = &run(
+        "zookeeper",
+        "kill,kill-leader,pause-node,pause-leader,pause-client,latency,terminate-backend",
+        "8s",
+    )[0];
+    // The first round deals a client pause and a restart first, then the rest: in 12 s the
+    // connection fault comes up too.
+    let pg = &run(
+        "postgres",
+        "pause-client,restart-persist,terminate-backend,kill,pause-node",
+        "12s",
+    )[0];
+    for m in [zk, pg] {
+        assert_fenced_data_safe(m);
+        assert_eq!(n(m, "ttl_ms"), 1000, "whole seconds: {m:#}");
+        assert!(
+            m["faults"]["pause-client"].as_i64().unwrap_or(0) >= 1,
+            "{m:#}"
+        );
+    }
+    assert!(
+        zk["skipped_faults"]
+            .as_object()
+            .unwrap()
+            .contains_key("terminate-backend"),
+        "{zk:#}"
+    );
+    assert!(
+        pg["skipped_faults"]
+            .as_object()
+            .unwrap()
+            .contains_key("pause-node"),
+        "{pg:#}"
+    );
+    assert!(
+        pg["faults"]["terminate-backend"].as_i64().unwrap_or(0) >= 1,
+        "{pg:#}"
+    );
+    assert!(
+        pg["faults"]["restart-persist"].as_i64().unwrap_or(0) >= 1,
+        "{pg:#}"
+    );
+}
+
+/// A Redis Cluster and a Sentinel group, each one node (issue 31), fencing and restart
+/// quarantine on: the primary holding the lock keys killed (restarted empty), killed and
+/// restarted at once while a client holds the lock, failed over on command (`CLUSTER FAILOVER`,
+/// `SENTINEL FAILOVER`), and client pauses. The fenced record accepts no stale write and
+/// tokens follow the grants.
+#[test]
+fn cluster_and_sentinel_failovers_keep_the_fenced_record_safe() {
+    let runs = run_with(
+        "cluster,sentinel",
+        "pause-client,restart-nopersist,failover,kill",
+        "15s",
+        &["--ttl", "1s"],
+    );
+    for m in &runs {
+        assert_fenced_data_safe(m);
+        assert!(m["faults"]["failover"].as_i64().unwrap_or(0) >= 1, "{m:#}");
+    }
+}
+
 /// A job with a 2 s TTL and application clients with 500 ms on one node set, restart quarantine
 /// on (the library's default), nodes restarted without persistence while the job holds the lock:
 /// no client is granted the lock inside another's validity unless a clock jump explains it. The

@@ -283,3 +283,75 @@ pub async fn cluster_slot_owner(
         .map_err(|e| crate::NodeError::from_driver_error(&e))?;
     Ok((key_slot(&tag), host, port))
 }
+
+/// The servers (`host:port` each, IPv6 in brackets) and the chroot (empty, or `/a/b`) of a
+/// `zk://` URL; `None` for another URL. For tools that read the ensemble directly (`fencelock
+/// inspect`, `doctor`).
+pub fn zk_ensemble(addr: &crate::NodeAddr) -> Option<(Vec<String>, String)> {
+    let ensemble = addr.zookeeper()?;
+    let servers = ensemble
+        .servers
+        .iter()
+        .map(|(host, port)| {
+            if host.contains(':') {
+                format!("[{host}]:{port}")
+            } else {
+                format!("{host}:{port}")
+            }
+        })
+        .collect();
+    Some((servers, ensemble.chroot.clone()))
+}
+
+/// The ZooKeeper node under which the waiters of `resource` line up:
+/// `<chroot>/fencelock/locks/<resource as one path segment>`. Each waiter's node in it is named
+/// `<owner value>-lock-<sequence>`; the lowest sequence holds the lock, and its `czxid` is the
+/// fencing token.
+#[cfg(feature = "zookeeper")]
+pub fn zk_lock_dir(chroot: &str, resource: &str) -> String {
+    crate::zk::line::lock_dir(chroot, resource)
+}
+
+/// The sequence number of a waiter's node name on ZooKeeper (`...-lock-0000000042`), `None`
+/// for a name that is not a waiter's.
+#[cfg(feature = "zookeeper")]
+pub fn zk_sequence(name: &str) -> Option<i64> {
+    crate::zk::line::sequence(name)
+}
+
+/// Whether a waiter's node on ZooKeeper is a read lock's (`<owner>-read-lock-<sequence>`):
+/// readers ahead of the first writer's node hold together.
+#[cfg(feature = "zookeeper")]
+pub fn zk_is_reader(name: &str) -> bool {
+    crate::zk::line::is_reader(name)
+}
+
+/// The PostgreSQL backend's lease table: `fencelock_locks (resource text primary key, owner
+/// text, token bigint, expires_at timestamptz)`, one row per held resource, each expiry by the
+/// database's clock.
+pub const PG_LOCK_TABLE: &str = "fencelock_locks";
+
+/// The PostgreSQL backend's sequence of fencing tokens.
+pub const PG_TOKEN_SEQUENCE: &str = "fencelock_tokens";
+
+/// The `host` and `port` of the primary that a `redis+sentinel://` URL's Sentinels name now,
+/// asked as a client's connection asks: for tools that talk to the primary directly
+/// (`fencelock inspect`, `doctor`).
+///
+/// # Errors
+///
+/// [`crate::NodeError`] saying why: `addr` is not a Sentinel URL, no Sentinel answered within
+/// `timeout`, or none knows the primary's name.
+pub async fn sentinel_primary(
+    addr: &crate::NodeAddr,
+    timeout: std::time::Duration,
+) -> Result<(String, u16), crate::NodeError> {
+    let Some(group) = addr.sentinel() else {
+        return Err(crate::NodeError::from(format!(
+            "{addr} is not a redis+sentinel:// URL"
+        )));
+    };
+    crate::redis::sentinel::primary(group, timeout)
+        .await
+        .map_err(|e| crate::NodeError::from_driver_error(&e))
+}

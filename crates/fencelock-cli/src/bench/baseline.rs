@@ -1,6 +1,8 @@
 //! The baseline of a run, by backend: the hand-written redis-rs fan-out ([`Raw`]) for Redis
-//! nodes, the hand-written etcd-client mutex ([`RawEtcd`]) for an etcd cluster. Also what every
-//! workload needs of the nodes besides the lock: a round trip, and the `contended` counter.
+//! nodes, the hand-written etcd-client mutex ([`RawEtcd`]) for an etcd cluster, an ephemeral
+//! node per key ([`RawZk`]) on a ZooKeeper ensemble, the lease statements sent by hand
+//! ([`RawPg`]) on PostgreSQL. Also what every workload needs of the nodes besides the lock: a
+//! round trip, and the `contended` counter.
 
 use std::time::Duration;
 
@@ -9,12 +11,50 @@ use redis::aio::MultiplexedConnection;
 
 use super::raw::Raw;
 use super::raw_etcd::RawEtcd;
+use super::raw_pg::RawPg;
+use super::raw_zk::RawZk;
 
 /// The baseline client of one run.
 #[derive(Debug, Clone)]
 pub(crate) enum Baseline {
     Redis(Raw),
     Etcd(Box<RawEtcd>),
+    ZooKeeper(Box<RawZk>),
+    Postgres(Box<RawPg>),
+}
+
+/// Which backend a node list names (the first URL decides, as in the library).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Redis,
+    Etcd,
+    ZooKeeper,
+    Postgres,
+}
+
+impl Kind {
+    pub(crate) fn of(urls: &[String]) -> Kind {
+        let scheme = urls
+            .first()
+            .and_then(|u| fencelock::NodeAddr::parse(u).ok())
+            .map(|a| a.scheme());
+        match scheme {
+            Some(s) if s.is_zookeeper() => Kind::ZooKeeper,
+            Some(s) if s.is_postgres() => Kind::Postgres,
+            _ if is_etcd(urls) => Kind::Etcd,
+            _ => Kind::Redis,
+        }
+    }
+
+    /// How the run announces it.
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Kind::Redis => "",
+            Kind::Etcd => " (etcd)",
+            Kind::ZooKeeper => " (ZooKeeper)",
+            Kind::Postgres => " (PostgreSQL)",
+        }
+    }
 }
 
 impl Baseline {
@@ -24,11 +64,12 @@ impl Baseline {
     ///
     /// When a node cannot be reached, or the URLs mix backends.
     pub(crate) async fn connect(urls: &[String], ttl: Duration) -> anyhow::Result<Baseline> {
-        if is_etcd(urls) {
-            Ok(Baseline::Etcd(Box::new(RawEtcd::connect(urls, ttl).await?)))
-        } else {
-            Ok(Baseline::Redis(Raw::connect(urls, ttl).await?))
-        }
+        Ok(match Kind::of(urls) {
+            Kind::Etcd => Baseline::Etcd(Box::new(RawEtcd::connect(urls, ttl).await?)),
+            Kind::ZooKeeper => Baseline::ZooKeeper(Box::new(RawZk::connect(urls, ttl).await?)),
+            Kind::Postgres => Baseline::Postgres(Box::new(RawPg::connect(urls, ttl, true).await?)),
+            Kind::Redis => Baseline::Redis(Raw::connect_through_clusters(urls, ttl).await?),
+        })
     }
 
     /// A client of its own for a contended worker (each runs on a runtime of its own); on
@@ -38,9 +79,15 @@ impl Baseline {
     ///
     /// As [`Baseline::connect`].
     pub(crate) async fn for_worker(urls: &[String], ttl: Duration) -> anyhow::Result<Baseline> {
-        Ok(match Self::connect(urls, ttl).await? {
-            Baseline::Etcd(e) => Baseline::Etcd(Box::new(e.with_session().await?)),
-            redis => redis,
+        Ok(match Kind::of(urls) {
+            Kind::Etcd => Baseline::Etcd(Box::new(
+                RawEtcd::connect(urls, ttl).await?.with_session().await?,
+            )),
+            // A session of its own, as every ZooKeeper client process has.
+            Kind::ZooKeeper => Baseline::ZooKeeper(Box::new(RawZk::connect(urls, ttl).await?)),
+            // The run's first connection made the table.
+            Kind::Postgres => Baseline::Postgres(Box::new(RawPg::connect(urls, ttl, false).await?)),
+            Kind::Redis => Baseline::Redis(Raw::connect_through_clusters(urls, ttl).await?),
         })
     }
 
@@ -49,6 +96,8 @@ impl Baseline {
         match self {
             Baseline::Redis(r) => r.acquire(key, token).await,
             Baseline::Etcd(e) => e.acquire(key, token).await,
+            Baseline::ZooKeeper(z) => z.acquire(key, token).await,
+            Baseline::Postgres(p) => p.acquire(key, token).await,
         }
     }
 
@@ -57,6 +106,8 @@ impl Baseline {
         match self {
             Baseline::Redis(r) => r.release(key, token).await > 0,
             Baseline::Etcd(e) => e.release(key).await,
+            Baseline::ZooKeeper(z) => z.release(key).await,
+            Baseline::Postgres(p) => p.release(key, token).await,
         }
     }
 
@@ -65,6 +116,8 @@ impl Baseline {
         match self {
             Baseline::Redis(r) => r.ping_all().await,
             Baseline::Etcd(e) => e.ping().await,
+            Baseline::ZooKeeper(z) => z.ping().await,
+            Baseline::Postgres(p) => p.ping().await,
         }
     }
 
@@ -93,6 +146,22 @@ impl Baseline {
                 e.delete(key).await;
                 Ok(value)
             }
+            Baseline::ZooKeeper(z) => {
+                let value = z
+                    .read_counter(key)
+                    .await
+                    .context("reading the contended counter")?;
+                z.delete(key).await;
+                Ok(value)
+            }
+            Baseline::Postgres(p) => {
+                let value = p
+                    .read_counter(key)
+                    .await
+                    .context("reading the contended counter")?;
+                p.delete(key).await;
+                Ok(value)
+            }
         }
     }
 }
@@ -106,6 +175,8 @@ pub(crate) fn is_etcd(urls: &[String]) -> bool {
 pub(crate) enum Counter {
     Redis(MultiplexedConnection),
     Etcd(Box<RawEtcd>),
+    ZooKeeper(Box<RawZk>),
+    Postgres(Box<RawPg>),
 }
 
 impl Counter {
@@ -116,8 +187,19 @@ impl Counter {
     ///
     /// When it cannot connect.
     pub(crate) async fn connect(urls: &[String], ttl: Duration) -> anyhow::Result<Counter> {
-        if is_etcd(urls) {
-            return Ok(Counter::Etcd(Box::new(RawEtcd::connect(urls, ttl).await?)));
+        match Kind::of(urls) {
+            Kind::Etcd => return Ok(Counter::Etcd(Box::new(RawEtcd::connect(urls, ttl).await?))),
+            Kind::ZooKeeper => {
+                return Ok(Counter::ZooKeeper(Box::new(
+                    RawZk::connect(urls, ttl).await?,
+                )))
+            }
+            Kind::Postgres => {
+                return Ok(Counter::Postgres(Box::new(
+                    RawPg::connect(urls, ttl, false).await?,
+                )))
+            }
+            Kind::Redis => {}
         }
         let first = urls.first().context("no nodes")?;
         Ok(Counter::Redis(
@@ -146,6 +228,18 @@ impl Counter {
             Counter::Etcd(e) => async {
                 let value = e.read_counter(key).await?;
                 e.write_counter(key, value + 1).await
+            }
+            .await
+            .is_ok(),
+            Counter::ZooKeeper(z) => async {
+                let value = z.read_counter(key).await?;
+                z.write_counter(key, value + 1).await
+            }
+            .await
+            .is_ok(),
+            Counter::Postgres(p) => async {
+                let value = p.read_counter(key).await?;
+                p.write_counter(key, value + 1).await
             }
             .await
             .is_ok(),

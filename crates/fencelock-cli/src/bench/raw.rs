@@ -23,6 +23,9 @@ pub(crate) struct Raw {
     ttl_ms: u64,
     release_sha: String,
     extend_sha: String,
+    /// Put before every key: a cluster's hash tag (`{fencelock}`), so that the keys live on the
+    /// shard whose primary the baseline talks to; empty on plain nodes.
+    prefix: String,
 }
 
 impl std::fmt::Debug for Raw {
@@ -71,7 +74,54 @@ impl Raw {
             ttl_ms: u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1),
             release_sha,
             extend_sha,
+            prefix: String::new(),
         })
+    }
+
+    /// Connects as [`Raw::connect`], a `redis+cluster://` URL replaced by the primary that owns
+    /// its tag's slot now (a plain node, as the baseline treats it), every key then carrying
+    /// the tag: the cluster's figures beside the single node that serves them.
+    ///
+    /// # Errors
+    ///
+    /// As [`Raw::connect`], or when no seed of a cluster names the slot's owner.
+    pub(crate) async fn connect_through_clusters(
+        urls: &[String],
+        ttl: Duration,
+    ) -> anyhow::Result<Raw> {
+        let mut plain = Vec::with_capacity(urls.len());
+        let mut tag = None;
+        for (i, url) in urls.iter().enumerate() {
+            let parsed = fencelock::NodeAddr::parse(url).ok();
+            let Some(addr) = parsed.filter(|a| a.scheme() == fencelock::Scheme::RedisCluster)
+            else {
+                plain.push(url.clone());
+                continue;
+            };
+            let (_, host, port) =
+                fencelock::protocol::cluster_slot_owner(&addr, Duration::from_secs(5))
+                    .await
+                    .map_err(|e| {
+                        anyhow::anyhow!(
+                            "raw baseline: node {} ({addr}): no owner of its tag's slot: {e}",
+                            i + 1
+                        )
+                    })?;
+            let host = if host.contains(':') {
+                format!("[{host}]")
+            } else {
+                host
+            };
+            plain.push(format!("redis://{host}:{port}/0"));
+            tag = tag.or(addr.hash_tag());
+        }
+        let mut raw = Raw::connect(&plain, ttl).await?;
+        raw.prefix = tag.unwrap_or_default();
+        Ok(raw)
+    }
+
+    fn key(&self, key: &str) -> String {
+        format!("{}{key}", self.prefix)
     }
 
     /// A random owner value (fastrand, not the OS RNG: the baseline does the least it can).
@@ -81,7 +131,8 @@ impl Raw {
 
     /// SET NX PX on every node, waiting for all; true when a majority granted. On failure
     /// releases whatever was granted.
-    pub(crate) async fn acquire(&self, key: &str, token: &str) -> bool {
+    pub(crate) async fn acquire(&self, name: &str, token: &str) -> bool {
+        let key = &self.key(name);
         let sets = self.conns.iter().map(|c| {
             let mut c = c.clone();
             async move {
@@ -101,13 +152,14 @@ impl Raw {
             return true;
         }
         if granted > 0 {
-            self.release(key, token).await;
+            self.release(name, token).await;
         }
         false
     }
 
     /// Compare-and-delete on every node, waiting for all; returns how many deleted.
     pub(crate) async fn release(&self, key: &str, token: &str) -> usize {
+        let key = &self.key(key);
         let dels = self.conns.iter().map(|c| {
             let mut c = c.clone();
             async move {
@@ -132,7 +184,7 @@ impl Raw {
             pipe.cmd("EVALSHA")
                 .arg(&self.extend_sha)
                 .arg(1)
-                .arg(key)
+                .arg(self.key(key))
                 .arg(token)
                 .arg(self.ttl_ms);
         }

@@ -17,7 +17,7 @@ pub(crate) async fn campaign(
     value: &str,
     mode: WaitMode,
 ) -> Result<Lock, Failure> {
-    let usage = |e: fencelock::Error| Failure::usage(format!("election {name:?}: {e}"));
+    let usage = |e: fencelock::Error| super::refused(settings, &format!("election {name:?}"), &e);
     let started = Instant::now();
     let policy = match mode {
         WaitMode::NoWait => RetryPolicy::once(),

@@ -79,6 +79,35 @@ pub(crate) fn waited(mode: WaitMode, started: Instant) -> String {
     }
 }
 
+/// The library's refusal of a primitive (`what`, as the command line asks for it: "an
+/// election", "--permits 4") on `settings`' nodes, naming them and what to use instead: a
+/// backend that does not offer it yet (ZooKeeper, PostgreSQL) says so before any I/O.
+pub(crate) fn refused(settings: &Settings, what: &str, err: &fencelock::Error) -> Failure {
+    if err.kind() != ErrorKind::InvalidConfig {
+        return Failure::usage(format!("{what}: {err}"));
+    }
+    let named: Vec<String> = settings
+        .nodes
+        .iter()
+        .map(|url| {
+            fencelock::NodeAddr::parse(url).map_or_else(
+                |_| "a node URL that does not parse".to_string(),
+                |a| format!("{} ({})", a.redacted(), a.scheme().backend()),
+            )
+        })
+        .collect();
+    let message = err.to_string();
+    let unoffered = message.contains("not supported");
+    Failure::usage(if unoffered {
+        format!(
+            "{what} on {}: {message}. `fencelock run RESOURCE -- COMMAND` (one holder at a time, with a fencing token) works on these nodes",
+            named.join(", ")
+        )
+    } else {
+        format!("{what}: {message}")
+    })
+}
+
 /// The failure for a lock error, with the explanation of a key of the wrong type when that is
 /// why the lock looked taken.
 pub(crate) async fn lock_failure(

@@ -20,7 +20,7 @@ pub(crate) async fn wait_for_permit(
 ) -> Result<Lock, Failure> {
     let sem = client
         .semaphore(resource, permits)
-        .map_err(|e| Failure::usage(format!("--permits {permits}: {e}")))?;
+        .map_err(|e| super::refused(settings, &format!("--permits {permits}"), &e))?;
     let started = Instant::now();
     let result = match mode {
         WaitMode::NoWait => sem.try_acquire().await,

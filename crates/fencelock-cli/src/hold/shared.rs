@@ -24,7 +24,7 @@ pub(crate) async fn wait_for_read_lock(
 ) -> Result<Lock, Failure> {
     let rw = client
         .rwlock(resource)
-        .map_err(|e| Failure::usage(e.to_string()))?;
+        .map_err(|e| super::refused(settings, "--shared", &e))?;
     let started = Instant::now();
     if mode != WaitMode::NoWait {
         // A key that is no lock never frees (as for the exclusive lock, `exclusive.rs`): one
@@ -81,9 +81,11 @@ pub(crate) async fn record_for_readers(
     resource: &str,
     lock: Lock,
 ) -> Result<Lock, Failure> {
-    let rw = client
-        .rwlock(resource)
-        .map_err(|e| Failure::usage(e.to_string()))?;
+    // A backend without read-write locks (ZooKeeper and PostgreSQL so far) has no shared
+    // holders to tell; the resource name itself was checked when the lock was taken.
+    let Ok(rw) = client.rwlock(resource) else {
+        return Ok(lock);
+    };
     match rw.record_write(&lock).await {
         Ok(()) => Ok(lock),
         Err(err) => {

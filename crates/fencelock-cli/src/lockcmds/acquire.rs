@@ -59,6 +59,15 @@ pub(crate) async fn acquire(
             .map(|t| format!(", fencing token {t}"))
             .unwrap_or_default();
         let quoted = crate::shell::quote(resource);
+        if crate::probe::Backend::of(settings) == crate::probe::Backend::ZooKeeper {
+            // The session, not a TTL on a key, keeps the node: nothing but the session renews it.
+            eprintln!(
+                "fencelock: acquired {resource:?}{fencing}; ZooKeeper keeps it for the session timeout ({}) after this process exits, and no later command can extend it; release it sooner with `fencelock release {quoted} --owner OWNER`, or use `fencelock run` for longer work",
+                human(settings.ttl),
+            );
+            std::mem::forget(lock);
+            return Ok(exit::OK);
+        }
         eprintln!(
             "fencelock: acquired {resource:?} ({} of {} nodes agreed){fencing}, valid for {}; extend it by its TTL ({}) with `fencelock extend {quoted} --owner OWNER` before then, release it with `fencelock release {quoted} --owner OWNER`",
             lock.votes().granted(),

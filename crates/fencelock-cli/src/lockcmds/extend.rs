@@ -67,6 +67,13 @@ pub(crate) async fn extend(
     ttl_given: bool,
     json: bool,
 ) -> anyhow::Result<u8> {
+    if crate::probe::Backend::of(settings) == crate::probe::Backend::ZooKeeper {
+        return Err(Failure::usage(format!(
+            "cannot extend {resource:?} on ZooKeeper: a lock there lives as long as the session that took it, and only that process keeps it alive; `acquire`'s lock lasts the session timeout (the TTL it was taken with) after `acquire` exited, and `release` ends it sooner. For work longer than that, wrap it: `fencelock run {} -- COMMAND`",
+            crate::shell::quote(resource)
+        ))
+        .into());
+    }
     let handed = super::owner::parse(given);
     let mut settings = settings.clone();
     match handed.ttl {

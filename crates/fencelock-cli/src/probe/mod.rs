@@ -13,7 +13,9 @@ use crate::exit;
 use crate::settings::Settings;
 
 pub(crate) mod etcd;
+pub(crate) mod pg;
 pub(crate) mod redis;
+pub(crate) mod zk;
 
 /// Which backend's nodes a node set names: the one interface `inspect` and `doctor` read nodes
 /// through. A new backend (a cluster, Sentinel, ZooKeeper, PostgreSQL) is a variant and a file.
@@ -21,15 +23,24 @@ pub(crate) mod redis;
 pub(crate) enum Backend {
     Redis,
     Etcd,
+    ZooKeeper,
+    Postgres,
 }
 
 impl Backend {
     /// The backend of the settings' node list (the first URL decides, as in the library).
     pub(crate) fn of(settings: &Settings) -> Backend {
-        if etcd::is_etcd(settings) {
-            Backend::Etcd
-        } else {
-            Backend::Redis
+        let scheme = settings
+            .nodes
+            .first()
+            .and_then(|url| fencelock::NodeAddr::parse(url).ok())
+            .map(|addr| addr.scheme());
+        match scheme {
+            Some(s) if s.is_zookeeper() => Backend::ZooKeeper,
+            Some(s) if s.is_postgres() => Backend::Postgres,
+            _ if etcd::is_etcd(settings) => Backend::Etcd,
+            // A bad URL too: the Redis reader names it as the lock commands do.
+            _ => Backend::Redis,
         }
     }
 
@@ -47,6 +58,8 @@ impl Backend {
         match self {
             Backend::Redis => redis::inspect(settings, resource, json).await,
             Backend::Etcd => etcd::inspect(settings, resource, json).await,
+            Backend::ZooKeeper => zk::inspect(settings, resource, json).await,
+            Backend::Postgres => pg::inspect(settings, resource, json).await,
         }
     }
 
@@ -60,6 +73,8 @@ impl Backend {
         match self {
             Backend::Redis => redis::doctor::doctor(settings, json).await,
             Backend::Etcd => etcd::doctor(settings, json).await,
+            Backend::ZooKeeper => zk::doctor(settings, json).await,
+            Backend::Postgres => pg::doctor(settings, json).await,
         }
     }
 }

@@ -40,7 +40,7 @@ pub(crate) mod rwlock;
 #[cfg(test)]
 mod script_checks;
 pub(crate) mod scripts;
-mod sentinel;
+pub(crate) mod sentinel;
 mod tagged;
 mod tls;
 mod undo;

@@ -69,7 +69,7 @@
 //! No TLS, no authentication, no metrics of waits.
 
 mod election;
-mod line;
+pub(crate) mod line;
 mod semaphore;
 pub(crate) mod timing;
 

@@ -51,6 +51,8 @@ pub(crate) struct NodeFacts {
     /// For a `redis+cluster://` node: the tag, its slot and the primary that owns it (the facts
     /// above are that primary's, `CLUSTER INFO` merged into `info`).
     pub(crate) cluster: Option<ClusterFacts>,
+    /// A `redis+sentinel://` node: the facts above are the primary's the Sentinels named.
+    pub(crate) sentinel: bool,
 }
 
 /// Where a cluster node's keys live.
@@ -221,13 +223,14 @@ fn node_checks(f: &NodeFacts, limits: Limits, checks: &mut Vec<Check>) {
     checks.extend(write_check(f));
     checks.extend(memory_check(f));
     match &f.cluster {
+        None if f.sentinel => checks.push(group_replication_check(f, "the Sentinels' primary")),
         None => {
             checks.push(replication_check(f));
             checks.extend(cluster_check(f));
         }
         Some(cluster) => {
             checks.push(cluster_shard_check(f, cluster));
-            checks.push(cluster_replication_check(f));
+            checks.push(group_replication_check(f, "the tag's shard"));
         }
     }
     match &f.config {
@@ -434,21 +437,22 @@ fn cluster_shard_check(f: &NodeFacts, cluster: &ClusterFacts) -> Check {
     }
 }
 
-/// A cluster shard's replicas: the failover they allow is treated as a loss of data.
-fn cluster_replication_check(f: &NodeFacts) -> Check {
+/// A cluster shard's or a Sentinel group's replicas (`what` names which): the failover they
+/// allow is treated as a loss of data.
+fn group_replication_check(f: &NodeFacts, what: &str) -> Check {
     let replicas: u64 = info(f, "connected_slaves")
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
     let (status, detail, hint) = if replicas == 0 {
         (
             Status::Warn,
-            "the tag's shard has no connected replica: if its primary fails, no lock can be taken until it is back".to_string(),
-            Some("give each shard a replica (--cluster-replicas 1)"),
+            format!("{what} has no connected replica: if it fails, no lock can be taken until it is back"),
+            Some("give it a replica to promote (--cluster-replicas 1 on a cluster)"),
         )
     } else {
         (
             Status::Pass,
-            format!("the tag's shard has {replicas} replica(s); a failover to one is treated as a loss of data (restart quarantine, amnesia guard)"),
+            format!("{what} has {replicas} replica(s); a failover to one is treated as a loss of data (restart quarantine, amnesia guard)"),
             None,
         )
     };
@@ -646,7 +650,9 @@ async fn write_probe(conn: &mut crate::node::Conn, tag: &str) -> Result<(), fenc
 /// tag's slot.
 async fn gather(node: &Node) -> NodeFacts {
     let Some(cluster) = &node.cluster else {
-        return gather_at(node, node, "").await;
+        let mut facts = gather_at(node, node, "").await;
+        facts.sentinel = node.is_sentinel();
+        return facts;
     };
     match cluster.owner(PROBE_TIMEOUT).await {
         Ok((owner, slot)) => {
@@ -695,6 +701,7 @@ fn empty_facts(node: &Node) -> NodeFacts {
             ..SetFacts::default()
         },
         cluster: None,
+        sentinel: false,
     }
 }
 
@@ -715,6 +722,7 @@ async fn gather_at(node: &Node, at: &Node, tag: &str) -> NodeFacts {
             ..SetFacts::default()
         },
         cluster: None,
+        sentinel: false,
     };
     let mut conn = match at.connect_why(PROBE_TIMEOUT).await {
         Ok(conn) => conn,
@@ -877,6 +885,7 @@ mod tests {
                 record: None,
             },
             cluster: None,
+            sentinel: false,
         }
     }
 
