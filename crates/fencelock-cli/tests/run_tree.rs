@@ -192,12 +192,24 @@ fn killing_runs_whole_job_leaves_none_of_the_commands_processes() {
 /// last extension started before it), and before another client takes the lock.
 #[test]
 fn a_stopped_supervisor_does_not_let_the_command_outlive_its_validity() {
+    let nodes = RedisNodes::start(3).unwrap();
+    stopped_supervisor(&nodes.urls());
+}
+
+/// The same on PostgreSQL: a paused holder's lease row expires by the database's clock, and the
+/// command must be gone by then.
+#[test]
+fn a_stopped_supervisor_on_postgres_does_not_let_the_command_outlive_its_validity() {
+    let pg = fencelock_testkit::Postgres::start().unwrap();
+    stopped_supervisor(&[pg.url()]);
+}
+
+fn stopped_supervisor(urls: &[String]) {
     const TTL: Duration = Duration::from_secs(4);
     // Room for the watchdog to notice and for the kernel to tear the command down on a loaded
     // machine; the unfixed code kept the command running until SIGCONT (TTL + 6 s here).
     const SLACK: Duration = Duration::from_millis(2500);
-    let nodes = RedisNodes::start(3).unwrap();
-    let urls = nodes.urls();
+    let urls = urls.to_vec();
     let home = tempfile::tempdir().unwrap();
     let pidfile = home.path().join("cmd.pid");
     let script = format!("echo $$ > {}; exec sleep 60", pidfile.display());

@@ -332,6 +332,16 @@ impl PgBackend {
         })
     }
 
+    /// Whether the client's connection is gone (closed, or never opened): the next request
+    /// opens a new one.
+    async fn connection_closed(&self) -> bool {
+        self.conn
+            .lock()
+            .await
+            .as_ref()
+            .is_none_or(|c| c.client.is_closed())
+    }
+
     /// The connection, opened (with the table created if missing and the statements prepared)
     /// if there is none or the last one failed.
     async fn conn(&self) -> std::result::Result<Arc<Conn>, VoteOutcome> {
@@ -1081,7 +1091,17 @@ impl PgBackend {
     pub(crate) async fn release(&self, held: &PgHeld) -> Result<Votes> {
         let started = Instant::now();
         let resource = held.resource.to_string();
-        match self.release_rows(held, self.request_timeout).await {
+        let mut released = self.release_rows(held, self.request_timeout).await;
+        if matches!(released, Err(VoteOutcome::Failed(_))) && self.connection_closed().await {
+            // The connection had been closed under us (a terminated backend, a restart) before
+            // the client noticed: once more on a new one. Only a live row deleted by the retry
+            // counts; anything else keeps the first answer (the first statement may have run,
+            // so "gone" would not be the truth).
+            if let Ok(Released::Live) = self.release_rows(held, self.request_timeout).await {
+                released = Ok(Released::Live);
+            }
+        }
+        match released {
             Ok(Released::Live) => Ok(self.votes(VoteOutcome::Granted, started.elapsed())),
             Ok(Released::Expired | Released::NotOurs) => Err(Error::lost(
                 resource,
