@@ -318,8 +318,20 @@ async fn a_waiter_is_woken_after_its_connections_are_terminated_and_after_a_serv
     .await
     .unwrap();
     assert_eq!(in_line(&pg, "restart"), 1);
-    // Time for the waiter to find the server back (it retries within its policy's delays).
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // The waiter finds the server back (it retries within its policy's delays) and listens
+    // again: wait for its LISTEN, however long a loaded machine takes, then release.
+    let started = Instant::now();
+    while pg
+        .psql(
+            "SELECT count(*) FROM pg_stat_activity \
+             WHERE backend_type = 'client backend' AND query LIKE 'LISTEN%'",
+        )
+        .unwrap()
+        != "1"
+    {
+        assert!(started.elapsed() < LONG, "the waiter never listened again");
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
     let released = Instant::now();
     lock.release().await.unwrap();
     let lock = tokio::time::timeout(LONG, waiter)

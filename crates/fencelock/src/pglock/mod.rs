@@ -332,16 +332,6 @@ impl PgBackend {
         })
     }
 
-    /// Whether the client's connection is gone (closed, or never opened): the next request
-    /// opens a new one.
-    async fn connection_closed(&self) -> bool {
-        self.conn
-            .lock()
-            .await
-            .as_ref()
-            .is_none_or(|c| c.client.is_closed())
-    }
-
     /// The connection, opened (with the table created if missing and the statements prepared)
     /// if there is none or the last one failed.
     async fn conn(&self) -> std::result::Result<Arc<Conn>, VoteOutcome> {
@@ -422,7 +412,12 @@ impl PgBackend {
         match tokio::time::timeout(limit, conn.client.query(conn.statement(which), params)).await {
             Ok(Ok(rows)) => Ok(rows),
             Ok(Err(e)) => {
-                if conn.client.is_closed() {
+                // A FATAL answer (a terminated backend, a shutdown) ends the session: the
+                // client may not have seen its connection close yet.
+                let fatal = e
+                    .as_db_error()
+                    .is_some_and(|d| matches!(d.severity(), "FATAL" | "PANIC"));
+                if fatal || conn.client.is_closed() {
                     self.forget(&conn).await;
                 }
                 Err(VoteOutcome::Failed(node_error(&e)))
@@ -1092,11 +1087,11 @@ impl PgBackend {
         let started = Instant::now();
         let resource = held.resource.to_string();
         let mut released = self.release_rows(held, self.request_timeout).await;
-        if matches!(released, Err(VoteOutcome::Failed(_))) && self.connection_closed().await {
-            // The connection had been closed under us (a terminated backend, a restart) before
-            // the client noticed: once more on a new one. Only a live row deleted by the retry
-            // counts; anything else keeps the first answer (the first statement may have run,
-            // so "gone" would not be the truth).
+        if matches!(released, Err(VoteOutcome::Failed(_))) {
+            // The statement failed (a backend terminated under it, a connection closed before
+            // the client noticed): once more, on a new connection if the old one is gone. Only
+            // a live row deleted by the retry counts; anything else keeps the first answer (the
+            // first statement may have run, so "gone" would not be the truth).
             if let Ok(Released::Live) = self.release_rows(held, self.request_timeout).await {
                 released = Ok(Released::Live);
             }
