@@ -196,6 +196,16 @@ impl World {
         n.kill.notify_waiters();
     }
 
+    /// Partitions node `i` (`on`: requests hang, connects time out) or heals it, as a fault.
+    pub fn hang(&self, i: usize, on: bool) {
+        self.trouble(i);
+        self.nodes[i].borrow_mut().partitioned = on;
+        self.log(format!(
+            "fault: node {i} {}",
+            if on { "hangs" } else { "answers again" }
+        ));
+    }
+
     /// Sets `key` on node `i` for `ms` as another program would (`SET key stranger NX PX ms`).
     pub fn stranger(&self, i: usize, key: &str, ms: u64) {
         let now = self.node_now(i);

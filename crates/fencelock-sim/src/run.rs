@@ -1067,24 +1067,8 @@ async fn take(
     s: &Setup,
     resource: &str,
 ) -> Option<(usize, fencelock::Lock)> {
-    let started = world.elapsed_ms();
-    match client.try_acquire(resource).await {
-        Ok(lock) => {
-            let g = record(
-                world,
-                history,
-                s,
-                Kind::Mutex,
-                resource,
-                (
-                    lock.fencing_token().map(|t| t.value()),
-                    lock.validity_deadline(),
-                ),
-                started,
-                held_by(&lock),
-            );
-            Some((g, lock))
-        }
+    match take_or_error(world, history, client, s, resource).await {
+        Ok(taken) => Some(taken),
         Err(e) => {
             if world.verbose {
                 world.log(format!("client {}: {resource} refused: {e}", s.c));
@@ -1092,6 +1076,32 @@ async fn take(
             None
         }
     }
+}
+
+/// As [`take`], with the error of a refusal.
+async fn take_or_error(
+    world: &World,
+    history: &RefCell<History>,
+    client: &Client,
+    s: &Setup,
+    resource: &str,
+) -> fencelock::Result<(usize, fencelock::Lock)> {
+    let started = world.elapsed_ms();
+    let lock = client.try_acquire(resource).await?;
+    let g = record(
+        world,
+        history,
+        s,
+        Kind::Mutex,
+        resource,
+        (
+            lock.fencing_token().map(|t| t.value()),
+            lock.validity_deadline(),
+        ),
+        started,
+        held_by(&lock),
+    );
+    Ok((g, lock))
 }
 
 /// Ends grant `g` now (or at its validity, if that came first) and releases its lock.

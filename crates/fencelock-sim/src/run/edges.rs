@@ -115,11 +115,6 @@ pub(super) fn refusals(world: Rc<World>, history: Rc<RefCell<History>>, urls: &[
         }));
     }
     tasks.push(tokio::task::spawn_local(async move {
-        let hang = |i: usize| {
-            world.trouble(i);
-            world.nodes[i].borrow_mut().partitioned = true;
-            world.log(format!("fault: node {i} hangs"));
-        };
         let expect = |what: &str, got: fencelock::Result<fencelock::Lock>, want: ErrorKind| {
             let found = match &got {
                 Ok(_) => "a grant".to_string(),
@@ -135,14 +130,14 @@ pub(super) fn refusals(world: Rc<World>, history: Rc<RefCell<History>>, urls: &[
             }
         };
         until(&world, t0 + 300).await;
-        hang(first);
+        world.hang(first, true);
         expect(
             &format!("a try for X, held by client 0, with node {first} hung"),
             b.try_acquire("X").await,
             ErrorKind::Contention,
         );
         until(&world, t0 + 700).await;
-        hang(second);
+        world.hang(second, true);
         expect(
             &format!("a try for the free Y with nodes {first} and {second} hung"),
             b.try_acquire("Y").await,
@@ -445,21 +440,7 @@ async fn take_or_error(
     s: &super::Setup,
     resource: &str,
 ) -> fencelock::Result<usize> {
-    let started = world.elapsed_ms();
-    let lock = client.try_acquire(resource).await?;
-    let g = super::record(
-        world,
-        history,
-        s,
-        Kind::Mutex,
-        resource,
-        (
-            lock.fencing_token().map(|t| t.value()),
-            lock.validity_deadline(),
-        ),
-        started,
-        super::held_by(&lock),
-    );
+    let (g, lock) = super::take_or_error(world, history, client, s, resource).await?;
     give_back(world, history, g, lock).await;
     Ok(g)
 }
@@ -484,14 +465,6 @@ pub(super) fn untrusted_read(
         return Vec::new();
     };
     let t0 = world.rng(|r| r.i64(50..200));
-    let hang = |world: &World, i: usize, on: bool| {
-        world.trouble(i);
-        world.nodes[i].borrow_mut().partitioned = on;
-        world.log(format!(
-            "fault: node {i} {}",
-            if on { "hangs" } else { "answers again" }
-        ));
-    };
     let ready = Rc::new(Cell::new(i64::MAX));
     let mut tasks = Vec::new();
     {
@@ -505,12 +478,12 @@ pub(super) fn untrusted_read(
                 return;
             };
             let first = history.borrow().grants[first].token.unwrap_or(0);
-            hang(&world, 2, true);
+            world.hang(2, true);
             for _ in 0..3 {
                 super::take_once(&world, &history, &a, &sa, "R").await;
             }
             a.close().await;
-            hang(&world, 2, false);
+            world.hang(2, false);
             tokio::time::sleep(Duration::from_millis(world.rng(|r| r.u64(50..300)))).await;
             world.restart(0, crate::node::Persistence::None);
             match o.reseed_fence(first).await {
@@ -522,7 +495,7 @@ pub(super) fn untrusted_read(
                 let what = format!("the reseed above {first} created node 0's counter ({c}), which it lost with its data");
                 violation(&world, &history, what);
             }
-            hang(&world, 1, true);
+            world.hang(1, true);
             ready.set(world.elapsed_ms());
         }));
     }
