@@ -800,6 +800,7 @@ pub(crate) async fn doctor(settings: &Settings, json: bool) -> anyhow::Result<u8
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::probe::testing::{limits, worst};
 
     fn member(name: &str, id: u64) -> MemberFacts {
         MemberFacts {
@@ -813,21 +814,6 @@ mod tests {
             rtts: vec![Duration::from_millis(1)],
             min_lease_ttl: Some(Duration::from_secs(2)),
         }
-    }
-
-    fn limits() -> Limits {
-        Limits {
-            ttl: Duration::from_secs(10),
-            node_timeout: Duration::from_millis(50),
-        }
-    }
-
-    fn worst(checks: &[Check], name: &str) -> Option<Status> {
-        checks
-            .iter()
-            .filter(|c| c.check == name)
-            .map(|c| c.status)
-            .max()
     }
 
     #[test]

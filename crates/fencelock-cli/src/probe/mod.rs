@@ -211,3 +211,28 @@ pub(crate) fn show_holder(text: &str) -> String {
         None => text.to_string(),
     }
 }
+
+/// What the probes' tests share.
+#[cfg(test)]
+pub(crate) mod testing {
+    use std::time::Duration;
+
+    use super::{Check, Limits, Status};
+
+    /// A TTL of 10 s and a node timeout of 50 ms.
+    pub(crate) fn limits() -> Limits {
+        Limits {
+            ttl: Duration::from_secs(10),
+            node_timeout: Duration::from_millis(50),
+        }
+    }
+
+    /// The worst status among the checks named `name` (`None`: no such check).
+    pub(crate) fn worst(checks: &[Check], name: &str) -> Option<Status> {
+        checks
+            .iter()
+            .filter(|c| c.check == name)
+            .map(|c| c.status)
+            .max()
+    }
+}

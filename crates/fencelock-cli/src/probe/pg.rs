@@ -439,6 +439,7 @@ pub(crate) async fn doctor(settings: &Settings, json: bool) -> anyhow::Result<u8
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::probe::testing::{limits, worst as status};
 
     fn healthy() -> Facts {
         Facts {
@@ -454,21 +455,6 @@ mod tests {
             clock_ahead: true,
             rtt: Duration::from_millis(1),
         }
-    }
-
-    fn limits() -> Limits {
-        Limits {
-            ttl: Duration::from_secs(10),
-            node_timeout: Duration::from_millis(50),
-        }
-    }
-
-    fn status(checks: &[Check], name: &str) -> Option<Status> {
-        checks
-            .iter()
-            .filter(|c| c.check == name)
-            .map(|c| c.status)
-            .max()
     }
 
     #[test]

@@ -581,6 +581,7 @@ pub(crate) async fn doctor(settings: &Settings, json: bool) -> anyhow::Result<u8
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::probe::testing::{limits, worst};
 
     fn serving(name: &str, mode: &str) -> ServerFacts {
         ServerFacts {
@@ -598,21 +599,6 @@ mod tests {
             rtt: Duration::from_millis(2),
             chroot: Chroot::None,
         })
-    }
-
-    fn limits() -> Limits {
-        Limits {
-            ttl: Duration::from_secs(10),
-            node_timeout: Duration::from_millis(50),
-        }
-    }
-
-    fn worst(checks: &[Check], name: &str) -> Option<Status> {
-        checks
-            .iter()
-            .filter(|c| c.check == name)
-            .map(|c| c.status)
-            .max()
     }
 
     #[test]

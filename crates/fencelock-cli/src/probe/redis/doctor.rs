@@ -838,6 +838,7 @@ pub(crate) async fn doctor(settings: &Settings, json: bool) -> anyhow::Result<u8
 mod tests {
     use super::*;
     use crate::probe::render;
+    use crate::probe::testing::worst;
 
     fn limits() -> Limits {
         Limits {
@@ -969,14 +970,6 @@ mod tests {
 
     fn three() -> Vec<NodeFacts> {
         vec![healthy("a", "1"), healthy("b", "2"), healthy("c", "3")]
-    }
-
-    fn worst(checks: &[Check], name: &str) -> Option<Status> {
-        checks
-            .iter()
-            .filter(|c| c.check == name)
-            .map(|c| c.status)
-            .max()
     }
 
     #[test]
