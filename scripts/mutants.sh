@@ -130,11 +130,13 @@ mutant writeback-creates-lost-counter "issue 27: a plain write-back creates the 
   's/if exists == 0 and ARGV\[3\] ~= \x27epoch\x27 then/if exists == 0 and ARGV[3] and ARGV[3] ~= \x27epoch\x27 then/' \
   "-p fencelock --test counter a_plain_write_back_never_creates_a_counter_a_node_lost" \
   "-p fencelock --test counter only_an_epoch_start_or_a_seed_creates_a_missing_counter" \
-  "-p fencelock --test fencing_model the_model_fences_as_the_lua_does"
+  "-p fencelock --test fencing_model the_model_fences_as_the_lua_does" \
+  "-p fencelock-sim --test sim a_write_back_never_creates_a_counter_lost_since_its_read_seeds_0_to_99"
 mutant guard-writeback-always-epoch "issue 27: the client sends every write-back as an epoch start's, which creates a missing counter" \
   crates/fencelock/src/redis/guard.rs \
   's/"derived",\n(\s*)WriteBack::Plain,/"derived",\n$1WriteBack::Epoch,/' \
-  "-p fencelock --test counter a_write_back_that_meets_a_lost_counter_is_not_counted"
+  "-p fencelock --test counter a_write_back_that_meets_a_lost_counter_is_not_counted" \
+  "-p fencelock-sim --test sim a_write_back_never_creates_a_counter_lost_since_its_read_seeds_0_to_99"
 mutant reseed-creates-lost-counters "issue 27 item 6: reseed creates a counter on a node that lost its own while others have theirs" \
   crates/fencelock/src/redis/lua/reseed.lua \
   's/elseif ARGV\[2\] ~= \x271\x27 then/elseif false then/' \
@@ -380,7 +382,8 @@ mutant run-signal-ignored-while-waiting "fencelock run does not watch its signal
 mutant line-leave-not-awaited "a waiter that gives up leaves the line in a task close does not wait for: a process that exits leaves its place behind (issue 29 item 1)" \
   crates/fencelock/src/redis/line.rs \
   's/let counted = super::round::Background::count\(&self\.background\);/let counted = ();/' \
-  "-p fencelock-cli --test run_ops a_signal_while_waiting_ends_the_wait_at_once_and_runs_nothing"
+  "-p fencelock-cli --test run_ops a_signal_while_waiting_ends_the_wait_at_once_and_runs_nothing" \
+  "-p fencelock-sim --test sim calls_cut_short_and_waiters_that_leave_leave_nothing_behind_seeds_0_to_99"
 mutant extend-batch-no-reload "a batched extension that meets NOSCRIPT does not load its scripts: a SCRIPT FLUSH loses every held lock (issue 29 item 3)" \
   crates/fencelock/src/redis/ops.rs \
   's/Err\(e\) if is_noscript\(&e\) =>/Err(e) if false \&\& is_noscript(\&e) =>/' \
@@ -391,11 +394,13 @@ mutant writer-record-no-ttl "the writer record is kept without a TTL: a key per 
   crates/fencelock/src/redis/lua/write_record.lua \
   's/redis\.call\(\x27set\x27, KEYS\[2\], c, \x27PX\x27, ARGV\[3\]\)/redis.call(\x27set\x27, KEYS[2], c)/' \
   "-p fencelock-cli --test run_ops fencing_runs_on_many_names_leave_no_key_per_name" \
-  "-p fencelock --test rwlock_model the_model_locks_as_the_lua_does"
+  "-p fencelock --test rwlock_model the_model_locks_as_the_lua_does" \
+  "-p fencelock-sim --test sim records_expire_and_readers_still_learn_the_last_writer_seeds_0_to_99"
 mutant rw-record-no-fallback "a reader whose resource's writer record expired reads 0, not the node's largest record (issue 29 item 4)" \
   crates/fencelock/src/redis/lua/read_acquire.lua \
   's/ or redis\.call\(\x27get\x27, KEYS\[7\]\)//' \
-  "-p fencelock --test rwlock_model the_model_locks_as_the_lua_does"
+  "-p fencelock --test rwlock_model the_model_locks_as_the_lua_does" \
+  "-p fencelock-sim --test sim records_expire_and_readers_still_learn_the_last_writer_seeds_0_to_99"
 
 mutant nodb-as-unavailable "a database the node lacks (redis://host/99) is an unnamed failure again: retried as unavailable, exit 69 (issue 29 item 6)" \
   crates/fencelock/src/redis/describe.rs \
@@ -450,11 +455,13 @@ mutant undo-disarmed-early "an acquisition's drop guard is disarmed as soon as i
   crates/fencelock/src/redis/undo.rs \
   's/armed: Some\(\(backend\.clone\(\), keys\.to_vec\(\), token\.into\(\), side\)\),/armed: Some((backend.clone(), keys.to_vec(), token.into(), side)).filter(|_| false),/' \
   "-p fencelock --test cancel acquisitions_cut_short_leave_no_key" \
-  "-p fencelock --test cancel the_familys_calls_cut_short_leave_no_key"
+  "-p fencelock --test cancel the_familys_calls_cut_short_leave_no_key" \
+  "-p fencelock-sim --test sim calls_cut_short_and_waiters_that_leave_leave_nothing_behind_seeds_0_to_99"
 mutant wait-woken-by-own-release "a waiter whose failed attempt set keys is woken by its own release and retries at once (issue 29 item 12)" \
   crates/fencelock/src/redis/line.rs \
   's/Some\(s\) if !sets_off_its_own_wake\(&err\) =>/Some(s) =>/' \
-  "-p fencelock --test cancel a_wait_woken_by_its_own_release_still_follows_the_delays"
+  "-p fencelock --test cancel a_wait_woken_by_its_own_release_still_follows_the_delays" \
+  "-p fencelock-sim --test sim calls_cut_short_and_waiters_that_leave_leave_nothing_behind_seeds_0_to_99"
 
 mutant flush-no-resend "the drop of a client's last handle on a current-thread runtime does not send the pending releases (issue 29 item 11)" \
   crates/fencelock/src/client.rs \

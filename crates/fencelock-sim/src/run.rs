@@ -14,6 +14,7 @@ use crate::net::{Net, World, EPOCH_MS};
 use crate::node::Persistence;
 
 mod edges;
+mod remains;
 
 /// Which faults a run may inject.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -121,6 +122,14 @@ pub enum Scenario {
     /// A key deleted on one node between an attempt's grant round and its write-back, and
     /// taken there by another client.
     DeletedBetweenRounds,
+    /// A node's counter lost between an attempt's trusted read and its write-back.
+    CounterLost,
+    /// What a node keeps once every lock and record expired; a reader after its resource's
+    /// writer record expired.
+    RecordsExpire,
+    /// Calls cut short and waiters that give up: no key or place left behind, no wake-up by
+    /// one's own release.
+    CutShort,
 }
 
 impl Scenario {
@@ -144,6 +153,9 @@ impl Scenario {
             Scenario::UntrustedRead => "untrusted-read",
             Scenario::TermsPastTenToThe18 => "terms-past-1e18",
             Scenario::DeletedBetweenRounds => "deleted-between-rounds",
+            Scenario::CounterLost => "counter-lost",
+            Scenario::RecordsExpire => "records-expire",
+            Scenario::CutShort => "cut-short",
         }
     }
 
@@ -167,6 +179,9 @@ impl Scenario {
             Scenario::UntrustedRead,
             Scenario::TermsPastTenToThe18,
             Scenario::DeletedBetweenRounds,
+            Scenario::CounterLost,
+            Scenario::RecordsExpire,
+            Scenario::CutShort,
         ]
         .into_iter()
         .find(|s| s.name() == name)
@@ -192,6 +207,9 @@ impl Scenario {
             Scenario::UntrustedRead => Some(Duration::from_secs(4)),
             Scenario::TermsPastTenToThe18 => Some(Duration::from_secs(5)),
             Scenario::DeletedBetweenRounds => Some(Duration::from_secs(3)),
+            Scenario::CounterLost => Some(Duration::from_secs(3)),
+            Scenario::RecordsExpire => Some(Duration::from_secs(6)),
+            Scenario::CutShort => Some(Duration::from_secs(5)),
         }
     }
 
@@ -1140,6 +1158,9 @@ fn scripted(
         Scenario::UntrustedRead => edges::untrusted_read(world, history, urls),
         Scenario::TermsPastTenToThe18 => edges::terms_past_ten_to_the_18(world, history, urls),
         Scenario::DeletedBetweenRounds => edges::deleted_between_rounds(world, history, urls),
+        Scenario::CounterLost => remains::counter_lost(world, history, urls),
+        Scenario::RecordsExpire => remains::records_expire(world, history, urls),
+        Scenario::CutShort => remains::cut_short(world, history, urls),
     }
 }
 
@@ -1866,16 +1887,21 @@ async fn take_with(
     let started = world.elapsed_ms();
     match attempt.await {
         Ok(lock) => {
+            let token = lock.fencing_token().map(|t| t.value());
             let g = record(
                 world,
                 history,
                 s,
                 kind,
                 resource,
-                (None, lock.validity_deadline()),
+                (
+                    token.filter(|_| kind != Kind::Read),
+                    lock.validity_deadline(),
+                ),
                 started,
                 (None, Vec::new()),
             );
+            history.borrow_mut().grants[g].last_writer = lock.last_writer_token();
             Some((g, lock))
         }
         Err(e) => {

@@ -178,6 +178,21 @@ fn a_grant_never_counts_a_node_its_key_left_between_rounds_seeds_0_to_99() {
 }
 
 #[test]
+fn a_write_back_never_creates_a_counter_lost_since_its_read_seeds_0_to_99() {
+    scenario(Scenario::CounterLost);
+}
+
+#[test]
+fn records_expire_and_readers_still_learn_the_last_writer_seeds_0_to_99() {
+    scenario(Scenario::RecordsExpire);
+}
+
+#[test]
+fn calls_cut_short_and_waiters_that_leave_leave_nothing_behind_seeds_0_to_99() {
+    scenario(Scenario::CutShort);
+}
+
+#[test]
 fn one_seed_gives_one_trace() {
     // Forty seeds under every fault, each run twice on this thread: a run that reads anything
     // but its seed (a hash map's order, tokio's random choice among ready branches, the OS's
@@ -201,6 +216,9 @@ fn one_seed_gives_one_trace() {
         (Faults::Claimed, Scenario::UntrustedRead, 3),
         (Faults::Claimed, Scenario::TermsPastTenToThe18, 2),
         (Faults::Claimed, Scenario::DeletedBetweenRounds, 3),
+        (Faults::Claimed, Scenario::CounterLost, 3),
+        (Faults::Claimed, Scenario::RecordsExpire, 2),
+        (Faults::Claimed, Scenario::CutShort, 2),
     ] {
         let opts = Options {
             faults,
