@@ -339,11 +339,13 @@ mutant election-failed-campaign-not-withdrawn "a campaign that fails after its a
 mutant observer-counts-untrusted "an election observer counts every node that answers, a node restarted empty too, as before issue 35 item 3" \
   crates/fencelock/src/redis/election.rs \
   's/\.filter\(\|\(_, admitted\)\| admitted\.is_some\(\)\)/.filter(|_| true)/' \
-  "-p fencelock --lib election::tests::an_observer_does_not_skip_a_leader_whose_entries_a_restart_lost"
+  "-p fencelock --lib election::tests::an_observer_does_not_skip_a_leader_whose_entries_a_restart_lost" \
+  "-p fencelock-sim --test sim an_election_log_and_its_observer_come_through_a_node_restart_seeds_0_to_99"
 mutant election-log-no-reconnect "an election log's kept connection, broken by a node's restart, fails the next append instead of being replaced" \
   crates/fencelock/src/redis/election.rs \
   's/Err\(e\) if kept && super::conn::is_broken\(&e\) => \{/Err(e) if false \&\& kept \&\& super::conn::is_broken(\&e) => {/' \
-  "-p fencelock --lib election::tests::a_campaign_after_a_node_restart_appends_on_a_new_connection"
+  "-p fencelock --lib election::tests::a_campaign_after_a_node_restart_appends_on_a_new_connection" \
+  "-p fencelock-sim --test sim an_election_log_and_its_observer_come_through_a_node_restart_seeds_0_to_99"
 mutant etcd-aged-spare-not-renewed "the lease of a lock released past a tenth of its TTL is kept for the next lock without a renewal, as if renewed" \
   crates/fencelock/src/etcd/mod.rs \
   's/match self\.keep_alive\(held\.lease, left\)\.await \{/match { let _ = left; Ok::<Instant, Fail>(Instant::now()) } {/' \

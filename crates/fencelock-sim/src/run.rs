@@ -14,6 +14,7 @@ use crate::net::{Net, World, EPOCH_MS};
 use crate::node::Persistence;
 
 mod edges;
+mod leaders;
 mod remains;
 
 /// Which faults a run may inject.
@@ -130,6 +131,9 @@ pub enum Scenario {
     /// Calls cut short and waiters that give up: no key or place left behind, no wake-up by
     /// one's own release.
     CutShort,
+    /// An election across a restart: the log's kept connection replaced, and an observer that
+    /// does not count a node restarted empty.
+    LeadersRestart,
 }
 
 impl Scenario {
@@ -156,6 +160,7 @@ impl Scenario {
             Scenario::CounterLost => "counter-lost",
             Scenario::RecordsExpire => "records-expire",
             Scenario::CutShort => "cut-short",
+            Scenario::LeadersRestart => "leaders-restart",
         }
     }
 
@@ -182,6 +187,7 @@ impl Scenario {
             Scenario::CounterLost,
             Scenario::RecordsExpire,
             Scenario::CutShort,
+            Scenario::LeadersRestart,
         ]
         .into_iter()
         .find(|s| s.name() == name)
@@ -210,6 +216,7 @@ impl Scenario {
             Scenario::CounterLost => Some(Duration::from_secs(3)),
             Scenario::RecordsExpire => Some(Duration::from_secs(6)),
             Scenario::CutShort => Some(Duration::from_secs(5)),
+            Scenario::LeadersRestart => Some(Duration::from_secs(8)),
         }
     }
 
@@ -1161,6 +1168,7 @@ fn scripted(
         Scenario::CounterLost => remains::counter_lost(world, history, urls),
         Scenario::RecordsExpire => remains::records_expire(world, history, urls),
         Scenario::CutShort => remains::cut_short(world, history, urls),
+        Scenario::LeadersRestart => leaders::leaders_restart(world, history, urls),
     }
 }
 

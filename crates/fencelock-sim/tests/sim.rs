@@ -193,6 +193,11 @@ fn calls_cut_short_and_waiters_that_leave_leave_nothing_behind_seeds_0_to_99() {
 }
 
 #[test]
+fn an_election_log_and_its_observer_come_through_a_node_restart_seeds_0_to_99() {
+    scenario(Scenario::LeadersRestart);
+}
+
+#[test]
 fn one_seed_gives_one_trace() {
     // Forty seeds under every fault, each run twice on this thread: a run that reads anything
     // but its seed (a hash map's order, tokio's random choice among ready branches, the OS's
@@ -219,6 +224,7 @@ fn one_seed_gives_one_trace() {
         (Faults::Claimed, Scenario::CounterLost, 3),
         (Faults::Claimed, Scenario::RecordsExpire, 2),
         (Faults::Claimed, Scenario::CutShort, 2),
+        (Faults::Claimed, Scenario::LeadersRestart, 2),
     ] {
         let opts = Options {
             faults,
