@@ -648,6 +648,10 @@ mutant cluster-release-channel-untagged "a waiter on a cluster node listens on t
   crates/fencelock/src/redis/mod.rs \
   's/nodes\.iter\(\)\.map\(\|n\| n\.addr\(\)\.hash_tag\(\)\)\.collect\(\),/nodes.iter().map(|_| None).collect(),/' \
   "-p fencelock --test cluster the_family_works_on_a_cluster_and_keeps_every_key_in_the_tags_slot"
+mutant cluster-ask-not-followed "a cluster node's request that meets ASK (its keys on the node importing the tag's slot) is not followed there: the node fails the round, and a held lock whose key moved first is lost during the move (issue 31)" \
+  crates/fencelock/src/redis/tagged.rs \
+  's/let Some\(\(target, _slot\)\) = redirect\.redirect_node\(\) else \{/let Some((target, _slot)) = None::<(\&str, u16)> else {/' \
+  "-p fencelock --test cluster a_slot_move_is_followed_by_ask_within_the_round_and_never_gives_a_second_holder"
 mutant cli-pg-doctor-async-commit-passes "doctor passes a PostgreSQL session with synchronous_commit off, which can lose an acknowledged lock and reuse its token (issue 32)" \
   crates/fencelock-cli/src/probe/pg.rs \
   's/"off" => check\(/"off (mutant)" => check(/' \
