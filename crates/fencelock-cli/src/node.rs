@@ -329,7 +329,7 @@ impl Node {
         let nodes = Node::parse_all_with_clusters(urls, tls)?;
         if let Some((i, node)) = nodes.iter().enumerate().find(|(_, n)| n.cluster.is_some()) {
             return Err(Failure::usage(format!(
-                "node {} of the list ({}) is a Redis Cluster; this command does not follow a cluster's slot map yet (`fencelock doctor` does): name the shard's primary with redis://host:port (CLUSTER SLOTS tells it)",
+                "node {} of the list ({}) is a Redis Cluster; this command does not follow a cluster's slot map yet (`fencelock doctor`, `inspect` and `bench` do): name the shard's primary with redis://host:port (CLUSTER SLOTS tells it)",
                 i + 1,
                 node.name
             )));
