@@ -457,6 +457,25 @@ fn doctor_and_inspect_read_a_cluster_url_at_the_shard_of_its_tag() {
     let detail = shard["detail"].as_str().unwrap_or_default().to_owned();
     let at = format!("slot {slot} on 127.0.0.1:{}", cluster.node(owner).port());
     assert!(detail.contains(&at), "{detail}");
+    // The shard's primary takes writes cut off from its replica (min-replicas-to-write 0, the
+    // default): a warning; with 1, a pass.
+    let split = |json: &serde_json::Value| {
+        json["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["check"] == "split brain")
+            .unwrap_or_else(|| panic!("no split brain check: {json:#}"))["status"]
+            .clone()
+    };
+    assert_eq!(split(&json), "warn", "{json:#}");
+    cluster
+        .node(owner)
+        .cli(&["CONFIG", "SET", "min-replicas-to-write", "1"])
+        .unwrap();
+    let (code, json) = doctor_json(home.path(), &[cluster.url()]);
+    assert_eq!(code, Some(0), "{json:#}");
+    assert_eq!(split(&json), "pass", "{json:#}");
 
     let urls = [cluster.url()];
     let out = output(with_nodes(home.path(), &urls).args([

@@ -51,6 +51,9 @@ fn inspect_doctor_and_bench_follow_the_sentinels_to_the_primary() {
         "{report}"
     );
     assert!(report.contains("pass  write"), "{report}");
+    // The test kit's group keeps min-replicas-to-write 0: a primary cut off from its replicas
+    // would go on granting locks.
+    assert!(report.contains("warn  split brain"), "{report}");
     // bench: the library through the Sentinels beside the raw baseline on the primary they
     // name; the contended sections never overlap.
     for (workload, cycles) in [("seq", "20"), ("contended", "12")] {
