@@ -322,16 +322,20 @@ impl ConnectionLike for NodeConnection {
                 let tagged = tagging.command(cmd);
                 let tagging = tagging.clone();
                 Box::pin(async move {
-                    let answer = match self.inner.req_packed_command(&tagged).await {
-                        Ok(Value::ServerError(e)) => Err(RedisError::from(e)),
-                        answer => answer,
+                    let answer = self.inner.req_packed_command(&tagged).await;
+                    let Some(asking) = &self.asking else {
+                        return answer;
                     };
-                    match (answer, &self.asking) {
-                        (Err(e), Some(asking)) if is_ask(&e) => {
-                            asking.ask(&e, &tagged, &tagging).await
+                    // The driver hands a server's error back as a value; the caller's
+                    // conversion makes it an error.
+                    let redirect = match &answer {
+                        Ok(Value::ServerError(e)) if e.kind() == Some(ServerErrorKind::Ask) => {
+                            RedisError::from(e.clone())
                         }
-                        (answer, _) => answer,
-                    }
+                        Err(e) if is_ask(e) => e.clone(),
+                        _ => return answer,
+                    };
+                    asking.ask(&redirect, &tagged, &tagging).await
                 })
             }
         }
