@@ -428,7 +428,7 @@ mutant inspect-blind-says-not-held "inspect with no quorum of nodes reachable ex
   "-p fencelock-cli --test inspect no_node_reachable_is_an_error_not_not_held"
 mutant inspect-no-family "inspect reads no semaphore slot, reader or election log (issue 29 item 7)" \
   crates/fencelock-cli/src/probe/redis.rs \
-  's/if let Err\(why\) = family\(&mut conn, resource, &mut state\)\.await \{/if let Err(why) = Ok::<(), String>(()) {/' \
+  's/if let Err\(why\) = family\(&mut conn, resource, tag, &mut state\)\.await \{/if let Err(why) = Ok::<(), String>(()) {/' \
   "-p fencelock-cli --test inspect permits_readers_and_the_leader_are_shown"
 mutant warm-up-waits-for-all "the CLI's warm-up waits for every node: one paused node adds the connect timeout to each command (issue 29 item 8)" \
   crates/fencelock-cli/src/settings.rs \
