@@ -7,10 +7,11 @@
 //! before anything is written. Every key fencelock sends there carries the tag
 //! (`tagged.rs`), so the shard that owns the slot holds all of them: it is the node.
 //!
-//! The connection is dropped when the cluster says the slot is not (or no longer) served there:
-//! `MOVED`, `ASK`, `TRYAGAIN`, `CLUSTERDOWN`, a script told it touched a non-local key, or
-//! `READONLY` (a primary demoted by a failover). The next request asks the seeds again
-//! (`conn.rs`, [`super::conn::is_broken`]).
+//! `ASK` (the slot half moved, this request's keys on the importing node) is followed within
+//! the request (`tagged.rs`). The connection is dropped when the cluster says the slot is not
+//! (or no longer) served there: `MOVED`, `TRYAGAIN`, `CLUSTERDOWN`, an `ASK` that could not be
+//! followed, a script told it touched a non-local key, or `READONLY` (a primary demoted by a
+//! failover). The next request asks the seeds again (`conn.rs`, [`super::conn::is_broken`]).
 //!
 //! A new owner is judged as the Sentinel code judges a failover (`conn.rs`, `failover_seen`):
 //! the marker `{tag}fencelock:node` it carries names another run id, so it is taken as a node
