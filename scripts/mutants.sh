@@ -652,6 +652,10 @@ mutant cluster-ask-not-followed "a cluster node's request that meets ASK (its ke
   crates/fencelock/src/redis/tagged.rs \
   's/let Some\(\(target, _slot\)\) = redirect\.redirect_node\(\) else \{/let Some((target, _slot)) = None::<(\&str, u16)> else {/' \
   "-p fencelock --test cluster a_slot_move_is_followed_by_ask_within_the_round_and_never_gives_a_second_holder"
+mutant cluster-ask-pipeline-not-followed "a cluster node's pipeline (the auto-extender's batch) does not follow ASK: an auto-extended lock whose key moved first is lost during the move (issue 31)" \
+  crates/fencelock/src/redis/tagged.rs \
+  's/\.filter\(\|_\| !tagged\.is_transaction\(\)\)/.filter(|_| false \&\& !tagged.is_transaction())/' \
+  "-p fencelock --test cluster a_slot_move_is_followed_by_ask_within_the_round_and_never_gives_a_second_holder"
 mutant cli-pg-doctor-async-commit-passes "doctor passes a PostgreSQL session with synchronous_commit off, which can lose an acknowledged lock and reuse its token (issue 32)" \
   crates/fencelock-cli/src/probe/pg.rs \
   's/"off" => check\(/"off (mutant)" => check(/' \

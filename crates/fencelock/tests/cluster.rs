@@ -299,6 +299,14 @@ async fn a_slot_move_is_followed_by_ask_within_the_round_and_never_gives_a_secon
     let mut fenced = a.try_acquire("moving-fenced").await.unwrap();
     let t1 = fenced.fencing_token().unwrap().value();
     let mut plain = pa.try_acquire("moving-plain").await.unwrap();
+    // An auto-extended lock: its extensions go in a pipeline (the batch of its client's locks).
+    let auto_client = client(&cluster.url(), ttl, false);
+    let auto = auto_client
+        .try_acquire("moving-auto")
+        .await
+        .unwrap()
+        .auto_extend(AutoExtend::new());
+    let auto_lost = auto.lost();
 
     // Half the move: the held locks' keys go first.
     assert_eq!(cluster.begin_move(slot, to).unwrap(), p);
@@ -350,6 +358,11 @@ async fn a_slot_move_is_followed_by_ask_within_the_round_and_never_gives_a_secon
                 "round {rounds}: the taker was not told the plain lock is held: {e}"
             ),
         }
+        assert!(
+            !auto_lost.is_fired(),
+            "round {rounds}: the auto-extended lock was lost in the half-moved slot: {:?}",
+            auto_lost.cause()
+        );
         let (released, refused) = taken.unwrap_or_else(|e| {
             panic!("round {rounds}: a free resource was not taken in the half-moved slot: {e}")
         });
@@ -417,8 +430,21 @@ async fn a_slot_move_is_followed_by_ask_within_the_round_and_never_gives_a_secon
             .unwrap(),
         fenced.owner()
     );
+    assert!(
+        !auto_lost.is_fired(),
+        "the auto-extended lock was lost after the move: {:?}",
+        auto_lost.cause()
+    );
+    assert_eq!(
+        cluster
+            .node(to)
+            .cli(&["GET", &tagged("moving-auto")])
+            .unwrap(),
+        auto.owner()
+    );
     fenced.release().await.unwrap();
     plain.release().await.unwrap();
+    auto.release().await.unwrap();
     let deadline = Instant::now() + Duration::from_secs(40);
     let next = loop {
         match b.try_acquire("moving-fenced").await {
