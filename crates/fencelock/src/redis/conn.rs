@@ -783,9 +783,9 @@ impl NodeInfo {
 pub(crate) fn is_broken(e: &RedisError) -> bool {
     // READONLY: the node is a replica now (a primary demoted by a failover); a new connection
     // asks the Sentinels again, and is never kept on a replica (`sentinel.rs`).
-    // MOVED, TRYAGAIN, CLUSTERDOWN: the tag's slot is not served on this cluster node (any
-    // more, or not now); a new connection reads the slot map again (`cluster.rs`). An ASK that
-    // reaches here could not be followed (`tagged.rs`): the same.
+    // MOVED, CLUSTERDOWN: the tag's slot is not served on this cluster node (any more, or not
+    // now); a new connection reads the slot map again (`cluster.rs`). An ASK that reaches here
+    // could not be followed (`tagged.rs`): the same. TRYAGAIN keeps the connection.
     e.is_connection_dropped()
         || e.is_io_error()
         || e.is_unrecoverable_error()
