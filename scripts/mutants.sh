@@ -435,7 +435,7 @@ mutant inspect-blind-says-not-held "inspect with no quorum of nodes reachable ex
   "-p fencelock-cli --test inspect no_node_reachable_is_an_error_not_not_held"
 mutant inspect-no-family "inspect reads no semaphore slot, reader or election log (issue 29 item 7)" \
   crates/fencelock-cli/src/probe/redis.rs \
-  's/if let Err\(why\) = family\(&mut conn, resource, &mut state\)\.await \{/if let Err(why) = Ok::<(), String>(()) {/' \
+  's/if let Err\(why\) = family\(&mut conn, resource, tag, &mut state\)\.await \{/if let Err(why) = Ok::<(), String>(()) {/' \
   "-p fencelock-cli --test inspect permits_readers_and_the_leader_are_shown"
 mutant warm-up-waits-for-all "the CLI's warm-up waits for every node: one paused node adds the connect timeout to each command (issue 29 item 8)" \
   crates/fencelock-cli/src/settings.rs \
@@ -657,6 +657,14 @@ mutant cluster-release-channel-untagged "a waiter on a cluster node listens on t
   crates/fencelock/src/redis/mod.rs \
   's/nodes\.iter\(\)\.map\(\|n\| n\.addr\(\)\.hash_tag\(\)\)\.collect\(\),/nodes.iter().map(|_| None).collect(),/' \
   "-p fencelock --test cluster the_family_works_on_a_cluster_and_keeps_every_key_in_the_tags_slot"
+mutant cluster-ask-not-followed "a cluster node's request that meets ASK (its keys on the node importing the tag's slot) is not followed there: the node fails the round, and a held lock whose key moved first is lost during the move (issue 31)" \
+  crates/fencelock/src/redis/tagged.rs \
+  's/let Some\(\(target, _slot\)\) = redirect\.redirect_node\(\) else \{/let Some((target, _slot)) = None::<(\&str, u16)> else {/' \
+  "-p fencelock --test cluster a_slot_move_is_followed_by_ask_within_the_round_and_never_gives_a_second_holder"
+mutant cluster-ask-pipeline-not-followed "a cluster node's pipeline (the auto-extender's batch) does not follow ASK: an auto-extended lock whose key moved first is lost during the move (issue 31)" \
+  crates/fencelock/src/redis/tagged.rs \
+  's/\.filter\(\|_\| !tagged\.is_transaction\(\)\)/.filter(|_| false \&\& !tagged.is_transaction())/' \
+  "-p fencelock --test cluster a_slot_move_is_followed_by_ask_within_the_round_and_never_gives_a_second_holder"
 mutant cli-pg-doctor-async-commit-passes "doctor passes a PostgreSQL session with synchronous_commit off, which can lose an acknowledged lock and reuse its token (issue 32)" \
   crates/fencelock-cli/src/probe/pg.rs \
   's/"off" => check\(/"off (mutant)" => check(/' \

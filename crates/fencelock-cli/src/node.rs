@@ -190,6 +190,38 @@ impl ClusterNode {
 }
 
 impl Node {
+    /// For a `redis+cluster://` or `redis+sentinel://` node: the URL of the server it names now
+    /// (the primary that owns the tag's slot, or the one the Sentinels name), with the URL's
+    /// user, password and database; `None` for a plain node.
+    ///
+    /// # Errors
+    ///
+    /// Why the primary could not be found (the seeds' or the Sentinels' answers).
+    pub(crate) async fn primary_url(&self, timeout: Duration) -> Result<Option<String>, String> {
+        if let Some(cluster) = &self.cluster {
+            let (_, host, port) = fencelock::protocol::cluster_slot_owner(&cluster.addr, timeout)
+                .await
+                .map_err(|e| e.to_string())?;
+            return Ok(Some(format!(
+                "redis://{}{}/0",
+                cluster.auth,
+                host_port(&host, port)
+            )));
+        }
+        if let Some(s) = &self.sentinel {
+            let (host, port) = fencelock::protocol::sentinel_primary(&s.addr, timeout)
+                .await
+                .map_err(|e| e.to_string())?;
+            return Ok(Some(format!(
+                "redis://{}{}/{}",
+                s.auth,
+                host_port(&host, port),
+                s.db
+            )));
+        }
+        Ok(None)
+    }
+
     /// Whether the node is a Sentinel group (its connections go to the primary the Sentinels
     /// name).
     pub(crate) fn is_sentinel(&self) -> bool {
@@ -297,7 +329,7 @@ impl Node {
         let nodes = Node::parse_all_with_clusters(urls, tls)?;
         if let Some((i, node)) = nodes.iter().enumerate().find(|(_, n)| n.cluster.is_some()) {
             return Err(Failure::usage(format!(
-                "node {} of the list ({}) is a Redis Cluster; this command does not follow a cluster's slot map yet (`fencelock doctor` does): name the shard's primary with redis://host:port (CLUSTER SLOTS tells it)",
+                "node {} of the list ({}) is a Redis Cluster; this command does not follow a cluster's slot map yet (`fencelock doctor`, `inspect` and `bench` do): name the shard's primary with redis://host:port (CLUSTER SLOTS tells it)",
                 i + 1,
                 node.name
             )));

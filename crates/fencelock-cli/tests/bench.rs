@@ -453,7 +453,8 @@ fn zookeeper_and_postgres_run_beside_their_raw_baselines() {
 
 /// A `redis+cluster://` URL: the library through the cluster beside the baseline on the primary
 /// that owns the tag's slot, a plain node (issue 31: a cluster's figures beside a single
-/// node's).
+/// node's): `seq`, `par`, `contended` (no overlap, every increment counted) and `held` (every
+/// lock kept, the traffic counted on the primary).
 #[test]
 fn a_cluster_runs_beside_the_primary_that_serves_it() {
     let cluster = RedisCluster::start().unwrap();
@@ -480,4 +481,46 @@ fn a_cluster_runs_beside_the_primary_that_serves_it() {
     );
     assert_series(&v["fencelock"], 40);
     assert_series(&v["raw"], 40);
+    let v = bench(
+        home.path(),
+        &[cluster.url()],
+        &[
+            "--workload",
+            "contended",
+            "--cycles",
+            "24",
+            "--concurrency",
+            "3",
+            "--raw",
+        ],
+    );
+    for s in [&v["fencelock"], &v["raw"], &v["raw_barging"]] {
+        assert_eq!(s["counter"], s["sections"], "{s}");
+        assert_eq!(s["overlaps"], 0, "{s}");
+        assert_eq!(s["sections"], 24, "{s}");
+    }
+    let v = bench(
+        home.path(),
+        &[cluster.url()],
+        &[
+            "--ttl",
+            "3s",
+            "--workload",
+            "held",
+            "--concurrency",
+            "20",
+            "--hold",
+            "2s",
+            "--raw",
+        ],
+    );
+    for s in [&v, &v["raw"]] {
+        assert_eq!(s["locks"], 20, "{s}");
+        assert_eq!(s["lost"], 0, "{s}");
+        let per_node = s["per_node"].as_array().unwrap();
+        assert_eq!(per_node.len(), 1, "{s}");
+        // Every lock is extended at least once during a hold of two intervals, on the primary
+        // that owns the tag's slot.
+        assert!(per_node[0]["evalsha"].as_u64().unwrap() >= 20, "{s}");
+    }
 }

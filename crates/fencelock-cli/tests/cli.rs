@@ -433,12 +433,13 @@ fn doctor_passes_a_clean_set_and_fails_replicas_and_eviction() {
     );
 }
 
-/// `doctor` on a `redis+cluster://` URL (issue 31): the checks run on the primary that owns the
-/// tag's slot; the cluster passes while every slot is served, and fails once a shard is gone.
-/// The same node named with `redis://` still fails its `cluster` check (it is not a standalone
-/// node).
+/// `doctor` and `inspect` on a `redis+cluster://` URL (issue 31): the checks run on the primary
+/// that owns the tag's slot; the cluster passes while every slot is served, and fails once a
+/// shard is gone. The same node named with `redis://` still fails its `cluster` check (it is
+/// not a standalone node). `inspect` reads the tagged keys there: the holder, its label, TTL and
+/// the counter, with the slot and the primary it read them on.
 #[test]
-fn doctor_checks_a_cluster_url_at_the_shard_of_its_tag() {
+fn doctor_and_inspect_read_a_cluster_url_at_the_shard_of_its_tag() {
     let home = home();
     let cluster = RedisCluster::start().unwrap();
     let (code, json) = doctor_json(home.path(), &[cluster.url()]);
@@ -456,6 +457,77 @@ fn doctor_checks_a_cluster_url_at_the_shard_of_its_tag() {
     let detail = shard["detail"].as_str().unwrap_or_default().to_owned();
     let at = format!("slot {slot} on 127.0.0.1:{}", cluster.node(owner).port());
     assert!(detail.contains(&at), "{detail}");
+    // The shard's primary takes writes cut off from its replica (min-replicas-to-write 0, the
+    // default): a warning; with 1, a pass.
+    let split = |json: &serde_json::Value| {
+        json["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["check"] == "split brain")
+            .unwrap_or_else(|| panic!("no split brain check: {json:#}"))["status"]
+            .clone()
+    };
+    assert_eq!(split(&json), "warn", "{json:#}");
+    cluster
+        .node(owner)
+        .cli(&["CONFIG", "SET", "min-replicas-to-write", "1"])
+        .unwrap();
+    let (code, json) = doctor_json(home.path(), &[cluster.url()]);
+    assert_eq!(code, Some(0), "{json:#}");
+    assert_eq!(split(&json), "pass", "{json:#}");
+
+    let urls = [cluster.url()];
+    let out = output(with_nodes(home.path(), &urls).args([
+        "--label",
+        "cluster job",
+        "acquire",
+        "--fencing",
+        "report",
+    ]));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let owner_value = text(&out.stdout).trim().to_string();
+    let stored = owner_value
+        .split_once(".ttl")
+        .map_or(owner_value.as_str(), |(o, _)| o)
+        .to_string();
+    let out = output(with_nodes(home.path(), &urls).args(["inspect", "report"]));
+    let shown = text(&out.stdout);
+    assert!(out.status.success(), "{}\n{shown}", text(&out.stderr));
+    assert!(
+        shown.contains(&format!("held by owner {stored}")),
+        "{shown}"
+    );
+    assert!(shown.contains("\"cluster job\""), "{shown}");
+    let primary = format!("127.0.0.1:{}", cluster.node(owner).port());
+    assert!(
+        shown.contains(&format!(
+            "keys tagged {{fencelock}} in slot {slot}, read on its primary {primary}"
+        )),
+        "{shown}"
+    );
+    let out = output(with_nodes(home.path(), &urls).args(["--json", "inspect", "report"]));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let node = &json["nodes"][0];
+    assert_eq!(node["owner"], stored.as_str(), "{json:#}");
+    assert_eq!(node["cluster"]["slot"], slot, "{json:#}");
+    assert_eq!(node["cluster"]["primary"], primary.as_str(), "{json:#}");
+    assert!(node["pttl_ms"].as_i64().is_some_and(|t| t > 0), "{json:#}");
+    // The counter inspect shows is the one on the owner, under the tag.
+    let counter = cluster
+        .node(owner)
+        .cli(&["GET", "{fencelock}fencelock:fence"])
+        .unwrap();
+    assert_eq!(node["fence_counter"], counter.as_str(), "{json:#}");
+    let out =
+        output(with_nodes(home.path(), &urls).args(["release", "--owner", &owner_value, "report"]));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = output(with_nodes(home.path(), &urls).args(["inspect", "report"]));
+    assert!(
+        text(&out.stdout).contains("not held"),
+        "{}",
+        text(&out.stdout)
+    );
 
     let (code, json) = doctor_json(home.path(), &[cluster.node(owner).url()]);
     assert_eq!(code, Some(1), "{json:#}");

@@ -1,6 +1,6 @@
-//! The command on a Sentinel-managed primary (`redis+sentinel://`, issue 31): `inspect` and
-//! `doctor` ask the Sentinels for the primary and read it, as the lock commands do. Real
-//! redis-server and Sentinel processes from the test kit.
+//! The command on a Sentinel-managed primary (`redis+sentinel://`, issue 31): `inspect`,
+//! `doctor` and `bench` ask the Sentinels for the primary and read it, as the lock commands do.
+//! Real redis-server and Sentinel processes from the test kit.
 
 use fencelock_testkit::SentinelGroup;
 
@@ -12,7 +12,7 @@ fn text(bytes: &[u8]) -> String {
 }
 
 #[test]
-fn inspect_and_doctor_follow_the_sentinels_to_the_primary() {
+fn inspect_doctor_and_bench_follow_the_sentinels_to_the_primary() {
     let group = SentinelGroup::start().unwrap();
     let home = tempfile::tempdir().unwrap();
     let cmd = || {
@@ -51,6 +51,42 @@ fn inspect_and_doctor_follow_the_sentinels_to_the_primary() {
         "{report}"
     );
     assert!(report.contains("pass  write"), "{report}");
+    // The test kit's group keeps min-replicas-to-write 0: a primary cut off from its replicas
+    // would go on granting locks.
+    assert!(report.contains("warn  split brain"), "{report}");
+    // bench: the library through the Sentinels beside the raw baseline on the primary they
+    // name; the contended sections never overlap.
+    for (workload, cycles) in [("seq", "20"), ("contended", "12")] {
+        let out = output(cmd().args([
+            "--no-quarantine",
+            "--json",
+            "bench",
+            "--workload",
+            workload,
+            "--cycles",
+            cycles,
+            "--concurrency",
+            "3",
+            "--raw",
+        ]));
+        assert!(
+            out.status.success(),
+            "bench {workload}: {}",
+            text(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let n: u64 = cycles.parse().unwrap();
+        for s in [&v["fencelock"], &v["raw"]] {
+            assert_eq!(s["errors"].as_u64().unwrap_or(0), 0, "{workload}: {v}");
+            if workload == "seq" {
+                assert_eq!(s["cycles"], n, "{v}");
+            } else {
+                assert_eq!(s["sections"], n, "{v}");
+                assert_eq!(s["counter"], s["sections"], "{v}");
+                assert_eq!(s["overlaps"], 0, "{v}");
+            }
+        }
+    }
     // After a failover the commands read the new primary, where the key was replicated.
     let old = group.primary().unwrap();
     group.failover().unwrap();

@@ -207,48 +207,115 @@ impl RedisCluster {
     ///
     /// When a step fails (the message names it).
     pub fn move_slot(&self, slot: u16, to: usize, between: Duration) -> io::Result<()> {
-        let from = self.slot_owner(slot)?;
-        let (src, dst) = (&self.nodes[from], &self.nodes[to]);
-        let src_id = src.cli(&["CLUSTER", "MYID"])?;
-        let dst_id = dst.cli(&["CLUSTER", "MYID"])?;
-        let slot_s = slot.to_string();
-        let step = |what: &str, r: io::Result<String>| {
-            r.map_err(|e| io::Error::other(format!("moving slot {slot}: {what}: {e}")))
-        };
-        step(
-            "SETSLOT IMPORTING",
-            dst.cli(&["CLUSTER", "SETSLOT", &slot_s, "IMPORTING", &src_id]),
-        )?;
-        step(
-            "SETSLOT MIGRATING",
-            src.cli(&["CLUSTER", "SETSLOT", &slot_s, "MIGRATING", &dst_id]),
-        )?;
-        let port = dst.port().to_string();
+        let from = self.begin_move(slot, to)?;
         loop {
-            let keys = step(
-                "GETKEYSINSLOT",
-                src.cli(&["CLUSTER", "GETKEYSINSLOT", &slot_s, "100"]),
-            )?;
-            let keys: Vec<&str> = keys.lines().filter(|k| !k.is_empty()).collect();
+            let keys = self.keys_in_slot(from, slot)?;
             if keys.is_empty() {
                 break;
             }
             for key in keys {
                 thread::sleep(between);
-                step(
-                    "MIGRATE",
-                    src.cli(&["MIGRATE", "127.0.0.1", &port, key, "0", "5000"]),
-                )?;
+                self.migrate(slot, from, to, &key, false)?;
             }
         }
         thread::sleep(between);
+        self.finish_move(slot, from, to)
+    }
+
+    /// Opens the move of `slot` from its owner to the primary `to` (`SETSLOT IMPORTING` on `to`,
+    /// `SETSLOT MIGRATING` on the owner); returns the owner. From then on the owner answers
+    /// `ASK` for a command whose keys it does not hold.
+    ///
+    /// # Errors
+    ///
+    /// When a step fails (the message names it).
+    pub fn begin_move(&self, slot: u16, to: usize) -> io::Result<usize> {
+        let from = self.slot_owner(slot)?;
+        let (src, dst) = (&self.nodes[from], &self.nodes[to]);
+        let src_id = src.cli(&["CLUSTER", "MYID"])?;
+        let dst_id = dst.cli(&["CLUSTER", "MYID"])?;
+        let slot_s = slot.to_string();
         step(
-            "SETSLOT NODE on the new owner",
-            dst.cli(&["CLUSTER", "SETSLOT", &slot_s, "NODE", &dst_id]),
+            slot,
+            "SETSLOT IMPORTING",
+            dst.cli(&["CLUSTER", "SETSLOT", &slot_s, "IMPORTING", &src_id]),
         )?;
         step(
+            slot,
+            "SETSLOT MIGRATING",
+            src.cli(&["CLUSTER", "SETSLOT", &slot_s, "MIGRATING", &dst_id]),
+        )?;
+        Ok(from)
+    }
+
+    /// The keys node `node` holds in `slot` (`CLUSTER GETKEYSINSLOT`, up to 1000).
+    ///
+    /// # Errors
+    ///
+    /// When the node does not answer.
+    pub fn keys_in_slot(&self, node: usize, slot: u16) -> io::Result<Vec<String>> {
+        let keys = step(
+            slot,
+            "GETKEYSINSLOT",
+            self.nodes[node].cli(&["CLUSTER", "GETKEYSINSLOT", &slot.to_string(), "1000"]),
+        )?;
+        Ok(keys
+            .lines()
+            .filter(|k| !k.is_empty())
+            .map(str::to_string)
+            .collect())
+    }
+
+    /// `MIGRATE` of `key` from node `from` to node `to` (with `REPLACE` when `replace`: what
+    /// `redis-cli --cluster reshard --cluster-replace` does when the target holds the key
+    /// already). Returns the reply: `OK`, or `NOKEY` when `from` no longer holds it.
+    ///
+    /// # Errors
+    ///
+    /// When the node does not answer, or refuses (`BUSYKEY` without `replace`: the message
+    /// holds it).
+    pub fn migrate(
+        &self,
+        slot: u16,
+        from: usize,
+        to: usize,
+        key: &str,
+        replace: bool,
+    ) -> io::Result<String> {
+        let port = self.nodes[to].port().to_string();
+        let mut args = vec!["MIGRATE", "127.0.0.1", &port, key, "0", "5000"];
+        if replace {
+            args.push("REPLACE");
+        }
+        let reply = step(slot, "MIGRATE", self.nodes[from].cli(&args))?;
+        if reply == "OK" || reply == "NOKEY" {
+            Ok(reply)
+        } else {
+            Err(io::Error::other(format!(
+                "moving slot {slot}: MIGRATE {key}: {reply}"
+            )))
+        }
+    }
+
+    /// Closes the move of `slot` from node `from` to node `to`: `SETSLOT NODE` on `to`, on
+    /// `from` and on every other running primary.
+    ///
+    /// # Errors
+    ///
+    /// When a step fails (the message names it).
+    pub fn finish_move(&self, slot: u16, from: usize, to: usize) -> io::Result<()> {
+        let dst_id = self.nodes[to].cli(&["CLUSTER", "MYID"])?;
+        let slot_s = slot.to_string();
+        let setslot = ["CLUSTER", "SETSLOT", &slot_s, "NODE", &dst_id];
+        step(
+            slot,
+            "SETSLOT NODE on the new owner",
+            self.nodes[to].cli(&setslot),
+        )?;
+        step(
+            slot,
             "SETSLOT NODE on the old owner",
-            src.cli(&["CLUSTER", "SETSLOT", &slot_s, "NODE", &dst_id]),
+            self.nodes[from].cli(&setslot),
         )?;
         for (i, n) in self.nodes.iter().enumerate() {
             if i != from
@@ -256,10 +323,7 @@ impl RedisCluster {
                 && n.is_running()
                 && n.cli(&["ROLE"]).unwrap_or_default().starts_with("master")
             {
-                step(
-                    "SETSLOT NODE on another primary",
-                    n.cli(&["CLUSTER", "SETSLOT", &slot_s, "NODE", &dst_id]),
-                )?;
+                step(slot, "SETSLOT NODE on another primary", n.cli(&setslot))?;
             }
         }
         Ok(())
@@ -314,4 +378,9 @@ fn wait(deadline: Instant, what: &str, mut ready: impl FnMut() -> bool) -> io::R
         }
         thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// A step of a slot move, its error naming the slot and the step.
+fn step(slot: u16, what: &str, r: io::Result<String>) -> io::Result<String> {
+    r.map_err(|e| io::Error::other(format!("moving slot {slot}: {what}: {e}")))
 }

@@ -267,10 +267,16 @@ async fn a_manual_failover_keeps_an_auto_extended_lock_and_nobody_else_gets_it()
     guard.release().await.unwrap();
 }
 
-/// The tag's slot moves to another primary, key by key (`MIGRATE`), while A holds an
-/// auto-extended lock: nobody else gets it while A holds it; A keeps it, or is told it lost it.
+/// The tag's slot moves to another primary while locks are held, taken, extended and released.
+/// The move is held half done for two TTLs: the held locks' keys are on the importing node, the
+/// counter, the marker and the TTL record still on the owner, which answers `ASK` for the
+/// moved keys. Each request that meets it is followed within its round (`ASKING` and the
+/// command on the importing node): the holders' extensions keep their locks, another client is
+/// told the locks are held (not that the node failed), a free resource is taken and released.
+/// Then the rest moves and the slot changes owner: the holders keep extending and release, and
+/// the next fenced holder's token is above the first's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_slot_move_never_gives_a_held_lock_to_a_second_holder() {
+async fn a_slot_move_is_followed_by_ask_within_the_round_and_never_gives_a_second_holder() {
     let cluster = RedisCluster::start().unwrap();
     mark_new(&cluster);
     let (slot, p) = owner(&cluster);
@@ -284,58 +290,178 @@ async fn a_slot_move_never_gives_a_held_lock_to_a_second_holder() {
                     .starts_with("master")
         })
         .unwrap();
-    let a = client(&cluster.url(), Duration::from_secs(3), true);
-    let b = client(&cluster.url(), Duration::from_secs(3), true);
-    let guard = a
-        .try_acquire("moving")
+    let ttl = Duration::from_secs(3);
+    let a = client(&cluster.url(), ttl, true);
+    let pa = client(&cluster.url(), ttl, false);
+    let b = client(&cluster.url(), ttl, true);
+    let pb = client(&cluster.url(), ttl, false);
+    let free = client(&cluster.url(), ttl, false);
+    let mut fenced = a.try_acquire("moving-fenced").await.unwrap();
+    let t1 = fenced.fencing_token().unwrap().value();
+    let mut plain = pa.try_acquire("moving-plain").await.unwrap();
+    // An auto-extended lock: its extensions go in a pipeline (the batch of its client's locks).
+    let auto_client = client(&cluster.url(), ttl, false);
+    let auto = auto_client
+        .try_acquire("moving-auto")
         .await
         .unwrap()
         .auto_extend(AutoExtend::new());
-    let lost = guard.lost();
-    // The move in a thread (it blocks), 300 ms between steps: clients meet the slot half moved.
-    let moved = std::thread::scope(|s| {
-        let mover = s.spawn(|| cluster.move_slot(slot, to, Duration::from_millis(300)));
-        let rt = tokio::runtime::Handle::current();
-        let mut refusals = Vec::new();
-        while !mover.is_finished() {
-            let tried = tokio::task::block_in_place(|| rt.block_on(b.try_acquire("moving")));
-            match tried {
-                Ok(stolen) => assert!(
-                    lost.is_fired() && Instant::now() > guard.validity_deadline(),
-                    "B took A's lock during the move: {}",
-                    stolen.votes()
-                ),
-                Err(e) => refusals.push(e.to_string()),
-            }
-            std::thread::sleep(Duration::from_millis(100));
+    let auto_lost = auto.lost();
+
+    // Half the move: the held locks' keys go first.
+    assert_eq!(cluster.begin_move(slot, to).unwrap(), p);
+    for key in cluster.keys_in_slot(p, slot).unwrap() {
+        if key.contains("moving-") {
+            assert_eq!(cluster.migrate(slot, p, to, &key, false).unwrap(), "OK");
         }
-        eprintln!("refusals during the move: {}", refusals.len());
-        mover.join().unwrap()
-    });
-    moved.unwrap();
-    assert_eq!(cluster.slot_owner(slot).unwrap(), to);
-    // After the move: the same, for four TTLs.
-    let until = Instant::now() + Duration::from_secs(12);
+    }
+    let until = Instant::now() + 2 * ttl;
+    let (mut rounds, mut unreleased) = (0, 0);
     while Instant::now() < until {
-        if let Ok(stolen) = b.try_acquire("moving").await {
-            assert!(
-                lost.is_fired() && Instant::now() > guard.validity_deadline(),
-                "B took A's lock after the move: {}",
-                stolen.votes()
-            );
-            stolen.release().await.unwrap();
-        }
-        tokio::time::sleep(Duration::from_millis(400)).await;
-    }
-    eprintln!("A's lock lost: {:?}", lost.cause());
-    if !lost.is_fired() {
-        assert_eq!(
-            cluster.node(to).cli(&["GET", &tagged("moving")]).unwrap(),
-            guard.owner(),
-            "A was not told, yet its key is not on the new owner"
+        let resource = format!("free-{rounds}");
+        let (extended, plain_extended, b_tried, pb_tried, taken) = tokio::join!(
+            fenced.extend(),
+            plain.extend(),
+            b.try_acquire("moving-fenced"),
+            pb.try_acquire("moving-plain"),
+            async {
+                let lock = free.try_acquire(&resource).await?;
+                // Taken on the importing node (the owner answered ASK: the key is not there):
+                // another client meets it there.
+                let refused = pb.try_acquire(&resource).await.err();
+                Ok::<_, fencelock::Error>((lock.release().await, refused))
+            },
         );
-        guard.release().await.unwrap();
+        if let Err(e) = extended {
+            panic!("round {rounds}: A's fenced lock was not extended in the half-moved slot: {e}");
+        }
+        if let Err(e) = plain_extended {
+            panic!("round {rounds}: the plain lock was not extended in the half-moved slot: {e}");
+        }
+        match b_tried {
+            Ok(stolen) => panic!("round {rounds}: B took A's fenced lock: {}", stolen.votes()),
+            // A fenced grant declares the counter beside the lock key: split across the two
+            // nodes, Redis answers TRYAGAIN, and the node fails this round.
+            Err(e) => assert!(
+                matches!(e.kind(), ErrorKind::Contention | ErrorKind::Unavailable),
+                "round {rounds}: {e}"
+            ),
+        }
+        match pb_tried {
+            Ok(stolen) => panic!(
+                "round {rounds}: a second holder of the plain lock: {}",
+                stolen.votes()
+            ),
+            Err(e) => assert_eq!(
+                e.kind(),
+                ErrorKind::Contention,
+                "round {rounds}: the taker was not told the plain lock is held: {e}"
+            ),
+        }
+        assert!(
+            !auto_lost.is_fired(),
+            "round {rounds}: the auto-extended lock was lost in the half-moved slot: {:?}",
+            auto_lost.cause()
+        );
+        let (released, refused) = taken.unwrap_or_else(|e| {
+            panic!("round {rounds}: a free resource was not taken in the half-moved slot: {e}")
+        });
+        match refused {
+            None => panic!("round {rounds}: a second holder of {resource}"),
+            Some(e) => assert_eq!(e.kind(), ErrorKind::Contention, "round {rounds}: {e}"),
+        }
+        // The release declares the key's wait mark, which does not exist: Redis refuses a
+        // command of several keys with one missing in a slot being imported (TRYAGAIN), and the
+        // lock is left to its TTL.
+        if let Err(e) = released {
+            assert!(e.to_string().contains("TRYAGAIN"), "round {rounds}: {e}");
+            unreleased += 1;
+        }
+        rounds += 1;
+        tokio::time::sleep(Duration::from_millis(300)).await;
     }
+    assert!(
+        rounds >= 4,
+        "the test ran too slowly to show anything ({rounds} rounds)"
+    );
+
+    // The rest of the keys, then the slot changes owner. The announcements of the rounds above
+    // wrote the TTL record and its mark on the importing node: those meet BUSYKEY and are
+    // replaced, as `redis-cli --cluster reshard --cluster-replace` does.
+    let mut replaced = Vec::new();
+    for key in cluster.keys_in_slot(p, slot).unwrap() {
+        if let Err(e) = cluster.migrate(slot, p, to, &key, false) {
+            assert!(e.to_string().contains("BUSYKEY"), "{e}");
+            assert!(
+                key.contains("fencelock:ttls"),
+                "{key} was written on the importing node: {e}"
+            );
+            cluster.migrate(slot, p, to, &key, true).unwrap();
+            replaced.push(key);
+        }
+    }
+    eprintln!(
+        "{rounds} rounds in the half-moved slot ({unreleased} releases refused with TRYAGAIN); \
+         replaced on the new owner: {replaced:?}"
+    );
+    cluster.finish_move(slot, p, to).unwrap();
+    assert_eq!(cluster.slot_owner(slot).unwrap(), to);
+
+    // On the new owner (judged as a failover: a quarantine), for two TTLs: the holders extend,
+    // nobody else gets either lock.
+    let until = Instant::now() + 2 * ttl;
+    while Instant::now() < until {
+        fenced.extend().await.expect("A's lock after the move");
+        plain.extend().await.expect("the plain lock after the move");
+        assert!(
+            b.try_acquire("moving-fenced").await.is_err(),
+            "B took A's lock after the move"
+        );
+        assert!(
+            pb.try_acquire("moving-plain").await.is_err(),
+            "a second plain holder after the move"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert_eq!(
+        cluster
+            .node(to)
+            .cli(&["GET", &tagged("moving-fenced")])
+            .unwrap(),
+        fenced.owner()
+    );
+    assert!(
+        !auto_lost.is_fired(),
+        "the auto-extended lock was lost after the move: {:?}",
+        auto_lost.cause()
+    );
+    assert_eq!(
+        cluster
+            .node(to)
+            .cli(&["GET", &tagged("moving-auto")])
+            .unwrap(),
+        auto.owner()
+    );
+    fenced.release().await.unwrap();
+    plain.release().await.unwrap();
+    auto.release().await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(40);
+    let next = loop {
+        match b.try_acquire("moving-fenced").await {
+            Ok(lock) => break lock,
+            Err(e) => assert!(Instant::now() < deadline, "B never got the lock: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    let t2 = next.fencing_token().unwrap().value();
+    assert!(t2 > t1, "B was issued {t2} after A's {t1}");
+    next.release().await.unwrap();
+    pb.try_acquire("moving-plain")
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
 }
 
 /// The rest of the family on one cluster: a waiter woken by a release (the release channel of

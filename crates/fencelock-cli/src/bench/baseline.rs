@@ -129,6 +129,8 @@ impl Baseline {
     pub(crate) async fn take_counter(&self, key: &str) -> anyhow::Result<i64> {
         match self {
             Baseline::Redis(r) => {
+                // Under a cluster's tag, as the workers wrote it (`Counter::connect`).
+                let key = &r.key(key);
                 let value: Option<i64> = redis::cmd("GET")
                     .arg(key)
                     .query_async(&mut r.first())
@@ -173,7 +175,8 @@ pub(crate) fn is_etcd(urls: &[String]) -> bool {
 
 /// The `contended` counter, read and written back by each critical section.
 pub(crate) enum Counter {
-    Redis(MultiplexedConnection),
+    /// The connection and the prefix of the key (a cluster's tag, else empty).
+    Redis(MultiplexedConnection, String),
     Etcd(Box<RawEtcd>),
     ZooKeeper(Box<RawZk>),
     Postgres(Box<RawPg>),
@@ -202,11 +205,20 @@ impl Counter {
             Kind::Redis => {}
         }
         let first = urls.first().context("no nodes")?;
+        // A cluster's or a Sentinel group's counter lives on the primary that serves it now (a
+        // cluster's under the tag, in the slot that primary owns).
+        let node = crate::node::Node::parse(first, 0).map_err(|e| anyhow::anyhow!(e.message))?;
+        let primary = node
+            .primary_url(Duration::from_secs(5))
+            .await
+            .map_err(|e| anyhow::anyhow!("the contended counter: no primary of node 1: {e}"))?;
+        let tag = node.cluster.as_ref().map(|c| c.tag()).unwrap_or_default();
         Ok(Counter::Redis(
-            redis::Client::open(first.as_str())?
+            redis::Client::open(primary.as_deref().unwrap_or(first.as_str()))?
                 .get_multiplexed_async_connection()
                 .await
                 .context("connecting the contended counter to the first node")?,
+            tag,
         ))
     }
 
@@ -215,10 +227,11 @@ impl Counter {
     /// holders at once here lose one, and the final counter falls short of the sections.
     pub(crate) async fn increment(&mut self, key: &str) -> bool {
         match self {
-            Counter::Redis(conn) => async {
-                let value: Option<i64> = redis::cmd("GET").arg(key).query_async(conn).await?;
+            Counter::Redis(conn, tag) => async {
+                let key = format!("{tag}{key}");
+                let value: Option<i64> = redis::cmd("GET").arg(&key).query_async(conn).await?;
                 redis::cmd("SET")
-                    .arg(key)
+                    .arg(&key)
                     .arg(value.unwrap_or(0) + 1)
                     .query_async::<()>(conn)
                     .await

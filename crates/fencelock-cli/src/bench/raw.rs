@@ -80,11 +80,13 @@ impl Raw {
 
     /// Connects as [`Raw::connect`], a `redis+cluster://` URL replaced by the primary that owns
     /// its tag's slot now (a plain node, as the baseline treats it), every key then carrying
-    /// the tag: the cluster's figures beside the single node that serves them.
+    /// the tag, and a `redis+sentinel://` URL by the primary the Sentinels name now: the
+    /// figures of a cluster or a Sentinel group beside the single node that serves them.
     ///
     /// # Errors
     ///
-    /// As [`Raw::connect`], or when no seed of a cluster names the slot's owner.
+    /// As [`Raw::connect`], or when no seed of a cluster names the slot's owner, or no Sentinel
+    /// names a primary.
     pub(crate) async fn connect_through_clusters(
         urls: &[String],
         ttl: Duration,
@@ -92,35 +94,31 @@ impl Raw {
         let mut plain = Vec::with_capacity(urls.len());
         let mut tag = None;
         for (i, url) in urls.iter().enumerate() {
-            let parsed = fencelock::NodeAddr::parse(url).ok();
-            let Some(addr) = parsed.filter(|a| a.scheme() == fencelock::Scheme::RedisCluster)
-            else {
+            let Ok(node) = crate::node::Node::parse(url, i) else {
+                // Raw::connect names the bad URL.
                 plain.push(url.clone());
                 continue;
             };
-            let (_, host, port) =
-                fencelock::protocol::cluster_slot_owner(&addr, Duration::from_secs(5))
-                    .await
-                    .map_err(|e| {
-                        anyhow::anyhow!(
-                            "raw baseline: node {} ({addr}): no owner of its tag's slot: {e}",
-                            i + 1
-                        )
-                    })?;
-            let host = if host.contains(':') {
-                format!("[{host}]")
-            } else {
-                host
-            };
-            plain.push(format!("redis://{host}:{port}/0"));
-            tag = tag.or(addr.hash_tag());
+            match node.primary_url(Duration::from_secs(5)).await {
+                Ok(Some(primary)) => plain.push(primary),
+                Ok(None) => plain.push(url.clone()),
+                Err(e) => anyhow::bail!(
+                    "raw baseline: node {} ({}): no primary found: {e}",
+                    i + 1,
+                    node.name
+                ),
+            }
+            if let Some(cluster) = &node.cluster {
+                tag = tag.or(Some(cluster.tag()));
+            }
         }
         let mut raw = Raw::connect(&plain, ttl).await?;
         raw.prefix = tag.unwrap_or_default();
         Ok(raw)
     }
 
-    fn key(&self, key: &str) -> String {
+    /// `key` as it lives on the nodes: with a cluster's tag in front.
+    pub(crate) fn key(&self, key: &str) -> String {
         format!("{}{key}", self.prefix)
     }
 

@@ -57,6 +57,19 @@ pub(crate) struct NodeState {
     /// An election of this name: its newest log entry (`<term> <value>`) and its lock key.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) leader: Option<LeaderEntry>,
+    /// A `redis+cluster://` node: where its keys were read (the tag's slot and its primary).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) cluster: Option<ClusterPlace>,
+}
+
+/// Where a cluster node's keys live: the slot of its hash tag and the primary that owns it now.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub(crate) struct ClusterPlace {
+    /// The hash tag every key of the node carries (`{fencelock}`).
+    pub(crate) tag: String,
+    pub(crate) slot: u16,
+    /// `host:port` of the primary that owns the slot.
+    pub(crate) primary: String,
 }
 
 /// One held slot of a semaphore on one node.
@@ -101,6 +114,7 @@ impl NodeState {
             readers: Vec::new(),
             writer_record: None,
             leader: None,
+            cluster: None,
         }
     }
 
@@ -124,11 +138,39 @@ impl NodeState {
 }
 
 async fn probe_node(node: &Node, resource: &str, timeout: Duration) -> NodeState {
+    let Some(cluster) = &node.cluster else {
+        return probe_keys(node, resource, "", timeout).await;
+    };
+    // A cluster node: its keys carry the tag and live on the primary that owns the tag's slot.
+    match cluster.owner(timeout).await {
+        Ok((primary, slot)) => {
+            let tag = cluster.tag();
+            let mut state = probe_keys(&primary, resource, &tag, timeout).await;
+            state.node = node.name.clone();
+            state.cluster = Some(ClusterPlace {
+                tag,
+                slot,
+                primary: primary.addr,
+            });
+            state
+        }
+        Err(why) => NodeState::unreachable(node, why),
+    }
+}
+
+/// What `node` holds for `resource`, every key name with `tag` in front (empty but on a
+/// cluster; a key a script derives from another, the holder's, is derived from the tagged one).
+async fn probe_keys(node: &Node, resource: &str, tag: &str, timeout: Duration) -> NodeState {
+    let key = |name: String| format!("{tag}{name}");
+    let lock_key = key(resource.to_string());
     let mut conn = match node.connect(timeout).await {
         Ok(conn) => conn,
         Err(why) => return NodeState::unreachable(node, why),
     };
-    let key_type = match conn.query::<String>(redis::cmd("TYPE").arg(resource)).await {
+    let key_type = match conn
+        .query::<String>(redis::cmd("TYPE").arg(&lock_key))
+        .await
+    {
         Ok(t) => t,
         Err(why) => return NodeState::unreachable(node, format!("TYPE failed: {why}")),
     };
@@ -146,22 +188,23 @@ async fn probe_node(node: &Node, resource: &str, timeout: Duration) -> NodeState
         readers: Vec::new(),
         writer_record: None,
         leader: None,
+        cluster: None,
     };
     if key_type != "none" {
         state.pttl_ms = conn
-            .query::<i64>(redis::cmd("PTTL").arg(resource))
+            .query::<i64>(redis::cmd("PTTL").arg(&lock_key))
             .await
             .ok();
     }
     if key_type == "string" {
         match conn
-            .query::<Option<String>>(redis::cmd("GET").arg(resource))
+            .query::<Option<String>>(redis::cmd("GET").arg(&lock_key))
             .await
         {
             Ok(owner) => state.owner = owner,
             Err(why) => state.error = Some(format!("GET failed: {why}")),
         }
-        let holder_key = fencelock::protocol::holder_key(resource);
+        let holder_key = fencelock::protocol::holder_key(&lock_key);
         match conn
             .query::<Option<String>>(redis::cmd("GET").arg(&holder_key))
             .await
@@ -173,8 +216,8 @@ async fn probe_node(node: &Node, resource: &str, timeout: Duration) -> NodeState
     // The node's fence counter (one per node); a legacy per-resource counter left by an older
     // version counts too until the resource's next fenced grant deletes it.
     let keys = [
-        fencelock::protocol::FENCE_COUNTER_KEY.to_string(),
-        fencelock::protocol::counter_key(resource),
+        key(fencelock::protocol::FENCE_COUNTER_KEY.to_string()),
+        key(fencelock::protocol::counter_key(resource)),
     ];
     match conn
         .query::<Vec<Option<String>>>(redis::cmd("MGET").arg(&keys[..]))
@@ -188,12 +231,12 @@ async fn probe_node(node: &Node, resource: &str, timeout: Duration) -> NodeState
         }
         Err(why) => state.error = Some(format!("MGET {} failed: {why}", keys.join(" "))),
     }
-    let line_key = fencelock::protocol::queue_key(resource);
+    let line_key = key(fencelock::protocol::queue_key(resource));
     match conn.query::<u64>(redis::cmd("ZCARD").arg(&line_key)).await {
         Ok(n) => state.waiting = Some(n),
         Err(why) => state.error = Some(format!("ZCARD {line_key} failed: {why}")),
     }
-    if let Err(why) = family(&mut conn, resource, &mut state).await {
+    if let Err(why) = family(&mut conn, resource, tag, &mut state).await {
         state.error = Some(why);
     }
     state
@@ -205,12 +248,14 @@ async fn probe_node(node: &Node, resource: &str, timeout: Duration) -> NodeState
 async fn family(
     conn: &mut crate::node::Conn,
     resource: &str,
+    tag: &str,
     state: &mut NodeState,
 ) -> Result<(), String> {
     use fencelock::protocol;
+    let key = |name: String| format!("{tag}{name}");
     let max = fencelock::MAX_PERMITS;
     let slots: Vec<String> = (0..max)
-        .map(|i| protocol::permit_key(resource, i))
+        .map(|i| key(protocol::permit_key(resource, i)))
         .collect();
     let owners: Vec<Option<String>> = conn.query(redis::cmd("MGET").arg(&slots[..])).await?;
     for (i, (key, owner)) in (0..max).zip(slots.iter().zip(owners)) {
@@ -231,7 +276,7 @@ async fn family(
         let readers: Vec<(String, f64)> = conn
             .query(
                 redis::cmd("ZRANGE")
-                    .arg(protocol::readers_key(resource))
+                    .arg(key(protocol::readers_key(resource)))
                     .arg(0)
                     .arg(-1)
                     .arg("WITHSCORES"),
@@ -248,19 +293,19 @@ async fn family(
             .collect();
     }
     state.writer_record = conn
-        .query(redis::cmd("GET").arg(protocol::writer_key(resource)))
+        .query(redis::cmd("GET").arg(key(protocol::writer_key(resource))))
         .await?;
     let newest: Vec<String> = conn
         .query(
             redis::cmd("ZREVRANGE")
-                .arg(protocol::leaders_key(resource))
+                .arg(key(protocol::leaders_key(resource)))
                 .arg(0)
                 .arg(0),
         )
         .await?;
     if let Some((term, value)) = newest.first().and_then(|e| e.split_once(' ')) {
         let held: i64 = conn
-            .query(redis::cmd("EXISTS").arg(protocol::election_key(resource)))
+            .query(redis::cmd("EXISTS").arg(key(protocol::election_key(resource))))
             .await?;
         state.leader = Some(LeaderEntry {
             term: term.parse().unwrap_or(0),
@@ -426,6 +471,15 @@ fn render(resource: &str, states: &[NodeState], summary: &Summary) -> String {
         );
     }
     write_table(&mut out, states, summary);
+    for s in states {
+        if let Some(place) = &s.cluster {
+            let _ = writeln!(
+                out,
+                "{}: a Redis Cluster; keys tagged {} in slot {}, read on its primary {}",
+                s.node, place.tag, place.slot, place.primary
+            );
+        }
+    }
     let _ = writeln!(
         out,
         "NODE COUNTER: each node's fence counter, one per node and shared by every resource on it (a fenced grant's token is above it), not this lock's"
@@ -615,7 +669,8 @@ fn write_table(out: &mut String, states: &[NodeState], summary: &Summary) {
 ///
 /// A usage failure for a bad node URL; unreachable nodes are shown, not errors.
 pub(crate) async fn inspect(settings: &Settings, resource: &str, json: bool) -> anyhow::Result<u8> {
-    let nodes = Node::parse_all(&settings.nodes, &settings.tls)?;
+    // A cluster node is read on the primary that owns its tag's slot now.
+    let nodes = Node::parse_all_with_clusters(&settings.nodes, &settings.tls)?;
     let timeout = PROBE_TIMEOUT.max(settings.node_timeout);
     let states = probe(&nodes, resource, timeout).await;
     let summary = summarize(&states);
@@ -667,6 +722,7 @@ mod tests {
             readers: Vec::new(),
             writer_record: None,
             leader: None,
+            cluster: None,
         }
     }
 

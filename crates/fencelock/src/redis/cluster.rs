@@ -7,10 +7,12 @@
 //! before anything is written. Every key fencelock sends there carries the tag
 //! (`tagged.rs`), so the shard that owns the slot holds all of them: it is the node.
 //!
-//! The connection is dropped when the cluster says the slot is not (or no longer) served there:
-//! `MOVED`, `ASK`, `TRYAGAIN`, `CLUSTERDOWN`, a script told it touched a non-local key, or
-//! `READONLY` (a primary demoted by a failover). The next request asks the seeds again
-//! (`conn.rs`, [`super::conn::is_broken`]).
+//! `ASK` (the slot half moved, this request's keys on the importing node) is followed within
+//! the request (`tagged.rs`); `TRYAGAIN` (its keys split between the two) fails the request.
+//! The connection is dropped when the cluster says the slot is not (or no longer) served
+//! there: `MOVED`, `CLUSTERDOWN`, an `ASK` that could not be followed, a script told it touched
+//! a non-local key, or `READONLY` (a primary demoted by a failover). The next request asks the
+//! seeds again (`conn.rs`, [`super::conn::is_broken`]).
 //!
 //! A new owner is judged as the Sentinel code judges a failover (`conn.rs`, `failover_seen`):
 //! the marker `{tag}fencelock:node` it carries names another run id, so it is taken as a node
@@ -153,12 +155,14 @@ pub(crate) fn check_role(first: &str, host: &str, port: u16) -> Result<(), Redis
 }
 
 /// Whether `e` says the slot is not served on this connection's node (any more, or not now):
-/// the connection is dropped and the next request asks the seeds again.
+/// the connection is dropped and the next request asks the seeds again. Not `TRYAGAIN`: the
+/// node still owns the slot, which is half moved, and the request's keys are split between it
+/// and the importing node; a new connection would reach the same node.
 pub(crate) fn moved(e: &RedisError) -> bool {
     use redis::ServerErrorKind as K;
     matches!(
         e.kind(),
-        ErrorKind::Server(K::Moved | K::Ask | K::TryAgain | K::ClusterDown | K::MasterDown)
+        ErrorKind::Server(K::Moved | K::Ask | K::ClusterDown | K::MasterDown)
     ) || e.to_string().contains("non local key")
 }
 

@@ -11,7 +11,7 @@ use redis::{AsyncConnectionConfig, RedisError};
 use super::nodeset::NodeSet;
 use super::quarantine::{self, Verdict};
 use super::scripts;
-use super::tagged::{NodeConnection, Tagging};
+use super::tagged::{Asking, NodeConnection, Tagging};
 use super::version;
 use crate::error::Error;
 use crate::node::NodeAddr;
@@ -380,7 +380,9 @@ impl NodeConn {
         let setup = async {
             let (client, primary) = self.resolve().await?;
             let conn = crate::sim::multiplexed(&client, &config).await?;
-            let mut conn = NodeConnection::new(conn, self.tagging.clone());
+            let asking = (self.addr.cluster().is_some())
+                .then(|| Asking::new(self.addr.clone(), self.connect_timeout));
+            let mut conn = NodeConnection::new(conn, self.tagging.clone()).following_ask(asking);
             if let Some((host, port)) = &primary {
                 // Before anything is written: a replica is never used (`sentinel.rs`).
                 let role: redis::Value = redis::cmd("ROLE").query_async(&mut conn).await?;
@@ -781,8 +783,9 @@ impl NodeInfo {
 pub(crate) fn is_broken(e: &RedisError) -> bool {
     // READONLY: the node is a replica now (a primary demoted by a failover); a new connection
     // asks the Sentinels again, and is never kept on a replica (`sentinel.rs`).
-    // MOVED, ASK, TRYAGAIN, CLUSTERDOWN: the tag's slot is not served on this cluster node (any
-    // more, or not now); a new connection reads the slot map again (`cluster.rs`).
+    // MOVED, CLUSTERDOWN: the tag's slot is not served on this cluster node (any more, or not
+    // now); a new connection reads the slot map again (`cluster.rs`). An ASK that reaches here
+    // could not be followed (`tagged.rs`): the same. TRYAGAIN keeps the connection.
     e.is_connection_dropped()
         || e.is_io_error()
         || e.is_unrecoverable_error()

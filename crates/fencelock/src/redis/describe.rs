@@ -16,6 +16,16 @@ pub(crate) fn describe(e: &RedisError) -> NodeError {
         return NodeError::new(FailureCause::Auth, "");
     }
     if let Some((code, detail)) = server_error(e) {
+        if code == "TRYAGAIN" {
+            // A cluster's slot half moved: the server's words ("Multiple keys request during
+            // rehashing of slot") do not say what to do.
+            return NodeError::other(
+                "TRYAGAIN: the cluster is moving the tag's slot to another primary, and this \
+                 request names keys that are split between the two (a release, a fenced or \
+                 waiting acquisition); it works again once the move ends, and a lock left \
+                 unreleased meanwhile expires with its TTL",
+            );
+        }
         let cause = match code.as_str() {
             // NOAUTH: the URL has no password for a node that needs one.
             "NOAUTH" | "WRONGPASS" => FailureCause::Auth,
@@ -141,6 +151,16 @@ mod tests {
         assert_eq!(
             describe(&reply("OOM", "command not allowed")).cause(),
             FailureCause::OutOfMemory
+        );
+        let moving = describe(&reply(
+            "TRYAGAIN",
+            "Multiple keys request during rehashing of slot",
+        ));
+        assert!(
+            moving
+                .to_string()
+                .starts_with("TRYAGAIN: the cluster is moving"),
+            "{moving}"
         );
         let other = describe(&reply("WEIRD", "something"));
         assert_eq!(other.cause(), FailureCause::Other);

@@ -20,12 +20,27 @@
 //! A command the table below does not know is sent as it is; on a cluster its keys then reach
 //! another slot, and the node answers `MOVED` or a script error (no silent misplacement: the
 //! cluster refuses a key it does not own).
+//!
+//! While the tag's slot migrates, the owner answers `-ASK slot host:port` for a command whose
+//! keys it no longer holds (moved already, or never written). The connection follows it within
+//! the request: `ASKING` and the same command, in one write, on a connection to the importing
+//! node ([`Asking`]), and the request gets that node's answer. Redis runs it there only when
+//! every declared key of a command of several keys is there (else `TRYAGAIN`), so a lock is
+//! judged where its key is: a held lock whose key moved is extended and released on the
+//! importing node, a free one is taken there, and a taker meets the holder's key there. The
+//! node is not counted as failed for a slot half moved.
 
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};
+use std::time::Duration;
 
 use redis::aio::{ConnectionLike, MultiplexedConnection};
-use redis::{Arg, Cmd, Pipeline, RedisFuture, Value};
+use redis::{
+    Arg, AsyncConnectionConfig, Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, RedisResult,
+    ServerErrorKind, Value,
+};
+
+use crate::node::NodeAddr;
 
 use super::scripts;
 
@@ -34,6 +49,136 @@ use super::scripts;
 pub(crate) struct NodeConnection {
     inner: MultiplexedConnection,
     tagging: Option<Arc<Tagging>>,
+    /// For a cluster node: where `-ASK` is followed (`None` on a connection that does not
+    /// follow it, such as the election log's).
+    asking: Option<Arc<Asking>>,
+}
+
+/// A cluster node's connections to the nodes importing its tag's slot, opened at the first
+/// `-ASK` naming each and kept while they work (a migration sends many).
+pub(crate) struct Asking {
+    /// The node's address: the importing node is reached with its user and password.
+    addr: NodeAddr,
+    timeout: Duration,
+    conns: Mutex<HashMap<String, MultiplexedConnection>>,
+}
+
+impl std::fmt::Debug for Asking {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Asking")
+            .field("addr", &self.addr)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Asking {
+    /// Follows `-ASK` for the node `addr`, opening each importing node's connection within
+    /// `timeout`.
+    pub(crate) fn new(addr: NodeAddr, timeout: Duration) -> Arc<Asking> {
+        Arc::new(Asking {
+            addr,
+            timeout,
+            conns: Mutex::default(),
+        })
+    }
+
+    /// The connection to `target` (`host:port`, as `-ASK` names it), with the tag's script
+    /// copies loaded (an `EVALSHA` it receives must not meet `NOSCRIPT`: the driver's reload
+    /// would go to the owner, which sends it back here).
+    async fn connection(
+        &self,
+        target: &str,
+        tagging: &Tagging,
+    ) -> RedisResult<MultiplexedConnection> {
+        if let Some(conn) = self
+            .conns
+            .lock()
+            .expect("asking mutex poisoned")
+            .get(target)
+        {
+            return Ok(conn.clone());
+        }
+        let (host, port) = target
+            .rsplit_once(':')
+            .and_then(|(h, p)| {
+                Some((
+                    h.trim_start_matches('[').trim_end_matches(']'),
+                    p.parse::<u16>().ok()?,
+                ))
+            })
+            .ok_or_else(|| {
+                RedisError::from((
+                    ErrorKind::Client,
+                    super::cluster::CLUSTER_ERR,
+                    format!(
+                        "the owner of the tag's slot sent ASK to {target:?}, which is no host:port"
+                    ),
+                ))
+            })?;
+        let client = redis::Client::open(self.addr.primary_url(host, port))?;
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.timeout))
+            .set_response_timeout(None);
+        let open = async {
+            let mut conn = crate::sim::multiplexed(&client, &config).await?;
+            let mut pipe = redis::pipe();
+            for code in scripts::ALL {
+                pipe.cmd("SCRIPT")
+                    .arg("LOAD")
+                    .arg(tag_script(code, &tagging.tag))
+                    .ignore();
+            }
+            pipe.query_async::<()>(&mut conn).await?;
+            Ok::<_, RedisError>(conn)
+        };
+        let conn = tokio::time::timeout(self.timeout, open).await.map_err(|_| {
+            RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("the node importing the tag's slot ({target}, named by ASK) did not answer in time"),
+            ))
+        })??;
+        self.conns
+            .lock()
+            .expect("asking mutex poisoned")
+            .insert(target.to_string(), conn.clone());
+        Ok(conn)
+    }
+
+    /// `cmd` (tagged already) on the node `redirect` names, after `ASKING`, in one write.
+    async fn ask(&self, redirect: &RedisError, cmd: &Cmd, tagging: &Tagging) -> RedisResult<Value> {
+        let Some((target, _slot)) = redirect.redirect_node() else {
+            return Err(redirect.clone());
+        };
+        let target = target.to_string();
+        let mut conn = self.connection(&target, tagging).await?;
+        let mut pipe = redis::pipe();
+        pipe.cmd("ASKING").add_command(cmd.clone());
+        let replies = match conn.req_packed_commands(&pipe, 0, 2).await {
+            Ok(replies) => replies,
+            Err(e) => {
+                self.conns
+                    .lock()
+                    .expect("asking mutex poisoned")
+                    .remove(&target);
+                return Err(e);
+            }
+        };
+        match replies.into_iter().nth(1) {
+            Some(Value::ServerError(e)) => Err(e.into()),
+            Some(value) => Ok(value),
+            None => Err(RedisError::from((
+                ErrorKind::Client,
+                super::cluster::CLUSTER_ERR,
+                format!("the node importing the tag's slot ({target}) sent no reply after ASKING"),
+            ))),
+        }
+    }
+}
+
+/// Whether `e` is a `-ASK` redirection (the slot migrates, and the command's keys are not on
+/// the owner).
+fn is_ask(e: &RedisError) -> bool {
+    e.kind() == ErrorKind::Server(ServerErrorKind::Ask)
 }
 
 impl std::fmt::Debug for NodeConnection {
@@ -155,7 +300,17 @@ pub(crate) fn tag_script(code: &str, tag: &str) -> String {
 impl NodeConnection {
     /// `inner` as it is (`None`), or tagging keys with `tagging`.
     pub(crate) fn new(inner: MultiplexedConnection, tagging: Option<Arc<Tagging>>) -> Self {
-        NodeConnection { inner, tagging }
+        NodeConnection {
+            inner,
+            tagging,
+            asking: None,
+        }
+    }
+
+    /// The same, following `-ASK` with `asking` (a cluster node's request connection).
+    pub(crate) fn following_ask(mut self, asking: Option<Arc<Asking>>) -> Self {
+        self.asking = asking;
+        self
     }
 }
 
@@ -165,7 +320,23 @@ impl ConnectionLike for NodeConnection {
             None => self.inner.req_packed_command(cmd),
             Some(tagging) => {
                 let tagged = tagging.command(cmd);
-                Box::pin(async move { self.inner.req_packed_command(&tagged).await })
+                let tagging = tagging.clone();
+                Box::pin(async move {
+                    let answer = self.inner.req_packed_command(&tagged).await;
+                    let Some(asking) = &self.asking else {
+                        return answer;
+                    };
+                    // The driver hands a server's error back as a value; the caller's
+                    // conversion makes it an error.
+                    let redirect = match &answer {
+                        Ok(Value::ServerError(e)) if e.kind() == Some(ServerErrorKind::Ask) => {
+                            RedisError::from(e.clone())
+                        }
+                        Err(e) if is_ask(e) => e.clone(),
+                        _ => return answer,
+                    };
+                    asking.ask(&redirect, &tagged, &tagging).await
+                })
             }
         }
     }
@@ -179,6 +350,7 @@ impl ConnectionLike for NodeConnection {
         match &self.tagging {
             None => self.inner.req_packed_commands(pipeline, offset, count),
             Some(tagging) => {
+                let tagging = tagging.clone();
                 let mut tagged = Pipeline::with_capacity(pipeline.len());
                 if pipeline.is_transaction() {
                     tagged.atomic();
@@ -186,9 +358,33 @@ impl ConnectionLike for NodeConnection {
                 for cmd in pipeline.cmd_iter() {
                     tagged.add_command(tagging.command(cmd));
                 }
-                Box::pin(
-                    async move { self.inner.req_packed_commands(&tagged, offset, count).await },
-                )
+                Box::pin(async move {
+                    let mut replies = self
+                        .inner
+                        .req_packed_commands(&tagged, offset, count)
+                        .await?;
+                    // A transaction is not split: its ASK aborts it whole (EXECABORT).
+                    let Some(asking) = self.asking.as_ref().filter(|_| !tagged.is_transaction())
+                    else {
+                        return Ok(replies);
+                    };
+                    for (reply, cmd) in replies.iter_mut().zip(tagged.cmd_iter().skip(offset)) {
+                        let redirect = match reply {
+                            Value::ServerError(e) if e.kind() == Some(ServerErrorKind::Ask) => {
+                                RedisError::from(e.clone())
+                            }
+                            _ => continue,
+                        };
+                        *reply = match asking.ask(&redirect, cmd, &tagging).await {
+                            Ok(value) => value,
+                            // A server's error stays a value, as the pipeline's own answers
+                            // are, for the caller's conversion to report; a broken
+                            // connection fails the whole request.
+                            Err(e) => Value::ServerError(redis::ServerError::try_from(e)?),
+                        };
+                    }
+                    Ok(replies)
+                })
             }
         }
     }

@@ -223,7 +223,10 @@ fn node_checks(f: &NodeFacts, limits: Limits, checks: &mut Vec<Check>) {
     checks.extend(write_check(f));
     checks.extend(memory_check(f));
     match &f.cluster {
-        None if f.sentinel => checks.push(group_replication_check(f, "the Sentinels' primary")),
+        None if f.sentinel => {
+            checks.push(group_replication_check(f, "the Sentinels' primary"));
+            checks.extend(split_brain_check(f));
+        }
         None => {
             checks.push(replication_check(f));
             checks.extend(cluster_check(f));
@@ -231,6 +234,7 @@ fn node_checks(f: &NodeFacts, limits: Limits, checks: &mut Vec<Check>) {
         Some(cluster) => {
             checks.push(cluster_shard_check(f, cluster));
             checks.push(group_replication_check(f, "the tag's shard"));
+            checks.extend(split_brain_check(f));
         }
     }
     match &f.config {
@@ -457,6 +461,40 @@ fn group_replication_check(f: &NodeFacts, what: &str) -> Check {
         )
     };
     check("replication", Some(&f.name), status, detail, hint)
+}
+
+/// A Sentinel group's or a cluster shard's primary cut off from its replicas (a network split)
+/// goes on granting locks until it is demoted, and the failover then loses them while their
+/// holders are told nothing until their next extension. `min-replicas-to-write` bounds that
+/// window: such a primary refuses writes once its replicas lag by `min-replicas-max-lag`
+/// seconds. `None` when CONFIG is refused (the `config` check says so).
+fn split_brain_check(f: &NodeFacts) -> Option<Check> {
+    let config = f.config.as_ref().ok()?;
+    let to_write: u64 = config
+        .get("min-replicas-to-write")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let lag: u64 = config
+        .get("min-replicas-max-lag")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10);
+    Some(if to_write == 0 {
+        check(
+            "split brain",
+            Some(&f.name),
+            Status::Warn,
+            "min-replicas-to-write is 0: a primary cut off from its replicas (a network split) keeps granting locks until it is demoted, and the failover loses them; their holders learn it at their next extension",
+            Some("CONFIG SET min-replicas-to-write 1 and min-replicas-max-lag 10 on the primary and its replicas (and in redis.conf): a primary cut off from its replicas then refuses writes after that lag"),
+        )
+    } else {
+        check(
+            "split brain",
+            Some(&f.name),
+            Status::Pass,
+            format!("min-replicas-to-write {to_write}: a primary cut off from its replicas refuses writes after {lag}s; locks it grants before that are lost by the failover (their holders learn it at their next extension)"),
+            None,
+        )
+    })
 }
 
 /// The node's clock against the local one, less the measurement's uncertainty.
@@ -762,6 +800,8 @@ async fn gather_at(node: &Node, at: &Node, tag: &str) -> NodeFacts {
         "appendonly",
         "appendfsync",
         "save",
+        "min-replicas-to-write",
+        "min-replicas-max-lag",
     ] {
         match conn
             .query::<Vec<String>>(redis::cmd("CONFIG").arg("GET").arg(key))
@@ -932,6 +972,27 @@ mod tests {
             worst(&evaluate(&[lone], limits()), "replication"),
             Some(Status::Warn)
         );
+    }
+
+    #[test]
+    fn a_managed_primary_without_min_replicas_to_write_warns_of_a_split_brain() {
+        let mut open = cluster_node();
+        let config = open.config.as_mut().unwrap();
+        config.insert("min-replicas-to-write".into(), "0".into());
+        config.insert("min-replicas-max-lag".into(), "10".into());
+        let checks = evaluate(&[open.clone()], limits());
+        assert_eq!(worst(&checks, "split brain"), Some(Status::Warn));
+        assert!(render(&checks).contains("min-replicas-to-write 1"));
+        open.config
+            .as_mut()
+            .unwrap()
+            .insert("min-replicas-to-write".into(), "1".into());
+        let checks = evaluate(&[open.clone()], limits());
+        assert_eq!(worst(&checks, "split brain"), Some(Status::Pass));
+        assert!(render(&checks).contains("refuses writes after 10s"));
+        // A plain node has no failover: no such check.
+        let plain = healthy("redis://a:1", "1");
+        assert_eq!(worst(&evaluate(&[plain], limits()), "split brain"), None);
     }
 
     #[test]
