@@ -203,6 +203,70 @@ async fn waiters_are_granted_in_line_order_and_woken_by_the_release() {
     assert_eq!(in_line(&pg, "fifo"), 0);
 }
 
+/// How long the commit of a release of `late` is held open (a deferred trigger sleeps in it).
+const COMMIT_PAUSE: Duration = Duration::from_secs(3);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_that_comes_while_a_release_commits_is_not_left_asleep() {
+    // A release wakes a line only when it sees a place in it. A waiter that comes after the
+    // release looked, but whose attempt still sees the lease (the release has not committed),
+    // would sleep until its heartbeat unless the release's look and its commit are ordered
+    // with the waiter's place by the resource's lock. A deferred trigger holds the release's
+    // commit open, after its look, so that the waiter comes inside that window.
+    let pg = start().await;
+    let patient = |ttl| {
+        let config = Config::new([pg.url()])
+            .with_ttl(ttl)
+            .with_node_timeout(COMMIT_PAUSE * 3)
+            .with_retry(RetryPolicy::new().with_wait(LONG));
+        Client::new(config).unwrap()
+    };
+    let holder = patient(LINE_TTL);
+    assert_eq!(holder.connect().await.granted(), 1);
+    pg.psql(&format!(
+        "CREATE FUNCTION slow_commit() RETURNS trigger LANGUAGE plpgsql AS
+             $$ BEGIN PERFORM pg_sleep({}); RETURN NULL; END $$;
+         CREATE CONSTRAINT TRIGGER slow_commit AFTER DELETE ON fencelock_locks
+             DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (OLD.resource = 'late')
+             EXECUTE FUNCTION slow_commit()",
+        COMMIT_PAUSE.as_secs()
+    ))
+    .unwrap();
+    let lock = holder.try_acquire("late").await.unwrap();
+    let releasing = tokio::spawn(async move {
+        lock.release().await.unwrap();
+        Instant::now()
+    });
+    // The release has looked at the line and sleeps in its commit.
+    let started = Instant::now();
+    while pg
+        .psql("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep'")
+        .unwrap()
+        != "1"
+    {
+        assert!(
+            started.elapsed() < LONG,
+            "the release never reached its commit"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let waiter = patient(LINE_TTL);
+    let lock = tokio::time::timeout(LONG, waiter.acquire("late"))
+        .await
+        .unwrap()
+        .unwrap();
+    let granted = Instant::now();
+    let released = tokio::time::timeout(LONG, releasing)
+        .await
+        .unwrap()
+        .unwrap();
+    // Without the order the waiter wakes at its heartbeat, a third of the TTL (10 s) after it
+    // entered the line; with it, as soon as the release commits.
+    let late = granted.saturating_duration_since(released);
+    assert!(late < WOKEN, "granted {late:?} after the release returned");
+    lock.release().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_try_never_passes_a_waiter_and_a_place_that_expires_or_is_left_frees_the_line() {
     let pg = start().await;

@@ -361,7 +361,7 @@ impl PgBackend {
         });
         let ms = self.request_timeout.as_millis();
         client
-            .batch_execute(&format!("SET statement_timeout = {ms}"))
+            .batch_execute(&format!("SET statement_timeout = {ms}; {}", sql::SESSION))
             .await?;
         client.batch_execute(sql::SETUP).await?;
         Ok(Conn {
