@@ -524,6 +524,10 @@ mutant pg-release-unserialized "postgres: the release of one resource looks for 
   crates/fencelock/src/pglock/sql.rs \
   's/(strpos\(p_resources\[1\], \x27:permit:\x27\) = 0 THEN\n\s*)PERFORM pg_advisory_xact_lock\(hashtextextended\(p_resources\[1\], 0\)\);/$1NULL;/' \
   "-p fencelock --test postgres_lock a_waiter_that_comes_while_a_release_commits_is_not_left_asleep"
+mutant pg-v1-not-kept "postgres: the setup of version 2 no longer installs version 1's release: a running client of version 1 fails on every release (issue 32, protocol v2)" \
+  crates/fencelock/src/pglock/sql.rs \
+  's/CREATE OR REPLACE FUNCTION fencelock_release_v1\(/CREATE OR REPLACE FUNCTION fencelock_release_v1_gone(/' \
+  "-p fencelock --test postgres_lock a_client_of_the_first_protocol_version_shares_the_database_with_this_one"
 mutant pg-release-ignores-the-semaphores-line "postgres: the release of a semaphore's slot looks for places in the slot's line, not the semaphore's: its waiters wake at their heartbeat only (issue 32, protocol v2)" \
   crates/fencelock/src/pglock/sql.rs \
   's/WHERE w\.resource IN \(d\.resource, fencelock_permit_line_v2\(d\.resource\)\)\)/WHERE w.resource = d.resource)/' \

@@ -268,6 +268,55 @@ async fn a_waiter_that_comes_while_a_release_commits_is_not_left_asleep() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_of_the_first_protocol_version_shares_the_database_with_this_one() {
+    // Version 1's take and release stay installed beside version 2's: an older client's calls,
+    // sent here by hand as it sends them, meet this version's clients on one resource.
+    let pg = start().await;
+    let c = client(&pg, LINE_TTL);
+    assert_eq!(c.connect().await.granted(), 1);
+    let old: u64 = pg
+        .psql("SELECT o_token FROM fencelock_take_v1(ARRAY['mixed'], 'old', 30000, NULL)")
+        .unwrap()
+        .parse()
+        .unwrap();
+    let err = c.try_acquire("mixed").await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Contention, "{err}");
+    // The old release wakes this version's waiter, which gets a larger token.
+    let waiter = client(&pg, LINE_TTL);
+    let waiting = tokio::spawn(async move { waiter.acquire("mixed").await });
+    until_in_line(&pg, "mixed", 1).await;
+    let released = Instant::now();
+    let live = pg
+        .psql("SELECT fencelock_release_v1(ARRAY['mixed'], 'old')")
+        .unwrap();
+    assert_eq!(live, "t");
+    let lock = tokio::time::timeout(LONG, waiting)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(
+        released.elapsed() < WOKEN,
+        "woken {:?} after",
+        released.elapsed()
+    );
+    assert!(token(&lock) > old, "token {} after {old}", token(&lock));
+    // The old take refuses this version's lease, and takes the resource once it is released.
+    let refused = pg
+        .psql("SELECT o_token IS NULL FROM fencelock_take_v1(ARRAY['mixed'], 'old', 30000, NULL)")
+        .unwrap();
+    assert_eq!(refused, "t");
+    let new = token(&lock);
+    lock.release().await.unwrap();
+    let again: u64 = pg
+        .psql("SELECT o_token FROM fencelock_take_v1(ARRAY['mixed'], 'old', 30000, NULL)")
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(again > new, "token {again} after {new}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_try_never_passes_a_waiter_and_a_place_that_expires_or_is_left_frees_the_line() {
     let pg = start().await;
     let c = client(&pg, LINE_TTL);
