@@ -527,8 +527,20 @@ mutant pg-no-request-timeout "postgres: a statement waits as long as the databas
   "-p fencelock --test postgres_lock a_statement_blocked_behind_a_row_lock_gives_up_within_the_request_timeout"
 mutant pg-release-does-not-notify "postgres: a release wakes no waiter (no NOTIFY): waiters wake at their heartbeat only (issue 32)" \
   crates/fencelock/src/pglock/sql.rs \
-  's/live := live AND d\.live;\n\s*PERFORM pg_notify\(fencelock_channel_v1\(d\.resource\), \x27\x27\);/live := live AND d.live;/' \
+  's/live := live AND d\.live;\n(\s*)IF EXISTS/live := live AND d.live;\n$1IF false AND EXISTS/' \
   "-p fencelock --test postgres_lock waiters_are_granted_in_line_order_and_woken_by_the_release"
+mutant pg-release-unserialized "postgres: the release of one resource looks for waiters without the resource's lock: a waiter that enters while the release commits is not woken (issue 32, protocol v2)" \
+  crates/fencelock/src/pglock/sql.rs \
+  's/(strpos\(p_resources\[1\], \x27:permit:\x27\) = 0 THEN\n\s*)PERFORM pg_advisory_xact_lock\(hashtextextended\(p_resources\[1\], 0\)\);/$1NULL;/' \
+  "-p fencelock --test postgres_lock a_waiter_that_comes_while_a_release_commits_is_not_left_asleep"
+mutant pg-v1-not-kept "postgres: the setup of version 2 no longer installs version 1's release: a running client of version 1 fails on every release (issue 32, protocol v2)" \
+  crates/fencelock/src/pglock/sql.rs \
+  's/CREATE OR REPLACE FUNCTION fencelock_release_v1\(/CREATE OR REPLACE FUNCTION fencelock_release_v1_gone(/' \
+  "-p fencelock --test postgres_lock a_client_of_the_first_protocol_version_shares_the_database_with_this_one"
+mutant pg-release-ignores-the-semaphores-line "postgres: the release of a semaphore's slot looks for places in the slot's line, not the semaphore's: its waiters wake at their heartbeat only (issue 32, protocol v2)" \
+  crates/fencelock/src/pglock/sql.rs \
+  's/WHERE w\.resource IN \(d\.resource, fencelock_permit_line_v2\(d\.resource\)\)\)/WHERE w.resource = d.resource)/' \
+  "-p fencelock --test postgres_lock a_semaphore_of_three_grants_three_permits_never_four_and_wakes_its_waiters"
 mutant pg-try-passes-the-line "postgres: a try ignores the waiters in line (issue 32)" \
   crates/fencelock/src/pglock/sql.rs \
   's/\(p_seq IS NULL OR w\.seq < p_seq\)/(p_seq IS NOT NULL AND w.seq < p_seq)/' \

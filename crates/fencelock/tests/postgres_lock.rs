@@ -203,6 +203,119 @@ async fn waiters_are_granted_in_line_order_and_woken_by_the_release() {
     assert_eq!(in_line(&pg, "fifo"), 0);
 }
 
+/// How long the commit of a release of `late` is held open (a deferred trigger sleeps in it).
+const COMMIT_PAUSE: Duration = Duration::from_secs(3);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_that_comes_while_a_release_commits_is_not_left_asleep() {
+    // A release wakes a line only when it sees a place in it. A waiter that comes after the
+    // release looked, but whose attempt still sees the lease (the release has not committed),
+    // would sleep until its heartbeat unless the release's look and its commit are ordered
+    // with the waiter's place by the resource's lock. A deferred trigger holds the release's
+    // commit open, after its look, so that the waiter comes inside that window.
+    let pg = start().await;
+    let patient = |ttl| {
+        let config = Config::new([pg.url()])
+            .with_ttl(ttl)
+            .with_node_timeout(COMMIT_PAUSE * 3)
+            .with_retry(RetryPolicy::new().with_wait(LONG));
+        Client::new(config).unwrap()
+    };
+    let holder = patient(LINE_TTL);
+    assert_eq!(holder.connect().await.granted(), 1);
+    pg.psql(&format!(
+        "CREATE FUNCTION slow_commit() RETURNS trigger LANGUAGE plpgsql AS
+             $$ BEGIN PERFORM pg_sleep({}); RETURN NULL; END $$;
+         CREATE CONSTRAINT TRIGGER slow_commit AFTER DELETE ON fencelock_locks
+             DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (OLD.resource = 'late')
+             EXECUTE FUNCTION slow_commit()",
+        COMMIT_PAUSE.as_secs()
+    ))
+    .unwrap();
+    let lock = holder.try_acquire("late").await.unwrap();
+    let releasing = tokio::spawn(async move {
+        lock.release().await.unwrap();
+        Instant::now()
+    });
+    // The release has looked at the line and sleeps in its commit.
+    let started = Instant::now();
+    while pg
+        .psql("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep'")
+        .unwrap()
+        != "1"
+    {
+        assert!(
+            started.elapsed() < LONG,
+            "the release never reached its commit"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let waiter = patient(LINE_TTL);
+    let lock = tokio::time::timeout(LONG, waiter.acquire("late"))
+        .await
+        .unwrap()
+        .unwrap();
+    let granted = Instant::now();
+    let released = tokio::time::timeout(LONG, releasing)
+        .await
+        .unwrap()
+        .unwrap();
+    // Without the order the waiter wakes at its heartbeat, a third of the TTL (10 s) after it
+    // entered the line; with it, as soon as the release commits.
+    let late = granted.saturating_duration_since(released);
+    assert!(late < WOKEN, "granted {late:?} after the release returned");
+    lock.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_of_the_first_protocol_version_shares_the_database_with_this_one() {
+    // Version 1's take and release stay installed beside version 2's: an older client's calls,
+    // sent here by hand as it sends them, meet this version's clients on one resource.
+    let pg = start().await;
+    let c = client(&pg, LINE_TTL);
+    assert_eq!(c.connect().await.granted(), 1);
+    let old: u64 = pg
+        .psql("SELECT o_token FROM fencelock_take_v1(ARRAY['mixed'], 'old', 30000, NULL)")
+        .unwrap()
+        .parse()
+        .unwrap();
+    let err = c.try_acquire("mixed").await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Contention, "{err}");
+    // The old release wakes this version's waiter, which gets a larger token.
+    let waiter = client(&pg, LINE_TTL);
+    let waiting = tokio::spawn(async move { waiter.acquire("mixed").await });
+    until_in_line(&pg, "mixed", 1).await;
+    let released = Instant::now();
+    let live = pg
+        .psql("SELECT fencelock_release_v1(ARRAY['mixed'], 'old')")
+        .unwrap();
+    assert_eq!(live, "t");
+    let lock = tokio::time::timeout(LONG, waiting)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(
+        released.elapsed() < WOKEN,
+        "woken {:?} after",
+        released.elapsed()
+    );
+    assert!(token(&lock) > old, "token {} after {old}", token(&lock));
+    // The old take refuses this version's lease, and takes the resource once it is released.
+    let refused = pg
+        .psql("SELECT o_token IS NULL FROM fencelock_take_v1(ARRAY['mixed'], 'old', 30000, NULL)")
+        .unwrap();
+    assert_eq!(refused, "t");
+    let new = token(&lock);
+    lock.release().await.unwrap();
+    let again: u64 = pg
+        .psql("SELECT o_token FROM fencelock_take_v1(ARRAY['mixed'], 'old', 30000, NULL)")
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(again > new, "token {again} after {new}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_try_never_passes_a_waiter_and_a_place_that_expires_or_is_left_frees_the_line() {
     let pg = start().await;

@@ -16,8 +16,9 @@ use crate::settings::Settings;
 /// Bound on each request: generous, doctor measures slowness and must not fail on it.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
 
-/// The oldest server the lease statements run on (`INSERT ... ON CONFLICT`).
-const MIN_VERSION_NUM: i64 = 90_500;
+/// The oldest server the client runs on: its session sets `plan_cache_mode` (12), its functions
+/// use `hashtextextended` (11) and `INSERT ... ON CONFLICT` (9.5).
+const MIN_VERSION_NUM: i64 = 120_000;
 
 /// The database of the node list: its driver settings and its redacted name.
 struct Database {
@@ -303,7 +304,7 @@ pub(crate) fn evaluate(name: &str, facts: &Result<Facts, String>, limits: Limits
             Status::Fail
         },
         format!("PostgreSQL {}", f.version),
-        Some("the lease statements need PostgreSQL 9.5 or later (INSERT ... ON CONFLICT)"),
+        Some("the client needs PostgreSQL 12 or later (its session sets plan_cache_mode)"),
     )];
     checks.push(object_check(
         "lock table",
@@ -503,7 +504,7 @@ mod tests {
             status(&evaluate("db", &Ok(f.clone()), limits()), "clock"),
             Some(Status::Warn)
         );
-        f.version_num = 90_400;
+        f.version_num = 110_022;
         assert_eq!(
             status(&evaluate("db", &Ok(f), limits()), "version"),
             Some(Status::Fail)

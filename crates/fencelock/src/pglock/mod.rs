@@ -14,8 +14,9 @@
 //! - the sequence `fencelock_tokens`: the tokens;
 //! - the table `fencelock_waiters(resource, seq, owner, expires_at)`: the places in line, one
 //!   row per waiter and resource, `seq` from the sequence `fencelock_line`;
-//! - the functions `fencelock_*_v1` (`sql::SETUP`): take, enter, leave, release, each one
-//!   transaction.
+//! - the functions `fencelock_*_v1` and `fencelock_*_v2` (`sql::SETUP`): take, enter, leave,
+//!   release, each one transaction. Version 2 replaces the take and the release (see "Protocol
+//!   version 2"); their version 1 stays installed for clients of version 1.
 //!
 //! Nothing deletes expired leases but the next take of the resource, which overwrites them, and
 //! releases; expired places are deleted by the next take of their resource.
@@ -44,7 +45,8 @@
 //! # Serialized per resource (the protocol since the line)
 //!
 //! Every function that writes a resource's rows first takes the transaction-level advisory
-//! lock of each of its resources, in the order of their hashes (`fencelock_serialize_v1`), and
+//! lock of each of its resources, in the order of their hashes (`fencelock_serialize_v1`; since
+//! version 2 the release too, and a single resource's lock without the loop), and
 //! a plpgsql function reads a fresh snapshot per statement: it sees every commit of those who
 //! held those locks before it. This is what the line and the locks of several resources rest
 //! on:
@@ -66,13 +68,50 @@
 //! Clients of the protocol before the line (one `INSERT ... ON CONFLICT` statement, no advisory
 //! lock, no line) must not share a database with these: they would pass the line.
 //!
+//! # Protocol version 2: a release wakes only a line with someone in it
+//!
+//! Version 1 sent a `NOTIFY` on every release, and a `NOTIFY` takes a database-wide lock at
+//! commit; every try also cleaned the line. Version 2 (`fencelock_take_v2`,
+//! `fencelock_release_v2`) changes what the release does, so it has names of its own:
+//!
+//! - A release takes the advisory locks of its resources (and, for a semaphore's slot
+//!   `<name>:permit:<i>`, of the semaphore's line `fencelock:permits:<name>`), deletes its rows,
+//!   and sends a resource's `NOTIFY` only when a place stands in its line (or in the slot's
+//!   semaphore's line).
+//! - A try (no place) takes the lock of a single resource without the loop, does not delete
+//!   expired places (the next waiter's take does) and counts only live places.
+//!
+//! *No lost wake-up.* A waiter listens, then enters the line (under the resource's lock), then
+//! takes again (under it). The release's look for places is a statement after it took that
+//! lock, and the lock is held until its commit; in READ COMMITTED each statement of a plpgsql
+//! function reads a snapshot taken when it starts. Either the waiter's place committed before
+//! the release took the lock: the look sees it, and the `NOTIFY` commits after the waiter's
+//! `LISTEN`. Or the release took the lock first: the waiter's entry waits for the release's
+//! commit, and the take after it sees the rows deleted. Without the lock a waiter could enter
+//! after the look and take again before the commit, see the old row and sleep until its
+//! heartbeat (the test that holds a release's commit open shows it: mutant
+//! `pg-release-unserialized`). Exclusion, token order and line order are unchanged: the take
+//! checks and writes as before, under the same locks.
+//!
+//! *Version 1 beside version 2.* Both versions take the same advisory locks and read the same
+//! tables: a version 1 release still notifies every time (more wake-ups, never fewer), a
+//! version 1 waiter enters and takes again under the lock as above, and a version 1 try cleans
+//! the line before counting it, which counts the same live places. The setup of version 2 adds
+//! its functions and keeps version 1's (with the same text), so a running client of version 1
+//! keeps calling the functions it knows.
+//!
+//! *Plans.* The session runs with `plan_cache_mode = force_generic_plan` (`sql::SESSION`):
+//! the functions' statements take arrays, whose custom plans PostgreSQL would otherwise make
+//! again on every call (most of a cycle's time before version 2, `docs/performance.md`).
+//!
 //! # Waiting
 //!
 //! A waiter tries once; when refused, it subscribes to the channels of its resources
 //! (`listen.rs`: `LISTEN fencelock_<md5 of the resource>`, as channel names are identifiers of
 //! at most 63 bytes), enters the line (`sql::ENTER`), and takes again at once. After that it
 //! takes again when woken: by a release, whose `pg_notify` is in the release's transaction (a
-//! notification is delivered on commit only), or by a waiter leaving the line; when the row in
+//! notification is delivered on commit only; sent when the release saw a place in the line), or
+//! by a waiter leaving the line; when the row in
 //! its way expires by itself (the take returns how long until then); and at a third of the TTL,
 //! its heartbeat, when the take refreshes its place's expiry. A release wakes every waiter of
 //! the resource; the first in line takes it, the others find it taken and wait again. There is
@@ -361,7 +400,7 @@ impl PgBackend {
         });
         let ms = self.request_timeout.as_millis();
         client
-            .batch_execute(&format!("SET statement_timeout = {ms}"))
+            .batch_execute(&format!("SET statement_timeout = {ms}; {}", sql::SESSION))
             .await?;
         client.batch_execute(sql::SETUP).await?;
         Ok(Conn {

@@ -30,7 +30,9 @@ BEGIN
        OR to_regprocedure('fencelock_announce_v1(text,text,bigint,text)') IS NULL
        OR to_regprocedure('fencelock_read_v1(text,text,bigint,bigint)') IS NULL
        OR to_regprocedure('fencelock_leave_v1(text[],bigint)') IS NULL
-       OR to_regprocedure('fencelock_take_permit_v1(text,text[],text,bigint,bigint)') IS NULL THEN
+       OR to_regprocedure('fencelock_take_permit_v1(text,text[],text,bigint,bigint)') IS NULL
+       OR to_regprocedure('fencelock_take_v2(text[],text,bigint,bigint)') IS NULL
+       OR to_regprocedure('fencelock_release_v2(text[],text)') IS NULL THEN
         PERFORM pg_advisory_xact_lock(7269105834512867432);
         CREATE TABLE IF NOT EXISTS fencelock_locks (
             resource   text        PRIMARY KEY,
@@ -87,23 +89,31 @@ BEGIN
             RETURN s;
         END $f$;
 
-        CREATE OR REPLACE FUNCTION fencelock_take_v1(p_resources text[], p_owner text,
+        -- Version 2 of the take: a try (no place) neither cleans the line nor counts places
+        -- that expired; it takes the lock of a single resource without a loop.
+        CREATE OR REPLACE FUNCTION fencelock_take_v2(p_resources text[], p_owner text,
                                                      p_ttl_ms bigint, p_seq bigint,
                                                      OUT o_token bigint, OUT o_wait_ms bigint,
                                                      OUT o_in_line boolean)
         LANGUAGE plpgsql AS $f$
-        DECLARE t timestamptz; blocked_until timestamptz; n bigint;
+        DECLARE t timestamptz; blocked_until timestamptz; n bigint; want bigint := 1;
         BEGIN
-            PERFORM fencelock_serialize_v1(p_resources);
+            IF cardinality(p_resources) = 1 THEN
+                PERFORM pg_advisory_xact_lock(hashtextextended(p_resources[1], 0));
+            ELSE
+                PERFORM fencelock_serialize_v1(p_resources);
+                want := (SELECT count(DISTINCT r) FROM unnest(p_resources) r);
+            END IF;
             t := clock_timestamp();
-            DELETE FROM fencelock_waiters w
-            WHERE w.resource = ANY(p_resources) AND w.expires_at <= t;
+            o_in_line := true;
             IF p_seq IS NOT NULL THEN
+                DELETE FROM fencelock_waiters w
+                WHERE w.resource = ANY(p_resources) AND w.expires_at <= t;
                 UPDATE fencelock_waiters w
                 SET expires_at = t + p_ttl_ms::float8 * interval '1 millisecond'
                 WHERE w.resource = ANY(p_resources) AND w.seq = p_seq AND w.owner = p_owner;
                 GET DIAGNOSTICS n = ROW_COUNT;
-                IF n <> (SELECT count(DISTINCT r) FROM unnest(p_resources) r) THEN
+                IF n <> want THEN
                     -- A place expired in some line: out of every line, to enter again.
                     DELETE FROM fencelock_waiters w
                     WHERE w.resource = ANY(p_resources) AND w.seq = p_seq;
@@ -111,7 +121,6 @@ BEGIN
                     RETURN;
                 END IF;
             END IF;
-            o_in_line := true;
             SELECT min(b.e) INTO blocked_until FROM (
                 SELECT l.expires_at AS e FROM fencelock_locks l
                 WHERE l.resource = ANY(p_resources) AND l.expires_at > t
@@ -120,7 +129,8 @@ BEGIN
                 WHERE r.resource = ANY(p_resources) AND r.expires_at > t
                 UNION ALL
                 SELECT w.expires_at FROM fencelock_waiters w
-                WHERE w.resource = ANY(p_resources) AND (p_seq IS NULL OR w.seq < p_seq)
+                WHERE w.resource = ANY(p_resources) AND w.expires_at > t
+                  AND (p_seq IS NULL OR w.seq < p_seq)
             ) b;
             IF blocked_until IS NOT NULL THEN
                 o_wait_ms := ceil(extract(epoch FROM blocked_until - t) * 1000)::bigint;
@@ -136,13 +146,56 @@ BEGIN
                     expires_at = EXCLUDED.expires_at
                 WHERE l.expires_at <= clock_timestamp();
             GET DIAGNOSTICS n = ROW_COUNT;
-            IF n <> (SELECT count(DISTINCT r) FROM unnest(p_resources) r) THEN
+            IF n <> want THEN
                 RAISE EXCEPTION 'fencelock: a resource was taken while serialized';
             END IF;
             IF p_seq IS NOT NULL THEN
                 DELETE FROM fencelock_waiters w
                 WHERE w.resource = ANY(p_resources) AND w.seq = p_seq;
             END IF;
+        END $f$;
+
+        -- The line of the semaphore whose slot is `p_resource` (`<name>:permit:<i>`), or null.
+        CREATE OR REPLACE FUNCTION fencelock_permit_line_v2(p_resource text) RETURNS text
+        LANGUAGE sql IMMUTABLE AS
+        $f$ SELECT 'fencelock:permits:' || substring(p_resource FROM '^(.*):permit:[0-9]+$') $f$;
+
+        -- Version 2 of the release: under the advisory locks of the resources (and of the line
+        -- of a semaphore's slot), it wakes a line only when a place stands in it.
+        CREATE OR REPLACE FUNCTION fencelock_release_v2(p_resources text[], p_owner text)
+        RETURNS boolean
+        LANGUAGE plpgsql AS $f$
+        DECLARE d record; n bigint := 0; live boolean := true;
+        BEGIN
+            IF cardinality(p_resources) = 1 AND strpos(p_resources[1], ':permit:') = 0 THEN
+                PERFORM pg_advisory_xact_lock(hashtextextended(p_resources[1], 0));
+            ELSE
+                PERFORM fencelock_serialize_v1(p_resources || ARRAY(
+                    SELECT fencelock_permit_line_v2(r) FROM unnest(p_resources) r
+                    WHERE fencelock_permit_line_v2(r) IS NOT NULL));
+            END IF;
+            -- Each statement below reads a snapshot taken after the locks: it sees every place
+            -- entered before them, and a place entered after them waits for this commit.
+            FOR d IN
+                DELETE FROM fencelock_locks l
+                WHERE l.resource = ANY(p_resources) AND l.owner = p_owner
+                RETURNING l.resource, l.expires_at > clock_timestamp() AS live
+            LOOP
+                n := n + 1;
+                live := live AND d.live;
+                IF EXISTS (SELECT 1 FROM fencelock_waiters w
+                           WHERE w.resource IN (d.resource, fencelock_permit_line_v2(d.resource)))
+                THEN
+                    PERFORM pg_notify(fencelock_channel_v1(d.resource), '');
+                END IF;
+            END LOOP;
+            IF n = 0 THEN
+                RETURN NULL;
+            END IF;
+            IF cardinality(p_resources) = 1 THEN
+                RETURN live;
+            END IF;
+            RETURN live AND n = (SELECT count(DISTINCT r) FROM unnest(p_resources) r);
         END $f$;
 
         CREATE OR REPLACE FUNCTION fencelock_take_permit_v1(p_line text, p_slots text[],
@@ -294,6 +347,82 @@ BEGIN
             RETURN true;
         END $f$;
 
+        CREATE OR REPLACE FUNCTION fencelock_leave_v1(p_resources text[], p_seq bigint)
+        RETURNS bigint
+        LANGUAGE plpgsql AS $f$
+        DECLARE d record; n bigint := 0;
+        BEGIN
+            FOR d IN
+                DELETE FROM fencelock_waiters w
+                WHERE w.resource = ANY(p_resources) AND w.seq = p_seq
+                RETURNING w.resource
+            LOOP
+                n := n + 1;
+                PERFORM pg_notify(fencelock_channel_v1(d.resource), '');
+            END LOOP;
+            RETURN n;
+        END $f$;
+
+        -- Version 1 of the take and the release, unchanged, for clients of version 1 that
+        -- still run against this database (their setup does not look for these two).
+        CREATE OR REPLACE FUNCTION fencelock_take_v1(p_resources text[], p_owner text,
+                                                     p_ttl_ms bigint, p_seq bigint,
+                                                     OUT o_token bigint, OUT o_wait_ms bigint,
+                                                     OUT o_in_line boolean)
+        LANGUAGE plpgsql AS $f$
+        DECLARE t timestamptz; blocked_until timestamptz; n bigint;
+        BEGIN
+            PERFORM fencelock_serialize_v1(p_resources);
+            t := clock_timestamp();
+            DELETE FROM fencelock_waiters w
+            WHERE w.resource = ANY(p_resources) AND w.expires_at <= t;
+            IF p_seq IS NOT NULL THEN
+                UPDATE fencelock_waiters w
+                SET expires_at = t + p_ttl_ms::float8 * interval '1 millisecond'
+                WHERE w.resource = ANY(p_resources) AND w.seq = p_seq AND w.owner = p_owner;
+                GET DIAGNOSTICS n = ROW_COUNT;
+                IF n <> (SELECT count(DISTINCT r) FROM unnest(p_resources) r) THEN
+                    -- A place expired in some line: out of every line, to enter again.
+                    DELETE FROM fencelock_waiters w
+                    WHERE w.resource = ANY(p_resources) AND w.seq = p_seq;
+                    o_in_line := false;
+                    RETURN;
+                END IF;
+            END IF;
+            o_in_line := true;
+            SELECT min(b.e) INTO blocked_until FROM (
+                SELECT l.expires_at AS e FROM fencelock_locks l
+                WHERE l.resource = ANY(p_resources) AND l.expires_at > t
+                UNION ALL
+                SELECT r.expires_at FROM fencelock_readers r
+                WHERE r.resource = ANY(p_resources) AND r.expires_at > t
+                UNION ALL
+                SELECT w.expires_at FROM fencelock_waiters w
+                WHERE w.resource = ANY(p_resources) AND (p_seq IS NULL OR w.seq < p_seq)
+            ) b;
+            IF blocked_until IS NOT NULL THEN
+                o_wait_ms := ceil(extract(epoch FROM blocked_until - t) * 1000)::bigint;
+                RETURN;
+            END IF;
+            o_token := nextval('fencelock_tokens');
+            INSERT INTO fencelock_locks AS l (resource, owner, token, expires_at)
+            SELECT DISTINCT r, p_owner, o_token,
+                   clock_timestamp() + p_ttl_ms::float8 * interval '1 millisecond'
+            FROM unnest(p_resources) r
+            ON CONFLICT (resource) DO UPDATE
+                SET owner = EXCLUDED.owner, token = EXCLUDED.token,
+                    expires_at = EXCLUDED.expires_at
+                WHERE l.expires_at <= clock_timestamp();
+            GET DIAGNOSTICS n = ROW_COUNT;
+            IF n <> (SELECT count(DISTINCT r) FROM unnest(p_resources) r) THEN
+                RAISE EXCEPTION 'fencelock: a resource was taken while serialized';
+            END IF;
+            IF p_seq IS NOT NULL THEN
+                DELETE FROM fencelock_waiters w
+                WHERE w.resource = ANY(p_resources) AND w.seq = p_seq;
+            END IF;
+        END $f$;
+
         CREATE OR REPLACE FUNCTION fencelock_release_v1(p_resources text[], p_owner text)
         RETURNS boolean
         LANGUAGE plpgsql AS $f$
@@ -313,25 +442,16 @@ BEGIN
             END IF;
             RETURN live AND n = (SELECT count(DISTINCT r) FROM unnest(p_resources) r);
         END $f$;
-
-        CREATE OR REPLACE FUNCTION fencelock_leave_v1(p_resources text[], p_seq bigint)
-        RETURNS bigint
-        LANGUAGE plpgsql AS $f$
-        DECLARE d record; n bigint := 0;
-        BEGIN
-            FOR d IN
-                DELETE FROM fencelock_waiters w
-                WHERE w.resource = ANY(p_resources) AND w.seq = p_seq
-                RETURNING w.resource
-            LOOP
-                n := n + 1;
-                PERFORM pg_notify(fencelock_channel_v1(d.resource), '');
-            END LOOP;
-            RETURN n;
-        END $f$;
     END IF;
 END
 $$";
+
+/// The session's settings besides the statement timeout. The functions' statements take
+/// arrays (`resource = ANY(p_resources)`), whose custom plan is estimated cheaper than the
+/// generic one, so PostgreSQL would plan them again on every call: planning was most of a
+/// take's and a release's time (docs/performance.md). A generic plan is planned once per
+/// connection. Needs PostgreSQL 12 or later.
+pub(super) const SESSION: &str = "SET plan_cache_mode = force_generic_plan";
 
 /// One attempt to take the resources `$1` for owner `$2` for `$3` milliseconds: a try
 /// (`$4` null), which any live waiter in line refuses, or the attempt of the waiter whose place
@@ -340,7 +460,7 @@ $$";
 /// one transaction); else, while blocked, the milliseconds until the first blocking row expires
 /// by itself; `in_line` false when the waiter's place had expired (it must enter again).
 pub(super) const TAKE: &str =
-    "SELECT o_token, o_wait_ms, o_in_line FROM fencelock_take_v1($1, $2, $3, $4)";
+    "SELECT o_token, o_wait_ms, o_in_line FROM fencelock_take_v2($1, $2, $3, $4)";
 
 /// One attempt to take a permit of the semaphore whose line is `$1` and whose slots are `$2`
 /// (one lease row each), for owner `$3`, for `$4` milliseconds: a try (`$5` null), which any live
@@ -412,7 +532,7 @@ RETURNING token";
 /// Deletes the rows of `$1` that owner `$2` holds and wakes their lines (the notification is
 /// sent when the statement's transaction commits); returns whether every resource was still
 /// held and live, or null when none was ours (another owner's, or gone).
-pub(super) const RELEASE: &str = "SELECT fencelock_release_v1($1, $2)";
+pub(super) const RELEASE: &str = "SELECT fencelock_release_v2($1, $2)";
 
 /// What a release found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
