@@ -49,8 +49,9 @@
 //!
 //! Each request gets at most the node timeout (at least [`timing::MIN_REQUEST_TIMEOUT`]). A
 //! create whose answer was lost leaves a node that the call's cleanup finds by its owner value.
-//! A release whose answer was lost reports [`Error::Unavailable`]; the node goes with the
-//! session at the latest.
+//! A release whose answer was lost reports [`Error::Unavailable`] and hands the delete to a
+//! background task that tries again (counted with the cleanups): the session, which would take
+//! the node with it, lives on.
 //!
 //! # The family
 //!
@@ -811,8 +812,8 @@ impl ZkBackend {
     /// # Errors
     ///
     /// [`Error::Lost`] when the node was gone (the session expired, or it was deleted by its
-    /// owner value elsewhere); [`Error::Unavailable`] when the ensemble did not answer (the node
-    /// goes with the session at the latest).
+    /// owner value elsewhere); [`Error::Unavailable`] when the ensemble did not answer (a
+    /// background task deletes the node once it answers, or the session's end does).
     ///
     /// # Cancel safety
     ///
@@ -871,8 +872,35 @@ impl ZkBackend {
                 self.votes(fail.outcome(), started.elapsed()),
                 LostCause::NotHeld,
             )),
-            Err(fail) => Err(self.unavailable(&resource, &fail, started)),
+            Err(fail) => {
+                self.release_in_background(held);
+                Err(self.unavailable(&resource, &fail, started))
+            }
         }
+    }
+
+    /// Deletes `held`'s nodes from a background task that tries again while the ensemble does
+    /// not answer, after a release that got no answer (a server down, an election): the session
+    /// lives on, so they would otherwise stay, held, until the client goes.
+    fn release_in_background(&self, held: &ZkHeld) {
+        let Some(client) = held.session.clone() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let paths: Vec<String> = held.nodes.iter().map(|n| n.path.clone()).collect();
+        let timeout = self.request_timeout;
+        let cleanups = self.cleanups.clone();
+        cleanups.fetch_add(1, Ordering::AcqRel);
+        runtime.spawn(async move {
+            for path in paths {
+                if let Some((dir, name)) = path.rsplit_once('/') {
+                    delete_node(&client, dir, "", Some(name), timeout, false).await;
+                }
+            }
+            cleanups.fetch_sub(1, Ordering::AcqRel);
+        });
     }
 
     /// Releases `keys` if `owner` (a node's name, the lock's owner value) is there.
