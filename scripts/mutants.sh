@@ -609,6 +609,23 @@ mutant zk-observer-term-from-announcement "zookeeper: an observer reports the an
   crates/fencelock/src/zk/election.rs \
   's/let term = u64::try_from\(stat\.czxid\)/let term = u64::try_from(stat.mzxid)/' \
   "-p fencelock --test zookeeper_family one_leader_at_a_time_with_growing_terms_and_observers_see_each_leader"
+mutant zk-permit-validity-outlasts-session "zookeeper: a permit's validity deadline runs a session timeout past its place in line's: a holder whose session expired believes it holds its permit after the next holder was granted it (issue 32)" \
+  crates/fencelock/src/zk/semaphore.rs \
+  's/deadline: lease\.deadline,/deadline: lease.deadline + client.session_timeout(),/' \
+  "-p fencelock --test zookeeper_faults the_family_keeps_its_guarantees_when_the_leader_dies_a_follower_stops_and_holders_stall"
+mutant zk-reader-validity-outlasts-session "zookeeper: a read lock's validity deadline runs a session timeout past its grant's: a stalled reader whose session expired believes it reads after a writer was granted (issue 32)" \
+  crates/fencelock/src/zk/mod.rs \
+  's/grant\.last_writer = Some\(recorded\);/grant.last_writer = Some(recorded);\n                grant.deadline += self.ttl;/' \
+  "-p fencelock --test zookeeper_faults the_family_keeps_its_guarantees_when_the_leader_dies_a_follower_stops_and_holders_stall"
+mutant zk-observer-reports-again "zookeeper: an observer reports the leader it reported last again (term >= last): after the leader stalled past its session it announces the stalled leader, not the next (issue 32)" \
+  crates/fencelock/src/zk/election.rs \
+  's/if stat\.version > 0 && term > self\.last \{/if stat.version > 0 \&\& term >= self.last {/' \
+  "-p fencelock --test zookeeper_faults the_family_keeps_its_guarantees_when_the_leader_dies_a_follower_stops_and_holders_stall"
+mutant zk-many-keeps-the-first-on-give-up "zookeeper: a lock of several resources that gives up on a later resource keeps the earlier ones' nodes until its session ends: not all or nothing (issue 32)" \
+  crates/fencelock/src/zk/mod.rs \
+  's/if let Some\(t\) = taken \{\n(\s*)t\.release\(self\)\.await;/if let Some(t) = taken {\n$1std::mem::forget(t);/' \
+  "-p fencelock --test zookeeper_faults the_family_keeps_its_guarantees_when_the_leader_dies_a_follower_stops_and_holders_stall" \
+  "-p fencelock --test zookeeper_family a_lock_of_several_resources_is_all_or_nothing_without_deadlock"
 mutant sentinel-failover-not-a-loss "a Sentinel node whose primary changed is judged by the uptime of the promoted replica, not as a loss seen now: counted at once after a failover that lost a held lock (issue 31)" \
   crates/fencelock/src/redis/conn.rs \
   's/if marker\.and_then\(crate::pure::nodeset::identity\) == Some\(run_id\) \{/if true || marker.and_then(crate::pure::nodeset::identity) == Some(run_id) {/' \

@@ -448,15 +448,21 @@ struct Stalled {
     cause: Option<LostCause>,
 }
 
-/// Holders of a permit, a read lock and a leadership on one thread whose runtime stalls (a
-/// blocking call in async code: no heartbeat, no extension) past their session timeout. The
-/// ensemble expires their sessions and grants the next waiters: each holder's validity deadline
-/// came before its successor's grant, its lost signal fires once it runs again, the permit
-/// goes to the next with a larger token, a new leader has a larger term, and an observer that
-/// saw the stalled leader sees the new one next.
+/// Holders of a leadership, a read lock and a permit on one thread whose runtime stalls (a
+/// blocking call in async code: no heartbeat, no extension) past their session timeout, right
+/// after the last of them was granted. The ensemble expires their sessions and grants the next
+/// waiters: each holder's validity deadline came before its successor's grant, its lost signal
+/// fires once it runs again, the permit goes to the next with a larger token, a new leader has
+/// a larger term, and an observer that saw the stalled leader sees the new one next.
 async fn stalled_holders(url: String) {
+    // The observer follows the election from before the stalled leader's campaign.
+    let watcher = client(&url, TTL);
+    let mut observer = watcher.election("s:elect").unwrap().observe();
+    let first_seen = tokio::spawn(async move {
+        let first = tokio::time::timeout(LONG, observer.next()).await.unwrap();
+        (first, observer)
+    });
     let (held_tx, held_rx) = std::sync::mpsc::channel();
-    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
     let holder_url = url.clone();
     let holder = std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_current_thread()
@@ -469,13 +475,15 @@ async fn stalled_holders(url: String) {
                 client(&holder_url, SHORT_TTL),
                 client(&holder_url, SHORT_TTL),
             );
-            let permit = c1
-                .semaphore("s:sem", 1)
+            for c in [&c1, &c2, &c3] {
+                let _ = c.connect().await;
+            }
+            let leader = c3
+                .election("s:elect")
                 .unwrap()
-                .acquire()
+                .campaign("old")
                 .await
-                .unwrap()
-                .auto_extend(AutoExtend::new());
+                .unwrap();
             let reader = c2
                 .rwlock("s:doc")
                 .unwrap()
@@ -483,22 +491,23 @@ async fn stalled_holders(url: String) {
                 .await
                 .unwrap()
                 .auto_extend(AutoExtend::new());
-            let leader = c3
-                .election("s:elect")
+            let permit = c1
+                .semaphore("s:sem", 1)
                 .unwrap()
-                .campaign("old")
+                .acquire()
                 .await
-                .unwrap();
+                .unwrap()
+                .auto_extend(AutoExtend::new());
+            // Stalled from here, within moments of the grants: the deadlines are theirs (or
+            // those of the last extensions).
             let signals = [permit.lost(), reader.lost(), leader.lost()];
-            held_tx.send(()).unwrap();
-            go_rx.recv().unwrap();
-            // Stalled from here: the deadlines are those of the last extensions.
             let deadlines = [
                 permit.validity_deadline(),
                 reader.validity_deadline(),
                 leader.validity_deadline(),
             ];
             let tokens = [permit.fencing_token().unwrap().value(), 0, leader.term()];
+            held_tx.send(()).unwrap();
             std::thread::sleep(SHORT_TTL * 4);
             let mut out = Vec::new();
             for (i, s) in signals.iter().enumerate() {
@@ -519,11 +528,6 @@ async fn stalled_holders(url: String) {
     tokio::task::spawn_blocking(move || held_rx.recv().unwrap())
         .await
         .unwrap();
-    let watcher = client(&url, TTL);
-    let mut observer = watcher.election("s:elect").unwrap().observe();
-    let first = tokio::time::timeout(LONG, observer.next()).await.unwrap();
-    assert_eq!(first.value(), "old");
-    go_tx.send(()).unwrap();
     let (n1, n2, n3) = (client(&url, TTL), client(&url, TTL), client(&url, TTL));
     let (next_permit, writer, next_leader, observed) = tokio::join!(
         async {
@@ -549,9 +553,14 @@ async fn stalled_holders(url: String) {
                 }
             }
         },
-        // Asked while the stalled leader's node is still there: the next leader reported is
-        // the new one, not the stalled one again.
-        async { tokio::time::timeout(LONG, observer.next()).await.unwrap() },
+        async {
+            let (first, mut observer) = first_seen.await.unwrap();
+            assert_eq!(first.value(), "old");
+            // Asked while the stalled leader's node is still there (its session outlives the
+            // stall's first moments): the next leader reported is a new one, not it again.
+            let next = tokio::time::timeout(LONG, observer.next()).await.unwrap();
+            (first, next)
+        },
     );
     let (stalled, resigned) = tokio::task::spawn_blocking(move || holder.join().unwrap())
         .await
@@ -580,11 +589,17 @@ async fn stalled_holders(url: String) {
     assert!(next_permit.1.fencing_token().unwrap().value() > stalled[0].token);
     assert!(next_leader.1.term() > stalled[2].token);
     assert_eq!(resigned.unwrap_err(), ErrorKind::Lost);
+    let (first, next) = observed;
+    assert_eq!(first.term(), stalled[2].token);
     // The new leader's term, or that of a campaign of its that a fault cut off after its
     // announcement: between the stalled leader's and the new one's.
-    assert_eq!(observed.value(), "new");
-    assert!(observed.term() > stalled[2].token && observed.term() <= next_leader.1.term());
-    // The faults may be striking now: a release that fails leaves its node to its session.
+    assert_eq!(
+        next.value(),
+        "new",
+        "the observer reported {next:?} after the stalled leader"
+    );
+    assert!(next.term() > stalled[2].token && next.term() <= next_leader.1.term());
+    // The faults may be striking now: a release that fails leaves its node to the background.
     let _ = next_permit.1.release().await;
     let _ = writer.1.release().await;
     let _ = next_leader.1.resign().await;
