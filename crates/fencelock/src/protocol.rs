@@ -326,6 +326,28 @@ pub fn zk_is_reader(name: &str) -> bool {
     crate::zk::line::is_reader(name)
 }
 
+/// The ZooKeeper node of the semaphore `name`: `<chroot>/fencelock/semaphores/<name as one
+/// path segment>`. Its data is the permit count; its children are the waiters' nodes
+/// (`<owner value>-lock-<sequence>`, admitted in sequence order) and the permits held,
+/// `slot-<i>`, each holding its holder's owner value, its `czxid` the permit's fencing token.
+#[cfg(feature = "zookeeper")]
+pub fn zk_semaphore_dir(chroot: &str, name: &str) -> String {
+    crate::zk::line::semaphore_dir(chroot, name)
+}
+
+/// The slot of a semaphore's permit node on ZooKeeper (`slot-<i>`), `None` for a waiter's.
+#[cfg(feature = "zookeeper")]
+pub fn zk_slot_of(name: &str) -> Option<usize> {
+    crate::zk::line::slot_of(name)
+}
+
+/// The ZooKeeper node where the write locks of `resource` record their fencing tokens for its
+/// readers: `<chroot>/fencelock/writers/<resource as one path segment>`, the token as text.
+#[cfg(feature = "zookeeper")]
+pub fn zk_writer_record(chroot: &str, resource: &str) -> String {
+    crate::zk::line::writer_record(chroot, resource)
+}
+
 /// The PostgreSQL backend's lease table: `fencelock_locks (resource text primary key, owner
 /// text, token bigint, expires_at timestamptz)`, one row per held resource, each expiry by the
 /// database's clock.

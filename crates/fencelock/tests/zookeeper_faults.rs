@@ -109,6 +109,11 @@ struct Faults {
     done: AtomicBool,
     killed_at: Mutex<Option<Instant>>,
     over_at: Mutex<Option<Instant>>,
+    /// The stalled holders' case is over: the faults strike after it, so that an election
+    /// does not postpone the expiry of their sessions (a new leader gives every session a
+    /// fresh timeout) and the successors' grants stay close to their deadlines.
+    stalls_over: tokio::sync::Notify,
+    stalls_done: AtomicBool,
 }
 
 impl Faults {
@@ -138,8 +143,9 @@ impl Faults {
 /// Kills the leader, waits for the next one and restarts the killed member; then stops a
 /// follower for longer than a session timeout and resumes it.
 async fn drive_faults(ens: Arc<ZooKeeperEnsemble>, faults: Arc<Faults>) {
-    // Let every workload get going first.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Let every workload get going first, and the stalled holders' case end.
+    faults.stalls_over.notified().await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
     tokio::task::spawn_blocking(move || {
         let leader = ens.leader().unwrap();
         ens.member(leader).kill().unwrap();
@@ -357,8 +363,10 @@ async fn multi_workload(url: String, hosts: String, faults: Arc<Faults>) -> Span
             .with_retry(RetryPolicy::new().with_wait(Duration::from_secs(8))),
     )
     .unwrap();
-    // Starts before the kill (3 s in) and gives up after it.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Starts before the kill (a second after the stalled holders' case) and gives up after it.
+    while !faults.stalls_done.load(Ordering::SeqCst) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     match impatient.acquire_many(&["f:a", "f:b"]).await {
         Ok(both) => {
             // Only if a's session expired in the election: then f:b was free.
@@ -508,6 +516,7 @@ async fn stalled_holders(url: String) {
             ];
             let tokens = [permit.fencing_token().unwrap().value(), 0, leader.term()];
             held_tx.send(()).unwrap();
+            let stalled_from = Instant::now();
             std::thread::sleep(SHORT_TTL * 4);
             let mut out = Vec::new();
             for (i, s) in signals.iter().enumerate() {
@@ -522,7 +531,7 @@ async fn stalled_holders(url: String) {
             // Leadership lost: resigning says so.
             let resigned = leader.resign().await;
             drop((permit, reader));
-            (out, resigned.map_err(|e| e.kind()))
+            (out, resigned.map_err(|e| e.kind()), stalled_from)
         })
     });
     tokio::task::spawn_blocking(move || held_rx.recv().unwrap())
@@ -562,10 +571,18 @@ async fn stalled_holders(url: String) {
             (first, next)
         },
     );
-    let (stalled, resigned) = tokio::task::spawn_blocking(move || holder.join().unwrap())
-        .await
-        .unwrap();
+    let (stalled, resigned, stalled_from) =
+        tokio::task::spawn_blocking(move || holder.join().unwrap())
+            .await
+            .unwrap();
     let granted = [next_permit.0, writer.0, next_leader.0];
+    for (i, name) in ["permit", "reader", "leader"].iter().enumerate() {
+        eprintln!(
+            "stalled {name}: deadline {:?} after the stall began, successor granted {:?} after",
+            stalled[i].deadline.saturating_duration_since(stalled_from),
+            granted[i] - stalled_from
+        );
+    }
     for (i, (s, name)) in stalled
         .iter()
         .zip(["permit", "reader", "leader"])
@@ -624,7 +641,11 @@ async fn the_family_keeps_its_guarantees_when_the_leader_dies_a_follower_stops_a
         rwlock_workload(url.clone(), faults.clone()),
         election_workload(url.clone(), faults.clone()),
         multi_workload(url.clone(), hosts.clone(), faults.clone()),
-        stalled_holders(url.clone()),
+        async {
+            stalled_holders(url.clone()).await;
+            faults.stalls_done.store(true, Ordering::SeqCst);
+            faults.stalls_over.notify_one();
+        },
     );
     let killed_at = faults.killed_at();
     eprintln!("cases over in {:?}", started.elapsed());
