@@ -670,6 +670,10 @@ mutant cli-pg-doctor-async-commit-passes "doctor passes a PostgreSQL session wit
   's/"off" => check\(/"off (mutant)" => check(/' \
   "-p fencelock-cli --bin fencelock probe::pg::tests::what_loses_locks_fails_and_what_may_warns" \
   "-p fencelock-cli --test zk_pg postgres_takes_extends_inspects_releases_and_checks"
+mutant cli-zk-inspect-permits-unpaired "inspect on ZooKeeper pairs no permit with its holder's place in line: the holders' labels are missing and every holder is shown as waiting (issue 32)" \
+  crates/fencelock-cli/src/probe/zk.rs \
+  's/!owner\.is_empty\(\) && p\.node\.starts_with/owner.is_empty() \&\& p.node.starts_with/' \
+  "-p fencelock-cli --test inspect zookeeper_shows_permits_readers_the_writer_and_the_leader"
 mutant cli-zk-doctor-quorum-of-half "doctor counts half the listed ZooKeeper servers as a quorum: an ensemble that cannot grant passes with a warning (issue 32)" \
   crates/fencelock-cli/src/probe/zk.rs \
   's/let quorum = listed \/ 2 \+ 1;/let quorum = listed \/ 2;/' \
