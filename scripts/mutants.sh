@@ -626,6 +626,10 @@ mutant zk-many-keeps-the-first-on-give-up "zookeeper: a lock of several resource
   's/if let Some\(t\) = taken \{\n(\s*)t\.release\(self\)\.await;/if let Some(t) = taken {\n$1std::mem::forget(t);/' \
   "-p fencelock --test zookeeper_faults the_family_keeps_its_guarantees_when_the_leader_dies_a_follower_stops_and_holders_stall" \
   "-p fencelock --test zookeeper_family a_lock_of_several_resources_is_all_or_nothing_without_deadlock"
+mutant zk-digest-nodes-open-to-anyone "zookeeper: a client with a digest identity makes its nodes open to anyone (world:anyone), not to that identity only (issue 32)" \
+  crates/fencelock/src/zk/mod.rs \
+  's/        if self\.digest\.is_some\(\) \{\n            mode\.with_acls/        if false \&\& self.digest.is_some() {\n            mode.with_acls/' \
+  "-p fencelock --test zookeeper digest_authentication_keeps_the_nodes_to_its_identity_and_refuses_others_clearly"
 mutant sentinel-failover-not-a-loss "a Sentinel node whose primary changed is judged by the uptime of the promoted replica, not as a loss seen now: counted at once after a failover that lost a held lock (issue 31)" \
   crates/fencelock/src/redis/conn.rs \
   's/if marker\.and_then\(crate::pure::nodeset::identity\) == Some\(run_id\) \{/if true || marker.and_then(crate::pure::nodeset::identity) == Some(run_id) {/' \

@@ -303,6 +303,13 @@ pub fn zk_ensemble(addr: &crate::NodeAddr) -> Option<(Vec<String>, String)> {
     Some((servers, ensemble.chroot.clone()))
 }
 
+/// The `user:password` of a `zk://` URL, which its clients send as ZooKeeper digest
+/// authentication (`addauth digest user:password`); `None` for a URL without one or another
+/// URL. The secret is in it: hand it to the ZooKeeper client only, never print it.
+pub fn zk_digest(addr: &crate::NodeAddr) -> Option<String> {
+    addr.zk_digest()
+}
+
 /// The ZooKeeper node under which the waiters of `resource` line up:
 /// `<chroot>/fencelock/locks/<resource as one path segment>`. Each waiter's node in it is named
 /// `<owner value>-lock-<sequence>`; the lowest sequence holds the lock, and its `czxid` is the

@@ -15,15 +15,32 @@ use super::{check, show_holder, Check, Limits, Status};
 use crate::exit::{self, Failure};
 use crate::settings::Settings;
 
+/// What a refused read means: the nodes carry another identity's ACL.
+const NO_AUTH: &str = "refused (NoAuth): the nodes belong to another identity; check the user and password in the URL (zk://user:password@host/chroot)";
+
 /// Bound on each request: generous, doctor measures slowness and must not fail on it.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// The ensemble of a `zk://` node list: its servers (`host:port`), its chroot, its name.
-#[derive(Debug, Clone)]
+/// The ensemble of a `zk://` node list: its servers (`host:port`), its chroot, its name (the
+/// URL without its password), and the URL's `user:password` for digest authentication.
+#[derive(Clone)]
 pub(crate) struct Ensemble {
     pub(crate) name: String,
     pub(crate) servers: Vec<String>,
     pub(crate) chroot: String,
+    digest: Option<String>,
+}
+
+impl std::fmt::Debug for Ensemble {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The digest holds the password: its presence only.
+        f.debug_struct("Ensemble")
+            .field("name", &self.name)
+            .field("servers", &self.servers)
+            .field("chroot", &self.chroot)
+            .field("digest", &self.digest.as_ref().map(|_| "***"))
+            .finish()
+    }
 }
 
 /// The ensemble the node list names.
@@ -53,15 +70,19 @@ pub(crate) fn ensemble(settings: &Settings) -> Result<Ensemble, Failure> {
         name: addr.redacted(),
         servers,
         chroot,
+        digest: fencelock::protocol::zk_digest(&addr),
     })
 }
 
 /// A session on the ensemble with the lock's TTL as its timeout, as the library opens one.
 async fn session(ensemble: &Ensemble, ttl: Duration) -> Result<zk::Client, String> {
-    let connector = zk::Client::connector()
+    let mut connector = zk::Client::connector()
         .with_session_timeout(ttl)
         .with_connection_timeout(PROBE_TIMEOUT)
         .with_fail_eagerly();
+    if let Some(digest) = &ensemble.digest {
+        connector = connector.with_auth("digest", digest.as_bytes());
+    }
     match tokio::time::timeout(
         PROBE_TIMEOUT * 2,
         connector.connect(&ensemble.servers.join(",")),
@@ -167,6 +188,7 @@ async fn read_node(
     match tokio::time::timeout(PROBE_TIMEOUT, client.get_data(path)).await {
         Ok(Ok(answer)) => Ok(Some(answer)),
         Ok(Err(zk::Error::NoNode)) => Ok(None),
+        Ok(Err(zk::Error::NoAuth)) => Err(format!("{what}: {NO_AUTH}")),
         Ok(Err(e)) => Err(format!("{what}: {e}")),
         Err(_) => Err(format!("{what}: no answer within {PROBE_TIMEOUT:?}")),
     }
@@ -177,6 +199,7 @@ async fn children(client: &zk::Client, dir: &str) -> Result<Vec<String>, String>
     match tokio::time::timeout(PROBE_TIMEOUT, client.list_children(dir)).await {
         Ok(Ok(children)) => Ok(children),
         Ok(Err(zk::Error::NoNode)) => Ok(Vec::new()),
+        Ok(Err(zk::Error::NoAuth)) => Err(format!("listing {dir}: {NO_AUTH}")),
         Ok(Err(e)) => Err(format!("listing {dir}: {e}")),
         Err(_) => Err(format!("listing {dir}: no answer within {PROBE_TIMEOUT:?}")),
     }
