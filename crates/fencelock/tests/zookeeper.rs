@@ -773,3 +773,42 @@ async fn digest_authentication_keeps_the_nodes_to_its_identity_and_refuses_other
     assert!(token(&next) > first);
     next.release().await.unwrap();
 }
+
+/// A release that the server never answers (killed under it) while the holder's client lives
+/// on: the release reports `Unavailable` and its delete goes on in the background once the
+/// server is back (the session survives the restart), so the next waiter is granted soon, not
+/// when the holder's client goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_cut_off_by_a_server_restart_frees_the_lock_once_the_server_is_back() {
+    let zk = start().await;
+    let ttl = Duration::from_secs(10);
+    let a = client(&zk.url(), ttl);
+    let lock = a.acquire("reload").await.unwrap();
+    let first = token(&lock);
+    let zk = tokio::task::spawn_blocking(move || {
+        zk.kill().unwrap();
+        zk
+    })
+    .await
+    .unwrap();
+    let err = lock.release().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    let zk = tokio::task::spawn_blocking(move || {
+        zk.restart().unwrap();
+        zk
+    })
+    .await
+    .unwrap();
+    // The holder's client lives on (its session too): only the background delete frees it.
+    let b = Client::new(
+        config(&zk.url(), ttl).with_retry(RetryPolicy::new().with_wait(Duration::from_secs(20))),
+    )
+    .unwrap();
+    let next = b
+        .acquire("reload")
+        .await
+        .expect("granted once the background delete ran, while the holder's session lives");
+    assert!(token(&next) > first);
+    next.release().await.unwrap();
+    drop(a);
+}
