@@ -626,6 +626,10 @@ mutant zk-many-keeps-the-first-on-give-up "zookeeper: a lock of several resource
   's/if let Some\(t\) = taken \{\n(\s*)t\.release\(self\)\.await;/if let Some(t) = taken {\n$1std::mem::forget(t);/' \
   "-p fencelock --test zookeeper_faults the_family_keeps_its_guarantees_when_the_leader_dies_a_follower_stops_and_holders_stall" \
   "-p fencelock --test zookeeper_family a_lock_of_several_resources_is_all_or_nothing_without_deadlock"
+mutant zk-failed-release-left-to-the-session "zookeeper: a release the ensemble did not answer leaves its nodes to the session, which the live client keeps open: the lock stays held until the client goes (issue 32)" \
+  crates/fencelock/src/zk/mod.rs \
+  's/                self\.release_in_background\(held\);\n//' \
+  "-p fencelock --test zookeeper_faults the_family_keeps_its_guarantees_when_the_leader_dies_a_follower_stops_and_holders_stall"
 mutant zk-digest-nodes-open-to-anyone "zookeeper: a client with a digest identity makes its nodes open to anyone (world:anyone), not to that identity only (issue 32)" \
   crates/fencelock/src/zk/mod.rs \
   's/        if self\.digest\.is_some\(\) \{\n            mode\.with_acls/        if false \&\& self.digest.is_some() {\n            mode.with_acls/' \
