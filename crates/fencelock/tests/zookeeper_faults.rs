@@ -112,13 +112,18 @@ struct Faults {
     /// The stalled holders' case is over: the faults strike after it, so that an election
     /// does not postpone the expiry of their sessions (a new leader gives every session a
     /// fresh timeout) and the successors' grants stay close to their deadlines.
-    stalls_over: tokio::sync::Notify,
     stalls_done: AtomicBool,
 }
 
 impl Faults {
     fn done(&self) -> bool {
         self.done.load(Ordering::SeqCst)
+    }
+
+    async fn stalls_done(&self) {
+        while !self.stalls_done.load(Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     /// Checks that a workload's clients are all done soon after the faults: none waits in
@@ -144,7 +149,7 @@ impl Faults {
 /// follower for longer than a session timeout and resumes it.
 async fn drive_faults(ens: Arc<ZooKeeperEnsemble>, faults: Arc<Faults>) {
     // Let every workload get going first, and the stalled holders' case end.
-    faults.stalls_over.notified().await;
+    faults.stalls_done().await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     tokio::task::spawn_blocking(move || {
         let leader = ens.leader().unwrap();
@@ -364,9 +369,7 @@ async fn multi_workload(url: String, hosts: String, faults: Arc<Faults>) -> Span
     )
     .unwrap();
     // Starts before the kill (a second after the stalled holders' case) and gives up after it.
-    while !faults.stalls_done.load(Ordering::SeqCst) {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    faults.stalls_done().await;
     match impatient.acquire_many(&["f:a", "f:b"]).await {
         Ok(both) => {
             // Only if a's session expired in the election: then f:b was free.
@@ -644,7 +647,6 @@ async fn the_family_keeps_its_guarantees_when_the_leader_dies_a_follower_stops_a
         async {
             stalled_holders(url.clone()).await;
             faults.stalls_done.store(true, Ordering::SeqCst);
-            faults.stalls_over.notify_one();
         },
     );
     let killed_at = faults.killed_at();
@@ -661,6 +663,11 @@ async fn the_family_keeps_its_guarantees_when_the_leader_dies_a_follower_stops_a
     if let Some((a, b)) = rw.exclusive_overlap() {
         panic!("{} and {} held f:doc at once: {a:?} {b:?}", a.who, b.who);
     }
+    assert!(
+        rw.most_at_once() > 1,
+        "readers never shared: {:#?}",
+        rw.all()
+    );
     assert!(
         rw.granted_after(killed_at) > 0,
         "no rwlock grant after the kill"
