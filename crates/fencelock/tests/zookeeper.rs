@@ -768,6 +768,23 @@ async fn digest_authentication_keeps_the_nodes_to_its_identity_and_refuses_other
         );
     }
 
+    // The family's nodes carry the same ACL: a permit's slot and place, a writer's record.
+    let permit = a.semaphore("pool", 1).unwrap().try_acquire().await.unwrap();
+    let writer = a.rwlock("doc").unwrap().try_write().await.unwrap();
+    for path in [
+        "/authed/fencelock/semaphores/pool",
+        "/authed/fencelock/semaphores/pool/slot-0",
+        "/authed/fencelock/writers/doc",
+    ] {
+        let (acls, _) = authed.get_acl(path).await.unwrap();
+        assert!(
+            acls.iter().all(|acl| acl.scheme() == "digest"),
+            "{path}: {acls:?}"
+        );
+    }
+    permit.release().await.unwrap();
+    writer.release().await.unwrap();
+
     lock.release().await.unwrap();
     let next = b.try_acquire("job").await.unwrap();
     assert!(token(&next) > first);
