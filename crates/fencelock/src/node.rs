@@ -1002,6 +1002,10 @@ mod tests {
         assert_eq!(authed.zk_digest().as_deref(), Some("app:s3cr@t"));
         assert_eq!(authed.redacted(), "zk://app:***@a:2181,b:2181/x");
         assert!(!format!("{authed} {authed:?}").contains("s3cr"));
+        assert_eq!(
+            NodeAddr::split_list("zk://app:pw@a:1,b:2/x"),
+            ["zk://app:pw@a:1,b:2/x"]
+        );
         // The list splitter keeps the ensemble's hosts in one URL.
         assert_eq!(NodeAddr::split_list("zk://a:1,b:2/x"), ["zk://a:1,b:2/x"]);
     }
