@@ -630,6 +630,30 @@ mutant zk-observer-term-from-announcement "zookeeper: an observer reports the an
   crates/fencelock/src/zk/election.rs \
   's/let term = u64::try_from\(stat\.czxid\)/let term = u64::try_from(stat.mzxid)/' \
   "-p fencelock --test zookeeper_family one_leader_at_a_time_with_growing_terms_and_observers_see_each_leader"
+mutant zk-permit-validity-outlasts-session "zookeeper: a permit's validity deadline runs a session timeout past its place in line's: a holder whose session expired believes it holds its permit after the next holder was granted it (issue 32)" \
+  crates/fencelock/src/zk/semaphore.rs \
+  's/deadline: lease\.deadline,/deadline: lease.deadline + client.session_timeout(),/' \
+  "-p fencelock --test zookeeper_faults the_family_keeps_its_guarantees_when_the_leader_dies_a_follower_stops_and_holders_stall"
+mutant zk-reader-validity-outlasts-session "zookeeper: a read lock's validity deadline runs a session timeout past its grant's: a stalled reader whose session expired believes it reads after a writer was granted (issue 32)" \
+  crates/fencelock/src/zk/mod.rs \
+  's/grant\.last_writer = Some\(recorded\);/grant.last_writer = Some(recorded);\n                grant.deadline += self.ttl;/' \
+  "-p fencelock --test zookeeper_faults the_family_keeps_its_guarantees_when_the_leader_dies_a_follower_stops_and_holders_stall"
+mutant zk-observer-reports-again "zookeeper: an observer reports the leader it reported last again (term >= last): after the leader stalled past its session it announces the stalled leader, not the next (issue 32)" \
+  crates/fencelock/src/zk/election.rs \
+  's/if stat\.version > 0 && term > self\.last \{/if stat.version > 0 \&\& term >= self.last {/' \
+  "-p fencelock --test zookeeper_faults the_family_keeps_its_guarantees_when_the_leader_dies_a_follower_stops_and_holders_stall"
+mutant zk-many-keeps-the-first-on-give-up "zookeeper: a lock of several resources that gives up on a later resource keeps the earlier ones' nodes until its session ends: not all or nothing (issue 32)" \
+  crates/fencelock/src/zk/mod.rs \
+  's/if let Some\(t\) = taken \{\n(\s*)t\.release\(self\)\.await;/if let Some(t) = taken {\n$1std::mem::forget(t);/' \
+  "-p fencelock --test zookeeper_faults the_family_keeps_its_guarantees_when_the_leader_dies_a_follower_stops_and_holders_stall"
+mutant zk-failed-release-left-to-the-session "zookeeper: a release the ensemble did not answer leaves its nodes to the session, which the live client keeps open: the lock stays held until the client goes (issue 32)" \
+  crates/fencelock/src/zk/mod.rs \
+  's/                self\.release_in_background\(held\);\n//' \
+  "-p fencelock --test zookeeper_faults the_family_keeps_its_guarantees_when_the_leader_dies_a_follower_stops_and_holders_stall"
+mutant zk-digest-nodes-open-to-anyone "zookeeper: a client with a digest identity makes its nodes open to anyone (world:anyone), not to that identity only (issue 32)" \
+  crates/fencelock/src/zk/mod.rs \
+  's/        if self\.digest\.is_some\(\) \{\n            mode\.with_acls/        if false \&\& self.digest.is_some() {\n            mode.with_acls/' \
+  "-p fencelock --test zookeeper digest_authentication_keeps_the_nodes_to_its_identity_and_refuses_others_clearly"
 mutant sentinel-failover-not-a-loss "a Sentinel node whose primary changed is judged by the uptime of the promoted replica, not as a loss seen now: counted at once after a failover that lost a held lock (issue 31)" \
   crates/fencelock/src/redis/conn.rs \
   's/if marker\.and_then\(crate::pure::nodeset::identity\) == Some\(run_id\) \{/if true || marker.and_then(crate::pure::nodeset::identity) == Some(run_id) {/' \
@@ -682,6 +706,10 @@ mutant cli-pg-doctor-async-commit-passes "doctor passes a PostgreSQL session wit
   's/"off" => check\(/"off (mutant)" => check(/' \
   "-p fencelock-cli --bin fencelock probe::pg::tests::what_loses_locks_fails_and_what_may_warns" \
   "-p fencelock-cli --test zk_pg postgres_takes_extends_inspects_releases_and_checks"
+mutant cli-zk-inspect-permits-unpaired "inspect on ZooKeeper pairs no permit with its holder's place in line: the holders' labels are missing and every holder is shown as waiting (issue 32)" \
+  crates/fencelock-cli/src/probe/zk.rs \
+  's/!owner\.is_empty\(\) && p\.node\.starts_with/owner.is_empty() \&\& p.node.starts_with/' \
+  "-p fencelock-cli --test inspect zookeeper_shows_permits_readers_the_writer_and_the_leader"
 mutant cli-zk-doctor-quorum-of-half "doctor counts half the listed ZooKeeper servers as a quorum: an ensemble that cannot grant passes with a warning (issue 32)" \
   crates/fencelock-cli/src/probe/zk.rs \
   's/let quorum = listed \/ 2 \+ 1;/let quorum = listed \/ 2;/' \

@@ -215,8 +215,8 @@ fn zookeeper_takes_inspects_releases_and_checks() {
     );
     refused(
         home.path(),
-        "zk://app:hunter2@127.0.0.1:2181",
-        &["zk://app:***@", "authentication"],
+        "zk://:hunter2@127.0.0.1:2181",
+        &["zk://:***@", "authentication needs both"],
     );
 }
 

@@ -387,6 +387,16 @@ impl NodeAddr {
         format!("redis://{auth}{}/{db}", join_host_port(host, port))
     }
 
+    /// The `user:password` of a `zk://` URL, for ZooKeeper's digest authentication (the secret
+    /// is in it: for the driver only); `None` without one.
+    pub(crate) fn zk_digest(&self) -> Option<String> {
+        self.zookeeper.as_ref()?;
+        let rest = self.url.split_once("://").map_or("", |(_, r)| r);
+        let authority = &rest[..rest.find('/').unwrap_or(rest.len())];
+        let at = authority.rfind('@')?;
+        Some(authority[..at].to_string())
+    }
+
     /// The URL with its secret, for the driver only.
     pub(crate) fn secret_url(&self) -> &str {
         &self.url
@@ -544,12 +554,13 @@ fn parse_zookeeper(url: &str, rest: &str) -> Result<NodeAddr, Error> {
         Some(i) => (&rest[..i], &rest[i..]),
         None => (rest, ""),
     };
-    if authority.contains('@') {
+    let (user, has_password, authority) = split_userinfo(authority);
+    if user.is_some() != has_password {
         return Err(Error::config(
             what(),
             format!(
-                "it has a user or password, and ZooKeeper authentication (digest, SASL) is not \
-                 supported yet; use an ensemble that lets this client in without one, {ZOOKEEPER_FORM}"
+                "it has a user or a password alone; ZooKeeper digest authentication needs both, \
+                 as zk://user:password@host:2181/chroot (or neither), {ZOOKEEPER_FORM}"
             ),
         ));
     }
@@ -576,8 +587,8 @@ fn parse_zookeeper(url: &str, rest: &str) -> Result<NodeAddr, Error> {
         scheme: Scheme::ZooKeeper,
         host,
         port,
-        user: None,
-        has_password: false,
+        user,
+        has_password,
         path: chroot.to_string(),
         sentinel: None,
         zookeeper: Some(ZkEnsemble {
@@ -985,6 +996,16 @@ mod tests {
         assert_eq!(n.redacted(), "zk://a:2181,b:2181,[::1]:2182/apps/billing");
         let bare = NodeAddr::parse("zookeeper://h").unwrap();
         assert_eq!(bare.zookeeper().unwrap().connect_string(), "h:2181");
+        assert_eq!(bare.zk_digest(), None);
+        // A digest identity: kept for the driver, redacted everywhere else.
+        let authed = NodeAddr::parse("zk://app:s3cr@t@a:2181,b/x").unwrap();
+        assert_eq!(authed.zk_digest().as_deref(), Some("app:s3cr@t"));
+        assert_eq!(authed.redacted(), "zk://app:***@a:2181,b:2181/x");
+        assert!(!format!("{authed} {authed:?}").contains("s3cr"));
+        assert_eq!(
+            NodeAddr::split_list("zk://app:pw@a:1,b:2/x"),
+            ["zk://app:pw@a:1,b:2/x"]
+        );
         // The list splitter keeps the ensemble's hosts in one URL.
         assert_eq!(NodeAddr::split_list("zk://a:1,b:2/x"), ["zk://a:1,b:2/x"]);
     }
@@ -999,7 +1020,8 @@ mod tests {
             ("zk://a/x//y", "segment \"\""),
             ("zk://a/x/../y", "segment \"..\""),
             ("zk://a?timeout=3", "options"),
-            ("zk://u:hunter2@a", "not supported yet"),
+            ("zk://u@a", "needs both"),
+            ("zk://:hunter2@a", "needs both"),
         ] {
             let err = NodeAddr::parse(url).unwrap_err();
             let text = err.to_string();

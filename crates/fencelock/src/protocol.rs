@@ -303,6 +303,13 @@ pub fn zk_ensemble(addr: &crate::NodeAddr) -> Option<(Vec<String>, String)> {
     Some((servers, ensemble.chroot.clone()))
 }
 
+/// The `user:password` of a `zk://` URL, which its clients send as ZooKeeper digest
+/// authentication (`addauth digest user:password`); `None` for a URL without one or another
+/// URL. The secret is in it: hand it to the ZooKeeper client only, never print it.
+pub fn zk_digest(addr: &crate::NodeAddr) -> Option<String> {
+    addr.zk_digest()
+}
+
 /// The ZooKeeper node under which the waiters of `resource` line up:
 /// `<chroot>/fencelock/locks/<resource as one path segment>`. Each waiter's node in it is named
 /// `<owner value>-lock-<sequence>`; the lowest sequence holds the lock, and its `czxid` is the
@@ -324,6 +331,28 @@ pub fn zk_sequence(name: &str) -> Option<i64> {
 #[cfg(feature = "zookeeper")]
 pub fn zk_is_reader(name: &str) -> bool {
     crate::zk::line::is_reader(name)
+}
+
+/// The ZooKeeper node of the semaphore `name`: `<chroot>/fencelock/semaphores/<name as one
+/// path segment>`. Its data is the permit count; its children are the waiters' nodes
+/// (`<owner value>-lock-<sequence>`, admitted in sequence order) and the permits held,
+/// `slot-<i>`, each holding its holder's owner value, its `czxid` the permit's fencing token.
+#[cfg(feature = "zookeeper")]
+pub fn zk_semaphore_dir(chroot: &str, name: &str) -> String {
+    crate::zk::line::semaphore_dir(chroot, name)
+}
+
+/// The slot of a semaphore's permit node on ZooKeeper (`slot-<i>`), `None` for a waiter's.
+#[cfg(feature = "zookeeper")]
+pub fn zk_slot_of(name: &str) -> Option<usize> {
+    crate::zk::line::slot_of(name)
+}
+
+/// The ZooKeeper node where the write locks of `resource` record their fencing tokens for its
+/// readers: `<chroot>/fencelock/writers/<resource as one path segment>`, the token as text.
+#[cfg(feature = "zookeeper")]
+pub fn zk_writer_record(chroot: &str, resource: &str) -> String {
+    crate::zk::line::writer_record(chroot, resource)
 }
 
 /// The PostgreSQL backend's lease table: `fencelock_locks (resource text primary key, owner

@@ -525,7 +525,8 @@ async fn bad_urls_are_refused_clearly_and_the_family_is_offered() {
         (vec!["zk://h:port"], "port"),
         (vec!["zk://a,,b"], "no host"),
         (vec!["zk://a/x//y"], "segment"),
-        (vec!["zk://app:hunter2@a"], "not supported yet"),
+        (vec!["zk://:hunter2@a"], "needs both"),
+        (vec!["zk://app:hunter2@a,,b"], "no host"),
     ] {
         let err = Client::new(Config::new(nodes.clone())).unwrap_err();
         assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{nodes:?}");
@@ -704,4 +705,88 @@ fn the_blocking_client_takes_and_releases_a_zookeeper_lock() {
     let next = b.try_acquire("blocking").unwrap();
     assert!(next.fencing_token().unwrap().value() > first);
     next.release().unwrap();
+}
+
+/// Digest authentication: a `zk://user:password@` URL authenticates its session and makes its
+/// nodes with an ACL for that identity only. A client of the same identity is refused the held
+/// lock and gets it after the release; a client with a wrong password (another identity) or
+/// without a user is refused at once (`InvalidConfig`, naming the URL without its password),
+/// not after its wait; a session without the identity cannot read the lock's nodes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn digest_authentication_keeps_the_nodes_to_its_identity_and_refuses_others_clearly() {
+    let zk = start().await;
+    let hosts = zk.host_port();
+    let url = |auth: &str| format!("zk://{auth}{hosts}/authed");
+    let a = client(&url("app:s3cret@"), Duration::from_secs(6));
+    let b = client(&url("app:s3cret@"), Duration::from_secs(6));
+    let lock = a.try_acquire("job").await.unwrap();
+    let first = token(&lock);
+    let err = b.try_acquire("job").await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Contention, "{err}");
+
+    // The nodes carry the identity's ACL, and a session without it cannot read them.
+    let raw = zookeeper_client::Client::connect(&hosts).await.unwrap();
+    let authed = zookeeper_client::Client::connector()
+        .with_auth("digest", b"app:s3cret")
+        .connect(&hosts)
+        .await
+        .unwrap();
+    let dir = "/authed/fencelock/locks/job";
+    let (acls, _) = authed.get_acl(dir).await.unwrap();
+    assert!(
+        acls.iter()
+            .all(|acl| acl.scheme() == "digest" && acl.id().starts_with("app:")),
+        "{acls:?}"
+    );
+    assert!(
+        matches!(
+            raw.list_children(dir).await,
+            Err(zookeeper_client::Error::NoAuth)
+        ),
+        "a session without the identity listed the lock's line"
+    );
+
+    // Another identity, or none: refused at once, clearly, without the password.
+    for (auth, says) in [
+        ("app:wrong@", "a wrong password is another identity"),
+        ("", "has no user"),
+    ] {
+        let other = client(&url(auth), Duration::from_secs(6));
+        let started = Instant::now();
+        let err = other.acquire("job").await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{auth}: {err}");
+        let text = err.to_string();
+        assert!(text.contains(says) && text.contains("job"), "{text}");
+        assert!(
+            !text.contains("wrong@") && !text.contains("s3cret"),
+            "{text}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{auth}: refused only after {:?}",
+            started.elapsed()
+        );
+    }
+
+    // The family's nodes carry the same ACL: a permit's slot and place, a writer's record.
+    let permit = a.semaphore("pool", 1).unwrap().try_acquire().await.unwrap();
+    let writer = a.rwlock("doc").unwrap().try_write().await.unwrap();
+    for path in [
+        "/authed/fencelock/semaphores/pool",
+        "/authed/fencelock/semaphores/pool/slot-0",
+        "/authed/fencelock/writers/doc",
+    ] {
+        let (acls, _) = authed.get_acl(path).await.unwrap();
+        assert!(
+            acls.iter().all(|acl| acl.scheme() == "digest"),
+            "{path}: {acls:?}"
+        );
+    }
+    permit.release().await.unwrap();
+    writer.release().await.unwrap();
+
+    lock.release().await.unwrap();
+    let next = b.try_acquire("job").await.unwrap();
+    assert!(token(&next) > first);
+    next.release().await.unwrap();
 }

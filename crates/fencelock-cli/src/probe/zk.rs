@@ -15,15 +15,32 @@ use super::{check, show_holder, Check, Limits, Status};
 use crate::exit::{self, Failure};
 use crate::settings::Settings;
 
+/// What a refused read means: the nodes carry another identity's ACL.
+const NO_AUTH: &str = "refused (NoAuth): the nodes belong to another identity; check the user and password in the URL (zk://user:password@host/chroot)";
+
 /// Bound on each request: generous, doctor measures slowness and must not fail on it.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// The ensemble of a `zk://` node list: its servers (`host:port`), its chroot, its name.
-#[derive(Debug, Clone)]
+/// The ensemble of a `zk://` node list: its servers (`host:port`), its chroot, its name (the
+/// URL without its password), and the URL's `user:password` for digest authentication.
+#[derive(Clone)]
 pub(crate) struct Ensemble {
     pub(crate) name: String,
     pub(crate) servers: Vec<String>,
     pub(crate) chroot: String,
+    digest: Option<String>,
+}
+
+impl std::fmt::Debug for Ensemble {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The digest holds the password: its presence only.
+        f.debug_struct("Ensemble")
+            .field("name", &self.name)
+            .field("servers", &self.servers)
+            .field("chroot", &self.chroot)
+            .field("digest", &self.digest.as_ref().map(|_| "***"))
+            .finish()
+    }
 }
 
 /// The ensemble the node list names.
@@ -53,15 +70,19 @@ pub(crate) fn ensemble(settings: &Settings) -> Result<Ensemble, Failure> {
         name: addr.redacted(),
         servers,
         chroot,
+        digest: fencelock::protocol::zk_digest(&addr),
     })
 }
 
 /// A session on the ensemble with the lock's TTL as its timeout, as the library opens one.
 async fn session(ensemble: &Ensemble, ttl: Duration) -> Result<zk::Client, String> {
-    let connector = zk::Client::connector()
+    let mut connector = zk::Client::connector()
         .with_session_timeout(ttl)
         .with_connection_timeout(PROBE_TIMEOUT)
         .with_fail_eagerly();
+    if let Some(digest) = &ensemble.digest {
+        connector = connector.with_auth("digest", digest.as_bytes());
+    }
     match tokio::time::timeout(
         PROBE_TIMEOUT * 2,
         connector.connect(&ensemble.servers.join(",")),
@@ -101,14 +122,22 @@ pub(crate) struct Waiter {
     pub(crate) holder: Option<String>,
     /// A read lock's node (a read-write lock's reader).
     pub(crate) reader: bool,
+    /// Written after its creation: an election's leader wrote its value on it, a semaphore's
+    /// waiter was admitted.
+    #[serde(skip)]
+    pub(crate) written: bool,
 }
 
-/// `fencelock inspect RESOURCE` on ZooKeeper.
+/// `fencelock inspect RESOURCE` on ZooKeeper: the resource's line (a lock's holder and
+/// waiters, a read-write lock's readers and writers), and what the family keeps under the
+/// name: a semaphore's permit count, holders and waiters, the last writer's token, an
+/// election's leader and term.
 ///
 /// # Errors
 ///
 /// 69 when the ensemble cannot be reached; a usage failure for a bad URL.
 pub(crate) async fn inspect(settings: &Settings, resource: &str, json: bool) -> anyhow::Result<u8> {
+    use fencelock::protocol;
     let ensemble = ensemble(settings)?;
     let unavailable = |why: String| {
         Failure::new(
@@ -122,25 +151,73 @@ pub(crate) async fn inspect(settings: &Settings, resource: &str, json: bool) -> 
     let client = session(&ensemble, settings.ttl.max(PROBE_TIMEOUT * 2))
         .await
         .map_err(unavailable)?;
-    let dir = fencelock::protocol::zk_lock_dir(&ensemble.chroot, resource);
-    let children = match bounded("listing the lock's node", client.list_children(&dir)).await {
-        Ok(children) => children,
-        Err(_) if matches!(client.check_stat(&dir).await, Ok(None)) => Vec::new(),
-        Err(why) => return Err(unavailable(why).into()),
-    };
-    let mut named: Vec<(i64, String)> = children
+    let dir = protocol::zk_lock_dir(&ensemble.chroot, resource);
+    let line = read_line(&client, &dir).await.map_err(unavailable)?;
+    let family = read_family(&client, &ensemble.chroot, resource, &line)
+        .await
+        .map_err(unavailable)?;
+    if json {
+        let value = serde_json::json!({
+            "resource": resource,
+            "backend": "zookeeper",
+            "path": dir,
+            "holder": line.first(),
+            "waiters": line.get(1..).unwrap_or_default(),
+            "permit_count": family.permit_count,
+            "permits": family.permits,
+            "permits_waiting": family.permits_waiting,
+            "readers": family.readers,
+            "writers_waiting": family.writers_waiting,
+            "writer_record": family.writer_record,
+            "election": family.election,
+        });
+        println!("{value}");
+    } else {
+        print!("{}", render_line(resource, &dir, &line, &family));
+        print!("{}", render_family(resource, &family));
+    }
+    Ok(exit::OK)
+}
+
+/// The data and stat of `path`; `None` when there is no such node.
+async fn read_node(
+    client: &zk::Client,
+    what: &str,
+    path: &str,
+) -> Result<Option<(Vec<u8>, zk::Stat)>, String> {
+    match tokio::time::timeout(PROBE_TIMEOUT, client.get_data(path)).await {
+        Ok(Ok(answer)) => Ok(Some(answer)),
+        Ok(Err(zk::Error::NoNode)) => Ok(None),
+        Ok(Err(zk::Error::NoAuth)) => Err(format!("{what}: {NO_AUTH}")),
+        Ok(Err(e)) => Err(format!("{what}: {e}")),
+        Err(_) => Err(format!("{what}: no answer within {PROBE_TIMEOUT:?}")),
+    }
+}
+
+/// The children of `dir` (none when it does not exist).
+async fn children(client: &zk::Client, dir: &str) -> Result<Vec<String>, String> {
+    match tokio::time::timeout(PROBE_TIMEOUT, client.list_children(dir)).await {
+        Ok(Ok(children)) => Ok(children),
+        Ok(Err(zk::Error::NoNode)) => Ok(Vec::new()),
+        Ok(Err(zk::Error::NoAuth)) => Err(format!("listing {dir}: {NO_AUTH}")),
+        Ok(Err(e)) => Err(format!("listing {dir}: {e}")),
+        Err(_) => Err(format!("listing {dir}: no answer within {PROBE_TIMEOUT:?}")),
+    }
+}
+
+/// The waiters' nodes in `dir`, oldest first (a node gone between the list and its read left
+/// the line, and is skipped).
+async fn read_line(client: &zk::Client, dir: &str) -> Result<Vec<Waiter>, String> {
+    let mut named: Vec<(i64, String)> = children(client, dir)
+        .await?
         .into_iter()
         .filter_map(|c| fencelock::protocol::zk_sequence(&c).map(|s| (s, c)))
         .collect();
     named.sort();
     let mut line = Vec::new();
     for (sequence, node) in named {
-        // A node gone between the list and the read left the line: skip it.
-        let Ok((data, stat)) = bounded(
-            "reading a waiter",
-            client.get_data(&format!("{dir}/{node}")),
-        )
-        .await
+        let Some((data, stat)) =
+            read_node(client, "reading a waiter", &format!("{dir}/{node}")).await?
         else {
             continue;
         };
@@ -152,31 +229,180 @@ pub(crate) async fn inspect(settings: &Settings, resource: &str, json: bool) -> 
             czxid: stat.czxid,
             session: format!("{:#x}", stat.ephemeral_owner),
             holder,
+            written: stat.version > 0,
         });
     }
-    if json {
-        let value = serde_json::json!({
-            "resource": resource,
-            "backend": "zookeeper",
-            "path": dir,
-            "holder": line.first(),
-            "waiters": line.get(1..).unwrap_or_default(),
-        });
-        println!("{value}");
-    } else {
-        print!("{}", render_line(resource, &dir, &line));
-    }
-    Ok(exit::OK)
+    Ok(line)
 }
 
-/// The line in words.
-pub(crate) fn render_line(resource: &str, dir: &str, line: &[Waiter]) -> String {
+/// A permit of a semaphore held on ZooKeeper: its slot node, whose `czxid` is the permit's
+/// fencing token, and the holder label of the holder's place in line.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Permit {
+    pub(crate) slot: usize,
+    pub(crate) node: String,
+    pub(crate) czxid: i64,
+    pub(crate) session: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) holder: Option<String>,
+}
+
+/// An election's leader: the first node of its line, once it wrote its value on it.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Leader {
+    pub(crate) value: String,
+    /// The node's `czxid`.
+    pub(crate) term: i64,
+    pub(crate) node: String,
+    /// Candidates behind it.
+    pub(crate) candidates: usize,
+}
+
+/// What the primitives built on the line keep under a name on ZooKeeper.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Family {
+    /// The semaphore's permit count (its directory's data), when one of that name is in use.
+    pub(crate) permit_count: Option<u32>,
+    pub(crate) permits: Vec<Permit>,
+    /// The semaphore's waiters not admitted yet, oldest first.
+    pub(crate) permits_waiting: Vec<Waiter>,
+    /// A read-write lock's readers that hold (no writer's node ahead of them).
+    pub(crate) readers: Vec<Waiter>,
+    /// Writers in line behind readers that hold.
+    pub(crate) writers_waiting: Vec<Waiter>,
+    /// The fencing token the resource's last write lock recorded for its readers.
+    pub(crate) writer_record: Option<String>,
+    pub(crate) election: Option<Leader>,
+    /// The election's candidates' nodes, its leader's included.
+    pub(crate) candidates: usize,
+}
+
+/// Reads a semaphore's directory, a read-write lock's sides (from `line`, the resource's own)
+/// and record, and an election's line, each where the library writes it.
+async fn read_family(
+    client: &zk::Client,
+    chroot: &str,
+    resource: &str,
+    line: &[Waiter],
+) -> Result<Family, String> {
+    use fencelock::protocol;
+    let mut family = Family::default();
+    let sem = protocol::zk_semaphore_dir(chroot, resource);
+    if let Some((count, _)) = read_node(client, "reading the semaphore", &sem).await? {
+        family.permit_count = String::from_utf8_lossy(&count).parse().ok();
+        let places = read_line(client, &sem).await?;
+        let mut slots = Vec::new();
+        for name in children(client, &sem).await? {
+            let Some(slot) = protocol::zk_slot_of(&name) else {
+                continue;
+            };
+            let path = format!("{sem}/{name}");
+            if let Some((owner, stat)) = read_node(client, "reading a permit", &path).await? {
+                slots.push((
+                    slot,
+                    name,
+                    String::from_utf8_lossy(&owner).into_owned(),
+                    stat,
+                ));
+            }
+        }
+        (family.permits, family.permits_waiting) = permits(slots, places);
+    }
+    (family.readers, family.writers_waiting) = sides(line);
+    let record = protocol::zk_writer_record(chroot, resource);
+    family.writer_record = read_node(client, "reading the writers' record", &record)
+        .await?
+        .map(|(data, _)| String::from_utf8_lossy(&data).into_owned());
+    let candidates = read_line(
+        client,
+        &protocol::zk_lock_dir(chroot, &protocol::election_key(resource)),
+    )
+    .await?;
+    family.election = leader(&candidates);
+    family.candidates = candidates.len();
+    Ok(family)
+}
+
+/// The permits held (each slot node with the holder label of its holder's place: the place
+/// whose name starts with the owner value the slot holds), and the places of the waiters not
+/// admitted yet. No I/O.
+pub(crate) fn permits(
+    mut slots: Vec<(usize, String, String, zk::Stat)>,
+    places: Vec<Waiter>,
+) -> (Vec<Permit>, Vec<Waiter>) {
+    slots.sort_by_key(|s| s.0);
+    let place_of = |owner: &str| {
+        places
+            .iter()
+            .position(|p| !owner.is_empty() && p.node.starts_with(&format!("{owner}-")))
+    };
+    let mut admitted = Vec::new();
+    let permits = slots
+        .into_iter()
+        .map(|(slot, node, owner, stat)| {
+            let place = place_of(&owner);
+            admitted.extend(place);
+            Permit {
+                slot,
+                node,
+                czxid: stat.czxid,
+                session: format!("{:#x}", stat.ephemeral_owner),
+                holder: place.and_then(|i| places[i].holder.clone()),
+            }
+        })
+        .collect();
+    let waiting = places
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| !admitted.contains(i))
+        .map(|(_, p)| p)
+        .collect();
+    (permits, waiting)
+}
+
+/// A read-write lock's readers that hold and the writers waiting behind them, in a line read
+/// oldest first. Empty when a writer is first (it holds as a mutex does). No I/O.
+pub(crate) fn sides(line: &[Waiter]) -> (Vec<Waiter>, Vec<Waiter>) {
+    let readers = line.iter().take_while(|w| w.reader).count();
+    if readers == 0 {
+        return (Vec::new(), Vec::new());
+    }
+    let writers = line[readers..]
+        .iter()
+        .filter(|w| !w.reader)
+        .cloned()
+        .collect();
+    (line[..readers].to_vec(), writers)
+}
+
+/// The leader of an election whose candidates' nodes are `candidates`, oldest first: the first,
+/// once it wrote its value on its node. No I/O.
+pub(crate) fn leader(candidates: &[Waiter]) -> Option<Leader> {
+    let (first, rest) = candidates.split_first()?;
+    first.written.then(|| Leader {
+        value: first.holder.clone().unwrap_or_default(),
+        term: first.czxid,
+        node: first.node.clone(),
+        candidates: rest.len(),
+    })
+}
+
+/// The line in words; `family` tells what holds the name when no lock does. No I/O.
+pub(crate) fn render_line(resource: &str, dir: &str, line: &[Waiter], family: &Family) -> String {
     let mut out = String::new();
     let Some((first, rest)) = line.split_first() else {
-        let _ = writeln!(
-            out,
-            "lock {resource:?}: not held, nobody waits (ZooKeeper, {dir})"
-        );
+        if family.permit_count.is_some() {
+            let _ = writeln!(
+                out,
+                "lock {resource:?}: a semaphore: {} permit(s) held, the name itself is not held as a lock (ZooKeeper)",
+                family.permits.len()
+            );
+        } else {
+            let _ = writeln!(
+                out,
+                "lock {resource:?}: not held, nobody waits (ZooKeeper, {dir})"
+            );
+        }
         return out;
     };
     let readers = line.iter().take_while(|w| w.reader).count();
@@ -197,21 +423,102 @@ pub(crate) fn render_line(resource: &str, dir: &str, line: &[Waiter]) -> String 
     if let Some(h) = &first.holder {
         let _ = writeln!(out, "holder: {}", show_holder(h));
     }
+    render_waiting(&mut out, "", rest);
+    out
+}
+
+/// The waiters in order, or "nobody waits".
+fn render_waiting(out: &mut String, indent: &str, rest: &[Waiter]) {
     if rest.is_empty() {
-        let _ = writeln!(out, "nobody waits");
-    } else {
-        let _ = writeln!(out, "{} waiting, in order:", rest.len());
-        for w in rest {
-            let who = w.holder.as_deref().map(show_holder);
+        let _ = writeln!(out, "{indent}nobody waits");
+        return;
+    }
+    let _ = writeln!(out, "{indent}{} waiting, in order:", rest.len());
+    for w in rest {
+        let who = w.holder.as_deref().map(show_holder);
+        let _ = writeln!(
+            out,
+            "{indent}  sequence {}  session {}  {}{}",
+            w.sequence,
+            w.session,
+            w.node,
+            who.map(|h| format!("  {h}")).unwrap_or_default()
+        );
+    }
+}
+
+/// The family's lines, after the resource's own. No I/O.
+pub(crate) fn render_family(resource: &str, family: &Family) -> String {
+    let mut out = String::new();
+    let by = |h: &Option<String>| {
+        h.as_deref()
+            .map(|h| format!(" by {}", show_holder(h)))
+            .unwrap_or_default()
+    };
+    if let Some(count) = family.permit_count {
+        let _ = writeln!(
+            out,
+            "semaphore {resource:?}: {} permit(s) held of {count}",
+            family.permits.len()
+        );
+        for p in &family.permits {
             let _ = writeln!(
                 out,
-                "  sequence {}  session {}  {}{}",
-                w.sequence,
-                w.session,
-                w.node,
-                who.map(|h| format!("  {h}")).unwrap_or_default()
+                "  permit {}: token {}{}, node {}, session {}",
+                p.slot,
+                p.czxid,
+                by(&p.holder),
+                p.node,
+                p.session
             );
         }
+        render_waiting(&mut out, "  ", &family.permits_waiting);
+    }
+    if !family.readers.is_empty() {
+        let _ = writeln!(
+            out,
+            "read-write lock {resource:?}: {} reader(s), no writer holds; {} writer(s) waiting",
+            family.readers.len(),
+            family.writers_waiting.len()
+        );
+        for r in &family.readers {
+            let _ = writeln!(
+                out,
+                "  reader: node {} (czxid {}){}, session {}",
+                r.node,
+                r.czxid,
+                by(&r.holder),
+                r.session
+            );
+        }
+        for w in &family.writers_waiting {
+            let _ = writeln!(
+                out,
+                "  writer waiting: node {} (czxid {}){}",
+                w.node,
+                w.czxid,
+                by(&w.holder)
+            );
+        }
+    }
+    if let Some(record) = &family.writer_record {
+        let _ = writeln!(
+            out,
+            "read-write lock {resource:?}: the last write lock's fencing token was {record}"
+        );
+    }
+    if let Some(leader) = &family.election {
+        let _ = writeln!(
+            out,
+            "election {resource:?}: leader {:?}, term {} (node {}), {} candidate(s) behind it",
+            leader.value, leader.term, leader.node, leader.candidates
+        );
+    } else if family.candidates > 0 {
+        let _ = writeln!(
+            out,
+            "election {resource:?}: {} candidate(s), none leads yet (the first in line has not written its value)",
+            family.candidates
+        );
     }
     out
 }
@@ -708,11 +1015,14 @@ mod tests {
             session: "0x10".into(),
             holder: holder.map(Into::into),
             reader: false,
+            written: false,
         };
+        let none = Family::default();
         let text = render_line(
             "r",
             "/fencelock/locks/r",
             &[w(1, 40, Some("host=h pid=1 label=job")), w(2, 41, None)],
+            &none,
         );
         assert!(text.contains("czxid 40 = fencing token"), "{text}");
         assert!(text.contains("holder: \"job\" (process 1 on h)"), "{text}");
@@ -720,10 +1030,10 @@ mod tests {
             text.contains("1 waiting, in order:\n  sequence 2"),
             "{text}"
         );
-        assert!(render_line("r", "/d", &[]).contains("not held"));
+        assert!(render_line("r", "/d", &[], &none).contains("not held"));
         let mut reader = w(3, 42, None);
         reader.reader = true;
-        let shared = render_line("r", "/d", &[reader.clone(), reader, w(5, 44, None)]);
+        let shared = render_line("r", "/d", &[reader.clone(), reader, w(5, 44, None)], &none);
         assert!(
             shared.contains("held by 2 reader(s) (a read-write lock), 1 waiting"),
             "{shared}"

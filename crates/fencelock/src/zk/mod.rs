@@ -49,8 +49,9 @@
 //!
 //! Each request gets at most the node timeout (at least [`timing::MIN_REQUEST_TIMEOUT`]). A
 //! create whose answer was lost leaves a node that the call's cleanup finds by its owner value.
-//! A release whose answer was lost reports [`Error::Unavailable`]; the node goes with the
-//! session at the latest.
+//! A release whose answer was lost reports [`Error::Unavailable`] and hands the delete to a
+//! background task that tries again (counted with the cleanups): the session, which would take
+//! the node with it, lives on.
 //!
 //! # The family
 //!
@@ -66,7 +67,10 @@
 //!
 //! # Not yet
 //!
-//! No TLS, no authentication, no metrics of waits.
+//! No TLS, no SASL, no metrics of waits. Digest authentication: a `zk://user:password@...`
+//! URL authenticates its sessions (`addauth digest`) and makes every node with an ACL for that
+//! identity only; a client that is refused (a wrong password, no user) gets
+//! [`Error::InvalidConfig`] at once.
 
 mod election;
 pub(crate) mod line;
@@ -91,11 +95,9 @@ use crate::pure::token::OwnerToken;
 use crate::pure::vote::{NodeVote, VoteOutcome, Votes};
 
 /// The lock nodes: ephemeral (they go with the session), sequential (their place in line).
-const LOCK_NODE: zk::CreateOptions<'static> =
-    zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
+const LOCK_NODE: zk::CreateMode = zk::CreateMode::EphemeralSequential;
 /// The directories: containers, which the server removes once their last child is gone.
-const DIRECTORY: zk::CreateOptions<'static> =
-    zk::CreateMode::Container.with_acls(zk::Acls::anyone_all());
+const DIRECTORY: zk::CreateMode = zk::CreateMode::Container;
 
 /// One ZooKeeper ensemble, reached through one session (opened on first use).
 pub(crate) struct ZkBackend {
@@ -110,6 +112,9 @@ pub(crate) struct ZkBackend {
     connect_timeout: Duration,
     /// The data of our nodes: the holder label as text, or empty (`holder.rs`).
     holder: Vec<u8>,
+    /// The URL's `user:password` for digest authentication (a secret: never printed); with
+    /// one, every node is made readable and writable by that identity only.
+    digest: Option<String>,
     session: tokio::sync::Mutex<Option<zk::Client>>,
     engine: Engine<ZkHeld>,
     /// Deletes of the nodes of calls cut short, running in the background.
@@ -238,6 +243,7 @@ impl ZkBackend {
                 .holder()
                 .map(|h| h.to_string().into_bytes())
                 .unwrap_or_default(),
+            digest: addr.zk_digest(),
             session: tokio::sync::Mutex::default(),
             engine: Engine::default(),
             cleanups: Arc::default(),
@@ -251,9 +257,12 @@ impl ZkBackend {
             return Ok(client.clone());
         }
         *slot = None;
-        let connector = zk::Client::connector()
+        let mut connector = zk::Client::connector()
             .with_session_timeout(self.ttl)
             .with_fail_eagerly();
+        if let Some(digest) = &self.digest {
+            connector = connector.with_auth("digest", digest.as_bytes());
+        }
         let client = tokio::time::timeout(
             self.connect_timeout + self.request_timeout,
             connector.connect(&self.hosts),
@@ -263,6 +272,16 @@ impl ZkBackend {
         .map_err(Fail::Zk)?;
         *slot = Some(client.clone());
         Ok(client)
+    }
+
+    /// How to create a node of `mode`: open to anyone, or with the URL's digest identity, to
+    /// that identity only (ZooKeeper's `auth` scheme: the creator's authenticated ids).
+    pub(super) fn options(&self, mode: zk::CreateMode) -> zk::CreateOptions<'static> {
+        if self.digest.is_some() {
+            mode.with_acls(zk::Acls::creator_all())
+        } else {
+            mode.with_acls(zk::Acls::anyone_all())
+        }
     }
 
     /// Opens the session now: the ensemble's vote.
@@ -292,6 +311,26 @@ impl ZkBackend {
     }
 
     fn unavailable(&self, resource: &str, fail: &Fail, started: Instant) -> Error {
+        if let Fail::Zk(zk::Error::NoAuth | zk::Error::AuthFailed) = fail {
+            // Not a passing failure: trying again cannot help.
+            let who = if self.digest.is_some() {
+                "the user and password in the URL (a wrong password is another identity)"
+            } else {
+                "the URL, which has no user (write zk://user:password@host/chroot)"
+            };
+            return Error::config(
+                format!("node URL {}", self.label),
+                format!(
+                    "the ensemble refused this client access to the nodes of {resource:?} (it \
+                     answered {}): they were made by another identity; check {who}",
+                    if matches!(fail, Fail::Zk(zk::Error::NoAuth)) {
+                        "NoAuth"
+                    } else {
+                        "AuthFailed"
+                    }
+                ),
+            );
+        }
         Error::Unavailable {
             resource: resource.to_string(),
             votes: self.votes(fail.outcome(), started.elapsed()),
@@ -562,7 +601,7 @@ impl ZkBackend {
             match self
                 .call(
                     self.request_timeout,
-                    client.create(&prefix, &self.holder, &LOCK_NODE),
+                    client.create(&prefix, &self.holder, &self.options(LOCK_NODE)),
                 )
                 .await
             {
@@ -690,7 +729,10 @@ impl ZkBackend {
     ) -> std::result::Result<(), Fail> {
         if let Some((parent, _)) = dir.rsplit_once('/').filter(|(p, _)| !p.is_empty()) {
             match self
-                .call(self.request_timeout, client.mkdir(parent, &DIRECTORY))
+                .call(
+                    self.request_timeout,
+                    client.mkdir(parent, &self.options(DIRECTORY)),
+                )
                 .await
             {
                 Ok(()) | Err(Fail::Zk(zk::Error::NodeExists)) => {}
@@ -698,7 +740,10 @@ impl ZkBackend {
             }
         }
         match self
-            .call(self.request_timeout, client.create(dir, data, &DIRECTORY))
+            .call(
+                self.request_timeout,
+                client.create(dir, data, &self.options(DIRECTORY)),
+            )
             .await
         {
             Ok(_) | Err(Fail::Zk(zk::Error::NodeExists)) => Ok(()),
@@ -811,8 +856,8 @@ impl ZkBackend {
     /// # Errors
     ///
     /// [`Error::Lost`] when the node was gone (the session expired, or it was deleted by its
-    /// owner value elsewhere); [`Error::Unavailable`] when the ensemble did not answer (the node
-    /// goes with the session at the latest).
+    /// owner value elsewhere); [`Error::Unavailable`] when the ensemble did not answer (a
+    /// background task deletes the node once it answers, or the session's end does).
     ///
     /// # Cancel safety
     ///
@@ -871,8 +916,35 @@ impl ZkBackend {
                 self.votes(fail.outcome(), started.elapsed()),
                 LostCause::NotHeld,
             )),
-            Err(fail) => Err(self.unavailable(&resource, &fail, started)),
+            Err(fail) => {
+                self.release_in_background(held);
+                Err(self.unavailable(&resource, &fail, started))
+            }
         }
+    }
+
+    /// Deletes `held`'s nodes from a background task that tries again while the ensemble does
+    /// not answer, after a release that got no answer (a server down, an election): the session
+    /// lives on, so they would otherwise stay, held, until the client goes.
+    fn release_in_background(&self, held: &ZkHeld) {
+        let Some(client) = held.session.clone() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let paths: Vec<String> = held.nodes.iter().map(|n| n.path.clone()).collect();
+        let timeout = self.request_timeout;
+        let cleanups = self.cleanups.clone();
+        cleanups.fetch_add(1, Ordering::AcqRel);
+        runtime.spawn(async move {
+            for path in paths {
+                if let Some((dir, name)) = path.rsplit_once('/') {
+                    delete_node(&client, dir, "", Some(name), timeout, false).await;
+                }
+            }
+            cleanups.fetch_sub(1, Ordering::AcqRel);
+        });
     }
 
     /// Releases `keys` if `owner` (a node's name, the lock's owner value) is there.

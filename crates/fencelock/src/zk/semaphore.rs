@@ -51,12 +51,10 @@ use crate::pure::node_error::NodeError;
 use crate::pure::vote::VoteOutcome;
 
 /// The slot nodes: ephemeral, one name per slot.
-const SLOT_NODE: zk::CreateOptions<'static> =
-    zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all());
+const SLOT_NODE: zk::CreateMode = zk::CreateMode::Ephemeral;
 
 /// The writer records: persistent (a record outlives its writer, for later readers).
-const RECORD_NODE: zk::CreateOptions<'static> =
-    zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+const RECORD_NODE: zk::CreateMode = zk::CreateMode::Persistent;
 
 impl ZkBackend {
     /// Takes a permit of the semaphore `name`, whose slots' resources are `slots` (N of them),
@@ -144,7 +142,13 @@ impl ZkBackend {
                 let mut multi = client.new_multi_writer();
                 multi
                     .add_set_data(&lease_path, &self.holder, None)
-                    .and_then(|()| multi.add_create(&slot_path, node.owner.as_bytes(), &SLOT_NODE))
+                    .and_then(|()| {
+                        multi.add_create(
+                            &slot_path,
+                            node.owner.as_bytes(),
+                            &self.options(SLOT_NODE),
+                        )
+                    })
                     .map_err(|e| unavailable(Fail::Zk(e)))?;
                 let answer = tokio::time::timeout(self.request_timeout, multi.commit()).await;
                 let created = match answer {
@@ -309,7 +313,10 @@ impl ZkBackend {
                     // First write of this resource: make the record, then write it.
                     let parent = format!("{}{}", self.chroot, line::WRITERS_DIR);
                     match self
-                        .call(self.request_timeout, client.mkdir(&parent, &RECORD_NODE))
+                        .call(
+                            self.request_timeout,
+                            client.mkdir(&parent, &self.options(RECORD_NODE)),
+                        )
                         .await
                     {
                         Ok(()) | Err(Fail::Zk(zk::Error::NodeExists)) => {}
@@ -318,7 +325,7 @@ impl ZkBackend {
                     match self
                         .call(
                             self.request_timeout,
-                            client.create(&path, b"0", &RECORD_NODE),
+                            client.create(&path, b"0", &self.options(RECORD_NODE)),
                         )
                         .await
                     {
