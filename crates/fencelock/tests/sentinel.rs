@@ -323,9 +323,12 @@ async fn redlock_over_three_sentinel_groups_counts_each_group_as_one_node() {
         mark_new(g);
     }
     let urls: Vec<String> = groups.iter().map(SentinelGroup::url).collect();
+    // A TTL of 10 s: the promoted primary's quarantine (one TTL from when the client first meets
+    // it, possibly during the failover) must outlast the wait for the failover on a loaded
+    // machine (3 s did not, once, beside two CPU burners).
     let c = Client::new(
         Config::new(urls)
-            .with_ttl(Duration::from_secs(3))
+            .with_ttl(Duration::from_secs(10))
             .with_node_timeout(Duration::from_millis(1500))
             .with_connect_timeout(Duration::from_secs(5)),
     )
