@@ -206,14 +206,25 @@ impl World {
         ));
     }
 
+    /// Runs `args` on node `i` at its own time, as an operator's `redis-cli` would (no client,
+    /// no delay, no fault in between).
+    pub fn by_hand(&self, i: usize, args: &[&str]) -> Reply {
+        let now = self.node_now(i);
+        let args: Vec<Vec<u8>> = args.iter().map(|a| a.as_bytes().to_vec()).collect();
+        self.nodes[i].borrow_mut().node.exec(now, &args)
+    }
+
+    /// `GET key` on node `i` by hand: the string, or `None` when there is none.
+    pub fn get(&self, i: usize, key: &str) -> Option<String> {
+        match self.by_hand(i, &["GET", key]) {
+            Reply::Bulk(v) => Some(String::from_utf8_lossy(&v).into_owned()),
+            _ => None,
+        }
+    }
+
     /// Sets `key` on node `i` for `ms` as another program would (`SET key stranger NX PX ms`).
     pub fn stranger(&self, i: usize, key: &str, ms: u64) {
-        let now = self.node_now(i);
-        let args = ["SET", key, "stranger", "NX", "PX", &ms.to_string()]
-            .iter()
-            .map(|a| a.as_bytes().to_vec())
-            .collect::<Vec<_>>();
-        let reply = self.nodes[i].borrow_mut().node.exec(now, &args);
+        let reply = self.by_hand(i, &["SET", key, "stranger", "NX", "PX", &ms.to_string()]);
         self.log(format!(
             "fault: a stranger sets {key} on node {i} for {ms}ms: {reply:?}"
         ));

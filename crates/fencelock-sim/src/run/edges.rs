@@ -241,9 +241,7 @@ pub(super) fn many_locks(
             // their scripts again, not lose every lock.
             tokio::time::sleep(Duration::from_millis(1500)).await;
             for i in 0..world.nodes.len() {
-                let now = world.node_now(i);
-                let flush = [b"SCRIPT".to_vec(), b"FLUSH".to_vec()];
-                world.nodes[i].borrow_mut().node.exec(now, &flush);
+                world.by_hand(i, &["SCRIPT", "FLUSH"]);
             }
             world.log("fault: SCRIPT FLUSH on every node");
         }));
@@ -291,16 +289,7 @@ const TOKEN_MAX: u64 = i64::MAX as u64;
 
 /// The fence counter of node `i` as it stores it (`None`: none).
 fn counter_of(world: &World, i: usize) -> Option<String> {
-    let now = world.node_now(i);
-    let key = fencelock::protocol::FENCE_COUNTER_KEY.as_bytes().to_vec();
-    match world.nodes[i]
-        .borrow_mut()
-        .node
-        .exec(now, &[b"GET".to_vec(), key])
-    {
-        crate::Reply::Bulk(v) => Some(String::from_utf8_lossy(&v).into_owned()),
-        _ => None,
-    }
+    world.get(i, fencelock::protocol::FENCE_COUNTER_KEY)
 }
 
 /// Every node's fence counter fits the fences' range: a violation for each that does not.
@@ -347,22 +336,20 @@ pub(super) fn range_end(world: Rc<World>, history: Rc<RefCell<History>>, urls: &
             super::take_once(&world, &history, &f, &sf, "X").await;
             // A grant script run by hand with a proposal past the range.
             let script = fencelock::protocol::ACQUIRE_FENCED_SCRIPT;
-            let args: Vec<Vec<u8>> = [
-                "EVAL",
-                script,
-                "3",
-                "Z",
-                fencelock::protocol::FENCE_COUNTER_KEY,
-                "fencelock:fence:Z",
-                "by-hand",
-                "2000",
-                "9223372036854775900",
-            ]
-            .iter()
-            .map(|a| a.as_bytes().to_vec())
-            .collect();
-            let now = world.node_now(bad);
-            let reply = world.nodes[bad].borrow_mut().node.exec(now, &args);
+            let reply = world.by_hand(
+                bad,
+                &[
+                    "EVAL",
+                    script,
+                    "3",
+                    "Z",
+                    fencelock::protocol::FENCE_COUNTER_KEY,
+                    "fencelock:fence:Z",
+                    "by-hand",
+                    "2000",
+                    "9223372036854775900",
+                ],
+            );
             world.log(format!(
                 "fault: a program proposes 9223372036854775900 to node {bad} by hand: {reply:?}"
             ));
@@ -659,12 +646,7 @@ pub(super) fn deleted_between_rounds(
                 if let Some((g, lock)) = take(&world, &history, &a, &sa, "X").await {
                     let owner = history.borrow().grants[g].owner.clone().unwrap_or_default();
                     let on: Vec<usize> = (0..world.nodes.len())
-                        .filter(|&i| {
-                            let now = world.node_now(i);
-                            let get = [b"GET".to_vec(), b"X".to_vec()];
-                            world.nodes[i].borrow_mut().node.exec(now, &get)
-                                == crate::Reply::Bulk(owner.clone().into_bytes())
-                        })
+                        .filter(|&i| world.get(i, "X").as_deref() == Some(owner.as_str()))
                         .collect();
                     if on.len() < 2 {
                         let what = format!(
@@ -687,9 +669,7 @@ pub(super) fn deleted_between_rounds(
             super::take_once(&world, &history, &b, &sb, "b").await;
             // After A's grant round reached node 1, before its write-back does.
             until(&world, t1 + late as i64 + late as i64 / 2).await;
-            let now = world.node_now(1);
-            let del = [b"DEL".to_vec(), b"X".to_vec()];
-            let reply = world.nodes[1].borrow_mut().node.exec(now, &del);
+            let reply = world.by_hand(1, &["DEL", "X"]);
             world.log(format!(
                 "fault: X deleted on node 1 (an operator's DEL): {reply:?}"
             ));

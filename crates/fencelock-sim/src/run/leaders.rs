@@ -40,16 +40,6 @@ fn client(world: &World, urls: &[String], c: usize) -> Option<(Client, Setup)> {
     Some((client, setup))
 }
 
-/// Runs `GET key` on node `i`, as an operator would.
-fn get(world: &World, i: usize, key: &str) -> Option<String> {
-    let now = world.node_now(i);
-    let args = [b"GET".to_vec(), key.as_bytes().to_vec()];
-    match world.nodes[i].borrow_mut().node.exec(now, &args) {
-        crate::Reply::Bulk(v) => Some(String::from_utf8_lossy(&v).into_owned()),
-        _ => None,
-    }
-}
-
 /// Ends the last grant recorded (a leader about to resign) now.
 fn end_last_grant(world: &World, history: &RefCell<History>) {
     let mut h = history.borrow_mut();
@@ -178,8 +168,12 @@ pub(super) fn leaders_restart(
             if let Ok(lock) = e.try_acquire("warm").await {
                 let _ = lock.release().await;
             }
-            let counter = get(&world, 1, fencelock::protocol::FENCE_COUNTER_KEY).is_some();
-            let marker = get(&world, 1, fencelock::protocol::NODE_MARKER_KEY).unwrap_or_default();
+            let counter = world
+                .get(1, fencelock::protocol::FENCE_COUNTER_KEY)
+                .is_some();
+            let marker = world
+                .get(1, fencelock::protocol::NODE_MARKER_KEY)
+                .unwrap_or_default();
             if counter && marker.ends_with(" clear") {
                 break true;
             }

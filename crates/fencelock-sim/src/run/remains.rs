@@ -12,16 +12,9 @@ use super::{give_back, take, take_with, until, violation, History, Kind, Setup, 
 
 type Tasks = Vec<tokio::task::JoinHandle<()>>;
 
-/// Runs `args` on node `i` at its own time, as an operator's `redis-cli` would.
-fn by_hand(world: &World, i: usize, args: &[&str]) -> crate::Reply {
-    let now = world.node_now(i);
-    let args: Vec<Vec<u8>> = args.iter().map(|a| a.as_bytes().to_vec()).collect();
-    world.nodes[i].borrow_mut().node.exec(now, &args)
-}
-
 /// Whether node `i` holds `key` now.
 fn has_key(world: &World, i: usize, key: &str) -> bool {
-    by_hand(world, i, &["EXISTS", key]) == crate::Reply::Int(1)
+    world.by_hand(i, &["EXISTS", key]) == crate::Reply::Int(1)
 }
 
 /// A node's fence counter lost between an attempt's trusted read and its write-back (fencing
@@ -49,7 +42,7 @@ pub(super) fn counter_lost(
     let c = ((crate::net::EPOCH_MS - 30_000) * 1000).to_string();
     let counter = fencelock::protocol::FENCE_COUNTER_KEY;
     for i in 0..world.nodes.len() {
-        by_hand(&world, i, &["SET", counter, &c]);
+        world.by_hand(i, &["SET", counter, &c]);
     }
     world.log(format!("every node's fence counter set to {c}"));
     let t0 = world.rng(|r| r.i64(100..300));
@@ -90,10 +83,9 @@ pub(super) fn counter_lost(
                 let _ = take(&world, &history, &b, &sb, "Z").await;
                 world.client_delay.borrow_mut().retain(|&(_, c), _| c != 0);
                 b.close().await;
-                if let crate::Reply::Bulk(v) = by_hand(&world, 1, &["GET", counter]) {
+                if let Some(v) = world.get(1, counter) {
                     let what = format!(
-                        "node 1 lost its counter after client 0's trusted read, and client 0's write-back created it again at {}: a node that lost its counter counts again only after a seed",
-                        String::from_utf8_lossy(&v)
+                        "node 1 lost its counter after client 0's trusted read, and client 0's write-back created it again at {v}: a node that lost its counter counts again only after a seed"
                     );
                     violation(&world, &history, what);
                 }
@@ -112,7 +104,7 @@ pub(super) fn counter_lost(
                 give_back(&world, &history, g, lock).await;
             }
             a.close().await;
-            let reply = by_hand(&world, 1, &["DEL", counter]);
+            let reply = world.by_hand(1, &["DEL", counter]);
             world.log(format!("fault: node 1 loses its fence counter: {reply:?}"));
         }));
     }
@@ -194,7 +186,7 @@ pub(super) fn records_expire(
             fencelock::protocol::WRITER_MAX_KEY,
         ];
         for i in 0..world.nodes.len() {
-            let crate::Reply::Array(keys) = by_hand(&world, i, &["KEYS", "*"]) else {
+            let crate::Reply::Array(keys) = world.by_hand(i, &["KEYS", "*"]) else {
                 continue;
             };
             for key in keys {
@@ -205,7 +197,7 @@ pub(super) fn records_expire(
                 if node_wide.contains(&key.as_str()) {
                     continue;
                 }
-                if by_hand(&world, i, &["PTTL", &key]) == crate::Reply::Int(-1) {
+                if world.by_hand(i, &["PTTL", &key]) == crate::Reply::Int(-1) {
                     let what = format!(
                         "node {i} keeps {key} without a TTL after every lock and record expired: node state grows with the names used"
                     );
@@ -269,7 +261,7 @@ async fn own_release_wake(
     tokio::time::sleep(Duration::from_millis(5)).await;
     world.log(format!(
         "fault: W deleted on node 2: {:?}",
-        by_hand(world, 2, &["DEL", "W"])
+        world.by_hand(2, &["DEL", "W"])
     ));
     let policy = RetryPolicy::new()
         .with_wait(Duration::from_millis(300))
