@@ -244,26 +244,22 @@ impl Node {
                 index + 1
             )));
         }
-        if addr.scheme() == fencelock::Scheme::RedisCluster {
-            let raw = url.trim();
-            let rest = raw.split_once("://").map_or("", |(_, r)| r);
-            let end = rest.find(['/', '?']).unwrap_or(rest.len());
-            let auth = rest[..end]
-                .rfind('@')
-                .map_or(String::new(), |at| format!("{}@", &rest[..at]));
-            let seed = format!("redis://{auth}{}:{}/0", addr.host(), addr.port());
-            let seed = if addr.host().contains(':') {
-                format!("redis://{auth}[{}]:{}/0", addr.host(), addr.port())
-            } else {
-                seed
-            };
-            let client = redis::Client::open(seed).map_err(|e| {
+        // The redis crate's client for a URL this function built: its error names the node.
+        let open = |url: String| {
+            redis::Client::open(url).map_err(|e| {
                 Failure::usage(format!(
                     "node {} of the list ({name}): {}",
                     index + 1,
                     e.detail().unwrap_or(e.category())
                 ))
-            })?;
+            })
+        };
+        if addr.scheme() == fencelock::Scheme::RedisCluster {
+            let auth = userinfo(url);
+            let client = open(format!(
+                "redis://{auth}{}/0",
+                host_port(addr.host(), addr.port())
+            ))?;
             return Ok(Node {
                 name,
                 addr: addr.host_port(),
@@ -282,15 +278,7 @@ impl Node {
                 .and_then(|d| d.parse().ok())
                 .unwrap_or(0);
             // Unused: every connection asks the Sentinels for the primary first.
-            let client =
-                redis::Client::open(format!("redis://{}/0", host_port(addr.host(), addr.port())))
-                    .map_err(|e| {
-                    Failure::usage(format!(
-                        "node {} of the list ({name}): {}",
-                        index + 1,
-                        e.detail().unwrap_or(e.category())
-                    ))
-                })?;
+            let client = open(format!("redis://{}/0", host_port(addr.host(), addr.port())))?;
             return Ok(Node {
                 name,
                 addr: addr.host_port(),
