@@ -13,6 +13,7 @@
 //! - `vote`, `node_error`: per-node votes and what a node's failure means.
 //! - `hash_slot`: Redis Cluster's key-to-slot rule (the shard a cluster node's tag lives on).
 //! - `ahead`: the TTL announcement sent ahead of plain grants, and the grants it covers.
+//! - `split_retry`: the pauses of a request a cluster's slot move split (`TRYAGAIN`).
 //!
 //! `fencing` and `quorum` are re-exported at the crate root with `#[doc(hidden)]`: the benches,
 //! the model checker (`tests/fencing_model.rs`) and the CLI use them; they are not part of the
@@ -29,6 +30,7 @@ pub(crate) mod queue;
 pub mod quorum;
 pub(crate) mod readers;
 pub(crate) mod retry;
+pub(crate) mod split_retry;
 pub(crate) mod token;
 pub(crate) mod validity;
 pub(crate) mod vote;

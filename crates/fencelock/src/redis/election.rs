@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Mutex;
 
-use super::tagged::{NodeConnection, Tagging};
+use super::tagged::{Asking, NodeConnection, Tagging};
 use super::RedisBackend;
 use crate::pure::node_error::NodeError;
 use crate::pure::vote::{NodeVote, VoteOutcome, Votes};
@@ -32,6 +32,9 @@ pub(crate) struct ElectionLog {
     nodes: Arc<[super::conn::Target]>,
     /// Per node, the hash tag of a cluster node's keys (`tagged.rs`).
     taggings: Arc<[Option<Arc<Tagging>>]>,
+    /// Per cluster node, where its connection follows `-ASK` while the tag's slot moves (the
+    /// log's key may move before or after the lock's).
+    askings: Arc<[Option<Arc<Asking>>]>,
     /// The nodes' redacted addresses, for the votes of an append that failed.
     names: Arc<[Arc<str>]>,
 }
@@ -49,6 +52,14 @@ impl RedisBackend {
             conns: nodes.iter().map(|_| Mutex::new(None)).collect(),
             nodes,
             taggings: self.nodes.iter().map(|n| n.tagging()).collect(),
+            askings: self
+                .nodes
+                .iter()
+                .map(|n| {
+                    (n.addr().cluster().is_some())
+                        .then(|| Asking::new(n.addr().clone(), self.settings.connect_timeout))
+                })
+                .collect(),
             names: self.nodes.iter().map(|n| n.name().clone()).collect(),
         }
     }
@@ -182,7 +193,8 @@ impl ElectionLog {
                                     )
                                     .await?,
                                     self.taggings[i].clone(),
-                                );
+                                )
+                                .following_ask(self.askings[i].clone());
                                 *slot = Some(c.clone());
                                 (c, false)
                             }
@@ -230,12 +242,17 @@ impl ElectionLog {
                 .arg("+inf")
                 .cmd("GET")
                 .arg(super::quarantine::MARKER_KEY)
+                // One key per command: while a cluster's slot moves, a command of two keys,
+                // one moved and one not (or one that exists nowhere), is refused (TRYAGAIN);
+                // a command of one key is served where its key is (ASK followed).
                 .cmd("EXISTS")
                 .arg(crate::pure::fencing::FENCE_COUNTER_KEY)
+                .cmd("EXISTS")
                 .arg(&legacy);
             async move {
-                let (members, marker, counters): (Vec<String>, Option<String>, u64) =
+                let (members, marker, counter, legacy): (Vec<String>, Option<String>, u64, u64) =
                     pipe.query_async(&mut conn).await?;
+                let counters = counter + legacy;
                 let mut entries: Vec<(u64, String)> =
                     members.iter().filter_map(|m| parse_member(m)).collect();
                 entries.sort_by_key(|l| l.0);

@@ -334,8 +334,9 @@ impl RedisBackend {
         let mut cmd = evalsha(&scripts::EXTEND, keys);
         cmd.arg(token).arg(ttl_millis(self.settings.ttl));
         let cmd = Arc::new(cmd);
-        self.round(Mode::UntilQuorum, &self.all, limit, move |mut conn, _| {
+        self.round(Mode::UntilQuorum, &self.all, limit, move |conn, _| {
             let cmd = cmd.clone();
+            let mut conn = conn.retrying_splits_until(split_deadline(limit));
             async move { if_owned(&scripts::EXTEND, &cmd, &mut conn).await }
         })
         .await
@@ -366,31 +367,28 @@ impl RedisBackend {
         // Behind our acquisition's requests not yet handed to their connection, on each node
         // (see `order.rs`).
         let after = Arc::from(token);
+        let limit = self.settings.node_timeout;
         let mode = if at_quorum {
             Mode::Release { after }
         } else {
             Mode::All { after: Some(after) }
         };
-        self.round(
-            mode,
-            &self.all,
-            self.settings.node_timeout,
-            move |mut conn, _| {
-                let cmd = cmd.clone();
-                async move {
-                    let reply: Value = eval(&scripts::RELEASE, &cmd, &mut conn).await?;
-                    let (deleted, heard): (usize, u64) = match reply {
-                        Value::Int(deleted) => (usize::try_from(deleted).unwrap_or(0), 0),
-                        other => redis::from_redis_value(other)?,
-                    };
-                    Ok(if deleted == locks {
-                        Answer::Granted(heard)
-                    } else {
-                        Answer::NotHeld
-                    })
-                }
-            },
-        )
+        self.round(mode, &self.all, limit, move |conn, _| {
+            let cmd = cmd.clone();
+            let mut conn = conn.retrying_splits_until(split_deadline(limit));
+            async move {
+                let reply: Value = eval(&scripts::RELEASE, &cmd, &mut conn).await?;
+                let (deleted, heard): (usize, u64) = match reply {
+                    Value::Int(deleted) => (usize::try_from(deleted).unwrap_or(0), 0),
+                    other => redis::from_redis_value(other)?,
+                };
+                Ok(if deleted == locks {
+                    Answer::Granted(heard)
+                } else {
+                    Answer::NotHeld
+                })
+            }
+        })
         .await
     }
 
@@ -430,8 +428,9 @@ impl RedisBackend {
         }
         let pipe = Arc::new(pipe);
         let round = self
-            .round(Mode::UntilQuorum, &self.all, timeout, move |mut conn, _| {
+            .round(Mode::UntilQuorum, &self.all, timeout, move |conn, _| {
                 let pipe = pipe.clone();
+                let mut conn = conn.retrying_splits_until(split_deadline(timeout));
                 async move {
                     let replies: Vec<Value> = match pipe.query_async(&mut conn).await {
                         Err(e) if is_noscript(&e) => {
@@ -468,6 +467,13 @@ impl RedisBackend {
         }
         (counts, round.votes)
     }
+}
+
+/// Until when a request of a round bounded by `limit`, launched now, sends again what a
+/// cluster's slot move split (`tagged.rs`): most of the round, so that the last refusal, not
+/// the round's deadline, is the node's answer.
+fn split_deadline(limit: Duration) -> std::time::Instant {
+    std::time::Instant::now() + limit - limit / 8
 }
 
 /// Whether a pipeline's failure is a `NOSCRIPT`: the kind of its first error, which is the

@@ -32,7 +32,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::{
@@ -41,6 +41,7 @@ use redis::{
 };
 
 use crate::node::NodeAddr;
+use crate::pure::split_retry::SplitRetry;
 
 use super::scripts;
 
@@ -49,9 +50,11 @@ use super::scripts;
 pub(crate) struct NodeConnection {
     inner: MultiplexedConnection,
     tagging: Option<Arc<Tagging>>,
-    /// For a cluster node: where `-ASK` is followed (`None` on a connection that does not
-    /// follow it, such as the election log's).
+    /// For a cluster node: where `-ASK` is followed.
     asking: Option<Arc<Asking>>,
+    /// Until when a request whose keys a slot move split is sent again (set by the requests
+    /// that must not fail for a move of a few keys: extensions and releases, `ops.rs`).
+    split_retry_until: Option<Instant>,
 }
 
 /// A cluster node's connections to the nodes importing its tag's slot, opened at the first
@@ -146,13 +149,31 @@ impl Asking {
 
     /// `cmd` (tagged already) on the node `redirect` names, after `ASKING`, in one write.
     async fn ask(&self, redirect: &RedisError, cmd: &Cmd, tagging: &Tagging) -> RedisResult<Value> {
+        self.redirect(redirect, cmd, tagging, true).await
+    }
+
+    /// `cmd` (tagged already) on the node `redirect` names: after `ASKING` (`-ASK`), or alone
+    /// (`-MOVED`: the node owns the slot now).
+    async fn redirect(
+        &self,
+        redirect: &RedisError,
+        cmd: &Cmd,
+        tagging: &Tagging,
+        asking: bool,
+    ) -> RedisResult<Value> {
         let Some((target, _slot)) = redirect.redirect_node() else {
             return Err(redirect.clone());
         };
         let target = target.to_string();
         let mut conn = self.connection(&target, tagging).await?;
         let mut pipe = redis::pipe();
-        pipe.cmd("ASKING").add_command(cmd.clone());
+        if asking {
+            pipe.cmd("ASKING");
+        } else {
+            // The same shape of reply: the command's answer second.
+            pipe.cmd("PING");
+        }
+        pipe.add_command(cmd.clone());
         let replies = match conn.req_packed_commands(&pipe, 0, 2).await {
             Ok(replies) => replies,
             Err(e) => {
@@ -169,7 +190,7 @@ impl Asking {
             None => Err(RedisError::from((
                 ErrorKind::Client,
                 super::cluster::CLUSTER_ERR,
-                format!("the node importing the tag's slot ({target}) sent no reply after ASKING"),
+                format!("the node {target}, named by a redirect, sent no reply"),
             ))),
         }
     }
@@ -179,6 +200,31 @@ impl Asking {
 /// the owner).
 fn is_ask(e: &RedisError) -> bool {
     e.kind() == ErrorKind::Server(ServerErrorKind::Ask)
+}
+
+/// The `-MOVED` redirection an answer holds, if it holds one.
+fn moved(answer: &RedisResult<Value>) -> Option<RedisError> {
+    match answer {
+        Ok(Value::ServerError(e)) if e.kind() == Some(ServerErrorKind::Moved) => {
+            Some(RedisError::from(e.clone()))
+        }
+        Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::Moved) => Some(e.clone()),
+        _ => None,
+    }
+}
+
+/// Whether an answer says the command's keys are split between the two nodes of a slot move,
+/// and it did not run: `TRYAGAIN` for its declared keys, or a script stopped at a command on a
+/// key the node does not hold while the slot migrates ("a non local key": Redis says nothing
+/// more precise inside a script; the scripts sent with a retry deadline may run twice).
+fn is_split(answer: &RedisResult<Value>) -> bool {
+    match answer {
+        Ok(Value::ServerError(e)) => {
+            e.code() == "TRYAGAIN" || e.details().is_some_and(|d| d.contains("non local key"))
+        }
+        Ok(_) => false,
+        Err(e) => e.code() == Some("TRYAGAIN") || e.to_string().contains("non local key"),
+    }
 }
 
 impl std::fmt::Debug for NodeConnection {
@@ -304,6 +350,65 @@ impl NodeConnection {
             inner,
             tagging,
             asking: None,
+            split_retry_until: None,
+        }
+    }
+
+    /// The same, sending a request that a slot move split (`TRYAGAIN`) again, with pauses,
+    /// until `until` (`pure/split_retry.rs`). On a node that is no cluster nothing is split.
+    pub(crate) fn retrying_splits_until(mut self, until: Instant) -> Self {
+        self.split_retry_until = Some(until);
+        self
+    }
+
+    /// `tagged` (its keys tagged already) on the node, following `-ASK`.
+    async fn send(&mut self, tagged: &Cmd, tagging: &Tagging) -> RedisResult<Value> {
+        let answer = self.inner.req_packed_command(tagged).await;
+        let Some(asking) = &self.asking else {
+            return answer;
+        };
+        // The driver hands a server's error back as a value; the caller's conversion makes it
+        // an error.
+        let redirect = match &answer {
+            Ok(Value::ServerError(e)) if e.kind() == Some(ServerErrorKind::Ask) => {
+                RedisError::from(e.clone())
+            }
+            Err(e) if is_ask(e) => e.clone(),
+            _ => return answer,
+        };
+        asking.ask(&redirect, tagged, tagging).await
+    }
+
+    /// [`Self::send`], again while the answer says a slot move split its keys and the retry
+    /// deadline allows.
+    ///
+    /// A request that met a split and then `-MOVED` saw the move end: it is sent to the new
+    /// owner named by the redirect, within the same call. Only extensions and releases retry
+    /// splits, and each acts only where the key is still ours (the new owner holds the keys
+    /// `MIGRATE` moved whole); the connection meets `-MOVED` again at its next request and is
+    /// replaced then, and the new owner is judged as every new owner is (`cluster.rs`).
+    async fn send_retrying_splits(
+        &mut self,
+        tagged: &Cmd,
+        tagging: &Tagging,
+    ) -> RedisResult<Value> {
+        let mut retry = self.split_retry_until.map(SplitRetry::until);
+        let mut split = false;
+        loop {
+            let answer = self.send(tagged, tagging).await;
+            if split && retry.is_some() {
+                if let (Some(asking), Some(moved)) = (&self.asking, moved(&answer)) {
+                    return asking.redirect(&moved, tagged, tagging, false).await;
+                }
+            }
+            if !is_split(&answer) {
+                return answer;
+            }
+            split = true;
+            match retry.as_mut().and_then(|r| r.pause(Instant::now())) {
+                Some(pause) => tokio::time::sleep(pause).await,
+                None => return answer,
+            }
         }
     }
 
@@ -321,22 +426,7 @@ impl ConnectionLike for NodeConnection {
             Some(tagging) => {
                 let tagged = tagging.command(cmd);
                 let tagging = tagging.clone();
-                Box::pin(async move {
-                    let answer = self.inner.req_packed_command(&tagged).await;
-                    let Some(asking) = &self.asking else {
-                        return answer;
-                    };
-                    // The driver hands a server's error back as a value; the caller's
-                    // conversion makes it an error.
-                    let redirect = match &answer {
-                        Ok(Value::ServerError(e)) if e.kind() == Some(ServerErrorKind::Ask) => {
-                            RedisError::from(e.clone())
-                        }
-                        Err(e) if is_ask(e) => e.clone(),
-                        _ => return answer,
-                    };
-                    asking.ask(&redirect, &tagged, &tagging).await
-                })
+                Box::pin(async move { self.send_retrying_splits(&tagged, &tagging).await })
             }
         }
     }
@@ -368,20 +458,36 @@ impl ConnectionLike for NodeConnection {
                     else {
                         return Ok(replies);
                     };
+                    let asking = asking.clone();
                     for (reply, cmd) in replies.iter_mut().zip(tagged.cmd_iter().skip(offset)) {
-                        let redirect = match reply {
+                        let answer = match reply {
                             Value::ServerError(e) if e.kind() == Some(ServerErrorKind::Ask) => {
-                                RedisError::from(e.clone())
+                                asking
+                                    .ask(&RedisError::from(e.clone()), cmd, &tagging)
+                                    .await
                             }
                             _ => continue,
                         };
-                        *reply = match asking.ask(&redirect, cmd, &tagging).await {
+                        // A server's error stays a value, as the pipeline's own answers are,
+                        // for the caller's conversion to report; a broken connection fails
+                        // the whole request.
+                        *reply = match answer {
                             Ok(value) => value,
-                            // A server's error stays a value, as the pipeline's own answers
-                            // are, for the caller's conversion to report; a broken
-                            // connection fails the whole request.
                             Err(e) => Value::ServerError(redis::ServerError::try_from(e)?),
                         };
+                    }
+                    // A command the slot move split (each of a batch stands alone: one lock's
+                    // extension) is sent again alone, while the retry deadline allows.
+                    if self.split_retry_until.is_some() {
+                        for (reply, cmd) in replies.iter_mut().zip(tagged.cmd_iter().skip(offset)) {
+                            if !is_split(&Ok(reply.clone())) {
+                                continue;
+                            }
+                            *reply = match self.send_retrying_splits(cmd, &tagging).await {
+                                Ok(value) => value,
+                                Err(e) => Value::ServerError(redis::ServerError::try_from(e)?),
+                            };
+                        }
                     }
                     Ok(replies)
                 })
