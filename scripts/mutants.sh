@@ -701,6 +701,14 @@ mutant cluster-ask-pipeline-not-followed "a cluster node's pipeline (the auto-ex
   crates/fencelock/src/redis/tagged.rs \
   's/\.filter\(\|_\| !tagged\.is_transaction\(\)\)/.filter(|_| false \&\& !tagged.is_transaction())/' \
   "-p fencelock --test cluster a_slot_move_is_followed_by_ask_within_the_round_and_never_gives_a_second_holder"
+mutant cluster-split-not-retried "a cluster node's extension or release that a key-by-key slot move split (TRYAGAIN, a script's non local key) is not sent again: a release while the lock's keys sit on two nodes fails, and the lock is left to its TTL (issue 31)" \
+  crates/fencelock/src/redis/tagged.rs \
+  's/let mut retry = self\.split_retry_until\.map\(SplitRetry::until\);/let mut retry = None::<SplitRetry>;/' \
+  "-p fencelock --test cluster a_slot_moved_key_by_key_keeps_extending_releases_and_reads_the_election_log"
+mutant cluster-election-ask-not-followed "an election's log connections do not follow ASK: while the tag's slot moves, an observer reads nothing once the log's key moved, until the move ends (issue 31)" \
+  crates/fencelock/src/redis/election.rs \
+  's/\.following_ask\(self\.askings\[i\]\.clone\(\)\);/.following_ask(None);/' \
+  "-p fencelock --test cluster a_slot_moved_key_by_key_keeps_extending_releases_and_reads_the_election_log"
 mutant cli-pg-doctor-async-commit-passes "doctor passes a PostgreSQL session with synchronous_commit off, which can lose an acknowledged lock and reuse its token (issue 32)" \
   crates/fencelock-cli/src/probe/pg.rs \
   's/"off" => check\(/"off (mutant)" => check(/' \

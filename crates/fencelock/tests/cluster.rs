@@ -793,11 +793,14 @@ async fn a_slot_moved_key_by_key_keeps_extending_releases_and_reads_the_election
     let free = async {
         let (mut released, mut refused) = (0, Vec::new());
         let mut n = 0;
-        while !done.load(SeqCst) {
-            let lock = pb
-                .try_acquire(&format!("free-{n}"))
-                .await
-                .unwrap_or_else(|e| panic!("free-{n} was not taken during the move: {e}"));
+        let closing = || moving.lock().unwrap().closing.is_some();
+        while !closing() {
+            let lock = match pb.try_acquire(&format!("free-{n}")).await {
+                Ok(lock) => lock,
+                // The move ended meanwhile (MOVED): an acquisition is not sent again.
+                Err(_) if closing() => break,
+                Err(e) => panic!("free-{n} was not taken during the move: {e}"),
+            };
             match lock.release().await {
                 Ok(_) => released += 1,
                 Err(e) => refused.push(e.to_string()),

@@ -8,10 +8,12 @@
 //! (`tagged.rs`), so the shard that owns the slot holds all of them: it is the node.
 //!
 //! `ASK` (the slot half moved, this request's keys on the importing node) is followed within
-//! the request (`tagged.rs`); `TRYAGAIN` (its keys split between the two) fails the request.
+//! the request (`tagged.rs`); `TRYAGAIN` (its keys split between the two, or a script's
+//! "non local key" while the slot migrates) is sent again by extensions and releases within
+//! their deadline (`pure/split_retry.rs`), and fails the other requests.
 //! The connection is dropped when the cluster says the slot is not (or no longer) served
 //! there: `MOVED`, `CLUSTERDOWN`, an `ASK` that could not be followed, a script told it touched
-//! a non-local key, or `READONLY` (a primary demoted by a failover). The next request asks the
+//! a non-local key (once its retries, if any, ran out), or `READONLY` (a primary demoted by a failover). The next request asks the
 //! seeds again (`conn.rs`, [`super::conn::is_broken`]).
 //!
 //! A new owner is judged as the Sentinel code judges a failover (`conn.rs`, `failover_seen`):

@@ -785,7 +785,8 @@ pub(crate) fn is_broken(e: &RedisError) -> bool {
     // asks the Sentinels again, and is never kept on a replica (`sentinel.rs`).
     // MOVED, CLUSTERDOWN: the tag's slot is not served on this cluster node (any more, or not
     // now); a new connection reads the slot map again (`cluster.rs`). An ASK that reaches here
-    // could not be followed (`tagged.rs`): the same. TRYAGAIN keeps the connection.
+    // could not be followed (`tagged.rs`): the same, and a script's "non local key" once an
+    // extension's or release's retries ran out (`tagged.rs`). TRYAGAIN keeps the connection.
     e.is_connection_dropped()
         || e.is_io_error()
         || e.is_unrecoverable_error()

@@ -21,9 +21,9 @@ pub(crate) fn describe(e: &RedisError) -> NodeError {
             // rehashing of slot") do not say what to do.
             return NodeError::other(
                 "TRYAGAIN: the cluster is moving the tag's slot to another primary, and this \
-                 request names keys that are split between the two (a release, a fenced or \
-                 waiting acquisition); it works again once the move ends, and a lock left \
-                 unreleased meanwhile expires with its TTL",
+                 request names keys that are split between the two (a fenced or waiting \
+                 acquisition; an extension or a release after its retries); it works again once \
+                 the move ends, and a lock left unreleased meanwhile expires with its TTL",
             );
         }
         let cause = match code.as_str() {

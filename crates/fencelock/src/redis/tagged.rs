@@ -29,6 +29,13 @@
 //! judged where its key is: a held lock whose key moved is extended and released on the
 //! importing node, a free one is taken there, and a taker meets the holder's key there. The
 //! node is not counted as failed for a slot half moved.
+//!
+//! A request whose keys the move split (a lock's key moved and its label, line, counter or TTL
+//! record not yet, or a key that exists nowhere, which counts as not moved until the move
+//! ends) is refused without running: `TRYAGAIN`, or inside a script "a non local key". An
+//! extension or a release is sent again, with pauses (`pure/split_retry.rs`), until a deadline
+//! its round sets (`ops.rs`): the keys come together as the move goes on, and a request that
+//! then meets `-MOVED` (the move ended) is sent to the new owner within the same call.
 
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};
