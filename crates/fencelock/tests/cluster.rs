@@ -889,3 +889,155 @@ async fn a_slot_moved_key_by_key_keeps_extending_releases_and_reads_the_election
     assert!(t2 > t1, "B was issued {t2} after A's {t1}");
     next.release().await.unwrap();
 }
+
+/// Renders a one-command reply of the test kit, an error reply included.
+fn reply(answer: std::io::Result<String>) -> String {
+    match answer {
+        Ok(text) => text,
+        Err(e) => e
+            .to_string()
+            .trim_start_matches("redis error:")
+            .trim()
+            .to_string(),
+    }
+}
+
+/// What `min-replicas-to-write 1` does on a shard, on real processes. (a) The replica stops
+/// answering (SIGSTOP: its link stays open, as across a network split): the primary takes
+/// writes until the replica's lag passes `min-replicas-max-lag`, then refuses them
+/// (`NOREPLICAS`), and a lock call fails. (b) `CLUSTER FAILOVER TAKEOVER` on the replica while
+/// the old primary runs and reaches it. (c) The same after the primary was paused across the
+/// takeover (a long pause: it resumes not knowing it was replaced).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn min_replicas_to_write_refuses_a_cut_off_primary_after_the_lag_and_a_takeover_demotes_it() {
+    let cluster = RedisCluster::start().unwrap();
+    mark_new(&cluster);
+    let (slot, p) = owner(&cluster);
+    let r = cluster.replica_of(p).unwrap();
+    for n in [p, r] {
+        for (name, value) in [
+            ("min-replicas-to-write", "1"),
+            ("min-replicas-max-lag", "2"),
+        ] {
+            cluster
+                .node(n)
+                .cli(&["CONFIG", "SET", name, value])
+                .unwrap();
+        }
+    }
+    let a = client(&cluster.url(), Duration::from_secs(2), false);
+    a.try_acquire("cut-off")
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+
+    // (a) The replica stops answering.
+    cluster.node(r).pause().unwrap();
+    let paused = Instant::now();
+    let mut last_grant = None;
+    let refused = loop {
+        match a.try_acquire("cut-off").await {
+            Ok(lock) => {
+                last_grant = Some(paused.elapsed());
+                let _ = lock.release().await;
+            }
+            Err(e) => break (paused.elapsed(), e),
+        }
+        assert!(
+            paused.elapsed() < Duration::from_secs(20),
+            "the primary took writes for 20 s without its replica"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    cluster.node(r).resume().unwrap();
+    eprintln!(
+        "(a) replica paused: last grant {last_grant:?} after, first refusal {:?} after: {}",
+        refused.0, refused.1
+    );
+    // The window: locks granted after the replica stopped, none once its last acknowledgement
+    // (sent once a second) is older than the lag.
+    assert!(
+        last_grant.is_some(),
+        "no grant after the replica stopped: the window was not seen"
+    );
+    assert_eq!(refused.1.kind(), ErrorKind::Unavailable, "{}", refused.1);
+    assert!(
+        refused.1.to_string().contains("NOREPLICAS"),
+        "{}",
+        refused.1
+    );
+    assert!(
+        refused.0 >= Duration::from_secs(1) && refused.0 < Duration::from_secs(10),
+        "refused {:?} after the replica stopped, with a lag of 2 s",
+        refused.0
+    );
+
+    // Writes are taken again once the replica acknowledges.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while reply(cluster.node(p).cli(&["SET", &tagged("probe"), "1"])) != "OK" {
+        assert!(
+            Instant::now() < deadline,
+            "the primary never took writes again"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // (b) A takeover while the old primary runs and reaches its replica.
+    let started = Instant::now();
+    let mut seen: Vec<(Duration, String)> = Vec::new();
+    cluster
+        .node(r)
+        .cli(&["CLUSTER", "FAILOVER", "TAKEOVER"])
+        .unwrap();
+    while started.elapsed() < Duration::from_secs(3) {
+        let answer = reply(cluster.node(p).cli(&["SET", &tagged("probe"), "2"]));
+        let kind = answer.split_whitespace().next().unwrap_or("").to_string();
+        if seen.last().map(|(_, k)| k != &kind).unwrap_or(true) {
+            seen.push((started.elapsed(), kind));
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    eprintln!("(b) takeover, the old primary's answers: {seen:?}");
+    assert!(
+        seen.iter().all(|(_, kind)| kind != "OK"),
+        "the old primary took a write after the takeover: {seen:?}"
+    );
+    assert_eq!(seen.last().unwrap().1, "MOVED", "{seen:?}");
+    let new = cluster
+        .wait_for_owner_change(slot, p, FAILOVER_DEADLINE)
+        .unwrap();
+    assert_eq!(new, r);
+
+    // (c) The primary (now r) paused across a takeover by its replica (now p).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !reply(cluster.node(r).cli(&["INFO", "replication"])).contains("state=online") {
+        assert!(
+            Instant::now() < deadline,
+            "the old primary never replicated"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    cluster.node(r).pause().unwrap();
+    cluster
+        .node(p)
+        .cli(&["CLUSTER", "FAILOVER", "TAKEOVER"])
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    cluster.node(r).resume().unwrap();
+    let resumed = Instant::now();
+    let mut seen: Vec<(Duration, String)> = Vec::new();
+    while resumed.elapsed() < Duration::from_secs(3) {
+        let answer = reply(cluster.node(r).cli(&["SET", &tagged("probe"), "3"]));
+        let kind = answer.split_whitespace().next().unwrap_or("").to_string();
+        if seen.last().map(|(_, k)| k != &kind).unwrap_or(true) {
+            seen.push((resumed.elapsed(), kind));
+        }
+    }
+    eprintln!("(c) paused across a takeover, its answers after it resumed: {seen:?}");
+    assert!(
+        seen.iter().all(|(_, kind)| kind != "OK"),
+        "the old primary took a write after it resumed: {seen:?}"
+    );
+}
