@@ -408,7 +408,8 @@ mutant nodb-as-unavailable "a database the node lacks (redis://host/99) is an un
   crates/fencelock/src/redis/describe.rs \
   's/"ERR" if detail\.as_deref\(\)\.is_some_and\(\|d\| d\.contains\("DB index"\)\)/"ERR" if false/' \
   "-p fencelock --test node_errors a_database_the_node_lacks_is_a_configuration_error_not_retried" \
-  "-p fencelock-cli --test errors a_database_the_node_lacks_is_a_configuration_error_at_once"
+  "-p fencelock-cli --test errors a_database_the_node_lacks_is_a_configuration_error_at_once" \
+  "-p fencelock-sim --test sim a_refusal_says_whether_the_lock_is_held_or_the_nodes_are_down_seeds_0_to_99"
 mutant client-cert-as-node-failure "a client certificate refused by the client's own TLS library is an unnamed node failure again (issue 29 item 6)" \
   crates/fencelock/src/redis/describe.rs \
   's/if e\.kind\(\) == ErrorKind::InvalidClientConfig \{/if false \&\& e.kind() == ErrorKind::InvalidClientConfig {/' \
