@@ -440,7 +440,7 @@ mutant inspect-no-family "inspect reads no semaphore slot, reader or election lo
   "-p fencelock-cli --test inspect permits_readers_and_the_leader_are_shown"
 mutant warm-up-waits-for-all "the CLI's warm-up waits for every node: one paused node adds the connect timeout to each command (issue 29 item 8)" \
   crates/fencelock-cli/src/settings.rs \
-  's/    let votes = client\.connect_quorum\(\)\.await;/    let votes = client.connect().await;/' \
+  's/    let mut votes = client\.connect_quorum\(\)\.await;/    let mut votes = client.connect().await;/' \
   "-p fencelock-cli --test consistency one_paused_node_does_not_cost_every_command_the_connect_timeout"
 mutant empty-nodes-unnamed "FENCELOCK_NODES set but empty is not told as such (the check that keeps it from the dev set is skipped) (issue 29 item 8)" \
   crates/fencelock-cli/src/settings.rs \
