@@ -408,7 +408,8 @@ mutant nodb-as-unavailable "a database the node lacks (redis://host/99) is an un
   crates/fencelock/src/redis/describe.rs \
   's/"ERR" if detail\.as_deref\(\)\.is_some_and\(\|d\| d\.contains\("DB index"\)\)/"ERR" if false/' \
   "-p fencelock --test node_errors a_database_the_node_lacks_is_a_configuration_error_not_retried" \
-  "-p fencelock-cli --test errors a_database_the_node_lacks_is_a_configuration_error_at_once"
+  "-p fencelock-cli --test errors a_database_the_node_lacks_is_a_configuration_error_at_once" \
+  "-p fencelock-sim --test sim a_refusal_says_whether_the_lock_is_held_or_the_nodes_are_down_seeds_0_to_99"
 mutant client-cert-as-node-failure "a client certificate refused by the client's own TLS library is an unnamed node failure again (issue 29 item 6)" \
   crates/fencelock/src/redis/describe.rs \
   's/if e\.kind\(\) == ErrorKind::InvalidClientConfig \{/if false \&\& e.kind() == ErrorKind::InvalidClientConfig {/' \
@@ -439,7 +440,7 @@ mutant inspect-no-family "inspect reads no semaphore slot, reader or election lo
   "-p fencelock-cli --test inspect permits_readers_and_the_leader_are_shown"
 mutant warm-up-waits-for-all "the CLI's warm-up waits for every node: one paused node adds the connect timeout to each command (issue 29 item 8)" \
   crates/fencelock-cli/src/settings.rs \
-  's/    let votes = client\.connect_quorum\(\)\.await;/    let votes = client.connect().await;/' \
+  's/    let mut votes = client\.connect_quorum\(\)\.await;/    let mut votes = client.connect().await;/' \
   "-p fencelock-cli --test consistency one_paused_node_does_not_cost_every_command_the_connect_timeout"
 mutant empty-nodes-unnamed "FENCELOCK_NODES set but empty is not told as such (the check that keeps it from the dev set is skipped) (issue 29 item 8)" \
   crates/fencelock-cli/src/settings.rs \
@@ -659,24 +660,29 @@ mutant sentinel-failover-not-a-loss "a Sentinel node whose primary changed is ju
   's/if marker\.and_then\(crate::pure::nodeset::identity\) == Some\(run_id\) \{/if true || marker.and_then(crate::pure::nodeset::identity) == Some(run_id) {/' \
   "-p fencelock --test sentinel a_failover_that_lost_a_held_lock_keeps_it_out_of_reach_and_tokens_in_order" \
   "-p fencelock --test sentinel redlock_over_three_sentinel_groups_counts_each_group_as_one_node" \
-  "-p fencelock --test cluster a_killed_shard_primary_that_lost_a_held_lock_keeps_it_out_of_reach_and_tokens_in_order"
+  "-p fencelock --test cluster a_killed_shard_primary_that_lost_a_held_lock_keeps_it_out_of_reach_and_tokens_in_order" \
+  "-p fencelock-sim --test sim sentinel_failovers_keep_one_holder_and_token_order_seeds_0_to_99"
 mutant sentinel-quarantine-own-ttl-only "after a failover the quarantine lasts the client's own TTL, not the longest TTL the node's replicated record holds (issue 31)" \
   crates/fencelock/src/redis/round.rs \
   's/if nodes\[i\]\.addr\(\)\.follows_primary\(\) \{/if false \&\& nodes[i].addr().follows_primary() {/' \
   "-p fencelock --test sentinel a_failover_that_lost_a_held_lock_keeps_it_out_of_reach_and_tokens_in_order" \
-  "-p fencelock --test cluster a_killed_shard_primary_that_lost_a_held_lock_keeps_it_out_of_reach_and_tokens_in_order"
+  "-p fencelock --test cluster a_killed_shard_primary_that_lost_a_held_lock_keeps_it_out_of_reach_and_tokens_in_order" \
+  "-p fencelock-sim --test sim sentinel_failovers_keep_one_holder_and_token_order_seeds_0_to_99"
 mutant sentinel-failover-keeps-counter "a failover is judged as a loss but the node counter is kept: a stale counter is trusted (issue 31)" \
   crates/fencelock/src/redis/lua/failover.lua \
   "s/^redis\.call\('del', KEYS\[2\]\)\n/-- mutant: the counter kept\n/m" \
-  "-p fencelock --test sentinel a_failover_that_lost_a_counter_raise_never_yields_a_smaller_token_over_three_groups"
+  "-p fencelock --test sentinel a_failover_that_lost_a_counter_raise_never_yields_a_smaller_token_over_three_groups" \
+  "-p fencelock-sim --test sim sentinel_failovers_keep_one_holder_and_token_order_seeds_0_to_99"
 mutant sentinel-readonly-kept "a connection that meets READONLY (a primary demoted under it) is kept: every later request goes to the replica (issue 31)" \
   crates/fencelock/src/redis/conn.rs \
   's/\|\| e\.kind\(\) == redis::ErrorKind::Server\(redis::ServerErrorKind::ReadOnly\)/|| false \&\& e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly)/' \
-  "-p fencelock --test sentinel a_primary_demoted_under_a_kept_connection_is_dropped_and_never_written"
+  "-p fencelock --test sentinel a_primary_demoted_under_a_kept_connection_is_dropped_and_never_written" \
+  "-p fencelock-sim --test sim sentinel_failovers_keep_one_holder_and_token_order_seeds_0_to_99"
 mutant sentinel-no-role-check "the node the Sentinels name is used without checking ROLE says master (issue 31)" \
   crates/fencelock/src/redis/sentinel.rs \
   's/    if first == "master" \{/    if true || first == "master" {/' \
-  "-p fencelock --test sentinel a_primary_demoted_under_a_kept_connection_is_dropped_and_never_written"
+  "-p fencelock --test sentinel a_primary_demoted_under_a_kept_connection_is_dropped_and_never_written" \
+  "-p fencelock-sim --test sim sentinel_failovers_keep_one_holder_and_token_order_seeds_0_to_99"
 mutant cluster-quarantine-off "a redis+cluster:// node has the restart quarantine off by default (as a plain single node): a failover that lost a held lock hands it to a second client at once (issue 31)" \
   crates/fencelock/src/config.rs \
   's/\["redis\+sentinel:\/\/", "redis\+cluster:\/\/"\]/["redis+sentinel:\/\/"]/' \

@@ -103,14 +103,14 @@ impl Settings {
         );
         let client = fencelock::Client::new(self.lock_config(fencing))
             .map_err(|err| Failure::usage(format!("{err} (nodes from {})", self.source)))?;
-        warm_up(&client).await;
+        warm_up(&client, self.node_timeout).await;
         Ok(client)
     }
 }
 
 /// Opens the connections before the first real round: this process lives for one command, so
 /// without it every command would spend part of its first per-node timeout connecting.
-async fn warm_up(client: &fencelock::Client) {
+async fn warm_up(client: &fencelock::Client, node_timeout: std::time::Duration) {
     let n = client.nodes().len();
     // Redis nodes only: an etcd cluster is one voter, whatever its members.
     if n > 1 && n.is_multiple_of(2) && client.quorum() > 1 {
@@ -122,7 +122,19 @@ async fn warm_up(client: &fencelock::Client) {
     }
     // A quorum is enough to start: a node that does not answer (paused) would otherwise add the
     // whole connect timeout to every command.
-    let votes = client.connect_quorum().await;
+    let mut votes = client.connect_quorum().await;
+    // The nodes still connecting get one node timeout more: a node that refuses our credentials
+    // answers as fast as the others, but on a loaded machine its refusal can come just after
+    // the quorum's connections (a paused node costs a command that much, not the connect
+    // timeout).
+    if votes
+        .iter()
+        .any(|v| matches!(v.outcome, fencelock::VoteOutcome::Pending))
+    {
+        if let Ok(all) = tokio::time::timeout(node_timeout, client.connect()).await {
+            votes = all;
+        }
+    }
     tracing::info!(%votes, "connected");
     // A node that refuses our credentials would go unnoticed while the others grant; when none
     // grants, the command's error names the refusal instead.

@@ -107,6 +107,10 @@ pub struct Liveness {
     pub grants: u64,
     /// Failed acquisitions by cause.
     pub failures: BTreeMap<String, u64>,
+    /// The first failure of each cause, as the library worded it: which nodes refused or did
+    /// not answer, and why.
+    #[serde(default)]
+    pub failure_examples: BTreeMap<String, String>,
     /// Acquire latency (call to grant), median, milliseconds.
     pub latency_p50_ms: f64,
     /// 99th percentile, milliseconds.
@@ -1128,8 +1132,13 @@ pub fn liveness(events: &[ClientEvent]) -> Liveness {
                     latencies.push(e.mono_ns.saturating_sub(*s));
                 }
             }
-            EventKind::AcquireFail { cause } => {
+            EventKind::AcquireFail { cause, detail } => {
                 *live.failures.entry(cause.clone()).or_default() += 1;
+                if let Some(detail) = detail {
+                    live.failure_examples
+                        .entry(cause.clone())
+                        .or_insert_with(|| format!("client {}: {detail}", e.client));
+                }
             }
             EventKind::ReadRejected { .. } | EventKind::WriteRejected { .. } => {
                 live.stale_rejected += 1;
@@ -1511,11 +1520,16 @@ mod tests {
             5,
             EventKind::AcquireFail {
                 cause: "contention".into(),
+                detail: Some("held by another client on 2 of 3 nodes".into()),
             },
         ));
         let l = liveness(&events);
         assert_eq!((l.attempts, l.grants), (101, 100));
         assert_eq!(l.failures.get("contention"), Some(&1));
+        assert_eq!(
+            l.failure_examples.get("contention").map(String::as_str),
+            Some("client 1: held by another client on 2 of 3 nodes")
+        );
         assert_eq!(l.latency_max_ms, 100.0);
         assert!(
             (l.latency_p50_ms - 51.0).abs() <= 1.0,

@@ -130,6 +130,14 @@ pub fn cause(e: &Error) -> String {
     }
 }
 
+/// The log's event for an acquisition that failed with `e`.
+fn failed(e: &Error) -> EventKind {
+    EventKind::AcquireFail {
+        cause: cause(e),
+        detail: Some(e.to_string()),
+    }
+}
+
 /// A client's JSON-lines log.
 pub(crate) struct Log {
     out: BufWriter<File>,
@@ -242,7 +250,7 @@ async fn run_locks(args: &ClientArgs) -> io::Result<()> {
         let (lock, slot) = match acquired {
             Ok(taken) => taken,
             Err(e) => {
-                log.event(acq, EventKind::AcquireFail { cause: cause(&e) })?;
+                log.event(acq, failed(&e))?;
                 continue;
             }
         };
@@ -321,7 +329,7 @@ async fn shared_section(
 ) -> io::Result<()> {
     let lock = match rw.read().await {
         Ok(lock) => lock,
-        Err(e) => return log.event(acq, EventKind::AcquireFail { cause: cause(&e) }),
+        Err(e) => return log.event(acq, failed(&e)),
     };
     let (deadline_ns, attempt_ns) = stamps(args, &lock);
     log.event(

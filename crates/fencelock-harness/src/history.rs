@@ -118,6 +118,9 @@ pub enum EventKind {
     AcquireFail {
         /// The error kind (`contention`, `unavailable`, `too_slow`, `timeout/<last>`...).
         cause: String,
+        /// The error as the library words it (which nodes refused or did not answer, and why).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        detail: Option<String>,
     },
     /// A fenced read was refused (its token is older than one the storage accepted).
     ReadRejected {

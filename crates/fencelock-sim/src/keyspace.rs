@@ -139,6 +139,13 @@ impl Keyspace {
         self.map.clear();
     }
 
+    /// A replica's full synchronisation: the data becomes `primary`'s (expiry times are
+    /// absolute, as Redis replicates them); the subscribers, the outbox and the memory state
+    /// stay this node's own.
+    pub fn sync_from(&mut self, primary: &Keyspace) {
+        self.map = primary.map.clone();
+    }
+
     /// The number of live keys.
     pub fn len(&mut self) -> usize {
         let now = self.now;

@@ -47,6 +47,24 @@ pub struct SimNode {
     pub drift_ppm: i64,
     /// When a fault last touched the node (virtual ms), for the checker's "quiet node".
     pub troubled_at: i64,
+    /// The primary this node replicates (`ROLE` says `slave`; writes are refused with
+    /// `READONLY`); `None` for a primary.
+    pub replica_of: Option<usize>,
+}
+
+/// A Sentinel-managed group of nodes (`redis+sentinel://`): a primary and its replicas, and
+/// three Sentinels, each naming the primary it believes in.
+#[derive(Debug, Clone)]
+pub struct Group {
+    /// The name the Sentinels know the primary by.
+    pub name: String,
+    /// The nodes of the group (indices into `World::nodes`).
+    pub members: Vec<usize>,
+    /// Per Sentinel: the node it names as the primary.
+    pub named: Vec<usize>,
+    /// Replication stopped (the replicas keep what they had: a link down, a replica far
+    /// behind).
+    pub stalled: bool,
 }
 
 /// The simulated world: the nodes, the virtual clock, the seeded randomness and the trace.
@@ -72,6 +90,8 @@ pub struct World {
     /// The clients paused now (a whole process stopped): their connections, told apart by the
     /// user name they authenticate with (`c<client>`), neither send nor receive meanwhile.
     pub frozen: RefCell<std::collections::HashSet<usize>>,
+    /// The Sentinel groups (none unless a scenario makes them; see [`World::group_up`]).
+    pub groups: RefCell<Vec<Group>>,
 }
 
 impl World {
@@ -90,6 +110,7 @@ impl World {
             lost_data: Cell::new(false),
             losses: RefCell::new(Vec::new()),
             frozen: RefCell::default(),
+            groups: RefCell::default(),
         };
         let mut w = w;
         for i in 0..nodes {
@@ -118,6 +139,7 @@ impl World {
                 latency_ms: 0,
                 drift_ppm: 0,
                 troubled_at: i64::MIN / 2,
+                replica_of: None,
             }));
         }
         Rc::new(w)
@@ -284,6 +306,112 @@ impl World {
         ));
     }
 
+    /// Makes Sentinel groups of the nodes, `size` nodes each in order (nodes `0..size` are group
+    /// 0, its primary node 0): the first node of each is the primary, the others replicate it,
+    /// and every Sentinel names the primary. Replication runs at [`World::replicate`].
+    pub fn group_up(&self, size: usize) {
+        let mut groups = self.groups.borrow_mut();
+        for (g, first) in (0..self.nodes.len()).step_by(size).enumerate() {
+            let members: Vec<usize> = (first..(first + size).min(self.nodes.len())).collect();
+            for &m in &members[1..] {
+                self.nodes[m].borrow_mut().replica_of = Some(first);
+            }
+            groups.push(Group {
+                name: format!("g{g}"),
+                members,
+                named: vec![first; 3],
+                stalled: false,
+            });
+        }
+        drop(groups);
+        self.replicate();
+    }
+
+    /// The `redis+sentinel://` URL of each group: its three Sentinels and its name.
+    pub fn group_urls(&self) -> Vec<String> {
+        self.groups
+            .borrow()
+            .iter()
+            .enumerate()
+            .map(|(g, group)| {
+                let sentinels: Vec<String> = (0..group.named.len())
+                    .map(|k| format!("sentinel{g}x{k}:26379"))
+                    .collect();
+                format!("redis+sentinel://{}/{}", sentinels.join(","), group.name)
+            })
+            .collect()
+    }
+
+    /// One replication step: every replica of a group whose replication runs takes its
+    /// primary's data as it is now (a full synchronisation; asynchronous replication is this
+    /// copy, made every few milliseconds by the scenario, and what a primary wrote since the
+    /// last one is what a failover loses).
+    pub fn replicate(&self) {
+        for group in self.groups.borrow().iter().filter(|g| !g.stalled) {
+            for &m in &group.members {
+                let Some(p) = self.nodes[m].borrow().replica_of else {
+                    continue;
+                };
+                if self.nodes[p].borrow().partitioned || self.nodes[m].borrow().partitioned {
+                    continue;
+                }
+                let primary = self.nodes[p].borrow();
+                let data = primary.node.keyspace();
+                self.nodes[m].borrow().node.keyspace().sync_from(&data);
+            }
+        }
+    }
+
+    /// Stops (or resumes) group `g`'s replication.
+    pub fn stall(&self, g: usize, on: bool) {
+        self.groups.borrow_mut()[g].stalled = on;
+        self.log(format!(
+            "fault: group {g}'s replication {}",
+            if on { "stalls" } else { "runs again" }
+        ));
+    }
+
+    /// Makes node `to` the primary of its group: it stops replicating, and the group's other
+    /// nodes replicate it (the old primary too, once it answers). The Sentinels still name the
+    /// old primary until [`World::name_primary`]. `cut`: the old primary's connections break
+    /// (as Sentinel's failover does: it kills the demoted node's clients); without it, a
+    /// client's kept connection meets `READONLY` at its next write.
+    pub fn promote(&self, to: usize, cut: bool) {
+        let (g, members) = {
+            let groups = self.groups.borrow();
+            let g = groups
+                .iter()
+                .position(|g| g.members.contains(&to))
+                .expect("a node of a group");
+            (g, groups[g].members.clone())
+        };
+        let old: Vec<usize> = members
+            .iter()
+            .copied()
+            .filter(|&m| m != to && self.nodes[m].borrow().replica_of.is_none())
+            .collect();
+        for &m in &members {
+            self.nodes[m].borrow_mut().replica_of = (m != to).then_some(to);
+        }
+        self.trouble(to);
+        self.log(format!(
+            "fault: node {to} is promoted primary of group {g} (run {}); nodes {old:?} replicate it{}",
+            &self.nodes[to].borrow().node.run_id()[36..],
+            if cut { ", their connections broken" } else { "" }
+        ));
+        if cut {
+            for m in old {
+                self.cut(m);
+            }
+        }
+    }
+
+    /// Sentinel `k` of group `g` names node `node` as the primary from now on.
+    pub fn name_primary(&self, g: usize, k: usize, node: usize) {
+        self.groups.borrow_mut()[g].named[k] = node;
+        self.log(format!("sentinel {k} of group {g} names node {node}"));
+    }
+
     /// Runs one command of connection `conn` on node `i`: the replies (a subscription answers
     /// once per channel).
     fn exec(
@@ -350,6 +478,26 @@ impl World {
                     })
                     .collect()
             }
+            "ROLE" => vec![match n.replica_of {
+                None => Reply::Array(vec![
+                    Reply::bulk("master"),
+                    Reply::Int(0),
+                    Reply::Array(Vec::new()),
+                ]),
+                Some(p) => Reply::Array(vec![
+                    Reply::bulk("slave"),
+                    Reply::bulk(format!("sim{p}")),
+                    Reply::Int(6379),
+                    Reply::bulk("connected"),
+                    Reply::Int(0),
+                ]),
+            }],
+            // A replica refuses every write (`replica-read-only yes`, the default). The scripts
+            // of the library all may write; Redis 7 refuses a script's first write command with
+            // the same error, which the client reads as the same kind.
+            name if n.replica_of.is_some() && !READ_ONLY.contains(&name) => vec![Reply::err(
+                "READONLY You can't write against a read only replica.",
+            )],
             _ => vec![n.node.exec(now, &args)],
         };
         for (ch, msg) in n.node.take_published() {
@@ -382,23 +530,42 @@ impl World {
     }
 }
 
+/// The commands a replica serves (the rest are refused with `READONLY`).
+const READ_ONLY: [&str; 16] = [
+    "GET", "MGET", "PTTL", "TTL", "EXISTS", "TYPE", "INFO", "PING", "ECHO", "TIME", "SCRIPT",
+    "CONFIG", "CLIENT", "SELECT", "ZRANGE", "ZSCORE",
+];
+
 /// The connector the client's seam calls. The library opens connections from tasks of its own,
 /// outside the run's `LocalSet`: each new connection's server end goes to `accept`, which
 /// serves it from inside.
 #[allow(missing_debug_implementations)]
 pub struct Net {
     world: Rc<World>,
-    accepted: mpsc::UnboundedSender<(usize, u64, DuplexStream)>,
+    accepted: mpsc::UnboundedSender<(Endpoint, u64, DuplexStream)>,
+}
+
+/// What a connection reaches: a node, or Sentinel `.1` of group `.0`.
+enum Endpoint {
+    Node(usize),
+    Sentinel(usize, usize),
 }
 
 impl Net {
     /// The connector, and the task that must run (spawned locally) to serve its connections.
     pub fn new(world: Rc<World>) -> (Net, impl std::future::Future<Output = ()>) {
-        let (tx, mut rx) = mpsc::unbounded_channel::<(usize, u64, DuplexStream)>();
+        let (tx, mut rx) = mpsc::unbounded_channel::<(Endpoint, u64, DuplexStream)>();
         let w = world.clone();
         let accept = async move {
-            while let Some((i, conn, stream)) = rx.recv().await {
-                tokio::task::spawn_local(serve(w.clone(), i, conn, stream));
+            while let Some((to, conn, stream)) = rx.recv().await {
+                match to {
+                    Endpoint::Node(i) => {
+                        tokio::task::spawn_local(serve(w.clone(), i, conn, stream))
+                    }
+                    Endpoint::Sentinel(g, k) => {
+                        tokio::task::spawn_local(serve_sentinel(w.clone(), g, k, stream))
+                    }
+                };
             }
         };
         (
@@ -414,6 +581,34 @@ impl Net {
 impl Connector for Net {
     fn connect(&self, addr: &str) -> Connecting {
         let world = self.world.clone();
+        if let Some((g, k)) = addr
+            .strip_prefix("sentinel")
+            .and_then(|r| r.split(':').next())
+            .and_then(|r| r.split_once('x'))
+            .and_then(|(g, k)| Some((g.parse::<usize>().ok()?, k.parse::<usize>().ok()?)))
+            .filter(|&(g, k)| {
+                world
+                    .groups
+                    .borrow()
+                    .get(g)
+                    .is_some_and(|x| k < x.named.len())
+            })
+        {
+            let (client, server) = tokio::io::duplex(1 << 12);
+            if self
+                .accepted
+                .send((Endpoint::Sentinel(g, k), 0, server))
+                .is_err()
+            {
+                return Box::pin(async {
+                    Err(io::Error::new(
+                        io::ErrorKind::ConnectionRefused,
+                        "the simulation has ended",
+                    ))
+                });
+            }
+            return Box::pin(async move { Ok(Box::new(client) as Box<dyn Stream>) });
+        }
         let i: Option<usize> = addr
             .strip_prefix("sim")
             .and_then(|r| r.split(':').next())
@@ -435,7 +630,11 @@ impl Connector for Net {
         let (client, server) = tokio::io::duplex(1 << 16);
         let conn = world.next_conn.get();
         world.next_conn.set(conn + 1);
-        if self.accepted.send((i, conn, server)).is_err() {
+        if self
+            .accepted
+            .send((Endpoint::Node(i), conn, server))
+            .is_err()
+        {
             return Box::pin(async {
                 Err(io::Error::new(
                     io::ErrorKind::ConnectionRefused,
@@ -444,6 +643,64 @@ impl Connector for Net {
             });
         }
         Box::pin(async move { Ok(Box::new(client) as Box<dyn Stream>) })
+    }
+}
+
+/// A Sentinel's connection: `SENTINEL GET-MASTER-ADDR-BY-NAME` answers the node this Sentinel
+/// names (`sim<i>`, port 6379), after a delay like a node's.
+async fn serve_sentinel(world: Rc<World>, g: usize, k: usize, mut io: DuplexStream) {
+    let mut buf = Vec::with_capacity(512);
+    let mut out = Vec::with_capacity(512);
+    loop {
+        loop {
+            let (args, used) = match decode_command(&buf) {
+                Ok(c) => c,
+                Err(Incomplete::More) => break,
+                Err(Incomplete::Bad(_)) => return,
+            };
+            buf.drain(..used);
+            let delay = world.rng(|r| r.u64(0..=2));
+            tokio::time::sleep(Duration::from_millis(delay)).await;
+            let word = |i: usize| {
+                args.get(i)
+                    .map(|a| String::from_utf8_lossy(a).to_ascii_uppercase())
+                    .unwrap_or_default()
+            };
+            let reply = match (word(0).as_str(), word(1).as_str()) {
+                ("SENTINEL", "GET-MASTER-ADDR-BY-NAME") => {
+                    let groups = world.groups.borrow();
+                    let group = &groups[g];
+                    if args.get(2).map(Vec::as_slice) == Some(group.name.as_bytes()) {
+                        Reply::Array(vec![
+                            Reply::bulk(format!("sim{}", group.named[k])),
+                            Reply::bulk("6379"),
+                        ])
+                    } else {
+                        Reply::Nil
+                    }
+                }
+                ("PING", _) => Reply::Status("PONG".into()),
+                ("CLIENT", _) => Reply::ok(),
+                (other, _) => Reply::err(format!(
+                    "ERR the simulated Sentinel answers SENTINEL GET-MASTER-ADDR-BY-NAME only, not {other}"
+                )),
+            };
+            if world.verbose {
+                world.log(format!(
+                    "sentinel {k} of group {g}: {} -> {reply:?}",
+                    word(0)
+                ));
+            }
+            reply.encode(&mut out);
+            if io.write_all(&out).await.is_err() {
+                return;
+            }
+            out.clear();
+        }
+        match io.read_buf(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
     }
 }
 

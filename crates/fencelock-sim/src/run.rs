@@ -14,6 +14,7 @@ use crate::net::{Net, World, EPOCH_MS};
 use crate::node::Persistence;
 
 mod edges;
+mod failover;
 mod leaders;
 mod remains;
 
@@ -134,6 +135,9 @@ pub enum Scenario {
     /// An election across a restart: the log's kept connection replaced, and an observer that
     /// does not count a node restarted empty.
     LeadersRestart,
+    /// Sentinel-managed primaries as nodes: failovers that lose the last writes, Sentinels
+    /// late to name the new primary, a primary demoted under a kept connection.
+    Failover,
 }
 
 impl Scenario {
@@ -161,6 +165,7 @@ impl Scenario {
             Scenario::RecordsExpire => "records-expire",
             Scenario::CutShort => "cut-short",
             Scenario::LeadersRestart => "leaders-restart",
+            Scenario::Failover => "failover",
         }
     }
 
@@ -188,6 +193,7 @@ impl Scenario {
             Scenario::RecordsExpire,
             Scenario::CutShort,
             Scenario::LeadersRestart,
+            Scenario::Failover,
         ]
         .into_iter()
         .find(|s| s.name() == name)
@@ -217,6 +223,7 @@ impl Scenario {
             Scenario::RecordsExpire => Some(Duration::from_secs(6)),
             Scenario::CutShort => Some(Duration::from_secs(5)),
             Scenario::LeadersRestart => Some(Duration::from_secs(8)),
+            Scenario::Failover => Some(Duration::from_secs(14)),
         }
     }
 
@@ -224,6 +231,9 @@ impl Scenario {
     fn nodes(self) -> Option<usize> {
         match self {
             Scenario::NodeSetFirst => Some(5),
+            // Four Sentinel groups of a primary and two replicas (three for one node list, one
+            // for a client of its own).
+            Scenario::Failover => Some(12),
             _ => None,
         }
     }
@@ -1169,6 +1179,7 @@ fn scripted(
         Scenario::RecordsExpire => remains::records_expire(world, history, urls),
         Scenario::CutShort => remains::cut_short(world, history, urls),
         Scenario::LeadersRestart => leaders::leaders_restart(world, history, urls),
+        Scenario::Failover => failover::failover(world, history),
     }
 }
 

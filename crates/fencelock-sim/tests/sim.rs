@@ -198,6 +198,11 @@ fn an_election_log_and_its_observer_come_through_a_node_restart_seeds_0_to_99() 
 }
 
 #[test]
+fn sentinel_failovers_keep_one_holder_and_token_order_seeds_0_to_99() {
+    scenario(Scenario::Failover);
+}
+
+#[test]
 fn one_seed_gives_one_trace() {
     // Forty seeds under every fault, each run twice on this thread: a run that reads anything
     // but its seed (a hash map's order, tokio's random choice among ready branches, the OS's
@@ -225,6 +230,7 @@ fn one_seed_gives_one_trace() {
         (Faults::Claimed, Scenario::RecordsExpire, 2),
         (Faults::Claimed, Scenario::CutShort, 2),
         (Faults::Claimed, Scenario::LeadersRestart, 2),
+        (Faults::Claimed, Scenario::Failover, 2),
     ] {
         let opts = Options {
             faults,

@@ -6,7 +6,7 @@ use std::cell::Cell;
 use std::rc::Rc;
 use std::time::Duration;
 
-use fencelock::{AutoExtend, ErrorKind};
+use fencelock::{AutoExtend, ErrorKind, RetryPolicy};
 
 use super::{
     give_back, hold_watching, scripted_client, take, take_with, until, violation, History, Kind,
@@ -89,11 +89,16 @@ pub(super) fn reader_to_the_end(
 /// What a refused attempt reports. A (TTL 3 s) holds `X`; one node hangs: B's try for `X` must
 /// say the lock is held (contention), not that the nodes are unavailable; then a second node
 /// hangs: B's try for the free `Y` cannot reach a quorum and must say so (unavailable), and so
-/// must its try for `X`, which two hung nodes leave undecided.
+/// must its try for `X`, which two hung nodes leave undecided. Before the hangs, C, whose URLs
+/// name database 99 (the nodes have 0 only: `SELECT 99` is refused at connection), waits for
+/// `Z`: it must be told at once that the configuration is wrong, not retry as if the nodes
+/// were down.
 pub(super) fn refusals(world: Rc<World>, history: Rc<RefCell<History>>, urls: &[String]) -> Tasks {
-    let (Some((a, sa)), Some((b, _))) = (
+    let no_db: Vec<String> = urls.iter().map(|u| format!("{u}/99")).collect();
+    let (Some((a, sa)), Some((b, _)), Some((c, _))) = (
         scripted_client(&world, urls, 0, 3000, 100),
         scripted_client(&world, urls, 1, 3000, 100),
+        scripted_client(&world, &no_db, 2, 3000, 100),
     ) else {
         return Vec::new();
     };
@@ -112,6 +117,44 @@ pub(super) fn refusals(world: Rc<World>, history: Rc<RefCell<History>>, urls: &[
             until(&world, t0 + 2000).await;
             give_back(&world, &history, g, lock).await;
             a.close().await;
+        }));
+    }
+    {
+        let (world, history) = (world.clone(), history.clone());
+        tasks.push(tokio::task::spawn_local(async move {
+            until(&world, t0 + 50).await;
+            let asked = world.elapsed_ms();
+            let got = c
+                .acquire_with("Z", &RetryPolicy::new().with_wait(Duration::from_secs(2)))
+                .await;
+            let took = world.elapsed_ms() - asked;
+            match got {
+                Err(e)
+                    if e.needs_config_change()
+                        && !e.is_retryable()
+                        && e.to_string().contains("database does not exist")
+                        && took < 500 =>
+                {
+                    world.log(format!("client 2: Z, database 99, after {took}ms: {e}"));
+                }
+                Err(e) => violation(
+                    &world,
+                    &history,
+                    format!(
+                        "client 2: Z on database 99 was refused after {took}ms with {:?}, not at once as a configuration to fix: {e}",
+                        e.kind()
+                    ),
+                ),
+                Ok(lock) => {
+                    violation(
+                        &world,
+                        &history,
+                        "client 2: Z was granted on database 99, which no node has".into(),
+                    );
+                    let _ = lock.release().await;
+                }
+            }
+            c.close().await;
         }));
     }
     tasks.push(tokio::task::spawn_local(async move {
