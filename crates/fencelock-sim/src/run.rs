@@ -14,6 +14,7 @@ use crate::net::{Net, World, EPOCH_MS};
 use crate::node::Persistence;
 
 mod edges;
+mod labels;
 mod leaders;
 mod remains;
 
@@ -134,6 +135,12 @@ pub enum Scenario {
     /// An election across a restart: the log's kept connection replaced, and an observer that
     /// does not count a node restarted empty.
     LeadersRestart,
+    /// Holder labels (issue 33): two labelled and two unlabelled clients, TTLs of 1 s and 4 s,
+    /// three resources (one lock at a time, two at once, waited for, auto-extended), a restart
+    /// without persistence and later a FLUSHALL, beside a label key an older client left on
+    /// `r2`. Besides exclusion: the label a node shows for each grant is its holder's, or none
+    /// for an unlabelled holder.
+    Labels,
 }
 
 impl Scenario {
@@ -161,6 +168,7 @@ impl Scenario {
             Scenario::RecordsExpire => "records-expire",
             Scenario::CutShort => "cut-short",
             Scenario::LeadersRestart => "leaders-restart",
+            Scenario::Labels => "labels",
         }
     }
 
@@ -188,6 +196,7 @@ impl Scenario {
             Scenario::RecordsExpire,
             Scenario::CutShort,
             Scenario::LeadersRestart,
+            Scenario::Labels,
         ]
         .into_iter()
         .find(|s| s.name() == name)
@@ -217,6 +226,7 @@ impl Scenario {
             Scenario::RecordsExpire => Some(Duration::from_secs(6)),
             Scenario::CutShort => Some(Duration::from_secs(5)),
             Scenario::LeadersRestart => Some(Duration::from_secs(8)),
+            Scenario::Labels => Some(Duration::from_secs(10)),
         }
     }
 
@@ -1169,6 +1179,7 @@ fn scripted(
         Scenario::RecordsExpire => remains::records_expire(world, history, urls),
         Scenario::CutShort => remains::cut_short(world, history, urls),
         Scenario::LeadersRestart => leaders::leaders_restart(world, history, urls),
+        Scenario::Labels => labels::labels(world, history, urls),
     }
 }
 

@@ -198,6 +198,11 @@ fn an_election_log_and_its_observer_come_through_a_node_restart_seeds_0_to_99() 
 }
 
 #[test]
+fn labelled_and_unlabelled_clients_exclude_each_other_and_show_their_own_holder_seeds_0_to_99() {
+    scenario(Scenario::Labels);
+}
+
+#[test]
 fn one_seed_gives_one_trace() {
     // Forty seeds under every fault, each run twice on this thread: a run that reads anything
     // but its seed (a hash map's order, tokio's random choice among ready branches, the OS's

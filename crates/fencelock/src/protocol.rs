@@ -174,6 +174,18 @@ pub fn holder_key(resource: &str) -> String {
     crate::holder::holder_key(resource)
 }
 
+/// The holder carried in a lock key's value (`<token> host=<host> pid=<pid>[ label=<label>]`);
+/// `None` for a bare token, another client's value, or a reader's marker.
+pub fn owner_holder(value: &str) -> Option<crate::Holder> {
+    crate::holder::owner_holder(value)
+}
+
+/// How far apart (ms) an older client's [`holder_key`] TTL and its lock key's may be, read
+/// together, for the side key to name that lock's holder: older versions set and extend both
+/// in one script with one TTL. A side key whose TTL differs was left behind by a lock key lost
+/// without it, and names nobody who holds the lock now.
+pub const LEGACY_HOLDER_SLACK_MS: i64 = crate::holder::LEGACY_HOLDER_SLACK_MS;
+
 /// On etcd: the prefix of the waiting line of `resource`, `fencelock/<resource>/` with `/`
 /// and `%` percent-escaped. Each waiter's key is the prefix and its lease id in 16 hex digits
 /// (for a mutex of one resource, then a dot and the number of the lease's use: a client's
