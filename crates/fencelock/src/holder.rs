@@ -1,10 +1,13 @@
 //! Who holds a lock: a short label (host, process id, an optional text of the user's) stored next
 //! to the lock so that an operator can tell who holds a stuck one (`fencelock inspect`).
 //!
-//! On Redis it is the side key [`crate::protocol::holder_key`] (`fencelock:holder:<resource>`),
-//! written by the same script call that grants the lock, with the lock's TTL, extended with it
-//! and deleted with it; the lock key itself keeps the bare owner value, so other Redlock clients
-//! (redsync, node-redlock) see nothing new. On etcd it is the value of the waiter's key.
+//! On Redis it rides in the lock key's value, after the owner token and a space
+//! ([`owner_value`]), so that a labelled grant is the same bare `SET NX PX` as an unlabelled one
+//! and the label lives, is extended and goes with the lock at no cost (issue 33; other Redlock
+//! clients compare only their own values). Older versions wrote the side key
+//! [`crate::protocol::holder_key`] (`fencelock:holder:<resource>`) in the granting script; readers
+//! still show one whose TTL is its lock's ([`LEGACY_HOLDER_SLACK_MS`]). On etcd it is the value of
+//! the waiter's key.
 
 use std::fmt;
 

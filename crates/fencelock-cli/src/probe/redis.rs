@@ -41,8 +41,8 @@ pub(crate) struct NodeState {
     /// included until a request drops them).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) waiting: Option<u64>,
-    /// Who holds it, as its client stored it (`fencelock:holder:<resource>`, see
-    /// `fencelock::Holder`).
+    /// Who holds it, as its client stored it (in the lock key's value after the token, or an
+    /// older client's `fencelock:holder:<resource>`; see `fencelock::Holder`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) holder: Option<String>,
     /// A semaphore of this name: its slots held on this node (`fencelock::protocol::permit_key`).
