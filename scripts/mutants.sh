@@ -53,6 +53,15 @@ mutant release-no-compare "the release deletes the key without comparing the own
   crates/fencelock/src/redis/lua/release.lua \
   's/if v\[1\] ~= ARGV\[1\] then\n(\s*-- MGET)/if false then\n$1/; s/if v\[1\] == ARGV\[1\] then/if true then/' \
   "-p fencelock --test redlock release_with_a_wrong_token_leaves_the_key"
+mutant holder-not-in-value "a labelled client stores the bare token: its holder label is nowhere on the nodes (issue 33)" \
+  crates/fencelock/src/redis/redlock.rs \
+  's/\.carrying\(self\.holder\.as_deref\(\)\)/.carrying(None)/' \
+  "-p fencelock-sim --test sim labelled_and_unlabelled_clients_exclude_each_other_and_show_their_own_holder_seeds_0_to_99" \
+  "-p fencelock --test holder the_label_rides_in_the_lock_value_and_goes_with_it"
+mutant holder-stale-side-key-trusted "a reader takes an older client's label key whatever its TTL: a label left behind names a later holder (issue 33)" \
+  crates/fencelock/src/holder.rs \
+  's/pub\(crate\) const LEGACY_HOLDER_SLACK_MS: i64 = 10;/pub(crate) const LEGACY_HOLDER_SLACK_MS: i64 = i64::MAX \/ 4;/' \
+  "-p fencelock-sim --test sim labelled_and_unlabelled_clients_exclude_each_other_and_show_their_own_holder_seeds_0_to_99"
 mutant writeback-off-by-one "the write-back stores token - 1, a value no holder got" \
   crates/fencelock/src/redis/guard.rs \
   's/self\.write_back\(&targets, keys, owner, token, kind\)/self.write_back(\&targets, keys, owner, token - 1, kind)/' \

@@ -15,6 +15,7 @@ use crate::node::Persistence;
 
 mod edges;
 mod failover;
+mod labels;
 mod leaders;
 mod remains;
 
@@ -138,6 +139,12 @@ pub enum Scenario {
     /// Sentinel-managed primaries as nodes: failovers that lose the last writes, Sentinels
     /// late to name the new primary, a primary demoted under a kept connection.
     Failover,
+    /// Holder labels (issue 33): two labelled and two unlabelled clients, TTLs of 1 s and 4 s,
+    /// three resources (one lock at a time, two at once, waited for, auto-extended), a restart
+    /// without persistence and later a FLUSHALL, beside a label key an older client left on
+    /// `r2`. Besides exclusion: the label a node shows for each grant is its holder's, or none
+    /// for an unlabelled holder.
+    Labels,
 }
 
 impl Scenario {
@@ -166,6 +173,7 @@ impl Scenario {
             Scenario::CutShort => "cut-short",
             Scenario::LeadersRestart => "leaders-restart",
             Scenario::Failover => "failover",
+            Scenario::Labels => "labels",
         }
     }
 
@@ -194,6 +202,7 @@ impl Scenario {
             Scenario::CutShort,
             Scenario::LeadersRestart,
             Scenario::Failover,
+            Scenario::Labels,
         ]
         .into_iter()
         .find(|s| s.name() == name)
@@ -224,6 +233,7 @@ impl Scenario {
             Scenario::CutShort => Some(Duration::from_secs(5)),
             Scenario::LeadersRestart => Some(Duration::from_secs(8)),
             Scenario::Failover => Some(Duration::from_secs(14)),
+            Scenario::Labels => Some(Duration::from_secs(10)),
         }
     }
 
@@ -1180,6 +1190,7 @@ fn scripted(
         Scenario::CutShort => remains::cut_short(world, history, urls),
         Scenario::LeadersRestart => leaders::leaders_restart(world, history, urls),
         Scenario::Failover => failover::failover(world, history),
+        Scenario::Labels => labels::labels(world, history, urls),
     }
 }
 

@@ -203,6 +203,11 @@ fn sentinel_failovers_keep_one_holder_and_token_order_seeds_0_to_99() {
 }
 
 #[test]
+fn labelled_and_unlabelled_clients_exclude_each_other_and_show_their_own_holder_seeds_0_to_99() {
+    scenario(Scenario::Labels);
+}
+
+#[test]
 fn one_seed_gives_one_trace() {
     // Forty seeds under every fault, each run twice on this thread: a run that reads anything
     // but its seed (a hash map's order, tokio's random choice among ready branches, the OS's
@@ -231,6 +236,7 @@ fn one_seed_gives_one_trace() {
         (Faults::Claimed, Scenario::CutShort, 2),
         (Faults::Claimed, Scenario::LeadersRestart, 2),
         (Faults::Claimed, Scenario::Failover, 2),
+        (Faults::Claimed, Scenario::Labels, 2),
     ] {
         let opts = Options {
             faults,

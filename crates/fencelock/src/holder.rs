@@ -1,10 +1,13 @@
 //! Who holds a lock: a short label (host, process id, an optional text of the user's) stored next
 //! to the lock so that an operator can tell who holds a stuck one (`fencelock inspect`).
 //!
-//! On Redis it is the side key [`crate::protocol::holder_key`] (`fencelock:holder:<resource>`),
-//! written by the same script call that grants the lock, with the lock's TTL, extended with it
-//! and deleted with it; the lock key itself keeps the bare owner value, so other Redlock clients
-//! (redsync, node-redlock) see nothing new. On etcd it is the value of the waiter's key.
+//! On Redis it rides in the lock key's value, after the owner token and a space
+//! ([`owner_value`]), so that a labelled grant is the same bare `SET NX PX` as an unlabelled one
+//! and the label lives, is extended and goes with the lock at no cost (issue 33; other Redlock
+//! clients compare only their own values). Older versions wrote the side key
+//! [`crate::protocol::holder_key`] (`fencelock:holder:<resource>`) in the granting script; readers
+//! still show one whose TTL is its lock's ([`LEGACY_HOLDER_SLACK_MS`]). On etcd it is the value of
+//! the waiter's key.
 
 use std::fmt;
 
@@ -16,6 +19,33 @@ pub(crate) const HOLDER_PREFIX: &str = "fencelock:holder:";
 pub(crate) fn holder_key(resource: &str) -> String {
     format!("{HOLDER_PREFIX}{resource}")
 }
+
+/// What separates the owner token from the holder in a lock key's value:
+/// `<token> host=<host> pid=<pid>[ label=<label>]`. The token is hex, so the first space ends it.
+pub(crate) const HOLDER_SEPARATOR: char = ' ';
+
+/// The owner value a client stores in its lock keys: the bare token, or the token, a space and
+/// the holder's text when the client was given a holder. The label then costs no key and no
+/// command of its own: a labelled grant is the same `SET NX PX` as an unlabelled one.
+pub(crate) fn owner_value(token: &str, holder: Option<&str>) -> String {
+    match holder {
+        Some(holder) => format!("{token}{HOLDER_SEPARATOR}{holder}"),
+        None => token.to_string(),
+    }
+}
+
+/// The holder carried in an owner value ([`owner_value`]); `None` for a bare token or another
+/// client's value.
+pub(crate) fn owner_holder(value: &str) -> Option<Holder> {
+    let (_, text) = value.split_once(HOLDER_SEPARATOR)?;
+    Holder::parse(text)
+}
+
+/// How far apart (ms) an older client's side key's TTL and its lock key's may be for the side
+/// key to be read as the lock's label: that client's scripts set and extend both in one call,
+/// with one TTL, so they are equal but for the read's own time. A side key left behind by a lock
+/// key lost without it (an eviction, a `DEL` by hand) has some other TTL.
+pub(crate) const LEGACY_HOLDER_SLACK_MS: i64 = 10;
 
 /// The longest user label accepted, in bytes.
 pub const MAX_LABEL_LEN: usize = 200;
@@ -167,6 +197,20 @@ mod tests {
         assert_eq!(Holder::parse(&l.to_string()), Some(l));
         assert_eq!(Holder::parse("a random token"), None);
         assert_eq!(Holder::parse("host=x pid=notanumber"), None);
+    }
+
+    #[test]
+    fn an_owner_value_carries_its_holder_after_the_token() {
+        let h = Holder::this_process().with_label("nightly report");
+        let text = h.to_string();
+        let token = "0123456789abcdef0123456789abcdef";
+        let value = owner_value(token, Some(&text));
+        assert_eq!(value, format!("{token} {text}"));
+        assert_eq!(owner_holder(&value), Some(h));
+        assert_eq!(owner_value(token, None), token);
+        assert_eq!(owner_holder(token), None);
+        // Another client's value with a space in it is not a holder.
+        assert_eq!(owner_holder("redsync value"), None);
     }
 
     #[test]

@@ -9,12 +9,14 @@
 //! - [`queue_key`] and [`lease_key`]: the waiting line (sorted sets of waiter ids by ticket and
 //!   by lease deadline);
 //! - [`waiting_key`]: the mark that someone waits, renewed by waiters;
-//! - [`holder_key`]: who holds the lock (a [`crate::Holder`] as text, `host=<host> pid=<pid>[
-//!   label=<label>]`), when the client was given one ([`crate::Config::with_holder`]; the
-//!   command always gives one): set with the lock's TTL by the script that grants the lock,
-//!   extended by the extension script and deleted by [`RELEASE_SCRIPT`] with the lock key. The
-//!   scripts build its name from the lock key's (it is not among their KEYS), so calls of them
-//!   from other clients stay as they were.
+//! - [`holder_key`]: who held the lock, for older versions (a [`crate::Holder`] as text,
+//!   `host=<host> pid=<pid>[ label=<label>]`), set with the lock's TTL by their granting script
+//!   and extended with the lock. This version carries the holder in the lock key's value
+//!   instead, after the token and a space ([`owner_holder`] reads it), so that a labelled grant
+//!   is a bare `SET NX PX`; its [`RELEASE_SCRIPT`] still deletes the side key with the lock key,
+//!   and readers take a side key only when its TTL is the lock key's
+//!   ([`LEGACY_HOLDER_SLACK_MS`]). The scripts build its name from the lock key's (it is not
+//!   among their KEYS), so calls of them from other clients stay as they were.
 //!
 //! A client that releases with a bare compare-and-delete is safe with fencelock, but does not
 //! wake fencelock's waiters (they fall back to their retry delays). To wake them, release with
@@ -173,6 +175,18 @@ pub const HOLDER_PREFIX: &str = crate::holder::HOLDER_PREFIX;
 pub fn holder_key(resource: &str) -> String {
     crate::holder::holder_key(resource)
 }
+
+/// The holder carried in a lock key's value (`<token> host=<host> pid=<pid>[ label=<label>]`);
+/// `None` for a bare token, another client's value, or a reader's marker.
+pub fn owner_holder(value: &str) -> Option<crate::Holder> {
+    crate::holder::owner_holder(value)
+}
+
+/// How far apart (ms) an older client's [`holder_key`] TTL and its lock key's may be, read
+/// together, for the side key to name that lock's holder: older versions set and extend both
+/// in one script with one TTL. A side key whose TTL differs was left behind by a lock key lost
+/// without it, and names nobody who holds the lock now.
+pub const LEGACY_HOLDER_SLACK_MS: i64 = crate::holder::LEGACY_HOLDER_SLACK_MS;
 
 /// On etcd: the prefix of the waiting line of `resource`, `fencelock/<resource>/` with `/`
 /// and `%` percent-escaped. Each waiter's key is the prefix and its lease id in 16 hex digits

@@ -15,7 +15,8 @@ const PASSWORD: &str = "acl-pw-31337";
 const RESOURCES: &str = "app:lock:*";
 
 fn config(url: String) -> Config {
-    // With a holder label: its side key is one of the documented keys the ACL must allow.
+    // With a holder label (in the lock value; older versions wrote a side key, one of the
+    // documented keys the ACL allows).
     Config::new([url])
         .with_holder(fencelock::Holder::this_process().with_label("acl test"))
         .with_quarantine(false)

@@ -41,8 +41,8 @@ pub(crate) struct NodeState {
     /// included until a request drops them).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) waiting: Option<u64>,
-    /// Who holds it, as its client stored it (`fencelock:holder:<resource>`, see
-    /// `fencelock::Holder`).
+    /// Who holds it, as its client stored it (in the lock key's value after the token, or an
+    /// older client's `fencelock:holder:<resource>`; see `fencelock::Holder`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) holder: Option<String>,
     /// A semaphore of this name: its slots held on this node (`fencelock::protocol::permit_key`).
@@ -204,13 +204,9 @@ async fn probe_keys(node: &Node, resource: &str, tag: &str, timeout: Duration) -
             Ok(owner) => state.owner = owner,
             Err(why) => state.error = Some(format!("GET failed: {why}")),
         }
-        let holder_key = fencelock::protocol::holder_key(&lock_key);
-        match conn
-            .query::<Option<String>>(redis::cmd("GET").arg(&holder_key))
-            .await
-        {
+        match holder_of(&mut conn, &lock_key, state.owner.as_deref()).await {
             Ok(holder) => state.holder = holder,
-            Err(why) => state.error = Some(format!("GET {holder_key} failed: {why}")),
+            Err(why) => state.error = Some(why),
         }
     }
     // The node's fence counter (one per node); a legacy per-resource counter left by an older
@@ -242,6 +238,38 @@ async fn probe_keys(node: &Node, resource: &str, tag: &str, timeout: Duration) -
     state
 }
 
+/// Reads an older client's holder side key KEYS[1] and the TTLs of it and its lock key KEYS[2].
+const SIDE_KEY_LUA: &str =
+    "return {redis.call('get', KEYS[1]), redis.call('pttl', KEYS[1]), redis.call('pttl', KEYS[2])}";
+
+/// Who holds lock key `key` whose value is `owner`: the holder carried in the value (this
+/// version's clients), else an older client's side key (`fencelock:holder:<key>`) read with
+/// both TTLs, and taken only when its TTL is the lock's (older scripts set and extend both
+/// together): a side key left behind by a lost lock key names nobody who holds it now.
+async fn holder_of(
+    conn: &mut crate::node::Conn,
+    key: &str,
+    owner: Option<&str>,
+) -> Result<Option<String>, String> {
+    use fencelock::protocol;
+    let Some(owner) = owner else {
+        return Ok(None);
+    };
+    if let Some(holder) = protocol::owner_holder(owner) {
+        return Ok(Some(holder.to_string()));
+    }
+    let side = protocol::holder_key(key);
+    // One script, so that both TTLs are read at one instant (a script sees one time).
+    let mut read = redis::cmd("EVAL");
+    read.arg(SIDE_KEY_LUA).arg(2).arg(&side).arg(key);
+    let (label, side_ms, lock_ms): (Option<String>, i64, i64) = conn
+        .query(&read)
+        .await
+        .map_err(|why| format!("reading {side} failed: {why}"))?;
+    let same_ttl = lock_ms > 0 && (lock_ms - side_ms).abs() <= protocol::LEGACY_HOLDER_SLACK_MS;
+    Ok(label.filter(|_| same_ttl))
+}
+
 /// What the primitives built on lock keys keep under `resource` on this node: a semaphore's
 /// slots, a read-write lock's readers and writer record, an election's log. Each is read
 /// where the library writes it (`fencelock::protocol`'s key names).
@@ -260,9 +288,7 @@ async fn family(
     let owners: Vec<Option<String>> = conn.query(redis::cmd("MGET").arg(&slots[..])).await?;
     for (i, (key, owner)) in (0..max).zip(slots.iter().zip(owners)) {
         if let Some(owner) = owner {
-            let holder = conn
-                .query::<Option<String>>(redis::cmd("GET").arg(protocol::holder_key(key)))
-                .await?;
+            let holder = holder_of(conn, key, Some(&owner)).await?;
             state.permits.push(Slot {
                 slot: i,
                 owner,

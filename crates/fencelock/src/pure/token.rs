@@ -3,7 +3,8 @@
 use std::fmt;
 
 /// The random value stored in the lock key: 128 bits from the operating system's RNG, as 32
-/// lowercase hex digits. Only the owner knows it, so only the owner can release or extend.
+/// lowercase hex digits, followed by the holder's text when the client has one
+/// ([`OwnerToken::carrying`]). Only the owner knows it, so only the owner can release or extend.
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub(crate) struct OwnerToken(String);
 
@@ -18,6 +19,15 @@ impl OwnerToken {
         let mut bytes = [0u8; 16];
         getrandom::fill(&mut bytes)?;
         Ok(OwnerToken(hex(&bytes)))
+    }
+
+    /// The owner value of a labelled client: this token, a space and the holder's text
+    /// (`holder.rs`); the bare token without a holder.
+    pub(crate) fn carrying(self, holder: Option<&str>) -> OwnerToken {
+        match holder {
+            Some(holder) => OwnerToken(crate::holder::owner_value(&self.0, Some(holder))),
+            None => self,
+        }
     }
 
     #[cfg(test)]

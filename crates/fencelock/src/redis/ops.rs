@@ -101,21 +101,13 @@ impl RedisBackend {
             }
             let mut cmd = evalsha(&scripts::ACQUIRE_PERMIT, &all_keys);
             cmd.arg(token).arg(ttl_ms).arg(ask.slots.len());
-            match (&ask.ticket, &self.holder) {
-                (Some(t), _) => {
-                    cmd.arg(&t.id)
-                        .arg(t.order)
-                        .arg(t.lease_ms())
-                        .arg(ttl_millis(queue::keep(t.lease)));
-                }
-                // No ticket, and a holder label follows: the waiter's four arguments empty.
-                (None, Some(_)) => {
-                    cmd.arg("").arg("").arg("").arg("");
-                }
-                (None, None) => {}
-            }
-            if let Some(holder) = &self.holder {
-                cmd.arg(&**holder);
+            // The holder label rides in the owner value (`holder.rs`): the script's label
+            // argument (older clients') is never sent.
+            if let Some(t) = &ask.ticket {
+                cmd.arg(&t.id)
+                    .arg(t.order)
+                    .arg(t.lease_ms())
+                    .arg(ttl_millis(queue::keep(t.lease)));
             }
             let cmd = Arc::new(cmd);
             let mode = Mode::Acquire { token, ahead: None };
@@ -149,12 +141,10 @@ impl RedisBackend {
                 .arg(ticket.order)
                 .arg(ticket.lease_ms())
                 .arg(ttl_millis(queue::keep(ticket.lease)));
-            // ARGV[7] the proposal ('0': none), ARGV[8] the holder label.
-            if fencing || self.holder.is_some() {
-                cmd.arg(if fencing { proposal } else { 0 });
-            }
-            if let Some(holder) = &self.holder {
-                cmd.arg(&**holder);
+            // ARGV[7] the proposal; ARGV[8], the holder label of older clients, never sent: the
+            // label rides in the owner value (`holder.rs`).
+            if fencing {
+                cmd.arg(proposal);
             }
             let cmd = Arc::new(cmd);
             let mode = Mode::Acquire { token, ahead: None };
@@ -185,9 +175,9 @@ impl RedisBackend {
             let all_keys = with_marks(with_counter_keys(keys), keys);
             let mut cmd = evalsha(&scripts::ACQUIRE_FENCED, &all_keys);
             cmd.arg(token).arg(ttl_ms).arg(proposal);
-            self.mark_and_holder(&mut cmd, mark);
+            mark_arg(&mut cmd, mark);
             cmd
-        } else if let ([key], None, None) = (keys, mark, &self.holder) {
+        } else if let ([key], None) = (keys, mark) {
             // One key, nothing beside it: a bare SET NX PX, as other Redlock clients send. On
             // several nodes the TTL is announced ahead on each connection, about once per TTL
             // (`Mode::Acquire`'s `ahead`): a script call costs a node several times a SET.
@@ -198,10 +188,10 @@ impl RedisBackend {
             let all_keys = with_marks(keys.to_vec(), keys);
             let mut cmd = evalsha(&scripts::ACQUIRE_MANY, &all_keys);
             cmd.arg(token).arg(ttl_ms);
-            self.mark_and_holder(&mut cmd, mark);
+            mark_arg(&mut cmd, mark);
             cmd
         };
-        let plain_set = !fencing && keys.len() == 1 && mark.is_none() && self.holder.is_none();
+        let plain_set = !fencing && keys.len() == 1 && mark.is_none();
         let (cmd, script) = (Arc::new(cmd), !fencing && !plain_set);
         // A single node has no other node to learn from: it announces nothing, and its restart
         // quarantine is its client's own TTL. A Sentinel node announces: its replicas keep the
@@ -238,23 +228,6 @@ impl RedisBackend {
             }
         })
         .await
-    }
-
-    /// The optional arguments of the acquisition scripts: the wait mark (`''` for none when a
-    /// holder label follows), then the holder label (see `holder.rs`).
-    fn mark_and_holder(&self, cmd: &mut Cmd, mark: Option<Duration>) {
-        match (mark, &self.holder) {
-            (Some(mark), _) => {
-                cmd.arg(ttl_millis(mark));
-            }
-            (None, Some(_)) => {
-                cmd.arg("");
-            }
-            (None, None) => {}
-        }
-        if let Some(holder) = &self.holder {
-            cmd.arg(&**holder);
-        }
     }
 
     /// Takes a waiter that gave up out of the line of `key` on every node. Waits for the
@@ -618,6 +591,15 @@ async fn if_owned(
     } else {
         Answer::NotHeld
     })
+}
+
+/// The optional argument of the acquisition scripts: the wait mark, when there is one. Their
+/// argument after it, the holder label, is older clients': this version's label rides in the
+/// owner value (`holder.rs`), so that a labelled grant costs what an unlabelled one does.
+fn mark_arg(cmd: &mut Cmd, mark: Option<Duration>) {
+    if let Some(mark) = mark {
+        cmd.arg(ttl_millis(mark));
+    }
 }
 
 pub(super) use crate::pure::validity::ttl_millis;

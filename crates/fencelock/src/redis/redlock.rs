@@ -41,12 +41,15 @@ impl RedisBackend {
             Wait::InLine(ticket) => Some(ticket),
             _ => None,
         };
-        let token = OwnerToken::generate().map_err(|e| {
-            Error::config(
-                "random source",
-                format!("the OS random number generator failed: {e}"),
-            )
-        })?;
+        // The holder label rides in the value (`holder.rs`): no key and no command of its own.
+        let token = OwnerToken::generate()
+            .map_err(|e| {
+                Error::config(
+                    "random source",
+                    format!("the OS random number generator failed: {e}"),
+                )
+            })?
+            .carrying(self.holder.as_deref());
         let proposal = if self.settings.fencing {
             self.next_proposal()
         } else {
