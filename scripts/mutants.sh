@@ -62,6 +62,10 @@ mutant holder-stale-side-key-trusted "a reader takes an older client's label key
   crates/fencelock/src/holder.rs \
   's/pub\(crate\) const LEGACY_HOLDER_SLACK_MS: i64 = 10;/pub(crate) const LEGACY_HOLDER_SLACK_MS: i64 = i64::MAX \/ 4;/' \
   "-p fencelock-sim --test sim labelled_and_unlabelled_clients_exclude_each_other_and_show_their_own_holder_seeds_0_to_99"
+mutant extend-keeps-side-key "the extension extends an older client's holder side key with the lock: a side key left behind by a lost lock takes the new holder's TTL and names it (issue 33)" \
+  crates/fencelock/src/redis/lua/extend.lua \
+  's/  redis\.call\(\x27pexpire\x27, KEYS\[i\], ARGV\[2\]\)\n/  redis.call(\x27pexpire\x27, KEYS[i], ARGV[2])\n  redis.call(\x27pexpire\x27, holder_key(KEYS[i]), ARGV[2])\n/' \
+  "-p fencelock-sim --test sim labelled_and_unlabelled_clients_exclude_each_other_and_show_their_own_holder_seeds_0_to_99"
 mutant writeback-off-by-one "the write-back stores token - 1, a value no holder got" \
   crates/fencelock/src/redis/guard.rs \
   's/self\.write_back\(&targets, keys, owner, token, kind\)/self.write_back(\&targets, keys, owner, token - 1, kind)/' \

@@ -41,6 +41,20 @@ pub(crate) fn owner_holder(value: &str) -> Option<Holder> {
     Holder::parse(text)
 }
 
+/// Whether `value` is an owner value a fencelock client stores: 32 lowercase hex digits (the
+/// token), alone or followed by a space and a holder ([`owner_value`]).
+pub(crate) fn is_owner_value(value: &str) -> bool {
+    let (token, holder) = match value.split_once(HOLDER_SEPARATOR) {
+        Some((token, rest)) => (token, Some(rest)),
+        None => (value, None),
+    };
+    token.len() == 32
+        && token
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        && holder.is_none_or(|h| Holder::parse(h).is_some())
+}
+
 /// How far apart (ms) an older client's side key's TTL and its lock key's may be for the side
 /// key to be read as the lock's label: that client's scripts set and extend both in one call,
 /// with one TTL, so they are equal but for the read's own time. A side key left behind by a lock
@@ -131,6 +145,19 @@ impl Holder {
                 "the holder label holds a control character (a newline?); use plain text".into(),
             );
         }
+        // The label ends the owner value, and the value `fencelock acquire` prints ends in
+        // `.ttl<ms>ms`: a label ending so would be read as that suffix.
+        if let Some((_, tail)) = label.rsplit_once(".ttl") {
+            if tail
+                .strip_suffix("ms")
+                .is_some_and(|ms| !ms.is_empty() && ms.bytes().all(|b| b.is_ascii_digit()))
+            {
+                return Err(format!(
+                    "the holder label ends in {:?}, which reads as the TTL suffix of an owner value; end it otherwise",
+                    format!(".ttl{tail}")
+                ));
+            }
+        }
         Ok(())
     }
 }
@@ -197,6 +224,27 @@ mod tests {
         assert_eq!(Holder::parse(&l.to_string()), Some(l));
         assert_eq!(Holder::parse("a random token"), None);
         assert_eq!(Holder::parse("host=x pid=notanumber"), None);
+    }
+
+    #[test]
+    fn owner_values_are_told_from_other_programs_values() {
+        let token = "0123456789abcdef0123456789abcdef";
+        let labelled = owner_value(token, Some(&Holder::this_process().to_string()));
+        assert!(is_owner_value(token));
+        assert!(is_owner_value(&labelled));
+        assert!(!is_owner_value("0123456789ABCDEF0123456789ABCDEF"));
+        assert!(!is_owner_value("redsync value"));
+        assert!(!is_owner_value(&format!("{token} not a holder")));
+        assert!(!is_owner_value(&token[1..]));
+    }
+
+    #[test]
+    fn a_label_that_ends_like_the_ttl_suffix_is_refused() {
+        let h = Holder::this_process();
+        assert!(h.clone().with_label("backup.ttl5000ms").check().is_err());
+        assert!(h.clone().with_label("backup.ttl").check().is_ok());
+        assert!(h.clone().with_label("a.ttl5000ms later").check().is_ok());
+        assert!(h.with_label("backup.ttlms").check().is_ok());
     }
 
     #[test]

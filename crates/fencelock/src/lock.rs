@@ -101,8 +101,10 @@ impl Lock {
         &self.keys
     }
 
-    /// The random value that owns the key (128 bits, hex; with etcd, the lock key's name).
-    /// Whoever knows it can release or extend the lock: treat it as a secret.
+    /// The value that owns the key: 128 random bits in hex, followed on Redis by a space and the
+    /// holder label when the client has one (`host=.. pid=..[ label=..]`, so it may hold
+    /// spaces); with etcd, the lock key's name. Whoever knows it can release or extend the
+    /// lock: treat it as a secret.
     pub fn owner(&self) -> &str {
         self.held.owner()
     }

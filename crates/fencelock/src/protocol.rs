@@ -182,6 +182,13 @@ pub fn owner_holder(value: &str) -> Option<crate::Holder> {
     crate::holder::owner_holder(value)
 }
 
+/// Whether `value` is an owner value a fencelock client stores: the 32 lowercase hex digits of
+/// its token, alone or followed by a space and a holder ([`owner_holder`]). Anything else in a
+/// lock key is some other program's value.
+pub fn is_owner_value(value: &str) -> bool {
+    crate::holder::is_owner_value(value)
+}
+
 /// How far apart (ms) an older client's [`holder_key`] TTL and its lock key's may be, read
 /// together, for the side key to name that lock's holder: older versions set and extend both
 /// in one script with one TTL. A side key whose TTL differs was left behind by a lock key lost

@@ -119,13 +119,13 @@ impl NodeState {
     }
 
     /// Whether the key is a string without a TTL that is not an owner value (32 lowercase hex
-    /// digits): some program's value, not a lock whose TTL was removed (that one is waited for).
+    /// digits, alone or with the holder after a space): some program's value, not a lock whose
+    /// TTL was removed (that one is waited for).
     pub(crate) fn is_plain_value(&self) -> bool {
-        let owner_like = self.owner.as_deref().is_some_and(|t| {
-            t.len() == 32
-                && t.bytes()
-                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-        });
+        let owner_like = self
+            .owner
+            .as_deref()
+            .is_some_and(fencelock::protocol::is_owner_value);
         self.key_type.as_deref() == Some("string") && self.pttl_ms == Some(-1) && !owner_like
     }
 
@@ -266,7 +266,8 @@ async fn holder_of(
         .query(&read)
         .await
         .map_err(|why| format!("reading {side} failed: {why}"))?;
-    let same_ttl = lock_ms > 0 && (lock_ms - side_ms).abs() <= protocol::LEGACY_HOLDER_SLACK_MS;
+    let same_ttl =
+        lock_ms > 0 && side_ms > 0 && (lock_ms - side_ms).abs() <= protocol::LEGACY_HOLDER_SLACK_MS;
     Ok(label.filter(|_| same_ttl))
 }
 

@@ -84,11 +84,29 @@ fn check_label(
     lock: &fencelock::Lock,
     granted_by: &[usize],
 ) {
+    check_label_of(
+        world,
+        history,
+        (c, holder),
+        (lock.owner(), lock.resources()),
+        granted_by,
+    );
+}
+
+/// As [`check_label`], for the lock owned by `owner` on `resources` (an auto-extended one
+/// after its extensions too: a side key left behind must not take the holder's TTL).
+fn check_label_of(
+    world: &World,
+    history: &RefCell<History>,
+    (c, holder): (usize, Option<&Holder>),
+    (owner, resources): (&str, &[String]),
+    granted_by: &[usize],
+) {
     let want = holder.map(ToString::to_string);
     for &i in granted_by {
-        for resource in lock.resources() {
+        for resource in resources {
             // A node that lost its data since it granted shows nothing, which is no lie.
-            if world.get(i, resource).as_deref() != Some(lock.owner()) {
+            if world.get(i, resource).as_deref() != Some(owner) {
                 continue;
             }
             let seen = label_on(world, i, resource);
@@ -201,10 +219,27 @@ async fn one_turn(
         .collect();
     check_label(world, history, (s.c, holder), &lock, &who.1);
     if op >= 85 && gs.len() == 1 {
+        let resources = lock.resources().to_vec();
+        if holder.is_none() {
+            // An older client's label left behind by a lock lost without it (a `DEL` by hand):
+            // the extensions must not give it this lock's TTL.
+            let side = fencelock::protocol::holder_key(&resources[0]);
+            for &i in &who.1 {
+                world.by_hand(i, &["SET", &side, STALE, "PX", "20000"]);
+            }
+        }
         let guard = lock.auto_extend(AutoExtend::new());
         history.borrow_mut().grants[gs[0]].lost = Some(guard.lost());
         let ms = world.rng(|r| r.u64(100..2 * s.ttl));
-        hold_watching(world, history, gs[0], &guard, ms).await;
+        if !hold_watching(world, history, gs[0], &guard, ms).await {
+            check_label_of(
+                world,
+                history,
+                (s.c, holder),
+                (guard.owner(), &resources),
+                &who.1,
+            );
+        }
         let _ = guard.release().await;
         return;
     }

@@ -90,7 +90,7 @@ pub(crate) struct RedisBackend {
     waited_for: Mutex<HashMap<String, Instant>>,
     /// Which nodes answer, for the warning when one stops (`telemetry.rs`).
     health: Arc<crate::telemetry::NodeHealth>,
-    /// The holder label every acquisition stores beside its keys, as text (`holder.rs`).
+    /// The holder label every acquisition carries in its keys' value, as text (`holder.rs`).
     holder: Option<Box<str>>,
 }
 

@@ -1,8 +1,9 @@
--- The holder label (see holder.rs), when the acquisition is given one: hold(key, label, ttl)
--- leaves it at the side key protocol::holder_key names, with the lock's TTL. The name is
--- built here, as the release script builds its channel names: the scripts keep their KEYS, and
--- other clients' calls of them, without a label, change nothing.
--- holder_key(key): that side key, for the scripts that extend and delete it with the lock.
+-- The holder label of older versions (see holder.rs): hold(key, label, ttl) left it at the
+-- side key protocol::holder_key names, with the lock's TTL. This version keeps the holder in
+-- the lock key's value and passes no label (hold does nothing then); the release still deletes
+-- an older client's side key with the lock. The name is built here, as the release script
+-- builds its channel names: the scripts keep their KEYS.
+-- holder_key(key): that side key.
 local function holder_key(key)
   return 'fencelock:holder:' .. key
 end
