@@ -62,6 +62,10 @@ mutant holder-stale-side-key-trusted "a reader takes an older client's label key
   crates/fencelock/src/holder.rs \
   's/pub\(crate\) const LEGACY_HOLDER_SLACK_MS: i64 = 10;/pub(crate) const LEGACY_HOLDER_SLACK_MS: i64 = i64::MAX \/ 4;/' \
   "-p fencelock-sim --test sim labelled_and_unlabelled_clients_exclude_each_other_and_show_their_own_holder_seeds_0_to_99"
+mutant labelled-owner-not-an-owner "a lock key whose value carries the holder label is taken for another program's value once its TTL is removed: run exits 2 and tells the operator to delete a live lock (issue 33 review)" \
+  crates/fencelock-cli/src/probe/redis.rs \
+  's/\.is_some_and\(fencelock::protocol::is_owner_value\);/.is_some_and(|v| v.len() == 32 \&\& fencelock::protocol::is_owner_value(v));/' \
+  "-p fencelock-cli --test run_ops a_signal_while_waiting_ends_the_wait_at_once_and_runs_nothing"
 mutant extend-keeps-side-key "the extension extends an older client's holder side key with the lock: a side key left behind by a lost lock takes the new holder's TTL and names it (issue 33)" \
   crates/fencelock/src/redis/lua/extend.lua \
   's/  redis\.call\(\x27pexpire\x27, KEYS\[i\], ARGV\[2\]\)\n/  redis.call(\x27pexpire\x27, KEYS[i], ARGV[2])\n  redis.call(\x27pexpire\x27, holder_key(KEYS[i]), ARGV[2])\n/' \
