@@ -78,5 +78,8 @@ pub(crate) async fn acquire(
     }
     // The lock outlives this process on purpose: dropping it would release it in the background.
     std::mem::forget(lock);
+    // The round returned at a majority: let the other nodes' grants reach them before exiting
+    // (bounded by two node timeouts), or the lock stands on a bare majority.
+    client.close().await;
     Ok(exit::OK)
 }

@@ -197,7 +197,11 @@ impl RedisBackend {
                 }
                 _ => Vec::new(),
             };
-            let counted = releasing.then(|| Background::count(&self.background));
+            // A release's, and an acquisition's: a short-lived process (the CLI's `acquire`)
+            // that closes its client before exiting lets its last nodes' grants reach them, so
+            // the lock is not left on a bare majority.
+            let counted =
+                (releasing || acquiring.is_some()).then(|| Background::count(&self.background));
             // The late answers still tell whether their nodes answer (`telemetry.rs`).
             let (health, all, nodes) = (self.health.clone(), self.nodes.clone(), nodes.to_vec());
             tokio::spawn(async move {
