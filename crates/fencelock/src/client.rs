@@ -265,7 +265,10 @@ impl Client {
     /// # }
     /// ```
     ///
-    /// The client stays usable; locks still held are not touched.
+    /// The client stays usable; locks still held are not touched. On Redis it also waits, within
+    /// the same bound, for the late requests of acquisitions that returned at a majority, so
+    /// that a process that takes a lock and exits (as `fencelock acquire` does) leaves it on
+    /// every node that answers, not on a bare majority.
     ///
     /// # Cancel safety
     ///
