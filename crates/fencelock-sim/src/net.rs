@@ -600,12 +600,7 @@ impl Connector for Net {
                 .send((Endpoint::Sentinel(g, k), 0, server))
                 .is_err()
             {
-                return Box::pin(async {
-                    Err(io::Error::new(
-                        io::ErrorKind::ConnectionRefused,
-                        "the simulation has ended",
-                    ))
-                });
+                return ended();
             }
             return Box::pin(async move { Ok(Box::new(client) as Box<dyn Stream>) });
         }
@@ -635,15 +630,20 @@ impl Connector for Net {
             .send((Endpoint::Node(i), conn, server))
             .is_err()
         {
-            return Box::pin(async {
-                Err(io::Error::new(
-                    io::ErrorKind::ConnectionRefused,
-                    "the simulation has ended",
-                ))
-            });
+            return ended();
         }
         Box::pin(async move { Ok(Box::new(client) as Box<dyn Stream>) })
     }
+}
+
+/// A connection opened after the run's acceptor stopped.
+fn ended() -> Connecting {
+    Box::pin(async {
+        Err(io::Error::new(
+            io::ErrorKind::ConnectionRefused,
+            "the simulation has ended",
+        ))
+    })
 }
 
 /// A Sentinel's connection: `SENTINEL GET-MASTER-ADDR-BY-NAME` answers the node this Sentinel
