@@ -13,6 +13,45 @@ const FAILOVER_DEADLINE: Duration = Duration::from_secs(60);
 
 const TAG: &str = "{fencelock}";
 
+/// After a slot move: the auto-extended lock was never lost and its key is on the importing
+/// node `to`; A's three locks are released; B, fenced, then gets `moving-fenced` with a token
+/// above A's `t1`.
+async fn after_the_move(
+    cluster: &RedisCluster,
+    to: usize,
+    (fenced, plain, auto): (fencelock::Lock, fencelock::Lock, fencelock::LockGuard),
+    b: &Client,
+    t1: u64,
+) {
+    let auto_lost = auto.lost();
+    assert!(
+        !auto_lost.is_fired(),
+        "the auto-extended lock was lost after the move: {:?}",
+        auto_lost.cause()
+    );
+    assert_eq!(
+        cluster
+            .node(to)
+            .cli(&["GET", &tagged("moving-auto")])
+            .unwrap(),
+        auto.owner()
+    );
+    fenced.release().await.unwrap();
+    plain.release().await.unwrap();
+    auto.release().await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(40);
+    let next = loop {
+        match b.try_acquire("moving-fenced").await {
+            Ok(lock) => break lock,
+            Err(e) => assert!(Instant::now() < deadline, "B never got the lock: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    let t2 = next.fencing_token().unwrap().value();
+    assert!(t2 > t1, "B was issued {t2} after A's {t1}");
+    next.release().await.unwrap();
+}
+
 /// `key` as it lives on the cluster.
 fn tagged(key: &str) -> String {
     format!("{TAG}{key}")
@@ -440,32 +479,7 @@ async fn a_slot_move_is_followed_by_ask_within_the_round_and_never_gives_a_secon
             .unwrap(),
         fenced.owner()
     );
-    assert!(
-        !auto_lost.is_fired(),
-        "the auto-extended lock was lost after the move: {:?}",
-        auto_lost.cause()
-    );
-    assert_eq!(
-        cluster
-            .node(to)
-            .cli(&["GET", &tagged("moving-auto")])
-            .unwrap(),
-        auto.owner()
-    );
-    fenced.release().await.unwrap();
-    plain.release().await.unwrap();
-    auto.release().await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(40);
-    let next = loop {
-        match b.try_acquire("moving-fenced").await {
-            Ok(lock) => break lock,
-            Err(e) => assert!(Instant::now() < deadline, "B never got the lock: {e}"),
-        }
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    };
-    let t2 = next.fencing_token().unwrap().value();
-    assert!(t2 > t1, "B was issued {t2} after A's {t1}");
-    next.release().await.unwrap();
+    after_the_move(&cluster, to, (fenced, plain, auto), &b, t1).await;
     pb.try_acquire("moving-plain")
         .await
         .unwrap()
@@ -861,33 +875,8 @@ async fn a_slot_moved_key_by_key_keeps_extending_releases_and_reads_the_election
         "the waiter got the lock before its release"
     );
     line_lock.release().await.unwrap();
-    assert!(
-        !auto_lost.is_fired(),
-        "the auto-extended lock was lost after the move: {:?}",
-        auto_lost.cause()
-    );
-    assert_eq!(
-        cluster
-            .node(to)
-            .cli(&["GET", &tagged("moving-auto")])
-            .unwrap(),
-        auto.owner()
-    );
-    fenced.release().await.unwrap();
-    plain.release().await.unwrap();
-    auto.release().await.unwrap();
     leadership.resign().await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(40);
-    let next = loop {
-        match b.try_acquire("moving-fenced").await {
-            Ok(lock) => break lock,
-            Err(e) => assert!(Instant::now() < deadline, "B never got the lock: {e}"),
-        }
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    };
-    let t2 = next.fencing_token().unwrap().value();
-    assert!(t2 > t1, "B was issued {t2} after A's {t1}");
-    next.release().await.unwrap();
+    after_the_move(&cluster, to, (fenced, plain, auto), &b, t1).await;
 }
 
 /// Renders a one-command reply of the test kit, an error reply included.
