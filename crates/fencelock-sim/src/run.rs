@@ -485,7 +485,7 @@ pub fn run(seed: u64, opts: &Options) -> Outcome {
             // apart by that (a pause stops them all).
             let list: Vec<String> = list
                 .iter()
-                .map(|u| u.replacen("redis://", &format!("redis://c{c}:sim@"), 1))
+                .map(|u| as_client(u, c))
                 .collect();
             let config = Config::new(list)
                 .with_ttl(Duration::from_millis(ttl))
@@ -1051,31 +1051,20 @@ fn scripted_client(
     scripted_client_with(world, urls, c, (ttl, timeout), true, 0)
 }
 
-/// A client of a scripted run; fenced (quarantine off) when `quarantine` is false, its wall
-/// clock `wall` ms off the run's.
-fn scripted_client_with(
+/// `url` with the user name client `c` authenticates as (`c<client>`: the network tells its
+/// connections apart by it), whatever the scheme.
+fn as_client(url: &str, c: usize) -> String {
+    url.replacen("://", &format!("://c{c}:sim@"), 1)
+}
+
+/// The client of a scripted run for `config`, and its setup; `None` (logged) when the
+/// configuration is refused.
+fn open_client(
     world: &World,
-    urls: &[String],
     c: usize,
-    (ttl, timeout): (u64, u64),
-    quarantine: bool,
-    wall: i64,
+    config: Config,
+    (ttl, quarantine, fencing, wall): (u64, bool, bool, i64),
 ) -> Option<(Client, Setup)> {
-    let fencing = !quarantine;
-    let list: Vec<String> = urls
-        .iter()
-        .map(|u| u.replacen("redis://", &format!("redis://c{c}:sim@"), 1))
-        .collect();
-    let config = Config::new(list)
-        .with_ttl(Duration::from_millis(ttl))
-        .with_node_timeout(Duration::from_millis(timeout))
-        .with_quarantine(quarantine)
-        .with_fencing(fencing);
-    world.log(format!(
-        "client {c}: ttl {ttl}ms, node timeout {timeout}ms, fencing {}, quarantine {}, wall clock {wall}ms",
-        if fencing { "on" } else { "off" },
-        if quarantine { "on" } else { "off" }
-    ));
     let client = match Client::new(config) {
         Ok(client) => client,
         Err(e) => {
@@ -1094,6 +1083,31 @@ fn scripted_client_with(
         quiet_gaps: false,
     };
     Some((client, setup))
+}
+
+/// A client of a scripted run; fenced (quarantine off) when `quarantine` is false, its wall
+/// clock `wall` ms off the run's.
+fn scripted_client_with(
+    world: &World,
+    urls: &[String],
+    c: usize,
+    (ttl, timeout): (u64, u64),
+    quarantine: bool,
+    wall: i64,
+) -> Option<(Client, Setup)> {
+    let fencing = !quarantine;
+    let list: Vec<String> = urls.iter().map(|u| as_client(u, c)).collect();
+    let config = Config::new(list)
+        .with_ttl(Duration::from_millis(ttl))
+        .with_node_timeout(Duration::from_millis(timeout))
+        .with_quarantine(quarantine)
+        .with_fencing(fencing);
+    world.log(format!(
+        "client {c}: ttl {ttl}ms, node timeout {timeout}ms, fencing {}, quarantine {}, wall clock {wall}ms",
+        if fencing { "on" } else { "off" },
+        if quarantine { "on" } else { "off" }
+    ));
+    open_client(world, c, config, (ttl, quarantine, fencing, wall))
 }
 
 /// Sleeps until virtual ms `at` of the run.

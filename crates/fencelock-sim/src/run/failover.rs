@@ -24,16 +24,7 @@ fn client(
     c: usize,
     (ttl, fencing, wall): (u64, bool, i64),
 ) -> Option<(Client, Setup)> {
-    let list: Vec<String> = urls
-        .iter()
-        .map(|u| {
-            u.replacen(
-                "redis+sentinel://",
-                &format!("redis+sentinel://c{c}:sim@"),
-                1,
-            )
-        })
-        .collect();
+    let list: Vec<String> = urls.iter().map(|u| super::as_client(u, c)).collect();
     let config = Config::new(list)
         .with_ttl(Duration::from_millis(ttl))
         .with_node_timeout(Duration::from_millis(200))
@@ -44,24 +35,7 @@ fn client(
         urls.len(),
         if fencing { "on" } else { "off" }
     ));
-    let client = match Client::new(config) {
-        Ok(client) => client,
-        Err(e) => {
-            world.log(format!("client {c}: refused configuration: {e}"));
-            return None;
-        }
-    };
-    let setup = Setup {
-        c,
-        ttl,
-        quarantine: true,
-        fencing,
-        wall: Rc::new(Cell::new(wall)),
-        paused: Rc::new(Cell::new((i64::MAX, i64::MIN))),
-        plain_only: true,
-        quiet_gaps: false,
-    };
-    Some((client, setup))
+    super::open_client(world, c, config, (ttl, true, fencing, wall))
 }
 
 /// Takes `resource` once; the grant is recorded (the checker judges it), the error logged.

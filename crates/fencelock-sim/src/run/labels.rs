@@ -26,10 +26,7 @@ fn client(world: &World, urls: &[String], c: usize) -> Option<(Client, Setup, Op
     let (ttl, labelled) = [(1000, true), (4000, false), (4000, true), (1000, false)][c];
     let holder = labelled.then(|| Holder::parse(&format!("host=sim pid={c} label=client {c}")));
     let holder = holder.flatten();
-    let list: Vec<String> = urls
-        .iter()
-        .map(|u| u.replacen("redis://", &format!("redis://c{c}:sim@"), 1))
-        .collect();
+    let list: Vec<String> = urls.iter().map(|u| super::as_client(u, c)).collect();
     let mut config = Config::new(list)
         .with_ttl(Duration::from_millis(ttl))
         .with_node_timeout(Duration::from_millis(50))

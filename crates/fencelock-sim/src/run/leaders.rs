@@ -15,10 +15,7 @@ type Tasks = Vec<tokio::task::JoinHandle<()>>;
 /// A client of this scenario: fencing and the quarantine both on (terms are fencing tokens),
 /// TTL 1 s, node timeout 200 ms.
 fn client(world: &World, urls: &[String], c: usize) -> Option<(Client, Setup)> {
-    let list: Vec<String> = urls
-        .iter()
-        .map(|u| u.replacen("redis://", &format!("redis://c{c}:sim@"), 1))
-        .collect();
+    let list: Vec<String> = urls.iter().map(|u| super::as_client(u, c)).collect();
     let config = Config::new(list)
         .with_ttl(Duration::from_millis(1000))
         .with_node_timeout(Duration::from_millis(200))
