@@ -4,12 +4,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::{Cmd, RedisError, RedisResult, Script, Value};
+use redis::{Cmd, Pipeline, RedisError, RedisResult, Script, Value};
 
 use super::extender::{Count, ExtendedLock};
 use super::guard::{FenceRead, WriteBack, LOST_COUNTER};
 use super::order::Slot;
-use super::round::{AnnounceAhead, Answer, Mode, Round, WantsMore};
+use super::round::{AnnounceAhead, Answer, Marked, MarkerCell, Mode, Round, WantsMore};
 use super::{scripts, RedisBackend};
 use crate::pure::fencing;
 use crate::pure::queue::{self, Ticket};
@@ -49,7 +49,7 @@ impl RedisBackend {
             Mode::UntilQuorum,
             &self.all,
             self.settings.connect_timeout,
-            |_conn, _| async { Ok(Answer::Granted(())) },
+            |_conn, _, _| async { Ok(Answer::Granted(())) },
         )
         .await
         .votes
@@ -62,7 +62,7 @@ impl RedisBackend {
             all,
             &self.all,
             self.settings.connect_timeout,
-            |_conn, _| async { Ok(Answer::Granted(())) },
+            |_conn, _, _| async { Ok(Answer::Granted(())) },
         )
         .await
         .votes
@@ -109,15 +109,21 @@ impl RedisBackend {
                     .arg(t.lease_ms())
                     .arg(ttl_millis(queue::keep(t.lease)));
             }
-            let cmd = Arc::new(cmd);
+            let cmd = Arc::new(Marked::new(cmd, self.checks_markers()));
             let mode = Mode::Acquire { token, ahead: None };
             return self
-                .round(mode, &self.all, node_timeout, move |mut conn, slot| {
+                .round(mode, &self.all, node_timeout, move |mut conn, slot, marker| {
                     let cmd = cmd.clone();
                     async move {
                         // The permit script judges no proposal: three fields, never accepted.
-                        let (set, counter, exists): (i64, String, i64) =
-                            eval_ordered(&scripts::ACQUIRE_PERMIT, &cmd, &mut conn, &slot).await?;
+                        let (set, counter, exists): (i64, String, i64) = send_marked(
+                            Some(&scripts::ACQUIRE_PERMIT),
+                            &cmd,
+                            &mut conn,
+                            &slot,
+                            marker,
+                        )
+                        .await?;
                         counter_answer((set, counter, exists, 0), fencing)
                     }
                 })
@@ -146,14 +152,20 @@ impl RedisBackend {
             if fencing {
                 cmd.arg(proposal);
             }
-            let cmd = Arc::new(cmd);
+            let cmd = Arc::new(Marked::new(cmd, self.checks_markers()));
             let mode = Mode::Acquire { token, ahead: None };
             return self
-                .round(mode, &self.all, node_timeout, move |mut conn, slot| {
+                .round(mode, &self.all, node_timeout, move |mut conn, slot, marker| {
                     let cmd = cmd.clone();
                     async move {
-                        let reply =
-                            eval_ordered(&scripts::ACQUIRE_QUEUED, &cmd, &mut conn, &slot).await?;
+                        let reply = send_marked(
+                            Some(&scripts::ACQUIRE_QUEUED),
+                            &cmd,
+                            &mut conn,
+                            &slot,
+                            marker,
+                        )
+                        .await?;
                         counter_answer(reply, fencing)
                     }
                 })
@@ -192,7 +204,8 @@ impl RedisBackend {
             cmd
         };
         let plain_set = !fencing && keys.len() == 1 && mark.is_none();
-        let (cmd, script) = (Arc::new(cmd), !fencing && !plain_set);
+        let cmd = Arc::new(Marked::new(cmd, self.checks_markers()));
+        let script = !fencing && !plain_set;
         // A single node has no other node to learn from: it announces nothing, and its restart
         // quarantine is its client's own TTL. A Sentinel node announces: its replicas keep the
         // record, which the quarantine after a failover reads (`round.rs`).
@@ -203,23 +216,23 @@ impl RedisBackend {
             limit: node_timeout,
         });
         let mode = Mode::Acquire { token, ahead };
-        self.round(mode, &self.all, node_timeout, move |mut conn, slot| {
+        self.round(mode, &self.all, node_timeout, move |mut conn, slot, marker| {
             let cmd = cmd.clone();
             async move {
                 if fencing {
-                    let reply =
-                        eval_ordered(&scripts::ACQUIRE_FENCED, &cmd, &mut conn, &slot).await?;
+                    let script = Some(&*scripts::ACQUIRE_FENCED);
+                    let reply = send_marked(script, &cmd, &mut conn, &slot, marker).await?;
                     counter_answer(reply, true)
                 } else if script {
-                    let set: i64 =
-                        eval_ordered(&scripts::ACQUIRE_MANY, &cmd, &mut conn, &slot).await?;
+                    let script = Some(&*scripts::ACQUIRE_MANY);
+                    let set: i64 = send_marked(script, &cmd, &mut conn, &slot, marker).await?;
                     Ok(if set == 1 {
                         Answer::Granted(FenceRead::default())
                     } else {
                         Answer::HeldByOther
                     })
                 } else {
-                    let reply: Value = cmd.query_async(&mut conn).await?;
+                    let reply: Value = send_marked(None, &cmd, &mut conn, &slot, marker).await?;
                     Ok(match reply {
                         Value::Nil => Answer::HeldByOther,
                         _ => Answer::Granted(FenceRead::default()),
@@ -248,7 +261,7 @@ impl RedisBackend {
             all,
             &self.all,
             self.settings.node_timeout,
-            move |mut conn, _| {
+            move |mut conn, _, _| {
                 let pipe = pipe.clone();
                 async move {
                     let () = pipe.query_async(&mut conn).await?;
@@ -285,7 +298,7 @@ impl RedisBackend {
         }
         let cmd = Arc::new(cmd);
         let limit = self.settings.node_timeout;
-        self.round(Mode::UntilQuorum, nodes, limit, move |mut conn, _| {
+        self.round(Mode::UntilQuorum, nodes, limit, move |mut conn, _, _| {
             let cmd = cmd.clone();
             async move {
                 let done: i64 = eval(&scripts::WRITE_BACK, &cmd, &mut conn).await?;
@@ -307,7 +320,7 @@ impl RedisBackend {
         let mut cmd = evalsha(&scripts::EXTEND, keys);
         cmd.arg(token).arg(ttl_millis(self.settings.ttl));
         let cmd = Arc::new(cmd);
-        self.round(Mode::UntilQuorum, &self.all, limit, move |conn, _| {
+        self.round(Mode::UntilQuorum, &self.all, limit, move |conn, _, _| {
             let cmd = cmd.clone();
             let mut conn = conn.retrying_splits_until(split_deadline(limit));
             async move { if_owned(&scripts::EXTEND, &cmd, &mut conn).await }
@@ -346,7 +359,7 @@ impl RedisBackend {
         } else {
             Mode::All { after: Some(after) }
         };
-        self.round(mode, &self.all, limit, move |conn, _| {
+        self.round(mode, &self.all, limit, move |conn, _, _| {
             let cmd = cmd.clone();
             let mut conn = conn.retrying_splits_until(split_deadline(limit));
             async move {
@@ -401,7 +414,7 @@ impl RedisBackend {
         }
         let pipe = Arc::new(pipe);
         let round = self
-            .round(Mode::UntilQuorum, &self.all, timeout, move |conn, _| {
+            .round(Mode::UntilQuorum, &self.all, timeout, move |conn, _, _| {
                 let pipe = pipe.clone();
                 let mut conn = conn.retrying_splits_until(split_deadline(timeout));
                 async move {
@@ -576,6 +589,61 @@ pub(super) async fn eval_ordered<T: redis::FromRedisValue>(
         }
         other => other,
     }
+}
+
+/// Sends an acquisition's command (an `EVALSHA` of `script`, or with `None` a plain command) as
+/// [`eval_ordered`] does; with `marker` (the node checks its marker behind each grant), as the
+/// pipeline of `cmd` and `GET` of the marker, and leaves what that `GET` read in `marker`. After
+/// `NOSCRIPT` the pipeline is sent again whole, so the marker read is the one right behind the
+/// command that ran.
+pub(super) async fn send_marked<T: redis::FromRedisValue>(
+    script: Option<&Script>,
+    cmd: &Marked,
+    conn: &mut super::tagged::NodeConnection,
+    slot: &Slot,
+    marker: Option<MarkerCell>,
+) -> RedisResult<T> {
+    let (Some(cell), Some(pipe)) = (marker, &cmd.pipe) else {
+        return match script {
+            Some(script) => eval_ordered(script, &cmd.cmd, conn, slot).await,
+            None => cmd.cmd.query_async(conn).await,
+        };
+    };
+    let (mut reply, mut found) = query_marked(pipe, conn).await?;
+    if let (Some(script), Value::ServerError(e)) = (script, &reply) {
+        if e.kind() == Some(redis::ServerErrorKind::NoScript) {
+            if slot.resend().is_err() {
+                return Err(RedisError::from((
+                    redis::ErrorKind::Client,
+                    "not sent again after NOSCRIPT: the lock is being released",
+                )));
+            }
+            // Rare: boxed, so that its state does not weigh on every request's future.
+            Box::pin(script.load_async(conn)).await?;
+            (reply, found) = Box::pin(query_marked(pipe, conn)).await?;
+        }
+    }
+    let reply = redis::from_redis_value(reply.extract_error()?)?;
+    let _ = cell.set(found);
+    Ok(reply)
+}
+
+/// One request of `Marked`'s pipeline: the command's reply (an error stays a value, for the
+/// caller to judge) and the marker read behind it.
+async fn query_marked(
+    pipe: &Pipeline,
+    conn: &mut super::tagged::NodeConnection,
+) -> RedisResult<(Value, Option<String>)> {
+    let mut replies: Vec<Value> = pipe.query_async(conn).await?;
+    let (Some(found), Some(reply), true) = (replies.pop(), replies.pop(), replies.is_empty())
+    else {
+        return Err(RedisError::from((
+            redis::ErrorKind::Client,
+            "the node's pipeline of a command and its marker read came back with another count",
+        )));
+    };
+    let found = redis::from_redis_value(found.extract_error()?)?;
+    Ok((reply, found))
 }
 
 /// Runs a script that acts only if every key holds our token: its reply is 1 (done) or 0 (some

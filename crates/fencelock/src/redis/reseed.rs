@@ -39,7 +39,7 @@ impl RedisBackend {
             .arg(if create { "1" } else { "0" });
         let cmd = Arc::new(cmd);
         let all = Mode::All { after: None };
-        self.round(all, &self.all, node_timeout, move |mut conn, _| {
+        self.round(all, &self.all, node_timeout, move |mut conn, _, _| {
             let cmd = cmd.clone();
             async move {
                 let (raised, counter): (i64, String) = eval(&RESEED, &cmd, &mut conn).await?;

@@ -116,7 +116,11 @@ impl RedisBackend {
     ) -> Round<T>
     where
         T: Send + 'static + WantsMore,
-        F: Fn(super::tagged::NodeConnection, order::Slot) -> Fut + Clone + Send + Sync + 'static,
+        F: Fn(super::tagged::NodeConnection, order::Slot, Option<MarkerCell>) -> Fut
+            + Clone
+            + Send
+            + Sync
+            + 'static,
         Fut: Future<Output = Result<Answer<T>, RedisError>> + Send + 'static,
     {
         let need = self.quorum.min(nodes.len().max(1));
@@ -289,7 +293,11 @@ impl RedisBackend {
     ) -> Inflight<impl Future<Output = Result<Answer<T>, NodeFailure>> + Send + 'static>
     where
         T: Send + 'static,
-        F: Fn(super::tagged::NodeConnection, order::Slot) -> Fut + Clone + Send + Sync + 'static,
+        F: Fn(super::tagged::NodeConnection, order::Slot, Option<MarkerCell>) -> Fut
+            + Clone
+            + Send
+            + Sync
+            + 'static,
         Fut: Future<Output = Result<Answer<T>, RedisError>> + Send + 'static,
     {
         Inflight::new(nodes.iter().enumerate().map(move |(pos, &i)| {
@@ -337,43 +345,16 @@ impl RedisBackend {
                     ),
                 };
                 // An acquisition under the quarantine reads the node's marker right behind its
-                // request, on the same connection (no extra round trip): a grant counts only if
-                // the node kept its data since the connection judged it (issue 27, item 4).
+                // request, in the same pipeline (one message, one reply: no request of its own):
+                // a grant counts only if the node kept its data since the connection judged it
+                // (issue 27, item 4). The request leaves what it read in `cell` (`Marked`).
                 let checks_marker = quarantine.is_some() && node.quarantine().enabled;
-                let mut marker = None;
+                let cell = checks_marker.then(MarkerCell::default);
                 let answer = match slot {
-                    None => op(handle.conn.clone(), order::Slot::default()).await,
-                    Some((slot, stragglers)) if checks_marker => {
-                        let mut request = std::pin::pin!(op(handle.conn.clone(), slot.clone()));
-                        let first = std::future::poll_fn(|cx| {
-                            std::task::Poll::Ready(request.as_mut().poll(cx))
-                        })
-                        .await;
-                        let handed = slot.handed();
-                        if handed {
-                            stragglers.handed();
-                        }
-                        let rest = async move {
-                            match first {
-                                std::task::Poll::Ready(answer) => answer,
-                                std::task::Poll::Pending => request.await,
-                            }
-                        };
-                        if handed {
-                            // `join` polls the request first: the GET is handed over behind it.
-                            let (answer, found) =
-                                futures_util::future::join(rest, read_marker(&handle)).await;
-                            marker = Some(found);
-                            answer
-                        } else {
-                            // Rare (not handed at its first poll): read after the reply.
-                            let answer = rest.await;
-                            marker = Some(read_marker(&handle).await);
-                            answer
-                        }
-                    }
+                    None => op(handle.conn.clone(), order::Slot::default(), cell.clone()).await,
                     Some((slot, stragglers)) => {
-                        let mut request = std::pin::pin!(op(handle.conn.clone(), slot.clone()));
+                        let mut request =
+                            std::pin::pin!(op(handle.conn.clone(), slot.clone(), cell.clone()));
                         // Its first poll hands the command to the connection's queue (the
                         // multiplexed connection's channel, which serves senders in order): a
                         // release handed over afterwards runs after it on the node.
@@ -390,6 +371,16 @@ impl RedisBackend {
                         }
                     }
                 };
+                // A grant whose request read no marker (it cannot: every acquisition sends
+                // `Marked`) is not counted rather than counted unchecked.
+                let marker = cell.map(|cell| {
+                    cell.get().cloned().ok_or_else(|| {
+                        RedisError::from((
+                            redis::ErrorKind::Client,
+                            "the grant came without the node's marker read behind it",
+                        ))
+                    })
+                });
                 if let (Some(found), Ok(Answer::Granted(_))) = (marker, &answer) {
                     match found {
                         Ok(found) if handle.info.marker_holds(found.as_deref()) => {}
@@ -578,6 +569,12 @@ impl Drop for Background {
 }
 
 impl RedisBackend {
+    /// Whether this client's acquisitions read each node's marker behind their grants (the
+    /// restart quarantine is on): then they send `Marked`'s pipeline.
+    pub(super) fn checks_markers(&self) -> bool {
+        self.nodes.iter().any(|node| node.quarantine().enabled)
+    }
+
     /// How many background releases are counted now.
     pub(crate) fn background_pending(&self) -> usize {
         *self.background.borrow()
@@ -674,18 +671,36 @@ fn time_out(votes: &mut [NodeVote], waited: Duration) {
     }
 }
 
-/// The node's marker (`quarantine::MARKER_KEY`), read on the handle's connection. Boxed: it
-/// rides along every acquisition's request, whose future must stay small.
-fn read_marker(
-    handle: &conn::Handle,
-) -> Pin<Box<dyn Future<Output = Result<Option<String>, RedisError>> + Send>> {
-    let mut conn = handle.conn.clone();
-    Box::pin(async move {
-        redis::cmd("GET")
-            .arg(quarantine::MARKER_KEY)
-            .query_async(&mut conn)
-            .await
-    })
+/// Where an acquisition's request leaves the node's marker (`quarantine::MARKER_KEY`) it read
+/// right behind its command (`Marked`): set once, by the request, when its pipeline answered.
+pub(super) type MarkerCell = Arc<std::sync::OnceLock<Option<String>>>;
+
+/// An acquisition's command, built once per round and sent to every node; for nodes that check
+/// their marker behind each grant (the restart quarantine), the same command followed by `GET`
+/// of the marker in one pipeline: one message on the connection and one reply, so the read
+/// costs no request of its own (before issue 33 it was a second request, boxed and joined,
+/// handed over right behind the first), and the two commands still run adjacent on the node.
+#[derive(Debug)]
+pub(super) struct Marked {
+    pub(super) cmd: redis::Cmd,
+    pub(super) pipe: Option<redis::Pipeline>,
+}
+
+impl Marked {
+    /// `cmd`, and its pipeline with the marker read when `checks_markers`.
+    pub(super) fn new(cmd: redis::Cmd, checks_markers: bool) -> Marked {
+        let pipe = checks_markers.then(|| {
+            let mut pipe = redis::pipe();
+            // Both replies come back as values: the command's error (NOSCRIPT, say) is judged
+            // as a lone command's would be (`ops::send_marked`).
+            pipe.ignore_errors();
+            pipe.add_command(cmd.clone())
+                .cmd("GET")
+                .arg(quarantine::MARKER_KEY);
+            pipe
+        });
+        Marked { cmd, pipe }
+    }
 }
 
 /// Announces `ask.ttl` on the handle's connection ahead of plain grants and keeps the
@@ -723,7 +738,7 @@ mod tests {
             .with_quarantine(false);
         let backend = RedisBackend::new(vec![addr], &config).unwrap();
         let cmd = Arc::new(redis::cmd("PING"));
-        let inflight = backend.launch(&[0], None, None, None, None, move |mut conn, _| {
+        let inflight = backend.launch(&[0], None, None, None, None, move |mut conn, _, _| {
             let cmd = cmd.clone();
             async move {
                 let _: i64 = super::super::ops::eval(&scripts::EXTEND, &cmd, &mut conn).await?;

@@ -14,9 +14,9 @@ use std::time::{Duration, Instant, SystemTime};
 use redis::Value;
 
 use super::extender::ExtendedLock;
-use super::ops::{eval, eval_ordered, evalsha, ttl_millis};
+use super::ops::{eval, evalsha, send_marked, ttl_millis};
 use super::redlock::classify;
-use super::round::{Answer, Mode, Round};
+use super::round::{Answer, Marked, Mode, Round};
 use super::undo::{Side, Undo};
 use super::{scripts, Grant, RedisBackend, RedisHeld};
 use crate::error::{Error, Result};
@@ -121,17 +121,23 @@ impl RedisBackend {
                 .arg(t.lease_ms())
                 .arg(ttl_millis(queue::keep(t.lease)));
         }
-        let cmd = Arc::new(cmd);
+        let cmd = Arc::new(Marked::new(cmd, self.checks_markers()));
         let mode = Mode::Acquire { token, ahead: None };
         self.round(
             mode,
             &self.all,
             self.settings.node_timeout,
-            move |mut conn, slot| {
+            move |mut conn, slot, marker| {
                 let cmd = cmd.clone();
                 async move {
-                    let (granted, record): (i64, String) =
-                        eval_ordered(&scripts::READ_ACQUIRE, &cmd, &mut conn, &slot).await?;
+                    let (granted, record): (i64, String) = send_marked(
+                        Some(&scripts::READ_ACQUIRE),
+                        &cmd,
+                        &mut conn,
+                        &slot,
+                        marker,
+                    )
+                    .await?;
                     let record = record.parse::<u64>().map_err(|_| {
                         redis::RedisError::from((
                             redis::ErrorKind::Parse,
@@ -249,7 +255,7 @@ impl RedisBackend {
         cmd.arg(token).arg(ttl_millis(self.settings.ttl));
         let cmd = Arc::new(cmd);
         let limit = budget.max(Duration::from_millis(1));
-        self.round(Mode::UntilQuorum, &self.all, limit, move |mut conn, _| {
+        self.round(Mode::UntilQuorum, &self.all, limit, move |mut conn, _, _| {
             let cmd = cmd.clone();
             async move {
                 let done: i64 = eval(&scripts::READ_EXTEND, &cmd, &mut conn).await?;
@@ -334,7 +340,7 @@ impl RedisBackend {
             mode,
             &self.all,
             self.settings.node_timeout,
-            move |mut conn, _| {
+            move |mut conn, _, _| {
                 let cmd = cmd.clone();
                 async move {
                     let reply: Value = eval(&scripts::READ_RELEASE, &cmd, &mut conn).await?;
@@ -377,7 +383,7 @@ impl RedisBackend {
         let cmd = Arc::new(cmd);
         let limit = self.settings.node_timeout;
         let round = self
-            .round(Mode::UntilQuorum, &self.all, limit, move |mut conn, _| {
+            .round(Mode::UntilQuorum, &self.all, limit, move |mut conn, _, _| {
                 let cmd = cmd.clone();
                 async move {
                     let done: i64 = eval(&scripts::WRITE_RECORD, &cmd, &mut conn).await?;
