@@ -112,21 +112,26 @@ impl RedisBackend {
             let cmd = Arc::new(Marked::new(cmd, self.checks_markers()));
             let mode = Mode::Acquire { token, ahead: None };
             return self
-                .round(mode, &self.all, node_timeout, move |mut conn, slot, marker| {
-                    let cmd = cmd.clone();
-                    async move {
-                        // The permit script judges no proposal: three fields, never accepted.
-                        let (set, counter, exists): (i64, String, i64) = send_marked(
-                            Some(&scripts::ACQUIRE_PERMIT),
-                            &cmd,
-                            &mut conn,
-                            &slot,
-                            marker,
-                        )
-                        .await?;
-                        counter_answer((set, counter, exists, 0), fencing)
-                    }
-                })
+                .round(
+                    mode,
+                    &self.all,
+                    node_timeout,
+                    move |mut conn, slot, marker| {
+                        let cmd = cmd.clone();
+                        async move {
+                            // The permit script judges no proposal: three fields, never accepted.
+                            let (set, counter, exists): (i64, String, i64) = send_marked(
+                                Some(&scripts::ACQUIRE_PERMIT),
+                                &cmd,
+                                &mut conn,
+                                &slot,
+                                marker,
+                            )
+                            .await?;
+                            counter_answer((set, counter, exists, 0), fencing)
+                        }
+                    },
+                )
                 .await;
         }
         if let (Wait::InLine(ticket), [key]) = (wait, keys) {
@@ -155,20 +160,25 @@ impl RedisBackend {
             let cmd = Arc::new(Marked::new(cmd, self.checks_markers()));
             let mode = Mode::Acquire { token, ahead: None };
             return self
-                .round(mode, &self.all, node_timeout, move |mut conn, slot, marker| {
-                    let cmd = cmd.clone();
-                    async move {
-                        let reply = send_marked(
-                            Some(&scripts::ACQUIRE_QUEUED),
-                            &cmd,
-                            &mut conn,
-                            &slot,
-                            marker,
-                        )
-                        .await?;
-                        counter_answer(reply, fencing)
-                    }
-                })
+                .round(
+                    mode,
+                    &self.all,
+                    node_timeout,
+                    move |mut conn, slot, marker| {
+                        let cmd = cmd.clone();
+                        async move {
+                            let reply = send_marked(
+                                Some(&scripts::ACQUIRE_QUEUED),
+                                &cmd,
+                                &mut conn,
+                                &slot,
+                                marker,
+                            )
+                            .await?;
+                            counter_answer(reply, fencing)
+                        }
+                    },
+                )
                 .await;
         }
         // A waiter that does not queue (several keys) marks the keys as waited for.
@@ -216,30 +226,36 @@ impl RedisBackend {
             limit: node_timeout,
         });
         let mode = Mode::Acquire { token, ahead };
-        self.round(mode, &self.all, node_timeout, move |mut conn, slot, marker| {
-            let cmd = cmd.clone();
-            async move {
-                if fencing {
-                    let script = Some(&*scripts::ACQUIRE_FENCED);
-                    let reply = send_marked(script, &cmd, &mut conn, &slot, marker).await?;
-                    counter_answer(reply, true)
-                } else if script {
-                    let script = Some(&*scripts::ACQUIRE_MANY);
-                    let set: i64 = send_marked(script, &cmd, &mut conn, &slot, marker).await?;
-                    Ok(if set == 1 {
-                        Answer::Granted(FenceRead::default())
+        self.round(
+            mode,
+            &self.all,
+            node_timeout,
+            move |mut conn, slot, marker| {
+                let cmd = cmd.clone();
+                async move {
+                    if fencing {
+                        let script = Some(&*scripts::ACQUIRE_FENCED);
+                        let reply = send_marked(script, &cmd, &mut conn, &slot, marker).await?;
+                        counter_answer(reply, true)
+                    } else if script {
+                        let script = Some(&*scripts::ACQUIRE_MANY);
+                        let set: i64 = send_marked(script, &cmd, &mut conn, &slot, marker).await?;
+                        Ok(if set == 1 {
+                            Answer::Granted(FenceRead::default())
+                        } else {
+                            Answer::HeldByOther
+                        })
                     } else {
-                        Answer::HeldByOther
-                    })
-                } else {
-                    let reply: Value = send_marked(None, &cmd, &mut conn, &slot, marker).await?;
-                    Ok(match reply {
-                        Value::Nil => Answer::HeldByOther,
-                        _ => Answer::Granted(FenceRead::default()),
-                    })
+                        let reply: Value =
+                            send_marked(None, &cmd, &mut conn, &slot, marker).await?;
+                        Ok(match reply {
+                            Value::Nil => Answer::HeldByOther,
+                            _ => Answer::Granted(FenceRead::default()),
+                        })
+                    }
                 }
-            }
-        })
+            },
+        )
         .await
     }
 

@@ -130,14 +130,9 @@ impl RedisBackend {
             move |mut conn, slot, marker| {
                 let cmd = cmd.clone();
                 async move {
-                    let (granted, record): (i64, String) = send_marked(
-                        Some(&scripts::READ_ACQUIRE),
-                        &cmd,
-                        &mut conn,
-                        &slot,
-                        marker,
-                    )
-                    .await?;
+                    let (granted, record): (i64, String) =
+                        send_marked(Some(&scripts::READ_ACQUIRE), &cmd, &mut conn, &slot, marker)
+                            .await?;
                     let record = record.parse::<u64>().map_err(|_| {
                         redis::RedisError::from((
                             redis::ErrorKind::Parse,
@@ -255,17 +250,22 @@ impl RedisBackend {
         cmd.arg(token).arg(ttl_millis(self.settings.ttl));
         let cmd = Arc::new(cmd);
         let limit = budget.max(Duration::from_millis(1));
-        self.round(Mode::UntilQuorum, &self.all, limit, move |mut conn, _, _| {
-            let cmd = cmd.clone();
-            async move {
-                let done: i64 = eval(&scripts::READ_EXTEND, &cmd, &mut conn).await?;
-                Ok(if done == 1 {
-                    Answer::Granted(())
-                } else {
-                    Answer::NotHeld
-                })
-            }
-        })
+        self.round(
+            Mode::UntilQuorum,
+            &self.all,
+            limit,
+            move |mut conn, _, _| {
+                let cmd = cmd.clone();
+                async move {
+                    let done: i64 = eval(&scripts::READ_EXTEND, &cmd, &mut conn).await?;
+                    Ok(if done == 1 {
+                        Answer::Granted(())
+                    } else {
+                        Answer::NotHeld
+                    })
+                }
+            },
+        )
         .await
     }
 
@@ -383,17 +383,22 @@ impl RedisBackend {
         let cmd = Arc::new(cmd);
         let limit = self.settings.node_timeout;
         let round = self
-            .round(Mode::UntilQuorum, &self.all, limit, move |mut conn, _, _| {
-                let cmd = cmd.clone();
-                async move {
-                    let done: i64 = eval(&scripts::WRITE_RECORD, &cmd, &mut conn).await?;
-                    Ok(if done == 1 {
-                        Answer::Granted(())
-                    } else {
-                        Answer::NotHeld
-                    })
-                }
-            })
+            .round(
+                Mode::UntilQuorum,
+                &self.all,
+                limit,
+                move |mut conn, _, _| {
+                    let cmd = cmd.clone();
+                    async move {
+                        let done: i64 = eval(&scripts::WRITE_RECORD, &cmd, &mut conn).await?;
+                        Ok(if done == 1 {
+                            Answer::Granted(())
+                        } else {
+                            Answer::NotHeld
+                        })
+                    }
+                },
+            )
             .await;
         if round.decision == Decision::Reached && Instant::now() < deadline {
             return Ok(());
