@@ -48,6 +48,11 @@ pub struct Keyspace {
     /// `denyoom` command in a script only before its first write: a script that changed data
     /// is not stopped half-way). `None` outside scripts.
     pub(crate) script_wrote: Option<bool>,
+    /// While a script runs on a cluster node: the slot its declared keys hash to and whether
+    /// that slot is migrating away. A command of the script on a key of another slot, or on a
+    /// key missing here while the slot migrates, is refused as Redis 7.0 refuses it ("a non
+    /// local key": the cluster would redirect it, which a script cannot follow).
+    pub(crate) script_slot: Option<(u16, bool)>,
 }
 
 pub(crate) fn arity(name: &str) -> Reply {
@@ -144,6 +149,39 @@ impl Keyspace {
     /// stay this node's own.
     pub fn sync_from(&mut self, primary: &Keyspace) {
         self.map = primary.map.clone();
+    }
+
+    /// Whether `key` lives here.
+    pub fn holds(&mut self, key: &[u8]) -> bool {
+        self.live(key).is_some()
+    }
+
+    /// The live keys whose slot is `slot`.
+    pub fn keys_in_slot(&mut self, slot: u16) -> Vec<Vec<u8>> {
+        let now = self.now;
+        let mut keys: Vec<Vec<u8>> = self
+            .map
+            .iter()
+            .filter(|(k, e)| e.at.is_none_or(|at| now <= at) && crate::slots::key_slot(k) == slot)
+            .map(|(k, _)| k.clone())
+            .collect();
+        keys.sort();
+        keys
+    }
+
+    /// `MIGRATE` of one key to `to`: the key, its value and its expiry leave this keyspace and
+    /// land in `to`'s. `Err` (Redis's `BUSYKEY`) when `to` has the key and `replace` is off;
+    /// `Ok(false)` when the key is not here (Redis's `NOKEY`).
+    pub fn migrate(&mut self, key: &[u8], to: &mut Keyspace, replace: bool) -> Result<bool, ()> {
+        if self.live(key).is_none() {
+            return Ok(false);
+        }
+        if !replace && to.live(key).is_some() {
+            return Err(());
+        }
+        let entry = self.map.remove(key).expect("live above");
+        to.map.insert(key.to_vec(), entry);
+        Ok(true)
     }
 
     /// The number of live keys.

@@ -9,6 +9,7 @@ pub mod net;
 mod node;
 pub mod resp;
 pub mod run;
+pub mod slots;
 
 pub use keyspace::Keyspace;
 pub use node::{sha1, Node, Persistence};

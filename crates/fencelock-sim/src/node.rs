@@ -592,6 +592,14 @@ impl Node {
 
 /// A command a script runs: the data commands, and the few node commands scripts may call.
 fn script_command(ks: &mut Keyspace, cmd: &[Vec<u8>]) -> Reply {
+    if let Some((slot, migrating)) = ks.script_slot {
+        let non_local = crate::slots::command_keys(cmd)
+            .into_iter()
+            .any(|k| crate::slots::key_slot(k) != slot || (migrating && !ks.holds(k)));
+        if non_local {
+            return Reply::err("ERR Script attempted to access a non local key in a cluster node");
+        }
+    }
     let name = String::from_utf8_lossy(&cmd[0]).to_ascii_uppercase();
     match name.as_str() {
         "TIME" => Reply::Array(vec![
