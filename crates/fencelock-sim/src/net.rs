@@ -436,8 +436,14 @@ impl World {
     pub fn cluster_up(&self) {
         self.group_up(2);
         let primaries: Vec<usize> = self.groups.borrow().iter().map(|g| g.members[0]).collect();
+        // As `redis-cli --cluster create` splits them: shard k from round(k * 16384 / n).
+        let n = primaries.len() as f64;
+        let first = |k: usize| (k as f64 * f64::from(SLOTS) / n).round() as usize;
         let owner = (0..usize::from(SLOTS))
-            .map(|s| Some(primaries[s * primaries.len() / usize::from(SLOTS)]))
+            .map(|s| {
+                let k = (0..primaries.len()).rev().find(|&k| first(k) <= s).unwrap_or(0);
+                Some(primaries[k])
+            })
             .collect();
         *self.cluster.borrow_mut() = Some(Cluster {
             owner,
@@ -545,6 +551,14 @@ impl World {
         let mut ks = n.node.keyspace();
         ks.now = now;
         ks.keys_in_slot(slot)
+    }
+
+    /// Runs `args` on node `i` as a client's connection would, right after `ASKING` when
+    /// `asking` (for the conformance test: the node's reply, routed by the cluster if any).
+    pub fn command(&self, i: usize, args: &[&[u8]], asking: bool) -> Reply {
+        let (push, _) = mpsc::unbounded_channel();
+        let args = args.iter().map(|a| a.to_vec()).collect();
+        self.exec(i, u64::MAX, &push, (args, asking)).remove(0)
     }
 
     /// `CLUSTER ...` on node `i` (`own`: the primary it replicates).

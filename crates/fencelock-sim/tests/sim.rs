@@ -208,6 +208,11 @@ fn labelled_and_unlabelled_clients_exclude_each_other_and_show_their_own_holder_
 }
 
 #[test]
+fn redis_cluster_failovers_and_slot_moves_keep_one_holder_and_their_locks_seeds_0_to_99() {
+    scenario(Scenario::Cluster);
+}
+
+#[test]
 fn one_seed_gives_one_trace() {
     // Forty seeds under every fault, each run twice on this thread: a run that reads anything
     // but its seed (a hash map's order, tokio's random choice among ready branches, the OS's
@@ -231,6 +236,7 @@ fn one_seed_gives_one_trace() {
         (Faults::Claimed, Scenario::UntrustedRead, 3),
         (Faults::Claimed, Scenario::TermsPastTenToThe18, 2),
         (Faults::Claimed, Scenario::DeletedBetweenRounds, 3),
+        (Faults::Claimed, Scenario::Cluster, 2),
         (Faults::Claimed, Scenario::CounterLost, 3),
         (Faults::Claimed, Scenario::RecordsExpire, 2),
         (Faults::Claimed, Scenario::CutShort, 2),

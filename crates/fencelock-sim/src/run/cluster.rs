@@ -237,7 +237,9 @@ fn manual(world: Rc<World>, history: Rc<RefCell<History>>, tag: String) -> Part 
         history.borrow_mut().grants[g].ended = Some(world.elapsed_ms());
         let _ = guard.release().await;
 
-        // The waiter: Q waits for `line` (held by M), polling every 20 s.
+        // The waiter: Q waits for `line` (held by M) and `line-b` at once, polling every 20 s.
+        // A lock of several resources is woken by their release channels (one resource waits
+        // in the line, which hands it over by itself).
         let Some((g, lock)) = try_take(&world, &history, (&m, &sm), "line").await else {
             violation(&world, &history, "client 2 (M) was refused line".into());
             return;
@@ -251,7 +253,7 @@ fn manual(world: Rc<World>, history: Rc<RefCell<History>>, tag: String) -> Part 
             &history,
             &sq,
             (Kind::Mutex, "line"),
-            q.acquire_with("line", &slow),
+            q.acquire_many_with(&["line", "line-b"], &slow),
         );
         let release = async {
             tokio::time::sleep(Duration::from_millis(world.rng(|r| r.u64(400..700)))).await;
@@ -330,7 +332,9 @@ fn half(world: Rc<World>, history: Rc<RefCell<History>>, tag: String) -> Part {
                 );
                 break;
             }
-            history.borrow_mut().grants[gf].valid_until = world.elapsed_ms() + 1500;
+            // Extended: the checker judges others against the new validity.
+            history.borrow_mut().grants[gf].valid_until =
+                super::virtual_ms(&world, fenced.validity_deadline());
             if let Some((g, lock)) = try_take(&world, &history, (&b, &sb), "moving-fenced").await {
                 give_back(&world, &history, g, lock).await;
             }
