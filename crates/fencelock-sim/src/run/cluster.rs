@@ -474,10 +474,15 @@ fn keys(world: Rc<World>, history: Rc<RefCell<History>>, tag: String) -> Part {
                     return;
                 }
                 if closing.get() != i64::MAX || is_moved(&lock_key) {
-                    world.log(format!(
-                        "the line's keys never sat apart from its key: {:?}",
-                        moved.borrow()
-                    ));
+                    // The part tests nothing then: the run says so.
+                    violation(
+                        &world,
+                        &history,
+                        format!(
+                            "the line's keys never sat apart from its key: {:?}",
+                            moved.borrow()
+                        ),
+                    );
                     give_back(&world, &history, g, lock).await;
                     return;
                 }
@@ -487,6 +492,11 @@ fn keys(world: Rc<World>, history: Rc<RefCell<History>>, tag: String) -> Part {
         let observed = async {
             while !is_moved(&log) {
                 if closing.get() != i64::MAX {
+                    violation(
+                        &world,
+                        &history,
+                        "the election log's key never moved before the move ended".into(),
+                    );
                     return;
                 }
                 tokio::time::sleep(Duration::from_millis(5)).await;
