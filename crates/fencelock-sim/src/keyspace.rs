@@ -31,6 +31,17 @@ struct Entry {
     at: Option<i64>,
 }
 
+/// What `MIGRATE` of one key did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Migrated {
+    /// `OK`: the key moved.
+    Moved,
+    /// `NOKEY`: the key was not there.
+    NoKey,
+    /// `BUSYKEY`: the target has the key (and `REPLACE` was not given).
+    BusyKey,
+}
+
 /// The keyspace of one node (database 0; SELECT of another database is refused).
 #[derive(Clone, Debug, Default)]
 pub struct Keyspace {
@@ -170,18 +181,17 @@ impl Keyspace {
     }
 
     /// `MIGRATE` of one key to `to`: the key, its value and its expiry leave this keyspace and
-    /// land in `to`'s. `Err` (Redis's `BUSYKEY`) when `to` has the key and `replace` is off;
-    /// `Ok(false)` when the key is not here (Redis's `NOKEY`).
-    pub fn migrate(&mut self, key: &[u8], to: &mut Keyspace, replace: bool) -> Result<bool, ()> {
+    /// land in `to`'s, unless `to` has the key and `replace` is off (Redis's `BUSYKEY`).
+    pub fn migrate(&mut self, key: &[u8], to: &mut Keyspace, replace: bool) -> Migrated {
         if self.live(key).is_none() {
-            return Ok(false);
+            return Migrated::NoKey;
         }
         if !replace && to.live(key).is_some() {
-            return Err(());
+            return Migrated::BusyKey;
         }
         let entry = self.map.remove(key).expect("live above");
         to.map.insert(key.to_vec(), entry);
-        Ok(true)
+        Migrated::Moved
     }
 
     /// The number of live keys.

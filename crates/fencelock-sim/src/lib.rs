@@ -11,7 +11,7 @@ pub mod resp;
 pub mod run;
 pub mod slots;
 
-pub use keyspace::Keyspace;
+pub use keyspace::{Keyspace, Migrated};
 pub use node::{sha1, Node, Persistence};
 pub use resp::Reply;
 

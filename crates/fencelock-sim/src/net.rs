@@ -16,6 +16,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
 use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 
+use crate::keyspace::Migrated;
 use crate::node::{Node, Persistence};
 use crate::resp::{decode_command, Incomplete, Reply};
 use crate::slots::{command_keys, key_slot, SLOTS};
@@ -515,9 +516,8 @@ impl World {
     }
 
     /// `MIGRATE` of `key` (of a moving slot) from its owner to the importing node, with its
-    /// value and TTL: `Ok(false)` when the owner lacks it, `Err` (`BUSYKEY`) when the importing
-    /// node has it and `replace` is off.
-    pub fn migrate(&self, slot: u16, key: &[u8], replace: bool) -> Result<bool, ()> {
+    /// value and TTL.
+    pub fn migrate(&self, slot: u16, key: &[u8], replace: bool) -> Migrated {
         let (from, to) = self.cluster.borrow().as_ref().expect("a cluster").moving[&slot];
         let (now_from, now_to) = (self.node_now(from), self.node_now(to));
         let src = self.nodes[from].borrow();

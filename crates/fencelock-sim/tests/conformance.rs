@@ -993,7 +993,10 @@ fn cluster_redirects_and_refusals_match_a_real_cluster() {
             .unwrap(),
         "OK"
     );
-    assert_eq!(world.migrate(slot, key("a").as_bytes(), false), Ok(true));
+    assert_eq!(
+        world.migrate(slot, key("a").as_bytes(), false),
+        fencelock_sim::Migrated::Moved
+    );
     check(&mut real, owner, &["GET", &key("a")], false, roles);
     check(&mut real, owner, &["GET", &key("b")], false, roles);
     check(
@@ -1054,7 +1057,10 @@ fn cluster_redirects_and_refusals_match_a_real_cluster() {
             .unwrap(),
         "OK"
     );
-    assert_eq!(world.migrate(slot, key("b").as_bytes(), false), Ok(true));
+    assert_eq!(
+        world.migrate(slot, key("b").as_bytes(), false),
+        fencelock_sim::Migrated::Moved
+    );
     cluster.finish_move(slot, owner, other).unwrap();
     world.finish_move(slot);
     check(&mut real, owner, &["GET", &key("b")], false, (other, owner));

@@ -12,6 +12,7 @@ use std::time::Duration;
 use fencelock::{AutoExtend, Client, Config, RetryPolicy};
 
 use super::{give_back, take_with, until, violation, History, Kind, Setup, World};
+use crate::keyspace::Migrated;
 use crate::slots::{key_slot, SLOTS};
 
 type Tasks = Vec<tokio::task::JoinHandle<()>>;
@@ -121,13 +122,8 @@ pub(super) fn cluster(world: Rc<World>, history: Rc<RefCell<History>>) -> Tasks 
             }
         }));
     }
-    let parts: [(&str, fn(Rc<World>, Rc<RefCell<History>>, String) -> Part); 4] = [
-        ("lost", lost),
-        ("manual", manual),
-        ("half", half),
-        ("keys", keys),
-    ];
-    for ((_, part), tag) in parts.iter().zip(tags) {
+    let parts: [PartFn; 4] = [lost, manual, half, keys];
+    for (part, tag) in parts.iter().zip(tags) {
         tasks.push(tokio::task::spawn_local(part(
             world.clone(),
             history.clone(),
@@ -138,6 +134,9 @@ pub(super) fn cluster(world: Rc<World>, history: Rc<RefCell<History>>) -> Tasks 
 }
 
 type Part = std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>;
+
+/// A part of the scenario, on the hash tag it is given.
+type PartFn = fn(Rc<World>, Rc<RefCell<History>>, String) -> Part;
 
 /// Shard 0: A (fenced, TTL 4 s) takes `job` after the shard's replication stalled; the primary
 /// dies and its replica, without A's key, serves the slot. P (plain, TTL 500 ms, the
@@ -354,7 +353,7 @@ fn half(world: Rc<World>, history: Rc<RefCell<History>>, tag: String) -> Part {
         }
         history.borrow_mut().grants[gx].ended = Some(world.elapsed_ms());
         for key in world.keys_in_slot(from, slot) {
-            if world.migrate(slot, &key, false).is_err() {
+            if world.migrate(slot, &key, false) == Migrated::BusyKey {
                 let _ = world.migrate(slot, &key, true);
             }
         }
@@ -447,7 +446,7 @@ fn keys(world: Rc<World>, history: Rc<RefCell<History>>, tag: String) -> Part {
                 }
                 for key in keys {
                     tokio::time::sleep(Duration::from_millis(world.rng(|r| r.u64(50..80)))).await;
-                    if world.migrate(slot, &key, false).is_err() {
+                    if world.migrate(slot, &key, false) == Migrated::BusyKey {
                         let _ = world.migrate(slot, &key, true);
                     }
                     moved
