@@ -145,6 +145,9 @@ pub enum Scenario {
     /// `r2`. Besides exclusion: the label a node shows for each grant is its holder's, or none
     /// for an unlabelled holder.
     Labels,
+    /// A node whose `maxmemory-policy` evicts drops a held lock's key: no second holder, and
+    /// each client's log warns of that node once.
+    Evicting,
 }
 
 impl Scenario {
@@ -174,6 +177,7 @@ impl Scenario {
             Scenario::LeadersRestart => "leaders-restart",
             Scenario::Failover => "failover",
             Scenario::Labels => "labels",
+            Scenario::Evicting => "evicting",
         }
     }
 
@@ -203,6 +207,7 @@ impl Scenario {
             Scenario::LeadersRestart,
             Scenario::Failover,
             Scenario::Labels,
+            Scenario::Evicting,
         ]
         .into_iter()
         .find(|s| s.name() == name)
@@ -234,6 +239,7 @@ impl Scenario {
             Scenario::LeadersRestart => Some(Duration::from_secs(8)),
             Scenario::Failover => Some(Duration::from_secs(14)),
             Scenario::Labels => Some(Duration::from_secs(10)),
+            Scenario::Evicting => Some(Duration::from_secs(2)),
         }
     }
 
@@ -419,6 +425,7 @@ pub fn run(seed: u64, opts: &Options) -> Outcome {
     fastrand::seed(seed);
     local.block_on(&rt, async move {
         let _clock = crate::clock::activate(EPOCH_MS);
+        let _logs = crate::logs::capture();
         // Overlapping node lists (one run in four under faults): one more node, and the last
         // client is given the list shifted by one (it shares all but one node with the others).
         let overlap = opts.faults != Faults::None
@@ -1205,6 +1212,7 @@ fn scripted(
         Scenario::LeadersRestart => leaders::leaders_restart(world, history, urls),
         Scenario::Failover => failover::failover(world, history),
         Scenario::Labels => labels::labels(world, history, urls),
+        Scenario::Evicting => edges::evicting(world, history, urls),
     }
 }
 
