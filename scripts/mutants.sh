@@ -446,7 +446,8 @@ mutant doctor-no-write-probe "doctor reads a node but never checks that it takes
 mutant evicting-unwarned "acquire and run say nothing of a node whose eviction policy may drop lock keys (issue 29 item 5)" \
   crates/fencelock/src/redis/conn.rs \
   's/if policy\.is_empty\(\) \|\| policy == "noeviction" \{/if true {/' \
-  "-p fencelock-cli --test errors acquire_and_run_warn_once_about_an_evicting_node"
+  "-p fencelock-cli --test errors acquire_and_run_warn_once_about_an_evicting_node" \
+  "-p fencelock-sim --test sim a_node_that_evicts_a_held_key_gives_no_second_holder_and_is_warned_of_once_seeds_0_to_99"
 mutant inspect-blind-says-not-held "inspect with no quorum of nodes reachable exits 0 (issue 29 item 7)" \
   crates/fencelock-cli/src/probe/redis.rs \
   's/Some\(message\) => Err\(Failure::new\(exit::UNAVAILABLE, message\)\.into\(\)\),/Some(_) => Ok(exit::OK),/' \

@@ -194,6 +194,18 @@ impl Keyspace {
         Migrated::Moved
     }
 
+    /// Drops `key` as an eviction would (any live key, or with `volatile_only` one with an
+    /// expiry); whether there was one to drop.
+    pub fn evict(&mut self, key: &[u8], volatile_only: bool) -> bool {
+        let eligible = self
+            .live(key)
+            .is_some_and(|e| !volatile_only || e.at.is_some());
+        if eligible {
+            self.map.remove(key);
+        }
+        eligible
+    }
+
     /// The number of live keys.
     pub fn len(&mut self) -> usize {
         let now = self.now;

@@ -5,6 +5,7 @@
 
 pub mod clock;
 mod keyspace;
+pub mod logs;
 pub mod net;
 mod node;
 pub mod resp;

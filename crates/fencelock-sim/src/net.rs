@@ -186,6 +186,22 @@ impl World {
         self.nodes[i].borrow().node.keyspace().oom = oom;
     }
 
+    /// Node `i` evicts `key` under memory pressure, as its `maxmemory-policy` allows (a
+    /// fault); whether the key went.
+    pub fn evict(&self, i: usize, key: &str) -> bool {
+        self.trouble(i);
+        let now = self.node_now(i);
+        let mut n = self.nodes[i].borrow_mut();
+        let evicted = n.node.evict(now, key);
+        let policy = n.node.policy().to_string();
+        drop(n);
+        self.log(format!(
+            "fault: memory pressure on node {i} (maxmemory-policy {policy}): {key} {}",
+            if evicted { "evicted" } else { "kept" }
+        ));
+        evicted
+    }
+
     /// The nodes whose sorted set `key` has a member containing `text` (the checker's look at
     /// the nodes themselves, not a command).
     pub fn holding_member(&self, key: &str, text: &str) -> Vec<usize> {

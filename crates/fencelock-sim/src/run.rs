@@ -151,6 +151,9 @@ pub enum Scenario {
     /// half moved (`ASK`) and one moved key by key (`TRYAGAIN`, the election log read meanwhile)
     /// (`run/cluster.rs`).
     Cluster,
+    /// A node whose `maxmemory-policy` evicts drops a held lock's key: no second holder, and
+    /// each client's log warns of that node once.
+    Evicting,
 }
 
 impl Scenario {
@@ -181,6 +184,7 @@ impl Scenario {
             Scenario::Failover => "failover",
             Scenario::Labels => "labels",
             Scenario::Cluster => "cluster",
+            Scenario::Evicting => "evicting",
         }
     }
 
@@ -211,6 +215,7 @@ impl Scenario {
             Scenario::Failover,
             Scenario::Labels,
             Scenario::Cluster,
+            Scenario::Evicting,
         ]
         .into_iter()
         .find(|s| s.name() == name)
@@ -243,6 +248,7 @@ impl Scenario {
             Scenario::Failover => Some(Duration::from_secs(14)),
             Scenario::Labels => Some(Duration::from_secs(10)),
             Scenario::Cluster => Some(Duration::from_secs(12)),
+            Scenario::Evicting => Some(Duration::from_secs(2)),
         }
     }
 
@@ -430,6 +436,7 @@ pub fn run(seed: u64, opts: &Options) -> Outcome {
     fastrand::seed(seed);
     local.block_on(&rt, async move {
         let _clock = crate::clock::activate(EPOCH_MS);
+        let _logs = crate::logs::capture();
         // Overlapping node lists (one run in four under faults): one more node, and the last
         // client is given the list shifted by one (it shares all but one node with the others).
         let overlap = opts.faults != Faults::None
@@ -1217,6 +1224,7 @@ fn scripted(
         Scenario::Failover => failover::failover(world, history),
         Scenario::Labels => labels::labels(world, history, urls),
         Scenario::Cluster => cluster::cluster(world, history),
+        Scenario::Evicting => edges::evicting(world, history, urls),
     }
 }
 

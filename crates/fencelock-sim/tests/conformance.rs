@@ -1072,3 +1072,34 @@ fn cluster_redirects_and_refusals_match_a_real_cluster() {
         (other, owner),
     );
 }
+
+/// The eviction policy as the client reads it (`INFO memory`'s `maxmemory_policy`) and as an
+/// operator sets it (`CONFIG SET`/`GET maxmemory-policy`, a policy Redis does not know refused).
+#[test]
+fn the_eviction_policy_reads_as_on_a_real_node() {
+    let mut p = Pair::start();
+    p.case("maxmemory-policy");
+    let policy = |p: &mut Pair| {
+        let now = real_now(&mut p.real);
+        let field = |r: Reply| match r {
+            Reply::Bulk(b) => String::from_utf8_lossy(&b)
+                .lines()
+                .find_map(|l| l.strip_prefix("maxmemory_policy:").map(str::to_string)),
+            _ => None,
+        };
+        let real = field(p.real.cmd(&[b"INFO", b"memory"]));
+        let sim = field(p.sim.exec(now, &[b"INFO".to_vec(), b"memory".to_vec()]));
+        assert_eq!(real, sim, "INFO memory's maxmemory_policy");
+        real
+    };
+    assert_eq!(policy(&mut p).as_deref(), Some("noeviction"));
+    p.exact(&["CONFIG", "GET", "maxmemory-policy"]);
+    p.exact(&["CONFIG", "SET", "maxmemory-policy", "allkeys-lru"]);
+    p.exact(&["CONFIG", "GET", "maxmemory-policy"]);
+    assert_eq!(policy(&mut p).as_deref(), Some("allkeys-lru"));
+    p.exact(&["CONFIG", "SET", "maxmemory-policy", "volatile-ttl"]);
+    assert_eq!(policy(&mut p).as_deref(), Some("volatile-ttl"));
+    p.exact(&["CONFIG", "SET", "maxmemory-policy", "sometimes"]);
+    p.exact(&["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
+    assert_eq!(policy(&mut p).as_deref(), Some("noeviction"));
+}

@@ -213,6 +213,11 @@ fn redis_cluster_failovers_and_slot_moves_keep_one_holder_and_their_locks_seeds_
 }
 
 #[test]
+fn a_node_that_evicts_a_held_key_gives_no_second_holder_and_is_warned_of_once_seeds_0_to_99() {
+    scenario(Scenario::Evicting);
+}
+
+#[test]
 fn one_seed_gives_one_trace() {
     // Forty seeds under every fault, each run twice on this thread: a run that reads anything
     // but its seed (a hash map's order, tokio's random choice among ready branches, the OS's
@@ -243,6 +248,7 @@ fn one_seed_gives_one_trace() {
         (Faults::Claimed, Scenario::LeadersRestart, 2),
         (Faults::Claimed, Scenario::Failover, 2),
         (Faults::Claimed, Scenario::Labels, 2),
+        (Faults::Claimed, Scenario::Evicting, 2),
     ] {
         let opts = Options {
             faults,
