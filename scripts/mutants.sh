@@ -335,6 +335,10 @@ mutant etcd-gone-spare-not-replaced "a spare lease found gone fails the acquisit
   crates/fencelock/src/etcd/mod.rs \
   's/Err\(fail\) if fail\.lease_gone => \{\n(\s*)tracing::debug!\(\n(\s*)lease = spare\.lease/Err(fail) if false \&\& fail.lease_gone => {\n$1tracing::debug!(\n$2lease = spare.lease/' \
   "-p fencelock --test etcd a_spare_lease_revoked_from_outside_is_replaced_by_a_new_grant"
+mutant etcd-key-check-serializable "the look at a lock's key (a release or extension by token, a carried lease's extension) is a transaction of comparisons alone, which etcd answers from a member's own possibly stale state: a lagging member says a held lock is not held" \
+  crates/fencelock/src/etcd/mod.rs \
+  's/let txn = Txn::new\(\)\.when\(\[key_is_ours\(held\)\]\)\.and_then\(\[TxnOp::get\(\n\s*held\.key\.clone\(\),\n\s*Some\(GetOptions::new\(\)\.with_count_only\(\)\),\n\s*\)\]\);/let txn = Txn::new().when([key_is_ours(held)]); let _ = GetOptions::new;/' \
+  "-p fencelock --test etcd checks_of_a_lock_key_on_a_lagging_member_read_the_present"
 mutant etcd-retried-release-trusts-gone "a release whose first try got no answer reports the lock released when the next try finds it gone (issue 35 item 1)" \
   crates/fencelock/src/etcd/mod.rs \
   's/Ok\(false\) if unanswered => \{/Ok(false) if unanswered => {\n                    if unanswered { self.note_release(); return Ok(()); }/' \
