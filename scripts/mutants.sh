@@ -335,6 +335,10 @@ mutant etcd-gone-spare-not-replaced "a spare lease found gone fails the acquisit
   crates/fencelock/src/etcd/mod.rs \
   's/Err\(fail\) if fail\.lease_gone => \{\n(\s*)tracing::debug!\(\n(\s*)lease = spare\.lease/Err(fail) if false \&\& fail.lease_gone => {\n$1tracing::debug!(\n$2lease = spare.lease/' \
   "-p fencelock --test etcd a_spare_lease_revoked_from_outside_is_replaced_by_a_new_grant"
+mutant etcd-key-check-serializable "the look at a lock's key (a release or extension by token, a carried lease's extension) is a transaction of comparisons alone, which etcd answers from a member's own possibly stale state: a lagging member says a held lock is not held" \
+  crates/fencelock/src/etcd/mod.rs \
+  's/let txn = Txn::new\(\)\.when\(\[key_is_ours\(held\)\]\)\.and_then\(\[TxnOp::get\(\n\s*held\.key\.clone\(\),\n\s*Some\(GetOptions::new\(\)\.with_count_only\(\)\),\n\s*\)\]\);/let txn = Txn::new().when([key_is_ours(held)]); let _ = GetOptions::new;/' \
+  "-p fencelock --test etcd checks_of_a_lock_key_on_a_lagging_member_read_the_present"
 mutant etcd-retried-release-trusts-gone "a release whose first try got no answer reports the lock released when the next try finds it gone (issue 35 item 1)" \
   crates/fencelock/src/etcd/mod.rs \
   's/Ok\(false\) if unanswered => \{/Ok(false) if unanswered => {\n                    if unanswered { self.note_release(); return Ok(()); }/' \
@@ -446,7 +450,8 @@ mutant doctor-no-write-probe "doctor reads a node but never checks that it takes
 mutant evicting-unwarned "acquire and run say nothing of a node whose eviction policy may drop lock keys (issue 29 item 5)" \
   crates/fencelock/src/redis/conn.rs \
   's/if policy\.is_empty\(\) \|\| policy == "noeviction" \{/if true {/' \
-  "-p fencelock-cli --test errors acquire_and_run_warn_once_about_an_evicting_node"
+  "-p fencelock-cli --test errors acquire_and_run_warn_once_about_an_evicting_node" \
+  "-p fencelock-sim --test sim a_node_that_evicts_a_held_key_gives_no_second_holder_and_is_warned_of_once_seeds_0_to_99"
 mutant inspect-blind-says-not-held "inspect with no quorum of nodes reachable exits 0 (issue 29 item 7)" \
   crates/fencelock-cli/src/probe/redis.rs \
   's/Some\(message\) => Err\(Failure::new\(exit::UNAVAILABLE, message\)\.into\(\)\),/Some(_) => Ok(exit::OK),/' \
@@ -703,35 +708,43 @@ mutant sentinel-no-role-check "the node the Sentinels name is used without check
 mutant cluster-quarantine-off "a redis+cluster:// node has the restart quarantine off by default (as a plain single node): a failover that lost a held lock hands it to a second client at once (issue 31)" \
   crates/fencelock/src/config.rs \
   's/\["redis\+sentinel:\/\/", "redis\+cluster:\/\/"\]/["redis+sentinel:\/\/"]/' \
-  "-p fencelock --test cluster a_killed_shard_primary_that_lost_a_held_lock_keeps_it_out_of_reach_and_tokens_in_order"
+  "-p fencelock --test cluster a_killed_shard_primary_that_lost_a_held_lock_keeps_it_out_of_reach_and_tokens_in_order" \
+  "-p fencelock-sim --test sim redis_cluster_failovers_and_slot_moves_keep_one_holder_and_their_locks_seeds_0_to_99"
 mutant cluster-tag-dropped "a cluster node's keys are sent without the hash tag: they scatter over the shards (issue 31)" \
   crates/fencelock/src/redis/conn.rs \
   's/let tagging = addr\.hash_tag\(\)\.map\(\|tag\| Tagging::of\(&tag\)\);/let tagging = addr.hash_tag().and(None::<Arc<Tagging>>);/' \
-  "-p fencelock --test cluster a_lock_and_a_fenced_lock_through_a_cluster_url"
+  "-p fencelock --test cluster a_lock_and_a_fenced_lock_through_a_cluster_url" \
+  "-p fencelock-sim --test sim redis_cluster_failovers_and_slot_moves_keep_one_holder_and_their_locks_seeds_0_to_99"
 mutant cluster-moved-kept "a connection that meets MOVED (the tag's slot served elsewhere now) is kept: every later request is redirected (issue 31)" \
   crates/fencelock/src/redis/conn.rs \
   's/\|\| super::cluster::moved\(e\)/|| false \&\& super::cluster::moved(e)/' \
-  "-p fencelock --test cluster a_manual_failover_keeps_an_auto_extended_lock_and_nobody_else_gets_it"
+  "-p fencelock --test cluster a_manual_failover_keeps_an_auto_extended_lock_and_nobody_else_gets_it" \
+  "-p fencelock-sim --test sim redis_cluster_failovers_and_slot_moves_keep_one_holder_and_their_locks_seeds_0_to_99"
 mutant cluster-release-channel-untagged "a waiter on a cluster node listens on the release channel of the untagged key, where its scripts never publish: woken only by polling (issue 31)" \
   crates/fencelock/src/redis/mod.rs \
   's/nodes\.iter\(\)\.map\(\|n\| n\.addr\(\)\.hash_tag\(\)\)\.collect\(\),/nodes.iter().map(|_| None).collect(),/' \
-  "-p fencelock --test cluster the_family_works_on_a_cluster_and_keeps_every_key_in_the_tags_slot"
+  "-p fencelock --test cluster the_family_works_on_a_cluster_and_keeps_every_key_in_the_tags_slot" \
+  "-p fencelock-sim --test sim redis_cluster_failovers_and_slot_moves_keep_one_holder_and_their_locks_seeds_0_to_99"
 mutant cluster-ask-not-followed "a cluster node's request that meets ASK (its keys on the node importing the tag's slot) is not followed there: the node fails the round, and a held lock whose key moved first is lost during the move (issue 31)" \
   crates/fencelock/src/redis/tagged.rs \
   's/let Some\(\(target, _slot\)\) = redirect\.redirect_node\(\) else \{/let Some((target, _slot)) = None::<(\&str, u16)> else {/' \
-  "-p fencelock --test cluster a_slot_move_is_followed_by_ask_within_the_round_and_never_gives_a_second_holder"
+  "-p fencelock --test cluster a_slot_move_is_followed_by_ask_within_the_round_and_never_gives_a_second_holder" \
+  "-p fencelock-sim --test sim redis_cluster_failovers_and_slot_moves_keep_one_holder_and_their_locks_seeds_0_to_99"
 mutant cluster-ask-pipeline-not-followed "a cluster node's pipeline (the auto-extender's batch) does not follow ASK: an auto-extended lock whose key moved first is lost during the move (issue 31)" \
   crates/fencelock/src/redis/tagged.rs \
   's/\.filter\(\|_\| !tagged\.is_transaction\(\)\)/.filter(|_| false \&\& !tagged.is_transaction())/' \
-  "-p fencelock --test cluster a_slot_move_is_followed_by_ask_within_the_round_and_never_gives_a_second_holder"
+  "-p fencelock --test cluster a_slot_move_is_followed_by_ask_within_the_round_and_never_gives_a_second_holder" \
+  "-p fencelock-sim --test sim redis_cluster_failovers_and_slot_moves_keep_one_holder_and_their_locks_seeds_0_to_99"
 mutant cluster-split-not-retried "a cluster node's extension or release that a key-by-key slot move split (TRYAGAIN, a script's non local key) is not sent again: a release while the lock's keys sit on two nodes fails, and the lock is left to its TTL (issue 31)" \
   crates/fencelock/src/redis/tagged.rs \
   's/let mut retry = self\.split_retry_until\.map\(SplitRetry::until\);/let mut retry = None::<SplitRetry>;/' \
-  "-p fencelock --test cluster a_slot_moved_key_by_key_keeps_extending_releases_and_reads_the_election_log"
+  "-p fencelock --test cluster a_slot_moved_key_by_key_keeps_extending_releases_and_reads_the_election_log" \
+  "-p fencelock-sim --test sim redis_cluster_failovers_and_slot_moves_keep_one_holder_and_their_locks_seeds_0_to_99"
 mutant cluster-election-ask-not-followed "an election's log connections do not follow ASK: while the tag's slot moves, an observer reads nothing once the log's key moved, until the move ends (issue 31)" \
   crates/fencelock/src/redis/election.rs \
   's/\.following_ask\(self\.askings\[i\]\.clone\(\)\);/.following_ask(None);/' \
-  "-p fencelock --test cluster a_slot_moved_key_by_key_keeps_extending_releases_and_reads_the_election_log"
+  "-p fencelock --test cluster a_slot_moved_key_by_key_keeps_extending_releases_and_reads_the_election_log" \
+  "-p fencelock-sim --test sim redis_cluster_failovers_and_slot_moves_keep_one_holder_and_their_locks_seeds_0_to_99"
 mutant cli-pg-doctor-async-commit-passes "doctor passes a PostgreSQL session with synchronous_commit off, which can lose an acknowledged lock and reuse its token (issue 32)" \
   crates/fencelock-cli/src/probe/pg.rs \
   's/"off" => check\(/"off (mutant)" => check(/' \

@@ -31,6 +31,17 @@ struct Entry {
     at: Option<i64>,
 }
 
+/// What `MIGRATE` of one key did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Migrated {
+    /// `OK`: the key moved.
+    Moved,
+    /// `NOKEY`: the key was not there.
+    NoKey,
+    /// `BUSYKEY`: the target has the key (and `REPLACE` was not given).
+    BusyKey,
+}
+
 /// The keyspace of one node (database 0; SELECT of another database is refused).
 #[derive(Clone, Debug, Default)]
 pub struct Keyspace {
@@ -48,6 +59,11 @@ pub struct Keyspace {
     /// `denyoom` command in a script only before its first write: a script that changed data
     /// is not stopped half-way). `None` outside scripts.
     pub(crate) script_wrote: Option<bool>,
+    /// While a script runs on a cluster node: the slot its declared keys hash to and whether
+    /// that slot is migrating away. A command of the script on a key of another slot, or on a
+    /// key missing here while the slot migrates, is refused as Redis 7.0 refuses it ("a non
+    /// local key": the cluster would redirect it, which a script cannot follow).
+    pub(crate) script_slot: Option<(u16, bool)>,
 }
 
 pub(crate) fn arity(name: &str) -> Reply {
@@ -144,6 +160,50 @@ impl Keyspace {
     /// stay this node's own.
     pub fn sync_from(&mut self, primary: &Keyspace) {
         self.map = primary.map.clone();
+    }
+
+    /// Whether `key` lives here.
+    pub fn holds(&mut self, key: &[u8]) -> bool {
+        self.live(key).is_some()
+    }
+
+    /// The live keys whose slot is `slot`.
+    pub fn keys_in_slot(&mut self, slot: u16) -> Vec<Vec<u8>> {
+        let now = self.now;
+        let mut keys: Vec<Vec<u8>> = self
+            .map
+            .iter()
+            .filter(|(k, e)| e.at.is_none_or(|at| now <= at) && crate::slots::key_slot(k) == slot)
+            .map(|(k, _)| k.clone())
+            .collect();
+        keys.sort();
+        keys
+    }
+
+    /// `MIGRATE` of one key to `to`: the key, its value and its expiry leave this keyspace and
+    /// land in `to`'s, unless `to` has the key and `replace` is off (Redis's `BUSYKEY`).
+    pub fn migrate(&mut self, key: &[u8], to: &mut Keyspace, replace: bool) -> Migrated {
+        if self.live(key).is_none() {
+            return Migrated::NoKey;
+        }
+        if !replace && to.live(key).is_some() {
+            return Migrated::BusyKey;
+        }
+        let entry = self.map.remove(key).expect("live above");
+        to.map.insert(key.to_vec(), entry);
+        Migrated::Moved
+    }
+
+    /// Drops `key` as an eviction would (any live key, or with `volatile_only` one with an
+    /// expiry); whether there was one to drop.
+    pub fn evict(&mut self, key: &[u8], volatile_only: bool) -> bool {
+        let eligible = self
+            .live(key)
+            .is_some_and(|e| !volatile_only || e.at.is_some());
+        if eligible {
+            self.map.remove(key);
+        }
+        eligible
     }
 
     /// The number of live keys.

@@ -5,12 +5,14 @@
 
 pub mod clock;
 mod keyspace;
+pub mod logs;
 pub mod net;
 mod node;
 pub mod resp;
 pub mod run;
+pub mod slots;
 
-pub use keyspace::Keyspace;
+pub use keyspace::{Keyspace, Migrated};
 pub use node::{sha1, Node, Persistence};
 pub use resp::Reply;
 

@@ -16,8 +16,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
 use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 
+use crate::keyspace::Migrated;
 use crate::node::{Node, Persistence};
 use crate::resp::{decode_command, Incomplete, Reply};
+use crate::slots::{command_keys, key_slot, SLOTS};
 
 /// The node time (ms since the epoch) at the start of every run.
 pub const EPOCH_MS: i64 = 1_767_225_600_000;
@@ -50,6 +52,8 @@ pub struct SimNode {
     /// The primary this node replicates (`ROLE` says `slave`; writes are refused with
     /// `READONLY`); `None` for a primary.
     pub replica_of: Option<usize>,
+    /// The process is gone (a cluster primary killed): connections are refused at once.
+    pub down: bool,
 }
 
 /// A Sentinel-managed group of nodes (`redis+sentinel://`): a primary and its replicas, and
@@ -92,6 +96,19 @@ pub struct World {
     pub frozen: RefCell<std::collections::HashSet<usize>>,
     /// The Sentinel groups (none unless a scenario makes them; see [`World::group_up`]).
     pub groups: RefCell<Vec<Group>>,
+    /// The Redis Cluster the nodes form (none unless a scenario makes one; see
+    /// [`World::cluster_up`]).
+    pub cluster: RefCell<Option<Cluster>>,
+}
+
+/// A Redis Cluster of the world's nodes: shards of a primary and its replica (Sentinel-less
+/// [`Group`]s, for their replication), 16384 slots, and the slot moves under way.
+#[derive(Debug, Clone)]
+pub struct Cluster {
+    /// The primary serving each slot (`None`: not served, `CLUSTERDOWN`).
+    pub owner: Vec<Option<usize>>,
+    /// Slots migrating: slot -> (the owner, the importing node).
+    pub moving: HashMap<u16, (usize, usize)>,
 }
 
 impl World {
@@ -111,6 +128,7 @@ impl World {
             losses: RefCell::new(Vec::new()),
             frozen: RefCell::default(),
             groups: RefCell::default(),
+            cluster: RefCell::default(),
         };
         let mut w = w;
         for i in 0..nodes {
@@ -140,6 +158,7 @@ impl World {
                 drift_ppm: 0,
                 troubled_at: i64::MIN / 2,
                 replica_of: None,
+                down: false,
             }));
         }
         Rc::new(w)
@@ -165,6 +184,22 @@ impl World {
     /// Makes node `i` refuse writes as Redis does over its `maxmemory` (or takes that back).
     pub fn set_oom(&self, i: usize, oom: bool) {
         self.nodes[i].borrow().node.keyspace().oom = oom;
+    }
+
+    /// Node `i` evicts `key` under memory pressure, as its `maxmemory-policy` allows (a
+    /// fault); whether the key went.
+    pub fn evict(&self, i: usize, key: &str) -> bool {
+        self.trouble(i);
+        let now = self.node_now(i);
+        let mut n = self.nodes[i].borrow_mut();
+        let evicted = n.node.evict(now, key);
+        let policy = n.node.policy().to_string();
+        drop(n);
+        self.log(format!(
+            "fault: memory pressure on node {i} (maxmemory-policy {policy}): {key} {}",
+            if evicted { "evicted" } else { "kept" }
+        ));
+        evicted
     }
 
     /// The nodes whose sorted set `key` has a member containing `text` (the checker's look at
@@ -412,6 +447,213 @@ impl World {
         self.log(format!("sentinel {k} of group {g} names node {node}"));
     }
 
+    /// Makes a Redis Cluster of the nodes: shards of two nodes in order (node `2s` the primary
+    /// of shard `s`, node `2s + 1` its replica, replicated as a [`Group`] is), the 16384 slots
+    /// split evenly among the primaries in order.
+    pub fn cluster_up(&self) {
+        self.group_up(2);
+        let primaries: Vec<usize> = self.groups.borrow().iter().map(|g| g.members[0]).collect();
+        // As `redis-cli --cluster create` splits them: shard k from round(k * 16384 / n).
+        let n = primaries.len() as f64;
+        let first = |k: usize| (k as f64 * f64::from(SLOTS) / n).round() as usize;
+        let owner = (0..usize::from(SLOTS))
+            .map(|s| {
+                let k = (0..primaries.len())
+                    .rev()
+                    .find(|&k| first(k) <= s)
+                    .unwrap_or(0);
+                Some(primaries[k])
+            })
+            .collect();
+        *self.cluster.borrow_mut() = Some(Cluster {
+            owner,
+            moving: HashMap::new(),
+        });
+    }
+
+    /// The `redis+cluster://` URL of the cluster with hash tag `tag`: every primary a seed.
+    pub fn cluster_url(&self, tag: &str) -> String {
+        let seeds: Vec<String> = self
+            .groups
+            .borrow()
+            .iter()
+            .map(|g| format!("sim{}:6379", g.members[0]))
+            .collect();
+        format!("redis+cluster://{}/?tag={tag}", seeds.join(","))
+    }
+
+    /// The primary serving `slot` now.
+    pub fn slot_owner(&self, slot: u16) -> Option<usize> {
+        self.cluster.borrow().as_ref()?.owner[usize::from(slot)]
+    }
+
+    /// A failover in the cluster: replica `to` becomes the primary of its shard and serves its
+    /// old primary's slots (replication is asynchronous: what the old primary wrote since the
+    /// last copy is lost). `kill`: the old primary died (hung, its connections broken); else it
+    /// is demoted (`CLUSTER FAILOVER` on the replica), keeps its connections and answers
+    /// `MOVED` for the shard's keys.
+    pub fn cluster_failover(&self, to: usize, kill: bool) {
+        let old = self.nodes[to]
+            .borrow()
+            .replica_of
+            .expect("a failover promotes a replica");
+        if kill {
+            self.nodes[old].borrow_mut().down = true;
+            self.hang(old, true);
+            self.cut(old);
+        }
+        self.promote(to, false);
+        let mut cluster = self.cluster.borrow_mut();
+        let cluster = cluster.as_mut().expect("a cluster");
+        for o in cluster.owner.iter_mut().filter(|o| **o == Some(old)) {
+            *o = Some(to);
+        }
+        for (from, into) in cluster.moving.values_mut() {
+            for n in [from, into] {
+                if *n == old {
+                    *n = to;
+                }
+            }
+        }
+    }
+
+    /// Starts moving `slot` to primary `to` (`CLUSTER SETSLOT IMPORTING` on `to`, `MIGRATING`
+    /// on the owner); the owner.
+    pub fn begin_move(&self, slot: u16, to: usize) -> usize {
+        let mut guard = self.cluster.borrow_mut();
+        let cluster = guard.as_mut().expect("a cluster");
+        let from = cluster.owner[usize::from(slot)].expect("a served slot");
+        cluster.moving.insert(slot, (from, to));
+        drop(guard);
+        self.log(format!(
+            "fault: slot {slot} starts moving from node {from} to node {to}"
+        ));
+        from
+    }
+
+    /// `MIGRATE` of `key` (of a moving slot) from its owner to the importing node, with its
+    /// value and TTL.
+    pub fn migrate(&self, slot: u16, key: &[u8], replace: bool) -> Migrated {
+        let (from, to) = self.cluster.borrow().as_ref().expect("a cluster").moving[&slot];
+        let (now_from, now_to) = (self.node_now(from), self.node_now(to));
+        let src = self.nodes[from].borrow();
+        let dst = self.nodes[to].borrow();
+        let (mut src, mut dst) = (src.node.keyspace(), dst.node.keyspace());
+        src.now = now_from;
+        dst.now = now_to;
+        let moved = src.migrate(key, &mut dst, replace);
+        drop((src, dst));
+        self.log(format!(
+            "fault: MIGRATE {} from node {from} to node {to}{}: {moved:?}",
+            String::from_utf8_lossy(key),
+            if replace { " REPLACE" } else { "" }
+        ));
+        moved
+    }
+
+    /// Ends the move of `slot` (`CLUSTER SETSLOT NODE` on both): the importing node owns it.
+    pub fn finish_move(&self, slot: u16) {
+        let mut guard = self.cluster.borrow_mut();
+        let cluster = guard.as_mut().expect("a cluster");
+        let (from, to) = cluster.moving.remove(&slot).expect("a moving slot");
+        cluster.owner[usize::from(slot)] = Some(to);
+        drop(guard);
+        self.log(format!(
+            "fault: slot {slot} moved from node {from} to node {to}"
+        ));
+    }
+
+    /// The live keys of `slot` on node `i`.
+    pub fn keys_in_slot(&self, i: usize, slot: u16) -> Vec<Vec<u8>> {
+        let now = self.node_now(i);
+        let n = self.nodes[i].borrow();
+        let mut ks = n.node.keyspace();
+        ks.now = now;
+        ks.keys_in_slot(slot)
+    }
+
+    /// Runs `args` on node `i` as a client's connection would, right after `ASKING` when
+    /// `asking` (for the conformance test: the node's reply, routed by the cluster if any).
+    pub fn command(&self, i: usize, args: &[&[u8]], asking: bool) -> Reply {
+        let (push, _) = mpsc::unbounded_channel();
+        let args = args.iter().map(|a| a.to_vec()).collect();
+        self.exec(i, u64::MAX, &push, (args, asking)).remove(0)
+    }
+
+    /// `CLUSTER ...` on node `i` (`own`: the primary it replicates).
+    fn cluster_command(&self, (i, own): (usize, Option<usize>), args: &[Vec<u8>]) -> Reply {
+        let cluster = self.cluster.borrow();
+        let Some(cluster) = cluster.as_ref() else {
+            return Reply::err("ERR This instance has cluster support disabled");
+        };
+        let sub = args
+            .get(1)
+            .map(|a| String::from_utf8_lossy(a).to_ascii_uppercase())
+            .unwrap_or_default();
+        let node = |n: usize| {
+            Reply::Array(vec![
+                Reply::bulk(format!("sim{n}")),
+                Reply::Int(6379),
+                Reply::bulk(node_id(n)),
+                Reply::Array(Vec::new()),
+            ])
+        };
+        match (sub.as_str(), args.len()) {
+            ("SLOTS", 2) => {
+                let mut ranges = Vec::new();
+                let mut start = 0;
+                for s in 1..=cluster.owner.len() {
+                    if s < cluster.owner.len() && cluster.owner[s] == cluster.owner[start] {
+                        continue;
+                    }
+                    if let Some(p) = cluster.owner[start] {
+                        let mut range =
+                            vec![Reply::Int(start as i64), Reply::Int(s as i64 - 1), node(p)];
+                        range.extend(
+                            (0..self.nodes.len())
+                                .filter(|&r| {
+                                    // Node `i` is borrowed by the command being served.
+                                    let of = if r == i {
+                                        own
+                                    } else {
+                                        self.nodes[r].borrow().replica_of
+                                    };
+                                    of == Some(p)
+                                })
+                                .map(node),
+                        );
+                        ranges.push(Reply::Array(range));
+                    }
+                    start = s;
+                }
+                Reply::Array(ranges)
+            }
+            ("MYID", 2) => Reply::bulk(node_id(i)),
+            ("KEYSLOT", 3) => Reply::Int(i64::from(key_slot(&args[2]))),
+            ("INFO", 2) => {
+                let assigned = cluster.owner.iter().flatten().count();
+                let state = if assigned == cluster.owner.len() {
+                    "ok"
+                } else {
+                    "fail"
+                };
+                Reply::Bulk(
+                    format!(
+                        "cluster_state:{state}\r\ncluster_slots_assigned:{assigned}\r\ncluster_known_nodes:{}\r\n",
+                        self.nodes.len()
+                    )
+                    .into_bytes(),
+                )
+            }
+            _ => Reply::err(format!(
+                "ERR unknown subcommand or wrong number of arguments for '{}'. Try CLUSTER HELP.",
+                args.get(1)
+                    .map(|a| String::from_utf8_lossy(a).into_owned())
+                    .unwrap_or_default()
+            )),
+        }
+    }
+
     /// Runs one command of connection `conn` on node `i`: the replies (a subscription answers
     /// once per channel).
     fn exec(
@@ -419,13 +661,87 @@ impl World {
         i: usize,
         conn: u64,
         push: &mpsc::UnboundedSender<Reply>,
-        args: Vec<Vec<u8>>,
+        (args, asking): (Vec<Vec<u8>>, bool),
     ) -> Vec<Reply> {
         self.commands.set(self.commands.get() + 1);
         let now = self.node_now(i);
         let mut n = self.nodes[i].borrow_mut();
         let name = String::from_utf8_lossy(&args[0]).to_ascii_uppercase();
-        let replies = match name.as_str() {
+        n.node.keyspace().now = now;
+        let routed = match self.cluster.borrow().as_ref() {
+            Some(cluster) => route(cluster, i, &n, &args, asking),
+            None => Ok(None),
+        };
+        let replies = match (routed, name.as_str()) {
+            (Err(refused), _) => vec![refused],
+            (Ok(_), "CLUSTER") => vec![self.cluster_command((i, n.replica_of), &args)],
+            (Ok(_), "INFO")
+                if self.cluster.borrow().is_some()
+                    && args
+                        .get(1)
+                        .is_some_and(|s| s.eq_ignore_ascii_case(b"cluster")) =>
+            {
+                vec![Reply::bulk("# Cluster\r\ncluster_enabled:1\r\n")]
+            }
+            (Ok(slot), _) => {
+                n.node.keyspace().script_slot = slot;
+                let replies = self.serve_command(i, conn, push, &mut n, &args, &name, now);
+                n.node.keyspace().script_slot = None;
+                replies
+            }
+        };
+        let published = n.node.take_published();
+        drop(n);
+        let reached: Vec<usize> = if self.cluster.borrow().is_some() {
+            // A cluster's bus carries every PUBLISH to every node.
+            (0..self.nodes.len()).collect()
+        } else {
+            vec![i]
+        };
+        for (ch, msg) in published {
+            for &j in &reached {
+                if let Some(list) = self.nodes[j].borrow().subs.get(&ch) {
+                    for (_, tx) in list {
+                        let _ = tx.send(Reply::Array(vec![
+                            Reply::bulk("message"),
+                            Reply::Bulk(ch.clone()),
+                            Reply::Bulk(msg.clone()),
+                        ]));
+                    }
+                }
+            }
+        }
+        if self.verbose {
+            let shown: Vec<String> = args
+                .iter()
+                .map(|a| {
+                    let s = String::from_utf8_lossy(a);
+                    if s.len() > 40 {
+                        format!("{}…", &s[..40.min(s.len())])
+                    } else {
+                        s.into_owned()
+                    }
+                })
+                .collect();
+            self.log(format!("n{i} c{conn} {} -> {:?}", shown.join(" "), replies));
+        }
+        replies
+    }
+
+    /// One command on node `i`, once the cluster (if any) let it through.
+    #[allow(clippy::too_many_arguments)]
+    fn serve_command(
+        &self,
+        i: usize,
+        conn: u64,
+        push: &mpsc::UnboundedSender<Reply>,
+        n: &mut SimNode,
+        args: &[Vec<u8>],
+        name: &str,
+        now: i64,
+    ) -> Vec<Reply> {
+        let _ = i;
+        match name {
             "SUBSCRIBE" => args[1..]
                 .iter()
                 .map(|ch| {
@@ -498,36 +814,69 @@ impl World {
             name if n.replica_of.is_some() && !READ_ONLY.contains(&name) => vec![Reply::err(
                 "READONLY You can't write against a read only replica.",
             )],
-            _ => vec![n.node.exec(now, &args)],
-        };
-        for (ch, msg) in n.node.take_published() {
-            if let Some(list) = n.subs.get(&ch) {
-                for (_, tx) in list {
-                    let _ = tx.send(Reply::Array(vec![
-                        Reply::bulk("message"),
-                        Reply::Bulk(ch.clone()),
-                        Reply::Bulk(msg.clone()),
-                    ]));
-                }
-            }
+            _ => vec![n.node.exec(now, args)],
         }
-        if self.verbose {
-            let shown: Vec<String> = args
-                .iter()
-                .map(|a| {
-                    let s = String::from_utf8_lossy(a);
-                    if s.len() > 40 {
-                        format!("{}…", &s[..40.min(s.len())])
-                    } else {
-                        s.into_owned()
-                    }
-                })
-                .collect();
-            drop(n);
-            self.log(format!("n{i} c{conn} {} -> {:?}", shown.join(" "), replies));
-        }
-        replies
     }
+}
+
+/// The cluster node id of node `i` (40 hex digits, as Redis's).
+fn node_id(i: usize) -> String {
+    format!("{:040x}", 0xc1u128 << 100 | i as u128)
+}
+
+/// Where a cluster sends a command reaching node `i` (`asking`: the connection sent `ASKING`
+/// just before), as Redis 7.0's `getNodeByQuery` decides: `Ok` with the slot of its keys and
+/// whether that slot migrates away (for the checks of a script's own commands), or the
+/// refusal: `CROSSSLOT`, `CLUSTERDOWN`, `MOVED`, `ASK` (the slot migrates and no key is
+/// here), `TRYAGAIN` (the slot migrates and only some keys are here; or imported with `ASKING`,
+/// several keys, one missing).
+fn route(
+    cluster: &Cluster,
+    i: usize,
+    n: &SimNode,
+    args: &[Vec<u8>],
+    asking: bool,
+) -> Result<Option<(u16, bool)>, Reply> {
+    let keys = command_keys(args);
+    let Some(first) = keys.first() else {
+        return Ok(None);
+    };
+    let slot = key_slot(first);
+    if keys.iter().any(|k| key_slot(k) != slot) {
+        return Err(Reply::err(
+            "CROSSSLOT Keys in request don't hash to the same slot",
+        ));
+    }
+    let Some(owner) = cluster.owner[usize::from(slot)] else {
+        return Err(Reply::err("CLUSTERDOWN Hash slot not served"));
+    };
+    let moving = cluster.moving.get(&slot).copied();
+    let missing = {
+        let mut ks = n.node.keyspace();
+        keys.iter().filter(|k| !ks.holds(k)).count()
+    };
+    if owner == i {
+        if let (Some((_, to)), true) = (moving, missing > 0) {
+            // Some keys here and some not: the move split them (Redis 7.0.15 answers so; the
+            // conformance test found it).
+            if missing < keys.len() {
+                return Err(Reply::err(
+                    "TRYAGAIN Multiple keys request during rehashing of slot",
+                ));
+            }
+            return Err(Reply::err(format!("ASK {slot} sim{to}:6379")));
+        }
+        return Ok(Some((slot, moving.is_some())));
+    }
+    if asking && moving.is_some_and(|(_, to)| to == i) {
+        if keys.len() > 1 && missing > 0 {
+            return Err(Reply::err(
+                "TRYAGAIN Multiple keys request during rehashing of slot",
+            ));
+        }
+        return Ok(Some((slot, false)));
+    }
+    Err(Reply::err(format!("MOVED {slot} sim{owner}:6379")))
 }
 
 /// The commands a replica serves (the rest are refused with `READONLY`).
@@ -618,6 +967,15 @@ impl Connector for Net {
                 ))
             });
         };
+        if world.nodes[i].borrow().down {
+            let addr = addr.to_string();
+            return Box::pin(async move {
+                Err(io::Error::new(
+                    io::ErrorKind::ConnectionRefused,
+                    format!("{addr}: connection refused (the node is down)"),
+                ))
+            });
+        }
         if world.nodes[i].borrow().partitioned {
             // No answer at all: the client's connect timeout decides.
             return Box::pin(std::future::pending());
@@ -709,12 +1067,15 @@ async fn serve(world: Rc<World>, i: usize, conn: u64, mut io: DuplexStream) {
         let n = world.nodes[i].borrow();
         (n.incarnation, n.kill.clone())
     };
-    let alive = |w: &World| w.nodes[i].borrow().incarnation == incarnation;
+    let alive =
+        |w: &World| w.nodes[i].borrow().incarnation == incarnation && !w.nodes[i].borrow().down;
     let (push_tx, mut push_rx) = mpsc::unbounded_channel::<Reply>();
     let mut buf = Vec::with_capacity(4096);
     let mut out = Vec::with_capacity(4096);
     // The client this connection belongs to, once it authenticated as `c<client>`.
     let mut client: Option<usize> = None;
+    // `ASKING` was the connection's last command (a cluster node).
+    let mut asking = false;
     let frozen = |w: &World, c: Option<usize>| c.is_some_and(|c| w.frozen.borrow().contains(&c));
     loop {
         loop {
@@ -744,6 +1105,10 @@ async fn serve(world: Rc<World>, i: usize, conn: u64, mut io: DuplexStream) {
             // A partitioned node hears nothing until the partition heals; the connection is
             // then gone (as TCP's would be, after its retransmissions gave up).
             while world.nodes[i].borrow().partitioned {
+                if world.nodes[i].borrow().down {
+                    // A dead process: the connection is reset.
+                    return;
+                }
                 tokio::select! {
                     biased;
                     _ = tokio::time::sleep(Duration::from_millis(50)) => {}
@@ -781,7 +1146,17 @@ async fn serve(world: Rc<World>, i: usize, conn: u64, mut io: DuplexStream) {
                 out.clear();
                 continue;
             }
-            for r in world.exec(i, conn, &push_tx, args) {
+            if args[0].eq_ignore_ascii_case(b"ASKING") {
+                // The next command of this connection may reach a slot being imported here.
+                asking = true;
+                Reply::ok().encode(&mut out);
+                if io.write_all(&out).await.is_err() {
+                    return;
+                }
+                out.clear();
+                continue;
+            }
+            for r in world.exec(i, conn, &push_tx, (args, std::mem::take(&mut asking))) {
                 r.encode(&mut out);
             }
             let back = world.nodes[i].borrow().reply_delay_ms;

@@ -99,6 +99,9 @@ pub struct Node {
     /// Node time (ms) of the last (re)start, for `uptime_in_seconds`.
     started: i64,
     persistence: Persistence,
+    /// `maxmemory-policy` (`noeviction` unless set): what `INFO memory` and `CONFIG GET`
+    /// report. A policy that evicts lets the eviction fault drop keys ([`Node::evict`]).
+    policy: String,
     port: u16,
 }
 
@@ -216,6 +219,7 @@ impl Node {
             run_id,
             started: now,
             persistence,
+            policy: "noeviction".to_string(),
             port,
         };
         node.keyspace().now = now;
@@ -295,6 +299,24 @@ impl Node {
     /// Over `maxmemory` (with `noeviction`): the writes Redis refuses with `OOM` are refused.
     pub fn set_oom(&mut self, oom: bool) {
         self.keyspace().oom = oom;
+    }
+
+    /// The node's `maxmemory-policy`.
+    pub fn policy(&self) -> &str {
+        &self.policy
+    }
+
+    /// Evicts `key` as memory pressure would under an evicting policy (allkeys-* evicts any
+    /// key, volatile-* only keys with an expiry); whether it was evicted. Under `noeviction`
+    /// nothing is: such a node refuses writes instead ([`Node::set_oom`]).
+    pub fn evict(&mut self, now: i64, key: &str) -> bool {
+        let (all, volatile) = (
+            self.policy.starts_with("allkeys-"),
+            self.policy.starts_with("volatile-"),
+        );
+        let mut ks = self.keyspace();
+        ks.now = now;
+        (all || volatile) && ks.evict(key.as_bytes(), volatile)
     }
 
     pub fn persistence(&self) -> Persistence {
@@ -409,17 +431,27 @@ impl Node {
             "# Persistence\r\nloading:0\r\nrdb_changes_since_last_save:0\r\naof_enabled:{}\r\n",
             u8::from(aof)
         );
+        let memory = format!(
+            "# Memory\r\nmaxmemory:{}\r\nmaxmemory_policy:{}\r\n",
+            if self.policy == "noeviction" {
+                0
+            } else {
+                1 << 30
+            },
+            self.policy
+        );
         Reply::Bulk(
             match section.as_str() {
                 "server" => server,
                 "persistence" => persistence,
-                _ => format!("{server}\r\n{persistence}"),
+                "memory" => memory,
+                _ => format!("{server}\r\n{persistence}\r\n{memory}"),
             }
             .into_bytes(),
         )
     }
 
-    fn config(&self, a: &[Vec<u8>]) -> Reply {
+    fn config(&mut self, a: &[Vec<u8>]) -> Reply {
         let sub = a
             .first()
             .map(|s| String::from_utf8_lossy(s).to_ascii_uppercase())
@@ -440,8 +472,35 @@ impl Node {
                     "yes"
                 }),
             ]),
+            ("GET", Some(b"maxmemory-policy")) => Reply::Array(vec![
+                Reply::bulk("maxmemory-policy"),
+                Reply::bulk(&self.policy),
+            ]),
             ("GET", Some(_)) => Reply::Array(vec![]),
-            _ => Reply::err("ERR the simulated node answers CONFIG GET only"),
+            ("SET", Some(b"maxmemory-policy")) => match a.get(2).map(|v| {
+                String::from_utf8_lossy(v).to_ascii_lowercase()
+            }) {
+                Some(p)
+                    if [
+                        "noeviction",
+                        "allkeys-lru",
+                        "allkeys-lfu",
+                        "allkeys-random",
+                        "volatile-lru",
+                        "volatile-lfu",
+                        "volatile-random",
+                        "volatile-ttl",
+                    ]
+                    .contains(&p.as_str()) =>
+                {
+                    self.policy = p;
+                    Reply::ok()
+                }
+                _ => Reply::err(
+                    "ERR CONFIG SET failed (possibly related to argument 'maxmemory-policy') - argument(s) must be one of the following: volatile-lru, volatile-lfu, volatile-random, volatile-ttl, allkeys-lru, allkeys-lfu, allkeys-random, noeviction",
+                ),
+            },
+            _ => Reply::err("ERR the simulated node answers CONFIG GET and CONFIG SET maxmemory-policy only"),
         }
     }
 
@@ -592,6 +651,14 @@ impl Node {
 
 /// A command a script runs: the data commands, and the few node commands scripts may call.
 fn script_command(ks: &mut Keyspace, cmd: &[Vec<u8>]) -> Reply {
+    if let Some((slot, migrating)) = ks.script_slot {
+        let non_local = crate::slots::command_keys(cmd)
+            .into_iter()
+            .any(|k| crate::slots::key_slot(k) != slot || (migrating && !ks.holds(k)));
+        if non_local {
+            return Reply::err("ERR Script attempted to access a non local key in a cluster node");
+        }
+    }
     let name = String::from_utf8_lossy(&cmd[0]).to_ascii_uppercase();
     match name.as_str() {
         "TIME" => Reply::Array(vec![

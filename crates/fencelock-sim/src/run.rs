@@ -13,6 +13,7 @@ use fencelock::{AutoExtend, Client, Config, RetryPolicy};
 use crate::net::{Net, World, EPOCH_MS};
 use crate::node::Persistence;
 
+mod cluster;
 mod edges;
 mod failover;
 mod labels;
@@ -145,6 +146,14 @@ pub enum Scenario {
     /// `r2`. Besides exclusion: the label a node shows for each grant is its holder's, or none
     /// for an unlabelled holder.
     Labels,
+    /// A Redis Cluster as one node (issue 31): a failover that loses a held lock, a manual
+    /// failover under a kept connection, a waiter woken on the tagged release channel, a slot
+    /// half moved (`ASK`) and one moved key by key (`TRYAGAIN`, the election log read meanwhile)
+    /// (`run/cluster.rs`).
+    Cluster,
+    /// A node whose `maxmemory-policy` evicts drops a held lock's key: no second holder, and
+    /// each client's log warns of that node once.
+    Evicting,
 }
 
 impl Scenario {
@@ -174,6 +183,8 @@ impl Scenario {
             Scenario::LeadersRestart => "leaders-restart",
             Scenario::Failover => "failover",
             Scenario::Labels => "labels",
+            Scenario::Cluster => "cluster",
+            Scenario::Evicting => "evicting",
         }
     }
 
@@ -203,6 +214,8 @@ impl Scenario {
             Scenario::LeadersRestart,
             Scenario::Failover,
             Scenario::Labels,
+            Scenario::Cluster,
+            Scenario::Evicting,
         ]
         .into_iter()
         .find(|s| s.name() == name)
@@ -234,6 +247,8 @@ impl Scenario {
             Scenario::LeadersRestart => Some(Duration::from_secs(8)),
             Scenario::Failover => Some(Duration::from_secs(14)),
             Scenario::Labels => Some(Duration::from_secs(10)),
+            Scenario::Cluster => Some(Duration::from_secs(12)),
+            Scenario::Evicting => Some(Duration::from_secs(2)),
         }
     }
 
@@ -244,6 +259,8 @@ impl Scenario {
             // Four Sentinel groups of a primary and two replicas (three for one node list, one
             // for a client of its own).
             Scenario::Failover => Some(12),
+            // Four shards of a primary and a replica.
+            Scenario::Cluster => Some(8),
             _ => None,
         }
     }
@@ -419,6 +436,7 @@ pub fn run(seed: u64, opts: &Options) -> Outcome {
     fastrand::seed(seed);
     local.block_on(&rt, async move {
         let _clock = crate::clock::activate(EPOCH_MS);
+        let _logs = crate::logs::capture();
         // Overlapping node lists (one run in four under faults): one more node, and the last
         // client is given the list shifted by one (it shares all but one node with the others).
         let overlap = opts.faults != Faults::None
@@ -1205,6 +1223,8 @@ fn scripted(
         Scenario::LeadersRestart => leaders::leaders_restart(world, history, urls),
         Scenario::Failover => failover::failover(world, history),
         Scenario::Labels => labels::labels(world, history, urls),
+        Scenario::Cluster => cluster::cluster(world, history),
+        Scenario::Evicting => edges::evicting(world, history, urls),
     }
 }
 

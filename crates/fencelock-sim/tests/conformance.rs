@@ -835,3 +835,271 @@ fn out_of_memory_refusals_match_a_real_node() {
     p.exact(&["SET", "x", "1"]);
     p.compare_keyspaces();
 }
+
+/// Redis Cluster's routing (`net.rs`): the simulated cluster (three shards of a primary and a
+/// replica, the slots split as `redis-cli --cluster create` splits them) against a real one
+/// (`fencelock_testkit::RedisCluster`), command by command on the same shards: `CLUSTER
+/// KEYSLOT`, `MOVED` from another primary and from the replica, `CROSSSLOT`, a script's key of
+/// another slot, and while the slot migrates key by key: `ASK` for a moved key, a command of
+/// two keys split by the move, `MOVED` at the importing node without `ASKING`, the command
+/// there after `ASKING` (one key, two keys of which one is missing: `TRYAGAIN`), a script on
+/// the owner touching a moved key ("non local key"), and `MOVED` to the new owner once the move
+/// ends. A redirect's address is compared as the node it names (owner, importer, or other).
+#[test]
+fn cluster_redirects_and_refusals_match_a_real_cluster() {
+    use fencelock_sim::net::World;
+    use fencelock_testkit::RedisCluster;
+
+    let cluster = RedisCluster::start().expect("a real cluster starts");
+    let world = World::new(6, 0, false);
+    world.cluster_up();
+    let tag = "{conf}";
+    let key = |k: &str| format!("{tag}{k}");
+    let slot = cluster.key_slot(tag).unwrap();
+    assert_eq!(fencelock_sim::slots::key_slot(tag.as_bytes()), slot);
+    // Shard k: its primary's node index, real and simulated.
+    let shard_of = |s: u16| usize::from(s) * 3 / 16384;
+    let real_primary = |k: usize| cluster.slot_owner([0u16, 5461, 10923][k]).unwrap();
+    let (k0, k1) = (shard_of(slot), (shard_of(slot) + 1) % 3);
+    let (owner, other) = (real_primary(k0), real_primary(k1));
+    let replica = cluster.replica_of(owner).unwrap();
+    let mut real: Vec<Real> = (0..6)
+        .map(|i| {
+            let stream =
+                TcpStream::connect(("127.0.0.1", cluster.node(i).port())).expect("connect");
+            stream
+                .set_read_timeout(Some(Duration::from_secs(30)))
+                .unwrap();
+            Real {
+                stream,
+                buf: Vec::new(),
+            }
+        })
+        .collect();
+    // The simulated node of each real one: shard k's primary is node 2k, its replica 2k + 1.
+    let sim_of = |i: usize| {
+        let k = (0..3).find(|&k| real_primary(k) == i);
+        match k {
+            Some(k) => 2 * k,
+            None => {
+                2 * (0..3)
+                    .find(|&k| cluster.replica_of(real_primary(k)).unwrap() == i)
+                    .unwrap()
+                    + 1
+            }
+        }
+    };
+    // A redirect's address as the role of the node it names.
+    let role =
+        |r: &Reply, addr_of: &dyn Fn(&str) -> Option<usize>, (o, imp): (usize, usize)| -> Reply {
+            let Reply::Error(e) = r else { return r.clone() };
+            let mut words: Vec<String> = e.split(' ').map(str::to_string).collect();
+            if matches!(words[0].as_str(), "MOVED" | "ASK") && words.len() == 3 {
+                words[2] = match addr_of(&words[2]) {
+                    Some(n) if n == o => "<owner>".into(),
+                    Some(n) if n == imp => "<importer>".into(),
+                    _ => "<other>".into(),
+                };
+            }
+            Reply::Error(words.join(" "))
+        };
+    let real_addr = |a: &str| {
+        let port: u16 = a.rsplit(':').next()?.parse().ok()?;
+        (0..6).find(|&i| cluster.node(i).port() == port)
+    };
+    let sim_addr = |a: &str| {
+        a.strip_prefix("sim")?
+            .split(':')
+            .next()?
+            .parse::<usize>()
+            .ok()
+    };
+    let none = (usize::MAX, usize::MAX);
+    let mut step = 0;
+    let mut check =
+        |real: &mut Vec<Real>, node: usize, args: &[&str], asking: bool, roles: (usize, usize)| {
+            step += 1;
+            let bytes: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+            if asking {
+                assert_eq!(real[node].cmd(&[b"ASKING"]), Reply::Status("OK".into()));
+            }
+            let r = real[node].cmd(&bytes);
+            let s = world.command(sim_of(node), &bytes, asking);
+            let (r, s) = (
+                role(&r, &real_addr, roles),
+                role(
+                    &s,
+                    &sim_addr,
+                    if roles == none {
+                        none
+                    } else {
+                        (sim_of(roles.0), sim_of(roles.1))
+                    },
+                ),
+            );
+            assert_eq!(
+                r, s,
+                "step {step}: {args:?} on node {node} (asking: {asking})"
+            );
+            r
+        };
+
+    for k in [
+        "foo",
+        "{user1000}.following",
+        "foo{}{bar}",
+        "{fencelock}job",
+        "fencelock:holder:{conf}x",
+    ] {
+        check(&mut real, owner, &["CLUSTER", "KEYSLOT", k], false, none);
+    }
+    let far = (0..)
+        .map(|n| format!("far{n}"))
+        .find(|k| shard_of(fencelock_sim::slots::key_slot(k.as_bytes())) == k1)
+        .unwrap();
+    let roles = (owner, other);
+    check(&mut real, owner, &["SET", &key("a"), "v"], false, roles);
+    check(&mut real, owner, &["SET", &key("b"), "w"], false, roles);
+    check(&mut real, other, &["GET", &key("a")], false, roles);
+    check(&mut real, replica, &["GET", &key("a")], false, roles);
+    check(&mut real, owner, &["MGET", &key("a"), &far], false, roles);
+    check(
+        &mut real,
+        owner,
+        &["EVAL", "return redis.call('GET', KEYS[1])", "1", &key("a")],
+        false,
+        roles,
+    );
+    check(
+        &mut real,
+        owner,
+        &[
+            "EVAL",
+            "return redis.call('GET', ARGV[1])",
+            "1",
+            &key("a"),
+            &far,
+        ],
+        false,
+        roles,
+    );
+
+    // The slot migrates to shard k1; `a` moves first.
+    assert_eq!(cluster.begin_move(slot, other).unwrap(), owner);
+    world.begin_move(slot, sim_of(other));
+    assert_eq!(
+        cluster
+            .migrate(slot, owner, other, &key("a"), false)
+            .unwrap(),
+        "OK"
+    );
+    assert_eq!(
+        world.migrate(slot, key("a").as_bytes(), false),
+        fencelock_sim::Migrated::Moved
+    );
+    check(&mut real, owner, &["GET", &key("a")], false, roles);
+    check(&mut real, owner, &["GET", &key("b")], false, roles);
+    check(
+        &mut real,
+        owner,
+        &["MGET", &key("a"), &key("b")],
+        false,
+        roles,
+    );
+    check(&mut real, owner, &["GET", &key("nowhere")], false, roles);
+    check(&mut real, other, &["GET", &key("a")], false, roles);
+    check(&mut real, other, &["GET", &key("a")], true, roles);
+    check(
+        &mut real,
+        other,
+        &["MGET", &key("a"), &key("b")],
+        true,
+        roles,
+    );
+    check(
+        &mut real,
+        other,
+        &["EVAL", "return redis.call('GET', KEYS[1])", "1", &key("a")],
+        true,
+        roles,
+    );
+    check(
+        &mut real,
+        owner,
+        &[
+            "EVAL",
+            "return redis.call('GET', ARGV[1])",
+            "1",
+            &key("b"),
+            &key("a"),
+        ],
+        false,
+        roles,
+    );
+    check(
+        &mut real,
+        owner,
+        &[
+            "EVAL",
+            "return redis.call('GET', ARGV[1])",
+            "1",
+            &key("b"),
+            &key("b"),
+        ],
+        false,
+        roles,
+    );
+
+    // The rest moves; the slot changes owner.
+    assert_eq!(
+        cluster
+            .migrate(slot, owner, other, &key("b"), false)
+            .unwrap(),
+        "OK"
+    );
+    assert_eq!(
+        world.migrate(slot, key("b").as_bytes(), false),
+        fencelock_sim::Migrated::Moved
+    );
+    cluster.finish_move(slot, owner, other).unwrap();
+    world.finish_move(slot);
+    check(&mut real, owner, &["GET", &key("b")], false, (other, owner));
+    check(
+        &mut real,
+        other,
+        &["MGET", &key("a"), &key("b")],
+        false,
+        (other, owner),
+    );
+}
+
+/// The eviction policy as the client reads it (`INFO memory`'s `maxmemory_policy`) and as an
+/// operator sets it (`CONFIG SET`/`GET maxmemory-policy`, a policy Redis does not know refused).
+#[test]
+fn the_eviction_policy_reads_as_on_a_real_node() {
+    let mut p = Pair::start();
+    p.case("maxmemory-policy");
+    let policy = |p: &mut Pair| {
+        let now = real_now(&mut p.real);
+        let field = |r: Reply| match r {
+            Reply::Bulk(b) => String::from_utf8_lossy(&b)
+                .lines()
+                .find_map(|l| l.strip_prefix("maxmemory_policy:").map(str::to_string)),
+            _ => None,
+        };
+        let real = field(p.real.cmd(&[b"INFO", b"memory"]));
+        let sim = field(p.sim.exec(now, &[b"INFO".to_vec(), b"memory".to_vec()]));
+        assert_eq!(real, sim, "INFO memory's maxmemory_policy");
+        real
+    };
+    assert_eq!(policy(&mut p).as_deref(), Some("noeviction"));
+    p.exact(&["CONFIG", "GET", "maxmemory-policy"]);
+    p.exact(&["CONFIG", "SET", "maxmemory-policy", "allkeys-lru"]);
+    p.exact(&["CONFIG", "GET", "maxmemory-policy"]);
+    assert_eq!(policy(&mut p).as_deref(), Some("allkeys-lru"));
+    p.exact(&["CONFIG", "SET", "maxmemory-policy", "volatile-ttl"]);
+    assert_eq!(policy(&mut p).as_deref(), Some("volatile-ttl"));
+    p.exact(&["CONFIG", "SET", "maxmemory-policy", "sometimes"]);
+    p.exact(&["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
+    assert_eq!(policy(&mut p).as_deref(), Some("noeviction"));
+}

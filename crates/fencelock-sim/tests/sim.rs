@@ -208,6 +208,16 @@ fn labelled_and_unlabelled_clients_exclude_each_other_and_show_their_own_holder_
 }
 
 #[test]
+fn redis_cluster_failovers_and_slot_moves_keep_one_holder_and_their_locks_seeds_0_to_99() {
+    scenario(Scenario::Cluster);
+}
+
+#[test]
+fn a_node_that_evicts_a_held_key_gives_no_second_holder_and_is_warned_of_once_seeds_0_to_99() {
+    scenario(Scenario::Evicting);
+}
+
+#[test]
 fn one_seed_gives_one_trace() {
     // Forty seeds under every fault, each run twice on this thread: a run that reads anything
     // but its seed (a hash map's order, tokio's random choice among ready branches, the OS's
@@ -231,12 +241,14 @@ fn one_seed_gives_one_trace() {
         (Faults::Claimed, Scenario::UntrustedRead, 3),
         (Faults::Claimed, Scenario::TermsPastTenToThe18, 2),
         (Faults::Claimed, Scenario::DeletedBetweenRounds, 3),
+        (Faults::Claimed, Scenario::Cluster, 2),
         (Faults::Claimed, Scenario::CounterLost, 3),
         (Faults::Claimed, Scenario::RecordsExpire, 2),
         (Faults::Claimed, Scenario::CutShort, 2),
         (Faults::Claimed, Scenario::LeadersRestart, 2),
         (Faults::Claimed, Scenario::Failover, 2),
         (Faults::Claimed, Scenario::Labels, 2),
+        (Faults::Claimed, Scenario::Evicting, 2),
     ] {
         let opts = Options {
             faults,

@@ -990,3 +990,54 @@ async fn a_release_that_retried_does_not_report_a_lock_deleted_by_its_token_rele
 async fn a_set_release_that_retried_does_not_report_a_lease_revoked_by_its_token_released() {
     a_release_that_retried_does_not_report_a_lost_lock_released(&["job", "job-2"]).await;
 }
+
+/// A member that lags behind the others: B talks to member F only, which was paused while A
+/// took its locks and resumes with B's requests already waiting. etcd serves a transaction of
+/// comparisons alone from the member's own state, without the read barrier that other reads
+/// wait for, so a check of a lock's key there may read the past. B's release of A's set by its
+/// token looks at the set's first key before it revokes the lease: it must find the key, not
+/// say that the lock was not held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checks_of_a_lock_key_on_a_lagging_member_read_the_present() {
+    let cluster = EtcdCluster::start(3).unwrap();
+    let leader = cluster.wait_for_leader(LONG).unwrap();
+    let lagging = (0..3).find(|i| *i != leader).unwrap();
+    let eps = cluster.endpoints();
+    let others: Vec<String> = (0..3)
+        .filter(|i| *i != lagging)
+        .map(|i| eps[i].clone())
+        .collect();
+    let a = client(&others, Duration::from_secs(10));
+    let b = client(std::slice::from_ref(&eps[lagging]), Duration::from_secs(10));
+    // B's connection is up before the pauses.
+    b.try_acquire("warm")
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let paused = |what: &str| {
+        cluster.member(lagging).pause().unwrap();
+        eprintln!("member {lagging} paused: {what}");
+    };
+
+    // A set's token names a lease of its own: its release by token looks at the key first.
+    for round in 0..3 {
+        paused("a set");
+        let set = a.try_acquire_many(&["set-1", "set-2"]).await.unwrap();
+        let token = set.owner().to_string();
+        let release = {
+            let b = b.clone();
+            let token = token.clone();
+            tokio::spawn(async move { b.release_by_owner("set-1", &token).await })
+        };
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        cluster.member(lagging).resume().unwrap();
+        let released = release.await.unwrap();
+        assert!(
+            released.is_ok(),
+            "round {round}: B's release of A's set {token} through the lagging member: {released:?}"
+        );
+        drop(set);
+    }
+}

@@ -5,7 +5,7 @@
 //!               [--nodes N] [--clients N] [--verbose] [--stop (at the first failing seed)]
 //!               [--ttl-roles (issue 27 item 1: a 4 s plain-lock client beside a 1 s / 980 ms one)]
 //!               [--scenario mixed|short-ttl|held-extension|flush|slow-reply|counter-restart|counter-order|passing-failure|line-order|reader-to-the-end|refusals|node-set-first|many-locks|range-end|untrusted-read|terms-past-1e18|deleted-between-rounds|
-//!                counter-lost|records-expire|cut-short|leaders-restart|failover|labels (a script aimed at one interleaving;
+//!                counter-lost|records-expire|cut-short|leaders-restart|failover|labels|evicting|cluster (a script aimed at one interleaving;
 //!                each has its own length and faults)]
 
 use std::time::{Duration, Instant};
@@ -90,7 +90,7 @@ fn real_main() -> Result<(), String> {
             "--scenario" => {
                 let name = value("--scenario")?;
                 opts.scenario = Scenario::parse(&name).ok_or_else(|| {
-                    format!("--scenario {name:?}: use mixed, short-ttl, held-extension, flush, slow-reply, counter-restart, counter-order, passing-failure, line-order, reader-to-the-end, refusals, node-set-first, many-locks, range-end, untrusted-read, terms-past-1e18, deleted-between-rounds, counter-lost, records-expire, cut-short, leaders-restart, failover or labels")
+                    format!("--scenario {name:?}: use mixed, short-ttl, held-extension, flush, slow-reply, counter-restart, counter-order, passing-failure, line-order, reader-to-the-end, refusals, node-set-first, many-locks, range-end, untrusted-read, terms-past-1e18, deleted-between-rounds, counter-lost, records-expire, cut-short, leaders-restart, failover, labels, evicting or cluster")
                 })?
             }
             "--stop" => stop = true,

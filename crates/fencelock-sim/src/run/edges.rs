@@ -725,3 +725,65 @@ pub(super) fn deleted_between_rounds(
     }
     tasks
 }
+
+/// An evicting node (issue 29 item 5). Node E runs with an evicting `maxmemory-policy` and,
+/// under memory pressure, drops A's key of `X` while A holds it. B, whose TTL is shorter, must
+/// not be granted `X`: the two other nodes still hold it. And each client's log must warn of
+/// node E once, and of no other node, though both reconnect to E after its connections break.
+pub(super) fn evicting(world: Rc<World>, history: Rc<RefCell<History>>, urls: &[String]) -> Tasks {
+    let e = world.rng(|r| r.usize(..3));
+    let policy = ["allkeys-lru", "allkeys-random", "volatile-ttl"][world.rng(|r| r.usize(..3))];
+    world.by_hand(e, &["CONFIG", "SET", "maxmemory-policy", policy]);
+    world.log(format!("node {e} runs with maxmemory-policy {policy}"));
+    let (Some((a, sa)), Some((b, sb))) = (
+        scripted_client(&world, urls, 0, 3000, 100),
+        scripted_client(&world, urls, 1, 1000, 100),
+    ) else {
+        return Vec::new();
+    };
+    let t0 = world.rng(|r| r.i64(50..300));
+    vec![tokio::task::spawn_local(async move {
+        until(&world, t0).await;
+        let Some((g, lock)) = take(&world, &history, &a, &sa, "X").await else {
+            world.log("client 0: X was refused; the scenario is void");
+            return;
+        };
+        until(&world, t0 + 200).await;
+        world.evict(e, "X");
+        if let Some((gb, lb)) = take(&world, &history, &b, &sb, "X").await {
+            give_back(&world, &history, gb, lb).await;
+        }
+        world.cut(e);
+        world.log(format!("fault: node {e}'s connections break"));
+        until(&world, t0 + 500).await;
+        give_back(&world, &history, g, lock).await;
+        for (client, s) in [(&a, &sa), (&b, &sb)] {
+            if let Some((g, lock)) = take(&world, &history, client, s, "Y").await {
+                give_back(&world, &history, g, lock).await;
+            }
+        }
+        until(&world, t0 + 1500).await;
+        let warnings = crate::logs::warnings();
+        let evicting: Vec<&String> = warnings
+            .iter()
+            .filter(|w| w.contains("maxmemory-policy"))
+            .collect();
+        for w in &evicting {
+            world.log(format!("client log: {w}"));
+        }
+        let name = format!("sim{e}:6379");
+        let of_e = evicting.iter().filter(|w| w.contains(&name)).count();
+        if of_e != 2 || evicting.len() != of_e {
+            violation(
+                &world,
+                &history,
+                format!(
+                    "the clients' logs warned {of_e} times of node {e}'s maxmemory-policy {policy} (two clients: twice) and {} times of other nodes (never): {evicting:?}",
+                    evicting.len() - of_e
+                ),
+            );
+        }
+        a.close().await;
+        b.close().await;
+    })]
+}

@@ -117,8 +117,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use etcd_client::{
-    Compare, CompareOp, EventType, PutOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
-    TxnResponse, WatchFilterType, WatchOptions,
+    Compare, CompareOp, EventType, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
+    TxnOpResponse, TxnResponse, WatchFilterType, WatchOptions,
 };
 
 use crate::config::Config;
@@ -1442,9 +1442,20 @@ impl Cluster {
 
     /// Whether `held`'s key is still the one its lock created (after a renewal of a lease
     /// that may carry other locks).
+    ///
+    /// The read of the key rides along only for its consistency: etcd serves a transaction of
+    /// comparisons alone from the member's own state, like a serializable read, so a member
+    /// behind the others would answer from the past (a key gone that was just created, or one
+    /// still there that was deleted). A linearizable range in the transaction makes the member
+    /// confirm it is up to date first
+    /// (`checks_of_a_lock_key_on_a_lagging_member_read_the_present`, tests/etcd.rs; mutant
+    /// `etcd-key-check-serializable`).
     async fn key_still_ours(&self, held: &EtcdHeld, limit: Duration) -> Result<bool, Fail> {
-        self.txn_within(Txn::new().when([key_is_ours(held)]), limit)
-            .await
+        let txn = Txn::new().when([key_is_ours(held)]).and_then([TxnOp::get(
+            held.key.clone(),
+            Some(GetOptions::new().with_count_only()),
+        )]);
+        self.txn_within(txn, limit).await
     }
 
     /// Runs `txn` on the current member within `limit` (at most a request timeout); whether its
