@@ -108,6 +108,9 @@ impl Settings {
     }
 }
 
+/// How long the warm-up waits at least for the nodes still connecting once a quorum is up.
+const LATE_CONNECTIONS: std::time::Duration = std::time::Duration::from_millis(300);
+
 /// Opens the connections before the first real round: this process lives for one command, so
 /// without it every command would spend part of its first per-node timeout connecting.
 async fn warm_up(client: &fencelock::Client, node_timeout: std::time::Duration) {
@@ -123,15 +126,16 @@ async fn warm_up(client: &fencelock::Client, node_timeout: std::time::Duration) 
     // A quorum is enough to start: a node that does not answer (paused) would otherwise add the
     // whole connect timeout to every command.
     let mut votes = client.connect_quorum().await;
-    // The nodes still connecting get one node timeout more: a node that refuses our credentials
-    // answers as fast as the others, but on a loaded machine its refusal can come just after
-    // the quorum's connections (a paused node costs a command that much, not the connect
-    // timeout).
+    // The nodes still connecting get a little longer: a node that refuses our credentials
+    // answers as fast as the others, but on a loaded machine its refusal can come after the
+    // quorum's connections, later than one node timeout (50 ms by default) after them. A
+    // paused node costs a command that much, not the connect timeout.
     if votes
         .iter()
         .any(|v| matches!(v.outcome, fencelock::VoteOutcome::Pending))
     {
-        if let Ok(all) = tokio::time::timeout(node_timeout, client.connect()).await {
+        let grace = node_timeout.max(LATE_CONNECTIONS);
+        if let Ok(all) = tokio::time::timeout(grace, client.connect()).await {
             votes = all;
         }
     }
