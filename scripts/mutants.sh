@@ -407,6 +407,10 @@ mutant line-leave-not-awaited "a waiter that gives up leaves the line in a task 
   's/let counted = super::round::Background::count\(&self\.background\);/let counted = ();/' \
   "-p fencelock-cli --test run_ops a_signal_while_waiting_ends_the_wait_at_once_and_runs_nothing" \
   "-p fencelock-sim --test sim calls_cut_short_and_waiters_that_leave_leave_nothing_behind_seeds_0_to_99"
+mutant handover-first-in-line-waits "the first attempt in line, granted on the nodes a release reached and refused on the others, serves the whole retry delay while the lock stands free behind it (contended's 100-200 ms stalls, issue 33)" \
+  crates/fencelock/src/redis/line.rs \
+  's/Some\(_\) if \(wake\.is_some\(\) \|\| first_in_line\) && quick/Some(_) if wake.is_some() \&\& quick/' \
+  "-p fencelock-sim --test sim the_waiting_lines_keep_their_order_seeds_0_to_99"
 mutant extend-batch-no-reload "a batched extension that meets NOSCRIPT does not load its scripts: a SCRIPT FLUSH loses every held lock (issue 29 item 3)" \
   crates/fencelock/src/redis/ops.rs \
   's/Err\(e\) if is_noscript\(&e\) =>/Err(e) if false \&\& is_noscript(\&e) =>/' \

@@ -1981,10 +1981,10 @@ fn line_order(
     history: Rc<RefCell<History>>,
     urls: &[String],
 ) -> Vec<tokio::task::JoinHandle<()>> {
-    let clients: Vec<(Client, Setup)> = (0..7)
+    let clients: Vec<(Client, Setup)> = (0..8)
         .filter_map(|c| scripted_client(&world, urls, c, 2000, 200))
         .collect();
-    if clients.len() < 7 {
+    if clients.len() < 8 {
         return Vec::new();
     }
     let t0 = world.rng(|r| r.i64(100..300));
@@ -2064,6 +2064,54 @@ fn line_order(
                         give_back(&world, &history, g, lock).await;
                     }
                 }
+                // W3: first in line for `hand` while a release is on its way to the nodes
+                // (issue 33's stalls). A stranger holds `hand` on every node; the release
+                // reaches node 0 first, so W3's first attempt is granted there only; W3 takes
+                // its place in line, and its attempt in line is granted on node 0 and refused on
+                // the others; the release reaches them just after. The lock is then free and W3
+                // first in line: it must take it within a few rounds, not after a retry delay.
+                7 => {
+                    let start = t0 + 1600;
+                    until(&world, start).await;
+                    for i in 0..world.nodes.len() {
+                        world.stranger(i, "hand", 2000);
+                    }
+                    world.by_hand(0, &["DEL", "hand"]);
+                    world.log("the release of hand reached node 0");
+                    let freed = Rc::new(Cell::new(i64::MAX));
+                    let rest = {
+                        let (world, freed) = (world.clone(), freed.clone());
+                        tokio::task::spawn_local(async move {
+                            let queued = |i: usize| {
+                                world.by_hand(i, &["EXISTS", "fencelock:queue:hand"])
+                                    == crate::resp::Reply::Int(1)
+                            };
+                            while !(1..world.nodes.len()).all(queued) {
+                                if world.elapsed_ms() > start + 1000 {
+                                    return;
+                                }
+                                tokio::time::sleep(Duration::from_millis(1)).await;
+                            }
+                            for i in 1..world.nodes.len() {
+                                world.by_hand(i, &["DEL", "hand"]);
+                            }
+                            world.log("the release of hand reached the other nodes");
+                            freed.set(world.elapsed_ms());
+                        })
+                    };
+                    if let Some((g, lock)) = take_with(&world, &history, &setup, (Kind::Mutex, "hand"), client.acquire("hand")).await {
+                        let (at, free) = (world.elapsed_ms(), freed.get());
+                        if free == i64::MAX {
+                            let what = format!("client 7 was granted hand at {at}ms before its release reached every node");
+                            violation(&world, &history, what);
+                        } else if at - free > HANDOVER_MS {
+                            let what = format!("client 7, first in line, was granted hand at {at}ms, {}ms after it was free on every node ({free}ms): more than {HANDOVER_MS}ms", at - free);
+                            violation(&world, &history, what);
+                        }
+                        give_back(&world, &history, g, lock).await;
+                    }
+                    let _ = rest.await;
+                }
                 _ => {}
             }
             client.close().await;
@@ -2082,6 +2130,10 @@ fn line_order(
     }
     tasks
 }
+
+/// How long after the lock came free on every node the first in line may take it in
+/// `line-order` (virtual ms): a few rounds, well below the retry delays (100-200 ms by then).
+const HANDOVER_MS: i64 = 40;
 
 /// How often the coverage check looks at the nodes (virtual ms).
 const COVERAGE_EVERY_MS: u64 = 10;

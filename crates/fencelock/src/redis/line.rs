@@ -37,6 +37,9 @@ impl RedisBackend {
         let mut subscription = None;
         // Quick retries since the last wake-up (see below).
         let mut quick = 0u32;
+        // Whether the next attempt is the first since this waiter took its place in line (or
+        // subscribed): it races a release as a woken attempt does (see below).
+        let mut joined = false;
         let single = keys.len() == 1;
         let wall_start = resumed.unwrap_or_else(SystemTime::now);
         let lease = queue::lease(policy.max_delay(), self.settings.node_timeout);
@@ -66,6 +69,7 @@ impl RedisBackend {
         if ticket.is_some() {
             // Straight to the end of the line: listen for our turn before taking a place.
             subscription = Some(self.listen(keys, ticket.as_ref()).await);
+            joined = true;
         }
         loop {
             attempts += 1;
@@ -96,6 +100,7 @@ impl RedisBackend {
                 Err(e) => e,
             };
             let wake = woken.take();
+            let first_in_line = std::mem::take(&mut joined);
             let elapsed = started.elapsed();
             if !policy.may_retry(attempts, elapsed) {
                 if attempts > 1 {
@@ -121,6 +126,7 @@ impl RedisBackend {
                     line.ticket.clone_from(&ticket);
                 }
                 subscription = Some(self.listen(keys, ticket.as_ref()).await);
+                joined = true;
                 continue;
             }
             let delay = policy
@@ -140,10 +146,15 @@ impl RedisBackend {
                 // failure set off a wake of its own, so no wake-up can be trusted; but waiting
                 // the full delay leaves the lock free that long while this waiter is first in
                 // line (the contended hand-over's tail was 185-420 ms). Retry after the round's
-                // own time, a few times, then serve the delays.
-                Some(_) if wake.is_some() && quick < QUICK_RETRIES => {
+                // own time, a few times, then serve the delays. The first attempt after taking a
+                // place in line races a release just as well (it follows the refusal that sent
+                // it there by a round trip): it was granted on the nodes the release had reached
+                // and refused on the others, and the full delay left the lock free 100-200 ms
+                // behind this waiter at the head of the line (`contended`'s stalls, issue 33).
+                Some(_) if (wake.is_some() || first_in_line) && quick < QUICK_RETRIES => {
                     quick += 1;
                     woken = wake;
+                    joined = first_in_line;
                     tokio::time::sleep(round_time(&err).min(delay)).await;
                 }
                 _ => {
