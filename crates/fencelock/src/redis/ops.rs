@@ -109,27 +109,16 @@ impl RedisBackend {
                     .arg(t.lease_ms())
                     .arg(ttl_millis(queue::keep(t.lease)));
             }
-            let cmd = Arc::new(Marked::new(cmd, self.checks_markers()));
             let mode = Mode::Acquire { token, ahead: None };
+            // The permit script judges no proposal: three fields, never accepted.
             return self
-                .round(
+                .marked_round(
+                    Some(&scripts::ACQUIRE_PERMIT),
+                    cmd,
                     mode,
-                    &self.all,
                     node_timeout,
-                    move |mut conn, slot, marker| {
-                        let cmd = cmd.clone();
-                        async move {
-                            // The permit script judges no proposal: three fields, never accepted.
-                            let (set, counter, exists): (i64, String, i64) = send_marked(
-                                Some(&scripts::ACQUIRE_PERMIT),
-                                &cmd,
-                                &mut conn,
-                                &slot,
-                                marker,
-                            )
-                            .await?;
-                            counter_answer((set, counter, exists, 0), fencing)
-                        }
+                    move |(set, counter, exists): (i64, String, i64)| {
+                        counter_answer((set, counter, exists, 0), fencing)
                     },
                 )
                 .await;
@@ -157,27 +146,14 @@ impl RedisBackend {
             if fencing {
                 cmd.arg(proposal);
             }
-            let cmd = Arc::new(Marked::new(cmd, self.checks_markers()));
             let mode = Mode::Acquire { token, ahead: None };
             return self
-                .round(
+                .marked_round(
+                    Some(&scripts::ACQUIRE_QUEUED),
+                    cmd,
                     mode,
-                    &self.all,
                     node_timeout,
-                    move |mut conn, slot, marker| {
-                        let cmd = cmd.clone();
-                        async move {
-                            let reply = send_marked(
-                                Some(&scripts::ACQUIRE_QUEUED),
-                                &cmd,
-                                &mut conn,
-                                &slot,
-                                marker,
-                            )
-                            .await?;
-                            counter_answer(reply, fencing)
-                        }
-                    },
+                    move |reply| counter_answer(reply, fencing),
                 )
                 .await;
         }
@@ -214,8 +190,6 @@ impl RedisBackend {
             cmd
         };
         let plain_set = !fencing && keys.len() == 1 && mark.is_none();
-        let cmd = Arc::new(Marked::new(cmd, self.checks_markers()));
-        let script = !fencing && !plain_set;
         // A single node has no other node to learn from: it announces nothing, and its restart
         // quarantine is its client's own TTL. A Sentinel node announces: its replicas keep the
         // record, which the quarantine after a failover reads (`round.rs`).
@@ -226,36 +200,59 @@ impl RedisBackend {
             limit: node_timeout,
         });
         let mode = Mode::Acquire { token, ahead };
-        self.round(
-            mode,
-            &self.all,
-            node_timeout,
-            move |mut conn, slot, marker| {
-                let cmd = cmd.clone();
-                async move {
-                    if fencing {
-                        let script = Some(&*scripts::ACQUIRE_FENCED);
-                        let reply = send_marked(script, &cmd, &mut conn, &slot, marker).await?;
-                        counter_answer(reply, true)
-                    } else if script {
-                        let script = Some(&*scripts::ACQUIRE_MANY);
-                        let set: i64 = send_marked(script, &cmd, &mut conn, &slot, marker).await?;
-                        Ok(if set == 1 {
-                            Answer::Granted(FenceRead::default())
-                        } else {
-                            Answer::HeldByOther
-                        })
+        if fencing {
+            let script = Some(&*scripts::ACQUIRE_FENCED);
+            return self
+                .marked_round(script, cmd, mode, node_timeout, |reply| {
+                    counter_answer(reply, true)
+                })
+                .await;
+        }
+        if !plain_set {
+            let script = Some(&*scripts::ACQUIRE_MANY);
+            return self
+                .marked_round(script, cmd, mode, node_timeout, |set: i64| {
+                    Ok(if set == 1 {
+                        Answer::Granted(FenceRead::default())
                     } else {
-                        let reply: Value =
-                            send_marked(None, &cmd, &mut conn, &slot, marker).await?;
-                        Ok(match reply {
-                            Value::Nil => Answer::HeldByOther,
-                            _ => Answer::Granted(FenceRead::default()),
-                        })
-                    }
-                }
-            },
-        )
+                        Answer::HeldByOther
+                    })
+                })
+                .await;
+        }
+        self.marked_round(None, cmd, mode, node_timeout, |reply: Value| {
+            Ok(match reply {
+                Value::Nil => Answer::HeldByOther,
+                _ => Answer::Granted(FenceRead::default()),
+            })
+        })
+        .await
+    }
+
+    /// An acquisition's round of `cmd` (`script`'s call, loaded again after `NOSCRIPT`, or a
+    /// plain command) on every node, with the marker read behind it in one pipeline when the
+    /// quarantine checks markers (`round::Marked`); `judge` reads a node's reply.
+    pub(super) async fn marked_round<R, A, J>(
+        &self,
+        script: Option<&'static Script>,
+        cmd: Cmd,
+        mode: Mode<'_>,
+        limit: Duration,
+        judge: J,
+    ) -> Round<A>
+    where
+        R: redis::FromRedisValue + Send + 'static,
+        A: Send + 'static + WantsMore,
+        J: Fn(R) -> Result<Answer<A>, RedisError> + Copy + Send + Sync + 'static,
+    {
+        let cmd = Arc::new(Marked::new(cmd, self.checks_markers()));
+        self.round(mode, &self.all, limit, move |mut conn, slot, marker| {
+            let cmd = cmd.clone();
+            async move {
+                let reply: R = send_marked(script, &cmd, &mut conn, &slot, marker).await?;
+                judge(reply)
+            }
+        })
         .await
     }
 
@@ -612,7 +609,7 @@ pub(super) async fn eval_ordered<T: redis::FromRedisValue>(
 /// pipeline of `cmd` and `GET` of the marker, and leaves what that `GET` read in `marker`. After
 /// `NOSCRIPT` the pipeline is sent again whole, so the marker read is the one right behind the
 /// command that ran.
-pub(super) async fn send_marked<T: redis::FromRedisValue>(
+async fn send_marked<T: redis::FromRedisValue>(
     script: Option<&Script>,
     cmd: &Marked,
     conn: &mut super::tagged::NodeConnection,

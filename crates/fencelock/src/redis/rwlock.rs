@@ -11,12 +11,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use redis::Value;
+use redis::{Cmd, Script, Value};
 
 use super::extender::ExtendedLock;
-use super::ops::{eval, evalsha, send_marked, ttl_millis};
+use super::ops::{eval, evalsha, ttl_millis};
 use super::redlock::classify;
-use super::round::{Answer, Marked, Mode, Round};
+use super::round::{Answer, Mode, Round};
 use super::undo::{Side, Undo};
 use super::{scripts, Grant, RedisBackend, RedisHeld};
 use crate::error::{Error, Result};
@@ -121,31 +121,27 @@ impl RedisBackend {
                 .arg(t.lease_ms())
                 .arg(ttl_millis(queue::keep(t.lease)));
         }
-        let cmd = Arc::new(Marked::new(cmd, self.checks_markers()));
         let mode = Mode::Acquire { token, ahead: None };
-        self.round(
+        let script = Some(&*scripts::READ_ACQUIRE);
+        let limit = self.settings.node_timeout;
+        self.marked_round(
+            script,
+            cmd,
             mode,
-            &self.all,
-            self.settings.node_timeout,
-            move |mut conn, slot, marker| {
-                let cmd = cmd.clone();
-                async move {
-                    let (granted, record): (i64, String) =
-                        send_marked(Some(&scripts::READ_ACQUIRE), &cmd, &mut conn, &slot, marker)
-                            .await?;
-                    let record = record.parse::<u64>().map_err(|_| {
-                        redis::RedisError::from((
-                            redis::ErrorKind::Parse,
-                            "a writer record is not a u64",
-                            record,
-                        ))
-                    })?;
-                    Ok(if granted == 1 {
-                        Answer::Granted(record)
-                    } else {
-                        Answer::HeldByOther
-                    })
-                }
+            limit,
+            |(granted, record): (i64, String)| {
+                let record = record.parse::<u64>().map_err(|_| {
+                    redis::RedisError::from((
+                        redis::ErrorKind::Parse,
+                        "a writer record is not a u64",
+                        record,
+                    ))
+                })?;
+                Ok(if granted == 1 {
+                    Answer::Granted(record)
+                } else {
+                    Answer::HeldByOther
+                })
             },
         )
         .await
@@ -248,8 +244,14 @@ impl RedisBackend {
     async fn read_extend_round(&self, key: &str, token: &str, budget: Duration) -> Round<()> {
         let mut cmd = evalsha(&scripts::READ_EXTEND, &[key.to_string(), readers_key(key)]);
         cmd.arg(token).arg(ttl_millis(self.settings.ttl));
-        let cmd = Arc::new(cmd);
         let limit = budget.max(Duration::from_millis(1));
+        self.held_round(&scripts::READ_EXTEND, cmd, limit).await
+    }
+
+    /// A round of `script`'s call `cmd` until a quorum: a node that answers 1 still holds the
+    /// lock (and did what the script does), any other answer means it does not.
+    async fn held_round(&self, script: &'static Script, cmd: Cmd, limit: Duration) -> Round<()> {
+        let cmd = Arc::new(cmd);
         self.round(
             Mode::UntilQuorum,
             &self.all,
@@ -257,7 +259,7 @@ impl RedisBackend {
             move |mut conn, _, _| {
                 let cmd = cmd.clone();
                 async move {
-                    let done: i64 = eval(&scripts::READ_EXTEND, &cmd, &mut conn).await?;
+                    let done: i64 = eval(script, &cmd, &mut conn).await?;
                     Ok(if done == 1 {
                         Answer::Granted(())
                     } else {
@@ -380,25 +382,8 @@ impl RedisBackend {
         cmd.arg(owner)
             .arg(token.to_string())
             .arg(ttl_millis(lifetime));
-        let cmd = Arc::new(cmd);
-        let limit = self.settings.node_timeout;
         let round = self
-            .round(
-                Mode::UntilQuorum,
-                &self.all,
-                limit,
-                move |mut conn, _, _| {
-                    let cmd = cmd.clone();
-                    async move {
-                        let done: i64 = eval(&scripts::WRITE_RECORD, &cmd, &mut conn).await?;
-                        Ok(if done == 1 {
-                            Answer::Granted(())
-                        } else {
-                            Answer::NotHeld
-                        })
-                    }
-                },
-            )
+            .held_round(&scripts::WRITE_RECORD, cmd, self.settings.node_timeout)
             .await;
         if round.decision == Decision::Reached && Instant::now() < deadline {
             return Ok(());
