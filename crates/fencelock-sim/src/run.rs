@@ -1940,6 +1940,24 @@ fn passing_failure(
     })]
 }
 
+/// Takes `resource` once (`try_acquire`); the grant is recorded (the checker judges it), the
+/// error logged.
+async fn try_take(
+    world: &World,
+    history: &RefCell<History>,
+    (client, s): (&Client, &Setup),
+    resource: &str,
+) -> Option<(usize, fencelock::Lock)> {
+    take_with(
+        world,
+        history,
+        s,
+        (Kind::Mutex, resource),
+        client.try_acquire(resource),
+    )
+    .await
+}
+
 /// Records a grant of the family (a permit, a read or a write lock) taken by `attempt`.
 async fn take_with(
     world: &World,

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use fencelock::{AutoExtend, Client, Config, RetryPolicy};
 
-use super::{give_back, take_with, until, violation, History, Kind, Setup, World};
+use super::{give_back, take_with, try_take, until, violation, History, Kind, Setup, World};
 use crate::keyspace::Migrated;
 use crate::slots::{key_slot, SLOTS};
 
@@ -63,22 +63,6 @@ fn client_with(
         if fencing { "on" } else { "off" }
     ));
     super::open_client(world, c, config, (ttl, true, fencing, 0))
-}
-
-async fn try_take(
-    world: &World,
-    history: &RefCell<History>,
-    (client, s): (&Client, &Setup),
-    resource: &str,
-) -> Option<(usize, fencelock::Lock)> {
-    take_with(
-        world,
-        history,
-        s,
-        (Kind::Mutex, resource),
-        client.try_acquire(resource),
-    )
-    .await
 }
 
 /// Marks the tag's shard new (as `fencelock up` does): it never held a lock.

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use fencelock::{Client, Config};
 
-use super::{give_back, take_with, until, violation, History, Kind, Setup, World};
+use super::{give_back, try_take, until, violation, History, Setup, World};
 
 type Tasks = Vec<tokio::task::JoinHandle<()>>;
 
@@ -36,23 +36,6 @@ fn client(
         if fencing { "on" } else { "off" }
     ));
     super::open_client(world, c, config, (ttl, true, fencing, wall))
-}
-
-/// Takes `resource` once; the grant is recorded (the checker judges it), the error logged.
-async fn try_take(
-    world: &World,
-    history: &RefCell<History>,
-    (client, s): (&Client, &Setup),
-    resource: &str,
-) -> Option<(usize, fencelock::Lock)> {
-    take_with(
-        world,
-        history,
-        s,
-        (Kind::Mutex, resource),
-        client.try_acquire(resource),
-    )
-    .await
 }
 
 /// Groups 0 and 1 fail over while A holds `r0`: their replication stalls just before A's grant,
